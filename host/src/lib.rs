@@ -1,0 +1,12 @@
+//! routelab: a lab for request-routing policies in LLM serving.
+//!
+//! Data flows one way: a [`workload`] (YAML) → a request stream generated once per seed and
+//! replayed identically for every policy (common random numbers) → a world in [`sim`] driving a
+//! policy loaded by [`plugin`] → per-request records → [`metrics`] → [`report`].
+//! Nothing in `sim` prints.
+
+pub mod metrics;
+pub mod plugin;
+pub mod seeds;
+pub mod sim;
+pub mod workload;

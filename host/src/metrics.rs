@@ -1,0 +1,130 @@
+//! Per-request records → summaries: mean and percentiles of one run, mean and 95% interval over
+//! seeds. Metric names are snake_case with a unit suffix (OUTPUT.md).
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+
+/// Named figures in a fixed order (serialised as a JSON object in that order).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Metrics(pub Vec<(String, f64)>);
+
+impl Metrics {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&mut self, key: impl Into<String>, value: f64) {
+        self.0.push((key.into(), value));
+    }
+
+    pub fn get(&self, key: &str) -> Option<f64> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(k, _)| k.as_str())
+    }
+}
+
+impl Serialize for Metrics {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            // JSON has no NaN/inf: absent figures are null.
+            if v.is_finite() {
+                m.serialize_entry(k, v)?;
+            } else {
+                m.serialize_entry(k, &Option::<f64>::None)?;
+            }
+        }
+        m.end()
+    }
+}
+
+/// Arithmetic mean (NaN for none).
+pub fn mean(xs: &[f64]) -> f64 {
+    if xs.is_empty() { f64::NAN } else { xs.iter().sum::<f64>() / xs.len() as f64 }
+}
+
+/// The `q`-quantile (0..=1) by the nearest-rank method; reorders `xs`. NaN for none.
+pub fn quantile(xs: &mut [f64], q: f64) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q * xs.len() as f64).ceil() as usize).clamp(1, xs.len()) - 1;
+    let (_, v, _) = xs.select_nth_unstable_by(rank, f64::total_cmp);
+    *v
+}
+
+/// Two-sided 95% Student-t critical value for `dof` degrees of freedom.
+pub fn t95(dof: usize) -> f64 {
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042,
+    ];
+    match dof {
+        0 => f64::NAN,
+        d if d <= 30 => T[d - 1],
+        _ => 1.96,
+    }
+}
+
+/// Mean and half-width of the 95% confidence interval over independent runs (NaN half-width
+/// for a single run).
+pub fn mean_ci95(xs: &[f64]) -> (f64, f64) {
+    let m = mean(xs);
+    if xs.len() < 2 {
+        return (m, f64::NAN);
+    }
+    let var = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (xs.len() - 1) as f64;
+    (m, t95(xs.len() - 1) * (var / xs.len() as f64).sqrt())
+}
+
+/// Summary over seeds: each metric's mean, plus `<key>_ci95` half-widths when there are several.
+pub fn over_seeds(per_seed: &[Metrics]) -> Metrics {
+    let mut out = Metrics::new();
+    let Some(first) = per_seed.first() else { return out };
+    for key in first.keys() {
+        let xs: Vec<f64> = per_seed.iter().filter_map(|m| m.get(key)).collect();
+        let (m, ci) = mean_ci95(&xs);
+        out.push(key, m);
+        if per_seed.len() > 1 {
+            out.push(format!("{key}_ci95"), ci);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_by_nearest_rank() {
+        let mut xs: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&mut xs, 0.5), 50.0);
+        assert_eq!(quantile(&mut xs, 0.99), 99.0);
+        assert_eq!(quantile(&mut xs, 1.0), 100.0);
+        assert_eq!(quantile(&mut xs, 0.0), 1.0);
+    }
+
+    #[test]
+    fn ci_of_identical_runs_is_zero_and_grows_with_spread() {
+        assert_eq!(mean_ci95(&[2.0, 2.0, 2.0]), (2.0, 0.0));
+        let (m, h) = mean_ci95(&[1.0, 3.0]);
+        assert_eq!(m, 2.0);
+        assert!((h - 12.706).abs() < 1e-9, "{h}");
+    }
+
+    #[test]
+    fn over_seeds_adds_intervals_only_for_several() {
+        let mut a = Metrics::new();
+        a.push("x", 1.0);
+        let mut b = Metrics::new();
+        b.push("x", 3.0);
+        let s = over_seeds(&[a.clone(), b]);
+        assert_eq!(s.get("x"), Some(2.0));
+        assert!(s.get("x_ci95").unwrap() > 0.0);
+        assert_eq!(over_seeds(&[a]).get("x_ci95"), None);
+    }
+}

@@ -1,0 +1,165 @@
+//! The `dispatch:` section: N FCFS servers, arrivals at utilisation ρ, a service distribution
+//! with mean 1, fresh or stale load information, or balls-into-bins.
+
+use serde::{Deserialize, Serialize};
+
+use super::FieldError;
+
+#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DispatchSpec {
+    /// Number of servers (bins in balls-into-bins mode).
+    pub servers: u32,
+    /// Requests per seed (balls in balls-into-bins mode).
+    pub requests: u64,
+    /// Target utilisation ρ in (0, 1): the arrival rate is ρ·N (mean service time 1).
+    #[serde(default = "default_rho")]
+    pub utilisation: f64,
+    /// Fraction of leading requests left out of the statistics, in [0, 1).
+    #[serde(default)]
+    pub warmup: f64,
+    #[serde(default)]
+    pub arrivals: Arrivals,
+    #[serde(default)]
+    pub service: Service,
+    #[serde(default)]
+    pub information: Information,
+    #[serde(default)]
+    pub mode: Mode,
+}
+
+fn default_rho() -> f64 {
+    0.9
+}
+
+/// How requests arrive.
+#[derive(Deserialize, Serialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Arrivals {
+    /// Poisson with rate ρ·N.
+    #[default]
+    Poisson,
+    /// Timestamps from a CSV trace (first column a number of seconds, or an Azure-trace
+    /// `TIMESTAMP`), rescaled so the mean rate is ρ·N; `requests` caps how many are used.
+    Trace { path: String },
+}
+
+/// Service-time distribution, scaled to mean 1.
+#[derive(Deserialize, Serialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Service {
+    #[default]
+    Exponential,
+    Deterministic,
+    /// Lognormal with coefficient of variation `cv`.
+    Lognormal { cv: f64 },
+    /// Pareto with shape `alpha` truncated to [min, max], then rescaled to mean 1.
+    BoundedPareto { alpha: f64, min: f64, max: f64 },
+    /// `large` with probability `p_large`, else `small`; rescaled to mean 1.
+    Bimodal { p_large: f64, small: f64, large: f64 },
+    /// Uniform choice among `values`, rescaled to mean 1.
+    Empirical { values: Vec<f64> },
+}
+
+/// What the router sees of the servers.
+#[derive(Deserialize, Serialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Information {
+    /// True queue lengths and remaining work at every arrival.
+    #[default]
+    Fresh,
+    /// A snapshot of every server refreshed every `refresh_interval` mean service times
+    /// (Mitzenmacher's bulletin board).
+    Stale { refresh_interval: f64 },
+}
+
+#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// FCFS queues with departures.
+    #[default]
+    Queueing,
+    /// `requests` balls into `servers` bins, no departures; the metric is the maximum load.
+    BallsIntoBins,
+}
+
+impl DispatchSpec {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if self.servers == 0 {
+            return Err(FieldError::new("servers", "must be at least 1 (got 0)", "set `servers: 16`, say"));
+        }
+        if self.requests == 0 {
+            return Err(FieldError::new("requests", "must be at least 1 (got 0)", "set `requests: 100000`, say"));
+        }
+        if self.mode == Mode::Queueing && !(self.utilisation > 0.0 && self.utilisation < 1.0) {
+            return Err(FieldError::new(
+                "utilisation",
+                format!("must be in (0, 1) for a stable queue (got {})", self.utilisation),
+                "use a value such as 0.9; at ρ ≥ 1 every queue grows without bound",
+            ));
+        }
+        if !(0.0..1.0).contains(&self.warmup) {
+            return Err(FieldError::new(
+                "warmup",
+                format!("must be in [0, 1) (got {})", self.warmup),
+                "use a fraction such as 0.1",
+            ));
+        }
+        if let Information::Stale { refresh_interval } = self.information {
+            if !(refresh_interval > 0.0 && refresh_interval.is_finite()) {
+                return Err(FieldError::new(
+                    "information.stale.refresh_interval",
+                    format!("must be positive (got {refresh_interval})"),
+                    "use e.g. 4 (mean service times)",
+                ));
+            }
+        }
+        self.service.validate().map_err(|e| e.under("service"))
+    }
+}
+
+impl Service {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let pos = |v: f64| v > 0.0 && v.is_finite();
+        match self {
+            Service::Exponential | Service::Deterministic => Ok(()),
+            Service::Lognormal { cv } if !pos(*cv) => {
+                Err(FieldError::new("lognormal.cv", format!("must be positive (got {cv})"), "use e.g. 1.0"))
+            }
+            Service::BoundedPareto { alpha, min, max } => {
+                if !pos(*alpha) {
+                    Err(FieldError::new("bounded_pareto.alpha", format!("must be positive (got {alpha})"), "use e.g. 1.1"))
+                } else if !(pos(*min) && max > min && max.is_finite()) {
+                    Err(FieldError::new(
+                        "bounded_pareto",
+                        format!("needs 0 < min < max < ∞ (got min {min}, max {max})"),
+                        "use e.g. min: 1, max: 10000",
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+            Service::Bimodal { p_large, small, large } => {
+                if !(0.0..=1.0).contains(p_large) {
+                    Err(FieldError::new("bimodal.p_large", format!("must be in [0, 1] (got {p_large})"), "use e.g. 0.1"))
+                } else if !(pos(*small) && pos(*large)) {
+                    Err(FieldError::new("bimodal", "small and large must be positive", "use e.g. small: 1, large: 10"))
+                } else {
+                    Ok(())
+                }
+            }
+            Service::Empirical { values } => {
+                if values.is_empty() || values.iter().any(|v| !(*v >= 0.0 && v.is_finite())) || values.iter().sum::<f64>() <= 0.0 {
+                    Err(FieldError::new(
+                        "empirical.values",
+                        "needs at least one non-negative finite value and a positive sum",
+                        "list observed sizes, e.g. [0.5, 1, 4]",
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}

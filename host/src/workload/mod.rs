@@ -1,0 +1,209 @@
+//! Workload files: one YAML schema for every world, validation that names file, field and fix.
+//!
+//! A workload names itself, its seeds, optionally the policies to compare, and exactly one world
+//! section (`dispatch:`, `cluster:` or `compound:`). Unknown fields are errors everywhere.
+
+pub mod cluster;
+pub mod compound;
+pub mod dispatch;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// A parsed, validated workload.
+#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    /// Defaults to the file's stem.
+    #[serde(default)]
+    pub name: String,
+    /// First seed; seed `k` of a multi-seed run is derived from it (see [`crate::seeds::seed_for`]).
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// How many seeds to run; mean and 95% interval are reported over them.
+    #[serde(default = "one")]
+    pub seeds: u32,
+    /// Policies to compare when the command line names none: `name`, `name{key: value}` (quote
+    /// it in YAML) or `path/to/lib.so:name`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch: Option<dispatch::DispatchSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<cluster::ClusterSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compound: Option<compound::CompoundSpec>,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+fn one() -> u32 {
+    1
+}
+
+/// The world a workload runs in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorldKind {
+    Dispatch,
+    Cluster,
+    Compound,
+}
+
+impl WorldKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorldKind::Dispatch => "dispatch",
+            WorldKind::Cluster => "cluster",
+            WorldKind::Compound => "compound",
+        }
+    }
+}
+
+impl Workload {
+    pub fn world(&self) -> WorldKind {
+        if self.dispatch.is_some() {
+            WorldKind::Dispatch
+        } else if self.cluster.is_some() {
+            WorldKind::Cluster
+        } else {
+            WorldKind::Compound
+        }
+    }
+
+    /// Checks values serde cannot: ranges, consistency. Paths are relative to the file's root.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let sections = [self.dispatch.is_some(), self.cluster.is_some(), self.compound.is_some()];
+        match sections.iter().filter(|s| **s).count() {
+            1 => {}
+            0 => {
+                return Err(FieldError::new(
+                    "",
+                    "no world section",
+                    "add exactly one of `dispatch:`, `cluster:` or `compound:`",
+                ));
+            }
+            _ => {
+                return Err(FieldError::new(
+                    "",
+                    "more than one world section",
+                    "keep exactly one of `dispatch:`, `cluster:` or `compound:`",
+                ));
+            }
+        }
+        if self.seeds == 0 {
+            return Err(FieldError::new("seeds", "must be at least 1", "set `seeds: 1` or more"));
+        }
+        if let Some(d) = &self.dispatch {
+            d.validate().map_err(|e| e.under("dispatch"))?;
+        }
+        if let Some(c) = &self.cluster {
+            c.validate().map_err(|e| e.under("cluster"))?;
+        }
+        if let Some(c) = &self.compound {
+            c.validate().map_err(|e| e.under("compound"))?;
+        }
+        Ok(())
+    }
+}
+
+/// A value that parsed but cannot be used: where, what, and what would be valid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    pub path: String,
+    pub message: String,
+    pub fix: String,
+}
+
+impl FieldError {
+    pub fn new(path: &str, message: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self { path: path.into(), message: message.into(), fix: fix.into() }
+    }
+
+    /// Prefixes the path with the enclosing field.
+    pub fn under(mut self, parent: &str) -> Self {
+        self.path = if self.path.is_empty() { parent.into() } else { format!("{parent}.{}", self.path) };
+        self
+    }
+}
+
+/// Bad input: a workload (or trace, or config) that cannot be run. Exit code 2.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputError {
+    pub file: PathBuf,
+    /// Dotted field path (`dispatch.servers`), empty for the whole file.
+    pub path: String,
+    pub line: Option<usize>,
+    pub message: String,
+    pub fix: String,
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        if !self.path.is_empty() {
+            write!(f, ": field `{}`", self.path)?;
+        }
+        write!(f, ": {}", self.message)?;
+        if !self.fix.is_empty() {
+            write!(f, "\n  fix: {}", self.fix)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for InputError {}
+
+impl InputError {
+    pub fn from_field(file: &Path, e: FieldError) -> Self {
+        Self { file: file.into(), path: e.path, line: None, message: e.message, fix: e.fix }
+    }
+}
+
+/// Parses and validates workload YAML text; `file` names it in errors.
+pub fn parse(text: &str, file: &Path) -> Result<Workload, InputError> {
+    let de = serde_norway::Deserializer::from_str(text);
+    let mut w: Workload = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let line = inner.location().map(|l| l.line());
+        let msg = inner.to_string();
+        // serde_norway appends " at line L column C"; we print the line ourselves.
+        let msg = match msg.find(" at line ") {
+            Some(i) => msg[..i].to_string(),
+            None => msg,
+        };
+        let fix = if msg.contains("unknown field") {
+            "remove or rename the field (the message lists the expected ones)".to_string()
+        } else if msg.contains("invalid type") {
+            "give the field a value of the expected type".to_string()
+        } else if msg.contains("unknown variant") {
+            "use one of the listed variants".to_string()
+        } else {
+            "see the workload format in README.md".to_string()
+        };
+        InputError { file: file.into(), path: if path == "." { String::new() } else { path }, line, message: msg, fix }
+    })?;
+    if w.name.is_empty() {
+        w.name = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "workload".into());
+    }
+    w.validate().map_err(|e| InputError::from_field(file, e))?;
+    Ok(w)
+}
+
+/// Reads, parses and validates a workload file.
+pub fn load(path: &Path) -> Result<Workload, InputError> {
+    let text = std::fs::read_to_string(path).map_err(|e| InputError {
+        file: path.into(),
+        path: String::new(),
+        line: None,
+        message: format!("cannot read the workload: {e}"),
+        fix: "check the path".into(),
+    })?;
+    parse(&text, path)
+}

@@ -1,0 +1,1 @@
+routelab_policy_api::export_policies!(registry); fn registry() -> Vec<routelab_policy_api::Entry> { vec![] }

@@ -1,0 +1,29 @@
+//! routelab's built-in policies, one file each. Each file opens with its algorithm, its
+//! parameters with defaults, and where it comes from.
+//!
+//! [`registry`] lists them all; the host links this crate directly, and
+//! `routelab-builtin-plugin` exports the same registry through the plugin ABI.
+
+pub mod least_requests;
+pub mod least_work_left;
+pub mod power_of_two;
+pub mod random;
+pub mod round_robin;
+
+use routelab_policy_api::{Entry, router};
+
+/// Every built-in policy.
+pub fn registry() -> Vec<Entry> {
+    vec![
+        router::<random::Random>(),
+        router::<round_robin::RoundRobin>(),
+        router::<least_requests::LeastRequests>(),
+        router::<power_of_two::PowerOfTwo>(),
+        router::<least_work_left::LeastWorkLeft>(),
+    ]
+}
+
+/// Config of a policy without parameters: accepts only `{}` (or nothing).
+#[derive(serde::Serialize, serde::Deserialize, Default, Debug, Clone)]
+#[serde(default, deny_unknown_fields)]
+pub struct NoConfig {}
