@@ -17,6 +17,7 @@ use rand_distr::{Distribution, Exp1, LogNormal};
 use routelab_policy_api::{Completion, ReplicaView, Request, RouterBox};
 
 use super::event_queue::{EventQueue, SimTime};
+use super::RunError;
 use crate::metrics::{Metrics, quantile};
 use crate::seeds::{SimRng, stream};
 use crate::workload::dispatch::{Arrivals, DispatchSpec, Information, Mode, Service};
@@ -31,18 +32,6 @@ fn to_ticks(units: f64) -> SimTime {
 fn to_units(t: SimTime) -> f64 {
     t as f64 / TICKS
 }
-
-/// A failed run: the policy erred or panicked, or answered with a server that does not exist.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RunError(pub String);
-
-impl std::fmt::Display for RunError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for RunError {}
 
 /// Service-time sampler with mean 1.
 #[derive(Clone, Debug)]

@@ -1,0 +1,133 @@
+//! Trace files in the Azure LLM inference trace format: a header, then
+//! `TIMESTAMP,ContextTokens,GeneratedTokens` rows, TIMESTAMP either `2023-11-16 18:15:46.6805900`
+//! or a plain number of seconds. Malformed rows are errors naming the line.
+
+use std::path::Path;
+
+use super::InputError;
+
+/// One trace row.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TraceRow {
+    /// Seconds since the first row.
+    pub at_s: f64,
+    pub context_tokens: u32,
+    pub generated_tokens: u32,
+}
+
+/// Where the public dataset lives, for messages about a missing trace.
+pub const AZURE_TRACE_HINT: &str = "the Azure LLM inference trace 2023 is public in Azure's \
+\"AzurePublicDataset\" repository on GitHub (data/AzureLLMInferenceTrace_conv.csv); \
+download it and pass its path";
+
+/// Seconds since midnight from `YYYY-MM-DD HH:MM:SS.fffffff`, or a plain number of seconds.
+/// Days are counted from the date, so traces may cross midnight.
+fn parse_timestamp(s: &str) -> Option<f64> {
+    let s = s.trim();
+    if let Ok(v) = s.parse::<f64>() {
+        return v.is_finite().then_some(v);
+    }
+    let (date, time) = s.split_once(' ')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, mo, da) = (d.next()??, d.next()??, d.next()??);
+    let mut t = time.split(':');
+    let h: f64 = t.next()?.parse().ok()?;
+    let mi: f64 = t.next()?.parse().ok()?;
+    let sec: f64 = t.next()?.parse().ok()?;
+    if t.next().is_some() || !(1..=12).contains(&mo) || !(1..=31).contains(&da) {
+        return None;
+    }
+    // Days since 1970-01-01 (civil calendar, Howard Hinnant's algorithm).
+    let y = if mo <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + da - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days as f64 * 86_400.0 + h * 3600.0 + mi * 60.0 + sec)
+}
+
+/// Parses trace text; `file` names it in errors. Rows must be in time order.
+pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, InputError> {
+    let err = |line: usize, message: String| InputError {
+        file: file.into(),
+        path: String::new(),
+        line: Some(line),
+        message,
+        fix: "each row must be TIMESTAMP,ContextTokens,GeneratedTokens with rows in time order".into(),
+    };
+    let mut rows = Vec::new();
+    let mut first: Option<f64> = None;
+    let mut last = f64::NEG_INFINITY;
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        let line = line.trim();
+        if line.is_empty() || (i == 0 && line.starts_with(|c: char| c.is_ascii_alphabetic())) {
+            continue;
+        }
+        let cols: Vec<&str> = line.split(',').collect();
+        if cols.len() != 3 {
+            return Err(err(n, format!("expected 3 columns, found {}: `{line}`", cols.len())));
+        }
+        let t = parse_timestamp(cols[0]).ok_or_else(|| err(n, format!("bad TIMESTAMP `{}`", cols[0])))?;
+        let ctx: u32 = cols[1].trim().parse().map_err(|_| err(n, format!("bad ContextTokens `{}`", cols[1])))?;
+        let gen_: u32 = cols[2].trim().parse().map_err(|_| err(n, format!("bad GeneratedTokens `{}`", cols[2])))?;
+        if t < last {
+            return Err(err(n, format!("TIMESTAMP goes back in time (`{}`)", cols[0])));
+        }
+        last = t;
+        let t0 = *first.get_or_insert(t);
+        rows.push(TraceRow { at_s: t - t0, context_tokens: ctx, generated_tokens: gen_ });
+    }
+    if rows.is_empty() {
+        return Err(InputError {
+            file: file.into(),
+            path: String::new(),
+            line: None,
+            message: "the trace has no rows".into(),
+            fix: "give a CSV with a header and at least one row".into(),
+        });
+    }
+    Ok(rows)
+}
+
+/// Reads and parses a trace file; a missing file says where the public dataset lives.
+pub fn load(path: &Path) -> Result<Vec<TraceRow>, InputError> {
+    let text = std::fs::read_to_string(path).map_err(|e| InputError {
+        file: path.into(),
+        path: String::new(),
+        line: None,
+        message: format!("cannot read the trace: {e}"),
+        fix: AZURE_TRACE_HINT.into(),
+    })?;
+    parse(&text, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn azure_timestamps_parse_to_relative_seconds() {
+        let text = "TIMESTAMP,ContextTokens,GeneratedTokens\n\
+                    2023-11-16 18:15:46.6805900,374,44\n\
+                    2023-11-16 18:15:50.9951690,396,109\n\
+                    2023-11-17 00:00:00.0000000,1,1\n";
+        let rows = parse(text, Path::new("t.csv")).unwrap();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[0].at_s, 0.0);
+        assert!((rows[1].at_s - 4.314579).abs() < 1e-6, "{}", rows[1].at_s);
+        assert!((rows[2].at_s - (5.0 * 3600.0 + 44.0 * 60.0 + 13.31941)).abs() < 1e-4);
+        assert_eq!((rows[1].context_tokens, rows[1].generated_tokens), (396, 109));
+    }
+
+    #[test]
+    fn malformed_row_names_its_line() {
+        let text = "TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,10,5\n2.0,ten,5\n";
+        let e = parse(text, Path::new("bad.csv")).unwrap_err();
+        assert_eq!(e.line, Some(3));
+        assert!(e.message.contains("ContextTokens"), "{}", e.message);
+        assert!(e.to_string().starts_with("bad.csv:3:"), "{e}");
+    }
+}
