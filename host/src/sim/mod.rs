@@ -1,6 +1,7 @@
 //! The simulated worlds. Nothing here prints; every run is a pure function of workload, seed and
 //! policy.
 
+pub mod compound;
 pub mod dispatch;
 pub mod event_queue;
 
