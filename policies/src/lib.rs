@@ -4,13 +4,20 @@
 //! [`registry`] lists them all; the host links this crate directly, and
 //! `routelab-builtin-plugin` exports the same registry through the plugin ABI.
 
+pub mod best_single;
+pub mod exhaustive;
+pub mod greedy;
 pub mod least_requests;
 pub mod least_work_left;
+pub mod llmselector;
+pub mod llmselector_cost;
 pub mod power_of_two;
 pub mod random;
+pub mod random_search;
 pub mod round_robin;
+pub mod selection;
 
-use routelab_policy_api::{Entry, router};
+use routelab_policy_api::{Entry, router, selector};
 
 /// Every built-in policy.
 pub fn registry() -> Vec<Entry> {
@@ -20,6 +27,12 @@ pub fn registry() -> Vec<Entry> {
         router::<least_requests::LeastRequests>(),
         router::<power_of_two::PowerOfTwo>(),
         router::<least_work_left::LeastWorkLeft>(),
+        selector::<llmselector::LlmSelector>(),
+        selector::<greedy::Greedy>(),
+        selector::<random_search::RandomSearch>(),
+        selector::<exhaustive::Exhaustive>(),
+        selector::<best_single::BestSingle>(),
+        selector::<llmselector_cost::LlmSelectorCost>(),
     ]
 }
 
