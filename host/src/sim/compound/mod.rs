@@ -32,8 +32,10 @@ pub const GAP_SPACE_LIMIT: u64 = 100_000;
 /// One selector's result.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompoundOutcome {
-    /// `train_accuracy`, `test_accuracy`, `evaluations`, `cost_per_question`, `gap_to_exhaustive`
-    /// (when K^L ≤ [`GAP_SPACE_LIMIT`]), then the selector's own figures (e.g. `rounds`).
+    /// `train_accuracy`, `test_accuracy`, `evaluations`, `cost_per_question`, `distinct_models`
+    /// (models the allocation mixes), `gap_to_exhaustive` (when K^L ≤ [`GAP_SPACE_LIMIT`]: the best
+    /// allocation's training accuracy minus the chosen one's), then the selector's own figures
+    /// (`rounds`, `converged` for the LLMSelector loop).
     pub metrics: Metrics,
     /// The chosen allocation by model name, one per module.
     pub allocation: Vec<String>,
@@ -124,6 +126,10 @@ pub fn select_and_score(
     metrics.push("test_accuracy", world.accuracy(&chosen, Split::Test));
     metrics.push("evaluations", evaluator.evaluations() as f64);
     metrics.push("cost_per_question", world.cost_per_question(&chosen));
+    let mut distinct = chosen.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    metrics.push("distinct_models", distinct.len() as f64);
     if let Some(best) = optimum_correct {
         metrics.push("gap_to_exhaustive", (best as f64 - train_correct as f64) / world.train as f64);
     }
