@@ -174,3 +174,81 @@ pub fn coordinate_search(
     };
     Ok(Search { allocation: current, trace, stop })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use routelab_policy_api::{ModelInfo, ModuleInfo};
+
+    /// Evaluations from a script: `(correct, faults)` of an allocation, per question.
+    struct Scripted<F: Fn(&[u32]) -> (Vec<bool>, Vec<bool>)> {
+        script: F,
+        calls: u64,
+    }
+
+    impl<F: Fn(&[u32]) -> (Vec<bool>, Vec<bool>)> EvaluateFn for Scripted<F> {
+        fn evaluate(&mut self, allocation: &[u32]) -> Result<Evaluation, String> {
+            self.calls += 1;
+            let (correct, faults) = (self.script)(allocation);
+            Ok(Evaluation { correct: correct.into(), faults: faults.into(), cost_per_question: 0.0 })
+        }
+        fn evaluations(&self) -> u64 {
+            self.calls
+        }
+        fn remaining(&self) -> Option<u64> {
+            None
+        }
+    }
+
+    /// Correctness only, no faults (two modules).
+    fn correct_only(correct: Vec<bool>) -> (Vec<bool>, Vec<bool>) {
+        let faults = vec![false; correct.len() * 2];
+        (correct, faults)
+    }
+
+    fn problem(models: usize) -> Problem {
+        Problem {
+            modules: (0..2).map(|j| ModuleInfo { name: format!("m{j}").into(), skill: "solve".into() }).collect(),
+            models: (0..models).map(|k| ModelInfo { name: format!("{k}").into(), price: 1.0 }).collect(),
+            train_questions: 2,
+            start: routelab_policy_api::abi_stable::std_types::RNone,
+            budget: routelab_policy_api::abi_stable::std_types::RNone,
+        }
+    }
+
+    fn end_to_end(e: &Evaluation, q: usize, _: usize, _: u32) -> f64 {
+        e.correct[q] as u8 as f64
+    }
+
+    #[test]
+    fn equal_tie_counts_go_to_the_first_inserted_candidate_not_the_lowest_model() {
+        // Module 0: model 1 alone is right on question 0, model 0 alone on question 1. Both tie for
+        // best once; model 1 was inserted first (question order), so it wins.
+        let mut ev = Scripted { script: |a: &[u32]| correct_only(vec![a[0] == 1, a[0] == 0]), calls: 0 };
+        let s = coordinate_search(&problem(2), &mut ev, vec![0, 0], 100, &end_to_end, &[]).unwrap();
+        assert_eq!(s.trace[1], vec![1, 0]);
+        // Then L = 2 more rounds without change: the trace ends with L+1 identical allocations.
+        assert_eq!(s.stop, Stop::Converged);
+        assert_eq!(s.trace.len(), 4);
+        assert_eq!(ev.calls, 3 * 2, "K evaluations per round, the current allocation included");
+    }
+
+    #[test]
+    fn the_most_ties_win_over_a_first_inserted_candidate() {
+        let mut ev = Scripted { script: |a: &[u32]| correct_only(vec![a[0] == 1, a[0] == 2, a[0] == 2]), calls: 0 };
+        let s = coordinate_search(&problem(3), &mut ev, vec![0, 0], 100, &end_to_end, &[]).unwrap();
+        assert_eq!(s.allocation, vec![2, 0]);
+    }
+
+    #[test]
+    fn a_diagnoser_cycle_never_converges_and_stops_at_max_rounds() {
+        // The diagnoser blames module 0 when both modules agree and module 1 when they differ:
+        // (0,0) → (1,0) → (1,1) → (0,1) → (0,0) → ...
+        let mut ev = Scripted { script: |a: &[u32]| (vec![false], vec![a[0] == a[1], a[0] != a[1]]), calls: 0 };
+        let diagnoser = |e: &Evaluation, q: usize, module: usize, _: u32| 1.0 - e.faults[q * 2 + module] as u8 as f64;
+        let s = coordinate_search(&problem(2), &mut ev, vec![0, 0], 7, &diagnoser, &[]).unwrap();
+        assert_eq!(s.trace[..5], [vec![0, 0], vec![1, 0], vec![1, 1], vec![0, 1], vec![0, 0]]);
+        assert_eq!(s.rounds(), 7);
+        assert_eq!(s.stop, Stop::Rounds);
+    }
+}
