@@ -5,6 +5,7 @@
 //! policy loaded by [`plugin`] → per-request records → [`metrics`] → [`report`].
 //! Nothing in `sim` prints.
 
+pub mod exercises;
 pub mod metrics;
 pub mod plugin;
 pub mod seeds;
