@@ -80,9 +80,48 @@ fn optimum_shapes(file: &str) {
     println!();
 }
 
+/// The case study: the training table, each selector from C,C (also with a noisy diagnoser), and
+/// each selector from all 25 starting allocations.
+fn case_study() {
+    let file = "workloads/compound/case_study.yaml";
+    let w = routelab::workload::load(Path::new(file)).expect("workload");
+    let spec = w.compound.as_ref().expect("compound workload");
+    println!("```\n{}```\n", compound::training_table(spec, w.seed));
+    let mut loader = Loader::new();
+    let start: Vec<String> = ["C", "C"].iter().map(|s| s.to_string()).collect();
+    println!("| policy | diagnoser accuracy | allocation | train_accuracy | test_accuracy | evaluations | cost_per_question | starts reaching A+B (of 25) |");
+    println!("|---|---:|---|---:|---:|---:|---:|---:|");
+    for p in &w.policies {
+        let ps = PolicySpec::parse(p).expect("policy");
+        for accuracy in [1.0, 0.8] {
+            let mut variant = spec.clone();
+            variant.diagnoser_accuracy = accuracy;
+            let ctx = SelectorContext { seed: compound::selector_seed(w.seed) };
+            let mut sel = loader.selector(&ps, &ctx).expect("selector");
+            let out = compound::run(&variant, &mut sel, p, w.seed, Some(&start)).expect("run");
+            let mut make = || loader.selector(&ps, &ctx).map_err(|e| e.to_string());
+            let all = compound::all_starts(&variant, &mut make, w.seed).expect("all starts");
+            let m = |k: &str| out.metrics.get(k).unwrap_or(f64::NAN);
+            println!(
+                "| `{p}` | {accuracy} | {} | {:.3} | {:.3} | {} | {:.2} | {} |",
+                out.allocation.join("+"),
+                m("train_accuracy"),
+                m("test_accuracy"),
+                m("evaluations"),
+                m("cost_per_question"),
+                all.successes
+            );
+        }
+    }
+    println!();
+}
+
 fn main() {
     let which: Vec<String> = std::env::args().skip(1).collect();
     let all = which.is_empty();
+    if all || which.iter().any(|w| w == "case_study") {
+        case_study();
+    }
     let keys = ["train_accuracy", "test_accuracy", "evaluations", "cost_per_question", "distinct_models", "gap_to_exhaustive"];
     if all || which.iter().any(|w| w == "random_pools") {
         compare("workloads/compound/random_pools.yaml", &keys);
