@@ -224,3 +224,23 @@ pub fn new_policy(dir: &Path, kind: PolicyKind, name: Option<&str>, api_path: &P
         lib = snake(&crate_name),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `policies/examples/my-router` is exactly what `new-policy` generates (as a workspace member:
+    /// relative path, no `[workspace]` table). Regenerate it when the template changes:
+    /// `ROUTELAB_REGENERATE_EXAMPLE=1 cargo test -p routelab scaffold`.
+    #[test]
+    fn example_crate_is_the_generated_router() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/examples/my-router");
+        for (rel, text) in render(PolicyKind::Router, "my-router", "my_router", "../../../policy-api", false) {
+            let p = root.join(&rel);
+            if std::env::var_os("ROUTELAB_REGENERATE_EXAMPLE").is_some() {
+                std::fs::write(&p, &text).unwrap();
+            }
+            assert_eq!(std::fs::read_to_string(&p).unwrap(), text, "{} differs from the template", rel.display());
+        }
+    }
+}
