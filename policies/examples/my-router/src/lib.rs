@@ -36,6 +36,11 @@ impl Policy for MyRouter {
 }
 
 impl RouterPolicy for MyRouter {
+    /// The host keeps `outstanding_work` exact only for routers that ask (it costs a pass over
+    /// the replicas per request).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { needs_outstanding_work: self.config.work_weight > 0.0, ..Default::default() }
+    }
     fn route(&mut self, _request: &Request<'_>, replicas: &[ReplicaView]) -> usize {
         let score = |r: &ReplicaView| r.outstanding_requests as f64 + self.config.work_weight * r.outstanding_work;
         let mut best = 0;
