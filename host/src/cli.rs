@@ -31,6 +31,9 @@ pub enum Command {
         /// A built-in name, `lib.so:name`, optionally with `{key: value}` config.
         #[arg(long)]
         policy: String,
+        /// The policy's config as a YAML file (instead of `name{key: value}`).
+        #[arg(long)]
+        config: Option<PathBuf>,
         #[command(flatten)]
         common: Common,
     },
@@ -133,11 +136,35 @@ fn exit_code_of(e: &anyhow::Error) -> i32 {
 fn execute(command: Command) -> Result<i32> {
     match command {
         Command::Demo => demo(),
-        Command::Run { workload, policy, common } => {
-            compare_files(&[workload], Some(&policy), &common, "run", true)
+        Command::Run { workload, policy, config, common } => {
+            let mut spec = PolicySpec::parse(&policy)?;
+            if let Some(f) = config {
+                if !spec.config.is_empty() {
+                    return Err(InputError {
+                        file: f,
+                        path: String::new(),
+                        line: None,
+                        message: format!("'{policy}' already has inline config"),
+                        fix: "give the config either inline or with --config, not both".into(),
+                    }
+                    .into());
+                }
+                spec.config = std::fs::read_to_string(&f).map_err(|e| InputError {
+                    file: f.clone(),
+                    path: String::new(),
+                    line: None,
+                    message: format!("cannot read the policy config: {e}"),
+                    fix: "check the path".into(),
+                })?;
+            }
+            compare_files(&[workload], Some(vec![spec]), &common, "run", true)
         }
         Command::Compare { workloads, policies, common } => {
-            compare_files(&workloads, policies.as_deref(), &common, "compare", false)
+            let specs = match policies {
+                Some(s) => Some(parse_specs(&runner::split_policies(&s))?),
+                None => None,
+            };
+            compare_files(&workloads, specs, &common, "compare", false)
         }
         Command::Policies { plugin } => list_policies(plugin.as_deref()),
         Command::Validate { workload } => validate(&workload),
@@ -198,7 +225,17 @@ fn demo() -> Result<i32> {
     Ok(code)
 }
 
-fn compare_files(files: &[PathBuf], policies: Option<&str>, common: &Common, command: &str, vertical: bool) -> Result<i32> {
+fn parse_specs(names: &[String]) -> Result<Vec<PolicySpec>, LoadError> {
+    names.iter().map(|n| PolicySpec::parse(n)).collect()
+}
+
+fn compare_files(
+    files: &[PathBuf],
+    policies: Option<Vec<PolicySpec>>,
+    common: &Common,
+    command: &str,
+    vertical: bool,
+) -> Result<i32> {
     let opts = RunOptions { seed: common.seed, seeds: common.seeds };
     let mut prepared = Vec::new();
     for f in files {
@@ -206,7 +243,7 @@ fn compare_files(files: &[PathBuf], policies: Option<&str>, common: &Common, com
         opts.apply(&mut w);
         prepared.push(runner::prepare(w, f)?);
     }
-    let (results, code) = run_prepared(prepared, policies, common, command)?;
+    let (results, code) = run_prepared(prepared, policies.as_deref(), common, command)?;
     for r in &results {
         if vertical {
             print!("{}", render_vertical(r));
@@ -220,7 +257,7 @@ fn compare_files(files: &[PathBuf], policies: Option<&str>, common: &Common, com
 /// Runs every prepared workload; writes JSON/CSV after each policy; prints failures to stderr.
 fn run_prepared(
     prepared: Vec<Prepared>,
-    policies: Option<&str>,
+    policies: Option<&[PolicySpec]>,
     common: &Common,
     command: &str,
 ) -> Result<(Vec<WorkloadResult>, i32)> {
@@ -230,20 +267,17 @@ fn run_prepared(
     let total: u64 = prepared
         .iter()
         .map(|p| {
-            let n = match policies {
-                Some(s) => runner::split_policies(s).len(),
-                None => p.workload.policies.len(),
-            };
+            let n = policies.map_or(p.workload.policies.len(), <[_]>::len);
             n as u64 * p.workload.seeds as u64
         })
         .sum();
     let bar = progress_bar(total);
     for p in &prepared {
-        let names = match policies {
-            Some(s) => runner::split_policies(s),
-            None => p.workload.policies.clone(),
+        let specs = match policies {
+            Some(s) => s.to_vec(),
+            None => parse_specs(&p.workload.policies).with_context(|| format!("workload {}", p.workload.name))?,
         };
-        if names.is_empty() {
+        if specs.is_empty() {
             return Err(InputError {
                 file: PathBuf::from(&p.workload.name),
                 path: "policies".into(),
@@ -253,11 +287,6 @@ fn run_prepared(
             }
             .into());
         }
-        let specs: Vec<PolicySpec> = names
-            .iter()
-            .map(|n| PolicySpec::parse(n))
-            .collect::<Result<_, _>>()
-            .with_context(|| format!("workload {}", p.workload.name))?;
         let mut write_out = |current: &WorkloadResult| {
             let mut all = done.clone();
             all.push(current.clone());
