@@ -6,9 +6,13 @@
 
 pub mod least_requests;
 pub mod least_work_left;
+pub mod max_affinity;
 pub mod power_of_two;
+pub mod preble;
 pub mod random;
 pub mod round_robin;
+pub mod sglang_cache_aware;
+pub mod threshold_affinity;
 
 use routelab_policy_api::{Entry, router};
 
@@ -20,6 +24,10 @@ pub fn registry() -> Vec<Entry> {
         router::<least_requests::LeastRequests>(),
         router::<power_of_two::PowerOfTwo>(),
         router::<least_work_left::LeastWorkLeft>(),
+        router::<max_affinity::MaxAffinity>(),
+        router::<threshold_affinity::ThresholdAffinity>(),
+        router::<sglang_cache_aware::SglangCacheAware>(),
+        router::<preble::Preble>(),
     ]
 }
 
