@@ -11,11 +11,15 @@ pub mod least_requests;
 pub mod least_work_left;
 pub mod llmselector;
 pub mod llmselector_cost;
+pub mod max_affinity;
 pub mod power_of_two;
+pub mod preble;
 pub mod random;
 pub mod random_search;
 pub mod round_robin;
 pub mod selection;
+pub mod sglang_cache_aware;
+pub mod threshold_affinity;
 
 use routelab_policy_api::{Entry, router, selector};
 
@@ -27,6 +31,10 @@ pub fn registry() -> Vec<Entry> {
         router::<least_requests::LeastRequests>(),
         router::<power_of_two::PowerOfTwo>(),
         router::<least_work_left::LeastWorkLeft>(),
+        router::<max_affinity::MaxAffinity>(),
+        router::<threshold_affinity::ThresholdAffinity>(),
+        router::<sglang_cache_aware::SglangCacheAware>(),
+        router::<preble::Preble>(),
         selector::<llmselector::LlmSelector>(),
         selector::<greedy::Greedy>(),
         selector::<random_search::RandomSearch>(),

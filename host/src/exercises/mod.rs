@@ -1,4 +1,33 @@
-//! The course exercises (exercises.md), computed: each returns the text `routelab exercise N`
-//! prints, every number from a function or a run.
+//! The course exercises (shared/design/exercises.md), computed: every number comes from a function
+//! or a run, with the parameters shown so a student can change them.
 
 pub mod compound;
+pub mod dispatch;
+
+/// (number, title) of every exercise this build answers.
+pub const EXERCISES: &[(u32, &str)] = &[
+    (1, "balls into bins: ln n / ln ln n versus two choices"),
+    (2, "random dispatch is M/M/1: theory versus simulation"),
+    (6, "LLMSelector's budget: exhaustive, the minimum, the case study, and how papers count"),
+    (7, "adding cost: A+B versus C+C, a price per point, the cost-aware LLMSelector over λ"),
+];
+
+/// `routelab exercise --list`.
+pub fn list() -> String {
+    let mut out = String::from("exercises (routelab exercise N):\n");
+    for (n, title) in EXERCISES {
+        out.push_str(&format!("  {n}. {title}\n"));
+    }
+    out
+}
+
+/// The answer to exercise `n`, or why there is none.
+pub fn run(n: u32) -> Result<String, String> {
+    match n {
+        1 => Ok(dispatch::exercise1()),
+        2 => Ok(dispatch::exercise2()),
+        6 => compound::exercise_6(&compound::Exercise6::default()).map_err(|e| e.0),
+        7 => compound::exercise_7(&compound::Exercise7::default()).map_err(|e| e.0),
+        _ => Err(format!("no exercise {n} in this build")),
+    }
+}
