@@ -14,6 +14,7 @@ use crate::report;
 use crate::runner::{self, Prepared, RunOptions, WorkloadResult};
 use crate::workload::{self, InputError};
 
+
 #[derive(Parser, Debug)]
 #[command(name = "routelab", version, about = "A lab for request-routing policies in LLM serving")]
 pub struct Cli {
@@ -113,6 +114,19 @@ pub struct Common {
     /// Draw SVG charts into this folder.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Compound world: start every selector from this allocation (model names, one per module).
+    #[arg(long, value_delimiter = ',')]
+    pub start: Option<Vec<String>>,
+    /// Compound world: run each selector from every starting allocation and count how often it
+    /// reaches the training optimum.
+    #[arg(long)]
+    pub all_starts: bool,
+}
+
+impl Common {
+    fn options(&self) -> RunOptions {
+        RunOptions { seed: self.seed, seeds: self.seeds, start: self.start.clone() }
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -257,12 +271,25 @@ fn compare_files(
     command: &str,
     vertical: bool,
 ) -> Result<i32> {
-    let opts = RunOptions { seed: common.seed, seeds: common.seeds };
+    let opts = common.options();
     let mut prepared = Vec::new();
     for f in files {
         let mut w = workload::load(f)?;
         opts.apply(&mut w);
-        prepared.push(runner::prepare(w, f)?);
+        for w in runner::expand(w, f)? {
+            if let (Some(c), Some(start)) = (&w.compound, &common.start) {
+                c.resolve_allocation(start, "start").map_err(|e| InputError::from_field(Path::new("--start"), e))?;
+            }
+            prepared.push(runner::prepare(w, f)?);
+        }
+    }
+    if common.all_starts {
+        return all_starts(&prepared, policies.as_deref());
+    }
+    for p in &prepared {
+        if let Some(c) = p.workload.compound.as_ref().filter(|c| c.print_training_table) {
+            println!("{}", crate::sim::compound::training_table(c, p.workload.seed));
+        }
     }
     let (results, code) = run_prepared(prepared, policies.as_deref(), common, command)?;
     for r in &results {
@@ -280,6 +307,46 @@ fn compare_files(
     Ok(code)
 }
 
+/// `compare --all-starts`: every selector from every starting allocation of a small system.
+fn all_starts(prepared: &[Prepared], policies: Option<&[PolicySpec]>) -> Result<i32> {
+    let mut loader = Loader::new();
+    for p in prepared {
+        let Some(c) = &p.workload.compound else {
+            return Err(InputError {
+                file: PathBuf::from(&p.workload.name),
+                path: String::new(),
+                line: None,
+                message: "--all-starts needs a compound workload".into(),
+                fix: "drop --all-starts, or pass a workload with a `compound:` section".into(),
+            }
+            .into());
+        };
+        let specs = match policies {
+            Some(s) => s.to_vec(),
+            None => parse_specs(&p.workload.policies)?,
+        };
+        let mut t = comfy_table::Table::new();
+        t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED);
+        t.set_header(vec!["selector", "reached the optimum", "mean evaluations", "failed from"]);
+        let mut optimum = String::new();
+        for spec in &specs {
+            let ctx = routelab_policy_api::SelectorContext { seed: crate::sim::compound::selector_seed(p.workload.seed) };
+            let mut make = || loader.selector(spec, &ctx).map_err(|e| e.to_string());
+            let r = crate::sim::compound::all_starts(c, &mut make, p.workload.seed)?;
+            optimum = format!("{} (train accuracy {:.3})", r.optimum.join("+"), r.optimum_train_accuracy);
+            let failed: Vec<String> = r.failed_from.iter().map(|a| a.join("+")).collect();
+            t.add_row(vec![
+                spec.label.clone(),
+                format!("{}/{}", r.successes, r.starts),
+                format!("{:.1}", r.mean_evaluations),
+                failed.join(" "),
+            ]);
+        }
+        println!("{} [compound world, seed {}]: every starting allocation; optimum {optimum}\n{t}", p.workload.name, p.workload.seed);
+    }
+    Ok(0)
+}
+
 fn sweep(file: &Path, policies: Option<Vec<PolicySpec>>, set: &str, common: &Common) -> Result<i32> {
     let bad = |m: String| InputError {
         file: PathBuf::from("--set"),
@@ -294,7 +361,7 @@ fn sweep(file: &Path, policies: Option<Vec<PolicySpec>>, set: &str, common: &Com
         return Err(bad("no values to sweep".into()).into());
     }
     let mut base = workload::load(file)?;
-    RunOptions { seed: common.seed, seeds: common.seeds }.apply(&mut base);
+    common.options().apply(&mut base);
     let mut prepared = Vec::new();
     let mut xs = Vec::new();
     for v in &values {

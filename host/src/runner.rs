@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use routelab_policy_api::{RouterContext, World};
+use routelab_policy_api::{RouterContext, SelectorContext, World};
 use serde::Serialize;
 
 use crate::metrics::{Metrics, over_seeds};
@@ -20,6 +20,9 @@ pub struct PolicyResult {
     /// Mean over seeds, with `<key>_ci95` half-widths when there are several.
     pub metrics: Metrics,
     pub per_seed: Vec<Metrics>,
+    /// Compound world: the allocation chosen on each seed, by model name (one per module).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allocation: Vec<Vec<String>>,
     /// Set when the policy could not be loaded or its run failed; the other policies still report.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -47,6 +50,8 @@ pub struct WorkloadResult {
 pub struct RunOptions {
     pub seed: Option<u64>,
     pub seeds: Option<u32>,
+    /// Compound world: the allocation (model names) every selector starts from.
+    pub start: Option<Vec<String>>,
 }
 
 impl RunOptions {
@@ -58,7 +63,30 @@ impl RunOptions {
         if let Some(n) = self.seeds {
             w.seeds = n.max(1);
         }
+        if let (Some(start), Some(c)) = (&self.start, w.compound.as_mut()) {
+            c.start = Some(start.clone());
+        }
     }
+}
+
+/// The runs a workload stands for: itself, or one per compound `variants` entry (named
+/// `name[label]`), each validated.
+pub fn expand(w: Workload, file: &Path) -> Result<Vec<Workload>, InputError> {
+    let Some(c) = &w.compound else { return Ok(vec![w]) };
+    if c.variants.is_empty() {
+        return Ok(vec![w]);
+    }
+    c.variants()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (label, spec))| {
+            let mut v = w.clone();
+            v.name = format!("{}[{}]", w.name, if label.is_empty() { i.to_string() } else { label });
+            v.compound = Some(spec);
+            v.validate().map_err(|e| InputError::from_field(file, e.under(&format!("compound.variants[{i}]"))))?;
+            Ok(v)
+        })
+        .collect()
 }
 
 /// Input the worlds need besides the workload itself, read once (e.g. a trace file).
@@ -116,8 +144,11 @@ enum Failure {
     Run(RunError),
 }
 
+/// One (policy, seed) run's figures, and the allocation in the compound world.
+type Outcome = (Metrics, Vec<String>);
+
 /// Runs one policy on one seed.
-fn run_one(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec, run_seed: u64) -> Result<Metrics, Failure> {
+fn run_one(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec, run_seed: u64) -> Result<Outcome, Failure> {
     let w = &prepared.workload;
     match w.world() {
         WorldKind::Dispatch => {
@@ -133,10 +164,31 @@ fn run_one(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec, run_seed
             let mut m = sim::dispatch::run(d, prepared.trace_times.as_deref(), &mut router, &spec.label, run_seed)
                 .map_err(Failure::Run)?;
             append_reports(&mut m, router.report().into_result().map_err(|e| Failure::Run(RunError(e.into())))?);
-            Ok(m)
+            Ok((m, Vec::new()))
+        }
+        WorldKind::Compound => {
+            let c = w.compound.as_ref().expect("compound world");
+            check_exhaustive_guard(spec, c).map_err(Failure::Load)?;
+            let ctx = SelectorContext { seed: sim::compound::selector_seed(run_seed) };
+            let mut selector = loader.selector(spec, &ctx).map_err(Failure::Load)?;
+            let out = sim::compound::run(c, &mut selector, &spec.label, run_seed, None).map_err(Failure::Run)?;
+            Ok((out.metrics, out.allocation))
         }
         other => Err(Failure::Run(RunError(format!("the {} world is not built yet", other.as_str())))),
     }
+}
+
+/// The built-in `exhaustive` refuses spaces above its guard; refusing before the run makes it
+/// bad input (exit 2) rather than a failed run.
+fn check_exhaustive_guard(spec: &PolicySpec, c: &crate::workload::compound::CompoundSpec) -> Result<(), LoadError> {
+    use routelab_policies::exhaustive::{Exhaustive, check_space};
+    if spec.library.is_some() || spec.name.as_deref() != Some("exhaustive") {
+        return Ok(());
+    }
+    let bad = |m: String| LoadError::new(crate::plugin::LoadErrorKind::BadConfig, format!("policy '{}': {m}", spec.label), "");
+    let cfg = routelab_policy_api::parse_config::<Exhaustive>(&spec.config).map_err(bad)?;
+    let modules = c.system.modules().len();
+    check_space(c.model_count(), modules, cfg.max_allocations).map(|_| ()).map_err(bad)
 }
 
 /// Adds a policy's own figures to the host's metrics.
@@ -168,11 +220,17 @@ pub fn run_workload(
     };
     for spec in policies {
         let mut per_seed = Vec::new();
+        let mut allocation = Vec::new();
         let mut error = None;
         let mut input_error = false;
         for k in 0..w.seeds {
             match run_one(loader, prepared, spec, seed_for(w.seed, k)) {
-                Ok(m) => per_seed.push(m),
+                Ok((m, a)) => {
+                    per_seed.push(m);
+                    if !a.is_empty() {
+                        allocation.push(a);
+                    }
+                }
                 Err(Failure::Load(e)) => {
                     input_error = e.is_input_error();
                     error = Some(e.to_string());
@@ -190,6 +248,7 @@ pub fn run_workload(
             config: spec.config.clone(),
             metrics,
             per_seed,
+            allocation,
             error,
             input_error,
         });

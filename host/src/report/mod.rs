@@ -41,6 +41,7 @@ pub const COLUMNS: &[Column] = &[
     col("test_accuracy", "test acc"),
     col("evaluations", "evaluations"),
     col("cost_per_question", "cost/question"),
+    col("gap_to_exhaustive", "gap to exhaustive"),
 ];
 
 /// The metric the ratio column compares: the first of these a result has.

@@ -22,6 +22,7 @@ fn decimals(v: f64) -> Option<usize> {
 pub fn fmt_num(v: f64) -> String {
     match (v.is_finite(), decimals(v)) {
         (false, _) => "–".into(),
+        (true, _) if v.fract() == 0.0 && v.abs() < 1e15 => format!("{v:.0}"),
         (true, Some(d)) => format!("{v:.d$}"),
         (true, None) => format!("{v:.3e}"),
     }
@@ -44,7 +45,11 @@ pub fn render(w: &WorkloadResult) -> String {
 
     let mut t = Table::new();
     t.load_style(UTF8_FULL_CONDENSED);
+    let with_allocation = ok.iter().any(|r| !r.allocation.is_empty());
     let mut header = vec![Cell::new("policy")];
+    if with_allocation {
+        header.push(Cell::new("allocation"));
+    }
     header.extend(cols.iter().map(|c| Cell::new(c.header)));
     if let Some(k) = ratio_key {
         header.push(Cell::new(format!("ratio ({k})")));
@@ -57,6 +62,11 @@ pub fn render(w: &WorkloadResult) -> String {
             row.push(Cell::new(format!("FAILED: {first}")));
             t.add_row(row);
             continue;
+        }
+        if with_allocation {
+            let first = r.allocation.first().map(|a| a.join("+")).unwrap_or_default();
+            let same = r.allocation.iter().all(|a| a.join("+") == first);
+            row.push(Cell::new(if same { first } else { format!("{first} (seed {}; others differ)", w.seed) }));
         }
         for c in &cols {
             let v = r.metrics.get(c.key).unwrap_or(f64::NAN);
