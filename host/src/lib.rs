@@ -9,4 +9,5 @@ pub mod metrics;
 pub mod plugin;
 pub mod seeds;
 pub mod sim;
+pub mod step_model;
 pub mod workload;

@@ -4,13 +4,16 @@
 //! [`registry`] lists them all; the host links this crate directly, and
 //! `routelab-builtin-plugin` exports the same registry through the plugin ABI.
 
+pub mod fcfs;
 pub mod least_requests;
 pub mod least_work_left;
+pub mod lpm;
 pub mod power_of_two;
+pub mod priority_groups;
 pub mod random;
 pub mod round_robin;
 
-use routelab_policy_api::{Entry, router};
+use routelab_policy_api::{Entry, router, scheduler};
 
 /// Every built-in policy.
 pub fn registry() -> Vec<Entry> {
@@ -20,6 +23,9 @@ pub fn registry() -> Vec<Entry> {
         router::<least_requests::LeastRequests>(),
         router::<power_of_two::PowerOfTwo>(),
         router::<least_work_left::LeastWorkLeft>(),
+        scheduler::<fcfs::Fcfs>(),
+        scheduler::<lpm::Lpm>(),
+        scheduler::<priority_groups::PriorityGroups>(),
     ]
 }
 

@@ -2,6 +2,7 @@
 //! policy.
 
 pub mod dispatch;
+pub mod cluster;
 pub mod event_queue;
 
 /// A failed run: the policy erred or panicked, or answered with a replica that does not exist.
