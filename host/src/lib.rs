@@ -5,8 +5,14 @@
 //! policy loaded by [`plugin`] → per-request records → [`metrics`] → [`report`].
 //! Nothing in `sim` prints.
 
+pub mod bench;
+pub mod cli;
+pub mod exercises;
 pub mod metrics;
 pub mod plugin;
+pub mod report;
+pub mod runner;
+pub mod scaffold;
 pub mod seeds;
 pub mod sim;
 pub mod step_model;

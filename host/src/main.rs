@@ -1,1 +1,5 @@
-fn main() {}
+//! The `routelab` command: parse arguments, run, report. See `routelab --help`.
+
+fn main() {
+    std::process::exit(routelab::cli::main());
+}

@@ -25,6 +25,9 @@ impl Policy for LeastWorkLeft {
 }
 
 impl RouterPolicy for LeastWorkLeft {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { needs_outstanding_work: true, ..Default::default() }
+    }
     fn route(&mut self, _: &Request<'_>, replicas: &[ReplicaView]) -> usize {
         argmin_random_tie(replicas.iter().map(|r| r.outstanding_work), &mut self.rng)
             .expect("at least one replica")

@@ -48,7 +48,9 @@ pub struct ReplicaView {
     /// Requests dispatched here and not finished: `waiting + running`.
     pub outstanding_requests: u32,
     /// Work dispatched here and not done: remaining service time (dispatch) or remaining prefill
-    /// plus decode tokens (cluster).
+    /// plus decode tokens (cluster). In the dispatch world it changes continuously, so the host
+    /// keeps it exact (an O(replicas) refresh per request) only for routers whose
+    /// [`Capabilities::needs_outstanding_work`] is set, and leaves it 0 otherwise.
     pub outstanding_work: f64,
     /// KV cache tokens in use (0 in the dispatch world).
     pub kv_used_tokens: u64,
@@ -98,6 +100,8 @@ pub struct Capabilities {
     pub needs_exact_match: bool,
     /// Call `on_evict` for every cache eviction.
     pub wants_evictions: bool,
+    /// Keep [`ReplicaView::outstanding_work`] exact on every request.
+    pub needs_outstanding_work: bool,
 }
 
 /// A named figure a policy reports at the end of a run (e.g. Preble's mean load cost, or

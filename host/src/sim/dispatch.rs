@@ -10,6 +10,10 @@
 //! Information: `fresh` shows true state at each arrival; `stale` shows a snapshot taken at the last
 //! multiple of the refresh interval (Mitzenmacher's bulletin board); the router's own state (via
 //! `on_dispatch`) stays current. Balls-into-bins: no departures; loads only grow.
+//!
+//! Cost per request: O(log jobs in system) for the event queue plus the router's own work; the
+//! O(servers) refresh of remaining work runs only for routers that ask for it
+//! (`Capabilities::needs_outstanding_work`), and stale snapshots cost O(servers) per refresh.
 
 use abi_stable::std_types::{RSlice, RSome};
 use rand::RngExt;
@@ -166,6 +170,7 @@ pub fn run(
         return Ok(m);
     }
 
+    let needs_work = router.capabilities().needs_outstanding_work;
     let stale_every = match spec.information {
         Information::Fresh => None,
         Information::Stale { refresh_interval } => Some(to_ticks(refresh_interval)),
@@ -234,7 +239,7 @@ pub fn run(
             }
         }
         drain(now, &mut queue, &mut views, router, &mut responses, &mut waits, &mut last_departure)?;
-        if stale_every.is_none() {
+        if stale_every.is_none() && needs_work {
             for (v, f) in views.iter_mut().zip(&free_at) {
                 v.outstanding_work = to_units(f.saturating_sub(now));
             }

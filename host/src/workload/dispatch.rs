@@ -18,11 +18,11 @@ pub struct DispatchSpec {
     /// Fraction of leading requests left out of the statistics, in [0, 1).
     #[serde(default)]
     pub warmup: f64,
-    #[serde(default)]
+    #[serde(default, with = "serde_norway::with::singleton_map")]
     pub arrivals: Arrivals,
-    #[serde(default)]
+    #[serde(default, with = "serde_norway::with::singleton_map")]
     pub service: Service,
-    #[serde(default)]
+    #[serde(default, with = "serde_norway::with::singleton_map")]
     pub information: Information,
     #[serde(default)]
     pub mode: Mode,

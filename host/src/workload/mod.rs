@@ -180,6 +180,13 @@ pub fn parse(text: &str, file: &Path) -> Result<Workload, InputError> {
             Some(i) => msg[..i].to_string(),
             None => msg,
         };
+        // ... and may start with the field path, which we print ourselves too.
+        let parts: Vec<&str> = path.split('.').collect();
+        let msg = (1..=parts.len())
+            .rev()
+            .find_map(|k| msg.strip_prefix(&format!("{}: ", parts[..k].join("."))))
+            .map(str::to_string)
+            .unwrap_or(msg);
         let fix = if msg.contains("unknown field") {
             "remove or rename the field (the message lists the expected ones)".to_string()
         } else if msg.contains("invalid type") {

@@ -1,4 +1,7 @@
-//! Plain-Rust helpers for policy authors, compiled into each plugin (not part of the ABI).
+//! Plain-Rust helpers for policy authors, compiled into each plugin (not part of the ABI): a
+//! seeded random stream, random tie-breaking, a segment-level prefix tree with per-replica
+//! holders and LRU order ([`PrefixTree`]), and a sliding-window sum ([`WindowSum`]). The built-in
+//! prefix-aware routers are written with exactly these.
 
 use rand::SeedableRng;
 
@@ -37,3 +40,9 @@ pub fn argmin_random_tie<K: PartialOrd>(
     }
     best.map(|(i, _)| i)
 }
+
+mod prefix_tree;
+mod window;
+
+pub use prefix_tree::{NodeId, PrefixTree};
+pub use window::WindowSum;

@@ -1,0 +1,391 @@
+//! The command line (OUTPUT.md): arguments → typed options → run → report.
+//!
+//! Exit codes: 0 ok, 1 a run failed (a policy erred or panicked), 2 bad input (workload, trace,
+//! library, policy name or config). Errors are printed as `error: ` + lowercase fragments.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::plugin::{LoadError, Loader, PolicySpec};
+use crate::report;
+use crate::runner::{self, Prepared, RunOptions, WorkloadResult};
+use crate::workload::{self, InputError};
+
+#[derive(Parser, Debug)]
+#[command(name = "routelab", version, about = "A lab for request-routing policies in LLM serving")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// The embedded default: a short, meaningful comparison.
+    Demo,
+    /// Run one policy on a workload and print every metric.
+    Run {
+        workload: PathBuf,
+        /// A built-in name, `lib.so:name`, optionally with `{key: value}` config.
+        #[arg(long)]
+        policy: String,
+        /// The policy's config as a YAML file (instead of `name{key: value}`).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Compare policies side by side on one or more workloads.
+    Compare {
+        #[arg(required = true)]
+        workloads: Vec<PathBuf>,
+        /// Comma-separated policies (default: the workload's `policies:` list); the first is the
+        /// ratio column's baseline.
+        #[arg(long)]
+        policies: Option<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// List the built-in policies, or what a plugin library exports.
+    Policies {
+        #[arg(long)]
+        plugin: Option<PathBuf>,
+    },
+    /// Check a workload and print its resolved form.
+    Validate { workload: PathBuf },
+    /// Scaffold a policy crate that builds with `cargo build --release` and loads by path.
+    NewPolicy {
+        dir: PathBuf,
+        #[arg(long, value_enum)]
+        kind: Kind,
+        /// The policy's name (default: the directory's name in snake_case).
+        #[arg(long)]
+        name: Option<String>,
+        /// Path to routelab's `policy-api` crate (default: the one this binary was built from).
+        #[arg(long)]
+        api_path: Option<PathBuf>,
+    },
+    /// Course exercises, computed.
+    Exercise {
+        /// Exercise number.
+        number: Option<u32>,
+        #[arg(long)]
+        list: bool,
+    },
+    /// Simulation speed and the cost of a router call, static versus through a loaded library.
+    Bench {
+        /// Requests per dispatch-world measurement.
+        #[arg(long, default_value_t = 1_000_000)]
+        requests: u64,
+        /// The built-in plugin library (default: beside this executable).
+        #[arg(long)]
+        plugin: Option<PathBuf>,
+    },
+}
+
+#[derive(clap::Args, Debug, Default)]
+pub struct Common {
+    /// Number of seeds (overrides the workload's `seeds`).
+    #[arg(long)]
+    pub seeds: Option<u32>,
+    /// First seed (overrides the workload's `seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Write the results as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the results as CSV.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum Kind {
+    Router,
+    Scheduler,
+    Selector,
+}
+
+/// Parses the process arguments, runs, prints; returns the exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    match execute(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            exit_code_of(&e)
+        }
+    }
+}
+
+/// 2 for bad input, 1 for anything else.
+fn exit_code_of(e: &anyhow::Error) -> i32 {
+    for cause in e.chain() {
+        if cause.downcast_ref::<InputError>().is_some() {
+            return 2;
+        }
+        if let Some(l) = cause.downcast_ref::<LoadError>() {
+            return if l.is_input_error() { 2 } else { 1 };
+        }
+    }
+    1
+}
+
+fn execute(command: Command) -> Result<i32> {
+    match command {
+        Command::Demo => demo(),
+        Command::Run { workload, policy, config, common } => {
+            let mut spec = PolicySpec::parse(&policy)?;
+            if let Some(f) = config {
+                if !spec.config.is_empty() {
+                    return Err(InputError {
+                        file: f,
+                        path: String::new(),
+                        line: None,
+                        message: format!("'{policy}' already has inline config"),
+                        fix: "give the config either inline or with --config, not both".into(),
+                    }
+                    .into());
+                }
+                spec.config = std::fs::read_to_string(&f).map_err(|e| InputError {
+                    file: f.clone(),
+                    path: String::new(),
+                    line: None,
+                    message: format!("cannot read the policy config: {e}"),
+                    fix: "check the path".into(),
+                })?;
+            }
+            compare_files(&[workload], Some(vec![spec]), &common, "run", true)
+        }
+        Command::Compare { workloads, policies, common } => {
+            let specs = match policies {
+                Some(s) => Some(parse_specs(&runner::split_policies(&s))?),
+                None => None,
+            };
+            compare_files(&workloads, specs, &common, "compare", false)
+        }
+        Command::Policies { plugin } => list_policies(plugin.as_deref()),
+        Command::Validate { workload } => validate(&workload),
+        Command::NewPolicy { dir, kind, name, api_path } => {
+            let api = api_path.unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy-api"));
+            let made = crate::scaffold::new_policy(&dir, kind_of(kind), name.as_deref(), &api)?;
+            println!("{made}");
+            Ok(0)
+        }
+        Command::Exercise { number, list } => {
+            if list || number.is_none() {
+                print!("{}", crate::exercises::list());
+                return Ok(0);
+            }
+            let n = number.expect("checked");
+            let text = crate::exercises::run(n).map_err(|m| InputError {
+                file: PathBuf::from("<command line>"),
+                path: "exercise".into(),
+                line: None,
+                message: m,
+                fix: "`routelab exercise --list` names the exercises".into(),
+            })?;
+            print!("{text}");
+            Ok(0)
+        }
+        Command::Bench { requests, plugin } => {
+            print!("{}", crate::bench::run(requests, plugin.as_deref())?);
+            Ok(0)
+        }
+    }
+}
+
+fn kind_of(k: Kind) -> routelab_policy_api::PolicyKind {
+    match k {
+        Kind::Router => routelab_policy_api::PolicyKind::Router,
+        Kind::Scheduler => routelab_policy_api::PolicyKind::Scheduler,
+        Kind::Selector => routelab_policy_api::PolicyKind::Selector,
+    }
+}
+
+/// The embedded demo workload: the classic dispatch comparison at ρ = 0.9.
+pub const DEMO_WORKLOAD: &str = include_str!("../../workloads/dispatch/exp_rho09.yaml");
+
+fn demo() -> Result<i32> {
+    let file = Path::new("workloads/dispatch/exp_rho09.yaml (embedded)");
+    let w = workload::parse(DEMO_WORKLOAD, file)?;
+    println!("routelab demo: five classic routers on 16 FCFS servers at utilisation 0.9");
+    println!("(rerun with: routelab compare workloads/dispatch/exp_rho09.yaml)\n");
+    let prepared = runner::prepare(w, file)?;
+    let (results, code) = run_prepared(vec![prepared], None, &Common::default(), "demo")?;
+    for r in &results {
+        print!("{}", report::table::render(r));
+    }
+    println!(
+        "\nJSQ (least_requests) and least_work_left keep queues short; random is {} M/M/1 queues (mean ≈ 1/(1−ρ) = 10).",
+        results[0].resolved.dispatch.as_ref().map(|d| d.servers).unwrap_or(0)
+    );
+    Ok(code)
+}
+
+fn parse_specs(names: &[String]) -> Result<Vec<PolicySpec>, LoadError> {
+    names.iter().map(|n| PolicySpec::parse(n)).collect()
+}
+
+fn compare_files(
+    files: &[PathBuf],
+    policies: Option<Vec<PolicySpec>>,
+    common: &Common,
+    command: &str,
+    vertical: bool,
+) -> Result<i32> {
+    let opts = RunOptions { seed: common.seed, seeds: common.seeds };
+    let mut prepared = Vec::new();
+    for f in files {
+        let mut w = workload::load(f)?;
+        opts.apply(&mut w);
+        prepared.push(runner::prepare(w, f)?);
+    }
+    let (results, code) = run_prepared(prepared, policies.as_deref(), common, command)?;
+    for r in &results {
+        if vertical {
+            print!("{}", render_vertical(r));
+        } else {
+            print!("{}", report::table::render(r));
+        }
+    }
+    Ok(code)
+}
+
+/// Runs every prepared workload; writes JSON/CSV after each policy; prints failures to stderr.
+fn run_prepared(
+    prepared: Vec<Prepared>,
+    policies: Option<&[PolicySpec]>,
+    common: &Common,
+    command: &str,
+) -> Result<(Vec<WorkloadResult>, i32)> {
+    let mut loader = Loader::new();
+    let mut done: Vec<WorkloadResult> = Vec::new();
+    let mut code = 0;
+    let total: u64 = prepared
+        .iter()
+        .map(|p| {
+            let n = policies.map_or(p.workload.policies.len(), <[_]>::len);
+            n as u64 * p.workload.seeds as u64
+        })
+        .sum();
+    let bar = progress_bar(total);
+    for p in &prepared {
+        let specs = match policies {
+            Some(s) => s.to_vec(),
+            None => parse_specs(&p.workload.policies).with_context(|| format!("workload {}", p.workload.name))?,
+        };
+        if specs.is_empty() {
+            return Err(InputError {
+                file: PathBuf::from(&p.workload.name),
+                path: "policies".into(),
+                line: None,
+                message: "no policies to run".into(),
+                fix: "pass --policies a,b,c or list `policies:` in the workload".into(),
+            }
+            .into());
+        }
+        let mut write_out = |current: &WorkloadResult| {
+            let mut all = done.clone();
+            all.push(current.clone());
+            if let Err(e) = write_outputs(common, command, &all) {
+                eprintln!("error: {e:#}");
+            }
+        };
+        let result = runner::run_workload(
+            &mut loader,
+            p,
+            &specs,
+            &mut |label| {
+                bar.set_message(label.to_string());
+                bar.inc(1)
+            },
+            &mut write_out,
+        );
+        for r in &result.results {
+            if let Some(e) = &r.error {
+                eprintln!("error: {}: {e}", result.name);
+                code = code.max(if r.input_error { 2 } else { 1 });
+            }
+        }
+        done.push(result);
+    }
+    bar.finish_and_clear();
+    write_outputs(common, command, &done)?;
+    Ok((done, code))
+}
+
+fn write_outputs(common: &Common, command: &str, results: &[WorkloadResult]) -> Result<()> {
+    if let Some(p) = &common.json {
+        write_atomically(p, &report::json::render(command, results))?;
+    }
+    if let Some(p) = &common.csv {
+        write_atomically(p, &report::csv::render(results))?;
+    }
+    Ok(())
+}
+
+/// Writes through a temporary file so a reader never sees half a document.
+fn write_atomically(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("partial");
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+fn progress_bar(total: u64) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() || total < 2 {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} runs, eta {eta} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+fn render_vertical(w: &WorkloadResult) -> String {
+    let mut out = format!("{} [{} world, seed {}, {} seed(s)]\n", w.name, w.world, w.seed, w.seeds);
+    for r in &w.results {
+        out.push_str(&format!("policy {}\n", r.policy));
+        if let Some(e) = &r.error {
+            out.push_str(&format!("  FAILED: {e}\n"));
+            continue;
+        }
+        for (k, v) in &r.metrics.0 {
+            out.push_str(&format!("  {k:<28} {}\n", report::table::fmt_num(*v)));
+        }
+    }
+    for n in &w.notes {
+        out.push_str(&format!("note: {n}\n"));
+    }
+    out
+}
+
+fn list_policies(plugin: Option<&Path>) -> Result<i32> {
+    let mut loader = Loader::new();
+    let list = loader.list(plugin)?;
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED);
+    t.set_header(vec!["name", "kind", "description", "default config"]);
+    for l in list {
+        t.add_row(vec![l.name, l.kind.as_str().to_string(), l.description, l.default_config.trim().to_string()]);
+    }
+    println!("{t}");
+    Ok(0)
+}
+
+fn validate(file: &Path) -> Result<i32> {
+    let w = workload::load(file)?;
+    let prepared = runner::prepare(w, file)?;
+    println!("{}: ok ({} world)", file.display(), prepared.workload.world().as_str());
+    print!("{}", serde_norway::to_string(&prepared.workload).context("printing the resolved workload")?);
+    for n in &prepared.notes {
+        println!("# note: {n}");
+    }
+    Ok(0)
+}
+

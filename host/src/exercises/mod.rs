@@ -1,0 +1,28 @@
+//! The course exercises (shared/design/exercises.md), computed: every number comes from a function
+//! or a run, with the parameters shown so a student can change them.
+
+pub mod dispatch;
+
+/// (number, title) of every exercise this build answers.
+pub const EXERCISES: &[(u32, &str)] = &[
+    (1, "balls into bins: ln n / ln ln n versus two choices"),
+    (2, "random dispatch is M/M/1: theory versus simulation"),
+];
+
+/// `routelab exercise --list`.
+pub fn list() -> String {
+    let mut out = String::from("exercises (routelab exercise N):\n");
+    for (n, title) in EXERCISES {
+        out.push_str(&format!("  {n}. {title}\n"));
+    }
+    out
+}
+
+/// The answer to exercise `n`, or why there is none.
+pub fn run(n: u32) -> Result<String, String> {
+    match n {
+        1 => Ok(dispatch::exercise1()),
+        2 => Ok(dispatch::exercise2()),
+        _ => Err(format!("no exercise {n} in this build")),
+    }
+}

@@ -1,0 +1,46 @@
+//! Reports: the terminal table, JSON and CSV. Each takes the runner's results; none runs anything.
+
+pub mod csv;
+pub mod json;
+pub mod table;
+
+/// A column of the terminal table: metric key and header (with unit).
+pub struct Column {
+    pub key: &'static str,
+    pub header: &'static str,
+}
+
+const fn col(key: &'static str, header: &'static str) -> Column {
+    Column { key, header }
+}
+
+/// Columns shown per world, in order; those a run did not produce are skipped. The first present
+/// one is the ratio column's metric (lower is better for all of them but accuracies).
+pub const COLUMNS: &[Column] = &[
+    // dispatch
+    col("response_mean", "response mean [E[S]]"),
+    col("response_p50", "p50 [E[S]]"),
+    col("response_p99", "p99 [E[S]]"),
+    col("wait_mean", "wait mean [E[S]]"),
+    col("max_load", "max load [balls]"),
+    // cluster
+    col("latency_mean_s", "latency mean [s]"),
+    col("latency_p50_s", "p50 [s]"),
+    col("latency_p99_s", "p99 [s]"),
+    col("ttft_mean_s", "TTFT mean [s]"),
+    col("ttft_p99_s", "TTFT p99 [s]"),
+    col("tpot_mean_s", "TPOT [s]"),
+    col("throughput_rps", "throughput [req/s]"),
+    col("hit_rate", "hit rate"),
+    col("replication_factor", "replication"),
+    col("busiest_replica_share", "busiest share"),
+    col("unfinished", "unfinished"),
+    // compound
+    col("train_accuracy", "train acc"),
+    col("test_accuracy", "test acc"),
+    col("evaluations", "evaluations"),
+    col("cost_per_question", "cost/question"),
+];
+
+/// The metric the ratio column compares: the first of these a result has.
+pub const RATIO_KEYS: &[&str] = &["response_mean", "max_load", "latency_mean_s", "test_accuracy"];

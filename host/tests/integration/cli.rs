@@ -1,0 +1,137 @@
+//! The `routelab` binary as a user meets it: bad input, JSON keys, the scaffold, the demo.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use crate::common::*;
+
+fn routelab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_routelab")).args(args).current_dir(workspace()).output().expect("routelab runs")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = target_dir().join("test-fixtures/cli");
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+/// Writes `yaml` to a file and runs `validate` on it; returns (exit code, stderr).
+fn validate(name: &str, yaml: &str) -> (i32, String) {
+    let p = scratch(name);
+    std::fs::write(&p, yaml).unwrap();
+    let out = routelab(&["validate", p.to_str().unwrap()]);
+    (out.status.code().unwrap(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn bad_workloads_name_file_field_and_fix_with_exit_2() {
+    let cases = [
+        ("unknown_field.yaml", "dispatch: {servers: 4, requests: 10, utilisaton: 0.5}\n", "dispatch.utilisaton", "unknown field `utilisaton`"),
+        ("wrong_type.yaml", "dispatch:\n  servers: many\n  requests: 10\n", "dispatch.servers", "invalid type"),
+        ("rho_one.yaml", "dispatch: {servers: 4, requests: 10, utilisation: 1.0}\n", "dispatch.utilisation", "(0, 1)"),
+        ("zero_servers.yaml", "dispatch: {servers: 0, requests: 10}\n", "dispatch.servers", "at least 1"),
+        ("bad_cv.yaml", "dispatch: {servers: 2, requests: 10, service: {lognormal: {cv: -1}}}\n", "dispatch.service.lognormal.cv", "positive"),
+        ("no_world.yaml", "seed: 3\n", "", "no world section"),
+    ];
+    for (file, yaml, field, what) in cases {
+        let (code, err) = validate(file, yaml);
+        assert_eq!(code, 2, "{file}: {err}");
+        assert!(err.contains(file), "{file}: message lacks the file: {err}");
+        if !field.is_empty() {
+            assert!(err.contains(&format!("field `{field}`")), "{file}: message lacks the field path: {err}");
+        }
+        assert!(err.contains(what), "{file}: {err}");
+        assert!(err.contains("fix:"), "{file}: no fix offered: {err}");
+    }
+    // Wrong type reports the line.
+    let (_, err) = validate("wrong_type.yaml", "dispatch:\n  servers: many\n  requests: 10\n");
+    assert!(err.contains("wrong_type.yaml:2"), "{err}");
+}
+
+#[test]
+fn missing_workload_and_unknown_policy_exit_2_but_others_report() {
+    let out = routelab(&["compare", "no/such.yaml", "--policies", "random"]);
+    assert_eq!(out.status.code(), Some(2));
+    let p = scratch("small.yaml");
+    std::fs::write(&p, "dispatch: {servers: 4, utilisation: 0.5, requests: 2000}\n").unwrap();
+    let out = routelab(&["compare", p.to_str().unwrap(), "--policies", "random,bogus,round_robin"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no router named 'bogus'"), "{stderr}");
+    assert!(stdout.contains("round_robin") && stdout.contains("random"), "{stdout}");
+}
+
+/// `compare --json` writes the documented keys (OUTPUT.md).
+#[test]
+fn compare_json_has_the_documented_keys() {
+    let p = scratch("j.yaml");
+    std::fs::write(&p, "name: j\nseeds: 2\ndispatch: {servers: 4, utilisation: 0.6, requests: 4000}\n").unwrap();
+    let json = scratch("j.json");
+    let csv = scratch("j.csv");
+    let out = routelab(&[
+        "compare",
+        p.to_str().unwrap(),
+        "--policies",
+        "random,power_of_two{d: 3}",
+        "--json",
+        json.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["routelab"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(v["command"], "compare");
+    let w = &v["workloads"][0];
+    for k in ["name", "world", "seed", "seeds", "resolved", "results"] {
+        assert!(!w[k].is_null(), "missing workload key {k}");
+    }
+    assert_eq!(w["world"], "dispatch");
+    assert_eq!(w["resolved"]["dispatch"]["servers"], 4);
+    let r = &w["results"][1];
+    assert_eq!(r["policy"], "power_of_two{d: 3}");
+    assert_eq!(r["config"], "{d: 3}");
+    for k in ["response_mean", "response_p50", "response_p99", "requests", "response_mean_ci95"] {
+        assert!(r["metrics"][k].is_number(), "missing metric {k}: {}", r["metrics"]);
+    }
+    assert_eq!(r["per_seed"].as_array().unwrap().len(), 2);
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    assert!(csv.starts_with("workload,world,seed,seeds,policy,error,requests,"), "{csv}");
+    assert!(csv.lines().next().unwrap().contains(",response_mean,"), "{csv}");
+    assert_eq!(csv.lines().count(), 3);
+}
+
+#[test]
+fn demo_compares_the_five_classic_routers() {
+    let out = routelab(&["demo"]);
+    assert!(out.status.success());
+    let s = String::from_utf8_lossy(&out.stdout);
+    for p in ["random", "round_robin", "least_requests", "power_of_two", "least_work_left", "ratio"] {
+        assert!(s.contains(p), "demo lacks {p}:\n{s}");
+    }
+}
+
+/// `new-policy` generates a crate that builds and loads by path.
+#[test]
+fn new_policy_scaffold_builds_and_loads() {
+    for (kind, listed) in [("router", "router"), ("scheduler", "scheduler"), ("selector", "selector")] {
+        let dir = target_dir().join(format!("test-fixtures/new-{kind}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = routelab(&["new-policy", dir.to_str().unwrap(), "--kind", kind]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::fs::copy(workspace().join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+        cargo_build(&dir, &[]);
+        let lib = lib_path(&format!("new_{kind}"));
+        let out = routelab(&["policies", "--plugin", lib.to_str().unwrap()]);
+        let s = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && s.contains(&format!("new_{kind}")) && s.contains(listed), "{s}");
+        if kind == "router" {
+            let p = scratch("np.yaml");
+            std::fs::write(&p, "dispatch: {servers: 4, utilisation: 0.5, requests: 2000}\n").unwrap();
+            let spec = format!("{}:new_router,least_requests", lib.display());
+            let out = routelab(&["compare", p.to_str().unwrap(), "--policies", &spec]);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+}

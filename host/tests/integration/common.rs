@@ -1,0 +1,104 @@
+//! Building and finding what the tests load.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use routelab::plugin::{Loader, PolicySpec};
+use routelab::runner::{self, WorkloadResult};
+use routelab::workload;
+
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
+}
+
+/// The cargo target directory (honours CARGO_TARGET_DIR).
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
+        Some(d) => workspace().join(d),
+        None => workspace().join("target"),
+    }
+}
+
+/// The profile these tests were built with; plugins are built with the same one.
+pub fn profile() -> &'static str {
+    if cfg!(debug_assertions) { "debug" } else { "release" }
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.env("CARGO_TARGET_DIR", target_dir());
+    c
+}
+
+/// Runs `cargo build` for `packages` in `dir` with this test's profile; panics with cargo's output.
+pub fn cargo_build(dir: &Path, packages: &[&str]) {
+    let mut c = cargo();
+    c.current_dir(dir).arg("build").arg("--quiet");
+    if profile() == "release" {
+        c.arg("--release");
+    }
+    for p in packages {
+        c.args(["-p", p]);
+    }
+    let out = c.output().expect("cargo runs");
+    assert!(out.status.success(), "cargo build failed in {}:\n{}", dir.display(), String::from_utf8_lossy(&out.stderr));
+}
+
+pub fn lib_path(crate_snake: &str) -> PathBuf {
+    target_dir().join(profile()).join(format!(
+        "{}{crate_snake}{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    ))
+}
+
+pub struct Plugins {
+    pub builtin: PathBuf,
+    pub faulty: PathBuf,
+    pub example: PathBuf,
+}
+
+/// Builds (once per test process) the workspace's plugin libraries: the built-ins, the faulty
+/// fixtures and the example crate. `cargo build -p routelab` alone would leave them stale.
+pub fn plugins() -> &'static Plugins {
+    static P: OnceLock<Plugins> = OnceLock::new();
+    P.get_or_init(|| {
+        cargo_build(&workspace(), &["routelab-builtin-plugin", "routelab-faulty-plugin", "my-router"]);
+        Plugins {
+            builtin: lib_path("routelab_builtin_plugin"),
+            faulty: lib_path("routelab_faulty_plugin"),
+            example: lib_path("my_router"),
+        }
+    })
+}
+
+/// Runs `policies` on workload YAML text (named `name` in errors).
+pub fn compare_text(yaml: &str, name: &str, policies: &[String]) -> WorkloadResult {
+    let file = Path::new(name);
+    let w = workload::parse(yaml, file).unwrap_or_else(|e| panic!("{e}"));
+    let prepared = runner::prepare(w, file).unwrap_or_else(|e| panic!("{e}"));
+    let specs: Vec<PolicySpec> = policies.iter().map(|p| PolicySpec::parse(p).unwrap()).collect();
+    runner::run_workload(&mut Loader::new(), &prepared, &specs, &mut |_| {}, &mut |_| {})
+}
+
+/// Runs `policies` on a workload file of the repository.
+pub fn compare_file(rel: &str, policies: &[&str]) -> WorkloadResult {
+    let path = workspace().join(rel);
+    let text = std::fs::read_to_string(&path).unwrap();
+    compare_text(&text, rel, &policies.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+}
+
+/// A metric of a policy's result (mean over seeds), panicking with context if absent.
+pub fn metric(w: &WorkloadResult, policy: &str, key: &str) -> f64 {
+    let r = w.results.iter().find(|r| r.policy == policy).unwrap_or_else(|| panic!("no result for {policy}"));
+    assert!(r.error.is_none(), "{policy} failed: {:?}", r.error);
+    r.metrics.get(key).unwrap_or_else(|| panic!("{policy} has no {key}"))
+}
+
+/// A metric per seed.
+pub fn per_seed(w: &WorkloadResult, policy: &str, key: &str) -> Vec<f64> {
+    let r = w.results.iter().find(|r| r.policy == policy).unwrap();
+    r.per_seed.iter().map(|m| m.get(key).unwrap()).collect()
+}

@@ -1,0 +1,216 @@
+//! Loading policies from libraries: bit-identical results, and a clear error for every way a
+//! library or a policy can be wrong — with the other policies of the run still reporting.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use routelab::plugin::{LoadErrorKind, Loader, PolicySpec};
+use routelab_policy_api::{RouterContext, World};
+
+use crate::common::*;
+
+fn ctx() -> RouterContext {
+    RouterContext { world: World::Dispatch, replicas: 4, seed: 1, kv_capacity_tokens: 0, cost: abi_stable::std_types::RNone }
+}
+
+const CLASSIC: [&str; 5] = ["random", "round_robin", "least_requests", "power_of_two", "least_work_left"];
+
+/// Every classic router, loaded from the built plugin library, gives bit-identical metrics (and
+/// JSON) to the linked-in one.
+#[test]
+fn plugin_library_matches_builtins_bit_for_bit() {
+    let lib = &plugins().builtin;
+    let yaml = std::fs::read_to_string(workspace().join("workloads/dispatch/exp_rho09.yaml"))
+        .unwrap()
+        .replace("requests: 200000", "requests: 30000");
+    let builtin: Vec<String> = CLASSIC.iter().map(|s| s.to_string()).collect();
+    let loaded: Vec<String> = CLASSIC.iter().map(|s| format!("{}:{s}", lib.display())).collect();
+    let a = compare_text(&yaml, "exp.yaml", &builtin);
+    let b = compare_text(&yaml, "exp.yaml", &loaded);
+    for (x, y) in a.results.iter().zip(&b.results) {
+        assert!(x.error.is_none() && y.error.is_none(), "{:?} {:?}", x.error, y.error);
+        assert_eq!(x.per_seed, y.per_seed, "{} differs when loaded", x.policy);
+        assert_eq!(
+            serde_json::to_string(&x.metrics).unwrap(),
+            serde_json::to_string(&y.metrics).unwrap()
+        );
+    }
+}
+
+#[test]
+fn library_lists_every_builtin_with_defaults() {
+    let mut loader = Loader::new();
+    let from_lib = loader.list(Some(&plugins().builtin)).unwrap();
+    let builtin = loader.list(None).unwrap();
+    assert_eq!(from_lib, builtin);
+    let p2 = from_lib.iter().find(|l| l.name == "power_of_two").unwrap();
+    assert!(p2.default_config.contains("d: 2"), "{}", p2.default_config);
+}
+
+/// A policy that panics in its hot path fails its own run with a message naming it and the
+/// method; the other policies of the comparison still report.
+#[test]
+fn panicking_policy_fails_alone() {
+    let lib = &plugins().faulty;
+    let yaml = "dispatch: {servers: 4, utilisation: 0.5, requests: 1000}\n";
+    let w = compare_text(yaml, "p.yaml", &[format!("{}:panics_in_route", lib.display()), "round_robin".into()]);
+    let err = w.results[0].error.as_deref().expect("the panicking policy fails");
+    assert!(err.contains("panics_in_route") && err.contains("panicked in route"), "{err}");
+    assert!(err.contains("deliberate panic on request 101"), "{err}");
+    assert!(!w.results[0].input_error, "a panic is a run failure, not bad input");
+    assert!(w.results[1].error.is_none());
+    assert_eq!(w.results[1].metrics.get("requests"), Some(1000.0));
+}
+
+#[test]
+fn out_of_range_replica_is_an_error_naming_the_policy() {
+    let lib = &plugins().faulty;
+    let yaml = "dispatch: {servers: 4, utilisation: 0.5, requests: 1000}\n";
+    let w = compare_text(yaml, "o.yaml", &[format!("{}:out_of_range", lib.display()), "random".into()]);
+    let err = w.results[0].error.as_deref().unwrap();
+    assert!(err.contains("out_of_range") && err.contains("returned replica 4") && err.contains("only 4 servers"), "{err}");
+    assert!(w.results[1].error.is_none());
+}
+
+#[test]
+fn panic_in_constructor_is_caught() {
+    let lib = &plugins().faulty;
+    let e = Loader::new().router(&PolicySpec::parse(&format!("{}:panics_in_new", lib.display())).unwrap(), &ctx());
+    let e = e.err().unwrap();
+    assert_eq!(e.kind, LoadErrorKind::Panicked, "{e}");
+    assert!(e.message.contains("panics_in_new"), "{e}");
+}
+
+#[test]
+fn missing_library_says_how_to_build_it() {
+    let e = Loader::new().router(&PolicySpec::parse("./no/such/libx.so:x").unwrap(), &ctx()).err().unwrap();
+    assert_eq!(e.kind, LoadErrorKind::MissingFile);
+    assert!(e.message.contains("no/such/libx.so") && e.fix.contains("cargo build --release"), "{e}");
+}
+
+#[test]
+fn unknown_policy_lists_the_alternatives() {
+    let e = Loader::new().router(&PolicySpec::parse("least_request").unwrap(), &ctx()).err().unwrap();
+    assert_eq!(e.kind, LoadErrorKind::UnknownPolicy);
+    assert!(e.message.contains("least_request") && e.fix.contains("least_requests"), "{e}");
+    let lib = &plugins().example;
+    let e = Loader::new().router(&PolicySpec::parse(&format!("{}:nope", lib.display())).unwrap(), &ctx()).err().unwrap();
+    assert!(e.message.contains("nope") && e.fix.contains("my_router"), "{e}");
+}
+
+#[test]
+fn bad_config_names_the_key() {
+    let e = Loader::new().router(&PolicySpec::parse("power_of_two{dd: 3}").unwrap(), &ctx()).err().unwrap();
+    assert_eq!(e.kind, LoadErrorKind::BadConfig);
+    assert!(e.message.contains("unknown field `dd`"), "{e}");
+    let e = Loader::new().router(&PolicySpec::parse("power_of_two{d: 0}").unwrap(), &ctx()).err().unwrap();
+    assert!(e.message.contains("d must be at least 1"), "{e}");
+}
+
+/// Several libraries in one run, including a library's only router named by path alone.
+#[test]
+fn several_libraries_in_one_comparison() {
+    let p = plugins();
+    let yaml = "dispatch: {servers: 4, utilisation: 0.7, requests: 5000}\n";
+    let w = compare_text(
+        yaml,
+        "m.yaml",
+        &[
+            p.example.display().to_string(),
+            format!("{}:least_requests", p.builtin.display()),
+            format!("{}{{work_weight: 1.0}}", p.example.display()),
+        ],
+    );
+    for r in &w.results {
+        assert!(r.error.is_none(), "{}: {:?}", r.policy, r.error);
+    }
+    // my_router with work_weight 0 is JSQ with lowest-index ties: close to least_requests.
+    let mine = w.results[0].metrics.get("response_mean").unwrap();
+    let jsq = w.results[1].metrics.get("response_mean").unwrap();
+    assert!((mine / jsq - 1.0).abs() < 0.15, "{mine} vs {jsq}");
+}
+
+/// A shared library that is not a routelab plugin (built here with rustc: no abi_stable inside).
+#[test]
+fn non_plugin_library_is_refused_clearly() {
+    let dir = target_dir().join("test-fixtures");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("not_a_plugin.rs");
+    std::fs::write(&src, "#[unsafe(no_mangle)] pub extern \"C\" fn add(a: i32, b: i32) -> i32 { a + b }\n").unwrap();
+    let lib = dir.join(format!("{}not_a_plugin{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX));
+    let out = Command::new("rustc")
+        .args(["--edition", "2024", "--crate-type", "cdylib", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+        .expect("rustc runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let e = Loader::new().router(&PolicySpec::parse(&lib.display().to_string()).unwrap(), &ctx()).err().unwrap();
+    assert_eq!(e.kind, LoadErrorKind::NotAPlugin, "{e}");
+    assert!(e.message.contains("not a routelab plugin") && e.fix.contains("export_policies!"), "{e}");
+    // A file that is not a shared library at all.
+    let e = Loader::new().router(&PolicySpec::parse(&src.display().to_string().replace(".rs", ".so")).unwrap(), &ctx());
+    assert!(e.is_err());
+}
+
+/// A plugin built against another policy-api minor (a copy of policy-api relabelled 0.2.0 and the
+/// example router built against it, in the shared target dir so dependencies are reused).
+fn old_api_plugin() -> &'static PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let root = target_dir().join("test-fixtures/other-minor");
+        let api = root.join("policy-api");
+        let plugin = root.join("other-minor-router");
+        let _ = std::fs::remove_dir_all(&root);
+        copy_dir(&workspace().join("policy-api/src"), &api.join("src"));
+        std::fs::write(
+            api.join("Cargo.toml"),
+            r#"[package]
+name = "routelab-policy-api"
+version = "0.2.0"
+edition = "2024"
+
+[dependencies]
+abi_stable = { version = "0.11.3", default-features = false }
+rand = { version = "0.10", default-features = false, features = ["std"] }
+serde = { version = "1", features = ["derive"] }
+serde_norway = "0.9"
+"#,
+        )
+        .unwrap();
+        let manifest = std::fs::read_to_string(workspace().join("policies/examples/my-router/Cargo.toml"))
+            .unwrap()
+            .replace("name = \"my-router\"", "name = \"other-minor-router\"")
+            .replace("../../../policy-api", "../policy-api")
+            + "\n[workspace]\n";
+        copy_dir(&workspace().join("policies/examples/my-router/src"), &plugin.join("src"));
+        std::fs::write(plugin.join("Cargo.toml"), manifest).unwrap();
+        std::fs::copy(workspace().join("Cargo.lock"), plugin.join("Cargo.lock")).unwrap();
+        cargo_build(&plugin, &[]);
+        lib_path("other_minor_router")
+    })
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+#[test]
+fn plugin_built_against_another_minor_is_refused_with_a_short_message() {
+    let lib = old_api_plugin();
+    let e = Loader::new().router(&PolicySpec::parse(&lib.display().to_string()).unwrap(), &ctx()).err().unwrap();
+    assert_eq!(e.kind, LoadErrorKind::VersionMismatch, "{e}");
+    assert!(e.fix.contains("rebuild the plugin against routelab-policy-api 0.1"), "{e}");
+    let lines = e.to_string().lines().count();
+    assert!(lines <= 12, "the message should be trimmed, got {lines} lines:\n{e}");
+    // The rest of a comparison still runs.
+    let yaml = "dispatch: {servers: 4, utilisation: 0.5, requests: 1000}\n";
+    let w = compare_text(yaml, "v.yaml", &[lib.display().to_string(), "least_requests".into()]);
+    assert!(w.results[0].error.is_some() && w.results[0].input_error);
+    assert!(w.results[1].error.is_none());
+}

@@ -1,0 +1,8 @@
+//! routelab's integration tests: one binary, a module per area (ripgrep's layout).
+//! Plugin libraries are built by the tests themselves (`common::plugins`), so a clean clone
+//! passes with `cargo test --release --workspace` and nothing prebuilt.
+
+mod cli;
+mod common;
+mod dispatch_results;
+mod loader;

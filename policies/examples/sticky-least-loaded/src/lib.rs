@@ -1,1 +1,0 @@
-routelab_policy_api::export_policies!(registry); fn registry() -> Vec<routelab_policy_api::Entry> { vec![] }
