@@ -28,6 +28,8 @@
 pub mod batcher;
 pub mod prefix_cache;
 pub mod replica;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 
