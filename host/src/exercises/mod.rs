@@ -1,12 +1,15 @@
 //! The course exercises (shared/design/exercises.md), computed: every number comes from a function
 //! or a run, with the parameters shown so a student can change them.
 
+pub mod cluster;
 pub mod dispatch;
 
 /// (number, title) of every exercise this build answers.
 pub const EXERCISES: &[(u32, &str)] = &[
     (1, "balls into bins: ln n / ln ln n versus two choices"),
     (2, "random dispatch is M/M/1: theory versus simulation"),
+    (4, "the cluster's total cache: KV capacity, documents per replica, round robin versus partitioning"),
+    (5, "priority groups: the group of 63/100 cached, quotas of 55 requests, who still waits long"),
 ];
 
 /// `routelab exercise --list`.
@@ -23,6 +26,8 @@ pub fn run(n: u32) -> Result<String, String> {
     match n {
         1 => Ok(dispatch::exercise1()),
         2 => Ok(dispatch::exercise2()),
+        4 => Ok(cluster::exercise4()),
+        5 => Ok(cluster::exercise5()),
         _ => Err(format!("no exercise {n} in this build")),
     }
 }
