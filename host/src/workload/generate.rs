@@ -335,6 +335,23 @@ mod tests {
     }
 
     #[test]
+    fn gamma_arrivals_keep_the_rate_and_are_burstier_than_poisson() {
+        let mut s = doc_qa();
+        s.requests = Some(20_000);
+        let cv_of = |st: &RequestStream| {
+            let gaps: Vec<f64> = st.requests.windows(2).map(|w| seconds(w[1].arrived_at - w[0].arrived_at)).collect();
+            let m = gaps.iter().sum::<f64>() / gaps.len() as f64;
+            ((gaps.iter().map(|g| (g - m).powi(2)).sum::<f64>() / gaps.len() as f64).sqrt() / m, 1.0 / m)
+        };
+        let (cv_poisson, _) = cv_of(&generate(&s, None, 1).unwrap());
+        s.arrivals = Arrivals::Gamma { rate: 1.0, cv: 3.0 };
+        let (cv_gamma, rate) = cv_of(&generate(&s, None, 1).unwrap());
+        assert!((cv_poisson - 1.0).abs() < 0.05, "{cv_poisson}");
+        assert!((cv_gamma - 3.0).abs() < 0.3, "{cv_gamma}");
+        assert!((rate - 1.0).abs() < 0.1, "{rate}");
+    }
+
+    #[test]
     fn zipf_shares_and_sampling_agree() {
         let p = Popular::new(300, &Popularity::Zipf { s: 1.1 });
         let mut rng = stream(3, "t");
