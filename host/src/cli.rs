@@ -48,6 +48,17 @@ pub enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Run policies over a range of one field's values: a curve per policy.
+    Sweep {
+        workload: PathBuf,
+        #[arg(long)]
+        policies: Option<String>,
+        /// `field.path=v1,v2,...`; the path may start inside the world section (`arrivals.rate`).
+        #[arg(long = "set")]
+        set: String,
+        #[command(flatten)]
+        common: Common,
+    },
     /// List the built-in policies, or what a plugin library exports.
     Policies {
         #[arg(long)]
@@ -99,6 +110,9 @@ pub struct Common {
     /// Write the results as CSV.
     #[arg(long)]
     pub csv: Option<PathBuf>,
+    /// Draw SVG charts into this folder.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -165,6 +179,13 @@ fn execute(command: Command) -> Result<i32> {
                 None => None,
             };
             compare_files(&workloads, specs, &common, "compare", false)
+        }
+        Command::Sweep { workload, policies, set, common } => {
+            let specs = match policies {
+                Some(s) => Some(parse_specs(&runner::split_policies(&s))?),
+                None => None,
+            };
+            sweep(&workload, specs, &set, &common)
         }
         Command::Policies { plugin } => list_policies(plugin.as_deref()),
         Command::Validate { workload } => validate(&workload),
@@ -249,6 +270,47 @@ fn compare_files(
             print!("{}", render_vertical(r));
         } else {
             print!("{}", report::table::render(r));
+        }
+        if let Some(dir) = &common.plot {
+            for f in report::plot::comparison(dir, r)? {
+                println!("plot: {}", f.display());
+            }
+        }
+    }
+    Ok(code)
+}
+
+fn sweep(file: &Path, policies: Option<Vec<PolicySpec>>, set: &str, common: &Common) -> Result<i32> {
+    let bad = |m: String| InputError {
+        file: PathBuf::from("--set"),
+        path: String::new(),
+        line: None,
+        message: m,
+        fix: "write --set field.path=v1,v2,v3 (e.g. arrivals.rate=1,2,4)".into(),
+    };
+    let (field, values) = set.split_once('=').ok_or_else(|| bad(format!("`{set}` has no `=`")))?;
+    let values = runner::split_policies(values);
+    if values.is_empty() {
+        return Err(bad("no values to sweep".into()).into());
+    }
+    let mut base = workload::load(file)?;
+    RunOptions { seed: common.seed, seeds: common.seeds }.apply(&mut base);
+    let mut prepared = Vec::new();
+    let mut xs = Vec::new();
+    for v in &values {
+        let mut w = runner::with_field(&base, file, field, v)?;
+        w.name = format!("{}[{field}={v}]", base.name);
+        prepared.push(runner::prepare(w, file)?);
+        xs.push(v.parse::<f64>().unwrap_or(xs.len() as f64));
+    }
+    let (results, code) = run_prepared(prepared, policies.as_deref(), common, "sweep")?;
+    for r in &results {
+        print!("{}", report::table::render(r));
+    }
+    if let Some(dir) = &common.plot {
+        let points: Vec<(f64, WorkloadResult)> = xs.into_iter().zip(results).collect();
+        if let Some(f) = report::plot::sweep(dir, &base.name, field, &points)? {
+            println!("plot: {}", f.display());
         }
     }
     Ok(code)

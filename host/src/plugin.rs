@@ -220,52 +220,59 @@ impl Loader {
     }
 
     pub fn router(&mut self, spec: &PolicySpec, ctx: &RouterContext) -> Result<RouterBox, LoadError> {
-        let name = self.resolve_name(spec, PolicyKind::Router)?;
-        let made = match &spec.library {
-            None => match self.entry(&name, PolicyKind::Router).make {
+        self.make(
+            spec,
+            PolicyKind::Router,
+            |m| match m {
                 Maker::Router(make) => make(&spec.config, ctx),
                 _ => unreachable!("kind checked by resolve_name"),
             },
-            Some(p) => {
-                let f = self.library(p)?.new_router();
-                f(RStr::from_str(&name), RStr::from_str(&spec.config), ctx).into_result().map_err(String::from)
-            }
-        };
-        made.map_err(|e| constructor_error(spec, e))
+            |lib, name| lib.new_router()(name, RStr::from_str(&spec.config), ctx).into_result().map_err(String::from),
+        )
     }
 
     pub fn scheduler(&mut self, spec: &PolicySpec, ctx: &SchedulerContext) -> Result<SchedulerBox, LoadError> {
-        let name = self.resolve_name(spec, PolicyKind::Scheduler)?;
-        let made = match &spec.library {
-            None => match self.entry(&name, PolicyKind::Scheduler).make {
+        self.make(
+            spec,
+            PolicyKind::Scheduler,
+            |m| match m {
                 Maker::Scheduler(make) => make(&spec.config, ctx),
                 _ => unreachable!("kind checked by resolve_name"),
             },
-            Some(p) => {
-                let f = self.library(p)?.new_scheduler();
-                f(RStr::from_str(&name), RStr::from_str(&spec.config), ctx).into_result().map_err(String::from)
-            }
-        };
-        made.map_err(|e| constructor_error(spec, e))
+            |lib, name| lib.new_scheduler()(name, RStr::from_str(&spec.config), ctx).into_result().map_err(String::from),
+        )
     }
 
     pub fn selector(&mut self, spec: &PolicySpec, ctx: &SelectorContext) -> Result<SelectorBox, LoadError> {
-        let name = self.resolve_name(spec, PolicyKind::Selector)?;
-        let made = match &spec.library {
-            None => match self.entry(&name, PolicyKind::Selector).make {
+        self.make(
+            spec,
+            PolicyKind::Selector,
+            |m| match m {
                 Maker::Selector(make) => make(&spec.config, ctx),
                 _ => unreachable!("kind checked by resolve_name"),
             },
-            Some(p) => {
-                let f = self.library(p)?.new_selector();
-                f(RStr::from_str(&name), RStr::from_str(&spec.config), ctx).into_result().map_err(String::from)
-            }
-        };
-        made.map_err(|e| constructor_error(spec, e))
+            |lib, name| lib.new_selector()(name, RStr::from_str(&spec.config), ctx).into_result().map_err(String::from),
+        )
     }
 
-    fn entry(&self, name: &str, kind: PolicyKind) -> &Entry {
-        self.builtins.iter().find(|e| e.name == name && e.kind() == kind).expect("resolved name exists")
+    /// Resolves the name, then builds from the built-in registry or through the library's root
+    /// module.
+    fn make<T>(
+        &mut self,
+        spec: &PolicySpec,
+        kind: PolicyKind,
+        builtin: impl FnOnce(Maker) -> Result<T, String>,
+        library: impl FnOnce(PolicyLibRef, RStr<'_>) -> Result<T, String>,
+    ) -> Result<T, LoadError> {
+        let name = self.resolve_name(spec, kind)?;
+        let made = match &spec.library {
+            None => {
+                let entry = self.builtins.iter().find(|e| e.name == name && e.kind() == kind).expect("resolved name exists");
+                builtin(entry.make)
+            }
+            Some(p) => library(self.library(p)?, RStr::from_str(&name)),
+        };
+        made.map_err(|e| constructor_error(spec, e))
     }
 }
 

@@ -198,6 +198,39 @@ pub fn run_workload(
     out
 }
 
+/// A copy of `w` with the field at dotted `path` set to `value` (YAML text). The path may start
+/// inside the world section: `arrivals.rate` means `cluster.arrivals.rate` in a cluster workload.
+pub fn with_field(w: &Workload, file: &Path, path: &str, value: &str) -> Result<Workload, InputError> {
+    let err = |message: String, fix: &str| InputError {
+        file: file.into(),
+        path: path.into(),
+        line: None,
+        message,
+        fix: fix.into(),
+    };
+    let mut doc = serde_norway::to_value(w).map_err(|e| err(e.to_string(), "report this"))?;
+    let new: serde_norway::Value = serde_norway::from_str(value).map_err(|e| err(format!("bad value `{value}`: {e}"), "give a YAML value"))?;
+    let keys: Vec<&str> = path.split('.').collect();
+    let top_level = doc.get(keys[0]).is_some() || ["name", "seed", "seeds", "policies"].contains(&keys[0]);
+    let mut full: Vec<&str> = if top_level { Vec::new() } else { vec![w.world().as_str()] };
+    full.extend(keys);
+    let mut at = &mut doc;
+    for (i, k) in full.iter().enumerate() {
+        let map = at.as_mapping_mut().ok_or_else(|| err(format!("`{}` is not a mapping", full[..i].join(".")), "set a field inside a mapping"))?;
+        let key = serde_norway::Value::String(k.to_string());
+        if i + 1 == full.len() {
+            map.insert(key, new.clone());
+            break;
+        }
+        at = map.entry(key).or_insert_with(|| serde_norway::Value::Mapping(Default::default()));
+    }
+    let text = serde_norway::to_string(&doc).map_err(|e| err(e.to_string(), "report this"))?;
+    crate::workload::parse(&text, file).map(|mut out| {
+        out.name = w.name.clone();
+        out
+    })
+}
+
 /// Splits `a,b{x: 1, y: 2},c` at top-level commas.
 pub fn split_policies(arg: &str) -> Vec<String> {
     let mut out = Vec::new();

@@ -8,10 +8,14 @@ pub mod fcfs;
 pub mod least_requests;
 pub mod least_work_left;
 pub mod lpm;
+pub mod max_affinity;
 pub mod power_of_two;
+pub mod preble;
 pub mod priority_groups;
 pub mod random;
 pub mod round_robin;
+pub mod sglang_cache_aware;
+pub mod threshold_affinity;
 
 use routelab_policy_api::{Entry, router, scheduler};
 
@@ -23,6 +27,10 @@ pub fn registry() -> Vec<Entry> {
         router::<least_requests::LeastRequests>(),
         router::<power_of_two::PowerOfTwo>(),
         router::<least_work_left::LeastWorkLeft>(),
+        router::<max_affinity::MaxAffinity>(),
+        router::<threshold_affinity::ThresholdAffinity>(),
+        router::<sglang_cache_aware::SglangCacheAware>(),
+        router::<preble::Preble>(),
         scheduler::<fcfs::Fcfs>(),
         scheduler::<lpm::Lpm>(),
         scheduler::<priority_groups::PriorityGroups>(),

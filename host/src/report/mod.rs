@@ -2,6 +2,7 @@
 
 pub mod csv;
 pub mod json;
+pub mod plot;
 pub mod table;
 
 /// A column of the terminal table: metric key and header (with unit).

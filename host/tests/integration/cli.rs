@@ -135,3 +135,35 @@ fn new_policy_scaffold_builds_and_loads() {
         }
     }
 }
+
+/// `sweep --set` runs one comparison per value and draws a curve per policy; `--plot` on
+/// `compare` draws bars.
+#[test]
+fn sweep_and_plots() {
+    let p = scratch("sweep.yaml");
+    std::fs::write(&p, "name: sw\ndispatch: {servers: 4, utilisation: 0.5, requests: 3000}\n").unwrap();
+    let dir = scratch("plots");
+    let _ = std::fs::remove_dir_all(&dir);
+    let json = scratch("sweep.json");
+    let out = routelab(&[
+        "sweep", p.to_str().unwrap(), "--policies", "random,least_requests", "--set", "utilisation=0.3,0.6,0.9",
+        "--plot", dir.to_str().unwrap(), "--json", json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let ws = v["workloads"].as_array().unwrap();
+    assert_eq!(ws.len(), 3);
+    assert_eq!(ws[2]["resolved"]["dispatch"]["utilisation"], 0.9);
+    // Higher load, longer responses for random.
+    let r = |i: usize| ws[i]["results"][0]["metrics"]["response_mean"].as_f64().unwrap();
+    assert!(r(0) < r(1) && r(1) < r(2), "{} {} {}", r(0), r(1), r(2));
+    let svg = std::fs::read_to_string(dir.join("sw_sweep_utilisation_response_mean.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("least_requests") && svg.contains("random"));
+    let out = routelab(&["compare", p.to_str().unwrap(), "--policies", "random,round_robin", "--plot", dir.to_str().unwrap()]);
+    assert!(out.status.success());
+    let svg = std::fs::read_to_string(dir.join("sw_response_mean.svg")).unwrap();
+    assert!(svg.contains("round_robin"));
+    // A bad field path is bad input.
+    let out = routelab(&["sweep", p.to_str().unwrap(), "--policies", "random", "--set", "nonsense=1,2"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -58,6 +58,7 @@ pub struct Plugins {
     pub builtin: PathBuf,
     pub faulty: PathBuf,
     pub example: PathBuf,
+    pub lru_affinity: PathBuf,
 }
 
 /// Builds (once per test process) the workspace's plugin libraries: the built-ins, the faulty
@@ -65,11 +66,12 @@ pub struct Plugins {
 pub fn plugins() -> &'static Plugins {
     static P: OnceLock<Plugins> = OnceLock::new();
     P.get_or_init(|| {
-        cargo_build(&workspace(), &["routelab-builtin-plugin", "routelab-faulty-plugin", "my-router"]);
+        cargo_build(&workspace(), &["routelab-builtin-plugin", "routelab-faulty-plugin", "my-router", "lru-affinity"]);
         Plugins {
             builtin: lib_path("routelab_builtin_plugin"),
             faulty: lib_path("routelab_faulty_plugin"),
             example: lib_path("my_router"),
+            lru_affinity: lib_path("lru_affinity"),
         }
     })
 }

@@ -83,6 +83,12 @@ impl PrefixTree {
         self.nodes[node as usize].segment
     }
 
+    /// The node above `node` (`None` at the top).
+    pub fn parent(&self, node: NodeId) -> Option<NodeId> {
+        let p = self.nodes[node as usize].parent;
+        (p != ROOT && p != DEAD).then_some(p)
+    }
+
     /// Tokens of `node` replica `r` holds.
     pub fn held(&self, node: NodeId, r: usize) -> u32 {
         self.nodes[node as usize].held[r]

@@ -1,0 +1,423 @@
+//! `preble`: Preble's global scheduler — E2 (exploit or explore), load cost L + M + P,
+//! rebalancing, autoscaling and prefill/decode pairing.
+//!
+//! Algorithm (per request, routers.md):
+//! - A global prefix tree over every dispatched prompt records which replicas hold (or were
+//!   assigned) each node; a prompt is inserted at dispatch, and removed from a replica when that
+//!   replica reports the eviction (`on_evict`).
+//! - **E2.** `cached` = longest match on the tree, `missed` = prompt − cached. If cached > missed,
+//!   *exploit*: among the replicas holding the longest match, the lowest load cost. Otherwise
+//!   *explore*: the P/D pairing rule if enabled, else the lowest load cost over all replicas.
+//!   (The public code's rule "exploit when the unmatched leaf's tokens < matched tokens, ties
+//!   explore" is the same comparison in our token accounting.)
+//! - **Load cost** of replica i, in GPU seconds from the host's step model: L = prefill time of the
+//!   missed tokens of every request dispatched to i within the window H, plus each one's decode
+//!   estimate (window mean output length × per-token decode time); M = what i would have to evict
+//!   to fit this request (its LRU plan), each node costing its recompute time × its hit rate in
+//!   the window; P = this request's prefill time on i (missed tokens only).
+//! - **Rebalancing.** If the most loaded replica's cost exceeds `rebalance_threshold` × the least
+//!   loaded's, a request that would exploit the most loaded one goes to the least loaded instead
+//!   (its prefix is recomputed there: replicated).
+//! - **Autoscaling** (simplified: per prefix, not per subtree). If the window's mean TTFT of
+//!   requests exploiting a prefix exceeds `autoscale_factor` × the window's mean TTFT overall, the
+//!   cheapest replica overall joins that prefix's candidates, so its traffic splits by cost.
+//! - **P/D pairing.** When exploring (a prefill-heavy request), if some replicas are
+//!   decode-heavy — windowed hit ratio ≥ `pd_hit_ratio` — go to the cheapest of them.
+//! Parameters (defaults): `window_s` 180; `decode_estimate` single (the paper: one request's
+//!   per-token time), `batched` (marginal cost in the replica's running batch) or `median_tpot`
+//!   (the code: `median_tpot_s` 0.15 × output); `include_p` true (the code omits P);
+//!   `rebalance` true, `rebalance_threshold` 1.5 (Th_bal), `rebalance_after_per_replica` 0 (the
+//!   code: 50); `autoscale` true, `autoscale_factor` 2, `autoscale_min_samples` 10; `pd_pairing`
+//!   true, `pd_hit_ratio` 0.7; `default_output_tokens` 64 (before any completion is seen).
+//! Ablations: E2 only = `preble{rebalance: false, autoscale: false, pd_pairing: false}`; the full
+//! system also runs the `priority_groups` scheduler on each replica.
+//! Source: Srivatsa, He, Abhyankar, Li, Zhang, "Preble: Efficient Distributed Prompt Scheduling
+//! for LLM Serving", ICLR 2025, §3.2–3.3 (E2, cost model, load adjustment) and its public code.
+//! Reports the run's mean L, M and P of the chosen replicas and the count of each decision kind.
+
+use std::collections::HashMap;
+
+use routelab_policy_api::*;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DecodeEstimate {
+    Single,
+    Batched,
+    MedianTpot,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub window_s: f64,
+    pub decode_estimate: DecodeEstimate,
+    pub median_tpot_s: f64,
+    pub include_p: bool,
+    pub rebalance: bool,
+    pub rebalance_threshold: f64,
+    pub rebalance_after_per_replica: u64,
+    pub autoscale: bool,
+    pub autoscale_factor: f64,
+    pub autoscale_min_samples: usize,
+    pub pd_pairing: bool,
+    pub pd_hit_ratio: f64,
+    pub default_output_tokens: f64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            window_s: 180.0,
+            decode_estimate: DecodeEstimate::Single,
+            median_tpot_s: 0.15,
+            include_p: true,
+            rebalance: true,
+            rebalance_threshold: 1.5,
+            rebalance_after_per_replica: 0,
+            autoscale: true,
+            autoscale_factor: 2.0,
+            autoscale_min_samples: 10,
+            pd_pairing: true,
+            pd_hit_ratio: 0.7,
+            default_output_tokens: 64.0,
+        }
+    }
+}
+
+/// What Preble remembers of one replica within the window.
+struct ReplicaWindow {
+    /// Prefill seconds of the missed tokens of requests dispatched here.
+    prefill_s: WindowSum,
+    prompt_tokens: WindowSum,
+    cached_tokens: WindowSum,
+}
+
+/// The decision made in `route`, completed in `on_dispatch`.
+struct Pending {
+    request: u64,
+    prefix_key: Option<u64>,
+}
+
+/// One replica's load cost split into its parts.
+#[derive(Clone, Copy, Default)]
+struct Cost {
+    l: f64,
+    m: f64,
+    p: f64,
+}
+
+impl Cost {
+    fn total(&self) -> f64 {
+        self.l + self.m + self.p
+    }
+}
+
+pub struct Preble {
+    cfg: Config,
+    model: CostModel,
+    kv_capacity_tokens: u64,
+    tree: PrefixTree,
+    replicas: Vec<ReplicaWindow>,
+    outputs: WindowSum,
+    prompts: WindowSum,
+    dispatches: WindowSum,
+    node_hits: HashMap<u64, WindowSum>,
+    prefix_ttft: HashMap<u64, WindowSum>,
+    ttft: WindowSum,
+    in_flight_prefix: HashMap<u64, u64>,
+    pending: Option<Pending>,
+    matches: Vec<u32>,
+    costs: Vec<Cost>,
+    dispatched: u64,
+    sums: Cost,
+    exploit: u64,
+    explore: u64,
+    rebalanced: u64,
+    paired: u64,
+    autoscaled: u64,
+}
+
+/// Key of a prompt prefix: a hash of its segment ids (FNV-1a over the ids).
+fn extend_key(key: u64, segment_id: u64) -> u64 {
+    (key ^ segment_id).wrapping_mul(0x0000_0100_0000_01B3).rotate_left(17)
+}
+
+const ROOT_KEY: u64 = 0xcbf2_9ce4_8422_2325;
+
+impl Policy for Preble {
+    const NAME: &'static str = "preble";
+    const DESCRIPTION: &'static str = "Preble: E2 exploit/explore with L+M+P load cost, rebalancing, autoscaling, P/D pairing";
+    type Config = Config;
+    type Context = RouterContext;
+    fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
+        let model = ctx
+            .cost
+            .into_option()
+            .ok_or("preble prices load in GPU seconds and needs the cluster world's step model (run it on a cluster workload)")?;
+        if !(cfg.window_s > 0.0) {
+            return Err(format!("window_s must be positive (got {})", cfg.window_s));
+        }
+        if !(cfg.rebalance_threshold >= 1.0) {
+            return Err(format!("rebalance_threshold must be ≥ 1 (got {})", cfg.rebalance_threshold));
+        }
+        if !(0.0..=1.0).contains(&cfg.pd_hit_ratio) {
+            return Err(format!("pd_hit_ratio must be in [0, 1] (got {})", cfg.pd_hit_ratio));
+        }
+        let n = ctx.replicas as usize;
+        let w = cfg.window_s;
+        Ok(Self {
+            model,
+            kv_capacity_tokens: ctx.kv_capacity_tokens,
+            tree: PrefixTree::new(n),
+            replicas: (0..n)
+                .map(|_| ReplicaWindow { prefill_s: WindowSum::new(w), prompt_tokens: WindowSum::new(w), cached_tokens: WindowSum::new(w) })
+                .collect(),
+            outputs: WindowSum::new(w),
+            prompts: WindowSum::new(w),
+            dispatches: WindowSum::new(w),
+            node_hits: HashMap::new(),
+            prefix_ttft: HashMap::new(),
+            ttft: WindowSum::new(w),
+            in_flight_prefix: HashMap::new(),
+            pending: None,
+            matches: vec![0; n],
+            costs: vec![Cost::default(); n],
+            dispatched: 0,
+            sums: Cost::default(),
+            exploit: 0,
+            explore: 0,
+            rebalanced: 0,
+            paired: 0,
+            autoscaled: 0,
+            cfg,
+        })
+    }
+}
+
+impl Preble {
+    fn mean_output(&mut self, now: f64) -> f64 {
+        let n = self.outputs.count(now);
+        if n == 0 { self.cfg.default_output_tokens } else { self.outputs.sum(now) / n as f64 }
+    }
+
+    fn mean_prompt(&mut self, now: f64) -> f64 {
+        let n = self.prompts.count(now);
+        if n == 0 { 0.0 } else { self.prompts.sum(now) / n as f64 }
+    }
+
+    /// Decode seconds charged to one request on a replica running `batch` requests.
+    fn decode_estimate(&self, output: f64, context: f64, batch: u32) -> f64 {
+        let ctx = context.max(1.0) as u64;
+        match self.cfg.decode_estimate {
+            DecodeEstimate::Single => output * self.model.decode_step_time_s(1, ctx),
+            DecodeEstimate::Batched => {
+                let b = batch as u64;
+                let with = self.model.decode_step_time_s(b + 1, (b + 1) * ctx);
+                let without = if b == 0 { 0.0 } else { self.model.decode_step_time_s(b, b * ctx) };
+                output * (with - without)
+            }
+            DecodeEstimate::MedianTpot => output * self.cfg.median_tpot_s,
+        }
+    }
+
+    /// Key and context (tokens above it) of a tree node.
+    fn node_key(&self, node: NodeId) -> (u64, u64) {
+        let mut ids = vec![node];
+        let mut n = node;
+        while let Some(p) = self.tree.parent(n) {
+            ids.push(p);
+            n = p;
+        }
+        let mut key = ROOT_KEY;
+        let mut context = 0u64;
+        for &id in ids.iter().rev() {
+            key = extend_key(key, self.tree.segment(id).id);
+            if id != node {
+                context += self.tree.segment(id).tokens as u64;
+            }
+        }
+        (key, context)
+    }
+
+    /// M: recompute cost of what replica `r` would evict to fit `needed` more tokens.
+    fn eviction_cost(&mut self, r: usize, needed: u64, now: f64) -> f64 {
+        let free = self.kv_capacity_tokens.saturating_sub(self.tree.held_tokens(r));
+        if needed <= free {
+            return 0.0;
+        }
+        let window_requests = self.dispatches.count(now).max(1) as f64;
+        let mut m = 0.0;
+        for (node, tokens) in self.tree.plan_eviction(r, needed - free) {
+            let (key, context) = self.node_key(node);
+            let hits = self.node_hits.get_mut(&key).map_or(0, |w| w.count(now)) as f64;
+            m += self.model.prefill_time_s(tokens as u64, context) * (hits / window_requests).min(1.0);
+        }
+        m
+    }
+
+    fn compute_costs(&mut self, request: &Request<'_>, views: &[ReplicaView]) {
+        let now = request.arrived_at;
+        let output = self.mean_output(now);
+        let context = self.mean_prompt(now).max(request.prompt_tokens as f64);
+        for r in 0..self.costs.len() {
+            let matched = self.matches[r] as u64;
+            let missed = (request.prompt_tokens as u64).saturating_sub(matched);
+            let w = &mut self.replicas[r];
+            let n = w.prefill_s.count(now) as f64;
+            let prefill = w.prefill_s.sum(now);
+            let batch = views.get(r).map_or(0, |v| v.running);
+            let l = prefill + n * self.decode_estimate(output, context, batch);
+            let m = self.eviction_cost(r, missed + output as u64, now);
+            let p = if self.cfg.include_p { self.model.prefill_time_s(missed, matched) } else { 0.0 };
+            self.costs[r] = Cost { l, m, p };
+        }
+    }
+
+    /// The cheapest replica among `candidates` (lowest index on ties).
+    fn cheapest(&self, candidates: impl Iterator<Item = usize>) -> Option<usize> {
+        candidates.fold(None, |best: Option<usize>, r| match best {
+            Some(b) if self.costs[b].total() <= self.costs[r].total() => Some(b),
+            _ => Some(r),
+        })
+    }
+
+    fn prefix_overloaded(&mut self, key: u64, now: f64) -> bool {
+        let Some(w) = self.prefix_ttft.get_mut(&key) else { return false };
+        let n = w.count(now);
+        if n < self.cfg.autoscale_min_samples {
+            return false;
+        }
+        let prefix_mean = w.sum(now) / n as f64;
+        let all = self.ttft.count(now).max(1) as f64;
+        prefix_mean > self.cfg.autoscale_factor * (self.ttft.sum(now) / all)
+    }
+}
+
+impl RouterPolicy for Preble {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { wants_evictions: true, ..Default::default() }
+    }
+
+    fn route(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+        let now = request.arrived_at;
+        let segments = request.segments.as_slice();
+        self.tree.match_each(segments, &mut self.matches);
+        self.compute_costs(request, replicas);
+        let (cached, deepest) = self.tree.longest_match(segments);
+        let missed = request.prompt_tokens.saturating_sub(cached);
+        let all = 0..self.costs.len();
+        let mut prefix_key = None;
+        let chosen = match deepest {
+            Some(node) if cached > missed => {
+                self.exploit += 1;
+                let holders: Vec<usize> = all.clone().filter(|&r| self.matches[r] >= cached).collect();
+                let mut choice = self.cheapest(holders.iter().copied()).expect("the longest match has a holder");
+                let key = self.node_key(node).0;
+                prefix_key = Some(key);
+                if self.cfg.autoscale && self.prefix_overloaded(key, now) {
+                    let global = self.cheapest(all.clone()).expect("replicas");
+                    if self.costs[global].total() < self.costs[choice].total() && !holders.contains(&global) {
+                        self.autoscaled += 1;
+                        choice = global;
+                    }
+                }
+                let warm = self.dispatched >= self.cfg.rebalance_after_per_replica * self.costs.len() as u64;
+                if self.cfg.rebalance && warm {
+                    let max = all.clone().fold(0, |b, r| if self.costs[r].total() > self.costs[b].total() { r } else { b });
+                    let min = self.cheapest(all.clone()).expect("replicas");
+                    if choice == max && self.costs[max].total() > self.cfg.rebalance_threshold * self.costs[min].total() {
+                        self.rebalanced += 1;
+                        choice = min;
+                    }
+                }
+                choice
+            }
+            _ => {
+                self.explore += 1;
+                let decode_heavy: Vec<usize> = if self.cfg.pd_pairing {
+                    let ratio = self.cfg.pd_hit_ratio;
+                    (0..self.replicas.len())
+                        .filter(|&r| {
+                            let w = &mut self.replicas[r];
+                            let prompt = w.prompt_tokens.sum(now);
+                            prompt > 0.0 && w.cached_tokens.sum(now) / prompt >= ratio
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                match self.cheapest(decode_heavy.into_iter()) {
+                    Some(r) => {
+                        self.paired += 1;
+                        r
+                    }
+                    None => self.cheapest(all).expect("replicas"),
+                }
+            }
+        };
+        let c = self.costs[chosen];
+        self.sums.l += c.l;
+        self.sums.m += c.m;
+        self.sums.p += c.p;
+        self.pending = Some(Pending { request: request.id, prefix_key });
+        chosen
+    }
+
+    fn on_dispatch(&mut self, request: &Request<'_>, replica: usize) {
+        let now = request.arrived_at;
+        let segments = request.segments.as_slice();
+        let pending = self.pending.take().filter(|p| p.request == request.id);
+        let matched = if pending.is_some() { self.matches[replica] } else { self.tree.match_tokens(segments, replica) };
+        let missed = request.prompt_tokens.saturating_sub(matched) as u64;
+        let w = &mut self.replicas[replica];
+        w.prefill_s.add(now, self.model.prefill_time_s(missed, matched as u64));
+        w.prompt_tokens.add(now, request.prompt_tokens as f64);
+        w.cached_tokens.add(now, matched as f64);
+        self.prompts.add(now, request.prompt_tokens as f64);
+        self.dispatches.add(now, 1.0);
+        let mut key = ROOT_KEY;
+        for s in segments {
+            key = extend_key(key, s.id);
+            self.node_hits.entry(key).or_insert_with(|| WindowSum::new(self.cfg.window_s)).add(now, 1.0);
+        }
+        if let Some(k) = pending.and_then(|p| p.prefix_key) {
+            self.in_flight_prefix.insert(request.id, k);
+        }
+        self.tree.insert(segments, replica);
+        self.dispatched += 1;
+        if self.dispatched % 4096 == 0 {
+            // Forget prefixes with no traffic left in the window (unique questions, mostly).
+            self.node_hits.retain(|_, w| w.count(now) > 0);
+            self.prefix_ttft.retain(|_, w| w.count(now) > 0);
+        }
+    }
+
+    fn on_complete(&mut self, c: &Completion) {
+        let t = c.completed_at;
+        self.outputs.add(t, c.output_tokens as f64);
+        self.ttft.add(t, c.ttft);
+        if let Some(k) = self.in_flight_prefix.remove(&c.request_id) {
+            self.prefix_ttft.entry(k).or_insert_with(|| WindowSum::new(self.cfg.window_s)).add(t, c.ttft);
+        }
+    }
+
+    fn on_evict(&mut self, e: &Eviction<'_>) {
+        self.tree.release_path(e.path.as_slice(), e.replica as usize, e.remaining_tokens);
+    }
+
+    fn report(&self) -> Vec<(String, f64)> {
+        let n = (self.exploit + self.explore).max(1) as f64;
+        vec![
+            ("cost_l_mean_s".into(), self.sums.l / n),
+            ("cost_m_mean_s".into(), self.sums.m / n),
+            ("cost_p_mean_s".into(), self.sums.p / n),
+            ("exploit_decisions".into(), self.exploit as f64),
+            ("explore_decisions".into(), self.explore as f64),
+            ("rebalanced_decisions".into(), self.rebalanced as f64),
+            ("pd_paired_decisions".into(), self.paired as f64),
+            ("autoscaled_decisions".into(), self.autoscaled as f64),
+        ]
+    }
+}

@@ -1,0 +1,174 @@
+//! `sglang_cache_aware`: the SGLang model gateway's `cache_aware` policy.
+//!
+//! Algorithm (per request):
+//! 1. Load = the router's own count of in-flight requests per replica (+1 at dispatch, −1 at
+//!    completion). If `max − min > balance_abs_threshold` AND `max > balance_rel_threshold · min`,
+//!    the system is imbalanced: go to the least-loaded replica (lowest index on ties).
+//! 2. Otherwise match the prompt on the router's *approximate* tree — built only from what it
+//!    dispatched, never asking the replicas. If the best replica's match rate (matched / prompt
+//!    tokens) exceeds `cache_threshold`, go there (ties by load).
+//! 3. Otherwise go to the least-loaded replica (`below_threshold: least_load`, current SGLang) or
+//!    to the replica with the smallest tree (`smallest_tree`, older SGLang).
+//! The request is recorded in the chosen replica's tree in every branch. Every
+//! `eviction_interval_s`, trees above `max_tree_tokens` are trimmed least-recently-used first;
+//! the check runs at the first decision at or after each interval's end (the tree is read only at
+//! decisions, so this is exactly a scheduled event, with no thread). The trees therefore drift
+//! from the real caches: exercise 8 measures how far.
+//! Parameters (defaults): `cache_threshold` 0.5 (SGLang CLI 0.3), `balance_abs_threshold` 8
+//! (SGLang CLI 64), `balance_rel_threshold` 1.5, `eviction_interval_s` 120, `max_tree_tokens`
+//! 67,108,864 (SGLang's `max_tree_size` 2^26, counted in tokens here, characters there),
+//! `below_threshold` least_load.
+//! Source: SGLang model gateway (sgl-router), `policies/cache_aware.rs`; routers.md.
+
+use routelab_policy_api::*;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum BelowThreshold {
+    LeastLoad,
+    SmallestTree,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub cache_threshold: f64,
+    pub balance_abs_threshold: u32,
+    pub balance_rel_threshold: f64,
+    pub eviction_interval_s: f64,
+    pub max_tree_tokens: u64,
+    pub below_threshold: BelowThreshold,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            cache_threshold: 0.5,
+            balance_abs_threshold: 8,
+            balance_rel_threshold: 1.5,
+            eviction_interval_s: 120.0,
+            max_tree_tokens: 1 << 26,
+            below_threshold: BelowThreshold::LeastLoad,
+        }
+    }
+}
+
+pub struct SglangCacheAware {
+    cfg: Config,
+    tree: PrefixTree,
+    in_flight: Vec<u32>,
+    next_eviction_at: f64,
+    matches: Vec<u32>,
+    cache_decisions: u64,
+    balance_decisions: u64,
+    below_threshold_decisions: u64,
+    evicted_tokens: u64,
+}
+
+impl Policy for SglangCacheAware {
+    const NAME: &'static str = "sglang_cache_aware";
+    const DESCRIPTION: &'static str = "SGLang router: own approximate prefix trees, cache threshold, abs+rel load guard";
+    type Config = Config;
+    type Context = RouterContext;
+    fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
+        if !(0.0..=1.0).contains(&cfg.cache_threshold) {
+            return Err(format!("cache_threshold must be in [0, 1] (got {})", cfg.cache_threshold));
+        }
+        if !(cfg.balance_rel_threshold >= 1.0) {
+            return Err(format!("balance_rel_threshold must be ≥ 1 (got {})", cfg.balance_rel_threshold));
+        }
+        if !(cfg.eviction_interval_s > 0.0) {
+            return Err(format!("eviction_interval_s must be positive (got {})", cfg.eviction_interval_s));
+        }
+        let n = ctx.replicas as usize;
+        Ok(Self {
+            next_eviction_at: cfg.eviction_interval_s,
+            cfg,
+            tree: PrefixTree::new(n),
+            in_flight: vec![0; n],
+            matches: vec![0; n],
+            cache_decisions: 0,
+            balance_decisions: 0,
+            below_threshold_decisions: 0,
+            evicted_tokens: 0,
+        })
+    }
+}
+
+impl SglangCacheAware {
+    fn least_loaded(&self) -> usize {
+        (0..self.in_flight.len()).min_by_key(|&i| self.in_flight[i]).expect("replicas")
+    }
+
+    fn evict_due(&mut self, now: f64) {
+        while now >= self.next_eviction_at {
+            for r in 0..self.tree.replicas() {
+                let held = self.tree.held_tokens(r);
+                if held > self.cfg.max_tree_tokens {
+                    self.evicted_tokens += self.tree.evict_lru(r, held - self.cfg.max_tree_tokens);
+                }
+            }
+            self.next_eviction_at += self.cfg.eviction_interval_s;
+        }
+    }
+
+    /// The router's belief of how many of `segments`' tokens replica `r` has cached.
+    pub fn believed_match(&self, segments: &[Segment], r: usize) -> u32 {
+        self.tree.match_tokens(segments, r)
+    }
+}
+
+impl RouterPolicy for SglangCacheAware {
+    fn route(&mut self, request: &Request<'_>, _replicas: &[ReplicaView]) -> usize {
+        self.evict_due(request.arrived_at);
+        let (min, max) = self.in_flight.iter().fold((u32::MAX, 0), |(lo, hi), &l| (lo.min(l), hi.max(l)));
+        if max - min > self.cfg.balance_abs_threshold && max as f64 > self.cfg.balance_rel_threshold * min as f64 {
+            self.balance_decisions += 1;
+            return self.least_loaded();
+        }
+        self.tree.match_each(request.segments.as_slice(), &mut self.matches);
+        let mut best = 0;
+        for i in 1..self.matches.len() {
+            if self.matches[i] > self.matches[best]
+                || (self.matches[i] == self.matches[best] && self.in_flight[i] < self.in_flight[best])
+            {
+                best = i;
+            }
+        }
+        let rate = if request.prompt_tokens == 0 { 0.0 } else { self.matches[best] as f64 / request.prompt_tokens as f64 };
+        if rate > self.cfg.cache_threshold {
+            self.cache_decisions += 1;
+            return best;
+        }
+        self.below_threshold_decisions += 1;
+        match self.cfg.below_threshold {
+            BelowThreshold::LeastLoad => self.least_loaded(),
+            BelowThreshold::SmallestTree => {
+                (0..self.in_flight.len()).min_by_key(|&i| self.tree.held_tokens(i)).expect("replicas")
+            }
+        }
+    }
+
+    fn on_dispatch(&mut self, request: &Request<'_>, replica: usize) {
+        self.in_flight[replica] += 1;
+        self.tree.insert(request.segments.as_slice(), replica);
+    }
+
+    fn on_complete(&mut self, c: &Completion) {
+        let l = &mut self.in_flight[c.replica as usize];
+        *l = l.saturating_sub(1);
+    }
+
+    fn report(&self) -> Vec<(String, f64)> {
+        let n = self.tree.replicas().max(1) as f64;
+        let tree_tokens: u64 = (0..self.tree.replicas()).map(|r| self.tree.held_tokens(r)).sum();
+        vec![
+            ("cache_decisions".into(), self.cache_decisions as f64),
+            ("balance_decisions".into(), self.balance_decisions as f64),
+            ("below_threshold_decisions".into(), self.below_threshold_decisions as f64),
+            ("router_tree_tokens_mean".into(), tree_tokens as f64 / n),
+            ("router_evicted_tokens".into(), self.evicted_tokens as f64),
+        ]
+    }
+}

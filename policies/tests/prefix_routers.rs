@@ -1,0 +1,137 @@
+//! The prefix-aware routers' decision rules on hand-made views (the cluster world tests them
+//! end to end).
+
+use abi_stable::std_types::{RNone, ROption, RSlice};
+use routelab_policies::{max_affinity::MaxAffinity, preble::Preble, sglang_cache_aware::SglangCacheAware, threshold_affinity::ThresholdAffinity};
+use routelab_policy_api::*;
+
+/// Mistral-7B on one A6000 (cluster.md's calibration: 112 TFLOP/s effective, 80% of 768 GB/s).
+fn a6000_mistral() -> CostModel {
+    let params = 7_241_732_096.0;
+    CostModel {
+        flops_per_s: 112e12,
+        bytes_per_s: 0.8 * 768e9,
+        linear_flops_per_token: 2.0 * params,
+        attention_flops_per_pair: 4.0 * 32.0 * 4096.0,
+        weight_bytes: 2.0 * params,
+        kv_bytes_per_token: 131_072.0,
+        step_overhead_s: 0.0004,
+    }
+}
+
+fn ctx(replicas: u32, cost: ROption<CostModel>) -> RouterContext {
+    RouterContext { world: World::Cluster, replicas, seed: 1, kv_capacity_tokens: 219_089, cost }
+}
+
+fn req<'a>(id: u64, at: f64, segs: &'a [Segment]) -> Request<'a> {
+    let tokens = segs.iter().map(|s| s.tokens).sum();
+    Request { id, arrived_at: at, prompt_tokens: tokens, size_hint: RNone, segments: RSlice::from_slice(segs) }
+}
+
+fn view(matched: u32, work: f64) -> ReplicaView {
+    ReplicaView { matched_tokens: matched, outstanding_work: work, ..Default::default() }
+}
+
+const SYS: Segment = Segment { id: 1, tokens: 13 };
+const DOC: Segment = Segment { id: 2, tokens: 21_000 };
+const Q: Segment = Segment { id: 3, tokens: 1_987 };
+
+#[test]
+fn max_affinity_follows_even_a_tiny_shared_prefix() {
+    let mut r = MaxAffinity::new(Default::default(), &ctx(3, RNone)).unwrap();
+    let segs = [SYS, DOC];
+    // Replica 2 holds only the 13-token system prompt and is busy; max affinity still goes there.
+    assert_eq!(r.route(&req(0, 0.0, &segs), &[view(0, 0.0), view(0, 0.0), view(13, 1e6)]), 2);
+    // Equal matches: least work.
+    assert_eq!(r.route(&req(1, 0.0, &segs), &[view(13, 5.0), view(13, 1.0), view(13, 3.0)]), 1);
+}
+
+#[test]
+fn threshold_affinity_needs_a_match_worth_having() {
+    let mut r = ThresholdAffinity::new(Default::default(), &ctx(3, RNone)).unwrap();
+    let segs = [SYS, DOC, Q];
+    // Only the system prompt matches: route by load.
+    assert_eq!(r.route(&req(0, 0.0, &segs), &[view(13, 9.0), view(0, 1.0), view(13, 5.0)]), 1);
+    // The document matches on replica 2: affinity, despite the load.
+    assert_eq!(r.route(&req(1, 0.0, &segs), &[view(13, 9.0), view(0, 1.0), view(21_013, 50.0)]), 2);
+    assert!(ThresholdAffinity::new(routelab_policies::threshold_affinity::Config { threshold: 1.5 }, &ctx(2, RNone)).is_err());
+}
+
+#[test]
+fn sglang_follows_its_own_tree_until_the_load_guard_trips() {
+    let mut r = SglangCacheAware::new(Default::default(), &ctx(4, RNone)).unwrap();
+    let views = [ReplicaView::default(); 4];
+    let doc_a = [SYS, DOC, Q];
+    let first = r.route(&req(0, 0.0, &doc_a), &views);
+    r.on_dispatch(&req(0, 0.0, &doc_a), first);
+    // Same document, new question: the tree says `first` has 21,013 of 23,000 tokens.
+    let doc_a2 = [SYS, DOC, Segment { id: 4, tokens: 1_987 }];
+    for i in 1..=8 {
+        let c = r.route(&req(i, 0.1 * i as f64, &doc_a2), &views);
+        assert_eq!(c, first, "request {i} should follow its cached document");
+        r.on_dispatch(&req(i, 0.1 * i as f64, &doc_a2), c);
+    }
+    // 9 in flight on one replica, 0 elsewhere: 9 − 0 > 8 and 9 > 1.5 × 0 → least loaded.
+    let c = r.route(&req(9, 1.0, &doc_a2), &views);
+    assert_ne!(c, first);
+    let stats = r.report();
+    assert_eq!(stats.iter().find(|s| s.0 == "balance_decisions").unwrap().1, 1.0);
+}
+
+#[test]
+fn sglang_trims_trees_at_its_eviction_interval() {
+    let cfg = routelab_policies::sglang_cache_aware::Config { max_tree_tokens: 30_000, eviction_interval_s: 10.0, ..Default::default() };
+    let mut r = SglangCacheAware::new(cfg, &ctx(1, RNone)).unwrap();
+    let views = [ReplicaView::default()];
+    let a = [SYS, DOC];
+    let b = [SYS, Segment { id: 9, tokens: 21_000 }];
+    r.on_dispatch(&req(0, 0.0, &a), 0);
+    r.on_dispatch(&req(1, 1.0, &b), 0);
+    assert_eq!(r.believed_match(&a, 0), 21_013, "no eviction before the interval ends");
+    r.route(&req(2, 10.0, &b), &views);
+    assert_eq!(r.believed_match(&a, 0), 13, "the least recently used document is trimmed");
+    assert_eq!(r.believed_match(&b, 0), 21_013);
+}
+
+/// Exercise 3's situation: replica 2 holds the system prompt and the document; E2 exploits it.
+#[test]
+fn preble_exploits_a_long_cached_document_and_explores_otherwise() {
+    let mut r = Preble::new(Default::default(), &ctx(4, abi_stable::std_types::RSome(a6000_mistral()))).unwrap();
+    let views = [ReplicaView::default(); 4];
+    for rep in [0, 1, 3] {
+        r.on_dispatch(&req(rep as u64, 0.0, &[SYS]), rep);
+    }
+    r.on_dispatch(&req(2, 0.0, &[SYS, DOC]), 2);
+    let segs = [SYS, DOC, Q];
+    assert_eq!(r.route(&req(10, 1.0, &segs), &views), 2, "cached 21,013 > missed 1,987: exploit replica 2");
+    // A new document: only 13 tokens cached anywhere → explore, to the cheapest replica — not 2,
+    // which carries the most windowed load.
+    let other = [SYS, Segment { id: 7, tokens: 20_000 }, Q];
+    r.on_dispatch(&req(10, 1.0, &segs), 2);
+    let c = r.route(&req(11, 2.0, &other), &views);
+    assert_ne!(c, 2);
+    let stats = r.report();
+    let get = |k: &str| stats.iter().find(|s| s.0 == k).unwrap().1;
+    assert_eq!(get("exploit_decisions"), 1.0);
+    assert_eq!(get("explore_decisions"), 1.0);
+    assert!(get("cost_p_mean_s") > 0.0);
+}
+
+#[test]
+fn preble_forgets_what_replicas_evict() {
+    let mut r = Preble::new(Default::default(), &ctx(2, abi_stable::std_types::RSome(a6000_mistral()))).unwrap();
+    let views = [ReplicaView::default(); 2];
+    r.on_dispatch(&req(0, 0.0, &[SYS, DOC]), 1);
+    let segs = [SYS, DOC, Q];
+    assert_eq!(r.route(&req(1, 1.0, &segs), &views), 1);
+    r.on_evict(&Eviction { replica: 1, evicted_at: 1.5, path: RSlice::from_slice(&[SYS, DOC]), remaining_tokens: 0 });
+    r.route(&req(2, 2.0, &segs), &views);
+    let stats = r.report();
+    assert_eq!(stats.iter().find(|s| s.0 == "explore_decisions").unwrap().1, 1.0, "after the eviction nothing is cached: explore");
+}
+
+#[test]
+fn preble_refuses_the_dispatch_world() {
+    let e = Preble::new(Default::default(), &ctx(2, RNone)).err().unwrap();
+    assert!(e.contains("cluster"), "{e}");
+}
