@@ -1,5 +1,5 @@
 //! Each cluster preset's generated statistics and a quick comparison of the classic routers:
-//! `cargo run --release -p routelab --example cluster_presets [-- PRESET...]`.
+//! `[ROUTERS=a,b,c] cargo run --release -p routelab --example cluster_presets [-- PRESET...]`.
 
 use std::path::Path;
 
@@ -22,13 +22,14 @@ fn main() -> anyhow::Result<()> {
         let stream = generate::generate(&spec, None, w.seed).map_err(anyhow::Error::msg)?;
         println!("== {p}\n{}", generate::stats(&stream));
         let sm = spec.step_model().map_err(|e| anyhow::anyhow!("{}", e.message))?;
-        for router in ["round_robin", "least_requests", "least_work_left"] {
+        let routers = std::env::var("ROUTERS").unwrap_or_else(|_| "round_robin,least_requests,least_work_left".into());
+        for router in routers.split(',') {
             let mut r = loader.router(&PolicySpec::parse(router)?, &cluster::router_context(&sm, spec.replicas, w.seed))?;
             let mut s = cluster::make_schedulers(&spec, &mut loader, w.seed)?;
             let o = cluster::run_stream(&spec, &stream, &mut r, &mut s, router)?;
             let g = |k: &str| o.metrics.get(k).unwrap_or(f64::NAN);
             println!(
-                "  {router:16} lat {:7.2} s p99 {:7.2} ttft {:6.2} tpot {:.4} thr {:6.2} hit {:.3} repl {:.2} busiest {:.3} done {} unfinished {} overloaded {}",
+                "  {router:20} lat {:7.2} s p99 {:7.2} ttft {:6.2} tpot {:.4} thr {:6.2} hit {:.3} repl {:.2} busiest {:.3} done {} unfinished {} overloaded {}",
                 g("latency_mean_s"), g("latency_p99_s"), g("ttft_mean_s"), g("tpot_mean_s"), g("throughput_rps"),
                 g("hit_rate"), g("replication_factor"), g("busiest_replica_share"), g("completed"), g("unfinished"), g("overloaded")
             );

@@ -237,3 +237,13 @@ fn every_preset_validates_and_generates() {
         assert_eq!(st.requests, 200, "{name}");
     }
 }
+
+#[test]
+fn prefix_aware_routers_beat_round_robin_on_hit_rate_and_duplication() {
+    let mut spec = preset("long_doc_qa");
+    spec.requests = Some(400);
+    let rr = run_named(&spec, None, "round_robin", 1).unwrap();
+    let preble = run_named(&spec, None, "preble", 1).unwrap();
+    assert!(m(&rr, "hit_rate") + 0.1 < m(&preble, "hit_rate"), "rr {:?}\npreble {:?}", rr.metrics, preble.metrics);
+    assert!(m(&rr, "replication_factor") > m(&preble, "replication_factor"), "rr {:?}\npreble {:?}", rr.metrics, preble.metrics);
+}
