@@ -127,3 +127,28 @@ pub fn run(requests: u64, plugin: Option<&Path>) -> Result<String> {
     }
     Ok(out)
 }
+
+/// Wall seconds to generate and to simulate `spec` with `requests` requests under `policy`
+/// (generation, simulation): simulated requests per second is `requests / simulation`.
+pub fn cluster_timing(
+    loader: &mut Loader,
+    spec: &crate::workload::cluster::ClusterSpec,
+    policy: &str,
+    requests: u64,
+) -> Result<(f64, f64)> {
+    use crate::sim::cluster;
+    let mut spec = spec.clone();
+    spec.requests = Some(requests);
+    spec.duration_s = None;
+    let sm = spec.step_model().map_err(|e| anyhow::anyhow!("{}: {}", e.path, e.message))?;
+    let mut router = loader.router(&PolicySpec::parse(policy)?, &cluster::router_context(&sm, spec.replicas, 1))?;
+    let mut schedulers = cluster::make_schedulers(&spec, loader, 1)?;
+    let t = Instant::now();
+    let stream = crate::workload::generate::generate(&spec, None, 1).map_err(anyhow::Error::msg)?;
+    let generated = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let outcome = cluster::run_stream(&spec, &stream, &mut router, &mut schedulers, policy)?;
+    let simulated = t.elapsed().as_secs_f64();
+    black_box(outcome);
+    Ok((generated, simulated))
+}

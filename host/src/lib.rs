@@ -15,4 +15,5 @@ pub mod runner;
 pub mod scaffold;
 pub mod seeds;
 pub mod sim;
+pub mod step_model;
 pub mod workload;

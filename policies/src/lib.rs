@@ -6,14 +6,17 @@
 
 pub mod best_single;
 pub mod exhaustive;
+pub mod fcfs;
 pub mod greedy;
 pub mod least_requests;
 pub mod least_work_left;
 pub mod llmselector;
 pub mod llmselector_cost;
+pub mod lpm;
 pub mod max_affinity;
 pub mod power_of_two;
 pub mod preble;
+pub mod priority_groups;
 pub mod random;
 pub mod random_search;
 pub mod round_robin;
@@ -21,7 +24,7 @@ pub mod selection;
 pub mod sglang_cache_aware;
 pub mod threshold_affinity;
 
-use routelab_policy_api::{Entry, router, selector};
+use routelab_policy_api::{Entry, router, scheduler, selector};
 
 /// Every built-in policy.
 pub fn registry() -> Vec<Entry> {
@@ -41,6 +44,9 @@ pub fn registry() -> Vec<Entry> {
         selector::<exhaustive::Exhaustive>(),
         selector::<best_single::BestSingle>(),
         selector::<llmselector_cost::LlmSelectorCost>(),
+        scheduler::<fcfs::Fcfs>(),
+        scheduler::<lpm::Lpm>(),
+        scheduler::<priority_groups::PriorityGroups>(),
     ]
 }
 

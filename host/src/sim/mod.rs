@@ -3,6 +3,7 @@
 
 pub mod compound;
 pub mod dispatch;
+pub mod cluster;
 pub mod event_queue;
 
 /// A failed run: the policy erred or panicked, or answered with a replica that does not exist.

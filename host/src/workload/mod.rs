@@ -6,6 +6,7 @@
 pub mod cluster;
 pub mod compound;
 pub mod dispatch;
+pub mod generate;
 pub mod trace;
 
 use std::fmt;

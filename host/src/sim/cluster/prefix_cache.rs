@@ -1,0 +1,487 @@
+//! One replica's prefix cache: a radix tree over prompt segments with KV memory accounting.
+//!
+//! A node is one segment under a given path of segments (so the same document after two different
+//! system prompts is two nodes). Each node holds `tokens` of KV memory (allocated) of which the
+//! leading `computed` are written; a request allocates its uncached segments at admission and
+//! marks them computed as its prefill advances, so another request matches only computed tokens.
+//!
+//! Pinning: an admitted request pins every node on its path; pinned nodes are never evicted.
+//! Eviction: unpinned leaves, least recently used first (a node is "used" when a request pins or
+//! releases it); the last victim is cut partially (its trailing tokens go, its leading tokens stay
+//! matchable) when only part of its space is needed. When a node's last pinner leaves before the
+//! node was fully computed (preemption), its uncomputed tail is freed, so an unpinned node is
+//! always fully computed: `tokens == computed`.
+
+use std::collections::{BTreeSet, HashMap};
+
+use routelab_policy_api::Segment;
+
+use crate::seeds::mix;
+
+/// The root's index; it holds no tokens.
+pub const ROOT: u32 = 0;
+
+/// Hash of a segment path, extended one segment at a time from 0 (the empty path). Equal paths
+/// hash equal on every replica, which is how the host counts the union of cached content.
+pub fn extend_path_hash(path_hash: u64, segment_id: u64) -> u64 {
+    mix(path_hash ^ mix(segment_id))
+}
+
+#[derive(Clone, Debug)]
+struct Node {
+    segment: Segment,
+    parent: u32,
+    tokens: u32,
+    computed: u32,
+    pins: u32,
+    children: u32,
+    last_used: u64,
+    path_hash: u64,
+}
+
+/// What admitting a prompt would take.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AdmitPlan {
+    /// Leading prompt tokens already computed here.
+    pub cached_tokens: u32,
+    /// Tokens of matched nodes nobody pins now (they become pinned).
+    pub newly_pinned_tokens: u64,
+    /// Tokens to allocate: uncached segments, and the evicted tail of a partially evicted one.
+    pub new_tokens: u64,
+}
+
+/// A cut of cached content: the path to the cut node and what is left of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvictionEvent {
+    pub path: Vec<Segment>,
+    pub remaining_tokens: u32,
+}
+
+#[derive(Debug)]
+pub struct PrefixCache {
+    nodes: Vec<Node>,
+    free_slots: Vec<u32>,
+    children: HashMap<(u32, u64), u32>,
+    /// Evictable nodes: unpinned leaves, by (last_used, index).
+    lru: BTreeSet<(u64, u32)>,
+    clock: u64,
+    total_tokens: u64,
+    pinned_tokens: u64,
+    evicted_tokens: u64,
+}
+
+impl Default for PrefixCache {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PrefixCache {
+    pub fn new() -> Self {
+        let root = Node {
+            segment: Segment { id: 0, tokens: 0 },
+            parent: ROOT,
+            tokens: 0,
+            computed: 0,
+            pins: 0,
+            children: 0,
+            last_used: 0,
+            path_hash: 0,
+        };
+        Self {
+            nodes: vec![root],
+            free_slots: Vec::new(),
+            children: HashMap::new(),
+            lru: BTreeSet::new(),
+            clock: 0,
+            total_tokens: 0,
+            pinned_tokens: 0,
+            evicted_tokens: 0,
+        }
+    }
+
+    /// KV tokens held by the tree (computed or allocated for a running prefill).
+    pub fn total_tokens(&self) -> u64 {
+        self.total_tokens
+    }
+
+    /// KV tokens of nodes some running request pins (not evictable).
+    pub fn pinned_tokens(&self) -> u64 {
+        self.pinned_tokens
+    }
+
+    /// Tokens evicted so far.
+    pub fn evicted_tokens(&self) -> u64 {
+        self.evicted_tokens
+    }
+
+    fn child(&self, parent: u32, segment_id: u64) -> Option<u32> {
+        self.children.get(&(parent, segment_id)).copied()
+    }
+
+    /// Leading tokens of `prompt` computed in this cache.
+    pub fn cached_prefix(&self, prompt: &[Segment]) -> u32 {
+        let mut node = ROOT;
+        let mut cached = 0;
+        for s in prompt {
+            let Some(c) = self.child(node, s.id) else { break };
+            let n = &self.nodes[c as usize];
+            cached += n.computed;
+            if n.computed < s.tokens {
+                break;
+            }
+            node = c;
+        }
+        cached
+    }
+
+    /// The exact match a router asks for: leading tokens computed here, or belonging to requests
+    /// dispatched here and not yet computed (`pending` counts those by path hash).
+    pub fn cached_or_pending_prefix(&self, prompt: &[Segment], pending: &HashMap<u64, u32>) -> u32 {
+        let mut node = Some(ROOT);
+        let mut hash = 0;
+        let mut matched = 0;
+        for s in prompt {
+            hash = extend_path_hash(hash, s.id);
+            let cached = node.and_then(|p| self.child(p, s.id));
+            let computed = cached.map_or(0, |c| self.nodes[c as usize].computed);
+            if computed >= s.tokens || pending.contains_key(&hash) {
+                matched += s.tokens;
+                node = cached.filter(|_| computed >= s.tokens);
+            } else {
+                return matched + computed;
+            }
+        }
+        matched
+    }
+
+    /// What admitting `prompt` needs; changes nothing.
+    pub fn plan(&self, prompt: &[Segment]) -> AdmitPlan {
+        let mut plan = AdmitPlan::default();
+        let mut node = ROOT;
+        let mut counting = true;
+        for (k, s) in prompt.iter().enumerate() {
+            match self.child(node, s.id) {
+                Some(c) => {
+                    let n = &self.nodes[c as usize];
+                    if counting {
+                        plan.cached_tokens += n.computed;
+                        counting = n.computed >= s.tokens;
+                    }
+                    if n.pins == 0 {
+                        plan.newly_pinned_tokens += n.tokens as u64;
+                    }
+                    plan.new_tokens += (s.tokens - n.tokens) as u64;
+                    node = c;
+                }
+                None => {
+                    plan.new_tokens += prompt[k..].iter().map(|s| s.tokens as u64).sum::<u64>();
+                    break;
+                }
+            }
+        }
+        plan
+    }
+
+    /// Pins `prompt`'s path, evicts `evict_tokens` of unpinned content, then allocates what is
+    /// missing. Fills `path` with the node of each segment. Evictions go to `events` if given.
+    pub fn admit(&mut self, prompt: &[Segment], path: &mut Vec<u32>, evict_tokens: u64, events: Option<&mut Vec<EvictionEvent>>) {
+        self.clock += 1;
+        path.clear();
+        let mut node = ROOT;
+        let mut matched = 0;
+        for s in prompt {
+            let Some(c) = self.child(node, s.id) else { break };
+            self.pin(c);
+            path.push(c);
+            node = c;
+            matched += 1;
+        }
+        self.evict(evict_tokens, events);
+        for &c in path.iter() {
+            let n = &mut self.nodes[c as usize];
+            let grow = n.segment.tokens - n.tokens;
+            n.tokens += grow;
+            self.total_tokens += grow as u64;
+            self.pinned_tokens += grow as u64;
+        }
+        for s in &prompt[matched..] {
+            let c = self.insert(node, *s, 0);
+            self.pin(c);
+            path.push(c);
+            node = c;
+        }
+    }
+
+    fn pin(&mut self, c: u32) {
+        let clock = self.clock;
+        let n = &mut self.nodes[c as usize];
+        if n.pins == 0 {
+            self.pinned_tokens += n.tokens as u64;
+            self.lru.remove(&(n.last_used, c));
+        }
+        n.pins += 1;
+        n.last_used = clock;
+    }
+
+    /// A new unpinned child of `parent` holding `segment` with `computed` tokens written
+    /// (allocates the whole segment).
+    fn insert(&mut self, parent: u32, segment: Segment, computed: u32) -> u32 {
+        let path_hash = extend_path_hash(self.nodes[parent as usize].path_hash, segment.id);
+        let node = Node { segment, parent, tokens: segment.tokens, computed, pins: 0, children: 0, last_used: self.clock, path_hash };
+        let c = match self.free_slots.pop() {
+            Some(i) => {
+                self.nodes[i as usize] = node;
+                i
+            }
+            None => {
+                self.nodes.push(node);
+                (self.nodes.len() - 1) as u32
+            }
+        };
+        let p = &mut self.nodes[parent as usize];
+        if p.children == 0 && p.pins == 0 && parent != ROOT {
+            self.lru.remove(&(p.last_used, parent));
+        }
+        p.children += 1;
+        self.children.insert((parent, segment.id), c);
+        self.total_tokens += segment.tokens as u64;
+        c
+    }
+
+    /// Caches a finished request's output (reused by a later turn) under `parent`, computed and
+    /// unpinned. The caller moves those tokens from its private KV to the tree.
+    pub fn insert_computed(&mut self, parent: u32, segment: Segment) {
+        if self.child(parent, segment.id).is_some() || segment.tokens == 0 {
+            return;
+        }
+        self.clock += 1;
+        let c = self.insert(parent, segment, segment.tokens);
+        self.lru.insert((self.nodes[c as usize].last_used, c));
+    }
+
+    /// Marks the first `computed` tokens of `node` as written (never lowers it).
+    pub fn mark_computed(&mut self, node: u32, computed: u32) {
+        let n = &mut self.nodes[node as usize];
+        debug_assert!(computed <= n.tokens, "computing past the allocation");
+        n.computed = n.computed.max(computed);
+    }
+
+    /// Unpins a request's path (deepest first), freeing uncomputed tails nobody else pins.
+    pub fn release(&mut self, path: &[u32]) {
+        self.clock += 1;
+        for &c in path.iter().rev() {
+            let clock = self.clock;
+            let n = &mut self.nodes[c as usize];
+            n.pins -= 1;
+            n.last_used = clock;
+            if n.pins > 0 {
+                continue;
+            }
+            self.pinned_tokens -= n.tokens as u64;
+            let uncomputed = n.tokens - n.computed;
+            n.tokens = n.computed;
+            self.total_tokens -= uncomputed as u64;
+            if n.children == 0 {
+                if n.tokens == 0 {
+                    self.remove(c);
+                } else {
+                    self.lru.insert((clock, c));
+                }
+            }
+        }
+    }
+
+    fn remove(&mut self, c: u32) {
+        let (parent, id) = {
+            let n = &self.nodes[c as usize];
+            debug_assert!(n.children == 0 && n.pins == 0 && n.tokens == 0);
+            (n.parent, n.segment.id)
+        };
+        self.children.remove(&(parent, id));
+        self.free_slots.push(c);
+        let p = &mut self.nodes[parent as usize];
+        p.children -= 1;
+        if p.children == 0 && p.pins == 0 && parent != ROOT {
+            self.lru.insert((p.last_used, parent));
+        }
+    }
+
+    /// Evicts up to `tokens` tokens of unpinned leaves, least recently used first; returns how
+    /// many were evicted (less only when nothing evictable is left).
+    pub fn evict(&mut self, mut tokens: u64, mut events: Option<&mut Vec<EvictionEvent>>) -> u64 {
+        let mut evicted = 0;
+        while tokens > 0 {
+            let Some((used, c)) = self.lru.pop_first() else { break };
+            let n = &mut self.nodes[c as usize];
+            let cut = (n.tokens as u64).min(tokens) as u32;
+            n.tokens -= cut;
+            n.computed = n.computed.min(n.tokens);
+            let remaining = n.tokens;
+            self.total_tokens -= cut as u64;
+            self.evicted_tokens += cut as u64;
+            tokens -= cut as u64;
+            evicted += cut as u64;
+            if let Some(ev) = events.as_deref_mut() {
+                ev.push(EvictionEvent { path: self.path_of(c), remaining_tokens: remaining });
+            }
+            if remaining == 0 {
+                self.remove(c);
+            } else {
+                self.lru.insert((used, c));
+            }
+        }
+        evicted
+    }
+
+    /// Segments from the root to `node`, `node`'s last.
+    pub fn path_of(&self, mut node: u32) -> Vec<Segment> {
+        let mut path = Vec::new();
+        while node != ROOT {
+            let n = &self.nodes[node as usize];
+            path.push(n.segment);
+            node = n.parent;
+        }
+        path.reverse();
+        path
+    }
+
+    /// (path hash, tokens) of every node holding tokens.
+    pub fn contents(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.children.values().map(|&c| {
+            let n = &self.nodes[c as usize];
+            (n.path_hash, n.tokens)
+        })
+    }
+
+    /// Checks the accounting against the tree (debug builds and tests; O(nodes)).
+    pub fn check(&self) {
+        let mut total = 0u64;
+        let mut pinned = 0u64;
+        for &c in self.children.values() {
+            let n = &self.nodes[c as usize];
+            assert!(n.computed <= n.tokens && n.tokens <= n.segment.tokens, "node {c}: {n:?}");
+            assert!(n.pins > 0 || n.computed == n.tokens, "unpinned node {c} not fully computed: {n:?}");
+            total += n.tokens as u64;
+            if n.pins > 0 {
+                pinned += n.tokens as u64;
+            }
+            assert_eq!(n.pins == 0 && n.children == 0, self.lru.contains(&(n.last_used, c)), "lru membership of {c}: {n:?}");
+        }
+        assert_eq!(total, self.total_tokens, "total tokens");
+        assert_eq!(pinned, self.pinned_tokens, "pinned tokens");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg(id: u64, tokens: u32) -> Segment {
+        Segment { id, tokens }
+    }
+
+    /// Admits and fully computes `prompt`, then releases it (a finished request).
+    fn serve(cache: &mut PrefixCache, prompt: &[Segment]) -> Vec<u32> {
+        let mut path = Vec::new();
+        cache.admit(prompt, &mut path, 0, None);
+        for (&n, s) in path.iter().zip(prompt) {
+            cache.mark_computed(n, s.tokens);
+        }
+        cache.release(&path);
+        path
+    }
+
+    #[test]
+    fn match_counts_leading_computed_segments_only() {
+        let mut c = PrefixCache::new();
+        serve(&mut c, &[seg(1, 13), seg(2, 1000), seg(3, 50)]);
+        assert_eq!(c.cached_prefix(&[seg(1, 13), seg(2, 1000), seg(9, 50)]), 1013);
+        assert_eq!(c.cached_prefix(&[seg(1, 13), seg(5, 1000)]), 13);
+        assert_eq!(c.cached_prefix(&[seg(2, 1000)]), 0, "same document under another path is other content");
+        // Allocated but not yet computed content does not match.
+        let mut path = Vec::new();
+        c.admit(&[seg(1, 13), seg(7, 100)], &mut path, 0, None);
+        assert_eq!(c.cached_prefix(&[seg(1, 13), seg(7, 100)]), 13);
+        c.mark_computed(path[1], 40);
+        assert_eq!(c.cached_prefix(&[seg(1, 13), seg(7, 100)]), 53);
+        c.check();
+    }
+
+    #[test]
+    fn pinned_nodes_survive_eviction_and_lru_order_is_respected() {
+        let mut c = PrefixCache::new();
+        serve(&mut c, &[seg(1, 10), seg(2, 100)]); // oldest leaf
+        serve(&mut c, &[seg(1, 10), seg(3, 100)]);
+        let mut running = Vec::new();
+        c.admit(&[seg(1, 10), seg(4, 100)], &mut running, 0, None); // pinned
+        c.mark_computed(running[1], 100);
+        assert_eq!(c.total_tokens(), 310);
+        assert_eq!(c.pinned_tokens(), 110);
+        let mut ev = Vec::new();
+        assert_eq!(c.evict(150, Some(&mut ev)), 150);
+        // Doc 2 (least recently used) goes whole, doc 3 loses its last 50 tokens; 1 and 4 are pinned.
+        assert_eq!(ev[0], EvictionEvent { path: vec![seg(1, 10), seg(2, 100)], remaining_tokens: 0 });
+        assert_eq!(ev[1], EvictionEvent { path: vec![seg(1, 10), seg(3, 100)], remaining_tokens: 50 });
+        assert_eq!(c.cached_prefix(&[seg(1, 10), seg(3, 100)]), 60, "a partially evicted segment keeps its leading tokens");
+        assert_eq!(c.evict(1000, None), 50, "only unpinned leaves go");
+        assert_eq!(c.total_tokens(), 110);
+        c.check();
+        c.release(&running);
+        assert_eq!(c.pinned_tokens(), 0);
+        assert_eq!(c.evict(1000, None), 110, "after release the whole path is evictable, leaf before parent");
+        assert_eq!(c.total_tokens(), 0);
+        c.check();
+    }
+
+    #[test]
+    fn using_a_prefix_refreshes_it() {
+        let mut c = PrefixCache::new();
+        serve(&mut c, &[seg(1, 10), seg(2, 100)]);
+        serve(&mut c, &[seg(1, 10), seg(3, 100)]);
+        serve(&mut c, &[seg(1, 10), seg(2, 100)]); // 2 is now the most recent
+        let mut ev = Vec::new();
+        c.evict(100, Some(&mut ev));
+        assert_eq!(ev[0].path.last().unwrap().id, 3);
+    }
+
+    #[test]
+    fn regrowing_a_partially_evicted_segment_and_plan_accounting() {
+        let mut c = PrefixCache::new();
+        serve(&mut c, &[seg(1, 10), seg(2, 100)]);
+        c.evict(30, None);
+        let prompt = [seg(1, 10), seg(2, 100), seg(3, 5)];
+        let plan = c.plan(&prompt);
+        assert_eq!(plan, AdmitPlan { cached_tokens: 80, newly_pinned_tokens: 80, new_tokens: 35 });
+        let mut path = Vec::new();
+        c.admit(&prompt, &mut path, 0, None);
+        assert_eq!(c.total_tokens(), 115);
+        assert_eq!(c.pinned_tokens(), 115);
+        c.check();
+    }
+
+    #[test]
+    fn releasing_an_uncomputed_path_frees_its_tail() {
+        let mut c = PrefixCache::new();
+        let mut path = Vec::new();
+        c.admit(&[seg(1, 10), seg(2, 100), seg(3, 50)], &mut path, 0, None);
+        c.mark_computed(path[0], 10);
+        c.mark_computed(path[1], 30);
+        c.release(&path); // preempted mid-prefill
+        assert_eq!(c.total_tokens(), 40);
+        assert_eq!(c.cached_prefix(&[seg(1, 10), seg(2, 100)]), 40);
+        c.check();
+    }
+
+    #[test]
+    fn pending_dispatches_extend_the_exact_match() {
+        let mut c = PrefixCache::new();
+        serve(&mut c, &[seg(1, 10)]);
+        let mut pending = HashMap::new();
+        let h1 = extend_path_hash(0, 1);
+        pending.insert(h1, 1);
+        pending.insert(extend_path_hash(h1, 2), 1);
+        assert_eq!(c.cached_or_pending_prefix(&[seg(1, 10), seg(2, 100), seg(3, 5)], &pending), 110);
+        assert_eq!(c.cached_or_pending_prefix(&[seg(1, 10), seg(4, 100)], &pending), 10);
+    }
+}

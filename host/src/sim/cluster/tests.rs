@@ -1,0 +1,249 @@
+//! End-to-end tests of the cluster world with the built-in policies and the presets.
+
+use std::path::{Path, PathBuf};
+
+use routelab_policy_api::*;
+
+use super::*;
+use crate::plugin::{Loader, PolicySpec};
+use crate::workload::{self, cluster::Reservation, trace};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+pub(crate) fn preset(name: &str) -> ClusterSpec {
+    let path = repo_root().join("workloads/cluster").join(format!("{name}.yaml"));
+    workload::load(&path).unwrap_or_else(|e| panic!("{e}")).cluster.unwrap()
+}
+
+/// Runs `router` (a built-in name) on `spec` with `spec.scheduler` on every replica.
+pub(crate) fn run_named(spec: &ClusterSpec, trace: Option<&[TraceRow]>, router: &str, seed: u64) -> Result<RunOutcome, RunError> {
+    let mut loader = Loader::new();
+    let sm = spec.step_model().unwrap();
+    let mut r = loader.router(&PolicySpec::parse(router).unwrap(), &router_context(&sm, spec.replicas, seed)).unwrap();
+    let mut s = make_schedulers(spec, &mut loader, seed).unwrap();
+    let stream = generate(spec, trace, seed).map_err(RunError)?;
+    run_stream(spec, &stream, &mut r, &mut s, router)
+}
+
+fn m(o: &RunOutcome, key: &str) -> f64 {
+    o.metrics.get(key).unwrap_or_else(|| panic!("no metric {key}"))
+}
+
+#[test]
+fn long_doc_qa_reports_every_documented_key_and_replays_exactly() {
+    let mut spec = preset("long_doc_qa");
+    spec.requests = Some(150);
+    let a = run_named(&spec, None, "round_robin", 1).unwrap();
+    for key in [
+        "requests", "completed", "unfinished", "overloaded", "latency_mean_s", "latency_p50_s", "latency_p90_s",
+        "latency_p99_s", "ttft_mean_s", "ttft_p99_s", "tpot_mean_s", "throughput_rps", "hit_rate",
+        "replication_factor", "busiest_replica_share",
+    ] {
+        assert!(a.metrics.get(key).is_some_and(f64::is_finite), "{key}: {:?}", a.metrics);
+    }
+    assert_eq!(m(&a, "completed"), 150.0);
+    let b = run_named(&spec, None, "round_robin", 1).unwrap();
+    assert_eq!(a, b, "same seed, same numbers");
+    let c = run_named(&spec, None, "round_robin", 2).unwrap();
+    assert_ne!(a.metrics, c.metrics);
+    // Round robin spreads hot documents over all four replicas.
+    assert!(m(&a, "replication_factor") > 1.2, "{:?}", a.metrics);
+    assert!(m(&a, "hit_rate") > 0.1 && m(&a, "hit_rate") < 0.9, "{:?}", a.metrics);
+    assert!((m(&a, "busiest_replica_share") - 0.25).abs() < 0.02);
+}
+
+#[test]
+fn every_classic_router_runs_unchanged_and_work_awareness_pays_under_load() {
+    let mut spec = preset("tool_use");
+    spec.requests = Some(3000);
+    spec.arrivals = workload::cluster::Arrivals::Poisson { rate: 110.0 };
+    let mut latency = std::collections::HashMap::new();
+    for router in ["random", "round_robin", "least_requests", "power_of_two", "least_work_left"] {
+        let o = run_named(&spec, None, router, 3).unwrap();
+        assert_eq!(m(&o, "completed"), 3000.0, "{router}: {:?}", o.metrics);
+        latency.insert(router, m(&o, "latency_mean_s"));
+    }
+    assert!(latency["least_work_left"] < latency["round_robin"], "{latency:?}");
+    assert!(latency["least_work_left"] < latency["random"], "{latency:?}");
+}
+
+#[test]
+fn estimate_reservation_preempts_and_still_completes_everything_once() {
+    // One replica with ~43K tokens of KV; 40 requests sharing a 1,000-token context arrive at once
+    // and each generates 2,000 tokens: admitted on a small estimate, they outgrow memory.
+    let yaml = "replicas: 1\nmemory_fraction: 0.42\nreservation: {estimate: {output_tokens: 0}}\ndrain_s: 100000\n\
+                generator: {contexts: {count: 1, tokens: 1000}, suffix_tokens: 100, output_tokens: 2000}\n\
+                arrivals: {poisson: {rate: 100.0}}\nrequests: 40\n";
+    let mut spec: ClusterSpec = serde_norway::from_str(yaml).unwrap();
+    spec.validate().unwrap();
+    let o = run_named(&spec, None, "least_requests", 1).unwrap();
+    assert_eq!(m(&o, "completed"), 40.0, "{:?}", o.metrics);
+    assert!(m(&o, "preemptions") > 0.0, "{:?}", o.metrics);
+    assert!(o.records.iter().any(|r| r.preemptions > 0));
+    assert!(o.records.iter().all(|r| r.cached_tokens <= r.prompt_tokens));
+    // Full reservation never preempts: it admits only what can finish.
+    spec.reservation = Reservation::Full;
+    let f = run_named(&spec, None, "least_requests", 1).unwrap();
+    assert_eq!(m(&f, "preemptions"), 0.0);
+    assert_eq!(m(&f, "completed"), 40.0);
+}
+
+#[test]
+fn schedulers_are_pluggable_and_lpm_raises_the_hit_rate_of_a_queue() {
+    let mut spec = preset("long_doc_qa");
+    spec.requests = Some(200);
+    spec.arrivals = workload::cluster::Arrivals::Poisson { rate: 2.0 };
+    let fcfs = run_named(&spec, None, "round_robin", 1).unwrap();
+    spec.scheduler = "lpm".into();
+    let lpm = run_named(&spec, None, "round_robin", 1).unwrap();
+    spec.scheduler = "priority_groups{groups: 4}".into();
+    let pg = run_named(&spec, None, "round_robin", 1).unwrap();
+    assert!(m(&lpm, "hit_rate") >= m(&fcfs, "hit_rate"), "lpm {:?} fcfs {:?}", lpm.metrics, fcfs.metrics);
+    assert_eq!(m(&pg, "completed"), 200.0);
+    spec.scheduler = "no_such".into();
+    assert!(make_schedulers(&spec, &mut Loader::new(), 1).is_err());
+}
+
+/// Routes to the replica with the longest exact match (ties: fewest outstanding), and records the
+/// eviction notices it hears.
+struct Follow {
+    evictions: u32,
+    last_evicted_at: f64,
+    max_lag: f64,
+    now: f64,
+}
+
+impl Policy for Follow {
+    const NAME: &'static str = "follow";
+    const DESCRIPTION: &'static str = "test router";
+    type Config = routelab_policies::NoConfig;
+    type Context = RouterContext;
+    fn new(_: Self::Config, _: &RouterContext) -> Result<Self, String> {
+        Ok(Self { evictions: 0, last_evicted_at: 0.0, max_lag: 0.0, now: 0.0 })
+    }
+}
+
+impl RouterPolicy for Follow {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { needs_exact_match: true, wants_evictions: true, ..Default::default() }
+    }
+    fn route(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+        self.now = request.arrived_at;
+        (0..replicas.len())
+            .max_by_key(|&i| (replicas[i].matched_tokens, std::cmp::Reverse(replicas[i].outstanding_requests)))
+            .unwrap()
+    }
+    fn on_evict(&mut self, e: &Eviction<'_>) {
+        self.evictions += 1;
+        self.last_evicted_at = e.evicted_at;
+        assert!(!e.path.is_empty());
+        self.max_lag = self.max_lag.max(self.now - e.evicted_at);
+    }
+    fn report(&self) -> Vec<(String, f64)> {
+        vec![("evictions_heard".into(), self.evictions as f64)]
+    }
+}
+
+#[test]
+fn exact_match_counts_dispatched_prompts_so_fanout_follows_the_first() {
+    let mut spec = preset("programming");
+    spec.requests = Some(400);
+    let sm = spec.step_model().unwrap();
+    let ctx = router_context(&sm, spec.replicas, 1);
+    let mut router = Router_TO::from_value(Guarded(Follow::new(Default::default(), &ctx).unwrap()), abi_stable::sabi_trait::TD_Opaque);
+    let mut s = make_schedulers(&spec, &mut Loader::new(), 1).unwrap();
+    let stream = generate(&spec, None, 1).unwrap();
+    let o = run_stream(&spec, &stream, &mut router, &mut s, "follow").unwrap();
+    // The 8 samples of a problem arrive together; the first lands anywhere, the other 7 follow it
+    // because its segments count as dispatched-but-not-computed.
+    for group in o.records.chunks(8) {
+        assert!(group.iter().all(|r| r.replica == group[0].replica), "{group:?}");
+    }
+    assert!(m(&o, "hit_rate") > 0.8, "{:?}", o.metrics);
+}
+
+#[test]
+fn evictions_reach_routers_that_want_them_after_the_delay() {
+    let mut spec = preset("long_doc_qa");
+    spec.requests = Some(200);
+    spec.eviction_delay_s = 5.0;
+    let sm = spec.step_model().unwrap();
+    let ctx = router_context(&sm, spec.replicas, 1);
+    let mut router = Router_TO::from_value(Guarded(Follow::new(Default::default(), &ctx).unwrap()), abi_stable::sabi_trait::TD_Opaque);
+    let mut s = make_schedulers(&spec, &mut Loader::new(), 1).unwrap();
+    let stream = generate(&spec, None, 1).unwrap();
+    let o = run_stream(&spec, &stream, &mut router, &mut s, "follow").unwrap();
+    assert!(m(&o, "evictions_heard") > 0.0, "{:?}", o.metrics);
+}
+
+#[test]
+fn trace_replay_of_the_azure_conversation_trace() {
+    let real = repo_root().join("../shared/data/azure-llm-2023/AzureLLMInferenceTrace_conv.csv");
+    let (path, mut spec) = (real.clone(), preset("azure_conv"));
+    let path = if path.exists() { path } else { repo_root().join("workloads/cluster/traces/sample_conv.csv") };
+    let rows = trace::load(&path).unwrap();
+    // A slice of the real trace keeps debug-build tests fast; the full replay is in the bench.
+    let rows = &rows[..rows.len().min(1500)];
+    spec.requests = None;
+    let o = run_named(&spec, Some(rows), "least_work_left", 1).unwrap();
+    assert_eq!(m(&o, "requests"), rows.len() as f64);
+    assert_eq!(m(&o, "completed"), rows.len() as f64, "{:?}", o.metrics);
+    let prompt: u64 = rows.iter().map(|r| r.context_tokens.max(1) as u64).sum();
+    assert_eq!(o.records.iter().map(|r| r.prompt_tokens as u64).sum::<u64>(), prompt);
+    let missing = generate(&spec, None, 1).unwrap_err();
+    assert!(missing.contains(trace::AZURE_TRACE_HINT), "{missing}");
+}
+
+fn bad(yaml_cluster: &str) -> workload::InputError {
+    let text = format!("name: bad\ncluster:\n{yaml_cluster}");
+    workload::parse(&text, Path::new("bad.yaml")).unwrap_err()
+}
+
+const GEN: &str = "  generator: {contexts: {count: 10, tokens: 1000}, output_tokens: 16}\n  arrivals: {poisson: {rate: 1.0}}\n  requests: 10\n";
+
+#[test]
+fn bad_input_names_the_field_and_the_fix() {
+    let e = bad(&format!("  replicas: 2\n  gpu: a6000\n  model: llama-3-70b\n{GEN}"));
+    assert_eq!(e.path, "cluster.model");
+    assert!(e.message.contains("does not fit") && e.fix.contains("tp"), "{e}");
+
+    let e = bad(&format!(
+        "  replicas: 2\n  chunk_tokens: 0\n  max_step_tokens: 500\n{GEN}"
+    ));
+    assert_eq!(e.path, "cluster.chunk_tokens", "{e}");
+    assert!(e.message.contains("unchunked"), "{e}");
+
+    let e = bad("  replicas: 2\n  generator: {contexts: {count: 10, tokens: 1000, popularity: {zipf: {s: 0}}}, output_tokens: 16}\n  arrivals: {poisson: {rate: 1.0}}\n  requests: 10\n");
+    assert_eq!(e.path, "cluster.generator.contexts.popularity.zipf.s", "{e}");
+
+    let e = bad(&format!("  replicas: 0\n{GEN}"));
+    assert_eq!(e.path, "cluster.replicas");
+
+    let e = bad("  replicas: 1\n  generator: {output_tokens: 16}\n  arrivals: {poisson: {rate: -1.0}}\n  requests: 10\n");
+    assert_eq!(e.path, "cluster.arrivals.poisson.rate", "{e}");
+
+    let e = trace::parse("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,10,5\n2.0,10\n", Path::new("t.csv")).unwrap_err();
+    assert_eq!(e.line, Some(3));
+}
+
+#[test]
+fn every_preset_validates_and_generates() {
+    for name in ["tool_use", "agent", "programming", "video_qa", "long_doc_qa"] {
+        let mut spec = preset(name);
+        spec.requests = Some(200);
+        let st = crate::workload::generate::stats(&generate(&spec, None, 1).unwrap());
+        assert_eq!(st.requests, 200, "{name}");
+    }
+}
+
+#[test]
+fn prefix_aware_routers_beat_round_robin_on_hit_rate_and_duplication() {
+    let mut spec = preset("long_doc_qa");
+    spec.requests = Some(400);
+    let rr = run_named(&spec, None, "round_robin", 1).unwrap();
+    let preble = run_named(&spec, None, "preble", 1).unwrap();
+    assert!(m(&rr, "hit_rate") + 0.1 < m(&preble, "hit_rate"), "rr {:?}\npreble {:?}", rr.metrics, preble.metrics);
+    assert!(m(&rr, "replication_factor") > m(&preble, "replication_factor"), "rr {:?}\npreble {:?}", rr.metrics, preble.metrics);
+}
