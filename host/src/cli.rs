@@ -65,8 +65,23 @@ pub enum Command {
         #[arg(long)]
         plugin: Option<PathBuf>,
     },
-    /// Check a workload and print its resolved form.
-    Validate { workload: PathBuf },
+    /// Check a workload and print its resolved form (and a cluster workload's statistics).
+    Validate {
+        workload: PathBuf,
+        /// Replay this trace file instead of the one the workload names.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+    },
+    /// The step model of one replica: KV capacity, prefill and decode times.
+    StepModel {
+        #[arg(long, default_value = "a6000")]
+        gpu: String,
+        #[arg(long, default_value = "mistral-7b")]
+        model: String,
+        /// Tensor-parallel degree (1, 2, 4 or 8).
+        #[arg(long, default_value_t = 1)]
+        tp: u32,
+    },
     /// Scaffold a policy crate that builds with `cargo build --release` and loads by path.
     NewPolicy {
         dir: PathBuf,
@@ -121,11 +136,14 @@ pub struct Common {
     /// reaches the training optimum.
     #[arg(long)]
     pub all_starts: bool,
+    /// Replay this trace file (Azure LLM trace CSV) instead of the one the workload names.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
 }
 
 impl Common {
     fn options(&self) -> RunOptions {
-        RunOptions { seed: self.seed, seeds: self.seeds, start: self.start.clone() }
+        RunOptions { seed: self.seed, seeds: self.seeds, start: self.start.clone(), trace: self.trace.clone() }
     }
 }
 
@@ -202,7 +220,18 @@ fn execute(command: Command) -> Result<i32> {
             sweep(&workload, specs, &set, &common)
         }
         Command::Policies { plugin } => list_policies(plugin.as_deref()),
-        Command::Validate { workload } => validate(&workload),
+        Command::Validate { workload, trace } => validate(&workload, trace),
+        Command::StepModel { gpu, model, tp } => {
+            let text = crate::step_model::describe(&gpu, &model, tp).map_err(|e| InputError {
+                file: PathBuf::from("<command line>"),
+                path: "step-model".into(),
+                line: None,
+                message: e.message,
+                fix: e.fix,
+            })?;
+            print!("{text}");
+            Ok(0)
+        }
         Command::NewPolicy { dir, kind, name, api_path } => {
             let api = api_path.unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy-api"));
             let made = crate::scaffold::new_policy(&dir, kind_of(kind), name.as_deref(), &api)?;
@@ -507,13 +536,23 @@ fn list_policies(plugin: Option<&Path>) -> Result<i32> {
     Ok(0)
 }
 
-fn validate(file: &Path) -> Result<i32> {
-    let w = workload::load(file)?;
+fn validate(file: &Path, trace: Option<PathBuf>) -> Result<i32> {
+    let mut w = workload::load(file)?;
+    RunOptions { trace, ..Default::default() }.apply(&mut w);
     let prepared = runner::prepare(w, file)?;
     println!("{}: ok ({} world)", file.display(), prepared.workload.world().as_str());
     print!("{}", serde_norway::to_string(&prepared.workload).context("printing the resolved workload")?);
     for n in &prepared.notes {
         println!("# note: {n}");
+    }
+    if let Some(stats) = runner::cluster_stats(&prepared).map_err(|m| InputError {
+        file: file.into(),
+        path: "cluster".into(),
+        line: None,
+        message: m,
+        fix: "see the message".into(),
+    })? {
+        println!("# generated stream (seed {}):\n{stats}", prepared.workload.seed);
     }
     Ok(0)
 }

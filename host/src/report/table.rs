@@ -52,7 +52,9 @@ pub fn render(w: &WorkloadResult) -> String {
     }
     header.extend(cols.iter().map(|c| Cell::new(c.header)));
     if let Some(k) = ratio_key {
-        header.push(Cell::new(format!("ratio ({k})")));
+        let name = super::COLUMNS.iter().find(|c| c.key == *k).map_or(*k, |c| c.header);
+        let name = name.split(" [").next().unwrap_or(name);
+        header.push(Cell::new(format!("{name} ÷ first")));
     }
     t.set_header(header);
     for r in &w.results {
