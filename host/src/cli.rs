@@ -269,24 +269,52 @@ fn kind_of(k: Kind) -> routelab_policy_api::PolicyKind {
     }
 }
 
-/// The embedded demo workload: the classic dispatch comparison at ρ = 0.9.
-pub const DEMO_WORKLOAD: &str = include_str!("../../workloads/dispatch/exp_rho09.yaml");
+/// The demo's embedded workloads: (file they come from, its text, policies, what it shows).
+pub const DEMO: &[(&str, &str, &str, &str)] = &[
+    (
+        "workloads/cluster/long_doc_qa.yaml",
+        include_str!("../../workloads/cluster/long_doc_qa.yaml"),
+        "round_robin,least_work_left,max_affinity,threshold_affinity,sglang_cache_aware,preble",
+        "The cache-vs-balance dilemma: 4 Mistral-7B replicas on A6000s, long documents (~21K tokens).\n\
+         Load-only routers make every replica recompute the documents; pure affinity herds all traffic\n\
+         onto one replica; threshold affinity, SGLang's cache-aware router and Preble keep documents\n\
+         where they are cached while bounding the imbalance.",
+    ),
+    (
+        "workloads/dispatch/exp_rho09.yaml",
+        include_str!("../../workloads/dispatch/exp_rho09.yaml"),
+        "random,round_robin,least_requests,power_of_two,least_work_left",
+        "Classic dispatch: 16 FCFS servers at utilisation 0.9. Random is 16 M/M/1 queues (mean ≈ 10);\n\
+         join-the-shortest-queue and least work left cut the mean several-fold.",
+    ),
+    (
+        "workloads/compound/case_study.yaml",
+        include_str!("../../workloads/compound/case_study.yaml"),
+        "greedy,llmselector",
+        "Which model for each module: from C+C, end-to-end greedy search is stuck in a local optimum;\n\
+         LLMSelector's per-module diagnoser finds A+B.",
+    ),
+];
 
 fn demo() -> Result<i32> {
-    let file = Path::new("workloads/dispatch/exp_rho09.yaml (embedded)");
-    let w = workload::parse(DEMO_WORKLOAD, file)?;
-    println!("routelab demo: five classic routers on 16 FCFS servers at utilisation 0.9");
-    println!("(rerun with: routelab compare workloads/dispatch/exp_rho09.yaml)\n");
-    let prepared = runner::prepare(w, file)?;
-    let (results, code) = run_prepared(vec![prepared], None, &Common::default(), "demo")?;
-    for r in &results {
-        print!("{}", report::table::render(r));
+    println!("routelab demo: three routing problems, each a built-in workload (seeds as in the files)\n");
+    let mut worst = 0;
+    for (file, text, policies, what) in DEMO {
+        let path = Path::new(file);
+        let mut w = workload::parse(text, path)?;
+        if let Some(c) = w.compound.as_mut() {
+            c.print_training_table = false;
+        }
+        println!("{what}\n(rerun: routelab compare {file} --policies {policies})");
+            let prepared = vec![runner::prepare(w, path)?];
+        let specs = parse_specs(&runner::split_policies(policies))?;
+        let (results, code) = run_prepared(prepared, Some(&specs), &Common::default(), "demo")?;
+        for r in &results {
+            println!("{}", report::table::render(r));
+        }
+        worst = worst.max(code);
     }
-    println!(
-        "\nJSQ (least_requests) and least_work_left keep queues short; random is {} M/M/1 queues (mean ≈ 1/(1−ρ) = 10).",
-        results[0].resolved.dispatch.as_ref().map(|d| d.servers).unwrap_or(0)
-    );
-    Ok(code)
+    Ok(worst)
 }
 
 fn parse_specs(names: &[String]) -> Result<Vec<PolicySpec>, LoadError> {

@@ -102,14 +102,19 @@ fn compare_json_has_the_documented_keys() {
     assert_eq!(csv.lines().count(), 3);
 }
 
+/// The demo shows the three worlds: max affinity overloads while threshold affinity beats round
+/// robin on long documents; JSQ beats random; LLMSelector leaves greedy's local optimum.
 #[test]
-fn demo_compares_the_five_classic_routers() {
+fn demo_shows_the_dilemma_the_classics_and_llmselector() {
     let out = routelab(&["demo"]);
-    assert!(out.status.success());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let s = String::from_utf8_lossy(&out.stdout);
-    for p in ["random", "round_robin", "least_requests", "power_of_two", "least_work_left", "ratio"] {
-        assert!(s.contains(p), "demo lacks {p}:\n{s}");
+    let row = |name: &str| s.lines().find(|l| l.starts_with(&format!("│ {name} "))).unwrap_or_else(|| panic!("no row {name}:\n{s}")).to_string();
+    assert!(row("max_affinity").contains("overloaded"), "{s}");
+    for p in ["preble", "sglang_cache_aware", "least_requests", "power_of_two", "least_work_left"] {
+        row(p);
     }
+    assert!(row("llmselector").contains("A+B") && row("greedy").contains("C+C"), "{s}");
 }
 
 /// `new-policy` generates a crate that builds and loads by path.
