@@ -3,6 +3,8 @@
 //! passes with `cargo test --release --workspace` and nothing prebuilt.
 
 mod cli;
+mod cluster;
 mod common;
+mod compound;
 mod dispatch_results;
 mod loader;

@@ -264,17 +264,10 @@ fn cost_aware_llmselector_trades_accuracy_for_price_as_lambda_grows() {
     assert!(costly.metrics.get("cost_per_question").unwrap() < free.metrics.get("cost_per_question").unwrap());
 }
 
-/// Needs the plugin library: `cargo build -p routelab-builtin-plugin`, then
-/// `cargo test -p routelab --test compound -- --ignored`.
+/// Selectors loaded from the built plugin library give identical results to the linked-in ones.
 #[test]
-#[ignore]
 fn selectors_loaded_from_the_plugin_library_match_the_linked_in_ones() {
-    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/libroutelab_builtin_plugin.so");
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from);
-    let lib = match target {
-        Ok(t) => t.join("debug/libroutelab_builtin_plugin.so"),
-        Err(_) => lib,
-    };
+    let lib = &crate::common::plugins().builtin;
     let spec = case_study();
     let mut loader = Loader::new();
     for policy in ["llmselector", "greedy", "random_search", "exhaustive", "best_single", "llmselector_cost"] {

@@ -1,0 +1,145 @@
+//! The cluster world through the CLI and the plugin library: documented JSON keys, bit-identical
+//! results when policies are loaded from libraries, the example prefix-aware plugin, trace replay
+//! and bad input.
+
+use std::process::Command;
+
+use crate::common::*;
+
+fn routelab(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_routelab")).args(args).current_dir(workspace()).output().expect("routelab runs")
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let d = target_dir().join("test-fixtures/cluster");
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+/// Issue 3's command: long_doc_qa, three classic routers, three seeds, JSON with the documented keys.
+#[test]
+fn long_doc_qa_json_has_the_cluster_keys() {
+    let json = scratch("ldq.json");
+    let out = routelab(&[
+        "compare", "workloads/cluster/long_doc_qa.yaml", "--policies", "round_robin,least_requests,least_work_left",
+        "--seeds", "3", "--json", json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let w = &v["workloads"][0];
+    assert_eq!(w["world"], "cluster");
+    assert_eq!(w["seeds"], 3);
+    for r in w["results"].as_array().unwrap() {
+        for k in [
+            "requests", "completed", "unfinished", "overloaded", "latency_mean_s", "latency_p50_s", "latency_p90_s",
+            "latency_p99_s", "ttft_mean_s", "ttft_p99_s", "tpot_mean_s", "throughput_rps", "hit_rate",
+            "replication_factor", "busiest_replica_share",
+        ] {
+            assert!(r["metrics"][k].is_number(), "{} lacks {k}", r["policy"]);
+        }
+        assert_eq!(r["per_seed"].as_array().unwrap().len(), 3);
+        assert_eq!(r["metrics"]["completed"], r["metrics"]["requests"]);
+    }
+}
+
+/// Every router, loaded from the built plugin library, gives bit-identical cluster metrics
+/// (Preble's own figures included) to the linked-in one.
+#[test]
+fn cluster_results_are_bit_identical_from_the_plugin_library() {
+    let lib = &plugins().builtin;
+    let yaml = std::fs::read_to_string(workspace().join("workloads/cluster/long_doc_qa.yaml"))
+        .unwrap()
+        .replace("requests: 1000", "requests: 300")
+        .replace("seeds: 3", "seeds: 2");
+    let names = ["round_robin", "least_work_left", "threshold_affinity", "sglang_cache_aware", "preble", "preble{rebalance: false, pd_pairing: false}"];
+    let linked: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    let loaded: Vec<String> = names.iter().map(|s| format!("{}:{s}", lib.display())).collect();
+    let a = compare_text(&yaml, "ldq.yaml", &linked);
+    let b = compare_text(&yaml, "ldq.yaml", &loaded);
+    for (x, y) in a.results.iter().zip(&b.results) {
+        assert!(x.error.is_none() && y.error.is_none(), "{:?} {:?}", x.error, y.error);
+        assert_eq!(x.per_seed, y.per_seed, "{} differs when loaded", x.policy);
+    }
+    let preble = &a.results[4].metrics;
+    for k in ["cost_l_mean_s", "cost_m_mean_s", "cost_p_mean_s", "exploit_decisions", "explore_decisions"] {
+        assert!(preble.get(k).is_some(), "preble lacks {k}");
+    }
+}
+
+/// The policies-as-plugins story: `policies/examples/lru-affinity`, a prefix-aware router written
+/// only against policy-api and its toolkit, loaded by path, against the built-ins.
+#[test]
+fn example_prefix_router_plugin_competes_with_the_builtins() {
+    let lib = &plugins().lru_affinity;
+    let yaml = std::fs::read_to_string(workspace().join("workloads/cluster/long_doc_qa.yaml")).unwrap();
+    let w = compare_text(&yaml, "ldq.yaml", &["round_robin".into(), lib.display().to_string(), "sglang_cache_aware".into()]);
+    let label = lib.display().to_string();
+    let rr_hit = metric(&w, "round_robin", "hit_rate");
+    let mine_hit = metric(&w, &label, "hit_rate");
+    assert!(mine_hit > rr_hit + 0.1, "lru_affinity hit rate {mine_hit} vs round robin {rr_hit}");
+    assert_eq!(metric(&w, &label, "overloaded"), 0.0);
+    assert!(metric(&w, &label, "latency_mean_s") < metric(&w, "round_robin", "latency_mean_s"));
+    assert!(metric(&w, &label, "affinity_decisions") > 0.0, "the plugin's own figures are reported");
+}
+
+/// The Azure conversation trace replays end to end (the real one when `../shared` is beside the
+/// repository, as in CI; else the synthetic sample through `--trace`).
+#[test]
+fn azure_conversation_trace_replays_end_to_end() {
+    let real = workspace().join("../shared/data/azure-llm-2023/AzureLLMInferenceTrace_conv.csv");
+    let sample = workspace().join("workloads/cluster/traces/sample_conv.csv");
+    let json = scratch("azure.json");
+    let mut args = vec!["compare", "workloads/cluster/azure_conv.yaml", "--policies", "round_robin,least_work_left", "--json", json.to_str().unwrap()];
+    let sample_s = sample.display().to_string();
+    if !real.exists() {
+        args.extend(["--trace", sample_s.as_str()]);
+    }
+    let out = routelab(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = if real.exists() { 19_366.0 } else { 200.0 };
+    for r in v["workloads"][0]["results"].as_array().unwrap() {
+        assert_eq!(r["metrics"]["requests"].as_f64(), Some(rows), "{}", r["policy"]);
+        assert!(r["metrics"]["completed"].as_f64().unwrap() > 0.9 * rows);
+    }
+    // A missing trace says where the public dataset lives; exit 2.
+    let out = routelab(&["validate", "workloads/cluster/azure_conv.yaml", "--trace", "no/such/trace.csv"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no/such/trace.csv") && err.contains("AzurePublicDataset"), "{err}");
+}
+
+#[test]
+fn bad_cluster_input_exits_2_with_field_and_fix() {
+    let base = std::fs::read_to_string(workspace().join("workloads/cluster/long_doc_qa.yaml")).unwrap();
+    let cases = [
+        ("too_big.yaml", base.replace("model: mistral-7b", "model: llama-3-70b"), "cluster.model", "fit"),
+        ("zipf.yaml", base.replace("{zipf: {s: 1.1}}", "{zipf: {s: 0.0}}"), "zipf", "s"),
+        ("chunk.yaml", base.replace("  replicas: 4\n", "  replicas: 4\n  chunk_tokens: 0\n  max_step_tokens: 8192\n"), "chunk_tokens", "0"),
+    ];
+    for (name, yaml, field, what) in cases {
+        let p = scratch(name);
+        std::fs::write(&p, yaml).unwrap();
+        let out = routelab(&["validate", p.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(name) && err.contains(field) && err.contains(what) && err.contains("fix:"), "{name}: {err}");
+    }
+    // A malformed trace row names its line.
+    let trace = scratch("bad_trace.csv");
+    std::fs::write(&trace, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6962430,945,160\n2023-11-16 18:15:47.0,oops,1\n").unwrap();
+    let out = routelab(&["validate", "workloads/cluster/azure_conv.yaml", "--trace", trace.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("bad_trace.csv:3") && err.contains("ContextTokens"), "{err}");
+}
+
+#[test]
+fn step_model_prints_the_calibration_anchors() {
+    let out = routelab(&["step-model", "--gpu", "a6000", "--model", "mistral-7b"]);
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(s.contains("219089") && s.contains("131072"), "{s}");
+    let out = routelab(&["step-model", "--gpu", "a6000", "--model", "llama-3-70b"]);
+    assert_eq!(out.status.code(), Some(2));
+}
