@@ -7,11 +7,19 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use abi_stable::std_types::{RNone, RSlice};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::{RNone, RResult, RSlice, RString, RVec};
 use anyhow::Result;
-use routelab_policy_api::{Policy, ReplicaView, Request, RouterContext, RouterPolicy, World};
+use routelab_policy_api::{
+    Capabilities, Completion, Eviction, Policy, ReplicaView, Request, Router, Router_TO, RouterBox, RouterContext,
+    RouterPolicy, Stat, World,
+};
 
 use crate::plugin::{Loader, PolicySpec};
+use crate::workload::cluster::ClusterSpec;
 use crate::workload::dispatch::DispatchSpec;
 
 fn dispatch_spec(servers: u32, requests: u64) -> DispatchSpec {
@@ -125,30 +133,162 @@ pub fn run(requests: u64, plugin: Option<&Path>) -> Result<String> {
             "  {name:<16} static {static_ns:>6.2} ns | linked-in ABI object {linked_ns:>6.2} ns | loaded library {loaded}"
         )?;
     }
+    bench_cluster(&mut loader, &mut out)?;
+    writeln!(out, "\ncompound world, debate (6 modules, 5 models), 1,000 training questions:")?;
+    for accuracy in [1.0, 0.8] {
+        let (rate, checksum) = compound_rate(accuracy, 20_000)?;
+        writeln!(out, "  diagnoser accuracy {accuracy}: {rate:>9.0} allocations evaluated/s (checksum {checksum})")?;
+    }
     Ok(out)
 }
 
 /// Wall seconds to generate and to simulate `spec` with `requests` requests under `policy`
-/// (generation, simulation): simulated requests per second is `requests / simulation`.
-pub fn cluster_timing(
-    loader: &mut Loader,
-    spec: &crate::workload::cluster::ClusterSpec,
-    policy: &str,
-    requests: u64,
-) -> Result<(f64, f64)> {
+/// Seconds to generate and to simulate `requests` requests of a cluster workload with `policy`,
+/// and the router's share of the simulation (its calls, timed one by one).
+pub fn cluster_timing(loader: &mut Loader, spec: &ClusterSpec, policy: &str, requests: u64) -> Result<ClusterTiming> {
     use crate::sim::cluster;
     let mut spec = spec.clone();
     spec.requests = Some(requests);
     spec.duration_s = None;
     let sm = spec.step_model().map_err(|e| anyhow::anyhow!("{}: {}", e.path, e.message))?;
-    let mut router = loader.router(&PolicySpec::parse(policy)?, &cluster::router_context(&sm, spec.replicas, 1))?;
+    let inner = loader.router(&PolicySpec::parse(policy)?, &cluster::router_context(&sm, spec.replicas, 1))?;
+    let clock = Arc::new(RouterClock::default());
+    let mut router: RouterBox = Router_TO::from_value(Timed { inner, clock: clock.clone() }, TD_Opaque);
     let mut schedulers = cluster::make_schedulers(&spec, loader, 1)?;
     let t = Instant::now();
     let stream = crate::workload::generate::generate(&spec, None, 1).map_err(anyhow::Error::msg)?;
-    let generated = t.elapsed().as_secs_f64();
+    let generate_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
     let outcome = cluster::run_stream(&spec, &stream, &mut router, &mut schedulers, policy)?;
-    let simulated = t.elapsed().as_secs_f64();
+    let simulate_s = t.elapsed().as_secs_f64();
+    let overloaded = outcome.metrics.get("overloaded").unwrap_or(0.0) > 0.0;
     black_box(outcome);
-    Ok((generated, simulated))
+    Ok(ClusterTiming {
+        generate_s,
+        simulate_s,
+        router_s: clock.nanos.load(Ordering::Relaxed) as f64 / 1e9,
+        decisions: clock.decisions.load(Ordering::Relaxed),
+        overloaded,
+    })
+}
+
+/// What [`cluster_timing`] measured.
+pub struct ClusterTiming {
+    pub generate_s: f64,
+    pub simulate_s: f64,
+    /// Time inside the router's calls (route, on_dispatch, on_complete, on_evict).
+    pub router_s: f64,
+    pub decisions: u64,
+    pub overloaded: bool,
+}
+
+#[derive(Default)]
+struct RouterClock {
+    nanos: AtomicU64,
+    decisions: AtomicU64,
+}
+
+/// A router wrapper that times every call of the router inside (≈ 2 × 20 ns of clock reads per
+/// call on top, so tiny routers look slower than they are).
+struct Timed {
+    inner: RouterBox,
+    clock: Arc<RouterClock>,
+}
+
+impl Timed {
+    fn time<T>(&mut self, f: impl FnOnce(&mut RouterBox) -> T) -> T {
+        let t = Instant::now();
+        let out = f(&mut self.inner);
+        self.clock.nanos.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        out
+    }
+}
+
+impl Router for Timed {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    fn route(&mut self, request: &Request<'_>, replicas: RSlice<'_, ReplicaView>) -> RResult<u32, RString> {
+        self.clock.decisions.fetch_add(1, Ordering::Relaxed);
+        self.time(|r| r.route(request, replicas))
+    }
+    fn on_dispatch(&mut self, request: &Request<'_>, replica: u32) -> RResult<(), RString> {
+        self.time(|r| r.on_dispatch(request, replica))
+    }
+    fn on_complete(&mut self, completion: &Completion) -> RResult<(), RString> {
+        self.time(|r| r.on_complete(completion))
+    }
+    fn on_evict(&mut self, eviction: &Eviction<'_>) -> RResult<(), RString> {
+        self.time(|r| r.on_evict(eviction))
+    }
+    fn report(&self) -> RResult<RVec<Stat>, RString> {
+        self.inner.report()
+    }
+}
+
+/// A cluster preset shipped in `workloads/cluster/`, parsed from the text compiled into the binary.
+fn preset(name: &str) -> Result<ClusterSpec> {
+    let text = match name {
+        "tool_use" => include_str!("../../workloads/cluster/tool_use.yaml"),
+        "long_doc_qa" => include_str!("../../workloads/cluster/long_doc_qa.yaml"),
+        _ => anyhow::bail!("no preset {name}"),
+    };
+    let w = crate::workload::parse(text, Path::new(name))?;
+    Ok(w.cluster.expect("a cluster preset"))
+}
+
+/// The cluster section of `routelab bench`.
+fn bench_cluster(loader: &mut Loader, out: &mut String) -> Result<()> {
+    writeln!(out, "\ncluster world, least_work_left (simulated requests per wall second; linear = flat across a row):")?;
+    writeln!(out, "  requests:               {:>12} {:>12} {:>12}", "10^4", "10^5", "10^6")?;
+    for name in ["tool_use", "long_doc_qa"] {
+        let spec = preset(name)?;
+        let mut row = format!("  {name:<10} ({} replicas)", spec.replicas);
+        for n in [10_000u64, 100_000, 1_000_000] {
+            let t = cluster_timing(loader, &spec, "least_work_left", n)?;
+            write!(row, " {:>10.0}/s", n as f64 / t.simulate_s)?;
+        }
+        writeln!(out, "{row}")?;
+    }
+    writeln!(out, "\nrouting decisions per second inside a tool_use run (router time only; Preble's paper: 245–2,931/s in Python):")?;
+    writeln!(out, "  {:<20} {:>14} {:>14}", "router", "8 replicas", "64 replicas")?;
+    for policy in ["round_robin", "max_affinity", "threshold_affinity", "sglang_cache_aware", "preble"] {
+        let mut row = format!("  {policy:<20}");
+        for replicas in [8u32, 64] {
+            let mut spec = preset("tool_use")?;
+            let scale = replicas as f64 / spec.replicas as f64;
+            spec.replicas = replicas;
+            if let crate::workload::cluster::Arrivals::Poisson { rate } = &mut spec.arrivals {
+                *rate *= scale;
+            }
+            let t = cluster_timing(loader, &spec, policy, 20_000 * replicas as u64 / 8)?;
+            let mark = if t.overloaded { " (overloaded)" } else { "" };
+            write!(row, " {:>12.0}/s{mark}", t.decisions as f64 / t.router_s.max(1e-12))?;
+        }
+        writeln!(out, "{row}")?;
+    }
+    Ok(())
+}
+
+/// Allocations evaluated per second (with diagnoser verdicts) on `debate` with 1,000 training
+/// questions, and the checksum of correct answers (the same every run).
+pub fn compound_rate(diagnoser_accuracy: f64, allocations: u64) -> Result<(f64, u64)> {
+    use crate::sim::compound::World;
+    use rand::RngExt;
+    let yaml = format!(
+        "system: debate\npool: {{models: 5}}\nquestions: {{train: 1000, test: 1000}}\ndiagnoser_accuracy: {diagnoser_accuracy}\n"
+    );
+    let spec: crate::workload::compound::CompoundSpec = serde_norway::from_str(&yaml)?;
+    let world = World::new(&spec, 1);
+    let mut rng = crate::seeds::stream(1, "bench.compound");
+    let picks: Vec<Vec<u32>> = (0..allocations)
+        .map(|_| (0..world.modules()).map(|_| rng.random_range(0..world.models.len() as u32)).collect())
+        .collect();
+    let t = Instant::now();
+    let mut checksum = 0u64;
+    for a in &picks {
+        let e = black_box(world.evaluate_training(a));
+        checksum += e.correct.iter().filter(|c| **c).count() as u64;
+    }
+    Ok((allocations as f64 / t.elapsed().as_secs_f64(), checksum))
 }

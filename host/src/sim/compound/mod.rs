@@ -17,7 +17,7 @@ use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RNone, ROption, RSome, RVec};
 use routelab_policy_api::{Evaluator_TO, ModelInfo, ModuleInfo, Problem, SelectorBox};
 
-pub use studies::{AllStarts, all_starts, best_allocation, bench_evaluations, training_table};
+pub use studies::{AllStarts, all_starts, best_allocation, training_table};
 pub use world::{Split, World};
 
 use crate::metrics::Metrics;

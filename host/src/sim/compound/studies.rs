@@ -2,14 +2,11 @@
 //! a selector run from every starting allocation, and the evaluation benchmark.
 
 use std::fmt::Write;
-use std::time::Instant;
 
-use rand::RngExt;
 use routelab_policy_api::SelectorBox;
 
 use super::world::{Split, World};
 use super::{CompoundOutcome, select_and_score};
-use crate::seeds::stream;
 use crate::sim::RunError;
 use crate::workload::compound::CompoundSpec;
 
@@ -153,39 +150,4 @@ pub fn all_starts(
     }
     result.mean_evaluations = evaluations / space as f64;
     Ok(result)
-}
-
-/// How fast the host evaluates allocations (with diagnoser verdicts) on the training set.
-#[derive(Clone, Debug, PartialEq)]
-pub struct BenchReport {
-    pub allocations: u64,
-    pub training_questions: usize,
-    pub seconds: f64,
-    pub allocations_per_second: f64,
-    /// Correct answers summed over all evaluations (keeps the work observable; same every run).
-    pub checksum: u64,
-}
-
-/// Evaluates `allocations` seeded random allocations of `spec` and times them. The one place in
-/// the compound world that reads the clock: it measures, it never decides.
-pub fn bench_evaluations(spec: &CompoundSpec, run_seed: u64, allocations: u64) -> BenchReport {
-    let world = World::new(spec, run_seed);
-    let mut rng = stream(run_seed, "compound.bench");
-    let picks: Vec<Vec<u32>> = (0..allocations)
-        .map(|_| (0..world.modules()).map(|_| rng.random_range(0..world.models.len() as u32)).collect())
-        .collect();
-    let started = Instant::now();
-    let mut checksum = 0u64;
-    for a in &picks {
-        let e = std::hint::black_box(world.evaluate_training(a));
-        checksum += e.correct.iter().filter(|c| **c).count() as u64;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    BenchReport {
-        allocations,
-        training_questions: world.train,
-        seconds,
-        allocations_per_second: allocations as f64 / seconds.max(1e-12),
-        checksum,
-    }
 }
