@@ -51,12 +51,14 @@ pub enum Command {
     },
     /// Run policies over a range of one field's values: a curve per policy.
     Sweep {
-        workload: PathBuf,
+        #[arg(required = true)]
+        workloads: Vec<PathBuf>,
         #[arg(long)]
         policies: Option<String>,
-        /// `field.path=v1,v2,...`; the path may start inside the world section (`arrivals.rate`).
-        #[arg(long = "set")]
-        set: String,
+        /// `field.path=v1,v2,...` (`xF` multiplies the workload's value by F); the path may start
+        /// inside the world section (`arrivals.poisson.rate`). Several `--set`s move together.
+        #[arg(long = "set", required = true)]
+        set: Vec<String>,
         #[command(flatten)]
         common: Common,
     },
@@ -212,12 +214,16 @@ fn execute(command: Command) -> Result<i32> {
             };
             compare_files(&workloads, specs, &common, "compare", false)
         }
-        Command::Sweep { workload, policies, set, common } => {
+        Command::Sweep { workloads, policies, set, common } => {
             let specs = match policies {
                 Some(s) => Some(parse_specs(&runner::split_policies(&s))?),
                 None => None,
             };
-            sweep(&workload, specs, &set, &common)
+            let mut code = 0;
+            for w in &workloads {
+                code = code.max(sweep(w, specs.clone(), &set, &common)?);
+            }
+            Ok(code)
         }
         Command::Policies { plugin } => list_policies(plugin.as_deref()),
         Command::Validate { workload, trace } => validate(&workload, trace),
@@ -404,28 +410,41 @@ fn all_starts(prepared: &[Prepared], policies: Option<&[PolicySpec]>) -> Result<
     Ok(0)
 }
 
-fn sweep(file: &Path, policies: Option<Vec<PolicySpec>>, set: &str, common: &Common) -> Result<i32> {
+fn sweep(file: &Path, policies: Option<Vec<PolicySpec>>, sets: &[String], common: &Common) -> Result<i32> {
     let bad = |m: String| InputError {
         file: PathBuf::from("--set"),
         path: String::new(),
         line: None,
         message: m,
-        fix: "write --set field.path=v1,v2,v3 (e.g. arrivals.rate=1,2,4)".into(),
+        fix: "write --set field.path=v1,v2,v3 (e.g. arrivals.poisson.rate=1,2,4 or =x0.5,x1,x2)".into(),
     };
-    let (field, values) = set.split_once('=').ok_or_else(|| bad(format!("`{set}` has no `=`")))?;
-    let values = runner::split_policies(values);
-    if values.is_empty() {
-        return Err(bad("no values to sweep".into()).into());
+    let mut fields: Vec<(&str, Vec<String>)> = Vec::new();
+    for set in sets {
+        let (field, values) = set.split_once('=').ok_or_else(|| bad(format!("`{set}` has no `=`")))?;
+        fields.push((field, runner::split_policies(values)));
     }
-    let mut base = workload::load(file)?;
-    common.options().apply(&mut base);
+    let points = fields[0].1.len();
+    if points == 0 || fields.iter().any(|(_, v)| v.len() != points) {
+        return Err(bad("every --set needs the same, non-zero number of values".into()).into());
+    }
+    let base = workload::load(file)?;
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let doc: serde_norway::Value = serde_norway::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
     let mut prepared = Vec::new();
     let mut xs = Vec::new();
-    for v in &values {
-        let mut w = runner::with_field(&base, file, field, v)?;
-        w.name = format!("{}[{field}={v}]", base.name);
+    for k in 0..points {
+        let mut doc = doc.clone();
+        let mut label = Vec::new();
+        for (field, values) in &fields {
+            runner::with_field(&mut doc, file, field, &values[k])?;
+            label.push(format!("{field}={}", values[k]));
+        }
+        let mut w = workload::parse(&serde_norway::to_string(&doc).context("writing the swept workload")?, file)?;
+        common.options().apply(&mut w);
+        w.name = format!("{}[{}]", base.name, label.join(", "));
+        let x = fields[0].1[k].trim_start_matches('x').parse::<f64>().unwrap_or(k as f64);
         prepared.push(runner::prepare(w, file)?);
-        xs.push(v.parse::<f64>().unwrap_or(xs.len() as f64));
+        xs.push(x);
     }
     let (results, code) = run_prepared(prepared, policies.as_deref(), common, "sweep")?;
     for r in &results {
@@ -433,7 +452,7 @@ fn sweep(file: &Path, policies: Option<Vec<PolicySpec>>, set: &str, common: &Com
     }
     if let Some(dir) = &common.plot {
         let points: Vec<(f64, WorkloadResult)> = xs.into_iter().zip(results).collect();
-        if let Some(f) = report::plot::sweep(dir, &base.name, field, &points)? {
+        if let Some(f) = report::plot::sweep(dir, &base.name, fields[0].0, &points)? {
             println!("plot: {}", f.display());
         }
     }

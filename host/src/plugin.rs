@@ -3,7 +3,9 @@
 //!
 //! A policy argument is `name`, `path/to/libfoo.so:name` or `path/to/libfoo.so` (when the library
 //! exports one policy of the needed kind), optionally followed by its config as a YAML flow
-//! mapping: `power_of_two{d: 3}`.
+//! mapping: `power_of_two{d: 3}`. In the cluster world a router may name the local scheduler its
+//! replicas run after `@` (`preble@priority_groups`, `round_robin@lpm{...}`), overriding the
+//! workload's `cluster.scheduler`.
 //!
 //! Libraries are loaded with `lib_header_from_path(..).init_root_module()`, never
 //! `RootModule::load_from_file`, which caches one module per type and would silently hand back the
@@ -32,11 +34,26 @@ pub struct PolicySpec {
     pub name: Option<String>,
     /// Config as YAML text (a flow mapping), empty for defaults.
     pub config: String,
+    /// The local scheduler to pair with this router (cluster world), as a policy argument.
+    pub scheduler: Option<String>,
 }
 
 impl PolicySpec {
-    /// Parses `name`, `name{k: v}`, `lib.so`, `lib.so:name`, `lib.so:name{k: v}`.
+    /// Parses `name`, `name{k: v}`, `lib.so`, `lib.so:name`, `lib.so:name{k: v}`, each
+    /// optionally followed by `@scheduler`.
     pub fn parse(arg: &str) -> Result<Self, LoadError> {
+        let label = arg.trim();
+        let (arg, scheduler) = match top_level_at(label) {
+            Some(i) => (&label[..i], Some(label[i + 1..].trim().to_string())),
+            None => (label, None),
+        };
+        let mut spec = Self::parse_one(arg)?;
+        spec.label = label.to_string();
+        spec.scheduler = scheduler;
+        Ok(spec)
+    }
+
+    fn parse_one(arg: &str) -> Result<Self, LoadError> {
         let arg = arg.trim();
         let (head, config) = match arg.find('{') {
             Some(i) => {
@@ -65,8 +82,22 @@ impl PolicySpec {
         } else {
             (None, Some(head.to_string()))
         };
-        Ok(Self { label: arg.to_string(), library, name, config })
+        Ok(Self { label: arg.to_string(), library, name, config, scheduler: None })
     }
+}
+
+/// Index of the first `@` outside braces.
+fn top_level_at(s: &str) -> Option<usize> {
+    let mut depth = 0i32;
+    for (i, c) in s.char_indices() {
+        match c {
+            '{' | '[' => depth += 1,
+            '}' | ']' => depth -= 1,
+            '@' if depth == 0 => return Some(i),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Why a policy could not be had. Every kind but `Panicked` is bad input (exit code 2).

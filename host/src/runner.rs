@@ -206,6 +206,14 @@ fn run_one(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec, run_seed
             })?;
             let ctx = sim::cluster::router_context(&sm, c.replicas, run_seed);
             let mut router = loader.router(spec, &ctx).map_err(Failure::Load)?;
+            let paired;
+            let c = match &spec.scheduler {
+                Some(s) => {
+                    paired = crate::workload::cluster::ClusterSpec { scheduler: s.clone(), ..c.clone() };
+                    &paired
+                }
+                None => c,
+            };
             let mut schedulers = sim::cluster::make_schedulers(c, loader, run_seed).map_err(Failure::Load)?;
             let m = sim::cluster::run(c, prepared.trace_rows.as_deref(), &mut router, &mut schedulers, &spec.label, run_seed)
                 .map_err(Failure::Run)?;
@@ -301,9 +309,10 @@ pub fn run_workload(
     out
 }
 
-/// A copy of `w` with the field at dotted `path` set to `value` (YAML text). The path may start
-/// inside the world section: `arrivals.rate` means `cluster.arrivals.rate` in a cluster workload.
-pub fn with_field(w: &Workload, file: &Path, path: &str, value: &str) -> Result<Workload, InputError> {
+/// Sets the field at dotted `path` of a workload document (the file's YAML, before parsing) to
+/// `value` (YAML text, or `xF` for the current value times F). The path may start inside the world section: `arrivals.poisson.rate`
+/// means `cluster.arrivals.poisson.rate` in a cluster workload.
+pub fn with_field(doc: &mut serde_norway::Value, file: &Path, path: &str, value: &str) -> Result<(), InputError> {
     let err = |message: String, fix: &str| InputError {
         file: file.into(),
         path: path.into(),
@@ -311,27 +320,36 @@ pub fn with_field(w: &Workload, file: &Path, path: &str, value: &str) -> Result<
         message,
         fix: fix.into(),
     };
-    let mut doc = serde_norway::to_value(w).map_err(|e| err(e.to_string(), "report this"))?;
-    let new: serde_norway::Value = serde_norway::from_str(value).map_err(|e| err(format!("bad value `{value}`: {e}"), "give a YAML value"))?;
+    let factor = value.strip_prefix('x').and_then(|f| f.parse::<f64>().ok());
+    let new: serde_norway::Value = match factor {
+        Some(_) => serde_norway::Value::Null, // filled in below from the current value
+        None => serde_norway::from_str(value).map_err(|e| err(format!("bad value `{value}`: {e}"), "give a YAML value"))?,
+    };
     let keys: Vec<&str> = path.split('.').collect();
     let top_level = doc.get(keys[0]).is_some() || ["name", "seed", "seeds", "policies"].contains(&keys[0]);
-    let mut full: Vec<&str> = if top_level { Vec::new() } else { vec![w.world().as_str()] };
+    let world = ["dispatch", "cluster", "compound"].into_iter().find(|k| doc.get(k).is_some()).unwrap_or("dispatch");
+    let mut full: Vec<&str> = if top_level { Vec::new() } else { vec![world] };
     full.extend(keys);
-    let mut at = &mut doc;
+    let mut at = doc;
     for (i, k) in full.iter().enumerate() {
         let map = at.as_mapping_mut().ok_or_else(|| err(format!("`{}` is not a mapping", full[..i].join(".")), "set a field inside a mapping"))?;
         let key = serde_norway::Value::String(k.to_string());
         if i + 1 == full.len() {
-            map.insert(key, new.clone());
+            let new = match factor {
+                Some(f) => {
+                    let current = map.get(&key).and_then(serde_norway::Value::as_f64).ok_or_else(|| {
+                        err(format!("`{value}` scales the current value, but the field has no number"), "give a plain value")
+                    })?;
+                    serde_norway::Value::from(current * f)
+                }
+                None => new.clone(),
+            };
+            map.insert(key, new);
             break;
         }
         at = map.entry(key).or_insert_with(|| serde_norway::Value::Mapping(Default::default()));
     }
-    let text = serde_norway::to_string(&doc).map_err(|e| err(e.to_string(), "report this"))?;
-    crate::workload::parse(&text, file).map(|mut out| {
-        out.name = w.name.clone();
-        out
-    })
+    Ok(())
 }
 
 /// Splits `a,b{x: 1, y: 2},c` at top-level commas.
