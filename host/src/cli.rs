@@ -141,6 +141,9 @@ pub struct Common {
     /// Replay this trace file (Azure LLM trace CSV) instead of the one the workload names.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Print tables as Markdown (for docs).
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 impl Common {
@@ -316,7 +319,7 @@ fn demo() -> Result<i32> {
         let specs = parse_specs(&runner::split_policies(policies))?;
         let (results, code) = run_prepared(prepared, Some(&specs), &Common::default(), "demo")?;
         for r in &results {
-            println!("{}", report::table::render(r));
+            println!("{}", report::table::render(r, false));
         }
         worst = worst.max(code);
     }
@@ -359,7 +362,7 @@ fn compare_files(
         if vertical {
             print!("{}", render_vertical(r));
         } else {
-            print!("{}", report::table::render(r));
+            print!("{}", report::table::render(r, common.markdown));
         }
         if let Some(dir) = &common.plot {
             for f in report::plot::comparison(dir, r)? {
@@ -428,7 +431,7 @@ fn sweep(file: &Path, policies: Option<Vec<PolicySpec>>, sets: &[String], common
         return Err(bad("every --set needs the same, non-zero number of values".into()).into());
     }
     let base = workload::load(file)?;
-    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let text = workload::load_text(file)?;
     let doc: serde_norway::Value = serde_norway::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
     let mut prepared = Vec::new();
     let mut xs = Vec::new();
@@ -448,7 +451,7 @@ fn sweep(file: &Path, policies: Option<Vec<PolicySpec>>, sets: &[String], common
     }
     let (results, code) = run_prepared(prepared, policies.as_deref(), common, "sweep")?;
     for r in &results {
-        print!("{}", report::table::render(r));
+        print!("{}", report::table::render(r, common.markdown));
     }
     if let Some(dir) = &common.plot {
         let points: Vec<(f64, WorkloadResult)> = xs.into_iter().zip(results).collect();

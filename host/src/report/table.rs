@@ -1,7 +1,10 @@
 //! The terminal table: one row per policy, units in headers, mean ± 95% interval over seeds,
 //! a ratio column against the first policy, "overloaded" instead of a ratio when the queue grew.
 
-use comfy_table::{Cell, CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
+use comfy_table::{
+    Cell, CellAlignment, Table,
+    presets::{ASCII_MARKDOWN, UTF8_FULL_CONDENSED},
+};
 
 use super::{COLUMNS, RATIO_KEYS};
 use crate::runner::WorkloadResult;
@@ -36,15 +39,15 @@ pub fn fmt_pm(v: f64, ci: f64) -> String {
     }
 }
 
-/// Renders one workload's comparison.
-pub fn render(w: &WorkloadResult) -> String {
+/// Renders one workload's comparison: box-drawn for the terminal, or a Markdown table.
+pub fn render(w: &WorkloadResult, markdown: bool) -> String {
     let ok: Vec<_> = w.results.iter().filter(|r| r.error.is_none()).collect();
     let cols: Vec<_> = COLUMNS.iter().filter(|c| ok.iter().any(|r| r.metrics.get(c.key).is_some())).collect();
     let ratio_key = RATIO_KEYS.iter().find(|k| ok.iter().any(|r| r.metrics.get(k).is_some()));
     let baseline = w.results.first().and_then(|r| ratio_key.and_then(|k| r.metrics.get(k)));
 
     let mut t = Table::new();
-    t.load_style(UTF8_FULL_CONDENSED);
+    t.load_style(if markdown { ASCII_MARKDOWN } else { UTF8_FULL_CONDENSED });
     let with_allocation = ok.iter().any(|r| !r.allocation.is_empty());
     let mut header = vec![Cell::new("policy")];
     if with_allocation {

@@ -207,12 +207,67 @@ pub fn parse(text: &str, file: &Path) -> Result<Workload, InputError> {
 
 /// Reads, parses and validates a workload file.
 pub fn load(path: &Path) -> Result<Workload, InputError> {
-    let text = std::fs::read_to_string(path).map_err(|e| InputError {
-        file: path.into(),
-        path: String::new(),
-        line: None,
-        message: format!("cannot read the workload: {e}"),
-        fix: "check the path".into(),
-    })?;
+    let text = load_text(path)?;
     parse(&text, path)
+}
+
+/// The workload file's YAML text with its `base:` (if any) merged in: a workload may start from
+/// another file (`base: ../tool_use.yaml`, relative to itself) and override any of its fields;
+/// mappings merge key by key, anything else is replaced. Paths inside the result (a trace) are
+/// read relative to the file that is run.
+pub fn load_text(path: &Path) -> Result<String, InputError> {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p).map_err(|e| InputError {
+            file: p.into(),
+            path: String::new(),
+            line: None,
+            message: format!("cannot read the workload: {e}"),
+            fix: "check the path".into(),
+        })
+    };
+    let text = read(path)?;
+    let doc: serde_norway::Value = match serde_norway::from_str(&text) {
+        Ok(v) => v,
+        Err(_) => return Ok(text), // parse() reports it with its line
+    };
+    let Some(base) = doc.get("base").and_then(|b| b.as_str()) else { return Ok(text) };
+    let base_path = path.parent().unwrap_or(Path::new(".")).join(base);
+    if base_path.canonicalize().ok() == path.canonicalize().ok() {
+        return Err(InputError::from_field(path, FieldError::new("base", "names the file itself", "name another workload")));
+    }
+    let base_text = load_text(&base_path)?;
+    let mut merged: serde_norway::Value = serde_norway::from_str(&base_text).map_err(|e| InputError {
+        file: base_path.clone(),
+        path: String::new(),
+        line: e.location().map(|l| l.line()),
+        message: e.to_string(),
+        fix: "fix the base workload".into(),
+    })?;
+    let mut overrides = doc;
+    if let Some(m) = overrides.as_mapping_mut() {
+        m.remove("base");
+        // The derived file names itself unless it says otherwise.
+        if !m.contains_key("name") {
+            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            m.insert("name".into(), stem.into());
+        }
+    }
+    merge(&mut merged, overrides);
+    Ok(serde_norway::to_string(&merged).expect("a YAML value serialises"))
+}
+
+fn merge(into: &mut serde_norway::Value, from: serde_norway::Value) {
+    match (into, from) {
+        (serde_norway::Value::Mapping(a), serde_norway::Value::Mapping(b)) => {
+            for (k, v) in b {
+                match a.get_mut(&k) {
+                    Some(slot) => merge(slot, v),
+                    None => {
+                        a.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v,
+    }
 }
