@@ -197,6 +197,11 @@ impl Policy for Preble {
 }
 
 impl Preble {
+    /// Tokens of `segments` Preble believes replica `r` holds (its global tree; exercise 8).
+    pub fn believed_match(&self, segments: &[Segment], r: usize) -> u32 {
+        self.tree.match_tokens(segments, r)
+    }
+
     fn mean_output(&mut self, now: f64) -> f64 {
         let n = self.outputs.count(now);
         if n == 0 { self.cfg.default_output_tokens } else { self.outputs.sum(now) / n as f64 }

@@ -4,15 +4,18 @@
 pub mod cluster;
 pub mod compound;
 pub mod dispatch;
+pub mod routing;
 
 /// (number, title) of every exercise this build answers.
 pub const EXERCISES: &[(u32, &str)] = &[
     (1, "balls into bins: ln n / ln ln n versus two choices"),
     (2, "random dispatch is M/M/1: theory versus simulation"),
+    (3, "E2 exploit or explore: a 23,000-token request with its document cached on replica 2"),
     (4, "the cluster's total cache: KV capacity, documents per replica, round robin versus partitioning"),
     (5, "priority groups: the group of 63/100 cached, quotas of 55 requests, who still waits long"),
     (6, "LLMSelector's budget: exhaustive, the minimum, the case study, and how papers count"),
     (7, "adding cost: A+B versus C+C, a price per point, the cost-aware LLMSelector over λ"),
+    (8, "where an approximate tree goes wrong: SGLang's trees versus eviction events, with delay"),
 ];
 
 /// `routelab exercise --list`.
@@ -29,10 +32,12 @@ pub fn run(n: u32) -> Result<String, String> {
     match n {
         1 => Ok(dispatch::exercise1()),
         2 => Ok(dispatch::exercise2()),
+        3 => Ok(routing::exercise3()),
         4 => Ok(cluster::exercise4()),
         5 => Ok(cluster::exercise5()),
         6 => compound::exercise_6(&compound::Exercise6::default()).map_err(|e| e.0),
         7 => compound::exercise_7(&compound::Exercise7::default()).map_err(|e| e.0),
+        8 => Ok(routing::exercise8()),
         _ => Err(format!("no exercise {n} in this build")),
     }
 }

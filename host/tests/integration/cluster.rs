@@ -143,3 +143,22 @@ fn step_model_prints_the_calibration_anchors() {
     let out = routelab(&["step-model", "--gpu", "a6000", "--model", "llama-3-70b"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Exercise 3: E2 exploits replica 2, whose prefill is ~9× shorter.
+#[test]
+fn exercise_3_exploits_the_cached_document() {
+    let text = routelab::exercises::routing::exercise3();
+    assert!(text.contains("EXPLOIT") && text.contains("longest match: {2}") && text.contains("chose replica 2"), "{text}");
+}
+
+/// Exercise 8: with prompt eviction events Preble's belief is exact; delays and SGLang's timer-trimmed
+/// trees make mistakes, the untrimmed tree the most.
+#[test]
+fn exercise_8_measures_phantom_cache_beliefs() {
+    let rows = routelab::exercises::routing::exercise8_rows(1);
+    let mistakes = |i: usize| rows[i].1[1];
+    assert_eq!(rows[3].1[0], 1000.0);
+    assert_eq!(mistakes(3), 0.0, "preble with undelayed eviction events never believes a phantom");
+    assert!(mistakes(0) > mistakes(1) && mistakes(1) > mistakes(2) && mistakes(2) > 0.0, "{rows:?}");
+    assert!(mistakes(5) > mistakes(4) && mistakes(4) > 0.0, "longer delays, more mistakes: {rows:?}");
+}

@@ -1,0 +1,216 @@
+//! Exercises 3 (E2 exploit or explore) and 8 (where an approximate tree goes wrong), computed with
+//! the built-in `preble` and `sglang_cache_aware` routers and the step model.
+
+use std::fmt::Write as _;
+
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::{RNone, ROk, RResult, RSlice, RString, RVec};
+use routelab_policies::preble::Preble;
+use routelab_policies::sglang_cache_aware::{Config as SglangConfig, SglangCacheAware};
+use routelab_policy_api::{
+    Capabilities, Completion, CostModel, Eviction, Guarded, Policy, ReplicaView, Request, Router, Router_TO, RouterBox,
+    RouterPolicy, Segment, Stat,
+};
+
+use crate::plugin::Loader;
+use crate::sim::cluster;
+use crate::step_model::StepModel;
+use crate::workload::cluster::ClusterSpec;
+use crate::workload::generate::generate;
+
+/// Exercise 3: Preble's E2 on one long-document request.
+pub fn exercise3() -> String {
+    let sm = StepModel::from_catalog("a6000", "mistral-7b", 1, 0.9).expect("mistral-7b fits on an a6000");
+    let cost: CostModel = sm.cost;
+    let (sys, doc, question) = (Segment { id: 1, tokens: 13 }, Segment { id: 2, tokens: 21_000 }, Segment { id: 3, tokens: 1_987 });
+    let ctx = cluster::router_context(&sm, 4, 1);
+    let mut preble = Preble::new(Default::default(), &ctx).expect("cluster context");
+    fn req(id: u64, segs: &[Segment]) -> Request<'_> {
+        Request { id, arrived_at: 0.0, prompt_tokens: segs.iter().map(|s| s.tokens).sum(), size_hint: RNone, segments: RSlice::from_slice(segs) }
+    }
+    // Replicas 0, 1, 3 served only the system prompt; replica 2 the system prompt and the document.
+    for r in [0usize, 1, 3] {
+        preble.on_dispatch(&req(r as u64, &[sys]), r);
+    }
+    preble.on_dispatch(&req(2, &[sys, doc]), 2);
+    let prompt = [sys, doc, question];
+    let cached: u32 = sys.tokens + doc.tokens;
+    let missed: u32 = question.tokens;
+    let candidates: Vec<String> =
+        (0..4).filter(|&r| preble.believed_match(&prompt, r) >= cached).map(|r| r.to_string()).collect();
+    let chosen = preble.route(&req(10, &prompt), &[ReplicaView::default(); 4]);
+    let on2 = cost.prefill_time_s(missed as u64, cached as u64);
+    let on0 = cost.prefill_time_s((doc.tokens + question.tokens) as u64, sys.tokens as u64);
+    let mut s = String::new();
+    let _ = writeln!(s, "Exercise 3 — E2: exploit or explore (4 × Mistral-7B on A6000; routelab step-model --gpu a6000 --model mistral-7b)");
+    let _ = writeln!(s, "Request: {} tokens = {} system + {} document + {} question.", cached + missed, sys.tokens, doc.tokens, question.tokens);
+    let _ = writeln!(s, "Replica 2 holds the system prompt and the document; replicas 0, 1, 3 only the system prompt.");
+    let _ = writeln!(s, "Longest match on Preble's global tree: cached = {cached}, missed = {missed}.");
+    let _ = writeln!(
+        s,
+        "cached > missed ({cached} > {missed}) → EXPLOIT: the candidates are the replicas holding the longest match: {{{}}}.",
+        candidates.join(", ")
+    );
+    let _ = writeln!(s, "The built-in `preble` router, given exactly this state, chose replica {chosen}.");
+    let _ = writeln!(s, "Prefill on replica 2: {missed} new tokens on {cached} cached → {on2:.3} s");
+    let _ = writeln!(
+        s,
+        "Prefill on replica 0: {} new tokens on {} cached → {on0:.3} s ({:.1}× longer)",
+        doc.tokens + question.tokens,
+        sys.tokens,
+        on0 / on2
+    );
+    let _ = writeln!(
+        s,
+        "Why E2 compares cached with missed: exploiting saves the {cached} cached tokens of recomputation, while only\n\
+         the {missed} missed tokens are left to balance; exploring would buy balance with {:.2} s of extra GPU time.",
+        on0 - on2
+    );
+    s
+}
+
+/// A router whose belief about replicas' caches can be read.
+trait Believes: RouterPolicy {
+    fn belief(&self, segments: &[Segment], r: usize) -> u32;
+}
+
+impl Believes for SglangCacheAware {
+    fn belief(&self, segments: &[Segment], r: usize) -> u32 {
+        self.believed_match(segments, r)
+    }
+}
+
+impl Believes for Preble {
+    fn belief(&self, segments: &[Segment], r: usize) -> u32 {
+        self.believed_match(segments, r)
+    }
+}
+
+/// Counts, at every decision, whether the router believes more of the prompt is cached on the
+/// replica it chose than really is (cache + in flight, filled by the host on request).
+struct Audit<P: Believes> {
+    inner: Guarded<P>,
+    cost: CostModel,
+    decisions: u64,
+    mistakes: u64,
+    phantom_tokens: u64,
+    extra_prefill_s: f64,
+}
+
+impl<P: Believes> Router for Audit<P> {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { needs_exact_match: true, ..Router::capabilities(&self.inner) }
+    }
+    fn route(&mut self, request: &Request<'_>, replicas: RSlice<'_, ReplicaView>) -> RResult<u32, RString> {
+        let chosen = match Router::route(&mut self.inner, request, replicas).into_result() {
+            Ok(c) => c,
+            Err(e) => return RResult::RErr(e),
+        };
+        let believed = self.inner.0.belief(request.segments.as_slice(), chosen as usize);
+        let truth = replicas[chosen as usize].matched_tokens;
+        self.decisions += 1;
+        if believed > truth {
+            self.mistakes += 1;
+            self.phantom_tokens += (believed - truth) as u64;
+            self.extra_prefill_s += self.cost.prefill_time_s((believed - truth) as u64, truth as u64);
+        }
+        ROk(chosen)
+    }
+    fn on_dispatch(&mut self, request: &Request<'_>, replica: u32) -> RResult<(), RString> {
+        Router::on_dispatch(&mut self.inner, request, replica)
+    }
+    fn on_complete(&mut self, completion: &Completion) -> RResult<(), RString> {
+        Router::on_complete(&mut self.inner, completion)
+    }
+    fn on_evict(&mut self, eviction: &Eviction<'_>) -> RResult<(), RString> {
+        Router::on_evict(&mut self.inner, eviction)
+    }
+    fn report(&self) -> RResult<RVec<Stat>, RString> {
+        let stat = |name: &str, value: f64| Stat { name: name.into(), value };
+        ROk(RVec::from(vec![
+            stat("decisions", self.decisions as f64),
+            stat("mistakes", self.mistakes as f64),
+            stat("phantom_tokens", self.phantom_tokens as f64),
+            stat("extra_prefill_s", self.extra_prefill_s),
+        ]))
+    }
+}
+
+/// One audited run: (decisions, mistakes, phantom tokens, extra prefill s, latency mean s, hit rate).
+fn audited<P: Believes>(spec: &ClusterSpec, policy: P, seed: u64) -> [f64; 6] {
+    let sm = spec.step_model().expect("valid spec");
+    let mut router: RouterBox = Router_TO::from_value(
+        Audit { inner: Guarded(policy), cost: sm.cost, decisions: 0, mistakes: 0, phantom_tokens: 0, extra_prefill_s: 0.0 },
+        TD_Opaque,
+    );
+    let mut schedulers = cluster::make_schedulers(spec, &mut Loader::new(), seed).expect("built-in scheduler");
+    let stream = generate(spec, None, seed).expect("synthetic stream");
+    let out = cluster::run_stream(spec, &stream, &mut router, &mut schedulers, P::NAME).expect("built-ins do not fail");
+    let m = &out.metrics;
+    let g = |k: &str| m.get(k).unwrap_or(f64::NAN);
+    [g("decisions"), g("mistakes"), g("phantom_tokens"), g("extra_prefill_s"), g("latency_mean_s"), g("hit_rate")]
+}
+
+/// The long-document preset with a given eviction-notice delay.
+fn long_doc_qa(delay_s: f64) -> ClusterSpec {
+    let w = crate::workload::parse(include_str!("../../../workloads/cluster/long_doc_qa.yaml"), std::path::Path::new("long_doc_qa.yaml"))
+        .expect("preset parses");
+    let mut c = w.cluster.expect("cluster preset");
+    c.eviction_delay_s = delay_s;
+    c
+}
+
+/// Exercise 8's runs: (router, [decisions, mistakes, phantom tokens, extra prefill s, latency mean
+/// s, hit rate]) for SGLang-style trees (untrimmed, trimmed every 120 s, every 5 s) and Preble with
+/// eviction notices delayed 0, 5 and 30 s.
+pub fn exercise8_rows(seed: u64) -> Vec<(String, [f64; 6])> {
+    let spec = long_doc_qa(0.0);
+    let sm = spec.step_model().expect("valid");
+    let ctx = cluster::router_context(&sm, spec.replicas, seed);
+    let mut rows: Vec<(String, [f64; 6])> = Vec::new();
+    let sg = |cfg: SglangConfig| SglangCacheAware::new(cfg, &ctx).expect("valid config");
+    rows.push(("sglang_cache_aware (max_tree_tokens 2^26: never trims)".into(), audited(&spec, sg(SglangConfig::default()), seed)));
+    let trimmed = SglangConfig { max_tree_tokens: sm.kv_capacity_tokens, ..SglangConfig::default() };
+    rows.push((format!("sglang_cache_aware (max_tree_tokens {}, every 120 s)", sm.kv_capacity_tokens), audited(&spec, sg(trimmed), seed)));
+    let quick = SglangConfig { max_tree_tokens: sm.kv_capacity_tokens, eviction_interval_s: 5.0, ..SglangConfig::default() };
+    rows.push((format!("sglang_cache_aware (max_tree_tokens {}, every 5 s)", sm.kv_capacity_tokens), audited(&spec, sg(quick), seed)));
+    for delay in [0.0, 5.0, 30.0] {
+        let spec = long_doc_qa(delay);
+        let p = Preble::new(Default::default(), &ctx).expect("cluster context");
+        rows.push((format!("preble (eviction events, delay {delay} s)"), audited(&spec, p, seed)));
+    }
+    rows
+}
+
+/// Exercise 8: how often an approximate tree believes evicted prefixes are cached, and what it costs.
+pub fn exercise8() -> String {
+    let seed = 1;
+    let rows = exercise8_rows(seed);
+    let mut s = String::new();
+    let _ = writeln!(s, "Exercise 8 — where an approximate tree goes wrong (long_doc_qa: 4 × Mistral-7B on A6000, 1 req/s, seed {seed})");
+    let _ = writeln!(s, "A mistake: at a decision, the router believes more of the prompt is cached on the replica it chose than");
+    let _ = writeln!(s, "really is (the replica's cache plus prompts dispatched there and not yet computed). Its cost: prefilling");
+    let _ = writeln!(s, "the phantom tokens after all (step model, alone on the GPU).\n");
+    let _ = writeln!(s, "{:<58} {:>9} {:>9} {:>12} {:>10} {:>10} {:>8}", "router", "decisions", "mistakes", "phantom tok", "extra [s]", "lat [s]", "hit");
+    for (name, r) in &rows {
+        let _ = writeln!(
+            s,
+            "{:<58} {:>9.0} {:>8.1}% {:>12.0} {:>10.1} {:>10.3} {:>8.3}",
+            name,
+            r[0],
+            100.0 * r[1] / r[0].max(1.0),
+            r[2],
+            r[3],
+            r[4],
+            r[5]
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nSGLang's router never asks the replicas: with its default tree size it keeps believing every document it\n\
+         ever sent is still cached; trimming to the KV capacity on a timer removes most phantoms but lags the real\n\
+         LRU. Preble hears of every eviction: with no delay its belief matches the truth at every decision; a\n\
+         delayed notice reopens the window for mistakes. Change the delay with `cluster.eviction_delay_s`."
+    );
+    s
+}
