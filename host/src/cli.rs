@@ -222,11 +222,7 @@ fn execute(command: Command) -> Result<i32> {
                 Some(s) => Some(parse_specs(&runner::split_policies(&s))?),
                 None => None,
             };
-            let mut code = 0;
-            for w in &workloads {
-                code = code.max(sweep(w, specs.clone(), &set, &common)?);
-            }
-            Ok(code)
+            sweep(&workloads, specs, &set, &common)
         }
         Command::Policies { plugin } => list_policies(plugin.as_deref()),
         Command::Validate { workload, trace } => validate(&workload, trace),
@@ -413,7 +409,8 @@ fn all_starts(prepared: &[Prepared], policies: Option<&[PolicySpec]>) -> Result<
     Ok(0)
 }
 
-fn sweep(file: &Path, policies: Option<Vec<PolicySpec>>, sets: &[String], common: &Common) -> Result<i32> {
+/// `sweep`: every workload at every point of the `--set` fields, in one run (one JSON document).
+fn sweep(files: &[PathBuf], policies: Option<Vec<PolicySpec>>, sets: &[String], common: &Common) -> Result<i32> {
     let bad = |m: String| InputError {
         file: PathBuf::from("--set"),
         path: String::new(),
@@ -430,33 +427,37 @@ fn sweep(file: &Path, policies: Option<Vec<PolicySpec>>, sets: &[String], common
     if points == 0 || fields.iter().any(|(_, v)| v.len() != points) {
         return Err(bad("every --set needs the same, non-zero number of values".into()).into());
     }
-    let base = workload::load(file)?;
-    let text = workload::load_text(file)?;
-    let doc: serde_norway::Value = serde_norway::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
+    let xs: Vec<f64> = fields[0].1.iter().enumerate().map(|(k, v)| v.trim_start_matches('x').parse().unwrap_or(k as f64)).collect();
     let mut prepared = Vec::new();
-    let mut xs = Vec::new();
-    for k in 0..points {
-        let mut doc = doc.clone();
-        let mut label = Vec::new();
-        for (field, values) in &fields {
-            runner::with_field(&mut doc, file, field, &values[k])?;
-            label.push(format!("{field}={}", values[k]));
+    let mut names = Vec::new();
+    for file in files {
+        let base = workload::load(file)?;
+        let doc: serde_norway::Value =
+            serde_norway::from_str(&workload::load_text(file)?).with_context(|| format!("parsing {}", file.display()))?;
+        for k in 0..points {
+            let mut doc = doc.clone();
+            let mut label = Vec::new();
+            for (field, values) in &fields {
+                runner::with_field(&mut doc, file, field, &values[k])?;
+                label.push(format!("{field}={}", values[k]));
+            }
+            let mut w = workload::parse(&serde_norway::to_string(&doc).context("writing the swept workload")?, file)?;
+            common.options().apply(&mut w);
+            w.name = format!("{}[{}]", base.name, label.join(", "));
+            prepared.push(runner::prepare(w, file)?);
         }
-        let mut w = workload::parse(&serde_norway::to_string(&doc).context("writing the swept workload")?, file)?;
-        common.options().apply(&mut w);
-        w.name = format!("{}[{}]", base.name, label.join(", "));
-        let x = fields[0].1[k].trim_start_matches('x').parse::<f64>().unwrap_or(k as f64);
-        prepared.push(runner::prepare(w, file)?);
-        xs.push(x);
+        names.push(base.name);
     }
     let (results, code) = run_prepared(prepared, policies.as_deref(), common, "sweep")?;
     for r in &results {
         print!("{}", report::table::render(r, common.markdown));
     }
     if let Some(dir) = &common.plot {
-        let points: Vec<(f64, WorkloadResult)> = xs.into_iter().zip(results).collect();
-        if let Some(f) = report::plot::sweep(dir, &base.name, fields[0].0, &points)? {
-            println!("plot: {}", f.display());
+        for (name, chunk) in names.iter().zip(results.chunks(points)) {
+            let curve: Vec<(f64, WorkloadResult)> = xs.iter().copied().zip(chunk.iter().cloned()).collect();
+            if let Some(f) = report::plot::sweep(dir, name, fields[0].0, &curve)? {
+                println!("plot: {}", f.display());
+            }
         }
     }
     Ok(code)
