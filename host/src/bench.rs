@@ -151,7 +151,11 @@ pub fn cluster_timing(loader: &mut Loader, spec: &ClusterSpec, policy: &str, req
     spec.requests = Some(requests);
     spec.duration_s = None;
     let sm = spec.step_model().map_err(|e| anyhow::anyhow!("{}: {}", e.path, e.message))?;
-    let inner = loader.router(&PolicySpec::parse(policy)?, &cluster::router_context(&sm, spec.replicas, 1))?;
+    let policy_spec = PolicySpec::parse(policy)?;
+    if let Some(s) = &policy_spec.scheduler {
+        spec.scheduler = s.clone();
+    }
+    let inner = loader.router(&policy_spec, &cluster::router_context(&sm, spec.replicas, 1))?;
     let clock = Arc::new(RouterClock::default());
     let mut router: RouterBox = Router_TO::from_value(Timed { inner, clock: clock.clone() }, TD_Opaque);
     let mut schedulers = cluster::make_schedulers(&spec, loader, 1)?;
@@ -231,6 +235,9 @@ fn preset(name: &str) -> Result<ClusterSpec> {
     let text = match name {
         "tool_use" => include_str!("../../workloads/cluster/tool_use.yaml"),
         "long_doc_qa" => include_str!("../../workloads/cluster/long_doc_qa.yaml"),
+        "agent" => include_str!("../../workloads/cluster/agent.yaml"),
+        "programming" => include_str!("../../workloads/cluster/programming.yaml"),
+        "video_qa" => include_str!("../../workloads/cluster/video_qa.yaml"),
         _ => anyhow::bail!("no preset {name}"),
     };
     let w = crate::workload::parse(text, Path::new(name))?;
@@ -267,6 +274,20 @@ fn bench_cluster(loader: &mut Loader, out: &mut String) -> Result<()> {
         }
         writeln!(out, "{row}")?;
     }
+    // The Preble grid's policies on the five presets at their base rate, one seed each.
+    let grid = ["round_robin@lpm", "sglang_cache_aware@lpm", "preble{rebalance: false, autoscale: false, pd_pairing: false}@lpm",
+        "preble{autoscale: false, pd_pairing: false}@lpm", "preble@priority_groups"];
+    let (mut requests, mut seconds) = (0u64, 0.0);
+    for name in ["tool_use", "agent", "programming", "video_qa", "long_doc_qa"] {
+        let spec = preset(name)?;
+        let n = spec.requests.unwrap_or(1000);
+        for policy in grid {
+            let t = cluster_timing(loader, &spec, policy, n)?;
+            requests += n;
+            seconds += t.generate_s + t.simulate_s;
+        }
+    }
+    writeln!(out, "\npreble_grid end to end (5 presets × 5 policies at the base rate, one seed): {requests} requests in {seconds:.2} s = {:.0} simulated requests/s", requests as f64 / seconds)?;
     Ok(())
 }
 
