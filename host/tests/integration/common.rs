@@ -21,14 +21,21 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-/// The profile these tests were built with; plugins are built with the same one.
-pub fn profile() -> &'static str {
-    if cfg!(debug_assertions) { "debug" } else { "release" }
+/// The output folder of the profile these tests were built with (`debug`, `release`, `checked`),
+/// read off this test binary's path (`target/<profile>/deps/…`); plugins are built with the same.
+pub fn profile() -> String {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent().and_then(|deps| deps.parent()).and_then(|p| p.file_name()).expect("target/<profile>/deps").to_string_lossy().into_owned()
 }
 
 fn cargo() -> Command {
     let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     c.env("CARGO_TARGET_DIR", target_dir());
+    // Crates outside the workspace (the scaffold's output, the other-minor fixture) do not know the
+    // workspace's `checked` profile: define it for them the same way, through cargo's config.
+    c.env("CARGO_PROFILE_CHECKED_INHERITS", "release")
+        .env("CARGO_PROFILE_CHECKED_DEBUG_ASSERTIONS", "true")
+        .env("CARGO_PROFILE_CHECKED_OVERFLOW_CHECKS", "true");
     c
 }
 
@@ -36,9 +43,8 @@ fn cargo() -> Command {
 pub fn cargo_build(dir: &Path, packages: &[&str]) {
     let mut c = cargo();
     c.current_dir(dir).arg("build").arg("--quiet");
-    if profile() == "release" {
-        c.arg("--release");
-    }
+    let profile = profile();
+    c.args(["--profile", if profile == "debug" { "dev" } else { &profile }]);
     for p in packages {
         c.args(["-p", p]);
     }
