@@ -172,3 +172,46 @@ fn sweep_and_plots() {
     let out = routelab(&["sweep", p.to_str().unwrap(), "--policies", "random", "--set", "nonsense=1,2"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Issue 5's command: per selector, the allocation by model names, accuracies, evaluations, cost.
+#[test]
+fn case_study_from_cc_reports_allocations_and_greedy_stays_stuck() {
+    let json = scratch("cs.json");
+    let out = routelab(&[
+        "compare", "workloads/compound/case_study.yaml", "--policies", "greedy,llmselector", "--start", "C,C",
+        "--json", json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rs = v["workloads"][0]["results"].as_array().unwrap();
+    assert_eq!(rs[0]["allocation"][0], serde_json::json!(["C", "C"]));
+    assert_eq!(rs[1]["allocation"][0], serde_json::json!(["A", "B"]));
+    for r in rs {
+        for k in ["train_accuracy", "test_accuracy", "evaluations", "cost_per_question"] {
+            assert!(r["metrics"][k].is_number(), "{} lacks {k}", r["policy"]);
+        }
+    }
+    assert!(rs[1]["metrics"]["test_accuracy"].as_f64().unwrap() > rs[0]["metrics"]["test_accuracy"].as_f64().unwrap());
+}
+
+#[test]
+fn bad_compound_input_exits_2() {
+    let big = scratch("big.yaml");
+    std::fs::write(&big, "compound:\n  system: debate\n  pool: {models: 10}\n").unwrap();
+    let diag = scratch("diag.yaml");
+    std::fs::write(&diag, "compound:\n  system: debate\n  pool: {models: 5}\n  diagnoser_accuracy: 1.5\n").unwrap();
+    let budget = scratch("budget.yaml");
+    std::fs::write(&budget, "compound:\n  system: debate\n  pool: {models: 10}\n  budget: 5\n").unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (&["compare", "workloads/compound/case_study.yaml", "--policies", "greedy", "--start", "C,Z"], "unknown model 'Z'"),
+        (&["compare", big.to_str().unwrap(), "--policies", "exhaustive,best_single"], "max_allocations"),
+        (&["validate", diag.to_str().unwrap()], "diagnoser_accuracy"),
+        (&["validate", budget.to_str().unwrap()], "below one round"),
+    ];
+    for (args, what) in cases {
+        let out = routelab(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(what), "{args:?}: {err}");
+    }
+}
