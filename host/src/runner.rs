@@ -109,14 +109,14 @@ pub fn expand(w: Workload, file: &Path) -> Result<Vec<Workload>, InputError> {
 pub struct Prepared {
     pub workload: Workload,
     pub notes: Vec<String>,
-    trace_times: Option<Vec<f64>>,
-    trace_rows: Option<Vec<trace::TraceRow>>,
+    /// The trace the workload replays (its file read once), if any.
+    trace: Option<Vec<trace::TraceRow>>,
 }
 
 /// Resolves files a workload names (relative to the workload's folder) and derived facts.
 pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> {
     let mut notes = Vec::new();
-    let mut trace_times = None;
+    let mut trace = None;
     if let Some(d) = &workload.dispatch {
         let (_, raw_mean) = sim::dispatch::Sizes::new(&d.service);
         if raw_mean != 1.0 {
@@ -140,25 +140,24 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
                 rows.len(),
                 d.utilisation
             ));
-            trace_times = Some(rows.iter().map(|r| r.at_s).collect());
+            trace = Some(rows);
         }
     }
-    let mut trace_rows = None;
     if let Some(c) = &workload.cluster {
         if let crate::workload::cluster::Arrivals::Trace { path, time_scale } = &c.arrivals {
             let p = relative_to(file, path);
             let rows = trace::load(&p)?;
             notes.push(format!("trace replay of {} ({} rows, time scale {time_scale})", p.display(), rows.len()));
-            trace_rows = Some(rows);
+            trace = Some(rows);
         }
     }
-    Ok(Prepared { workload, notes, trace_times, trace_rows })
+    Ok(Prepared { workload, notes, trace })
 }
 
 /// A cluster workload's generated-stream statistics for seed `workload.seed` (`None` elsewhere).
 pub fn cluster_stats(p: &Prepared) -> Result<Option<String>, String> {
     let Some(c) = &p.workload.cluster else { return Ok(None) };
-    let stream = crate::workload::generate::generate(c, p.trace_rows.as_deref(), p.workload.seed)?;
+    let stream = crate::workload::generate::generate(c, p.trace.as_deref(), p.workload.seed)?;
     Ok(Some(crate::workload::generate::stats(&stream).to_string()))
 }
 
@@ -194,7 +193,7 @@ fn run_one(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec, run_seed
                 cost: abi_stable::std_types::RNone,
             };
             let mut router = loader.router(spec, &ctx).map_err(Failure::Load)?;
-            let mut m = sim::dispatch::run(d, prepared.trace_times.as_deref(), &mut router, &spec.label, run_seed)
+            let mut m = sim::dispatch::run(d, prepared.trace.as_deref(), &mut router, &spec.label, run_seed)
                 .map_err(Failure::Run)?;
             append_reports(&mut m, router.report().into_result().map_err(|e| Failure::Run(RunError(e.into())))?);
             Ok((m, Vec::new()))
@@ -215,7 +214,7 @@ fn run_one(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec, run_seed
                 None => c,
             };
             let mut schedulers = sim::cluster::make_schedulers(c, loader, run_seed).map_err(Failure::Load)?;
-            let m = sim::cluster::run(c, prepared.trace_rows.as_deref(), &mut router, &mut schedulers, &spec.label, run_seed)
+            let m = sim::cluster::run(c, prepared.trace.as_deref(), &mut router, &mut schedulers, &spec.label, run_seed)
                 .map_err(Failure::Run)?;
             Ok((m, Vec::new()))
         }

@@ -25,6 +25,7 @@ use super::RunError;
 use crate::metrics::{Metrics, quantile};
 use crate::seeds::{SimRng, stream};
 use crate::workload::dispatch::{Arrivals, DispatchSpec, Information, Mode, Service};
+use crate::workload::trace::TraceRow;
 
 /// Ticks per unit of time (one mean service time).
 const TICKS: f64 = 1e9;
@@ -99,7 +100,7 @@ impl Sizes {
 /// Inter-arrival times in units, from Poisson or from a trace rescaled to the target rate.
 enum ArrivalSource<'a> {
     Poisson { rate: f64, rng: SimRng },
-    Trace { times: &'a [f64], scale: f64, next: usize },
+    Trace { rows: &'a [TraceRow], scale: f64, next: usize },
 }
 
 impl ArrivalSource<'_> {
@@ -109,8 +110,8 @@ impl ArrivalSource<'_> {
                 let gap: f64 = Exp1.sample(rng);
                 Some(now + gap / *rate)
             }
-            ArrivalSource::Trace { times, scale, next } => {
-                let t = times.get(*next).map(|t| (t - times[0]) * *scale);
+            ArrivalSource::Trace { rows, scale, next } => {
+                let t = rows.get(*next).map(|r| (r.at_s - rows[0].at_s) * *scale);
                 *next += 1;
                 t
             }
@@ -122,11 +123,11 @@ enum Event {
     Departure { server: u32, request: u64, arrived_at: SimTime, started_at: SimTime },
 }
 
-/// One run of the dispatch world. `trace` holds arrival timestamps (seconds) for
-/// `arrivals: trace`. `label` names the policy in errors.
+/// One run of the dispatch world. `trace` holds the rows of `arrivals: trace` (their timestamps
+/// are used; sizes come from `service`). `label` names the policy in errors.
 pub fn run(
     spec: &DispatchSpec,
-    trace: Option<&[f64]>,
+    trace: Option<&[TraceRow]>,
     router: &mut RouterBox,
     label: &str,
     run_seed: u64,
@@ -136,10 +137,10 @@ pub fn run(
     let mut size_rng = stream(run_seed, "dispatch.sizes");
     let rate = spec.utilisation * n as f64;
     let mut arrivals = match (&spec.arrivals, trace) {
-        (Arrivals::Trace { .. }, Some(times)) if times.len() >= 2 => {
-            let span = times[times.len() - 1] - times[0];
-            let observed_rate = (times.len() - 1) as f64 / span.max(f64::MIN_POSITIVE);
-            ArrivalSource::Trace { times, scale: observed_rate / rate, next: 0 }
+        (Arrivals::Trace { .. }, Some(rows)) if rows.len() >= 2 => {
+            let span = rows[rows.len() - 1].at_s - rows[0].at_s;
+            let observed_rate = (rows.len() - 1) as f64 / span.max(f64::MIN_POSITIVE);
+            ArrivalSource::Trace { rows, scale: observed_rate / rate, next: 0 }
         }
         _ => ArrivalSource::Poisson { rate, rng: stream(run_seed, "dispatch.arrivals") },
     };
