@@ -36,6 +36,27 @@
 //! Reports the run's mean L, M and P of the chosen replicas and the count of each decision kind.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Prefix keys are already well-mixed 64-bit hashes: hash them as themselves.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) | *b as u64;
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<KeyHasher>>;
 
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
@@ -123,8 +144,8 @@ pub struct Preble {
     outputs: WindowSum,
     prompts: WindowSum,
     dispatches: WindowSum,
-    node_hits: HashMap<u64, WindowSum>,
-    prefix_ttft: HashMap<u64, WindowSum>,
+    node_hits: KeyMap<WindowSum>,
+    prefix_ttft: KeyMap<WindowSum>,
     ttft: WindowSum,
     in_flight_prefix: HashMap<u64, u64>,
     pending: Option<Pending>,
@@ -177,8 +198,8 @@ impl Policy for Preble {
             outputs: WindowSum::new(w),
             prompts: WindowSum::new(w),
             dispatches: WindowSum::new(w),
-            node_hits: HashMap::new(),
-            prefix_ttft: HashMap::new(),
+            node_hits: KeyMap::default(),
+            prefix_ttft: KeyMap::default(),
             ttft: WindowSum::new(w),
             in_flight_prefix: HashMap::new(),
             pending: None,
@@ -246,13 +267,13 @@ impl Preble {
         (key, context)
     }
 
-    /// M: recompute cost of what replica `r` would evict to fit `needed` more tokens.
-    fn eviction_cost(&mut self, r: usize, needed: u64, now: f64) -> f64 {
+    /// M: recompute cost of what replica `r` would evict to fit `needed` more tokens, given the
+    /// window's request count.
+    fn eviction_cost(&mut self, r: usize, needed: u64, window_requests: f64, now: f64) -> f64 {
         let free = self.kv_capacity_tokens.saturating_sub(self.tree.held_tokens(r));
         if needed <= free {
             return 0.0;
         }
-        let window_requests = self.dispatches.count(now).max(1) as f64;
         let mut m = 0.0;
         for (node, tokens) in self.tree.plan_eviction(r, needed - free) {
             let (key, context) = self.node_key(node);
@@ -266,15 +287,16 @@ impl Preble {
         let now = request.arrived_at;
         let output = self.mean_output(now);
         let context = self.mean_prompt(now).max(request.prompt_tokens as f64);
+        let window_requests = self.dispatches.count(now).max(1) as f64;
         for r in 0..self.costs.len() {
             let matched = self.matches[r] as u64;
             let missed = (request.prompt_tokens as u64).saturating_sub(matched);
             let w = &mut self.replicas[r];
-            let n = w.prefill_s.count(now) as f64;
             let prefill = w.prefill_s.sum(now);
+            let n = w.prefill_s.count(now) as f64;
             let batch = views.get(r).map_or(0, |v| v.running);
             let l = prefill + n * self.decode_estimate(output, context, batch);
-            let m = self.eviction_cost(r, missed + output as u64, now);
+            let m = self.eviction_cost(r, missed + output as u64, window_requests, now);
             let p = if self.cfg.include_p { self.model.prefill_time_s(missed, matched) } else { 0.0 };
             self.costs[r] = Cost { l, m, p };
         }

@@ -13,7 +13,7 @@
 //! a `BTreeMap`, and time is an access counter, ties broken by node id.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use crate::Segment;
 
@@ -329,7 +329,8 @@ impl PrefixTree {
         let mut leaves = self.leaves[r].iter().copied().peekable();
         // Parents that become leaves as their last held child is planned away.
         let mut promoted: BinaryHeap<Reverse<(u64, NodeId)>> = BinaryHeap::new();
-        let mut children_left: HashMap<NodeId, u32> = HashMap::new();
+        // (parent, held children not yet planned away); few entries, so a list beats a map.
+        let mut children_left: Vec<(NodeId, u32)> = Vec::new();
         while freed < tokens {
             let next = match (leaves.peek(), promoted.peek()) {
                 (Some(a), Some(Reverse(b))) => {
@@ -349,7 +350,14 @@ impl PrefixTree {
             freed += held as u64;
             let parent = self.nodes[node as usize].parent;
             if parent != ROOT {
-                let left = children_left.entry(parent).or_insert(self.nodes[parent as usize].held_children[r]);
+                let i = match children_left.iter().position(|(p, _)| *p == parent) {
+                    Some(i) => i,
+                    None => {
+                        children_left.push((parent, self.nodes[parent as usize].held_children[r]));
+                        children_left.len() - 1
+                    }
+                };
+                let left = &mut children_left[i].1;
                 *left -= 1;
                 if *left == 0 {
                     promoted.push(Reverse((self.nodes[parent as usize].used[r], parent)));
