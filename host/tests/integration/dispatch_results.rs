@@ -53,7 +53,7 @@ fn lwl_tail_beats_jsq_with_heavy_tailed_sizes() {
     assert!(ratio < 0.75, "LWL/JSQ p99 ratio {ratio}");
 }
 
-/// Stale information (refresh every 4): JSQ herds (13.4, worse than random's 10.6; 1.6 fresh)
+/// Stale information (refresh every 4): JSQ herds (13.4, worse than random's 10.4; 1.6 fresh)
 /// while power-of-two barely degrades (4.0 stale, 2.9 fresh).
 #[test]
 fn jsq_herds_on_stale_information_while_power_of_two_holds() {
