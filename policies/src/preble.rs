@@ -23,12 +23,14 @@
 //!   cheapest replica overall joins that prefix's candidates, so its traffic splits by cost.
 //! - **P/D pairing.** When exploring (a prefill-heavy request), if some replicas are
 //!   decode-heavy — windowed hit ratio ≥ `pd_hit_ratio` — go to the cheapest of them.
+//!
 //! Parameters (defaults): `window_s` 180; `decode_estimate` single (the paper: one request's
-//!   per-token time), `batched` (marginal cost in the replica's running batch) or `median_tpot`
-//!   (the code: `median_tpot_s` 0.15 × output); `include_p` true (the code omits P);
-//!   `rebalance` true, `rebalance_threshold` 1.5 (Th_bal), `rebalance_after_per_replica` 0 (the
-//!   code: 50); `autoscale` true, `autoscale_factor` 2, `autoscale_min_samples` 10; `pd_pairing`
-//!   true, `pd_hit_ratio` 0.7; `default_output_tokens` 64 (before any completion is seen).
+//! per-token time), `batched` (marginal cost in the replica's running batch) or `median_tpot`
+//! (the code: `median_tpot_s` 0.15 × output); `include_p` true (the code omits P);
+//! `rebalance` true, `rebalance_threshold` 1.5 (Th_bal), `rebalance_after_per_replica` 0 (the
+//! code: 50); `autoscale` true, `autoscale_factor` 2, `autoscale_min_samples` 10; `pd_pairing`
+//! true, `pd_hit_ratio` 0.7; `default_output_tokens` 64 (before any completion is seen).
+//!
 //! Ablations: E2 only = `preble{rebalance: false, autoscale: false, pd_pairing: false}`; the full
 //! system also runs the `priority_groups` scheduler on each replica.
 //! Source: Srivatsa, He, Abhyankar, Li, Zhang, "Preble: Efficient Distributed Prompt Scheduling

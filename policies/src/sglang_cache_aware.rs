@@ -9,6 +9,7 @@
 //!    tokens) exceeds `cache_threshold`, go there (ties by load).
 //! 3. Otherwise go to the least-loaded replica (`below_threshold: least_load`, current SGLang) or
 //!    to the replica with the smallest tree (`smallest_tree`, older SGLang).
+//!
 //! The request is recorded in the chosen replica's tree in every branch. Every
 //! `eviction_interval_s`, trees above `max_tree_tokens` are trimmed least-recently-used first;
 //! the check runs at the first decision at or after each interval's end (the tree is read only at
