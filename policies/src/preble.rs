@@ -135,6 +135,11 @@ impl Cost {
     fn total(&self) -> f64 {
         self.l + self.m + self.p
     }
+
+    /// L + P: a lower bound of the total (M ≥ 0, and rounding is monotone), known before M.
+    fn lower_bound(&self) -> f64 {
+        self.l + self.p
+    }
 }
 
 pub struct Preble {
@@ -152,7 +157,12 @@ pub struct Preble {
     in_flight_prefix: HashMap<u64, u64>,
     pending: Option<Pending>,
     matches: Vec<u32>,
+    /// This decision's costs; M is NaN until [`Preble::total`] needs it (planning evictions on
+    /// every replica is the expensive part, and most decisions are settled by L + P).
     costs: Vec<Cost>,
+    /// Tokens each replica would need for this request (missed + expected output), for M.
+    needed: Vec<u64>,
+    window_requests: f64,
     dispatched: u64,
     sums: Cost,
     exploit: u64,
@@ -207,6 +217,8 @@ impl Policy for Preble {
             pending: None,
             matches: vec![0; n],
             costs: vec![Cost::default(); n],
+            needed: vec![0; n],
+            window_requests: 1.0,
             dispatched: 0,
             sums: Cost::default(),
             exploit: 0,
@@ -289,7 +301,7 @@ impl Preble {
         let now = request.arrived_at;
         let output = self.mean_output(now);
         let context = self.mean_prompt(now).max(request.prompt_tokens as f64);
-        let window_requests = self.dispatches.count(now).max(1) as f64;
+        self.window_requests = self.dispatches.count(now).max(1) as f64;
         for r in 0..self.costs.len() {
             let matched = self.matches[r] as u64;
             let missed = (request.prompt_tokens as u64).saturating_sub(matched);
@@ -298,17 +310,48 @@ impl Preble {
             let n = w.prefill_s.count(now) as f64;
             let batch = views.get(r).map_or(0, |v| v.running);
             let l = prefill + n * self.decode_estimate(output, context, batch);
-            let m = self.eviction_cost(r, missed + output as u64, window_requests, now);
             let p = if self.cfg.include_p { self.model.prefill_time_s(missed, matched) } else { 0.0 };
-            self.costs[r] = Cost { l, m, p };
+            self.needed[r] = missed + output as u64;
+            self.costs[r] = Cost { l, m: f64::NAN, p };
         }
     }
 
-    /// The cheapest replica among `candidates` (lowest index on ties).
-    fn cheapest(&self, candidates: impl Iterator<Item = usize>) -> Option<usize> {
-        candidates.fold(None, |best: Option<usize>, r| match best {
-            Some(b) if self.costs[b].total() <= self.costs[r].total() => Some(b),
-            _ => Some(r),
+    /// Replica `r`'s L + M + P for this decision, computing M on first use.
+    fn total(&mut self, r: usize, now: f64) -> f64 {
+        if self.costs[r].m.is_nan() {
+            self.costs[r].m = self.eviction_cost(r, self.needed[r], self.window_requests, now);
+        }
+        self.costs[r].total()
+    }
+
+    /// The cheapest replica among `candidates` (lowest index on ties). Candidates are visited by
+    /// lower bound, so M is computed only for those that could still win.
+    fn cheapest(&mut self, candidates: impl Iterator<Item = usize>, now: f64) -> Option<usize> {
+        let mut order: Vec<usize> = candidates.collect();
+        order.sort_by(|&a, &b| self.costs[a].lower_bound().total_cmp(&self.costs[b].lower_bound()).then(a.cmp(&b)));
+        let mut best: Option<(f64, usize)> = None;
+        for r in order {
+            if best.is_some_and(|(t, _)| self.costs[r].lower_bound() > t) {
+                break;
+            }
+            let t = self.total(r, now);
+            match best {
+                Some((bt, bi)) if bt < t || (bt == t && bi < r) => {}
+                _ => best = Some((t, r)),
+            }
+        }
+        best.map(|(_, r)| r)
+    }
+
+    /// Whether `choice` is the most loaded replica (the first one on ties), given its total.
+    fn is_most_loaded(&mut self, choice: usize, total: f64, now: f64) -> bool {
+        (0..self.costs.len()).all(|r| {
+            r == choice || {
+                self.costs[r].lower_bound() <= total && {
+                    let t = self.total(r, now);
+                    t < total || (t == total && r > choice)
+                }
+            }
         })
     }
 
@@ -342,21 +385,21 @@ impl RouterPolicy for Preble {
             Some(node) if cached > missed => {
                 self.exploit += 1;
                 let holders: Vec<usize> = all.clone().filter(|&r| self.matches[r] >= cached).collect();
-                let mut choice = self.cheapest(holders.iter().copied()).expect("the longest match has a holder");
+                let mut choice = self.cheapest(holders.iter().copied(), now).expect("the longest match has a holder");
                 let key = self.node_key(node).0;
                 prefix_key = Some(key);
                 if self.cfg.autoscale && self.prefix_overloaded(key, now) {
-                    let global = self.cheapest(all.clone()).expect("replicas");
-                    if self.costs[global].total() < self.costs[choice].total() && !holders.contains(&global) {
+                    let global = self.cheapest(all.clone(), now).expect("replicas");
+                    if self.total(global, now) < self.total(choice, now) && !holders.contains(&global) {
                         self.autoscaled += 1;
                         choice = global;
                     }
                 }
                 let warm = self.dispatched >= self.cfg.rebalance_after_per_replica * self.costs.len() as u64;
                 if self.cfg.rebalance && warm {
-                    let max = all.clone().fold(0, |b, r| if self.costs[r].total() > self.costs[b].total() { r } else { b });
-                    let min = self.cheapest(all.clone()).expect("replicas");
-                    if choice == max && self.costs[max].total() > self.cfg.rebalance_threshold * self.costs[min].total() {
+                    let min = self.cheapest(all.clone(), now).expect("replicas");
+                    let (t_choice, t_min) = (self.total(choice, now), self.total(min, now));
+                    if t_choice > self.cfg.rebalance_threshold * t_min && self.is_most_loaded(choice, t_choice, now) {
                         self.rebalanced += 1;
                         choice = min;
                     }
@@ -377,15 +420,16 @@ impl RouterPolicy for Preble {
                 } else {
                     Vec::new()
                 };
-                match self.cheapest(decode_heavy.into_iter()) {
+                match self.cheapest(decode_heavy.into_iter(), now) {
                     Some(r) => {
                         self.paired += 1;
                         r
                     }
-                    None => self.cheapest(all).expect("replicas"),
+                    None => self.cheapest(all, now).expect("replicas"),
                 }
             }
         };
+        self.total(chosen, now);
         let c = self.costs[chosen];
         self.sums.l += c.l;
         self.sums.m += c.m;
