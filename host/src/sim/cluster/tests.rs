@@ -146,16 +146,21 @@ impl RouterPolicy for Follow {
     }
 }
 
+/// One seed-1 run of `spec` with the `Follow` test router.
+fn run_follow(spec: &ClusterSpec) -> RunOutcome {
+    let sm = spec.step_model().unwrap();
+    let ctx = router_context(&sm, spec.replicas, 1);
+    let mut router = Router_TO::from_value(Guarded(Follow::new(Default::default(), &ctx).unwrap()), abi_stable::sabi_trait::TD_Opaque);
+    let mut s = make_schedulers(spec, &mut Loader::new(), 1).unwrap();
+    let stream = generate(spec, None, 1).unwrap();
+    run_stream(spec, &stream, &mut router, &mut s, "follow").unwrap()
+}
+
 #[test]
 fn exact_match_counts_dispatched_prompts_so_fanout_follows_the_first() {
     let mut spec = preset("programming");
     spec.requests = Some(400);
-    let sm = spec.step_model().unwrap();
-    let ctx = router_context(&sm, spec.replicas, 1);
-    let mut router = Router_TO::from_value(Guarded(Follow::new(Default::default(), &ctx).unwrap()), abi_stable::sabi_trait::TD_Opaque);
-    let mut s = make_schedulers(&spec, &mut Loader::new(), 1).unwrap();
-    let stream = generate(&spec, None, 1).unwrap();
-    let o = run_stream(&spec, &stream, &mut router, &mut s, "follow").unwrap();
+    let o = run_follow(&spec);
     // The 8 samples of a problem arrive together; the first lands anywhere, the other 7 follow it
     // because its segments count as dispatched-but-not-computed.
     for group in o.records.chunks(8) {
@@ -169,12 +174,7 @@ fn evictions_reach_routers_that_want_them_after_the_delay() {
     let mut spec = preset("long_doc_qa");
     spec.requests = Some(200);
     spec.eviction_delay_s = 5.0;
-    let sm = spec.step_model().unwrap();
-    let ctx = router_context(&sm, spec.replicas, 1);
-    let mut router = Router_TO::from_value(Guarded(Follow::new(Default::default(), &ctx).unwrap()), abi_stable::sabi_trait::TD_Opaque);
-    let mut s = make_schedulers(&spec, &mut Loader::new(), 1).unwrap();
-    let stream = generate(&spec, None, 1).unwrap();
-    let o = run_stream(&spec, &stream, &mut router, &mut s, "follow").unwrap();
+    let o = run_follow(&spec);
     assert!(m(&o, "evictions_heard") > 0.0, "{:?}", o.metrics);
 }
 
