@@ -5,11 +5,15 @@
 //! `routelab-builtin-plugin` exports the same registry through the plugin ABI.
 
 pub mod best_single;
+pub mod block_index;
+pub mod chwbl;
+pub mod dynamo_kv;
 pub mod exhaustive;
 pub mod fcfs;
 pub mod greedy;
 pub mod least_requests;
 pub mod least_work_left;
+pub mod llm_d;
 pub mod llmselector;
 pub mod llmselector_cost;
 pub mod lpm;
@@ -23,6 +27,7 @@ pub mod round_robin;
 pub mod selection;
 pub mod sglang_cache_aware;
 pub mod threshold_affinity;
+pub mod vllm_prefix_aware;
 
 use routelab_policy_api::{Entry, router, scheduler, selector};
 
@@ -38,6 +43,10 @@ pub fn registry() -> Vec<Entry> {
         router::<threshold_affinity::ThresholdAffinity>(),
         router::<sglang_cache_aware::SglangCacheAware>(),
         router::<preble::Preble>(),
+        router::<dynamo_kv::DynamoKv>(),
+        router::<llm_d::LlmD>(),
+        router::<vllm_prefix_aware::VllmPrefixAware>(),
+        router::<chwbl::Chwbl>(),
         selector::<llmselector::LlmSelector>(),
         selector::<greedy::Greedy>(),
         selector::<random_search::RandomSearch>(),
