@@ -4,6 +4,7 @@
 //! [`registry`] lists them all; the host links this crate directly, and
 //! `routelab-builtin-plugin` exports the same registry through the plugin ABI.
 
+pub mod aibrix_prefix_cache;
 pub mod best_single;
 pub mod block_index;
 pub mod chwbl;
@@ -47,6 +48,7 @@ pub fn registry() -> Vec<Entry> {
         router::<llm_d::LlmD>(),
         router::<vllm_prefix_aware::VllmPrefixAware>(),
         router::<chwbl::Chwbl>(),
+        router::<aibrix_prefix_cache::AibrixPrefixCache>(),
         selector::<llmselector::LlmSelector>(),
         selector::<greedy::Greedy>(),
         selector::<random_search::RandomSearch>(),
