@@ -24,6 +24,7 @@ pub mod preble;
 pub mod priority_groups;
 pub mod random;
 pub mod random_search;
+pub mod ray_prefix_aware;
 pub mod round_robin;
 pub mod selection;
 pub mod sglang_cache_aware;
@@ -49,6 +50,7 @@ pub fn registry() -> Vec<Entry> {
         router::<vllm_prefix_aware::VllmPrefixAware>(),
         router::<chwbl::Chwbl>(),
         router::<aibrix_prefix_cache::AibrixPrefixCache>(),
+        router::<ray_prefix_aware::RayPrefixAware>(),
         selector::<llmselector::LlmSelector>(),
         selector::<greedy::Greedy>(),
         selector::<random_search::RandomSearch>(),
