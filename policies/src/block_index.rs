@@ -119,6 +119,24 @@ impl BlockIndex {
             alive[self.words - 1] = (1u64 << (n % 64)) - 1;
         }
         out.fill(hashes.len() as u32);
+        if self.words == 1 {
+            // One word (≤ 64 replicas): the common case, without the loop over words.
+            let mut a = alive[0];
+            for (k, &h) in hashes.iter().enumerate() {
+                let bits = self.bits.get(&h).copied().unwrap_or(0) & a;
+                let mut dropped = a & !bits;
+                while dropped != 0 {
+                    out[dropped.trailing_zeros() as usize] = k as u32;
+                    dropped &= dropped - 1;
+                }
+                a = bits;
+                if a == 0 {
+                    break;
+                }
+            }
+            self.alive = alive;
+            return;
+        }
         for (k, &h) in hashes.iter().enumerate() {
             let mut any = false;
             for (w, a) in alive.iter_mut().enumerate() {
