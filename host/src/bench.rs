@@ -307,8 +307,8 @@ pub fn compound_rate(diagnoser_accuracy: f64, allocations: u64) -> Result<(f64, 
         .collect();
     let t = Instant::now();
     let mut checksum = 0u64;
-    for a in &picks {
-        let e = black_box(world.evaluate_training(a));
+    for (call, a) in picks.iter().enumerate() {
+        let e = black_box(world.evaluate_training(a, call as u64));
         checksum += e.correct.iter().filter(|c| **c).count() as u64;
     }
     Ok((allocations as f64 / t.elapsed().as_secs_f64(), checksum))

@@ -144,7 +144,7 @@ fn budget_counts_every_evaluation_and_stops_the_loop_before_a_round_it_cannot_pa
 #[test]
 fn the_evaluation_reports_faults_question_major_and_only_for_wrong_answers() {
     let world = World::new(&case_study(), 1);
-    let e = world.evaluate_training(&[1, 0]); // B locates badly, A solves badly
+    let e = world.evaluate_training(&[1, 0], 0); // B locates badly, A solves badly
     assert_eq!(e.correct.len(), 300);
     assert_eq!(e.faults.len(), 600);
     for q in 0..300 {
@@ -236,7 +236,7 @@ fn exhaustive_refuses_a_space_above_its_guard() {
 
 #[test]
 fn every_compound_workload_parses_and_expands_its_variants() {
-    let expect = [("case_study.yaml", 1), ("random_pools.yaml", 3), ("noisy_diagnoser.yaml", 5), ("non_monotone.yaml", 4)];
+    let expect = [("case_study.yaml", 1), ("random_pools.yaml", 3), ("noisy_diagnoser.yaml", 7), ("non_monotone.yaml", 4)];
     for (file, n) in expect {
         let w = load(file);
         let variants = w.compound.as_ref().unwrap().variants();
@@ -278,4 +278,26 @@ fn selectors_loaded_from_the_plugin_library_match_the_linked_in_ones() {
         let from_lib = compound::run(&spec, &mut loaded, policy, 1, Some(&start)).unwrap();
         assert_eq!(linked, from_lib, "{policy}");
     }
+}
+
+#[test]
+fn a_fresh_noisy_diagnoser_costs_evaluations_and_a_frozen_one_can_cycle_to_max_rounds() {
+    let variants = load("noisy_diagnoser.yaml").compound.unwrap().variants();
+    let find = |label: &str| variants.iter().find(|(l, _)| l == label).unwrap_or_else(|| panic!("{label}")).1.clone();
+    let (exact, fresh, frozen) = (
+        find("diagnoser_accuracy=1"),
+        find("diagnoser_accuracy=0.6"),
+        find("diagnoser_accuracy=0.6, diagnoser_noise=frozen"),
+    );
+    let (mut exact_evaluations, mut fresh_evaluations, mut frozen_cycles) = (0.0, 0.0, 0);
+    for seed in 1..=10 {
+        let m = |spec: &CompoundSpec| run(spec, "llmselector", seed, None).unwrap().metrics;
+        exact_evaluations += m(&exact).get("evaluations").unwrap();
+        let fresh = m(&fresh);
+        assert_eq!(fresh.get("converged"), Some(1.0), "seed {seed}: fresh noise breaks cycles");
+        fresh_evaluations += fresh.get("evaluations").unwrap();
+        frozen_cycles += (m(&frozen).get("converged") == Some(0.0)) as u32;
+    }
+    assert!(fresh_evaluations > 3.0 * exact_evaluations, "{fresh_evaluations} vs {exact_evaluations}");
+    assert!(frozen_cycles > 0, "a frozen diagnoser at 0.6 cycles until max_rounds on some pool");
 }

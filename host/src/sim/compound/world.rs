@@ -18,7 +18,7 @@ use routelab_policy_api::Evaluation;
 
 use super::systems::{Judged, MAX_MODULES, Rules, judge};
 use crate::seeds::{SimRng, mix, stream, stream_seed};
-use crate::workload::compound::{CompoundSpec, SKILLS, System, pool_model_name};
+use crate::workload::compound::{CompoundSpec, DiagnoserNoise, SKILLS, System, pool_model_name};
 
 /// A model of the pool.
 #[derive(Clone, Debug, PartialEq)]
@@ -52,6 +52,7 @@ pub struct World {
     /// with the penalty; no rows otherwise).
     self_critique_ok: Bits,
     diagnoser_accuracy: f64,
+    diagnoser_noise: DiagnoserNoise,
     diagnoser_seed: u64,
 }
 
@@ -197,6 +198,7 @@ impl World {
             ok,
             self_critique_ok,
             diagnoser_accuracy: spec.diagnoser_accuracy,
+            diagnoser_noise: spec.diagnoser_noise,
             diagnoser_seed: stream_seed(run_seed, "compound.diagnoser"),
         }
     }
@@ -264,17 +266,26 @@ impl World {
     }
 
     /// Runs `allocation` on the training set: correctness per question and the diagnoser's verdict
-    /// per (question, module). The diagnoser is right with probability `diagnoser_accuracy`,
-    /// independently per (allocation, question, module) and the same every time the same
-    /// allocation is shown to it (a temperature-0 LLM judging the same trace).
-    pub fn evaluate_training(&self, allocation: &[u32]) -> Evaluation {
+    /// per (question, module). `call` numbers the evaluations of one selection from 0 (the
+    /// evaluator's count before this one).
+    ///
+    /// The diagnoser is right with probability `diagnoser_accuracy`, independently per question
+    /// and module. With [`DiagnoserNoise::Fresh`] every call draws again (an LLM sampled at
+    /// temperature > 0: the current allocation, re-evaluated each round, gets new verdicts);
+    /// with [`DiagnoserNoise::Frozen`] the draw depends on the allocation only, so the same
+    /// allocation always gets the same verdicts (temperature 0, or a response cache).
+    pub fn evaluate_training(&self, allocation: &[u32], call: u64) -> Evaluation {
         let l = self.modules();
         let rows = self.rows(allocation);
         let noisy = self.diagnoser_accuracy < 1.0;
-        // A verdict flips when `unit(allocation_key, &[q, j]) >= diagnoser_accuracy`: computed as
+        // A verdict flips when `unit(key, &[q, j]) >= diagnoser_accuracy`: computed as
         // `hash >> 11 >= flip_at` (the same test on the same 53 bits, exact in integers), with
-        // the key hashed once per allocation and once per question.
-        let allocation_key = mix(allocation.iter().fold(self.diagnoser_seed, |h, &k| mix(h ^ k as u64)));
+        // the key hashed once per evaluation and once per question.
+        let allocation_key = allocation.iter().fold(self.diagnoser_seed, |h, &k| mix(h ^ k as u64));
+        let key = mix(match self.diagnoser_noise {
+            DiagnoserNoise::Frozen => allocation_key,
+            DiagnoserNoise::Fresh => mix(allocation_key ^ mix(call)),
+        });
         let flip_at = (self.diagnoser_accuracy * (1u64 << 53) as f64).ceil() as u64;
         let mut correct = vec![false; self.train];
         let mut faults = vec![false; self.train * l];
@@ -290,7 +301,7 @@ impl World {
             // Only wrong answers get verdicts, right or wrong.
             for_each_bit(!judged.correct & mask, |b| {
                 let q = first + b;
-                let question_key = mix(allocation_key ^ q as u64);
+                let question_key = mix(key ^ q as u64);
                 for (j, verdict) in faults[q * l..(q + 1) * l].iter_mut().enumerate() {
                     let flip = mix(question_key ^ j as u64) >> 11 >= flip_at;
                     *verdict = (judged.faults[j] >> b & 1 == 1) != flip;
@@ -333,17 +344,41 @@ mod tests {
             let l = split.modules();
             for code in 0..4u32.pow(l as u32) {
                 let a: Vec<u32> = (0..l).map(|j| code / 4u32.pow(j as u32) % 4).collect();
-                let e = whole.evaluate_training(&a);
+                let e = whole.evaluate_training(&a, 0);
                 let right = |r: Range<usize>| e.correct[r].iter().filter(|c| **c).count();
                 assert_eq!(split.correct_count(&a, Split::Train), right(0..100), "{system} {a:?}");
                 assert_eq!(split.correct_count(&a, Split::Test), right(100..170), "{system} {a:?}");
-                let head = split.evaluate_training(&a);
+                let head = split.evaluate_training(&a, 0);
                 assert_eq!(head.correct[..], e.correct[..100], "{system} {a:?}");
                 assert_eq!(head.faults[..], e.faults[..100 * l], "{system} {a:?}");
                 // Verdicts only on wrong answers.
                 for q in 0..170 {
                     assert!(!e.correct[q] || e.faults[q * l..(q + 1) * l].iter().all(|f| !f), "{system} {a:?} question {q}");
                 }
+            }
+        }
+    }
+
+    /// Fresh noise redraws the verdicts of a re-evaluated allocation; frozen noise repeats them.
+    /// Either way the diagnoser is right on about `diagnoser_accuracy` of the verdicts it gives.
+    #[test]
+    fn fresh_noise_redraws_verdicts_on_every_call_and_frozen_noise_repeats_them() {
+        let mut spec = spec("debate", 1000, 1, 0.7);
+        let world = World::new(&spec, 3);
+        spec.diagnoser_accuracy = 1.0;
+        let truth = World::new(&spec, 3).evaluate_training(&[0, 1, 2, 3, 0, 1], 0);
+        let agreement = |e: &Evaluation| {
+            let wrong: Vec<usize> = (0..1000).filter(|&q| !e.correct[q]).collect();
+            let same = wrong.iter().flat_map(|&q| q * 6..q * 6 + 6).filter(|&i| e.faults[i] == truth.faults[i]).count();
+            same as f64 / (wrong.len() * 6) as f64
+        };
+        for noise in [DiagnoserNoise::Fresh, DiagnoserNoise::Frozen] {
+            let world = World { diagnoser_noise: noise, ..world.clone() };
+            let (first, again) = (world.evaluate_training(&[0, 1, 2, 3, 0, 1], 0), world.evaluate_training(&[0, 1, 2, 3, 0, 1], 1));
+            assert_eq!(first.correct, truth.correct, "noise never changes the answers");
+            assert_eq!(first.faults == again.faults, noise == DiagnoserNoise::Frozen, "{noise:?}");
+            for e in [&first, &again] {
+                assert!((agreement(e) - 0.7).abs() < 0.03, "{noise:?}: {}", agreement(e));
             }
         }
     }
