@@ -1,5 +1,6 @@
-//! Library-level runs of the compound workloads, printed as Markdown tables (the source of
-//! docs/experiments-compound.md). `cargo run --release -p routelab --example compound_studies`.
+//! Library-level runs of the compound workloads, printed as Markdown tables (the source of the
+//! compound sections of docs/experiments.md).
+//! `cargo run --release -p routelab --example compound_studies`.
 
 use std::path::Path;
 

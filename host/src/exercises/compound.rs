@@ -265,6 +265,8 @@ mod tests {
         let text = exercise_7(&Exercise7::default()).unwrap();
         assert!(text.contains("A+B: cost 8.00 per question"), "{text}");
         assert!(text.contains("C+C: cost 2.00 per question"), "{text}");
+        // The case study is calibrated so the trade is borderline around the 0.1 threshold.
+        assert!(text.contains("i.e. 0.126 per point"), "{text}");
         assert!(text.contains("Choose C+C"), "{text}");
     }
 }
