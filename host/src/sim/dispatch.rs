@@ -1,7 +1,7 @@
 //! The dispatch world: N first-come-first-served servers behind a router.
 //!
-//! Time is in units of the mean service time, held as integer ticks (10^9 per unit) in the event
-//! queue. Arrivals and service times come from streams seeded by the run seed alone (common random
+//! Time is in units of the mean service time, held as integer ticks (10^9 per unit, the event
+//! queue's conversions with the unit read as one mean service time). Arrivals and service times come from streams seeded by the run seed alone (common random
 //! numbers: every router sees the same jobs). Each job's departure is known at dispatch (FCFS:
 //! `max(arrival, server free) + size`) and is queued as an event; before every arrival all events
 //! up to its time run in (time, insertion) order, so the router sees exact queue lengths and
@@ -20,23 +20,13 @@ use rand::RngExt;
 use rand_distr::{Distribution, Exp1, LogNormal};
 use routelab_policy_api::{Completion, ReplicaView, Request, RouterBox};
 
-use super::event_queue::{EventQueue, SimTime};
 use super::RunError;
+use super::event_queue::{EventQueue, SimTime, TICKS_PER_S as TICKS, seconds as to_units, ticks as to_ticks};
+use crate::handle::RouterHandle;
 use crate::metrics::{Metrics, quantile};
 use crate::seeds::{SimRng, stream};
 use crate::workload::dispatch::{Arrivals, DispatchSpec, Information, Mode, Service};
 use crate::workload::trace::TraceRow;
-
-/// Ticks per unit of time (one mean service time).
-const TICKS: f64 = 1e9;
-
-fn to_ticks(units: f64) -> SimTime {
-    (units * TICKS).round() as SimTime
-}
-
-fn to_units(t: SimTime) -> f64 {
-    t as f64 / TICKS
-}
 
 /// Service-time sampler with mean 1.
 #[derive(Clone, Debug)]
@@ -124,14 +114,24 @@ enum Event {
 }
 
 /// One run of the dispatch world. `trace` holds the rows of `arrivals: trace` (their timestamps
-/// are used; sizes come from `service`). `label` names the policy in errors.
+/// are used; sizes come from `service`). `label` names the policy in errors. The router's own
+/// figures follow the host's as `router.<name>`.
 pub fn run(
     spec: &DispatchSpec,
     trace: Option<&[TraceRow]>,
-    router: &mut RouterBox,
+    router: RouterBox,
     label: &str,
     run_seed: u64,
 ) -> Result<Metrics, RunError> {
+    let mut router = RouterHandle::new(router, spec.servers, label);
+    let mut m = run_with(spec, trace, &mut router, run_seed)?;
+    for (k, v) in router.report()? {
+        m.push(k, v);
+    }
+    Ok(m)
+}
+
+fn run_with(spec: &DispatchSpec, trace: Option<&[TraceRow]>, router: &mut RouterHandle, run_seed: u64) -> Result<Metrics, RunError> {
     let n = spec.servers as usize;
     let (sizes, _) = Sizes::new(&spec.service);
     let mut size_rng = stream(run_seed, "dispatch.sizes");
@@ -144,22 +144,13 @@ pub fn run(
         }
         _ => ArrivalSource::Poisson { rate, rng: stream(run_seed, "dispatch.arrivals") },
     };
-    let fail = |what: String| RunError(format!("policy '{label}' {what}"));
-    let route = |router: &mut RouterBox, req: &Request<'_>, views: &[ReplicaView]| -> Result<usize, RunError> {
-        let i = router.route(req, RSlice::from_slice(views)).into_result().map_err(|e| RunError(e.into()))? as usize;
-        if i >= n {
-            return Err(fail(format!("returned replica {i}, but there are only {n} servers (valid: 0..{})", n - 1)));
-        }
-        Ok(i)
-    };
     let mut views = vec![ReplicaView::default(); n];
 
     if spec.mode == Mode::BallsIntoBins {
         for id in 0..spec.requests {
             let size = sizes.sample(&mut size_rng);
             let req = Request { id, arrived_at: id as f64, prompt_tokens: 0, size_hint: RSome(size), segments: RSlice::EMPTY };
-            let i = route(router, &req, &views)?;
-            router.on_dispatch(&req, i as u32).into_result().map_err(|e| RunError(e.into()))?;
+            let i = router.dispatch(&req, &views)? as usize;
             let v = &mut views[i];
             v.outstanding_requests += 1;
             v.waiting += 1;
@@ -193,7 +184,7 @@ pub fn run(
     let drain = |until: SimTime,
                      queue: &mut EventQueue<Event>,
                      views: &mut [ReplicaView],
-                     router: &mut RouterBox,
+                     router: &mut RouterHandle,
                      responses: &mut Vec<f64>,
                      waits: &mut f64,
                      last_departure: &mut SimTime|
@@ -219,7 +210,7 @@ pub fn run(
                 cached_tokens: 0,
                 output_tokens: 0,
             };
-            router.on_complete(&c).into_result().map_err(|e| RunError(e.into()))?;
+            router.complete(&c)?;
         }
         Ok(())
     };
@@ -248,8 +239,7 @@ pub fn run(
         let size = sizes.sample(&mut size_rng);
         let req = Request { id, arrived_at: t_units, prompt_tokens: 0, size_hint: RSome(size), segments: RSlice::EMPTY };
         let shown = if stale_every.is_some() { &snapshot } else { &views };
-        let i = route(router, &req, shown)?;
-        router.on_dispatch(&req, i as u32).into_result().map_err(|e| RunError(e.into()))?;
+        let i = router.dispatch(&req, shown)? as usize;
         let size_ticks = to_ticks(size);
         let start = free_at[i].max(now);
         free_at[i] = start + size_ticks;
