@@ -1,4 +1,4 @@
-//! The command line (OUTPUT.md): arguments → typed options → run → report.
+//! The command line (docs/output.md): arguments → typed options → run → report.
 //!
 //! Exit codes: 0 ok, 1 a run failed (a policy erred or panicked), 2 bad input (workload, trace,
 //! library, policy name or config). Errors are printed as `error: ` + lowercase fragments.

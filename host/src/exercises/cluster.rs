@@ -12,7 +12,7 @@ use crate::step_model::StepModel;
 use crate::workload::cluster::{ClusterSpec, Popularity};
 use crate::workload::generate::{Popular, generate};
 
-/// The long-document preset of cluster.md (the same numbers as workloads/cluster/long_doc_qa.yaml).
+/// The long-document preset (the same numbers as workloads/cluster/long_doc_qa.yaml).
 fn long_doc_qa(requests: u64, rate: f64, scheduler: &str) -> ClusterSpec {
     let yaml = format!(
         "replicas: 4\ngpu: a6000\nmodel: mistral-7b\nscheduler: \"{scheduler}\"\n\

@@ -10,7 +10,7 @@ use crate::workload::compound::System;
 /// The largest system (debate) has six modules.
 pub const MAX_MODULES: usize = 6;
 
-/// The non-monotone switches of the world (compound.md).
+/// The non-monotone switches of the world (docs/architecture.md, the compound world).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Rules {
     /// self_refine: a critic that is the generator's own model uses its self-critique outcome.
