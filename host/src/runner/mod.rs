@@ -405,28 +405,21 @@ pub fn run_workload(
             error: None,
             input_error: false,
         };
-        let resolved = match &inputs {
-            Ok(_) => resolve(loader, prepared, spec).map_err(Error::from),
-            Err(e) => Err(e.clone()),
-        };
-        let runs = match (&resolved, &inputs) {
-            (Ok(r), Ok(inputs)) => inputs.iter().try_for_each(|input| {
-                let run = run_one(r, prepared, input);
+        let mut runs = || -> Result<(), Error> {
+            let inputs = inputs.as_ref().map_err(Error::clone)?;
+            let resolved = resolve(loader, prepared, spec).inspect_err(|_| progress(&spec.label))?;
+            for input in inputs {
+                let run = run_one(&resolved, prepared, input);
                 progress(&spec.label);
                 let (m, a) = run?;
                 result.per_seed.push(m);
                 if !a.is_empty() {
                     result.allocation.push(a);
                 }
-                Ok(())
-            }),
-            (Err(e), _) => {
-                progress(&spec.label);
-                Err(e.clone())
             }
-            (_, Err(e)) => Err(e.clone()),
+            Ok(())
         };
-        match runs {
+        match runs() {
             Ok(()) => result.metrics = over_seeds(&result.per_seed),
             Err(e) => {
                 result.input_error = e.exit_code() == 2;
@@ -439,3 +432,35 @@ pub fn run_workload(
     out
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a parallel runner would share between threads (a rayon map over (policy, seed)).
+    #[test]
+    fn run_inputs_can_be_shared_across_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<ResolvedPolicy>();
+        shared::<Prepared>();
+        shared::<SeedInput>();
+    }
+
+    /// A trace row larger than a replica's KV memory is bad input found while preparing (exit
+    /// 2, naming the workload file), not a failed run.
+    #[test]
+    fn a_trace_row_too_large_for_a_replica_is_bad_input_before_any_run() {
+        let dir = std::env::temp_dir().join(format!("routelab-runner-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("big.csv"), "TIMESTAMP,ContextTokens,GeneratedTokens\n0.0,100,10\n1.0,900000,10\n").unwrap();
+        let file = dir.join("w.yaml");
+        let yaml = "cluster:\n  replicas: 1\n  generator: {output_tokens: 8}\n  arrivals: {trace: {path: big.csv}}\n";
+        let w = crate::workload::parse(yaml, &file).unwrap();
+        let e = prepare(w, &file).err().expect("the row cannot fit");
+        assert_eq!(e.file, file);
+        assert_eq!(e.path, "cluster.arrivals");
+        assert!(e.message.contains("request 1 needs 900000 prompt"), "{e}");
+        assert_eq!(Error::from(e).exit_code(), 2);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
