@@ -11,6 +11,9 @@
 //! multiple of the refresh interval (Mitzenmacher's bulletin board); the router's own state (via
 //! `on_dispatch`) stays current. Balls-into-bins: no departures; loads only grow.
 //!
+//! The queueing mode's state is `Servers`, with one handler per happening (`on_dispatch`,
+//! `on_departure`); arrivals and the stale snapshot stay in the loop of `run`.
+//!
 //! Cost per request: O(log jobs in system) for the event queue plus the router's own work; the
 //! O(servers) refresh of remaining work runs only for routers that ask for it
 //! (`Capabilities::needs_outstanding_work`), and stale snapshots cost O(servers) per refresh.
@@ -167,54 +170,10 @@ fn run_with(spec: &DispatchSpec, trace: Option<&[TraceRow]>, router: &mut Router
         Information::Fresh => None,
         Information::Stale { refresh_interval } => Some(to_ticks(refresh_interval)),
     };
-    let mut snapshot = views.clone();
+    let mut servers = Servers::new(views, spec);
+    let mut snapshot = servers.views.clone();
     let mut next_refresh: SimTime = 0;
-    let mut free_at: Vec<SimTime> = vec![0; n];
-    let mut queue: EventQueue<Event> = EventQueue::new();
-    let warmup = (spec.warmup * spec.requests as f64) as u64;
-    let mut responses: Vec<f64> = Vec::with_capacity((spec.requests - warmup) as usize);
-    let mut waits = 0.0;
-    let mut busy_ticks: u128 = 0;
-    let mut dispatched_to = vec![0u64; n];
     let mut now_units = 0.0;
-    let mut first_measured_at: Option<SimTime> = None;
-    let mut last_departure: SimTime = 0;
-
-    // Runs every event up to `until` (inclusive), keeping `views` exact.
-    let drain = |until: SimTime,
-                     queue: &mut EventQueue<Event>,
-                     views: &mut [ReplicaView],
-                     router: &mut RouterHandle,
-                     responses: &mut Vec<f64>,
-                     waits: &mut f64,
-                     last_departure: &mut SimTime|
-     -> Result<(), RunError> {
-        while queue.peek_time().is_some_and(|t| t <= until) {
-            let (at, Event::Departure { server, request, arrived_at, started_at }) = queue.pop().expect("peeked");
-            let v = &mut views[server as usize];
-            v.outstanding_requests -= 1;
-            v.running = (v.outstanding_requests > 0) as u32;
-            v.waiting = v.outstanding_requests - v.running;
-            *last_departure = at;
-            if request >= warmup {
-                responses.push(to_units(at - arrived_at));
-                *waits += to_units(started_at - arrived_at);
-            }
-            let c = Completion {
-                request_id: request,
-                replica: server,
-                arrived_at: to_units(arrived_at),
-                completed_at: to_units(at),
-                ttft: to_units(started_at - arrived_at),
-                prompt_tokens: 0,
-                cached_tokens: 0,
-                output_tokens: 0,
-            };
-            router.complete(&c)?;
-        }
-        Ok(())
-    };
-
     for id in 0..spec.requests {
         let Some(t_units) = arrivals.next_time(now_units) else { break };
         now_units = t_units;
@@ -222,54 +181,133 @@ fn run_with(spec: &DispatchSpec, trace: Option<&[TraceRow]>, router: &mut Router
         if let Some(every) = stale_every {
             if now >= next_refresh {
                 let boundary = now - now % every;
-                drain(boundary, &mut queue, &mut views, router, &mut responses, &mut waits, &mut last_departure)?;
-                for (s, (v, f)) in snapshot.iter_mut().zip(views.iter().zip(&free_at)) {
+                servers.drain(boundary, router)?;
+                for (s, (v, f)) in snapshot.iter_mut().zip(servers.views.iter().zip(&servers.free_at)) {
                     *s = *v;
                     s.outstanding_work = to_units(f.saturating_sub(boundary));
                 }
                 next_refresh = boundary + every;
             }
         }
-        drain(now, &mut queue, &mut views, router, &mut responses, &mut waits, &mut last_departure)?;
+        servers.drain(now, router)?;
         if stale_every.is_none() && needs_work {
-            for (v, f) in views.iter_mut().zip(&free_at) {
+            for (v, f) in servers.views.iter_mut().zip(&servers.free_at) {
                 v.outstanding_work = to_units(f.saturating_sub(now));
             }
         }
         let size = sizes.sample(&mut size_rng);
         let req = Request { id, arrived_at: t_units, prompt_tokens: 0, size_hint: RSome(size), segments: RSlice::EMPTY };
-        let shown = if stale_every.is_some() { &snapshot } else { &views };
-        let i = router.dispatch(&req, shown)? as usize;
-        let size_ticks = to_ticks(size);
-        let start = free_at[i].max(now);
-        free_at[i] = start + size_ticks;
-        let v = &mut views[i];
+        let shown = if stale_every.is_some() { &snapshot } else { &servers.views };
+        let i = router.dispatch(&req, shown)?;
+        servers.on_dispatch(id, i, now, to_ticks(size));
+    }
+    servers.drain(SimTime::MAX, router)?;
+    Ok(servers.summary())
+}
+
+/// The queueing mode's servers: FCFS queues known by when each server frees up, the departure
+/// events, and what is measured after the warm-up.
+struct Servers {
+    views: Vec<ReplicaView>,
+    free_at: Vec<SimTime>,
+    queue: EventQueue<Event>,
+    warmup: u64,
+    responses: Vec<f64>,
+    waits: f64,
+    busy_ticks: u128,
+    dispatched_to: Vec<u64>,
+    first_measured_at: Option<SimTime>,
+    last_departure: SimTime,
+}
+
+impl Servers {
+    fn new(views: Vec<ReplicaView>, spec: &DispatchSpec) -> Self {
+        let n = views.len();
+        let warmup = (spec.warmup * spec.requests as f64) as u64;
+        Self {
+            views,
+            free_at: vec![0; n],
+            queue: EventQueue::new(),
+            warmup,
+            responses: Vec::with_capacity((spec.requests - warmup) as usize),
+            waits: 0.0,
+            busy_ticks: 0,
+            dispatched_to: vec![0; n],
+            first_measured_at: None,
+            last_departure: 0,
+        }
+    }
+
+    /// Request `id`, arrived at `now` with `size` ticks of work, joins server `server`'s queue;
+    /// its departure is known now (FCFS).
+    fn on_dispatch(&mut self, id: u64, server: u32, now: SimTime, size: SimTime) {
+        let i = server as usize;
+        let start = self.free_at[i].max(now);
+        self.free_at[i] = start + size;
+        let v = &mut self.views[i];
         v.outstanding_requests += 1;
         v.running = 1;
         v.waiting = v.outstanding_requests - 1;
-        queue.push(free_at[i], Event::Departure { server: i as u32, request: id, arrived_at: now, started_at: start });
-        if id >= warmup {
-            first_measured_at.get_or_insert(now);
-            busy_ticks += size_ticks as u128;
-            dispatched_to[i] += 1;
+        self.queue.push(self.free_at[i], Event::Departure { server, request: id, arrived_at: now, started_at: start });
+        if id >= self.warmup {
+            self.first_measured_at.get_or_insert(now);
+            self.busy_ticks += size as u128;
+            self.dispatched_to[i] += 1;
         }
     }
-    drain(SimTime::MAX, &mut queue, &mut views, router, &mut responses, &mut waits, &mut last_departure)?;
 
-    let measured = responses.len();
-    let span = to_units(last_departure.saturating_sub(first_measured_at.unwrap_or(0))).max(f64::MIN_POSITIVE);
-    let total_response: f64 = responses.iter().sum();
-    let mut m = Metrics::new();
-    m.push("requests", measured as f64);
-    m.push("response_mean", total_response / measured.max(1) as f64);
-    m.push("response_p50", quantile(&mut responses, 0.50));
-    m.push("response_p90", quantile(&mut responses, 0.90));
-    m.push("response_p99", quantile(&mut responses, 0.99));
-    m.push("wait_mean", waits / measured.max(1) as f64);
-    // Little's law over the measured span: time-average number of jobs in the system per server.
-    m.push("queue_mean", total_response / span / n as f64);
-    m.push("utilisation", busy_ticks as f64 / TICKS / span / n as f64);
-    let busiest = dispatched_to.iter().copied().max().unwrap_or(0);
-    m.push("busiest_server_share", busiest as f64 / measured.max(1) as f64);
-    Ok(m)
+    /// Runs every departure up to `until` (inclusive), keeping `views` exact.
+    fn drain(&mut self, until: SimTime, router: &mut RouterHandle) -> Result<(), RunError> {
+        while self.queue.peek_time().is_some_and(|t| t <= until) {
+            let (at, event) = self.queue.pop().expect("peeked");
+            self.on_departure(at, event, router)?;
+        }
+        Ok(())
+    }
+
+    fn on_departure(&mut self, at: SimTime, event: Event, router: &mut RouterHandle) -> Result<(), RunError> {
+        let Event::Departure { server, request, arrived_at, started_at } = event;
+        let v = &mut self.views[server as usize];
+        v.outstanding_requests -= 1;
+        v.running = (v.outstanding_requests > 0) as u32;
+        v.waiting = v.outstanding_requests - v.running;
+        self.last_departure = at;
+        if request >= self.warmup {
+            self.responses.push(to_units(at - arrived_at));
+            self.waits += to_units(started_at - arrived_at);
+        }
+        let c = Completion {
+            request_id: request,
+            replica: server,
+            arrived_at: to_units(arrived_at),
+            completed_at: to_units(at),
+            ttft: to_units(started_at - arrived_at),
+            prompt_tokens: 0,
+            cached_tokens: 0,
+            output_tokens: 0,
+        };
+        router.complete(&c)
+    }
+
+    fn summary(mut self) -> Metrics {
+        let n = self.views.len();
+        let responses = &mut self.responses;
+        let measured = responses.len();
+        let span = to_units(self.last_departure.saturating_sub(self.first_measured_at.unwrap_or(0))).max(f64::MIN_POSITIVE);
+        let total_response: f64 = responses.iter().sum();
+        let mut m = Metrics::new();
+        m.push("requests", measured as f64);
+        m.push("response_mean", total_response / measured.max(1) as f64);
+        m.push("response_p50", quantile(responses, 0.50));
+        m.push("response_p90", quantile(responses, 0.90));
+        m.push("response_p99", quantile(responses, 0.99));
+        m.push("wait_mean", self.waits / measured.max(1) as f64);
+        // Little's law over the measured span: time-average number of jobs in the system per server.
+        m.push("queue_mean", total_response / span / n as f64);
+        m.push("utilisation", self.busy_ticks as f64 / TICKS / span / n as f64);
+        let busiest = self.dispatched_to.iter().copied().max().unwrap_or(0);
+        m.push("busiest_server_share", busiest as f64 / measured.max(1) as f64);
+        m
+    }
 }
+
