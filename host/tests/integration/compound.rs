@@ -301,9 +301,9 @@ fn a_fresh_noisy_diagnoser_costs_evaluations_and_a_frozen_one_can_cycle_to_max_r
         let m = |spec: &CompoundSpec| run(spec, "llmselector", seed, None).unwrap().metrics;
         exact_evaluations += m(&exact).get("evaluations").unwrap();
         let fresh = m(&fresh);
-        assert_eq!(fresh.get("converged"), Some(1.0), "seed {seed}: fresh noise breaks cycles");
+        assert_eq!(fresh.get("selector.converged"), Some(1.0), "seed {seed}: fresh noise breaks cycles");
         fresh_evaluations += fresh.get("evaluations").unwrap();
-        frozen_cycles += (m(&frozen).get("converged") == Some(0.0)) as u32;
+        frozen_cycles += (m(&frozen).get("selector.converged") == Some(0.0)) as u32;
     }
     assert!(fresh_evaluations > 3.0 * exact_evaluations, "{fresh_evaluations} vs {exact_evaluations}");
     assert!(frozen_cycles > 0, "a frozen diagnoser at 0.6 cycles until max_rounds on some pool");
