@@ -392,7 +392,7 @@ fn all_starts(prepared: &[Prepared], policies: Option<&[PolicySpec]>) -> Result<
         t.set_header(vec!["selector", "reached the optimum", "mean evaluations", "failed from"]);
         let mut optimum = String::new();
         for spec in &specs {
-            let ctx = routelab_policy_api::SelectorContext { seed: crate::sim::compound::selector_seed(p.workload.seed) };
+            let ctx = crate::sim::compound::selector_context(c, p.workload.seed);
             let mut make = || loader.selector(spec, &ctx).map_err(|e| e.to_string());
             let r = crate::sim::compound::all_starts(c, &mut make, p.workload.seed)?;
             optimum = format!("{} (train accuracy {:.3})", r.optimum.join("+"), r.optimum_train_accuracy);
@@ -581,7 +581,7 @@ fn list_policies(plugin: Option<&Path>) -> Result<i32> {
     t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED);
     t.set_header(vec!["name", "kind", "description", "default config"]);
     for l in list {
-        t.add_row(vec![l.name, l.kind.as_str().to_string(), l.description, l.default_config.trim().to_string()]);
+        t.add_row(vec![l.name, l.kind.as_str().to_string(), l.description, l.default_config.map_or_else(|e| format!("(unavailable: {e})"), |c| c.trim().to_string())]);
     }
     println!("{t}");
     Ok(0)

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use routelab_policy_api::{RouterContext, SelectorContext, World};
+use routelab_policy_api::{RouterContext, World};
 use serde::Serialize;
 
 use crate::metrics::{Metrics, over_seeds};
@@ -220,26 +220,12 @@ fn run_one(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec, run_seed
         }
         WorldKind::Compound => {
             let c = w.compound.as_ref().expect("compound world");
-            check_exhaustive_guard(spec, c).map_err(Failure::Load)?;
-            let ctx = SelectorContext { seed: sim::compound::selector_seed(run_seed) };
+            let ctx = sim::compound::selector_context(c, run_seed);
             let mut selector = loader.selector(spec, &ctx).map_err(Failure::Load)?;
             let out = sim::compound::run(c, &mut selector, &spec.label, run_seed, None).map_err(Failure::Run)?;
             Ok((out.metrics, out.allocation))
         }
     }
-}
-
-/// The built-in `exhaustive` refuses spaces above its guard; refusing before the run makes it
-/// bad input (exit 2) rather than a failed run.
-fn check_exhaustive_guard(spec: &PolicySpec, c: &crate::workload::compound::CompoundSpec) -> Result<(), LoadError> {
-    use routelab_policies::exhaustive::{Exhaustive, check_space};
-    if spec.library.is_some() || spec.name.as_deref() != Some("exhaustive") {
-        return Ok(());
-    }
-    let bad = |m: String| LoadError::new(crate::plugin::LoadErrorKind::BadConfig, format!("policy '{}': {m}", spec.label), "");
-    let cfg = routelab_policy_api::parse_config::<Exhaustive>(&spec.config).map_err(bad)?;
-    let modules = c.system.modules().len();
-    check_space(c.model_count(), modules, cfg.max_allocations).map(|_| ()).map_err(bad)
 }
 
 /// Adds a policy's own figures to the host's metrics.

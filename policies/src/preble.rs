@@ -369,10 +369,10 @@ impl Preble {
 
 impl RouterPolicy for Preble {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { wants_evictions: true, ..Default::default() }
+        Capabilities::WANTS_EVICTIONS
     }
 
-    fn route(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         let now = request.arrived_at;
         let segments = request.segments.as_slice();
         self.tree.match_each(segments, &mut self.matches);

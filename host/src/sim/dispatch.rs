@@ -24,6 +24,7 @@ use super::event_queue::{EventQueue, SimTime};
 use super::RunError;
 use crate::metrics::{Metrics, quantile};
 use crate::seeds::{SimRng, stream};
+use crate::signals::SignalTable;
 use crate::workload::dispatch::{Arrivals, DispatchSpec, Information, Mode, Service};
 use crate::workload::trace::TraceRow;
 
@@ -145,8 +146,9 @@ pub fn run(
         _ => ArrivalSource::Poisson { rate, rng: stream(run_seed, "dispatch.arrivals") },
     };
     let fail = |what: String| RunError(format!("policy '{label}' {what}"));
-    let route = |router: &mut RouterBox, req: &Request<'_>, views: &[ReplicaView]| -> Result<usize, RunError> {
-        let i = router.route(req, RSlice::from_slice(views)).into_result().map_err(|e| RunError(e.into()))? as usize;
+    let mut signals = SignalTable::negotiate(router).map_err(|e| fail(e))?;
+    let mut route = |router: &mut RouterBox, req: &Request<'_>, views: &[ReplicaView]| -> Result<usize, RunError> {
+        let i = router.route(req, signals.replicas(views)).into_result().map_err(|e| RunError(e.into()))? as usize;
         if i >= n {
             return Err(fail(format!("returned replica {i}, but there are only {n} servers (valid: 0..{})", n - 1)));
         }
@@ -171,7 +173,7 @@ pub fn run(
         return Ok(m);
     }
 
-    let needs_work = router.capabilities().needs_outstanding_work;
+    let needs_work = router.capabilities().into_result().map_err(|e| RunError(e.into()))?.needs_outstanding_work();
     let stale_every = match spec.information {
         Information::Fresh => None,
         Information::Stale { refresh_interval } => Some(to_ticks(refresh_interval)),

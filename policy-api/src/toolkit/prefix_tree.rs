@@ -50,6 +50,7 @@ pub struct PrefixTree {
 }
 
 impl PrefixTree {
+    /// An empty tree (just the root) over `replicas` replicas.
     pub fn new(replicas: usize) -> Self {
         let root = Node {
             segment: Segment { id: u64::MAX, tokens: 0 },
@@ -69,6 +70,7 @@ impl PrefixTree {
         }
     }
 
+    /// The number of replicas the tree tracks.
     pub fn replicas(&self) -> usize {
         self.replicas
     }

@@ -138,15 +138,16 @@ pub fn run_stream(
             )));
         }
     }
-    let caps = router.capabilities();
+    let caps = router.capabilities().into_result().map_err(|e| RunError(e.into()))?;
+    let mut signals = crate::signals::SignalTable::negotiate(router).map_err(|e| RunError(format!("policy '{label}': {e}")))?;
     let cfg = ReplicaConfig {
         kv_capacity_tokens: sm.kv_capacity_tokens,
         step_prefill_budget: if spec.chunk_tokens == 0 { spec.max_step_tokens } else { spec.chunk_tokens },
         max_batch_requests: spec.max_batch_requests,
         reservation: spec.reservation.clone(),
         scheduler_window: spec.scheduler_window,
-        track_pending: caps.needs_exact_match,
-        report_evictions: caps.wants_evictions,
+        track_pending: caps.needs_exact_match(),
+        report_evictions: caps.wants_evictions(),
     };
     let cost = sm.cost;
     let fail = |e: String| RunError(format!("policy '{label}': {e}"));
@@ -232,7 +233,7 @@ pub fn run_stream(
         let prompt = stream.prompt(id);
         for (v, rep) in views.iter_mut().zip(&replicas) {
             *v = rep.view(&cfg);
-            if caps.needs_exact_match {
+            if caps.needs_exact_match() {
                 v.matched_tokens = rep.cache.cached_or_pending_prefix(prompt, &rep.pending);
             }
         }
@@ -243,7 +244,7 @@ pub fn run_stream(
             size_hint: RNone,
             segments: RSlice::from_slice(prompt),
         };
-        let r = router.route(&req, RSlice::from_slice(&views)).into_result().map_err(|e| RunError(e.into()))? as usize;
+        let r = router.route(&req, signals.replicas(&views)).into_result().map_err(|e| RunError(e.into()))? as usize;
         if r >= n {
             return Err(fail(format!("returned replica {r}, but there are only {n} replicas (valid: 0..{})", n - 1)));
         }

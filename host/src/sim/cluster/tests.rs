@@ -127,9 +127,9 @@ impl Policy for Follow {
 
 impl RouterPolicy for Follow {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { needs_exact_match: true, wants_evictions: true, ..Default::default() }
+        Capabilities::NEEDS_EXACT_MATCH | Capabilities::WANTS_EVICTIONS
     }
-    fn route(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         self.now = request.arrived_at;
         (0..replicas.len())
             .max_by_key(|&i| (replicas[i].matched_tokens, std::cmp::Reverse(replicas[i].outstanding_requests)))
@@ -150,7 +150,7 @@ impl RouterPolicy for Follow {
 fn run_follow(spec: &ClusterSpec) -> RunOutcome {
     let sm = spec.step_model().unwrap();
     let ctx = router_context(&sm, spec.replicas, 1);
-    let mut router = Router_TO::from_value(Guarded(Follow::new(Default::default(), &ctx).unwrap()), abi_stable::sabi_trait::TD_Opaque);
+    let mut router = Router_TO::from_value(Guarded::new(Follow::new(Default::default(), &ctx).unwrap()), abi_stable::sabi_trait::TD_Opaque);
     let mut s = make_schedulers(spec, &mut Loader::new(), 1).unwrap();
     let stream = generate(spec, None, 1).unwrap();
     run_stream(spec, &stream, &mut router, &mut s, "follow").unwrap()
