@@ -458,11 +458,12 @@ fn check_elf(path: &Path) -> Result<(), String> {
     within("program header table", ph.0, ph.1.saturating_mul(ph.2))?;
     within("section header table", sh.0, sh.1.saturating_mul(sh.2))?;
     // Loadable segments: the ranges dlopen maps from the file.
-    let entry = ph.1 as usize;
+    // Both fit in usize: the table lies within the file, checked above.
+    let entry = usize::try_from(ph.1).map_err(|_| "program header entries are too large")?;
     if ph.2 > 0 && entry < if wide { 56 } else { 32 } {
         return Err("program header entries are too small".into());
     }
-    let mut table = vec![0u8; (ph.1 * ph.2) as usize];
+    let mut table = vec![0u8; usize::try_from(ph.1 * ph.2).map_err(|_| "program header table too large")?];
     f.seek(SeekFrom::Start(ph.0)).and_then(|_| f.read_exact(&mut table)).map_err(|e| e.to_string())?;
     for (i, e) in table.chunks_exact(entry).enumerate() {
         const PT_LOAD: u64 = 1;
