@@ -44,5 +44,5 @@ pub fn argmin_random_tie<K: PartialOrd>(
 mod prefix_tree;
 mod window;
 
-pub use prefix_tree::{NodeId, PrefixTree};
+pub use prefix_tree::{NodeId, PrefixTree, ROOT_PATH_HASH, extend_path_hash};
 pub use window::WindowSum;
