@@ -358,34 +358,36 @@ impl PrefixTree {
     }
 
     /// Replica `r` now holds only `remaining` tokens of `node` (0: none) — and none of anything
-    /// below it. Returns the tokens released.
+    /// below it, in either case. Returns the tokens released.
     pub fn release(&mut self, node: NodeId, r: usize, remaining: u32) -> u64 {
         let mut freed = 0u64;
+        // The subtree below first, deepest first: a replica cannot keep a suffix without all of
+        // its prefix, whether the node goes wholly or in part.
+        let mut stack: Vec<NodeId> = self.nodes[node as usize].children.values().copied().collect();
+        let mut order = Vec::new();
+        while let Some(n) = stack.pop() {
+            if self.nodes[n as usize].held(r) > 0 {
+                order.push(n);
+                stack.extend(self.nodes[n as usize].children.values().copied());
+            }
+        }
+        for &n in order.iter().rev() {
+            freed += self.drop_hold(n, r);
+        }
         if remaining == 0 {
-            // Release the subtree below first (deepest first), then the node itself.
-            let mut stack: Vec<NodeId> = self.nodes[node as usize].children.values().copied().collect();
-            let mut order = Vec::new();
-            while let Some(n) = stack.pop() {
-                if self.nodes[n as usize].held(r) > 0 {
-                    order.push(n);
-                    stack.extend(self.nodes[n as usize].children.values().copied());
-                }
-            }
-            for &n in order.iter().rev() {
-                freed += self.drop_hold(n, r);
-            }
             freed += self.drop_hold(node, r);
-            for &n in order.iter().rev() {
-                self.collect(n);
-            }
         } else {
             let n = &mut self.nodes[node as usize];
             if let Some(i) = n.holds.iter().position(|h| h.replica as usize == r) {
                 let before = n.holds[i].tokens;
                 n.holds[i].tokens = remaining.min(before);
-                freed = u64::from(before - n.holds[i].tokens);
-                self.held_tokens[r] -= freed;
+                let cut = u64::from(before - n.holds[i].tokens);
+                self.held_tokens[r] -= cut;
+                freed += cut;
             }
+        }
+        for &n in order.iter().rev() {
+            self.collect(n);
         }
         self.collect(node);
         freed
@@ -601,6 +603,22 @@ mod tests {
         t.release_path(&p[..1], 0, 0);
         assert!(t.find(&p[..1]).is_none());
         t.check();
+    }
+
+    #[test]
+    fn a_partial_release_releases_everything_below() {
+        let mut t = PrefixTree::new(2);
+        let (sys, doc, q) = (seg(1, 13), seg(2, 500), seg(3, 20));
+        t.insert(&[sys, doc, q], 0);
+        t.insert(&[sys, doc, q], 1);
+        assert_eq!(t.release_path(&[sys, doc], 0, 100), 420, "400 of the document and the question below");
+        assert_eq!(t.match_tokens(&[sys, doc, q], 0), 113);
+        assert_eq!(t.held_tokens(0), 113);
+        assert_eq!(t.match_tokens(&[sys, doc, q], 1), 533, "the other replica keeps its copy");
+        let mut lru = t.clone();
+        assert_eq!(lru.evict_lru(0, 1), 100, "the cut document is replica 0's leaf now");
+        t.check();
+        lru.check();
     }
 
     #[test]
