@@ -9,3 +9,4 @@ mod compat;
 mod compound;
 mod dispatch_results;
 mod loader;
+mod snapshots;
