@@ -566,7 +566,7 @@ fn list_policies(plugin: Option<&Path>) -> Result<i32> {
     t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED);
     t.set_header(vec!["name", "kind", "description", "default config"]);
     for l in list {
-        t.add_row(vec![l.name, l.kind.as_str().to_string(), l.description, l.default_config.trim().to_string()]);
+        t.add_row(vec![l.name, l.kind.as_str().to_string(), l.description, l.default_config.map_or_else(|e| format!("(unavailable: {e})"), |c| c.trim().to_string())]);
     }
     println!("{t}");
     Ok(0)

@@ -16,6 +16,7 @@ pub mod report;
 pub mod runner;
 pub mod scaffold;
 pub mod seeds;
+pub mod signals;
 pub mod sim;
 pub mod step_model;
 pub mod workload;

@@ -165,7 +165,7 @@ fn leading_true(n: usize, hint: usize, mut pred: impl FnMut(usize) -> bool) -> u
 }
 
 impl RouterPolicy for VllmPrefixAware {
-    fn route(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         let n = replicas.len();
         self.hash_prompt(request);
         let matched = self.longest_match(request, n) as u32 * self.cfg.chunk_tokens;

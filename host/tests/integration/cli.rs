@@ -117,7 +117,8 @@ fn demo_shows_the_dilemma_the_classics_and_llmselector() {
     assert!(row("llmselector").contains("A+B") && row("greedy").contains("C+C"), "{s}");
 }
 
-/// `new-policy` generates a crate that builds and loads by path.
+/// `new-policy` generates a crate that builds and loads by path; the router's random tie-break
+/// draws from the re-exported RNG API.
 #[test]
 fn new_policy_scaffold_builds_and_loads() {
     for (kind, listed) in [("router", "router"), ("scheduler", "scheduler"), ("selector", "selector")] {
@@ -135,8 +136,14 @@ fn new_policy_scaffold_builds_and_loads() {
             let p = scratch("np.yaml");
             std::fs::write(&p, "dispatch: {servers: 4, utilisation: 0.5, requests: 2000}\n").unwrap();
             let spec = format!("{}:new_router,least_requests", lib.display());
-            let out = routelab(&["compare", p.to_str().unwrap(), "--policies", &spec]);
+            let json = scratch("np.json");
+            let out = routelab(&["compare", p.to_str().unwrap(), "--policies", &spec, "--json", json.to_str().unwrap()]);
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            // The template breaks ties with draws from its seeded PolicyRng exactly as
+            // least_requests does, so the two agree run for run: the RNG re-exports work.
+            let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+            let results = v["workloads"][0]["results"].as_array().unwrap();
+            assert_eq!(results[0]["per_seed"], results[1]["per_seed"]);
         }
     }
 }

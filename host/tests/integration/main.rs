@@ -5,6 +5,7 @@
 mod cli;
 mod cluster;
 mod common;
+mod compat;
 mod compound;
 mod dispatch_results;
 mod loader;
