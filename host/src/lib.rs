@@ -6,14 +6,17 @@
 //! Nothing in `sim` prints.
 
 pub mod bench;
+pub mod builtin;
 pub mod cli;
 pub mod exercises;
 pub mod metrics;
 pub mod plugin;
 pub mod report;
 pub mod runner;
+pub mod schema;
 pub mod scaffold;
 pub mod seeds;
 pub mod sim;
 pub mod step_model;
+pub mod suggest;
 pub mod workload;

@@ -15,7 +15,10 @@ use crate::workload::{InputError, Workload, WorldKind, trace};
 /// One policy's results on one workload.
 #[derive(Clone, Debug, Serialize)]
 pub struct PolicyResult {
+    /// The policy's label (`label=` or the argument, a plugin shown by its name).
     pub policy: String,
+    /// The policy argument as typed (library path included).
+    pub spec: String,
     pub config: String,
     /// Mean over seeds, with `<key>_ci95` half-widths when there are several.
     pub metrics: Metrics,
@@ -296,6 +299,7 @@ pub fn run_workload(
         let metrics = if error.is_none() { over_seeds(&per_seed) } else { Metrics::new() };
         out.results.push(PolicyResult {
             policy: spec.label.clone(),
+            spec: spec.arg.clone(),
             config: spec.config.clone(),
             metrics,
             per_seed,

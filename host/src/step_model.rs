@@ -25,7 +25,7 @@ use routelab_policy_api::CostModel;
 use serde::{Deserialize, Serialize};
 
 /// One GPU type. Units: bytes are 10^9 per GB.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Gpu {
     pub name: String,
@@ -38,7 +38,7 @@ pub struct Gpu {
 }
 
 /// One model's shape.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Model {
     pub name: String,
@@ -58,7 +58,7 @@ fn two() -> u32 {
 }
 
 /// How close the software gets to the hardware roofline.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Efficiency {
     /// Model FLOPs utilisation of prefill-bound steps.
@@ -78,7 +78,7 @@ impl Default for Efficiency {
 }
 
 /// A GPU or model in a workload: a catalog name, or a full entry.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(untagged)]
 pub enum Choice<T> {
     Name(String),

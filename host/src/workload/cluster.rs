@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use super::FieldError;
 use crate::step_model::{Choice, Efficiency, Gpu, Model, StepModel};
 
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSpec {
     pub replicas: u32,
@@ -55,6 +55,7 @@ pub struct ClusterSpec {
     #[serde(default = "default_max_batch")]
     pub max_batch_requests: u32,
     #[serde(default, with = "serde_norway::with::singleton_map")]
+    #[schemars(with = "Reservation")]
     pub reservation: Reservation,
     /// The local scheduler of every replica: a policy name, optionally with config in braces.
     #[serde(default = "default_scheduler")]
@@ -67,6 +68,7 @@ pub struct ClusterSpec {
     pub drain_s: f64,
     pub generator: Generator,
     #[serde(with = "serde_norway::with::singleton_map")]
+    #[schemars(with = "Arrivals")]
     pub arrivals: Arrivals,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<u64>,
@@ -106,7 +108,7 @@ fn default_drain() -> f64 {
 }
 
 /// How much KV memory a request must find free to be admitted.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq, Default)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Reservation {
     /// Uncached prompt plus the request's whole output (the simulator knows it; a real server
@@ -119,14 +121,16 @@ pub enum Reservation {
 }
 
 /// A bounded token-count distribution.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(untagged)]
 pub enum Tokens {
     Constant(u32),
-    Shaped(TokenShape),
+    // A one-key mapping (`{lognormal: {...}}`) both ways: serde_norway's default would write a
+    // YAML tag (`!lognormal`) that the untagged enum cannot read back.
+    Shaped(#[serde(with = "serde_norway::with::singleton_map")] #[schemars(with = "TokenShape")] TokenShape),
 }
 
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum TokenShape {
     Uniform { min: u32, max: u32 },
@@ -168,7 +172,7 @@ impl Tokens {
 }
 
 /// What requests look like (cluster.md, "Generic generator").
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Generator {
     /// Shared by every request; short by default (short shared prefixes are what makes naive
@@ -206,16 +210,17 @@ fn default_think() -> f64 {
     5.0
 }
 
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Contexts {
     pub count: u32,
     pub tokens: Tokens,
     #[serde(default, with = "serde_norway::with::singleton_map")]
+    #[schemars(with = "Popularity")]
     pub popularity: Popularity,
 }
 
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq, Default)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Popularity {
     #[default]
@@ -225,7 +230,7 @@ pub enum Popularity {
 }
 
 /// How requests (all of them, counting turns and fanout) arrive.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Arrivals {
     /// Requests per second; sessions/groups start at rate / (mean turns × fanout).

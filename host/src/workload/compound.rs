@@ -33,7 +33,7 @@ pub const SKILLS: [&str; 6] = ["locate", "solve", "generate", "critique", "refin
 /// Most models a generated pool may have (they are named A..Z).
 pub const MAX_POOL_MODELS: u32 = 26;
 
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CompoundSpec {
     pub system: System,
@@ -89,7 +89,7 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// A compound AI system: its modules and the logic that turns their outcomes into an answer.
-#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum System {
     /// Locate the item in a long table, then solve it.
@@ -127,7 +127,7 @@ impl System {
 }
 
 /// One model of an explicit pool.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSpec {
     /// Unique; no commas or spaces (allocations are written `A,B`).
@@ -145,7 +145,7 @@ pub struct ModelSpec {
 
 /// A generated pool: models named A, B, C, ..., each with a general level, a specialty per skill
 /// and a price that grows with the general level.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PoolSpec {
     /// How many models, 1..=26.
@@ -173,7 +173,7 @@ fn half() -> f64 {
 }
 
 /// The generated questions; the first `train` are the training set selectors see.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct QuestionsSpec {
     #[serde(default = "default_train")]
@@ -199,7 +199,7 @@ impl Default for QuestionsSpec {
 }
 
 /// One run of a workload with `variants`: the fields it names replace the base values.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq, Default)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Variant {
     /// Shown in reports; by default the overridden fields (`system=debate`).

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::FieldError;
 
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct DispatchSpec {
     /// Number of servers (bins in balls-into-bins mode).
@@ -19,10 +19,13 @@ pub struct DispatchSpec {
     #[serde(default)]
     pub warmup: f64,
     #[serde(default, with = "serde_norway::with::singleton_map")]
+    #[schemars(with = "Arrivals")]
     pub arrivals: Arrivals,
     #[serde(default, with = "serde_norway::with::singleton_map")]
+    #[schemars(with = "Service")]
     pub service: Service,
     #[serde(default, with = "serde_norway::with::singleton_map")]
+    #[schemars(with = "Information")]
     pub information: Information,
     #[serde(default)]
     pub mode: Mode,
@@ -33,7 +36,7 @@ fn default_rho() -> f64 {
 }
 
 /// How requests arrive.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq, Default)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Arrivals {
     /// Poisson with rate ρ·N.
@@ -45,7 +48,7 @@ pub enum Arrivals {
 }
 
 /// Service-time distribution, scaled to mean 1.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq, Default)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Service {
     #[default]
@@ -62,7 +65,7 @@ pub enum Service {
 }
 
 /// What the router sees of the servers.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq, Default)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Information {
     /// True queue lengths and remaining work at every arrival.
@@ -73,7 +76,7 @@ pub enum Information {
     Stale { refresh_interval: f64 },
 }
 
-#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// FCFS queues with departures.
