@@ -61,7 +61,18 @@ fn type_name(defs: &Map<String, Value>, s: &Value) -> String {
         Some(Value::String(t)) if t == "integer" => "integer".into(),
         Some(Value::String(t)) if t == "number" => "number".into(),
         Some(Value::String(t)) => t.clone(),
-        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect::<Vec<_>>().join(" or "),
+        Some(Value::Array(ts)) => {
+            // `Option<T>` of a plain type: `["array", "null"]` and the rest of T's schema.
+            let rest: Vec<&Value> = ts.iter().filter(|t| t.as_str() != Some("null")).collect();
+            let mut single = s.clone();
+            match rest.as_slice() {
+                [one] => {
+                    single["type"] = (*one).clone();
+                    type_name(defs, &single)
+                }
+                _ => rest.iter().filter_map(|t| t.as_str()).collect::<Vec<_>>().join(" or "),
+            }
+        }
         _ => "any".into(),
     }
 }
@@ -102,16 +113,36 @@ fn range(s: &Value) -> String {
 }
 
 fn one_line(text: &str) -> String {
+    // Rustdoc links (`[`x`]`) read as plain code in Markdown tables.
+    let text = text.replace("[`", "`").replace("`]", "`");
     text.split_whitespace().collect::<Vec<_>>().join(" ").replace('|', "\\|")
 }
 
+/// The alternatives of an enum schema, nested enums flattened.
+fn alternatives<'a>(defs: &'a Map<String, Value>, s: &'a Value) -> Vec<&'a Value> {
+    let mut out = Vec::new();
+    for key in ["oneOf", "anyOf"] {
+        if let Some(Value::Array(alts)) = s.get(key) {
+            for a in alts {
+                let a = deref(defs, a);
+                if a.get("oneOf").is_some() || a.get("anyOf").is_some() {
+                    out.extend(alternatives(defs, a));
+                } else {
+                    out.push(a);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Appends a table of `s`'s fields (and, after it, one per nested mapping) to `out`.
-fn fields(defs: &Map<String, Value>, prefix: &str, s: &Value, out: &mut String) {
+fn fields(defs: &Map<String, Value>, prefix: &str, s: &Value, about: Option<&Value>, out: &mut String) {
     let s = non_null(defs, s);
     let Some(Value::Object(props)) = s.get("properties") else { return };
     let required: Vec<&str> = s.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     out.push_str(&format!("\n### `{}`\n\n", if prefix.is_empty() { "(top level)" } else { prefix }));
-    if let Some(d) = s.get("description").and_then(Value::as_str) {
+    if let Some(d) = about.or_else(|| s.get("description")).and_then(Value::as_str) {
         out.push_str(&format!("{}\n\n", one_line(d)));
     }
     out.push_str("| field | type | default | range | meaning |\n|---|---|---|---|---|\n");
@@ -132,28 +163,30 @@ fn fields(defs: &Map<String, Value>, prefix: &str, s: &Value, out: &mut String) 
         ));
         let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
         if target.get("properties").is_some() {
-            nested.push((path.clone(), target));
+            nested.push((path.clone(), target, None));
         }
-        // The mappings inside an enum's variants: `arrivals: {gamma: {rate, cv}}`.
-        for key in ["oneOf", "anyOf"] {
-            if let Some(Value::Array(alts)) = target.get(key) {
-                for a in alts {
-                    let a = deref(defs, a);
-                    if let Some(Value::Object(p)) = a.get("properties") {
-                        if p.len() == 1 {
-                            let (k, v) = p.iter().next().expect("one");
-                            let v = deref(defs, v);
-                            if v.get("properties").is_some() {
-                                nested.push((format!("{path}.{k}"), v));
-                            }
-                        }
+        // A list of mappings: `compound.models[]`.
+        if let Some(items) = target.get("items").map(|i| deref(defs, i)).filter(|i| i.get("properties").is_some()) {
+            nested.push((format!("{path}[]"), items, None));
+        }
+        // The mappings inside an enum's variants (`arrivals: {gamma: {rate, cv}}`), and a custom
+        // mapping offered beside a name (`gpu: {name, memory_gb, ...}`).
+        for a in alternatives(defs, target) {
+            match a.get("properties") {
+                Some(Value::Object(p)) if p.len() == 1 && a.get("required").is_some_and(|r| r.as_array().is_some_and(|r| r.len() == 1)) => {
+                    let (k, v) = p.iter().next().expect("one");
+                    let v = deref(defs, v);
+                    if v.get("properties").is_some() {
+                        nested.push((format!("{path}.{k}"), v, a.get("description")));
                     }
                 }
+                Some(Value::Object(_)) => nested.push((path.clone(), a, None)),
+                _ => {}
             }
         }
     }
-    for (path, s) in nested {
-        fields(defs, &path, s, out);
+    for (path, s, about) in nested {
+        fields(defs, &path, s, about, out);
     }
 }
 
@@ -163,7 +196,7 @@ pub fn reference() -> String {
     let empty = Map::new();
     let defs = schema.get("$defs").and_then(Value::as_object).unwrap_or(&empty);
     let mut out = String::new();
-    fields(defs, "", &schema, &mut out);
+    fields(defs, "", &schema, None, &mut out);
     out
 }
 
@@ -185,6 +218,7 @@ mod tests {
         let fresh = format!("{head}{BEGIN}{}{END}{tail}", reference());
         if std::env::var_os("ROUTELAB_REGENERATE_DOCS").is_some() {
             std::fs::write(&path, &fresh).unwrap();
+            return;
         }
         assert!(fresh == doc, "docs/workloads.md's field reference is stale: ROUTELAB_REGENERATE_DOCS=1 cargo test -p routelab schema");
     }

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Gpu {
+    /// Shown in reports.
     pub name: String,
     /// Device memory, GB (10^9 bytes).
     pub memory_gb: f64,
@@ -41,12 +42,19 @@ pub struct Gpu {
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Model {
+    /// Shown in reports.
     pub name: String,
+    /// Parameter count.
     pub parameters: u64,
+    /// Transformer layers.
     pub layers: u32,
+    /// Hidden size.
     pub hidden: u32,
+    /// Attention heads.
     pub heads: u32,
+    /// Key/value heads (grouped-query attention).
     pub kv_heads: u32,
+    /// Dimension of one head.
     pub head_dim: u32,
     /// Bytes per weight and per KV element (2 for fp16/bf16).
     #[serde(default = "two")]

@@ -36,6 +36,7 @@ pub const MAX_POOL_MODELS: u32 = 26;
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CompoundSpec {
+    /// The compound system: `locate_solve` (2 modules), `self_refine` (3) or `debate` (6).
     pub system: System,
     /// Explicit models; exactly one of `models` and `pool`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -43,6 +44,7 @@ pub struct CompoundSpec {
     /// A generated pool; exactly one of `models` and `pool`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<PoolSpec>,
+    /// How many training and test questions, and their difficulty spread.
     #[serde(default)]
     pub questions: QuestionsSpec,
     /// Probability that the diagnoser's verdict on one module of a wrongly answered question is
@@ -53,6 +55,7 @@ pub struct CompoundSpec {
     /// its probability multiplied by `self_critique_factor` (self_refine).
     #[serde(default)]
     pub self_critique_penalty: bool,
+    /// Multiplies a self-critic's chance to find the error (with `self_critique_penalty`), in [0, 1].
     #[serde(default = "default_self_critique_factor")]
     pub self_critique_factor: f64,
     /// Switch (debate): on, a model wrong on a question is always wrong the same way, so one model
@@ -156,6 +159,7 @@ pub struct PoolSpec {
     /// Mean and spread of the general level (logits).
     #[serde(default = "half")]
     pub general_mean: f64,
+    /// Spread of the general level (logits).
     #[serde(default = "one")]
     pub general_sd: f64,
     /// Spread of each per-skill specialty around 0 (logits).
@@ -164,6 +168,7 @@ pub struct PoolSpec {
     /// Price per call = `price_base · exp(price_per_level · general)`, rounded to cents.
     #[serde(default = "one")]
     pub price_base: f64,
+    /// How fast the price grows with the general level.
     #[serde(default = "one")]
     pub price_per_level: f64,
 }
@@ -176,8 +181,10 @@ fn half() -> f64 {
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct QuestionsSpec {
+    /// Training questions: the ones selectors evaluate allocations on.
     #[serde(default = "default_train")]
     pub train: u32,
+    /// Held-out test questions the chosen allocation is scored on.
     #[serde(default = "default_test")]
     pub test: u32,
     /// Spread of the question difficulty (normal, mean 0, logits).
@@ -205,20 +212,28 @@ pub struct Variant {
     /// Shown in reports; by default the overridden fields (`system=debate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// Replaces `system`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<System>,
+    /// Replaces `diagnoser_accuracy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnoser_accuracy: Option<f64>,
+    /// Replaces `self_critique_penalty`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_critique_penalty: Option<bool>,
+    /// Replaces `self_critique_factor`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_critique_factor: Option<f64>,
+    /// Replaces `same_wrong_answer`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_wrong_answer: Option<bool>,
+    /// Replaces `skill_correlation`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skill_correlation: Option<f64>,
+    /// Replaces `start`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<Vec<String>>,
+    /// Replaces `budget`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<u64>,
 }

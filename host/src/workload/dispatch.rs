@@ -18,15 +18,19 @@ pub struct DispatchSpec {
     /// Fraction of leading requests left out of the statistics, in [0, 1).
     #[serde(default)]
     pub warmup: f64,
+    /// How requests arrive: `poisson` or `{trace: {path}}`.
     #[serde(default, with = "serde_norway::with::singleton_map")]
     #[schemars(with = "Arrivals")]
     pub arrivals: Arrivals,
+    /// The service-time distribution, rescaled to mean 1 (`validate` prints the factor).
     #[serde(default, with = "serde_norway::with::singleton_map")]
     #[schemars(with = "Service")]
     pub service: Service,
+    /// What the router sees of the servers: `fresh` or `{stale: {refresh_interval}}`.
     #[serde(default, with = "serde_norway::with::singleton_map")]
     #[schemars(with = "Information")]
     pub information: Information,
+    /// `queueing` (FCFS with departures) or `balls_into_bins` (no departures; metric `max_load`).
     #[serde(default)]
     pub mode: Mode,
 }
@@ -51,8 +55,10 @@ pub enum Arrivals {
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Service {
+    /// Exponential with mean 1.
     #[default]
     Exponential,
+    /// Every job takes exactly 1.
     Deterministic,
     /// Lognormal with coefficient of variation `cv`.
     Lognormal { cv: f64 },
