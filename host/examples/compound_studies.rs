@@ -1,5 +1,5 @@
 //! Library-level runs of the compound workloads, printed as Markdown tables (the source of
-//! docs/experiments-compound.md). `cargo run --release -p routelab --example compound_studies`.
+//! docs/experiments.md, "The compound world"). `cargo run --release -p routelab --example compound_studies`.
 
 use std::path::Path;
 

@@ -3,8 +3,10 @@
 //! passes with `cargo test --release --workspace` and nothing prebuilt.
 
 mod cli;
+mod cli_errors;
 mod cluster;
 mod common;
 mod compound;
 mod dispatch_results;
 mod loader;
+mod standalone;

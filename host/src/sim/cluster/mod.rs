@@ -12,7 +12,7 @@
 //! after each decision; `on_complete` when a request's last token is out; `on_evict` (only with
 //! `wants_evictions`) `eviction_delay_s` after each cut of a replica's cache.
 //!
-//! Metrics (OUTPUT.md keys): latency = arrival → last token; TTFT = arrival → first token; TPOT =
+//! Metrics (docs/output.md keys): latency = arrival → last token; TTFT = arrival → first token; TPOT =
 //! (latency − TTFT)/(output − 1) over requests with more than one output token. `hit_rate` =
 //! cached prompt tokens / prompt tokens, at each request's first admission. `replication_factor` =
 //! Σ over replicas of cached tokens ÷ tokens of the union of cached content (content = segment
