@@ -82,7 +82,7 @@ fn schema_and_completions() {
     assert!(schema["properties"]["cluster"].is_object() && schema["properties"]["base"].is_object());
     for shell in ["bash", "zsh", "fish"] {
         let script = ok(&routelab_in(&workspace(), &["completions", shell]));
-        assert!(script.contains("routelab") && script.contains("compare") && script.contains("--policies"), "{shell}");
+        assert!(script.contains("routelab") && script.contains("compare") && script.contains("policies"), "{shell}");
     }
 }
 
