@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 /// The full policy syntax, shown by `--policies`/`--policy` help.
-const POLICY_SYNTAX: &str = "\
+macro_rules! policy_syntax {
+    () => {
+        "\
 A policy argument is
 
   [LABEL=]POLICY[@SCHEDULER]
@@ -20,7 +22,13 @@ LABEL= names the policy in tables, JSON and plots: `mine=./target/release/libfoo
 Without a label a built-in is shown as typed and a plugin policy by its name, not its path (the
 JSON's `spec` keeps the full argument).
 Separate policies with commas; quote the list in the shell when it has braces or spaces.
-The first policy is the baseline of the ratio column.";
+The first policy is the baseline of the ratio column."
+    };
+}
+
+const POLICIES_HELP: &str =
+    concat!("Comma-separated policies to compare (default: each workload's `policies:` list).\n\n", policy_syntax!());
+const POLICY_HELP: &str = concat!("The policy to run.\n\n", policy_syntax!());
 
 const WORKLOAD_ARG: &str = "A workload file, or the name of a built-in workload (`routelab workloads` lists them: e.g. \
 cache_vs_balance, cluster/long_doc_qa)";
@@ -47,7 +55,7 @@ pub enum Command {
         #[arg(help = WORKLOAD_ARG)]
         workload: PathBuf,
         /// The policy: a built-in name or `lib.so:name`, optionally with `{key: value}` config.
-        #[arg(long, long_help = POLICY_SYNTAX)]
+        #[arg(long, long_help = POLICY_HELP)]
         policy: String,
         /// The policy's config as a YAML file (instead of `name{key: value}`).
         #[arg(long)]
@@ -60,7 +68,7 @@ pub enum Command {
         #[arg(required = true, help = WORKLOAD_ARG)]
         workloads: Vec<PathBuf>,
         /// Comma-separated policies (default: each workload's `policies:`); see --help for the syntax.
-        #[arg(long, long_help = POLICY_SYNTAX)]
+        #[arg(long, long_help = POLICIES_HELP)]
         policies: Option<String>,
         #[command(flatten)]
         common: Common,
@@ -70,7 +78,7 @@ pub enum Command {
         #[arg(required = true, help = WORKLOAD_ARG)]
         workloads: Vec<PathBuf>,
         /// Comma-separated policies (default: each workload's `policies:`); see --help for the syntax.
-        #[arg(long, long_help = POLICY_SYNTAX)]
+        #[arg(long, long_help = POLICIES_HELP)]
         policies: Option<String>,
         /// `field.path=v1,v2,...` (`xF` multiplies the workload's value by F); the path may start
         /// inside the world section (`arrivals.poisson.rate`). Several `--set`s move together.
