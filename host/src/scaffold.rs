@@ -198,8 +198,9 @@ The library is `target/release/{{lib_file}}` (under `$CARGO_TARGET_DIR/release/`
 
 ## Build faster: share a target directory
 
-Every plugin crate compiles abi_stable and serde before its own code, about 20 s the first time.
-Give all your plugin crates one target directory and only the first build pays:
+Every plugin crate compiles abi_stable and serde before its own code; that is most of a first
+build (minutes on a small busy machine), while a crate whose dependencies are already built
+builds in seconds. Give all your plugin crates one target directory and only the first pays:
 
 ```sh
 export CARGO_TARGET_DIR=~/.cache/routelab-plugins   # in your shell profile
