@@ -149,7 +149,12 @@ fn execute(command: Command) -> Result<i32> {
             print!("{text}");
             Ok(0)
         }
-        Command::Bench { requests, plugin } => {
+        Command::Bench { requests, plugin, routers: Some(routers) } => {
+            let _ = (requests, plugin);
+            print!("{}", crate::bench::decisions(&routers)?);
+            Ok(0)
+        }
+        Command::Bench { requests, plugin, routers: None } => {
             print!("{}", crate::bench::run(requests, plugin.as_deref())?);
             Ok(0)
         }

@@ -154,6 +154,9 @@ pub enum Command {
         /// The built-in plugin library (default: beside this executable).
         #[arg(long)]
         plugin: Option<PathBuf>,
+        /// Only the routing-decisions table, for these routers (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        routers: Option<Vec<String>>,
     },
 }
 
