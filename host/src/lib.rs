@@ -8,7 +8,9 @@
 pub mod bench;
 pub mod builtin;
 pub mod cli;
+pub mod error;
 pub mod exercises;
+pub mod handle;
 pub mod metrics;
 pub mod plugin;
 pub mod report;

@@ -9,4 +9,5 @@ mod common;
 mod compound;
 mod dispatch_results;
 mod loader;
+mod snapshots;
 mod standalone;
