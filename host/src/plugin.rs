@@ -26,31 +26,80 @@ use routelab_policy_api::{
 /// A policy as the user named it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicySpec {
-    /// The argument as typed, used as the policy's label in reports.
+    /// The policy's name in reports: the `label=` given, else the argument with a library path
+    /// replaced by the policy's name.
     pub label: String,
+    /// The argument as typed (kept in the JSON as `spec`).
+    pub arg: String,
     /// The library, when not built in.
     pub library: Option<PathBuf>,
     /// The policy's name; `None` when a library exports exactly one of the needed kind.
     pub name: Option<String>,
     /// Config as YAML text (a flow mapping), empty for defaults.
     pub config: String,
-    /// The local scheduler to pair with this router (cluster world), as a policy argument.
+    /// The local scheduler to pair with this router (cluster world), as a policy argument
+    /// (already checked to parse).
     pub scheduler: Option<String>,
 }
 
+fn bad_spec(message: String, fix: &str) -> LoadError {
+    LoadError::new(LoadErrorKind::UnknownPolicy, message, fix)
+}
+
+/// `mine` of `mine=spec`: letters, digits, `_`, `-` and `.` before the first `=`, which must
+/// come before any brace, `@`, `/` or `:`.
+fn label_prefix(arg: &str) -> Option<(&str, &str)> {
+    let (label, rest) = arg.split_once('=')?;
+    let ok = !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+    ok.then(|| (label.trim(), rest.trim()))
+}
+
 impl PolicySpec {
-    /// Parses `name`, `name{k: v}`, `lib.so`, `lib.so:name`, `lib.so:name{k: v}`, each
-    /// optionally followed by `@scheduler`.
+    /// Parses `[label=]policy[@scheduler]`, a policy being `name`, `name{k: v}`, `lib.so`,
+    /// `lib.so:name` or `lib.so:name{k: v}` (the full syntax is in `routelab compare --help`).
     pub fn parse(arg: &str) -> Result<Self, LoadError> {
-        let label = arg.trim();
-        let (arg, scheduler) = match top_level_at(label) {
-            Some(i) => (&label[..i], Some(label[i + 1..].trim().to_string())),
-            None => (label, None),
+        let typed = arg.trim();
+        let (label, rest) = match label_prefix(typed) {
+            Some((l, r)) => (Some(l.to_string()), r),
+            None => (None, typed),
         };
-        let mut spec = Self::parse_one(arg)?;
-        spec.label = label.to_string();
-        spec.scheduler = scheduler;
+        let (policy, scheduler) = match top_level_at(rest) {
+            Some(i) => (&rest[..i], Some(rest[i + 1..].trim())),
+            None => (rest, None),
+        };
+        let mut spec = Self::parse_one(policy)?;
+        let mut shown = spec.short();
+        if let Some(s) = scheduler {
+            if top_level_at(s).is_some() {
+                return Err(bad_spec(
+                    format!("policy '{typed}': more than one `@`"),
+                    "pair a router with one scheduler: router@scheduler",
+                ));
+            }
+            if s.is_empty() {
+                return Err(bad_spec(format!("policy '{typed}': no scheduler after `@`"), "write router@scheduler, e.g. preble@lpm"));
+            }
+            let sched = Self::parse_one(s)?;
+            shown = format!("{shown}@{}", sched.short());
+            spec.scheduler = Some(s.to_string());
+        }
+        spec.label = label.unwrap_or(shown);
+        spec.arg = typed.to_string();
         Ok(spec)
+    }
+
+    /// How a policy without a label is shown: as typed, a library path replaced by the policy's
+    /// name (or the library's file name when it exports one policy of the kind).
+    fn short(&self) -> String {
+        let head = match (&self.library, &self.name) {
+            (_, Some(n)) => n.clone(),
+            (Some(lib), None) => {
+                let stem = lib.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                stem.strip_prefix(std::env::consts::DLL_PREFIX).filter(|s| !s.is_empty()).unwrap_or(&stem).to_string()
+            }
+            (None, None) => String::new(),
+        };
+        format!("{head}{}", self.config)
     }
 
     fn parse_one(arg: &str) -> Result<Self, LoadError> {
@@ -64,25 +113,35 @@ impl PolicySpec {
                         "write it as name{key: value}",
                     ));
                 }
-                (&arg[..i], arg[i..].to_string())
+                (arg[..i].trim(), arg[i..].to_string())
             }
             None => (arg, String::new()),
         };
         if head.is_empty() {
-            return Err(LoadError::new(LoadErrorKind::UnknownPolicy, "empty policy name", "name a policy; `routelab policies` lists them"));
+            return Err(bad_spec(format!("policy '{arg}': empty policy name"), "name a policy; `routelab policies` lists them"));
         }
-        let is_lib = |s: &str| s.contains('/') || s.ends_with(".so") || s.ends_with(".dylib") || s.ends_with(".dll");
+        let is_lib = |s: &str| s.contains('/') || s.contains('\\') || [".so", ".dylib", ".dll"].iter().any(|x| s.ends_with(x));
         let (library, name) = if is_lib(head) {
             match head.rsplit_once(':') {
-                Some((lib, name)) if !name.is_empty() && !name.contains('/') && !is_lib(name) => {
-                    (Some(PathBuf::from(lib)), Some(name.to_string()))
+                Some((lib, "")) => {
+                    return Err(bad_spec(
+                        format!("policy '{arg}': no policy name after `{lib}:`"),
+                        "write lib.so:name, or just lib.so when the library exports one policy of the kind",
+                    ));
                 }
+                Some((lib, name)) if !name.contains('/') && !is_lib(name) => (Some(PathBuf::from(lib)), Some(name.to_string())),
                 _ => (Some(PathBuf::from(head)), None),
             }
         } else {
+            if let Some(bad) = head.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
+                return Err(bad_spec(
+                    format!("policy '{arg}': `{bad}` cannot be part of a policy name"),
+                    "give a built-in name (`routelab policies`), path/to/lib.so:name, or label=policy",
+                ));
+            }
             (None, Some(head.to_string()))
         };
-        Ok(Self { label: arg.to_string(), library, name, config, scheduler: None })
+        Ok(Self { label: arg.to_string(), arg: arg.to_string(), library, name, config, scheduler: None })
     }
 }
 
@@ -249,6 +308,16 @@ impl Loader {
         })
     }
 
+    /// Checks that `spec` names a policy of `kind` (and its `@scheduler` a scheduler) without
+    /// building it: what `validate` and the checks before a run use.
+    pub fn check(&mut self, spec: &PolicySpec, kind: PolicyKind) -> Result<(), LoadError> {
+        self.resolve_name(spec, kind)?;
+        if let Some(s) = &spec.scheduler {
+            self.resolve_name(&PolicySpec::parse(s)?, PolicyKind::Scheduler)?;
+        }
+        Ok(())
+    }
+
     /// Names and kinds of what the built-ins (`None`) or a library offer (without serialising
     /// default configs, which [`Loader::list`] does).
     fn offers(&mut self, library: Option<&Path>) -> Result<Vec<(String, PolicyKind)>, LoadError> {
@@ -280,7 +349,11 @@ impl Loader {
                 let other = listing.iter().find(|l| &l.0 == n).map(|l| l.1);
                 let msg = match other {
                     Some(k) => format!("'{n}' in {where_} is a {}, not a {}", k.as_str(), kind.as_str()),
-                    None => format!("no {} named '{n}' in {where_}", kind.as_str()),
+                    None => format!(
+                        "no {} named '{n}' in {where_}{}",
+                        kind.as_str(),
+                        crate::suggest::did_you_mean(n, names.iter().copied())
+                    ),
                 };
                 Err(LoadError::new(LoadErrorKind::UnknownPolicy, msg, format!("use one of: {}", names.join(", "))))
             }

@@ -135,7 +135,7 @@ pub fn exercise_6(p: &Exercise6) -> Result<String, RunError> {
     let improving = rounds.saturating_sub(l_case);
     let _ = writeln!(
         out,
-        "3. Case study (workloads/compound/case_study.yaml, `routelab run ... --policy llmselector --start C,C`):\n   \
+        "3. Case study (`routelab run case_study --policy llmselector --start C,C`):\n   \
          trace {}: {rounds} rounds × K = {k_case} → {} evaluations ({} distinct allocations).\n",
         trace.join(" → "),
         recording.shown.len(),

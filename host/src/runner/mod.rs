@@ -31,7 +31,10 @@ use crate::workload::{FieldError, InputError, Workload, WorldKind, trace};
 /// One policy's results on one workload.
 #[derive(Clone, Debug, Serialize)]
 pub struct PolicyResult {
+    /// The policy's label (`label=` or the argument, a plugin shown by its name).
     pub policy: String,
+    /// The policy argument as typed (library path included).
+    pub spec: String,
     pub config: String,
     /// Mean over seeds, with `<key>_ci95` half-widths when there are several.
     pub metrics: Metrics,
@@ -383,6 +386,7 @@ pub fn run_workload(
     for spec in policies {
         let mut result = PolicyResult {
             policy: spec.label.clone(),
+            spec: spec.arg.clone(),
             config: spec.config.clone(),
             metrics: Metrics::new(),
             per_seed: Vec::new(),

@@ -268,6 +268,8 @@ serde_norway = "0.9"
             .unwrap()
             .replace("name = \"my-router\"", "name = \"other-minor-router\"")
             .replace("../../../policy-api", "../policy-api")
+            // The relabelled copy is 0.2.0: depend on it by path alone.
+            .replace(&format!("version = \"{}\", ", routelab_policy_api::API_VERSION), "")
             + "\n[workspace]\n";
         copy_dir(&workspace().join("policies/examples/my-router/src"), &plugin.join("src"));
         std::fs::write(plugin.join("Cargo.toml"), manifest).unwrap();

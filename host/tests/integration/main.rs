@@ -3,6 +3,7 @@
 //! passes with `cargo test --release --workspace` and nothing prebuilt.
 
 mod cli;
+mod cli_errors;
 mod cluster;
 mod common;
 mod compat;
@@ -10,3 +11,4 @@ mod compound;
 mod dispatch_results;
 mod loader;
 mod snapshots;
+mod standalone;

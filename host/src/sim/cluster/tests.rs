@@ -193,9 +193,8 @@ fn evictions_reach_routers_that_want_them_after_the_delay() {
 
 #[test]
 fn trace_replay_of_the_azure_conversation_trace() {
-    let real = repo_root().join("../shared/data/azure-llm-2023/AzureLLMInferenceTrace_conv.csv");
-    let (path, mut spec) = (real.clone(), preset("azure_conv"));
-    let path = if path.exists() { path } else { repo_root().join("workloads/cluster/traces/sample_conv.csv") };
+    let path = repo_root().join("workloads/traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv");
+    let mut spec = preset("azure_conv");
     let rows = trace::load(&path).unwrap();
     // A slice of the real trace keeps debug-build tests fast; the full replay is in the bench.
     let rows = &rows[..rows.len().min(1500)];
