@@ -10,12 +10,14 @@ mod output;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser};
 
 pub use args::{Cli, Command, Common, Kind};
 
+use crate::isolate;
 use crate::plugin::{Loader, PolicySpec};
 use crate::report;
 use crate::runner::{self, Prepared, RunOptions, WorkloadResult};
@@ -147,6 +149,7 @@ fn execute(command: Command) -> Result<i32> {
             print!("{}", crate::bench::run(requests, plugin.as_deref())?);
             Ok(0)
         }
+        Command::IsolatedRun { request, result } => crate::isolate::child_main(&request, &result),
     }
 }
 
@@ -232,6 +235,16 @@ fn compare_files(
         }
     }
     if common.all_starts {
+        if common.isolate {
+            return Err(InputError {
+                file: PathBuf::from("--isolate"),
+                path: String::new(),
+                line: None,
+                message: "--all-starts runs in the host's process; --isolate does not cover it".into(),
+                fix: "drop --isolate, or drop --all-starts".into(),
+            }
+            .into());
+        }
         return all_starts(&prepared, policies.as_deref());
     }
     for p in &prepared {
@@ -394,16 +407,16 @@ fn run_prepared(
                 eprintln!("error: {e:#}");
             }
         };
-        let result = runner::run_workload(
-            &mut loader,
-            p,
-            &specs,
-            &|label| {
-                bar.set_message(label.to_string());
-                bar.inc(1)
-            },
-            &write_out,
-        );
+        let progress = |label: &str| {
+            bar.set_message(label.to_string());
+            bar.inc(1)
+        };
+        let result = if common.isolate {
+            let limits = isolate::Limits { timeout: Duration::from_secs(common.policy_timeout), memory_mib: common.policy_memory };
+            runner::run_workload_by(p, &specs, &write_out, &mut |spec| isolate::run_policy(p, spec, &limits, &progress))
+        } else {
+            runner::run_workload(&mut loader, p, &specs, &progress, &write_out)
+        };
         for r in &result.results {
             if let Some(e) = &r.error {
                 // A bad policy fails on every workload of a sweep alike: say it once.

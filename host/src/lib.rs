@@ -11,6 +11,7 @@ pub mod cli;
 pub mod error;
 pub mod exercises;
 pub mod handle;
+pub mod isolate;
 pub mod metrics;
 pub mod plugin;
 pub mod report;

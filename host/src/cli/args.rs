@@ -158,6 +158,14 @@ pub enum Command {
         #[arg(long, value_delimiter = ',')]
         routers: Option<Vec<String>>,
     },
+    /// Internal: one policy's runs for a parent running with `--isolate` (host/src/isolate.rs).
+    #[command(name = "__isolated-run", hide = true)]
+    IsolatedRun {
+        /// The request the parent wrote (JSON).
+        request: PathBuf,
+        /// Where to write the result (JSON).
+        result: PathBuf,
+    },
 }
 
 #[derive(clap::Args, Debug, Default)]
@@ -190,6 +198,18 @@ pub struct Common {
     /// Print tables as Markdown (for docs).
     #[arg(long)]
     pub markdown: bool,
+    /// Run each policy in a child process, so that a plugin that aborts, exits, crashes,
+    /// overflows its stack, runs out of memory or hangs fails only its own row (docs/plugins.md,
+    /// "Isolation"). Use it for untrusted or new plugins.
+    #[arg(long)]
+    pub isolate: bool,
+    /// With --isolate: seconds one policy's runs on one workload (every seed) may take before
+    /// the child is killed.
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..), requires = "isolate")]
+    pub policy_timeout: u64,
+    /// With --isolate: the child's address-space limit in MiB (RLIMIT_AS; 0 for none).
+    #[arg(long, default_value_t = 8192, requires = "isolate")]
+    pub policy_memory: u64,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]

@@ -361,16 +361,28 @@ pub fn all_starts(policy: &ResolvedPolicy, prepared: &Prepared) -> Result<sim::c
     Ok(sim::compound::all_starts(c, &make, w.seed)?)
 }
 
-/// Runs every policy on every seed of a prepared workload. `progress` is called after each
-/// (policy, seed) run; `on_result` after each policy finishes, so a caller can write results out
-/// as they come and a later failure loses nothing. Each seed's input is generated once, before
-/// the first run; when that fails (bad input), every policy reports it.
+/// Runs every policy on every seed of a prepared workload, in this process. `progress` is called
+/// after each (policy, seed) run; `on_result` after each policy finishes, so a caller can write
+/// results out as they come and a later failure loses nothing. Each seed's input is generated
+/// once, before the first run; when that fails (bad input), every policy reports it.
 pub fn run_workload(
     loader: &mut Loader,
     prepared: &Prepared,
     policies: &[PolicySpec],
     progress: &dyn Fn(&str),
     on_result: &dyn Fn(&WorkloadResult),
+) -> WorkloadResult {
+    let inputs = prepared.seed_inputs().map_err(Error::from);
+    run_workload_by(prepared, policies, on_result, &mut |spec| run_policy(loader, prepared, spec, &inputs, progress))
+}
+
+/// Collects one workload's results, each policy's from `run` (in this process, or in a child
+/// process under `--isolate`); `on_result` is called after each policy.
+pub fn run_workload_by(
+    prepared: &Prepared,
+    policies: &[PolicySpec],
+    on_result: &dyn Fn(&WorkloadResult),
+    run: &mut dyn FnMut(&PolicySpec) -> PolicyResult,
 ) -> WorkloadResult {
     let w = &prepared.workload;
     let mut out = WorkloadResult {
@@ -382,45 +394,60 @@ pub fn run_workload(
         notes: prepared.notes.clone(),
         results: Vec::new(),
     };
-    let inputs = prepared.seed_inputs().map_err(Error::from);
     for spec in policies {
-        let mut result = PolicyResult {
-            policy: spec.label.clone(),
-            spec: spec.arg.clone(),
-            config: spec.config.clone(),
-            metrics: Metrics::new(),
-            per_seed: Vec::new(),
-            allocation: Vec::new(),
-            error: None,
-            input_error: false,
-        };
-        let mut runs = || -> Result<(), Error> {
-            let inputs = inputs.as_ref().map_err(Error::clone)?;
-            let resolved = resolve(loader, prepared, spec).inspect_err(|_| progress(&spec.label))?;
-            for input in inputs {
-                let run = run_one(&resolved, prepared, input);
-                progress(&spec.label);
-                let (m, a) = run?;
-                result.per_seed.push(m);
-                if !a.is_empty() {
-                    result.allocation.push(a);
-                }
-            }
-            Ok(())
-        };
-        match runs() {
-            Ok(()) => result.metrics = over_seeds(&result.per_seed),
-            Err(e) => {
-                result.input_error = e.exit_code() == 2;
-                result.error = Some(e.to_string());
-            }
-        }
-        out.results.push(result);
+        out.results.push(run(spec));
         on_result(&out);
     }
     out
 }
 
+/// A policy's result with no figures yet.
+pub fn empty_result(spec: &PolicySpec) -> PolicyResult {
+    PolicyResult {
+        policy: spec.label.clone(),
+        spec: spec.arg.clone(),
+        config: spec.config.clone(),
+        metrics: Metrics::new(),
+        per_seed: Vec::new(),
+        allocation: Vec::new(),
+        error: None,
+        input_error: false,
+    }
+}
+
+/// Runs one policy on every seed's input (`inputs`, or the error that made them); a failure
+/// becomes the result's error. `progress` is called after each seed's run.
+pub fn run_policy(
+    loader: &mut Loader,
+    prepared: &Prepared,
+    spec: &PolicySpec,
+    inputs: &Result<Vec<SeedInput>, Error>,
+    progress: &dyn Fn(&str),
+) -> PolicyResult {
+    let mut result = empty_result(spec);
+    let mut runs = || -> Result<(), Error> {
+        let inputs = inputs.as_ref().map_err(Error::clone)?;
+        let resolved = resolve(loader, prepared, spec).inspect_err(|_| progress(&spec.label))?;
+        for input in inputs {
+            let run = run_one(&resolved, prepared, input);
+            progress(&spec.label);
+            let (m, a) = run?;
+            result.per_seed.push(m);
+            if !a.is_empty() {
+                result.allocation.push(a);
+            }
+        }
+        Ok(())
+    };
+    match runs() {
+        Ok(()) => result.metrics = over_seeds(&result.per_seed),
+        Err(e) => {
+            result.input_error = e.exit_code() == 2;
+            result.error = Some(e.to_string());
+        }
+    }
+    result
+}
 
 #[cfg(test)]
 mod tests {

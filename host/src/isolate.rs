@@ -1,0 +1,267 @@
+//! `--isolate`: each policy's runs on a workload in a child process of the host, so that what no
+//! panic handler can catch — `abort`, `process::exit`, a stack overflow, running out of memory,
+//! SIGSEGV, an endless loop — fails that policy's row and nothing else.
+//!
+//! The child is this executable re-run as `routelab __isolated-run REQUEST RESULT`. The parent
+//! writes REQUEST (the prepared workload as YAML, the workload file it came from, the policy)
+//! into a fresh temporary folder; the child prepares the workload again, runs the policy on every
+//! seed with the same [`runner::run_policy`] as an unisolated run, and writes RESULT (each seed's
+//! figures as f64 bit patterns, so they cross exactly) by renaming a finished file into place.
+//! The child's stdout goes to /dev/null (a plugin's prints never reach the tables) and its stderr
+//! to a file whose last line explains an abnormal end ("memory allocation of … failed").
+//!
+//! Limits: `--policy-timeout` seconds of wall-clock time per child (then SIGKILL), and on Unix
+//! `--policy-memory` MiB of address space (RLIMIT_AS) set in the child before it runs any code.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::metrics::{Metrics, over_seeds};
+use crate::plugin::{Loader, PolicySpec};
+use crate::runner::{self, PolicyResult, Prepared};
+use crate::workload::Workload;
+
+/// How a child may run.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Wall-clock time for one policy's runs on one workload (every seed).
+    pub timeout: Duration,
+    /// Address-space limit in MiB (0: none).
+    pub memory_mib: u64,
+}
+
+/// What the parent tells the child.
+#[derive(Serialize, Deserialize)]
+struct Request {
+    /// The workload as the parent prepared it (overrides and `--set`s applied), as YAML.
+    workload: String,
+    /// The file it came from: relative trace paths are read from its folder.
+    file: PathBuf,
+    spec: SpecWire,
+}
+
+/// A [`PolicySpec`], field by field.
+#[derive(Serialize, Deserialize)]
+struct SpecWire {
+    label: String,
+    arg: String,
+    library: Option<PathBuf>,
+    name: Option<String>,
+    config: String,
+    scheduler: Option<String>,
+}
+
+/// What the child answers: everything of a [`PolicyResult`] the parent cannot recompute.
+#[derive(Serialize, Deserialize)]
+struct Reply {
+    /// Each seed's figures, values as `f64::to_bits` (JSON has no NaN, and exact either way).
+    per_seed: Vec<Vec<(String, u64)>>,
+    allocation: Vec<Vec<String>>,
+    error: Option<String>,
+    input_error: bool,
+}
+
+/// Runs `spec` on every seed of `prepared` in a child process; whatever becomes of the child,
+/// the answer is a result (its error row when the child crashed, exited, or ran out of time).
+/// `progress` is called once per seed when the child is done.
+pub fn run_policy(prepared: &Prepared, spec: &PolicySpec, limits: &Limits, progress: &dyn Fn(&str)) -> PolicyResult {
+    let mut result = runner::empty_result(spec);
+    match run_child(prepared, spec, limits) {
+        Ok(reply) => {
+            result.per_seed = reply
+                .per_seed
+                .into_iter()
+                .map(|m| Metrics(m.into_iter().map(|(k, bits)| (k, f64::from_bits(bits))).collect()))
+                .collect();
+            result.allocation = reply.allocation;
+            result.input_error = reply.input_error;
+            result.error = reply.error;
+            if result.error.is_none() {
+                result.metrics = over_seeds(&result.per_seed);
+            }
+        }
+        Err(message) => result.error = Some(message),
+    }
+    for _ in 0..prepared.workload.seeds {
+        progress(&spec.label);
+    }
+    result
+}
+
+/// A fresh folder for one child's files.
+fn scratch_dir() -> std::io::Result<PathBuf> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!("routelab-isolate-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn run_child(prepared: &Prepared, spec: &PolicySpec, limits: &Limits) -> Result<Reply, String> {
+    let dir = scratch_dir().map_err(|e| format!("--isolate: cannot create a temporary folder: {e} (set TMPDIR to a writable folder)"))?;
+    let out = run_child_in(&dir, prepared, spec, limits);
+    std::fs::remove_dir_all(&dir).ok();
+    out
+}
+
+fn run_child_in(dir: &Path, prepared: &Prepared, spec: &PolicySpec, limits: &Limits) -> Result<Reply, String> {
+    let request = Request {
+        workload: serde_norway::to_string(&prepared.workload).map_err(|e| format!("--isolate: cannot write the workload: {e}"))?,
+        file: std::path::absolute(&prepared.file).unwrap_or_else(|_| prepared.file.clone()),
+        spec: SpecWire {
+            label: spec.label.clone(),
+            arg: spec.arg.clone(),
+            library: spec.library.as_ref().map(|l| std::path::absolute(l).unwrap_or_else(|_| l.clone())),
+            name: spec.name.clone(),
+            config: spec.config.clone(),
+            scheduler: spec.scheduler.clone(),
+        },
+    };
+    let (request_path, result_path, stderr_path) = (dir.join("request.json"), dir.join("result.json"), dir.join("stderr"));
+    let text = serde_json::to_string(&request).map_err(|e| format!("--isolate: cannot write the request: {e}"))?;
+    std::fs::write(&request_path, text).map_err(|e| format!("--isolate: cannot write {}: {e}", request_path.display()))?;
+    let exe = std::env::current_exe().map_err(|e| format!("--isolate: cannot find this executable: {e}"))?;
+    let stderr = std::fs::File::create(&stderr_path).map_err(|e| format!("--isolate: cannot create {}: {e}", stderr_path.display()))?;
+    let mut command = Command::new(exe);
+    command.arg("__isolated-run").arg(&request_path).arg(&result_path).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr);
+    limit_memory(&mut command, limits.memory_mib);
+    let mut child = command.spawn().map_err(|e| format!("--isolate: cannot start a child process: {e}"))?;
+    let status = wait_with_timeout(&mut child, limits.timeout)?;
+    let Some(status) = status else {
+        return Err(format!("exceeded --policy-timeout {} s", limits.timeout.as_secs()));
+    };
+    if let Some(signal) = signal_of(&status) {
+        return Err(format!("killed by signal {signal} ({}){}", signal_name(signal), last_words(&stderr_path)));
+    }
+    match std::fs::read_to_string(&result_path) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| format!("--isolate: the child's result is unreadable: {e}")),
+        Err(_) => {
+            let code = status.code().map_or_else(|| "unknown".to_string(), |c| c.to_string());
+            Err(format!("exited with status {code} without a result{}", last_words(&stderr_path)))
+        }
+    }
+}
+
+/// Waits for `child` at most `timeout`; `None` when it ran out of time (it is then killed and
+/// reaped). Polls, starting at 1 ms, so that short children cost little.
+fn wait_with_timeout(child: &mut std::process::Child, timeout: Duration) -> Result<Option<ExitStatus>, String> {
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| format!("--isolate: waiting for the child: {e}"))? {
+            return Ok(Some(status));
+        }
+        if start.elapsed() >= timeout {
+            child.kill().ok();
+            child.wait().ok();
+            return Ok(None);
+        }
+        std::thread::sleep(pause.min(timeout.saturating_sub(start.elapsed())));
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// What the child said on stderr about its end, as `: line` (at most 300 characters): the
+/// runtime's own fatal message ("memory allocation of … failed", "fatal runtime error: stack
+/// overflow") if there is one, else its last line that is not part of a backtrace.
+fn last_words(stderr_path: &Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    const SPAN: u64 = 64 << 10;
+    // The start and the end of the file: a plugin may have written gigabytes in between.
+    let mut text = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(stderr_path) {
+        let len = f.metadata().map_or(0, |m| m.len());
+        f.by_ref().take(SPAN).read_to_end(&mut text).ok();
+        if len > 2 * SPAN && f.seek(SeekFrom::Start(len - SPAN)).is_ok() {
+            text.push(b'\n');
+            f.take(SPAN).read_to_end(&mut text).ok();
+        }
+    }
+    let text = String::from_utf8_lossy(&text);
+    let fatal = ["memory allocation of", "fatal runtime error", "has overflowed its stack"];
+    let said = |l: &&str| !l.trim().is_empty() && !l.starts_with([' ', '\t']) && !l.starts_with("note:") && !l.contains("backtrace");
+    let line = text.lines().find(|l| fatal.iter().any(|f| l.contains(f))).or_else(|| text.lines().rev().find(said));
+    line.map_or_else(String::new, |l| format!(": {}", l.trim().chars().take(300).collect::<String>()))
+}
+
+#[cfg(unix)]
+fn limit_memory(command: &mut Command, memory_mib: u64) {
+    use std::os::unix::process::CommandExt;
+    if memory_mib == 0 {
+        return;
+    }
+    let bytes = memory_mib.saturating_mul(1 << 20) as libc::rlim_t;
+    // SAFETY: setrlimit is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(move || {
+            let limit = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(unix))]
+fn limit_memory(_: &mut Command, _: u64) {}
+
+#[cfg(unix)]
+fn signal_of(status: &ExitStatus) -> Option<i32> {
+    std::os::unix::process::ExitStatusExt::signal(status)
+}
+
+#[cfg(not(unix))]
+fn signal_of(_: &ExitStatus) -> Option<i32> {
+    None
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        _ => "see `kill -l`",
+    }
+}
+
+/// The child's side (`routelab __isolated-run REQUEST RESULT`): runs the request's policy on
+/// every seed and writes the result; the exit code is 0 once the result is in place.
+pub fn child_main(request_path: &Path, result_path: &Path) -> anyhow::Result<i32> {
+    use anyhow::Context;
+    let request: Request = serde_json::from_str(&std::fs::read_to_string(request_path).context("reading the request")?).context("parsing the request")?;
+    let workload: Workload = serde_norway::from_str(&request.workload).context("parsing the workload")?;
+    let s = request.spec;
+    let spec = PolicySpec { label: s.label, arg: s.arg, library: s.library, name: s.name, config: s.config, scheduler: s.scheduler };
+    let result = match runner::prepare(workload, &request.file) {
+        Ok(prepared) => {
+            let inputs = prepared.seed_inputs().map_err(crate::error::Error::from);
+            runner::run_policy(&mut Loader::new(), &prepared, &spec, &inputs, &|_| {})
+        }
+        Err(e) => PolicyResult { error: Some(e.to_string()), input_error: true, ..runner::empty_result(&spec) },
+    };
+    let reply = Reply {
+        per_seed: result.per_seed.iter().map(|m| m.0.iter().map(|(k, v)| (k.clone(), v.to_bits())).collect()).collect(),
+        allocation: result.allocation,
+        error: result.error,
+        input_error: result.input_error,
+    };
+    // Written whole, then renamed: the parent sees a complete result or none.
+    let partial = result_path.with_extension("partial");
+    std::fs::write(&partial, serde_json::to_string(&reply)?).with_context(|| format!("writing {}", partial.display()))?;
+    std::fs::rename(&partial, result_path).with_context(|| format!("writing {}", result_path.display()))?;
+    Ok(0)
+}
