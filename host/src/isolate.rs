@@ -39,7 +39,8 @@ pub struct Limits {
 struct Request {
     /// The workload as the parent prepared it (overrides and `--set`s applied), as YAML.
     workload: String,
-    /// The file it came from: relative trace paths are read from its folder.
+    /// The file it came from: relative trace paths are read from its folder. Paths are as the
+    /// parent has them (the child runs in the parent's working directory), so errors read alike.
     file: PathBuf,
     spec: SpecWire,
 }
@@ -110,11 +111,11 @@ fn run_child(prepared: &Prepared, spec: &PolicySpec, limits: &Limits) -> Result<
 fn run_child_in(dir: &Path, prepared: &Prepared, spec: &PolicySpec, limits: &Limits) -> Result<Reply, String> {
     let request = Request {
         workload: serde_norway::to_string(&prepared.workload).map_err(|e| format!("--isolate: cannot write the workload: {e}"))?,
-        file: std::path::absolute(&prepared.file).unwrap_or_else(|_| prepared.file.clone()),
+        file: prepared.file.clone(),
         spec: SpecWire {
             label: spec.label.clone(),
             arg: spec.arg.clone(),
-            library: spec.library.as_ref().map(|l| std::path::absolute(l).unwrap_or_else(|_| l.clone())),
+            library: spec.library.clone(),
             name: spec.name.clone(),
             config: spec.config.clone(),
             scheduler: spec.scheduler.clone(),
