@@ -266,3 +266,23 @@ pub fn child_main(request_path: &Path, result_path: &Path) -> anyhow::Result<i32
     std::fs::rename(&partial, result_path).with_context(|| format!("writing {}", result_path.display()))?;
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The runtime's fatal message is chosen over the backtrace and notes that follow it.
+    #[test]
+    fn last_words_prefer_the_fatal_message_to_the_backtrace() {
+        let dir = std::env::temp_dir().join(format!("routelab-isolate-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("stderr");
+        std::fs::write(&f, "memory allocation of 64 bytes failed\nstack backtrace:\n   0: x\n             at y\nskipping backtrace printing\n").unwrap();
+        assert_eq!(last_words(&f), ": memory allocation of 64 bytes failed");
+        std::fs::write(&f, "warming up\nerror: reading the request\n\n").unwrap();
+        assert_eq!(last_words(&f), ": error: reading the request");
+        std::fs::write(&f, "").unwrap();
+        assert_eq!(last_words(&f), "");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -68,6 +68,16 @@ fn isolated_results_are_identical_to_unisolated_ones() {
     let (plain, isolated) = both_ways("other", &["compare", "exp_rho09", "case_study", "--seeds", "1"]);
     assert_eq!(plain["workloads"].as_array().unwrap().len(), 2);
     assert_eq!(plain, isolated);
+
+    // A sweep (each point's workload crosses to the child with its --set applied) and `run`.
+    let (plain, isolated) = both_ways(
+        "sweep",
+        &["sweep", "workloads/cluster/long_doc_qa.yaml", "--set", "arrivals.poisson.rate=x0.5,x2", "--seeds", "1", "--policies", "round_robin,preble"],
+    );
+    assert_eq!(plain["workloads"].as_array().unwrap().len(), 2);
+    assert_eq!(plain, isolated);
+    let (plain, isolated) = both_ways("run", &["run", "exp_rho09", "--policy", "power_of_two{d: 3}", "--seeds", "1"]);
+    assert_eq!(plain, isolated);
 }
 
 /// Each hostile router next to a built-in, under `--isolate`: the hostile row says what happened,
