@@ -109,8 +109,14 @@ fn run_child(prepared: &Prepared, spec: &PolicySpec, limits: &Limits) -> Result<
 }
 
 fn run_child_in(dir: &Path, prepared: &Prepared, spec: &PolicySpec, limits: &Limits) -> Result<Reply, String> {
+    let workload = serde_norway::to_string(&prepared.workload).map_err(|e| format!("--isolate: cannot write the workload: {e}"))?;
+    // The child must run exactly this workload: a field that does not survive the trip (a
+    // `serde(skip)` added later, say) would change results silently.
+    if serde_norway::from_str::<Workload>(&workload).ok().as_ref() != Some(&prepared.workload) {
+        return Err("--isolate: the workload does not cross to the child process unchanged (a bug: please report it; run without --isolate)".into());
+    }
     let request = Request {
-        workload: serde_norway::to_string(&prepared.workload).map_err(|e| format!("--isolate: cannot write the workload: {e}"))?,
+        workload,
         file: prepared.file.clone(),
         spec: SpecWire {
             label: spec.label.clone(),
