@@ -1,0 +1,35 @@
+//! How the cluster simulator's cost grows with the backlog of an overloaded cluster: tool_use at
+//! 800 requests/s (10× what its 8 replicas serve), round robin, 10⁴ / 10⁵ / 3×10⁵ requests. With
+//! a cost linear in the requests, the time ratios follow the request ratios (10×, 30×).
+//! `cargo run --release -p routelab --example overload_scaling`
+//! (a measurement printed by one run, never a timed test).
+
+use std::path::Path;
+use std::time::Instant;
+
+use routelab::plugin::{Loader, PolicySpec};
+use routelab::sim::cluster;
+use routelab::workload::cluster::Arrivals;
+
+fn main() {
+    let w = routelab::workload::load(Path::new("workloads/cluster/tool_use.yaml")).expect("run from the repository root");
+    let mut spec = w.cluster.expect("cluster workload");
+    spec.arrivals = Arrivals::Poisson { rate: 800.0 };
+    let policy = PolicySpec::parse("round_robin").expect("built-in");
+    let mut loader = Loader::new();
+    let sm = spec.step_model().expect("valid workload");
+    let mut base = None;
+    println!("| requests | wall time s | µs per request | time ratio to 10⁴ |");
+    println!("|---:|---:|---:|---:|");
+    for n in [10_000u64, 100_000, 300_000] {
+        spec.requests = Some(n);
+        let mut router = loader.router(&policy, &cluster::router_context(&sm, spec.replicas, w.seed)).expect("router");
+        let mut schedulers = cluster::make_schedulers(&spec, &mut loader, w.seed).expect("schedulers");
+        let start = Instant::now();
+        let m = cluster::run(&spec, None, &mut router, &mut schedulers, "round_robin", w.seed).expect("run");
+        let s = start.elapsed().as_secs_f64();
+        assert!(m.get("requests").is_some());
+        let b = *base.get_or_insert(s);
+        println!("| {n} | {s:.2} | {:.1} | {:.1}× |", s * 1e6 / n as f64, s / b);
+    }
+}
