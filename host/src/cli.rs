@@ -383,6 +383,23 @@ fn all_starts(prepared: &[Prepared], policies: Option<&[PolicySpec]>) -> Result<
             }
             .into());
         };
+        let space = (c.model_count() as u64).checked_pow(c.system.modules().len() as u32);
+        let limit = crate::sim::compound::studies::ALL_STARTS_LIMIT;
+        if space.is_none_or(|n| n > limit) {
+            return Err(InputError {
+                file: PathBuf::from("--all-starts"),
+                path: String::new(),
+                line: None,
+                message: format!(
+                    "{}: {} models ^ {} modules is above {limit} starting allocations",
+                    p.workload.name,
+                    c.model_count(),
+                    c.system.modules().len()
+                ),
+                fix: "use a smaller pool or system, or drop --all-starts".into(),
+            }
+            .into());
+        }
         let specs = match policies {
             Some(s) => s.to_vec(),
             None => parse_specs(&p.workload.policies)?,
@@ -592,6 +609,7 @@ fn validate(file: &Path, trace: Option<PathBuf>) -> Result<i32> {
     RunOptions { trace, ..Default::default() }.apply(&mut w);
     let prepared = runner::prepare(w, file)?;
     println!("{}: ok ({} world)", file.display(), prepared.workload.world().as_str());
+    println!("# estimate: {}", workload::limits::estimate(&prepared.workload));
     print!("{}", serde_norway::to_string(&prepared.workload).context("printing the resolved workload")?);
     for n in &prepared.notes {
         println!("# note: {n}");

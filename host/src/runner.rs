@@ -115,6 +115,8 @@ pub struct Prepared {
 
 /// Resolves files a workload names (relative to the workload's folder) and derived facts.
 pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> {
+    // Again: command-line overrides (--seeds) may have changed it since it was loaded.
+    workload.validate().map_err(|e| InputError::from_field(file, e))?;
     let mut notes = Vec::new();
     let mut trace = None;
     if let Some(d) = &workload.dispatch {
@@ -147,6 +149,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
         if let crate::workload::cluster::Arrivals::Trace { path, time_scale } = &c.arrivals {
             let p = relative_to(file, path);
             let rows = trace::load(&p)?;
+            trace::check_cluster_rows(&rows, c, &p)?;
             notes.push(format!("trace replay of {} ({} rows, time scale {time_scale})", p.display(), rows.len()));
             trace = Some(rows);
         }
