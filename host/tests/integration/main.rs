@@ -7,4 +7,5 @@ mod cluster;
 mod common;
 mod compound;
 mod dispatch_results;
+mod hardening;
 mod loader;
