@@ -200,13 +200,7 @@ fn execute(command: Command) -> Result<i32> {
                     }
                     .into());
                 }
-                spec.config = std::fs::read_to_string(&f).map_err(|e| InputError {
-                    file: f.clone(),
-                    path: String::new(),
-                    line: None,
-                    message: format!("cannot read the policy config: {e}"),
-                    fix: "check the path".into(),
-                })?;
+                spec.config = workload::limits::read_capped(&f, workload::limits::MAX_WORKLOAD_BYTES, "policy config", "check the path")?;
             }
             compare_files(&[workload], Some(vec![spec]), &common, "run", true)
         }

@@ -204,14 +204,43 @@ pub fn parse(text: &str, file: &Path) -> Result<Workload, InputError> {
     if w.name.is_empty() {
         w.name = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "workload".into());
     }
-    w.validate().map_err(|e| InputError::from_field(file, e))?;
+    w.validate().map_err(|e| InputError { line: field_line(text, &e.path), ..InputError::from_field(file, e) })?;
     Ok(w)
+}
+
+/// The line of the field at dotted `path` (`cluster.generator.fanout`, `models[2].price`) in
+/// YAML `text`: each key is looked for after the previous one, so the answer is the line of the
+/// deepest key the text spells out (flow mappings keep a parent's line). `None` if none is found.
+pub fn field_line(text: &str, path: &str) -> Option<usize> {
+    let mut at = 0;
+    let mut line = None;
+    for key in path.split('.').map(|k| k.split('[').next().unwrap_or(k)).filter(|k| !k.is_empty()) {
+        let found = text[at..].match_indices(key).map(|(i, _)| at + i).find(|&i| {
+            let before = text[..i].chars().next_back();
+            let after = text[i + key.len()..].trim_start_matches([' ', '"', '\'']);
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '_') && after.starts_with(':')
+        });
+        let Some(i) = found else { break };
+        at = i + key.len();
+        line = Some(1 + text[..i].matches('\n').count());
+    }
+    line
 }
 
 /// Reads, parses and validates a workload file.
 pub fn load(path: &Path) -> Result<Workload, InputError> {
     let text = load_text(path)?;
-    parse(&text, path)
+    parse(&text, path).map_err(|mut e| {
+        // Lines of a merged (`base:`) text are not the file's: look the field up in the file.
+        if e.line.is_some() && !e.path.is_empty() {
+            if let Ok(own) = limits::read_capped(path, limits::MAX_WORKLOAD_BYTES, "workload", "") {
+                if own != text {
+                    e.line = field_line(&own, &e.path);
+                }
+            }
+        }
+        e
+    })
 }
 
 /// The workload file's YAML text with its `base:` (if any) merged in: a workload may start from

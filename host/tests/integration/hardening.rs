@@ -163,8 +163,27 @@ fn floats_that_overflow_derived_quantities_are_refused() {
     ];
     for (name, yaml, field) in cases {
         let p = write(name, &yaml);
-        refused(&["validate", &p], &[name, &format!("field `{field}`")]);
+        let err = refused(&["validate", &p], &[name, &format!("field `{field}`")]);
+        // The line of the field (or of its deepest parent the file spells out).
+        let line = workload::field_line(&yaml, field).unwrap_or_else(|| panic!("{name}: no line for {field}"));
+        assert!(err.contains(&format!("{name}:{line}: field")), "{name}: no line {line}: {err}");
     }
+}
+
+#[test]
+fn field_errors_give_the_line_of_the_field() {
+    let yaml = "# a comment naming cv: here
+cluster:
+  replicas: 2
+  generator:
+    output_tokens: 16
+    fanout: 0
+";
+    assert_eq!(workload::field_line(yaml, "cluster.generator.fanout"), Some(6));
+    assert_eq!(workload::field_line(yaml, "cluster.generator.contexts.count"), Some(4));
+    assert_eq!(workload::field_line("models:\n  - {name: A}\n  - {name: B, price: -1}\n", "models[1].price"), Some(3));
+    let e = workload::parse(&CLUSTER.replace("rate: 1.0", "rate: -1"), Path::new("w.yaml")).unwrap_err();
+    assert_eq!((e.path.as_str(), e.line), ("cluster.arrivals.poisson.rate", Some(4)));
 }
 
 #[test]
