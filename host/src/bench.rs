@@ -257,23 +257,11 @@ fn bench_cluster(loader: &mut Loader, out: &mut String) -> Result<()> {
         }
         writeln!(out, "{row}")?;
     }
-    writeln!(out, "\nrouting decisions per second inside a tool_use run (router time only; Preble's paper: 245–2,931/s in Python):")?;
-    writeln!(out, "  {:<20} {:>14} {:>14}", "router", "8 replicas", "64 replicas")?;
-    for policy in ["round_robin", "max_affinity", "threshold_affinity", "sglang_cache_aware", "preble"] {
-        let mut row = format!("  {policy:<20}");
-        for replicas in [8u32, 64] {
-            let mut spec = preset("tool_use")?;
-            let scale = replicas as f64 / spec.replicas as f64;
-            spec.replicas = replicas;
-            if let crate::workload::cluster::Arrivals::Poisson { rate } = &mut spec.arrivals {
-                *rate *= scale;
-            }
-            let t = cluster_timing(loader, &spec, policy, 20_000 * replicas as u64 / 8)?;
-            let mark = if t.overloaded { " (overloaded)" } else { "" };
-            write!(row, " {:>12.0}/s{mark}", t.decisions as f64 / t.router_s.max(1e-12))?;
-        }
-        writeln!(out, "{row}")?;
-    }
+    let routers = [
+        "round_robin", "max_affinity", "threshold_affinity", "sglang_cache_aware", "preble", "dynamo_kv", "llm_d",
+        "aibrix_prefix_cache", "vllm_prefix_aware", "chwbl", "ray_prefix_aware",
+    ];
+    decisions_table(loader, &routers, out)?;
     // The Preble grid's policies on the five presets at their base rate, one seed each.
     let grid = ["round_robin@lpm", "sglang_cache_aware@lpm", "preble{rebalance: false, autoscale: false, pd_pairing: false}@lpm",
         "preble{autoscale: false, pd_pairing: false}@lpm", "preble@priority_groups"];
@@ -288,6 +276,37 @@ fn bench_cluster(loader: &mut Loader, out: &mut String) -> Result<()> {
         }
     }
     writeln!(out, "\npreble_grid end to end (5 presets × 5 policies at the base rate, one seed): {requests} requests in {seconds:.2} s = {:.0} simulated requests/s", requests as f64 / seconds)?;
+    Ok(())
+}
+
+/// `routelab bench --routers a,b`: only the routing-decisions table, for those routers.
+pub fn decisions(routers: &[String]) -> Result<String> {
+    let mut out = String::new();
+    decisions_table(&mut Loader::new(), routers, &mut out)?;
+    Ok(out)
+}
+
+/// Routing decisions per second of router time inside a tool_use run at 8 and 64 replicas
+/// (the arrival rate scaled with the replicas).
+fn decisions_table(loader: &mut Loader, routers: &[impl AsRef<str>], out: &mut String) -> Result<()> {
+    writeln!(out, "\nrouting decisions per second inside a tool_use run (router time only; Preble's paper: 245–2,931/s in Python):")?;
+    writeln!(out, "  {:<20} {:>14} {:>14}", "router", "8 replicas", "64 replicas")?;
+    for policy in routers {
+        let policy = policy.as_ref();
+        let mut row = format!("  {policy:<20}");
+        for replicas in [8u32, 64] {
+            let mut spec = preset("tool_use")?;
+            let scale = replicas as f64 / spec.replicas as f64;
+            spec.replicas = replicas;
+            if let crate::workload::cluster::Arrivals::Poisson { rate } = &mut spec.arrivals {
+                *rate *= scale;
+            }
+            let t = cluster_timing(loader, &spec, policy, 20_000 * replicas as u64 / 8)?;
+            let mark = if t.overloaded { " (overloaded)" } else { "" };
+            write!(row, " {:>12.0}/s{mark}", t.decisions as f64 / t.router_s.max(1e-12))?;
+        }
+        writeln!(out, "{row}")?;
+    }
     Ok(())
 }
 

@@ -111,6 +111,9 @@ pub enum Command {
         /// The built-in plugin library (default: beside this executable).
         #[arg(long)]
         plugin: Option<PathBuf>,
+        /// Only the routing-decisions table, for these routers (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        routers: Option<Vec<String>>,
     },
 }
 
@@ -253,7 +256,12 @@ fn execute(command: Command) -> Result<i32> {
             print!("{text}");
             Ok(0)
         }
-        Command::Bench { requests, plugin } => {
+        Command::Bench { requests, plugin, routers: Some(routers) } => {
+            let _ = (requests, plugin);
+            print!("{}", crate::bench::decisions(&routers)?);
+            Ok(0)
+        }
+        Command::Bench { requests, plugin, routers: None } => {
             print!("{}", crate::bench::run(requests, plugin.as_deref())?);
             Ok(0)
         }

@@ -4,12 +4,17 @@
 //! [`registry`] lists them all; the host links this crate directly, and
 //! `routelab-builtin-plugin` exports the same registry through the plugin ABI.
 
+pub mod aibrix_prefix_cache;
 pub mod best_single;
+pub mod block_index;
+pub mod chwbl;
+pub mod dynamo_kv;
 pub mod exhaustive;
 pub mod fcfs;
 pub mod greedy;
 pub mod least_requests;
 pub mod least_work_left;
+pub mod llm_d;
 pub mod llmselector;
 pub mod llmselector_cost;
 pub mod lpm;
@@ -19,10 +24,12 @@ pub mod preble;
 pub mod priority_groups;
 pub mod random;
 pub mod random_search;
+pub mod ray_prefix_aware;
 pub mod round_robin;
 pub mod selection;
 pub mod sglang_cache_aware;
 pub mod threshold_affinity;
+pub mod vllm_prefix_aware;
 
 use routelab_policy_api::{Entry, router, scheduler, selector};
 
@@ -38,6 +45,12 @@ pub fn registry() -> Vec<Entry> {
         router::<threshold_affinity::ThresholdAffinity>(),
         router::<sglang_cache_aware::SglangCacheAware>(),
         router::<preble::Preble>(),
+        router::<dynamo_kv::DynamoKv>(),
+        router::<llm_d::LlmD>(),
+        router::<vllm_prefix_aware::VllmPrefixAware>(),
+        router::<chwbl::Chwbl>(),
+        router::<aibrix_prefix_cache::AibrixPrefixCache>(),
+        router::<ray_prefix_aware::RayPrefixAware>(),
         selector::<llmselector::LlmSelector>(),
         selector::<greedy::Greedy>(),
         selector::<random_search::RandomSearch>(),

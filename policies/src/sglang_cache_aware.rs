@@ -15,11 +15,25 @@
 //! the check runs at the first decision at or after each interval's end (the tree is read only at
 //! decisions, so this is exactly a scheduled event, with no thread). The trees therefore drift
 //! from the real caches: exercise 8 measures how far.
-//! Parameters (defaults): `cache_threshold` 0.5 (SGLang CLI 0.3), `balance_abs_threshold` 8
-//! (SGLang CLI 64), `balance_rel_threshold` 1.5, `eviction_interval_s` 120, `max_tree_tokens`
-//! 67,108,864 (SGLang's `max_tree_size` 2^26, counted in tokens here, characters there),
+//!
+//! Parameters (defaults): `cache_threshold` 0.5, `balance_abs_threshold` 8,
+//! `balance_rel_threshold` 1.5, `eviction_interval_s` 120, `max_tree_tokens` 67,108,864,
 //! `below_threshold` least_load.
-//! Source: SGLang model gateway (sgl-router), `policies/cache_aware.rs`; routers.md.
+//!
+//! Which defaults: neither of SGLang's two sets, but the lecture's mix. SGLang's command line
+//! (`router_args.py`; the gateway's `main.rs` flags) uses 0.3 / 64 / 1.5 /
+//! 120 s / 2^26; the Rust library's `CacheAwareConfig::default()` uses 0.5 / 32 / 1.1 / 30 s /
+//! 10,000. Here `cache_threshold` is the library's, `balance_rel_threshold`, the eviction
+//! interval and the tree size are the CLI's (2^26 counted in tokens here, characters there), and
+//! `balance_abs_threshold` 8 is the lecture's simplification. For the CLI set pass
+//! `sglang_cache_aware{cache_threshold: 0.3, balance_abs_threshold: 64}`.
+//!
+//! Source: SGLang router `sgl-router/src/policies/cache_aware.rs` @ 026f853b: the load guard
+//! (`max − min > abs` AND `max > rel · min`, over the router's in-flight counts) and, below the
+//! threshold, the smallest tenant tree (`below_threshold: smallest_tree`). SGLang model gateway
+//! `smg` 1.13.0 (`src/policies/cache_aware.rs`) routes below the threshold by LeastLoad's
+//! expected wait (`least_load` here approximates it by in-flight count) and has replaced the
+//! guard by a spill gate against the fleet *mean* load; that gate is not modelled.
 
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};

@@ -218,3 +218,35 @@ fn plugin_built_against_another_minor_is_refused_with_a_short_message() {
     assert!(w.results[0].error.is_some() && w.results[0].input_error);
     assert!(w.results[1].error.is_none());
 }
+
+/// The field's routers (Dynamo, llm-d, AIBrix, production-stack, CHWBL, Ray), loaded from the
+/// built plugin library, give bit-identical cluster metrics to the linked-in ones on a small
+/// tool-use run — their prefix-state variants included.
+#[test]
+fn field_routers_are_bit_identical_from_the_plugin_library() {
+    let lib = &plugins().builtin;
+    let yaml = std::fs::read_to_string(workspace().join("workloads/cluster/tool_use.yaml"))
+        .unwrap()
+        .replace("requests: 20000", "requests: 1500")
+        .replace("seeds: 3", "seeds: 1");
+    let names = [
+        "dynamo_kv",
+        "dynamo_kv{prefix_state: approximate, temperature: 0.5}",
+        "llm_d",
+        "llm_d{prefix_state: precise}",
+        "aibrix_prefix_cache",
+        "vllm_prefix_aware",
+        "chwbl",
+        "ray_prefix_aware",
+    ];
+    let linked: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    let loaded: Vec<String> = names.iter().map(|s| format!("{}:{s}", lib.display())).collect();
+    let a = compare_text(&yaml, "tool_use.yaml", &linked);
+    let b = compare_text(&yaml, "tool_use.yaml", &loaded);
+    for (x, y) in a.results.iter().zip(&b.results) {
+        assert!(x.error.is_none() && y.error.is_none(), "{:?} {:?}", x.error, y.error);
+        assert_eq!(x.metrics.get("completed"), Some(1500.0), "{}", x.policy);
+        assert_eq!(x.per_seed, y.per_seed, "{} differs when loaded", x.policy);
+        assert_eq!(serde_json::to_string(&x.metrics).unwrap(), serde_json::to_string(&y.metrics).unwrap());
+    }
+}

@@ -41,8 +41,11 @@ pub fn argmin_random_tie<K: PartialOrd>(
     best.map(|(i, _)| i)
 }
 
+mod block_hash;
 mod prefix_tree;
 mod window;
+
+pub use block_hash::{BLOCK_HASH_SEED, BlockHashing, mix64, prefix_hash};
 
 pub use prefix_tree::{NodeId, PrefixTree};
 pub use window::WindowSum;

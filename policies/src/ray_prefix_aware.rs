@@ -1,0 +1,138 @@
+//! `ray_prefix_aware`: Ray Serve LLM's prefix-aware request router
+//! (`PrefixCacheAffinityRouter`, class `PrefixAwarePow2ReplicaRouter`).
+//!
+//! Algorithm (per request; queue length = requests the router sent to a replica and has not
+//! seen finish — Ray's replica queue-length cache, incremented on send, decremented on done):
+//! 1. If `max − min > imbalanced_threshold` over the replicas' queue lengths: power of two —
+//!    two distinct replicas at random, the shorter queue (the first drawn on ties).
+//! 2. Otherwise match the prompt on the router's prefix tree (every prompt it routed, under the
+//!    replica it went to; never evicted by default). `rate` = longest match / prompt length.
+//!    `rate ≥ match_rate_threshold`: candidates = the replicas with that longest match;
+//!    otherwise the replicas whose share of the tree is smallest.
+//! 3. Among the candidates, the shortest queue, ties uniformly at random.
+//! 4. Record the prompt under the chosen replica.
+//!
+//! Parameters (defaults): `imbalanced_threshold` 10, `match_rate_threshold` 0.1.
+//!
+//! Source: ray-project/ray @ ff32243d,
+//! `python/ray/llm/_internal/serve/request_router/prefix_aware/prefix_aware_router.py`
+//! (`_prefix_match_best_replicas`, `on_request_routed`), `.../prefix_aware/prefix_tree.py`
+//! (`prefix_match`, `get_smallest_tenants`), and
+//! `python/ray/serve/_private/request_router/request_router.py` (candidates: the one with the
+//! lowest queue length; queue-length cache `on_send_request` / `decrement_queue_len_cache`).
+//!
+//! Deviations, and why: Ray's tree holds characters of the concatenated message contents;
+//! here it holds the prompt's segments (toolkit `PrefixTree`), so match and tree size are in
+//! tokens. Ray returns *all* best candidates and takes the shortest queue among them (not a
+//! two-sample among them); ties, which Ray resolves by set order, are uniform here. Eviction
+//! (off by default upstream) is not offered.
+
+use rand::RngExt;
+use routelab_policy_api::*;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub imbalanced_threshold: u32,
+    pub match_rate_threshold: f64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self { imbalanced_threshold: 10, match_rate_threshold: 0.1 }
+    }
+}
+
+pub struct RayPrefixAware {
+    cfg: Config,
+    rng: PolicyRng,
+    tree: PrefixTree,
+    queue: Vec<u32>,
+    matches: Vec<u32>,
+    candidates: Vec<usize>,
+    pow2_decisions: u64,
+    match_decisions: u64,
+    smallest_tree_decisions: u64,
+}
+
+impl Policy for RayPrefixAware {
+    const NAME: &'static str = "ray_prefix_aware";
+    const DESCRIPTION: &'static str = "Ray Serve LLM prefix-aware router: power of two when queues spread > 10, else best match or smallest tree";
+    type Config = Config;
+    type Context = RouterContext;
+    fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
+        if !(0.0..=1.0).contains(&cfg.match_rate_threshold) {
+            return Err(format!("match_rate_threshold must be in [0, 1] (got {})", cfg.match_rate_threshold));
+        }
+        let n = ctx.replicas as usize;
+        Ok(Self {
+            cfg,
+            rng: policy_rng(ctx.seed),
+            tree: PrefixTree::new(n),
+            queue: vec![0; n],
+            matches: vec![0; n],
+            candidates: Vec::with_capacity(n),
+            pow2_decisions: 0,
+            match_decisions: 0,
+            smallest_tree_decisions: 0,
+        })
+    }
+}
+
+impl RayPrefixAware {
+    fn power_of_two(&mut self) -> usize {
+        let n = self.queue.len();
+        let a = self.rng.random_range(0..n);
+        if n == 1 {
+            return a;
+        }
+        let mut b = self.rng.random_range(0..n - 1);
+        if b >= a {
+            b += 1;
+        }
+        if self.queue[b] < self.queue[a] { b } else { a }
+    }
+}
+
+impl RouterPolicy for RayPrefixAware {
+    fn route(&mut self, request: &Request<'_>, _: &[ReplicaView]) -> usize {
+        let (lo, hi) = self.queue.iter().fold((u32::MAX, 0), |(a, b), &q| (a.min(q), b.max(q)));
+        if hi - lo > self.cfg.imbalanced_threshold {
+            self.pow2_decisions += 1;
+            return self.power_of_two();
+        }
+        self.tree.match_each(request.segments.as_slice(), &mut self.matches);
+        let best = self.matches.iter().copied().max().unwrap_or(0);
+        let rate = if request.prompt_tokens == 0 { 0.0 } else { best as f64 / request.prompt_tokens as f64 };
+        self.candidates.clear();
+        if rate >= self.cfg.match_rate_threshold {
+            self.match_decisions += 1;
+            self.candidates.extend((0..self.matches.len()).filter(|&r| self.matches[r] == best));
+        } else {
+            self.smallest_tree_decisions += 1;
+            let smallest = (0..self.queue.len()).map(|r| self.tree.held_tokens(r)).min().unwrap_or(0);
+            self.candidates.extend((0..self.queue.len()).filter(|&r| self.tree.held_tokens(r) == smallest));
+        }
+        let k = argmin_random_tie(self.candidates.iter().map(|&r| self.queue[r]), &mut self.rng).expect("candidates");
+        self.candidates[k]
+    }
+
+    fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {
+        self.queue[r] += 1;
+        self.tree.insert(request.segments.as_slice(), r);
+    }
+
+    fn on_complete(&mut self, c: &Completion) {
+        let q = &mut self.queue[c.replica as usize];
+        *q = q.saturating_sub(1);
+    }
+
+    fn report(&self) -> Vec<(String, f64)> {
+        vec![
+            ("pow2_decisions".into(), self.pow2_decisions as f64),
+            ("match_decisions".into(), self.match_decisions as f64),
+            ("smallest_tree_decisions".into(), self.smallest_tree_decisions as f64),
+        ]
+    }
+}
