@@ -3,6 +3,11 @@
 //! a cost linear in the requests, the time ratios follow the request ratios (10×, 30×).
 //! `cargo run --release -p routelab --example overload_scaling`
 //! (a measurement printed by one run, never a timed test).
+//!
+//! Measured on a shared 2-core machine (user CPU seconds of `routelab compare` on tool_use with
+//! `rate: 800`, round_robin, one seed): before the batcher filtered only the shown front of the
+//! waiting queue, 10⁴ / 10⁵ / 3×10⁵ requests took 0.15 / 3.34 / 18.6 s (22× and 124×); after,
+//! 0.14 / 1.68 / 2.97 s (12× and 21×). This example printed 1.0× / 10.3× / 18.9× wall time.
 
 use std::path::Path;
 use std::time::Instant;
