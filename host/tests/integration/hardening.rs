@@ -301,6 +301,8 @@ fn seeded_mutations_of_every_workload_never_panic_or_hang() {
     for f in &files {
         // The merged text of a file with `base:` (the base is read from the repository).
         let text = workload::load_text(f).unwrap_or_else(|e| panic!("{e}"));
+        // The caps and checks refuse nothing that ships.
+        workload::parse(&text, f).unwrap_or_else(|e| panic!("a shipped workload is refused: {e}"));
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ total as u64 ^ text.len() as u64);
         for k in 0..per_file {
             let mut mutant = mutate(&text, &mut rng);
