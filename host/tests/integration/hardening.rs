@@ -79,6 +79,19 @@ fn deep_nesting_is_refused_before_parsing() {
 }
 
 #[test]
+fn alias_bombs_are_refused_fast() {
+    // "Billion laughs": 9 levels of 10 aliases each would expand to 10⁹ strings.
+    let mut yaml = String::from("dispatch: {servers: 2, requests: 10}\npolicies:\n  - &a0 lol\n");
+    for i in 1..10 {
+        let refs: Vec<String> = (0..10).map(|_| format!("*a{}", i - 1)).collect();
+        yaml.push_str(&format!("  - &a{i} [{}]\n", refs.join(", ")));
+    }
+    let p = write("laughs.yaml", &yaml);
+    let out = routelab(&["validate", &p]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn counts_above_what_a_user_could_mean_are_refused() {
     let d = |extra: &str| format!("dispatch: {{servers: 4, requests: 1000{extra}}}\n");
     let c = |old: &str, new: &str| CLUSTER.replace(old, new);
