@@ -86,6 +86,9 @@ pub fn check_nesting(text: &str, file: &Path) -> Result<(), InputError> {
         let mut chars = line.chars().peekable();
         // Indentation: a deeply indented line is as deep as its columns / 1 (worst case).
         let indent = line.len() - line.trim_start_matches(' ').len();
+        // `- - - x` opens a block sequence per dash.
+        let dashes = line[indent..].split("- ").take_while(|s| s.is_empty()).count();
+        let indent = indent + 2 * dashes;
         let mut line_depth = depth + indent / 2;
         while let Some(c) = chars.next() {
             match c {
@@ -271,5 +274,7 @@ mod tests {
         let indented: String = (0..200).map(|i| format!("{}k{i}:\n", " ".repeat(i * 2))).collect();
         assert!(check_nesting(&indented, f).is_err());
         assert!(check_nesting("policies: [\"a{x: [1, 2]}\", 'b # c']  # [[[[\n", f).is_ok());
+        assert!(check_nesting(&format!("policies:\n{}x\n", "- ".repeat(100_000)), f).is_err());
+        assert!(check_nesting("policies:\n  - - a\n    - b\n", f).is_ok());
     }
 }
