@@ -13,25 +13,28 @@ use std::path::Path;
 use std::time::Instant;
 
 use routelab::plugin::{Loader, PolicySpec};
-use routelab::sim::cluster;
+use routelab::runner;
 use routelab::workload::cluster::Arrivals;
 
 fn main() {
-    let w = routelab::workload::load(Path::new("workloads/cluster/tool_use.yaml")).expect("run from the repository root");
-    let mut spec = w.cluster.expect("cluster workload");
-    spec.arrivals = Arrivals::Poisson { rate: 800.0 };
+    let file = Path::new("workloads/cluster/tool_use.yaml");
+    let mut w = routelab::workload::load(file).expect("run from the repository root");
+    w.seeds = 1;
     let policy = PolicySpec::parse("round_robin").expect("built-in");
     let mut loader = Loader::new();
-    let sm = spec.step_model().expect("valid workload");
     let mut base = None;
     println!("| requests | wall time s | µs per request | time ratio to 10⁴ |");
     println!("|---:|---:|---:|---:|");
     for n in [10_000u64, 100_000, 300_000] {
-        spec.requests = Some(n);
-        let mut router = loader.router(&policy, &cluster::router_context(&sm, spec.replicas, w.seed)).expect("router");
-        let mut schedulers = cluster::make_schedulers(&spec, &mut loader, w.seed).expect("schedulers");
+        let c = w.cluster.as_mut().expect("cluster workload");
+        c.arrivals = Arrivals::Poisson { rate: 800.0 };
+        c.requests = Some(n);
+        let prepared = runner::prepare(w.clone(), file).expect("valid workload");
+        let inputs = prepared.seed_inputs().expect("stream");
+        let resolved = runner::resolve(&mut loader, &prepared, &policy).expect("router");
+        // Only the simulation is timed; the stream is generated above.
         let start = Instant::now();
-        let m = cluster::run(&spec, None, &mut router, &mut schedulers, "round_robin", w.seed).expect("run");
+        let (m, _) = runner::run_one(&resolved, &prepared, &inputs[0]).expect("run");
         let s = start.elapsed().as_secs_f64();
         assert!(m.get("requests").is_some());
         let b = *base.get_or_insert(s);

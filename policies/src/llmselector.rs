@@ -15,9 +15,20 @@
 //! `max_rounds` (default 1000): a cap against cycles (the open-source loop has an unused
 //! `max_iter=1000`).
 //!
+//! The diagnoser is the host's (the workload's `diagnoser_accuracy` and `diagnoser_noise`): the
+//! selector sees its verdicts for every module of each evaluated allocation and reads only the
+//! nominated module's, as the open-source loop asks its diagnoser only about that module.
+//!
 //! Source: Chen, Davis, Hanin, Bailis, Zaharia, Zou, Stoica, "Optimizing Model Selection for
-//! Compound AI Systems" (2025), Algorithm 1; open-source implementation `OptimizerLLMDiagnoser`
-//! (github.com/LLMSELECTOR/LLMSELECTOR), whose score is `beta · correct + alpha · (1 − error)`.
+//! Compound AI Systems" (2025), Algorithm 1; open-source implementation
+//! `OptimizerLLMDiagnoser.optimize` / `update_model` / `compute_score_onerow` in
+//! `llmselector/llmselector/compoundai/optimizer.py` of github.com/LLMSELECTOR/LLMSELECTOR
+//! (commit 2f3c40e1), whose per-question score is `beta · correct + alpha · (1 − error)`. Its
+//! diagnoser (`compoundai/diagnoser.py`, same commit) is called with `temperature=0` and every
+//! LLM reply goes through a response cache keyed by model, prompt and temperature
+//! (`compoundai/llm.py`), so the same trace always gets the same verdict: routelab's
+//! `diagnoser_noise: frozen`. An LLM diagnoser sampled at temperature > 0 without that cache
+//! gives a re-evaluated allocation new verdicts: `diagnoser_noise: fresh`, the default.
 
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};

@@ -3,7 +3,8 @@
 //! `llmselector_cost` share with different per-question scores.
 //!
 //! The loop follows LLMSelector's open-source implementation (`OptimizerLLMDiagnoser.optimize`,
-//! github.com/LLMSELECTOR/LLMSELECTOR, llmselector/compoundai/optimizer.py):
+//! github.com/LLMSELECTOR/LLMSELECTOR, llmselector/llmselector/compoundai/optimizer.py at commit
+//! 2f3c40e1):
 //!
 //! 1. start from the given allocation, else a seeded random one; the trace holds it;
 //! 2. nominate module `round % L` (round robin from module 0);

@@ -10,7 +10,7 @@ use routelab_policies::selection::coordinate_search;
 use crate::plugin::{Loader, PolicySpec};
 use crate::sim::RunError;
 use crate::sim::compound::{self, CompoundOutcome, Split, World, problem};
-use crate::workload::compound::{CompoundSpec, PoolSpec, QuestionsSpec, System};
+use crate::workload::compound::{CompoundSpec, DiagnoserNoise, PoolSpec, QuestionsSpec, System};
 
 /// The case-study workload, embedded so the exercises run anywhere.
 pub const CASE_STUDY_YAML: &str = include_str!("../../../workloads/compound/case_study.yaml");
@@ -40,8 +40,9 @@ struct Recording<'w> {
 
 impl EvaluateFn for Recording<'_> {
     fn evaluate(&mut self, allocation: &[u32]) -> Result<Evaluation, String> {
+        let evaluation = self.world.evaluate_training(allocation, self.shown.len() as u64);
         self.shown.push(allocation.to_vec());
-        Ok(self.world.evaluate_training(allocation))
+        Ok(evaluation)
     }
     fn evaluations(&self) -> u64 {
         self.shown.len() as u64
@@ -89,6 +90,7 @@ pub fn exercise_6(p: &Exercise6) -> Result<String, RunError> {
         }),
         questions: QuestionsSpec { train: 200, test: 1000, difficulty_sd: 1.0 },
         diagnoser_accuracy: 1.0,
+        diagnoser_noise: DiagnoserNoise::Fresh,
         self_critique_penalty: false,
         self_critique_factor: 0.3,
         same_wrong_answer: true,
@@ -263,6 +265,8 @@ mod tests {
         let text = exercise_7(&Exercise7::default()).unwrap();
         assert!(text.contains("A+B: cost 8.00 per question"), "{text}");
         assert!(text.contains("C+C: cost 2.00 per question"), "{text}");
+        // The case study is calibrated so the trade is borderline around the 0.1 threshold.
+        assert!(text.contains("i.e. 0.126 per point"), "{text}");
         assert!(text.contains("Choose C+C"), "{text}");
     }
 }

@@ -1,5 +1,5 @@
 //! The `compound:` section: a compound AI system, a pool of models, generated questions and an LLM
-//! diagnoser; a selector picks one model per module (design: compound.md).
+//! diagnoser; a selector picks one model per module (docs/architecture.md).
 //!
 //! ```yaml
 //! compound:
@@ -9,6 +9,7 @@
 //!   # pool: {models: 5}             # ... or a generated pool named A, B, C, ...
 //!   questions: {train: 300, test: 1000, difficulty_sd: 1.0}
 //!   diagnoser_accuracy: 1.0         # chance the diagnoser's verdict on a module is right
+//!   diagnoser_noise: fresh          # fresh: each call draws its verdicts (T > 0) | frozen: one per trace (T = 0)
 //!   self_critique_penalty: false    # a critic judging its own model's answer finds errors ...
 //!   self_critique_factor: 0.3       # ... with its probability multiplied by this
 //!   same_wrong_answer: false        # debate: a model wrong on a question is always wrong the same way
@@ -55,6 +56,10 @@ pub struct CompoundSpec {
     /// right, in [0, 1]. Correctly answered questions are always "no fault".
     #[serde(default = "one")]
     pub diagnoser_accuracy: f64,
+    /// Whether the diagnoser's mistakes are drawn afresh on every evaluation or fixed per
+    /// (allocation, question, module).
+    #[serde(default)]
+    pub diagnoser_noise: DiagnoserNoise,
     /// Switch: a critic that is the same model as the generator finds the generator's error with
     /// its probability multiplied by `self_critique_factor` (self_refine).
     #[serde(default)]
@@ -92,6 +97,21 @@ fn default_self_critique_factor() -> f64 {
 }
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+/// How a diagnoser with `diagnoser_accuracy` < 1 errs when it is shown the same allocation's
+/// trace again (the LLMSelector loop re-evaluates the current allocation every round).
+#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DiagnoserNoise {
+    /// Every evaluation draws its verdicts anew: an LLM diagnoser sampled at temperature > 0
+    /// without a response cache.
+    #[default]
+    Fresh,
+    /// One verdict per (allocation, question, module), the same whenever it is asked again: an
+    /// LLM diagnoser at temperature 0, or any diagnoser behind a response cache keyed by the
+    /// prompt (as the open-source LLMSelector's is).
+    Frozen,
 }
 
 /// A compound AI system: its modules and the logic that turns their outcomes into an answer.
@@ -216,6 +236,8 @@ pub struct Variant {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnoser_accuracy: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnoser_noise: Option<DiagnoserNoise>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_critique_penalty: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_critique_factor: Option<f64>,
@@ -246,6 +268,10 @@ impl Variant {
         if let Some(v) = self.diagnoser_accuracy {
             spec.diagnoser_accuracy = v;
             label.push(format!("diagnoser_accuracy={v}"));
+        }
+        if let Some(v) = self.diagnoser_noise {
+            spec.diagnoser_noise = v;
+            label.push(format!("diagnoser_noise={}", if v == DiagnoserNoise::Fresh { "fresh" } else { "frozen" }));
         }
         if let Some(v) = self.self_critique_penalty {
             spec.self_critique_penalty = v;

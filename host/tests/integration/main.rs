@@ -9,3 +9,4 @@ mod compound;
 mod dispatch_results;
 mod hardening;
 mod loader;
+mod snapshots;

@@ -40,8 +40,9 @@ impl Evaluator for TrainingEvaluator<'_> {
                 return RErr(format!("evaluate: the budget of {budget} evaluated allocations is spent").into());
             }
         }
+        let evaluation = self.world.evaluate_training(allocation, self.evaluations);
         self.evaluations += 1;
-        ROk(self.world.evaluate_training(allocation))
+        ROk(evaluation)
     }
 
     fn evaluations(&self) -> u64 {

@@ -12,14 +12,13 @@
 
 use std::ops::Range;
 
-use abi_stable::std_types::RVec;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
 use routelab_policy_api::Evaluation;
 
-use super::systems::{Judgement, MAX_MODULES, Rules, judge};
+use super::systems::{Judged, MAX_MODULES, Rules, judge};
 use crate::seeds::{SimRng, mix, stream, stream_seed};
-use crate::workload::compound::{CompoundSpec, SKILLS, System, pool_model_name};
+use crate::workload::compound::{CompoundSpec, DiagnoserNoise, SKILLS, System, pool_model_name};
 
 /// A model of the pool.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,12 +46,13 @@ pub struct World {
     pub difficulty: Vec<f64>,
     pub train: usize,
     rules: Rules,
-    /// `ok[(module * models + model) * questions + q]`: the module's part done right.
-    ok: Vec<bool>,
-    /// `self_critique_ok[model * questions + q]`: a critic judging its own model's wrong answer
-    /// finds the error (self_refine with the penalty; empty otherwise).
-    self_critique_ok: Vec<bool>,
+    /// Row `module * models + model`: the module's part done right.
+    ok: Bits,
+    /// Row `model`: a critic judging its own model's wrong answer finds the error (self_refine
+    /// with the penalty; no rows otherwise).
+    self_critique_ok: Bits,
     diagnoser_accuracy: f64,
+    diagnoser_noise: DiagnoserNoise,
     diagnoser_seed: u64,
 }
 
@@ -60,6 +60,57 @@ pub struct World {
 fn unit(seed: u64, parts: &[u64]) -> f64 {
     let h = parts.iter().fold(mix(seed), |h, &p| mix(h ^ p));
     (h >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Per-question booleans packed 64 to a word, in rows (one per module and model): the world
+/// judges 64 questions with a few word operations instead of one question at a time. A row holds
+/// the training questions from word 0, then the test questions from word `train_words`, so each
+/// split starts on a word.
+#[derive(Clone, Debug)]
+struct Bits {
+    train: usize,
+    test: usize,
+    train_words: usize,
+    words: usize,
+    rows: Vec<u64>,
+}
+
+impl Bits {
+    fn new(train: usize, test: usize) -> Self {
+        let train_words = train.div_ceil(64);
+        Self { train, test, train_words, words: train_words + test.div_ceil(64), rows: Vec::new() }
+    }
+
+    fn row(&self, i: usize) -> &[u64] {
+        &self.rows[i * self.words..(i + 1) * self.words]
+    }
+
+    /// The words of `split`, each with the mask of its questions (the last word of a split may
+    /// be partly padding) and the question of its bit 0.
+    fn split_words(&self, split: Split) -> impl Iterator<Item = (usize, u64, usize)> + use<> {
+        let (words, first_question, count) = match split {
+            Split::Train => (0..self.train_words, 0, self.train),
+            Split::Test => (self.train_words..self.words, self.train, self.test),
+        };
+        let first_word = words.start;
+        words.map(move |w| {
+            let left = count - (w - first_word) * 64;
+            let mask = if left >= 64 { !0 } else { (1u64 << left) - 1 };
+            (w, mask, first_question + (w - first_word) * 64)
+        })
+    }
+
+    /// Appends a row: bit `q` of the training words, or bit `q − train` of the test words.
+    fn push_row(&mut self, mut f: impl FnMut(usize) -> bool) {
+        let at = self.rows.len();
+        self.rows.resize(at + self.words, 0);
+        for q in 0..self.train + self.test {
+            if f(q) {
+                let (word, bit) = if q < self.train { (q / 64, q % 64) } else { (self.train_words + (q - self.train) / 64, (q - self.train) % 64) };
+                self.rows[at + word] |= 1 << bit;
+            }
+        }
+    }
 }
 
 fn logistic(x: f64) -> f64 {
@@ -117,27 +168,25 @@ impl World {
         };
         let modules = spec.system.modules();
         let independent_calls = spec.system == System::Debate && !spec.same_wrong_answer;
-        let mut ok = Vec::with_capacity(modules.len() * models.len() * n_questions);
+        let mut ok = Bits::new(spec.questions.train as usize, spec.questions.test as usize);
         for (j, (_, skill)) in modules.iter().enumerate() {
             let s = skill_index(skill);
             for (k, model) in models.iter().enumerate() {
-                for (q, d) in difficulty.iter().enumerate() {
+                ok.push_row(|q| {
                     let u = if independent_calls && *skill == "generate" {
                         unit(luck_seed, &[4, k as u64, j as u64, q as u64])
                     } else {
                         luck(k, s, q)
                     };
-                    ok.push(u < logistic(model.ability[s] - d));
-                }
+                    u < logistic(model.ability[s] - difficulty[q])
+                });
             }
         }
-        let mut self_critique_ok = Vec::new();
+        let mut self_critique_ok = Bits::new(spec.questions.train as usize, spec.questions.test as usize);
         if spec.system == System::SelfRefine && spec.self_critique_penalty {
             let s = skill_index("critique");
             for (k, model) in models.iter().enumerate() {
-                for (q, d) in difficulty.iter().enumerate() {
-                    self_critique_ok.push(luck(k, s, q) < logistic(model.ability[s] - d) * spec.self_critique_factor);
-                }
+                self_critique_ok.push_row(|q| luck(k, s, q) < logistic(model.ability[s] - difficulty[q]) * spec.self_critique_factor);
             }
         }
         World {
@@ -145,10 +194,11 @@ impl World {
             models,
             difficulty,
             train: spec.questions.train as usize,
-            rules: Rules { self_critique_penalty: spec.self_critique_penalty, same_wrong_answer: spec.same_wrong_answer },
+            rules: Rules { self_critique_penalty: spec.self_critique_penalty },
             ok,
             self_critique_ok,
             diagnoser_accuracy: spec.diagnoser_accuracy,
+            diagnoser_noise: spec.diagnoser_noise,
             diagnoser_seed: stream_seed(run_seed, "compound.diagnoser"),
         }
     }
@@ -186,28 +236,29 @@ impl World {
         allocation.iter().map(|&k| self.models[k as usize].price).sum()
     }
 
-    /// Each module's outcome row for `allocation`.
-    fn rows<'a>(&'a self, allocation: &[u32]) -> [&'a [bool]; MAX_MODULES] {
-        let (k, n) = (self.models.len(), self.questions());
-        let mut rows: [&[bool]; MAX_MODULES] = [&[]; MAX_MODULES];
+    /// Each module's row of outcome bits for `allocation`.
+    fn rows<'a>(&'a self, allocation: &[u32]) -> [&'a [u64]; MAX_MODULES] {
+        let mut rows: [&[u64]; MAX_MODULES] = [&[]; MAX_MODULES];
         for (j, &m) in allocation.iter().enumerate() {
-            let at = (j * k + m as usize) * n;
-            rows[j] = &self.ok[at..at + n];
+            rows[j] = self.ok.row(j * self.models.len() + m as usize);
         }
         rows
     }
 
-    fn judge_with(&self, rows: &[&[bool]; MAX_MODULES], allocation: &[u32], q: usize) -> Judgement {
-        let ok: [bool; MAX_MODULES] = std::array::from_fn(|j| j < allocation.len() && rows[j][q]);
+    /// The 64 questions of word `w` under `allocation`.
+    fn judge_word(&self, rows: &[&[u64]; MAX_MODULES], allocation: &[u32], w: usize) -> Judged {
+        let ok: [u64; MAX_MODULES] = std::array::from_fn(|j| if j < allocation.len() { rows[j][w] } else { 0 });
         let self_critique_ok =
-            !self.self_critique_ok.is_empty() && self.self_critique_ok[allocation[0] as usize * self.questions() + q];
+            if self.self_critique_ok.rows.is_empty() { 0 } else { self.self_critique_ok.row(allocation[0] as usize)[w] };
         judge(self.system, self.rules, allocation, &ok, self_critique_ok)
     }
 
     /// Questions of `split` that `allocation` answers right.
     pub fn correct_count(&self, allocation: &[u32], split: Split) -> usize {
         let rows = self.rows(allocation);
-        self.range(split).filter(|&q| self.judge_with(&rows, allocation, q).correct).count()
+        self.ok.split_words(split)
+            .map(|(w, mask, _)| (self.judge_word(&rows, allocation, w).correct & mask).count_ones() as usize)
+            .sum()
     }
 
     pub fn accuracy(&self, allocation: &[u32], split: Split) -> f64 {
@@ -215,27 +266,120 @@ impl World {
     }
 
     /// Runs `allocation` on the training set: correctness per question and the diagnoser's verdict
-    /// per (question, module). The diagnoser is right with probability `diagnoser_accuracy`,
-    /// independently per (allocation, question, module) and the same every time the same
-    /// allocation is shown to it (a temperature-0 LLM judging the same trace).
-    pub fn evaluate_training(&self, allocation: &[u32]) -> Evaluation {
+    /// per (question, module). `call` numbers the evaluations of one selection from 0 (the
+    /// evaluator's count before this one).
+    ///
+    /// The diagnoser is right with probability `diagnoser_accuracy`, independently per question
+    /// and module. With [`DiagnoserNoise::Fresh`] every call draws again (an LLM sampled at
+    /// temperature > 0: the current allocation, re-evaluated each round, gets new verdicts);
+    /// with [`DiagnoserNoise::Frozen`] the draw depends on the allocation only, so the same
+    /// allocation always gets the same verdicts (temperature 0, or a response cache).
+    pub fn evaluate_training(&self, allocation: &[u32], call: u64) -> Evaluation {
         let l = self.modules();
         let rows = self.rows(allocation);
         let noisy = self.diagnoser_accuracy < 1.0;
+        // A verdict flips when `unit(key, &[q, j]) >= diagnoser_accuracy`: computed as
+        // `hash >> 11 >= flip_at` (the same test on the same 53 bits, exact in integers), with
+        // the key hashed once per evaluation and once per question.
         let allocation_key = allocation.iter().fold(self.diagnoser_seed, |h, &k| mix(h ^ k as u64));
-        let mut correct = RVec::with_capacity(self.train);
-        let mut faults = RVec::with_capacity(self.train * l);
-        for q in 0..self.train {
-            let judged = self.judge_with(&rows, allocation, q);
-            correct.push(judged.correct);
-            for j in 0..l {
-                let mut verdict = judged.faults[j];
-                if !judged.correct && noisy && unit(allocation_key, &[q as u64, j as u64]) >= self.diagnoser_accuracy {
-                    verdict = !verdict;
+        let key = mix(match self.diagnoser_noise {
+            DiagnoserNoise::Frozen => allocation_key,
+            DiagnoserNoise::Fresh => mix(allocation_key ^ mix(call)),
+        });
+        let flip_at = (self.diagnoser_accuracy * (1u64 << 53) as f64).ceil() as u64;
+        let mut correct = vec![false; self.train];
+        let mut faults = vec![false; self.train * l];
+        for (w, mask, first) in self.ok.split_words(Split::Train) {
+            let judged = self.judge_word(&rows, allocation, w);
+            for_each_bit(judged.correct & mask, |b| correct[first + b] = true);
+            if !noisy {
+                for (j, &blamed) in judged.faults[..l].iter().enumerate() {
+                    for_each_bit(blamed & mask, |b| faults[(first + b) * l + j] = true);
                 }
-                faults.push(verdict);
+                continue;
+            }
+            // Only wrong answers get verdicts, right or wrong.
+            for_each_bit(!judged.correct & mask, |b| {
+                let q = first + b;
+                let question_key = mix(key ^ q as u64);
+                for (j, verdict) in faults[q * l..(q + 1) * l].iter_mut().enumerate() {
+                    let flip = mix(question_key ^ j as u64) >> 11 >= flip_at;
+                    *verdict = (judged.faults[j] >> b & 1 == 1) != flip;
+                }
+            });
+        }
+        Evaluation { correct: correct.into(), faults: faults.into(), cost_per_question: self.cost_per_question(allocation) }
+    }
+}
+
+/// Calls `f` with the index of every set bit of `word`, lowest first.
+fn for_each_bit(mut word: u64, mut f: impl FnMut(usize)) {
+    while word != 0 {
+        f(word.trailing_zeros() as usize);
+        word &= word - 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(system: &str, train: u32, test: u32, diagnoser_accuracy: f64) -> CompoundSpec {
+        let yaml = format!(
+            "system: {system}\npool: {{models: 4}}\nquestions: {{train: {train}, test: {test}}}\n\
+             self_critique_penalty: true\ndiagnoser_accuracy: {diagnoser_accuracy}\n"
+        );
+        let spec: CompoundSpec = serde_norway::from_str(&yaml).unwrap();
+        spec.validate().unwrap();
+        spec
+    }
+
+    /// Question `q` is the same question in two worlds of one seed that split the questions
+    /// differently (difficulties are drawn in order, luck and verdicts hash `q`), so the test
+    /// split of one, which starts mid-word, must agree with the training set of the other.
+    #[test]
+    fn both_splits_agree_question_by_question_across_word_boundaries() {
+        for system in ["locate_solve", "self_refine", "debate"] {
+            let (split, whole) = (World::new(&spec(system, 100, 70, 0.7), 5), World::new(&spec(system, 170, 1, 0.7), 5));
+            let l = split.modules();
+            for code in 0..4u32.pow(l as u32) {
+                let a: Vec<u32> = (0..l).map(|j| code / 4u32.pow(j as u32) % 4).collect();
+                let e = whole.evaluate_training(&a, 0);
+                let right = |r: Range<usize>| e.correct[r].iter().filter(|c| **c).count();
+                assert_eq!(split.correct_count(&a, Split::Train), right(0..100), "{system} {a:?}");
+                assert_eq!(split.correct_count(&a, Split::Test), right(100..170), "{system} {a:?}");
+                let head = split.evaluate_training(&a, 0);
+                assert_eq!(head.correct[..], e.correct[..100], "{system} {a:?}");
+                assert_eq!(head.faults[..], e.faults[..100 * l], "{system} {a:?}");
+                // Verdicts only on wrong answers.
+                for q in 0..170 {
+                    assert!(!e.correct[q] || e.faults[q * l..(q + 1) * l].iter().all(|f| !f), "{system} {a:?} question {q}");
+                }
             }
         }
-        Evaluation { correct, faults, cost_per_question: self.cost_per_question(allocation) }
+    }
+
+    /// Fresh noise redraws the verdicts of a re-evaluated allocation; frozen noise repeats them.
+    /// Either way the diagnoser is right on about `diagnoser_accuracy` of the verdicts it gives.
+    #[test]
+    fn fresh_noise_redraws_verdicts_on_every_call_and_frozen_noise_repeats_them() {
+        let mut spec = spec("debate", 1000, 1, 0.7);
+        let world = World::new(&spec, 3);
+        spec.diagnoser_accuracy = 1.0;
+        let truth = World::new(&spec, 3).evaluate_training(&[0, 1, 2, 3, 0, 1], 0);
+        let agreement = |e: &Evaluation| {
+            let wrong: Vec<usize> = (0..1000).filter(|&q| !e.correct[q]).collect();
+            let same = wrong.iter().flat_map(|&q| q * 6..q * 6 + 6).filter(|&i| e.faults[i] == truth.faults[i]).count();
+            same as f64 / (wrong.len() * 6) as f64
+        };
+        for noise in [DiagnoserNoise::Fresh, DiagnoserNoise::Frozen] {
+            let world = World { diagnoser_noise: noise, ..world.clone() };
+            let (first, again) = (world.evaluate_training(&[0, 1, 2, 3, 0, 1], 0), world.evaluate_training(&[0, 1, 2, 3, 0, 1], 1));
+            assert_eq!(first.correct, truth.correct, "noise never changes the answers");
+            assert_eq!(first.faults == again.faults, noise == DiagnoserNoise::Frozen, "{noise:?}");
+            for e in [&first, &again] {
+                assert!((agreement(e) - 0.7).abs() < 0.03, "{noise:?}: {}", agreement(e));
+            }
+        }
     }
 }
