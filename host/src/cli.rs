@@ -58,13 +58,7 @@ fn execute(command: Command) -> Result<i32> {
                     }
                     .into());
                 }
-                spec.config = std::fs::read_to_string(&f).map_err(|e| InputError {
-                    file: f.clone(),
-                    path: String::new(),
-                    line: None,
-                    message: format!("cannot read the policy config: {e}"),
-                    fix: "check the path".into(),
-                })?;
+                spec.config = workload::limits::read_capped(&f, workload::limits::MAX_WORKLOAD_BYTES, "policy config", "check the path")?;
             }
             spec.arg = policy.trim().to_string();
             compare_files(&[workload], Some(vec![spec]), &common, "run", true)
@@ -472,6 +466,7 @@ fn validate(file: &Path, trace: Option<PathBuf>) -> Result<i32> {
     let prepared = runner::prepare(w, file)?;
     checks::policy_names(&mut Loader::new(), &prepared.workload, file)?;
     println!("{}: ok ({} world)", file.display(), prepared.workload.world().as_str());
+    println!("# estimate: {}", workload::limits::estimate(&prepared.workload));
     print!("{}", serde_norway::to_string(&resolved_paths(&prepared.workload, file)).context("printing the resolved workload")?);
     for n in &prepared.notes {
         println!("# note: {n}");

@@ -16,7 +16,7 @@
 //! which of its last order's requests have left the queue), so a group-0 request gets its slot
 //! within one cycle of admissions even though each step admits only a few requests. Slots of empty
 //! groups are skipped; slots repeat until every request is placed.
-//! Parameters: `groups` (P, default 10, at least 1).
+//! Parameters: `groups` (P, default 10, 1 to 1000).
 //! Source: Preble (Srivatsa et al., "Preble: Efficient Distributed Prompt Scheduling for LLM
 //! Serving", ICLR 2025, §4.2: local scheduler with priority-based fairness).
 
@@ -65,8 +65,8 @@ impl Policy for PriorityGroups {
     type Config = Config;
     type Context = SchedulerContext;
     fn new(config: Config, _: &SchedulerContext) -> Result<Self, String> {
-        if config.groups == 0 {
-            return Err("groups must be at least 1 (got 0); use e.g. 10".into());
+        if config.groups == 0 || config.groups > 1000 {
+            return Err(format!("groups must be in 1..=1000 (got {}; the quota cycle has P²/2 slots); use e.g. 10", config.groups));
         }
         let p = config.groups;
         let slots = (0..p).flat_map(|round| (p - 1 - round..p).rev()).collect();
