@@ -466,8 +466,8 @@ fn validate(file: &Path, trace: Option<PathBuf>) -> Result<i32> {
     let prepared = runner::prepare(w, file)?;
     checks::policy_names(&mut Loader::new(), &prepared.workload, file)?;
     println!("{}: ok ({} world)", file.display(), prepared.workload.world().as_str());
-    println!("# estimate: {}", workload::limits::estimate(&prepared.workload));
     print!("{}", serde_norway::to_string(&resolved_paths(&prepared.workload, file)).context("printing the resolved workload")?);
+    println!("# estimate: {}", workload::limits::estimate(&prepared.workload));
     for n in &prepared.notes {
         println!("# note: {n}");
     }
