@@ -21,7 +21,8 @@
 //! `overloaded` = 1 when requests were still unfinished `drain_s` after the last arrival, or when
 //! the cluster's waiting queue grew, between the arrival of the middle request and of the last,
 //! by more than 5% of the requests that arrived in between (the queue was still growing: latency
-//! ratios of such runs are not speed-ups). `busiest_replica_share` = the largest share of requests
+//! ratios of such runs are not speed-ups). `latency_p99_low_hit_s` = P99 latency over the requests
+//! with less than half their prompt cached at first admission (NaN when there are none). `busiest_replica_share` = the largest share of requests
 //! dispatched to one replica. `preemptions` counts recompute preemptions (`estimate` reservation).
 //! A router's own `report()` figures follow the host's.
 
@@ -323,6 +324,9 @@ impl Replication {
     }
 }
 
+/// Requests with less than this fraction of their prompt cached at admission are "low-hit".
+const LOW_HIT: f64 = 0.5;
+
 fn summarize(records: &[RequestRecord], replicas: &[Replica], waiting_at_half: u64, waiting_at_end: u64, replication_factor: f64) -> Metrics {
     let total = records.len();
     let done: Vec<&RequestRecord> = records.iter().filter(|r| r.completed_at_s.is_finite()).collect();
@@ -351,6 +355,13 @@ fn summarize(records: &[RequestRecord], replicas: &[Replica], waiting_at_half: u
     m.push("latency_p50_s", quantile(&mut latency, 0.50));
     m.push("latency_p90_s", quantile(&mut latency, 0.90));
     m.push("latency_p99_s", quantile(&mut latency, 0.99));
+    // The cold requests' tail: what a cache-favouring local scheduler could starve.
+    let mut low_hit: Vec<f64> = done
+        .iter()
+        .filter(|r| (r.cached_tokens as f64) < LOW_HIT * r.prompt_tokens as f64)
+        .map(|r| r.completed_at_s - r.arrived_at_s)
+        .collect();
+    m.push("latency_p99_low_hit_s", quantile(&mut low_hit, 0.99));
     m.push("ttft_mean_s", mean(&ttft));
     m.push("ttft_p99_s", quantile(&mut ttft, 0.99));
     m.push("tpot_mean_s", mean(&tpot));
