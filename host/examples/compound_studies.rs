@@ -100,8 +100,9 @@ fn case_study() {
             let ctx = SelectorContext { seed: compound::selector_seed(w.seed) };
             let mut sel = loader.selector(&ps, &ctx).expect("selector");
             let out = compound::run(&variant, &mut sel, p, w.seed, Some(&start)).expect("run");
-            let mut make = || loader.selector(&ps, &ctx).map_err(|e| e.to_string());
-            let all = compound::all_starts(&variant, &mut make, w.seed).expect("all starts");
+            let factory = loader.resolve(&ps, routelab_policy_api::PolicyKind::Selector).expect("selector");
+            let make = || factory.selector(&ctx).map_err(|e| e.to_string());
+            let all = compound::all_starts(&variant, &make, w.seed).expect("all starts");
             let m = |k: &str| out.metrics.get(k).unwrap_or(f64::NAN);
             println!(
                 "| `{p}` | {accuracy} | {} | {:.3} | {:.3} | {} | {:.2} | {} |",
@@ -128,7 +129,7 @@ fn main() {
         compare("workloads/compound/random_pools.yaml", &keys);
     }
     if all || which.iter().any(|w| w == "noisy") {
-        compare("workloads/compound/noisy_diagnoser.yaml", &["train_accuracy", "test_accuracy", "evaluations", "rounds", "converged", "gap_to_exhaustive"]);
+        compare("workloads/compound/noisy_diagnoser.yaml", &["train_accuracy", "test_accuracy", "evaluations", "selector.rounds", "selector.converged", "gap_to_exhaustive"]);
     }
     if all || which.iter().any(|w| w == "non_monotone") {
         compare("workloads/compound/non_monotone.yaml", &keys);

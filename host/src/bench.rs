@@ -34,9 +34,9 @@ fn ctx(replicas: u32) -> RouterContext {
 /// Simulated requests per wall second for `policy` (a built-in or library spec).
 pub fn dispatch_rate(loader: &mut Loader, policy: &str, servers: u32, requests: u64) -> Result<f64> {
     let spec = dispatch_spec(servers, requests);
-    let mut router = loader.router(&PolicySpec::parse(policy)?, &ctx(servers))?;
+    let router = loader.router(&PolicySpec::parse(policy)?, &ctx(servers))?;
     let t = Instant::now();
-    let m = crate::sim::dispatch::run(&spec, None, &mut router, policy, 1)?;
+    let m = crate::sim::dispatch::run(&spec, None, router, policy, 1)?;
     let secs = t.elapsed().as_secs_f64();
     black_box(m);
     Ok(requests as f64 / secs)
@@ -157,13 +157,15 @@ pub fn cluster_timing(loader: &mut Loader, spec: &ClusterSpec, policy: &str, req
     }
     let inner = loader.router(&policy_spec, &cluster::router_context(&sm, spec.replicas, 1))?;
     let clock = Arc::new(RouterClock::default());
-    let mut router: RouterBox = Router_TO::from_value(Timed { inner, clock: clock.clone() }, TD_Opaque);
-    let mut schedulers = cluster::make_schedulers(&spec, loader, 1)?;
+    let router: RouterBox = Router_TO::from_value(Timed { inner, clock: clock.clone() }, TD_Opaque);
+    let scheduler = loader.resolve(&PolicySpec::parse(&spec.scheduler)?, routelab_policy_api::PolicyKind::Scheduler)?;
+    let schedulers = crate::runner::make_schedulers(&scheduler, &sm, spec.replicas, 1)?;
     let t = Instant::now();
     let stream = crate::workload::generate::generate(&spec, None, 1).map_err(anyhow::Error::msg)?;
     let generate_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let outcome = cluster::run_stream(&spec, &stream, &mut router, &mut schedulers, policy)?;
+    let sim = cluster::ClusterSim::build(&spec, &sm, &stream, router, schedulers, policy).map_err(anyhow::Error::msg)?;
+    let outcome = sim.run()?;
     let simulate_s = t.elapsed().as_secs_f64();
     let overloaded = outcome.metrics.get("overloaded").unwrap_or(0.0) > 0.0;
     black_box(outcome);

@@ -1,4 +1,4 @@
-//! The command line (OUTPUT.md): arguments → typed options → run → report.
+//! The command line (docs/output.md): arguments → typed options → run → report.
 //!
 //! Exit codes: 0 ok, 1 a run failed (a policy erred or panicked), 2 bad input (workload, trace,
 //! library, policy name or config). Errors are printed as `error: ` + lowercase fragments.
@@ -174,18 +174,7 @@ pub fn main() -> i32 {
     }
 }
 
-/// 2 for bad input, 1 for anything else.
-fn exit_code_of(e: &anyhow::Error) -> i32 {
-    for cause in e.chain() {
-        if cause.downcast_ref::<InputError>().is_some() {
-            return 2;
-        }
-        if let Some(l) = cause.downcast_ref::<LoadError>() {
-            return if l.is_input_error() { 2 } else { 1 };
-        }
-    }
-    1
-}
+use crate::error::exit_code_of;
 
 fn execute(command: Command) -> Result<i32> {
     match command {
@@ -381,16 +370,6 @@ fn compare_files(
 fn all_starts(prepared: &[Prepared], policies: Option<&[PolicySpec]>) -> Result<i32> {
     let mut loader = Loader::new();
     for p in prepared {
-        let Some(c) = &p.workload.compound else {
-            return Err(InputError {
-                file: PathBuf::from(&p.workload.name),
-                path: String::new(),
-                line: None,
-                message: "--all-starts needs a compound workload".into(),
-                fix: "drop --all-starts, or pass a workload with a `compound:` section".into(),
-            }
-            .into());
-        };
         let specs = match policies {
             Some(s) => s.to_vec(),
             None => parse_specs(&p.workload.policies)?,
@@ -400,9 +379,7 @@ fn all_starts(prepared: &[Prepared], policies: Option<&[PolicySpec]>) -> Result<
         t.set_header(vec!["selector", "reached the optimum", "mean evaluations", "failed from"]);
         let mut optimum = String::new();
         for spec in &specs {
-            let ctx = routelab_policy_api::SelectorContext { seed: crate::sim::compound::selector_seed(p.workload.seed) };
-            let mut make = || loader.selector(spec, &ctx).map_err(|e| e.to_string());
-            let r = crate::sim::compound::all_starts(c, &mut make, p.workload.seed)?;
+            let r = runner::all_starts(&runner::resolve(&mut loader, p, spec)?, p)?;
             optimum = format!("{} (train accuracy {:.3})", r.optimum.join("+"), r.optimum_train_accuracy);
             let failed: Vec<String> = r.failed_from.iter().map(|a| a.join("+")).collect();
             t.add_row(vec![
@@ -504,7 +481,7 @@ fn run_prepared(
             }
             .into());
         }
-        let mut write_out = |current: &WorkloadResult| {
+        let write_out = |current: &WorkloadResult| {
             let mut all = done.clone();
             all.push(current.clone());
             if let Err(e) = write_outputs(common, command, &all) {
@@ -515,11 +492,11 @@ fn run_prepared(
             &mut loader,
             p,
             &specs,
-            &mut |label| {
+            &|label| {
                 bar.set_message(label.to_string());
                 bar.inc(1)
             },
-            &mut write_out,
+            &write_out,
         );
         for r in &result.results {
             if let Some(e) = &r.error {
@@ -604,13 +581,7 @@ fn validate(file: &Path, trace: Option<PathBuf>) -> Result<i32> {
     for n in &prepared.notes {
         println!("# note: {n}");
     }
-    if let Some(stats) = runner::cluster_stats(&prepared).map_err(|m| InputError {
-        file: file.into(),
-        path: "cluster".into(),
-        line: None,
-        message: m,
-        fix: "see the message".into(),
-    })? {
+    if let Some(stats) = runner::cluster_stats(&prepared)? {
         println!("# generated stream (seed {}):\n{stats}", prepared.workload.seed);
     }
     Ok(0)

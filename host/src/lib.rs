@@ -7,7 +7,9 @@
 
 pub mod bench;
 pub mod cli;
+pub mod error;
 pub mod exercises;
+pub mod handle;
 pub mod metrics;
 pub mod plugin;
 pub mod report;

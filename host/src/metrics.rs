@@ -1,5 +1,5 @@
 //! Per-request records → summaries: mean and percentiles of one run, mean and 95% interval over
-//! seeds. Metric names are snake_case with a unit suffix (OUTPUT.md).
+//! seeds. Metric names are snake_case with a unit suffix (docs/output.md).
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 

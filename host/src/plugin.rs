@@ -223,10 +223,23 @@ impl Loader {
         })
     }
 
+    /// Names and kinds of what the built-ins (`None`) or a library offer (without serialising
+    /// default configs, which [`Loader::list`] does).
+    fn offers(&mut self, library: Option<&Path>) -> Result<Vec<(String, PolicyKind)>, LoadError> {
+        Ok(match library {
+            None => self.builtins.iter().map(|e| (e.name.to_string(), e.kind())).collect(),
+            Some(p) => {
+                let lib = self.library(p)?;
+                let f = lib.policies();
+                f().into_iter().map(|i| (i.name.to_string(), i.kind)).collect()
+            }
+        })
+    }
+
     /// The policy's name: as given, or the only one of `kind` its library exports.
     fn resolve_name(&mut self, spec: &PolicySpec, kind: PolicyKind) -> Result<String, LoadError> {
-        let listing = self.list(spec.library.as_deref())?;
-        let names: Vec<&str> = listing.iter().filter(|l| l.kind == kind).map(|l| l.name.as_str()).collect();
+        let listing = self.offers(spec.library.as_deref())?;
+        let names: Vec<&str> = listing.iter().filter(|l| l.1 == kind).map(|l| l.0.as_str()).collect();
         let where_ = match &spec.library {
             Some(p) => format!("library {}", p.display()),
             None => "the built-ins".to_string(),
@@ -234,7 +247,7 @@ impl Loader {
         match &spec.name {
             Some(n) if names.contains(&n.as_str()) => Ok(n.clone()),
             Some(n) => {
-                let other = listing.iter().find(|l| &l.name == n).map(|l| l.kind);
+                let other = listing.iter().find(|l| &l.0 == n).map(|l| l.1);
                 let msg = match other {
                     Some(k) => format!("'{n}' in {where_} is a {}, not a {}", k.as_str(), kind.as_str()),
                     None => format!("no {} named '{n}' in {where_}", kind.as_str()),
@@ -250,60 +263,97 @@ impl Loader {
         }
     }
 
+    /// Settles `spec`'s name, kind and source once (loading its library if needed); the result
+    /// makes instances without the loader.
+    pub fn resolve(&mut self, spec: &PolicySpec, kind: PolicyKind) -> Result<Factory, LoadError> {
+        let name = self.resolve_name(spec, kind)?;
+        let source = match &spec.library {
+            None => {
+                let entry = self.builtins.iter().find(|e| e.name == name && e.kind() == kind).expect("resolved name exists");
+                Source::Builtin(entry.make)
+            }
+            Some(p) => Source::Library(self.library(p)?, name),
+        };
+        Ok(Factory { spec: spec.clone(), kind, source })
+    }
+
     pub fn router(&mut self, spec: &PolicySpec, ctx: &RouterContext) -> Result<RouterBox, LoadError> {
-        self.make(
-            spec,
-            PolicyKind::Router,
-            |m| match m {
-                Maker::Router(make) => make(&spec.config, ctx),
-                _ => unreachable!("kind checked by resolve_name"),
-            },
-            |lib, name| lib.new_router()(name, RStr::from_str(&spec.config), ctx).into_result().map_err(String::from),
-        )
+        self.resolve(spec, PolicyKind::Router)?.router(ctx)
     }
 
     pub fn scheduler(&mut self, spec: &PolicySpec, ctx: &SchedulerContext) -> Result<SchedulerBox, LoadError> {
-        self.make(
-            spec,
-            PolicyKind::Scheduler,
-            |m| match m {
-                Maker::Scheduler(make) => make(&spec.config, ctx),
-                _ => unreachable!("kind checked by resolve_name"),
-            },
-            |lib, name| lib.new_scheduler()(name, RStr::from_str(&spec.config), ctx).into_result().map_err(String::from),
-        )
+        self.resolve(spec, PolicyKind::Scheduler)?.scheduler(ctx)
     }
 
     pub fn selector(&mut self, spec: &PolicySpec, ctx: &SelectorContext) -> Result<SelectorBox, LoadError> {
-        self.make(
-            spec,
-            PolicyKind::Selector,
-            |m| match m {
-                Maker::Selector(make) => make(&spec.config, ctx),
-                _ => unreachable!("kind checked by resolve_name"),
-            },
-            |lib, name| lib.new_selector()(name, RStr::from_str(&spec.config), ctx).into_result().map_err(String::from),
+        self.resolve(spec, PolicyKind::Selector)?.selector(ctx)
+    }
+}
+
+/// A policy whose name, kind and source are settled: it makes instances as often as needed,
+/// through `&self` and without the [`Loader`] (what a pure, parallel run needs).
+#[derive(Clone)]
+pub struct Factory {
+    pub spec: PolicySpec,
+    pub kind: PolicyKind,
+    source: Source,
+}
+
+#[derive(Clone)]
+enum Source {
+    Builtin(Maker),
+    Library(PolicyLibRef, String),
+}
+
+impl std::fmt::Debug for Factory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Factory({:?}, {})", self.spec.label, self.kind.as_str())
+    }
+}
+
+impl Factory {
+    fn wrong_kind(&self, wanted: PolicyKind) -> LoadError {
+        LoadError::new(
+            LoadErrorKind::UnknownPolicy,
+            format!("policy '{}' is a {}, not a {}", self.spec.label, self.kind.as_str(), wanted.as_str()),
+            "name a policy of the kind this world needs",
         )
     }
 
-    /// Resolves the name, then builds from the built-in registry or through the library's root
-    /// module.
-    fn make<T>(
-        &mut self,
-        spec: &PolicySpec,
-        kind: PolicyKind,
-        builtin: impl FnOnce(Maker) -> Result<T, String>,
-        library: impl FnOnce(PolicyLibRef, RStr<'_>) -> Result<T, String>,
-    ) -> Result<T, LoadError> {
-        let name = self.resolve_name(spec, kind)?;
-        let made = match &spec.library {
-            None => {
-                let entry = self.builtins.iter().find(|e| e.name == name && e.kind() == kind).expect("resolved name exists");
-                builtin(entry.make)
+    pub fn router(&self, ctx: &RouterContext) -> Result<RouterBox, LoadError> {
+        let config = RStr::from_str(&self.spec.config);
+        let made = match &self.source {
+            Source::Builtin(Maker::Router(make)) => make(&self.spec.config, ctx),
+            Source::Library(lib, name) if self.kind == PolicyKind::Router => {
+                lib.new_router()(RStr::from_str(name), config, ctx).into_result().map_err(String::from)
             }
-            Some(p) => library(self.library(p)?, RStr::from_str(&name)),
+            _ => return Err(self.wrong_kind(PolicyKind::Router)),
         };
-        made.map_err(|e| constructor_error(spec, e))
+        made.map_err(|e| constructor_error(&self.spec, e))
+    }
+
+    pub fn scheduler(&self, ctx: &SchedulerContext) -> Result<SchedulerBox, LoadError> {
+        let config = RStr::from_str(&self.spec.config);
+        let made = match &self.source {
+            Source::Builtin(Maker::Scheduler(make)) => make(&self.spec.config, ctx),
+            Source::Library(lib, name) if self.kind == PolicyKind::Scheduler => {
+                lib.new_scheduler()(RStr::from_str(name), config, ctx).into_result().map_err(String::from)
+            }
+            _ => return Err(self.wrong_kind(PolicyKind::Scheduler)),
+        };
+        made.map_err(|e| constructor_error(&self.spec, e))
+    }
+
+    pub fn selector(&self, ctx: &SelectorContext) -> Result<SelectorBox, LoadError> {
+        let config = RStr::from_str(&self.spec.config);
+        let made = match &self.source {
+            Source::Builtin(Maker::Selector(make)) => make(&self.spec.config, ctx),
+            Source::Library(lib, name) if self.kind == PolicyKind::Selector => {
+                lib.new_selector()(RStr::from_str(name), config, ctx).into_result().map_err(String::from)
+            }
+            _ => return Err(self.wrong_kind(PolicyKind::Selector)),
+        };
+        made.map_err(|e| constructor_error(&self.spec, e))
     }
 }
 

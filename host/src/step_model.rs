@@ -6,7 +6,7 @@
 //! by [`CostModel::step_time_s`] in policy-api so routers and the host agree exactly; this module
 //! only builds the [`CostModel`] from the catalog and computes the KV capacity.
 //!
-//! Calibration (cluster.md, pinned by tests): mistral-7b on one a6000 at memory_fraction 0.9 has
+//! Calibration (docs/architecture.md, pinned by tests): mistral-7b on one a6000 at memory_fraction 0.9 has
 //! 131,072 KV bytes per token and 219,089 tokens of KV capacity; the default MFU 0.7235 gives
 //! ≈ 112 TFLOP/s effective (a lone 2,100-token prefill ≈ 0.28 s, 21,000 ≈ 3.75 s); MBU 0.8 gives a
 //! lone decode step ≈ 23.6 ms + 0.4 ms overhead.

@@ -45,7 +45,9 @@ pub trait RouterPolicy: Policy<Context = RouterContext> {
     fn on_complete(&mut self, _completion: &Completion) {}
     /// A replica evicted cache content (only when `wants_evictions`).
     fn on_evict(&mut self, _eviction: &Eviction<'_>) {}
-    /// Named figures for the end-of-run report.
+    /// Named figures for the end-of-run report, shown as `router.<name>` (a scheduler's as
+    /// `scheduler.<name>` summed over replicas, a selector's as `selector.<name>`). Names are
+    /// ASCII letters, digits and `_`, each at most once; anything else fails the run.
     fn report(&self) -> Vec<(String, f64)> {
         Vec::new()
     }

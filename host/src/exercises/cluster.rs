@@ -12,7 +12,7 @@ use crate::step_model::StepModel;
 use crate::workload::cluster::{ClusterSpec, Popularity};
 use crate::workload::generate::{Popular, generate};
 
-/// The long-document preset of cluster.md (the same numbers as workloads/cluster/long_doc_qa.yaml).
+/// The long-document preset (the same numbers as workloads/cluster/long_doc_qa.yaml).
 fn long_doc_qa(requests: u64, rate: f64, scheduler: &str) -> ClusterSpec {
     let yaml = format!(
         "replicas: 4\ngpu: a6000\nmodel: mistral-7b\nscheduler: \"{scheduler}\"\n\
@@ -26,12 +26,10 @@ fn long_doc_qa(requests: u64, rate: f64, scheduler: &str) -> ClusterSpec {
 }
 
 fn run(spec: &ClusterSpec, router: &str, seed: u64) -> RunOutcome {
-    let mut loader = Loader::new();
     let sm = spec.step_model().expect("valid");
-    let mut r = loader.router(&PolicySpec::parse(router).expect("name"), &cluster::router_context(&sm, spec.replicas, seed)).expect("built-in router");
-    let mut s = cluster::make_schedulers(spec, &mut loader, seed).expect("built-in scheduler");
+    let r = Loader::new().router(&PolicySpec::parse(router).expect("name"), &cluster::router_context(&sm, spec.replicas, seed)).expect("built-in router");
     let stream = generate(spec, None, seed).expect("synthetic stream");
-    cluster::run_stream(spec, &stream, &mut r, &mut s, router).expect("built-in policies do not fail")
+    crate::runner::run_cluster(spec, &stream, r, router, seed).expect("built-in policies do not fail")
 }
 
 /// Exercise 4: KV capacity, documents per replica, distinct documents under round robin versus

@@ -11,7 +11,7 @@ pub fn run_text(yaml: &str, policies: &[&str]) -> Vec<(String, Metrics, Vec<Metr
     let w: Workload = workload::parse(yaml, file).expect("exercise workloads are valid");
     let prepared = runner::prepare(w, file).expect("no files to read");
     let specs: Vec<PolicySpec> = policies.iter().map(|p| PolicySpec::parse(p).expect("built-in")).collect();
-    let out = runner::run_workload(&mut Loader::new(), &prepared, &specs, &mut |_| {}, &mut |_| {});
+    let out = runner::run_workload(&mut Loader::new(), &prepared, &specs, &|_| {}, &|_| {});
     out.results
         .into_iter()
         .map(|r| {

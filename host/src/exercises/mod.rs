@@ -1,4 +1,4 @@
-//! The course exercises (shared/design/exercises.md), computed: every number comes from a function
+//! The course exercises (docs/exercises.md), computed: every number comes from a function
 //! or a run, with the parameters shown so a student can change them.
 
 pub mod cluster;

@@ -12,7 +12,6 @@ use routelab_policy_api::{
     RouterPolicy, Segment, Stat,
 };
 
-use crate::plugin::Loader;
 use crate::sim::cluster;
 use crate::step_model::StepModel;
 use crate::workload::cluster::ClusterSpec;
@@ -139,16 +138,15 @@ impl<P: Believes> Router for Audit<P> {
 /// One audited run: (decisions, mistakes, phantom tokens, extra prefill s, latency mean s, hit rate).
 fn audited<P: Believes>(spec: &ClusterSpec, policy: P, seed: u64) -> [f64; 6] {
     let sm = spec.step_model().expect("valid spec");
-    let mut router: RouterBox = Router_TO::from_value(
+    let router: RouterBox = Router_TO::from_value(
         Audit { inner: Guarded(policy), cost: sm.cost, decisions: 0, mistakes: 0, phantom_tokens: 0, extra_prefill_s: 0.0 },
         TD_Opaque,
     );
-    let mut schedulers = cluster::make_schedulers(spec, &mut Loader::new(), seed).expect("built-in scheduler");
     let stream = generate(spec, None, seed).expect("synthetic stream");
-    let out = cluster::run_stream(spec, &stream, &mut router, &mut schedulers, P::NAME).expect("built-ins do not fail");
+    let out = crate::runner::run_cluster(spec, &stream, router, P::NAME, seed).expect("built-ins do not fail");
     let m = &out.metrics;
     let g = |k: &str| m.get(k).unwrap_or(f64::NAN);
-    [g("decisions"), g("mistakes"), g("phantom_tokens"), g("extra_prefill_s"), g("latency_mean_s"), g("hit_rate")]
+    [g("router.decisions"), g("router.mistakes"), g("router.phantom_tokens"), g("router.extra_prefill_s"), g("latency_mean_s"), g("hit_rate")]
 }
 
 /// The long-document preset with a given eviction-notice delay.

@@ -1,47 +1,75 @@
-//! The `--csv` rows: one per (workload, policy), the union of metric keys as columns.
+//! The `--csv` rows: one per (workload, policy), the union of metric keys as columns. Written
+//! with the `csv` crate, so labels, errors and policy figures with commas, quotes or newlines
+//! stay in their cell.
 
 use crate::runner::WorkloadResult;
 
-fn quote(s: &str) -> String {
-    if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() }
-}
-
 pub fn render(workloads: &[WorkloadResult]) -> String {
-    let mut keys: Vec<String> = Vec::new();
+    let mut keys: Vec<&str> = Vec::new();
     for w in workloads {
         for r in &w.results {
             for k in r.metrics.keys() {
-                if !keys.iter().any(|x| x == k) {
-                    keys.push(k.to_string());
+                if !keys.contains(&k) {
+                    keys.push(k);
                 }
             }
         }
     }
-    let mut out = String::from("workload,world,seed,seeds,policy,error");
-    for k in &keys {
-        out.push(',');
-        out.push_str(k);
-    }
-    out.push('\n');
+    let mut out = csv::WriterBuilder::new().terminator(csv::Terminator::Any(b'\n')).from_writer(Vec::new());
+    let header = ["workload", "world", "seed", "seeds", "policy", "error"].into_iter().chain(keys.iter().copied());
+    out.write_record(header).expect("writing to memory");
     for w in workloads {
         for r in &w.results {
-            out.push_str(&format!(
-                "{},{},{},{},{},{}",
-                quote(&w.name),
-                w.world,
-                w.seed,
-                w.seeds,
-                quote(&r.policy),
-                quote(r.error.as_deref().unwrap_or(""))
-            ));
-            for k in &keys {
-                out.push(',');
-                if let Some(v) = r.metrics.get(k).filter(|v| v.is_finite()) {
-                    out.push_str(&v.to_string());
-                }
-            }
-            out.push('\n');
+            let mut row = vec![
+                w.name.clone(),
+                w.world.to_string(),
+                w.seed.to_string(),
+                w.seeds.to_string(),
+                r.policy.clone(),
+                r.error.clone().unwrap_or_default(),
+            ];
+            row.extend(keys.iter().map(|k| r.metrics.get(k).filter(|v| v.is_finite()).map_or(String::new(), |v| v.to_string())));
+            out.write_record(&row).expect("writing to memory");
         }
     }
-    out
+    String::from_utf8(out.into_inner().expect("writing to memory")).expect("the fields are UTF-8")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::runner::PolicyResult;
+
+    #[test]
+    fn commas_quotes_and_newlines_stay_in_their_cell() {
+        let w = crate::workload::parse("dispatch: {servers: 2, requests: 10, utilisation: 0.5}\n", std::path::Path::new("w,1.yaml")).unwrap();
+        let mut m = Metrics::new();
+        m.push("x", 1.5);
+        let result = |policy: &str, error: Option<&str>| PolicyResult {
+            policy: policy.into(),
+            config: String::new(),
+            metrics: m.clone(),
+            per_seed: Vec::new(),
+            allocation: Vec::new(),
+            error: error.map(str::to_string),
+            input_error: false,
+        };
+        let wr = WorkloadResult {
+            name: w.name.clone(),
+            world: "dispatch",
+            seed: 1,
+            seeds: 1,
+            resolved: w,
+            notes: Vec::new(),
+            results: vec![result("p{a: 1, b: 2}", None), result("q", Some("said \"no\",\nthen stopped"))],
+        };
+        let text = render(&[wr]);
+        let rows: Vec<csv::StringRecord> = csv::Reader::from_reader(text.as_bytes()).records().map(Result::unwrap).collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        assert_eq!(&rows[0][0], "w,1");
+        assert_eq!(&rows[0][4], "p{a: 1, b: 2}");
+        assert_eq!(&rows[0][6], "1.5");
+        assert_eq!(&rows[1][5], "said \"no\",\nthen stopped");
+    }
 }

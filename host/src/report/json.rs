@@ -1,4 +1,4 @@
-//! The `--json` document: `{"routelab", "command", "workloads": [...]}` (OUTPUT.md).
+//! The `--json` document: `{"routelab", "command", "workloads": [...]}` (docs/output.md).
 
 use serde::Serialize;
 

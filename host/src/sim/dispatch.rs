@@ -1,7 +1,7 @@
 //! The dispatch world: N first-come-first-served servers behind a router.
 //!
-//! Time is in units of the mean service time, held as integer ticks (10^9 per unit) in the event
-//! queue. Arrivals and service times come from streams seeded by the run seed alone (common random
+//! Time is in units of the mean service time, held as integer ticks (10^9 per unit, the event
+//! queue's conversions with the unit read as one mean service time). Arrivals and service times come from streams seeded by the run seed alone (common random
 //! numbers: every router sees the same jobs). Each job's departure is known at dispatch (FCFS:
 //! `max(arrival, server free) + size`) and is queued as an event; before every arrival all events
 //! up to its time run in (time, insertion) order, so the router sees exact queue lengths and
@@ -10,6 +10,9 @@
 //! Information: `fresh` shows true state at each arrival; `stale` shows a snapshot taken at the last
 //! multiple of the refresh interval (Mitzenmacher's bulletin board); the router's own state (via
 //! `on_dispatch`) stays current. Balls-into-bins: no departures; loads only grow.
+//!
+//! The queueing mode's state is `Servers`, with one handler per happening (`on_dispatch`,
+//! `on_departure`); arrivals and the stale snapshot stay in the loop of `run`.
 //!
 //! Cost per request: O(log jobs in system) for the event queue plus the router's own work; the
 //! O(servers) refresh of remaining work runs only for routers that ask for it
@@ -20,23 +23,13 @@ use rand::RngExt;
 use rand_distr::{Distribution, Exp1, LogNormal};
 use routelab_policy_api::{Completion, ReplicaView, Request, RouterBox};
 
-use super::event_queue::{EventQueue, SimTime};
 use super::RunError;
+use super::event_queue::{EventQueue, SimTime, TICKS_PER_S as TICKS, seconds as to_units, ticks as to_ticks};
+use crate::handle::RouterHandle;
 use crate::metrics::{Metrics, quantile};
 use crate::seeds::{SimRng, stream};
 use crate::workload::dispatch::{Arrivals, DispatchSpec, Information, Mode, Service};
 use crate::workload::trace::TraceRow;
-
-/// Ticks per unit of time (one mean service time).
-const TICKS: f64 = 1e9;
-
-fn to_ticks(units: f64) -> SimTime {
-    (units * TICKS).round() as SimTime
-}
-
-fn to_units(t: SimTime) -> f64 {
-    t as f64 / TICKS
-}
 
 /// Service-time sampler with mean 1.
 #[derive(Clone, Debug)]
@@ -124,14 +117,24 @@ enum Event {
 }
 
 /// One run of the dispatch world. `trace` holds the rows of `arrivals: trace` (their timestamps
-/// are used; sizes come from `service`). `label` names the policy in errors.
+/// are used; sizes come from `service`). `label` names the policy in errors. The router's own
+/// figures follow the host's as `router.<name>`.
 pub fn run(
     spec: &DispatchSpec,
     trace: Option<&[TraceRow]>,
-    router: &mut RouterBox,
+    router: RouterBox,
     label: &str,
     run_seed: u64,
 ) -> Result<Metrics, RunError> {
+    let mut router = RouterHandle::new(router, spec.servers, label);
+    let mut m = run_with(spec, trace, &mut router, run_seed)?;
+    for (k, v) in router.report()? {
+        m.push(k, v);
+    }
+    Ok(m)
+}
+
+fn run_with(spec: &DispatchSpec, trace: Option<&[TraceRow]>, router: &mut RouterHandle, run_seed: u64) -> Result<Metrics, RunError> {
     let n = spec.servers as usize;
     let (sizes, _) = Sizes::new(&spec.service);
     let mut size_rng = stream(run_seed, "dispatch.sizes");
@@ -144,22 +147,13 @@ pub fn run(
         }
         _ => ArrivalSource::Poisson { rate, rng: stream(run_seed, "dispatch.arrivals") },
     };
-    let fail = |what: String| RunError(format!("policy '{label}' {what}"));
-    let route = |router: &mut RouterBox, req: &Request<'_>, views: &[ReplicaView]| -> Result<usize, RunError> {
-        let i = router.route(req, RSlice::from_slice(views)).into_result().map_err(|e| RunError(e.into()))? as usize;
-        if i >= n {
-            return Err(fail(format!("returned replica {i}, but there are only {n} servers (valid: 0..{})", n - 1)));
-        }
-        Ok(i)
-    };
     let mut views = vec![ReplicaView::default(); n];
 
     if spec.mode == Mode::BallsIntoBins {
         for id in 0..spec.requests {
             let size = sizes.sample(&mut size_rng);
             let req = Request { id, arrived_at: id as f64, prompt_tokens: 0, size_hint: RSome(size), segments: RSlice::EMPTY };
-            let i = route(router, &req, &views)?;
-            router.on_dispatch(&req, i as u32).into_result().map_err(|e| RunError(e.into()))?;
+            let i = router.dispatch(&req, &views)? as usize;
             let v = &mut views[i];
             v.outstanding_requests += 1;
             v.waiting += 1;
@@ -176,54 +170,10 @@ pub fn run(
         Information::Fresh => None,
         Information::Stale { refresh_interval } => Some(to_ticks(refresh_interval)),
     };
-    let mut snapshot = views.clone();
+    let mut servers = Servers::new(views, spec);
+    let mut snapshot = servers.views.clone();
     let mut next_refresh: SimTime = 0;
-    let mut free_at: Vec<SimTime> = vec![0; n];
-    let mut queue: EventQueue<Event> = EventQueue::new();
-    let warmup = (spec.warmup * spec.requests as f64) as u64;
-    let mut responses: Vec<f64> = Vec::with_capacity((spec.requests - warmup) as usize);
-    let mut waits = 0.0;
-    let mut busy_ticks: u128 = 0;
-    let mut dispatched_to = vec![0u64; n];
     let mut now_units = 0.0;
-    let mut first_measured_at: Option<SimTime> = None;
-    let mut last_departure: SimTime = 0;
-
-    // Runs every event up to `until` (inclusive), keeping `views` exact.
-    let drain = |until: SimTime,
-                     queue: &mut EventQueue<Event>,
-                     views: &mut [ReplicaView],
-                     router: &mut RouterBox,
-                     responses: &mut Vec<f64>,
-                     waits: &mut f64,
-                     last_departure: &mut SimTime|
-     -> Result<(), RunError> {
-        while queue.peek_time().is_some_and(|t| t <= until) {
-            let (at, Event::Departure { server, request, arrived_at, started_at }) = queue.pop().expect("peeked");
-            let v = &mut views[server as usize];
-            v.outstanding_requests -= 1;
-            v.running = (v.outstanding_requests > 0) as u32;
-            v.waiting = v.outstanding_requests - v.running;
-            *last_departure = at;
-            if request >= warmup {
-                responses.push(to_units(at - arrived_at));
-                *waits += to_units(started_at - arrived_at);
-            }
-            let c = Completion {
-                request_id: request,
-                replica: server,
-                arrived_at: to_units(arrived_at),
-                completed_at: to_units(at),
-                ttft: to_units(started_at - arrived_at),
-                prompt_tokens: 0,
-                cached_tokens: 0,
-                output_tokens: 0,
-            };
-            router.on_complete(&c).into_result().map_err(|e| RunError(e.into()))?;
-        }
-        Ok(())
-    };
-
     for id in 0..spec.requests {
         let Some(t_units) = arrivals.next_time(now_units) else { break };
         now_units = t_units;
@@ -231,55 +181,133 @@ pub fn run(
         if let Some(every) = stale_every {
             if now >= next_refresh {
                 let boundary = now - now % every;
-                drain(boundary, &mut queue, &mut views, router, &mut responses, &mut waits, &mut last_departure)?;
-                for (s, (v, f)) in snapshot.iter_mut().zip(views.iter().zip(&free_at)) {
+                servers.drain(boundary, router)?;
+                for (s, (v, f)) in snapshot.iter_mut().zip(servers.views.iter().zip(&servers.free_at)) {
                     *s = *v;
                     s.outstanding_work = to_units(f.saturating_sub(boundary));
                 }
                 next_refresh = boundary + every;
             }
         }
-        drain(now, &mut queue, &mut views, router, &mut responses, &mut waits, &mut last_departure)?;
+        servers.drain(now, router)?;
         if stale_every.is_none() && needs_work {
-            for (v, f) in views.iter_mut().zip(&free_at) {
+            for (v, f) in servers.views.iter_mut().zip(&servers.free_at) {
                 v.outstanding_work = to_units(f.saturating_sub(now));
             }
         }
         let size = sizes.sample(&mut size_rng);
         let req = Request { id, arrived_at: t_units, prompt_tokens: 0, size_hint: RSome(size), segments: RSlice::EMPTY };
-        let shown = if stale_every.is_some() { &snapshot } else { &views };
-        let i = route(router, &req, shown)?;
-        router.on_dispatch(&req, i as u32).into_result().map_err(|e| RunError(e.into()))?;
-        let size_ticks = to_ticks(size);
-        let start = free_at[i].max(now);
-        free_at[i] = start + size_ticks;
-        let v = &mut views[i];
+        let shown = if stale_every.is_some() { &snapshot } else { &servers.views };
+        let i = router.dispatch(&req, shown)?;
+        servers.on_dispatch(id, i, now, to_ticks(size));
+    }
+    servers.drain(SimTime::MAX, router)?;
+    Ok(servers.summary())
+}
+
+/// The queueing mode's servers: FCFS queues known by when each server frees up, the departure
+/// events, and what is measured after the warm-up.
+struct Servers {
+    views: Vec<ReplicaView>,
+    free_at: Vec<SimTime>,
+    queue: EventQueue<Event>,
+    warmup: u64,
+    responses: Vec<f64>,
+    waits: f64,
+    busy_ticks: u128,
+    dispatched_to: Vec<u64>,
+    first_measured_at: Option<SimTime>,
+    last_departure: SimTime,
+}
+
+impl Servers {
+    fn new(views: Vec<ReplicaView>, spec: &DispatchSpec) -> Self {
+        let n = views.len();
+        let warmup = (spec.warmup * spec.requests as f64) as u64;
+        Self {
+            views,
+            free_at: vec![0; n],
+            queue: EventQueue::new(),
+            warmup,
+            responses: Vec::with_capacity((spec.requests - warmup) as usize),
+            waits: 0.0,
+            busy_ticks: 0,
+            dispatched_to: vec![0; n],
+            first_measured_at: None,
+            last_departure: 0,
+        }
+    }
+
+    /// Request `id`, arrived at `now` with `size` ticks of work, joins server `server`'s queue;
+    /// its departure is known now (FCFS).
+    fn on_dispatch(&mut self, id: u64, server: u32, now: SimTime, size: SimTime) {
+        let i = server as usize;
+        let start = self.free_at[i].max(now);
+        self.free_at[i] = start + size;
+        let v = &mut self.views[i];
         v.outstanding_requests += 1;
         v.running = 1;
         v.waiting = v.outstanding_requests - 1;
-        queue.push(free_at[i], Event::Departure { server: i as u32, request: id, arrived_at: now, started_at: start });
-        if id >= warmup {
-            first_measured_at.get_or_insert(now);
-            busy_ticks += size_ticks as u128;
-            dispatched_to[i] += 1;
+        self.queue.push(self.free_at[i], Event::Departure { server, request: id, arrived_at: now, started_at: start });
+        if id >= self.warmup {
+            self.first_measured_at.get_or_insert(now);
+            self.busy_ticks += size as u128;
+            self.dispatched_to[i] += 1;
         }
     }
-    drain(SimTime::MAX, &mut queue, &mut views, router, &mut responses, &mut waits, &mut last_departure)?;
 
-    let measured = responses.len();
-    let span = to_units(last_departure.saturating_sub(first_measured_at.unwrap_or(0))).max(f64::MIN_POSITIVE);
-    let total_response: f64 = responses.iter().sum();
-    let mut m = Metrics::new();
-    m.push("requests", measured as f64);
-    m.push("response_mean", total_response / measured.max(1) as f64);
-    m.push("response_p50", quantile(&mut responses, 0.50));
-    m.push("response_p90", quantile(&mut responses, 0.90));
-    m.push("response_p99", quantile(&mut responses, 0.99));
-    m.push("wait_mean", waits / measured.max(1) as f64);
-    // Little's law over the measured span: time-average number of jobs in the system per server.
-    m.push("queue_mean", total_response / span / n as f64);
-    m.push("utilisation", busy_ticks as f64 / TICKS / span / n as f64);
-    let busiest = dispatched_to.iter().copied().max().unwrap_or(0);
-    m.push("busiest_server_share", busiest as f64 / measured.max(1) as f64);
-    Ok(m)
+    /// Runs every departure up to `until` (inclusive), keeping `views` exact.
+    fn drain(&mut self, until: SimTime, router: &mut RouterHandle) -> Result<(), RunError> {
+        while self.queue.peek_time().is_some_and(|t| t <= until) {
+            let (at, event) = self.queue.pop().expect("peeked");
+            self.on_departure(at, event, router)?;
+        }
+        Ok(())
+    }
+
+    fn on_departure(&mut self, at: SimTime, event: Event, router: &mut RouterHandle) -> Result<(), RunError> {
+        let Event::Departure { server, request, arrived_at, started_at } = event;
+        let v = &mut self.views[server as usize];
+        v.outstanding_requests -= 1;
+        v.running = (v.outstanding_requests > 0) as u32;
+        v.waiting = v.outstanding_requests - v.running;
+        self.last_departure = at;
+        if request >= self.warmup {
+            self.responses.push(to_units(at - arrived_at));
+            self.waits += to_units(started_at - arrived_at);
+        }
+        let c = Completion {
+            request_id: request,
+            replica: server,
+            arrived_at: to_units(arrived_at),
+            completed_at: to_units(at),
+            ttft: to_units(started_at - arrived_at),
+            prompt_tokens: 0,
+            cached_tokens: 0,
+            output_tokens: 0,
+        };
+        router.complete(&c)
+    }
+
+    fn summary(mut self) -> Metrics {
+        let n = self.views.len();
+        let responses = &mut self.responses;
+        let measured = responses.len();
+        let span = to_units(self.last_departure.saturating_sub(self.first_measured_at.unwrap_or(0))).max(f64::MIN_POSITIVE);
+        let total_response: f64 = responses.iter().sum();
+        let mut m = Metrics::new();
+        m.push("requests", measured as f64);
+        m.push("response_mean", total_response / measured.max(1) as f64);
+        m.push("response_p50", quantile(responses, 0.50));
+        m.push("response_p90", quantile(responses, 0.90));
+        m.push("response_p99", quantile(responses, 0.99));
+        m.push("wait_mean", self.waits / measured.max(1) as f64);
+        // Little's law over the measured span: time-average number of jobs in the system per server.
+        m.push("queue_mean", total_response / span / n as f64);
+        m.push("utilisation", self.busy_ticks as f64 / TICKS / span / n as f64);
+        let busiest = self.dispatched_to.iter().copied().max().unwrap_or(0);
+        m.push("busiest_server_share", busiest as f64 / measured.max(1) as f64);
+        m
+    }
 }
+

@@ -167,7 +167,7 @@ impl Tokens {
     }
 }
 
-/// What requests look like (cluster.md, "Generic generator").
+/// What requests look like (docs/workloads.md, the cluster generator).
 #[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Generator {

@@ -1,5 +1,5 @@
 //! The `compound:` section: a compound AI system, a pool of models, generated questions and an LLM
-//! diagnoser; a selector picks one model per module (design: compound.md).
+//! diagnoser; a selector picks one model per module (docs/architecture.md).
 //!
 //! ```yaml
 //! compound:

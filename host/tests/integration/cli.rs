@@ -62,7 +62,7 @@ fn missing_workload_and_unknown_policy_exit_2_but_others_report() {
     assert!(stdout.contains("round_robin") && stdout.contains("random"), "{stdout}");
 }
 
-/// `compare --json` writes the documented keys (OUTPUT.md).
+/// `compare --json` writes the documented keys (docs/output.md).
 #[test]
 fn compare_json_has_the_documented_keys() {
     let p = scratch("j.yaml");

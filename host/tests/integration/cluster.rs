@@ -61,7 +61,7 @@ fn cluster_results_are_bit_identical_from_the_plugin_library() {
         assert_eq!(x.per_seed, y.per_seed, "{} differs when loaded", x.policy);
     }
     let preble = &a.results[4].metrics;
-    for k in ["cost_l_mean_s", "cost_m_mean_s", "cost_p_mean_s", "exploit_decisions", "explore_decisions"] {
+    for k in ["router.cost_l_mean_s", "router.cost_m_mean_s", "router.cost_p_mean_s", "router.exploit_decisions", "router.explore_decisions"] {
         assert!(preble.get(k).is_some(), "preble lacks {k}");
     }
 }
@@ -79,7 +79,7 @@ fn example_prefix_router_plugin_competes_with_the_builtins() {
     assert!(mine_hit > rr_hit + 0.1, "lru_affinity hit rate {mine_hit} vs round robin {rr_hit}");
     assert_eq!(metric(&w, &label, "overloaded"), 0.0);
     assert!(metric(&w, &label, "latency_mean_s") < metric(&w, "round_robin", "latency_mean_s"));
-    assert!(metric(&w, &label, "affinity_decisions") > 0.0, "the plugin's own figures are reported");
+    assert!(metric(&w, &label, "router.affinity_decisions") > 0.0, "the plugin's own figures are reported");
 }
 
 /// The Azure conversation trace replays end to end (the real one when `../shared` is beside the

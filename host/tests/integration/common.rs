@@ -88,7 +88,7 @@ pub fn compare_text(yaml: &str, name: &str, policies: &[String]) -> WorkloadResu
     let w = workload::parse(yaml, file).unwrap_or_else(|e| panic!("{e}"));
     let prepared = runner::prepare(w, file).unwrap_or_else(|e| panic!("{e}"));
     let specs: Vec<PolicySpec> = policies.iter().map(|p| PolicySpec::parse(p).unwrap()).collect();
-    runner::run_workload(&mut Loader::new(), &prepared, &specs, &mut |_| {}, &mut |_| {})
+    runner::run_workload(&mut Loader::new(), &prepared, &specs, &|_| {}, &|_| {})
 }
 
 /// Runs `policies` on a workload file of the repository.

@@ -85,8 +85,9 @@ fn from_all_25_starts_greedy_fails_on_some_and_llmselector_on_none() {
     let mut loader = Loader::new();
     let mut count = |policy: &str| {
         let spec_p = PolicySpec::parse(policy).unwrap();
-        let mut make = || loader.selector(&spec_p, &SelectorContext { seed: 3 }).map_err(|e| e.to_string());
-        compound::all_starts(&spec, &mut make, 1).unwrap()
+        let factory = loader.resolve(&spec_p, routelab_policy_api::PolicyKind::Selector).unwrap();
+        let make = || factory.selector(&SelectorContext { seed: 3 }).map_err(|e| e.to_string());
+        compound::all_starts(&spec, &make, 1).unwrap()
     };
     let greedy = count("greedy");
     assert_eq!(greedy.starts, 25);
@@ -106,11 +107,11 @@ fn llmselector_stops_after_l_unchanged_rounds_so_k_times_l_is_its_minimum() {
     let spec = case_study();
     let out = run(&spec, "llmselector", 1, Some(&["A", "B"])).unwrap();
     assert_eq!(out.allocation, names(&["A", "B"]));
-    assert_eq!(out.metrics.get("rounds"), Some(2.0));
+    assert_eq!(out.metrics.get("selector.rounds"), Some(2.0));
     assert_eq!(out.metrics.get("evaluations"), Some(10.0), "K·L = 5·2");
     // From C+C: A+C, A+B, then two confirming rounds.
     let out = run(&spec, "llmselector", 1, Some(&["C", "C"])).unwrap();
-    assert_eq!(out.metrics.get("rounds"), Some(4.0));
+    assert_eq!(out.metrics.get("selector.rounds"), Some(4.0));
     assert_eq!(out.metrics.get("evaluations"), Some(20.0));
 
     // Debate (6 modules): restarting at a converged allocation costs exactly K·L = 30.
@@ -128,7 +129,7 @@ fn budget_counts_every_evaluation_and_stops_the_loop_before_a_round_it_cannot_pa
     spec.budget = Some(12);
     let out = run(&spec, "llmselector", 1, Some(&["C", "C"])).unwrap();
     assert_eq!(out.metrics.get("evaluations"), Some(10.0), "a third round of 5 does not fit in 12");
-    assert_eq!(out.metrics.get("converged"), Some(0.0));
+    assert_eq!(out.metrics.get("selector.converged"), Some(0.0));
     assert_eq!(out.allocation, names(&["A", "B"]));
     let out = run(&spec, "random_search", 1, None).unwrap();
     assert_eq!(out.metrics.get("evaluations"), Some(12.0));

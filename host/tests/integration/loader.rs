@@ -69,7 +69,7 @@ fn out_of_range_replica_is_an_error_naming_the_policy() {
     let yaml = "dispatch: {servers: 4, utilisation: 0.5, requests: 1000}\n";
     let w = compare_text(yaml, "o.yaml", &[format!("{}:out_of_range", lib.display()), "random".into()]);
     let err = w.results[0].error.as_deref().unwrap();
-    assert!(err.contains("out_of_range") && err.contains("returned replica 4") && err.contains("only 4 servers"), "{err}");
+    assert!(err.contains("out_of_range") && err.contains("returned replica 4") && err.contains("only 4 replicas"), "{err}");
     assert!(w.results[1].error.is_none());
 }
 

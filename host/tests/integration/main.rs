@@ -8,3 +8,4 @@ mod common;
 mod compound;
 mod dispatch_results;
 mod loader;
+mod snapshots;

@@ -11,8 +11,9 @@
 //! emits its first token (TTFT) and starts decoding; decoders finish after exactly
 //! `output − produced` more steps (a heap keyed by step, so a step costs O(changes), not O(batch)).
 
-use routelab_policy_api::{CostModel, SchedulerBox, StepShape};
+use routelab_policy_api::{CostModel, StepShape};
 
+use crate::handle::SchedulerHandle;
 use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use crate::sim::event_queue::{SimTime, seconds};
 use crate::workload::cluster::Reservation;
@@ -28,7 +29,7 @@ impl Replica {
         states: &mut [RequestState],
         cfg: &ReplicaConfig,
         cost: &CostModel,
-        scheduler: &mut SchedulerBox,
+        scheduler: &mut SchedulerHandle,
     ) -> Result<Option<f64>, String> {
         self.chunks.clear();
         // (1) Room for this step's new tokens: one per decoder, one per prefill that may finish.
@@ -86,7 +87,8 @@ impl Replica {
                     self.blocked = true;
                     break;
                 }
-                let cached = plan.cached_tokens.min(st.prefill_target - 1);
+                // At least one token is computed, so the first token has a step; none for an empty prompt.
+                let cached = plan.cached_tokens.min(st.prefill_target.saturating_sub(1));
                 let left = st.prefill_target - cached;
                 let n = left.min(budget);
                 let private = redo as u64 + (n == left) as u64;

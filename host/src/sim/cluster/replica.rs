@@ -22,9 +22,10 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use abi_stable::std_types::RVec;
-use routelab_policy_api::{ReplicaView, SchedulerBox, Segment, WaitingRequest};
+use routelab_policy_api::{ReplicaView, Segment, WaitingRequest};
 
 use super::prefix_cache::{EvictionEvent, PrefixCache, extend_path_hash};
+use crate::handle::SchedulerHandle;
 use crate::sim::event_queue::SimTime;
 use crate::workload::cluster::Reservation;
 use crate::workload::generate::RequestStream;
@@ -113,7 +114,6 @@ pub struct Replica {
     pub(super) views: Vec<WaitingRequest>,
     pub(super) shown: Vec<u32>,
     pub(super) order: RVec<u32>,
-    pub(super) taken: Vec<bool>,
 }
 
 impl Replica {
@@ -143,7 +143,6 @@ impl Replica {
             views: Vec::new(),
             shown: Vec::new(),
             order: RVec::new(),
-            taken: Vec::new(),
         }
     }
 
@@ -311,35 +310,15 @@ impl Replica {
                 arrived_at: crate::sim::event_queue::seconds(req.arrived_at),
                 prompt_tokens: req.prompt_tokens,
                 cached_tokens: cached,
-                remaining_prefill_tokens: st.prefill_target - cached.min(st.prefill_target - 1),
+                // An empty prompt (a suffix of 0 tokens and nothing shared) has nothing cached.
+                remaining_prefill_tokens: st.prefill_target - cached.min(st.prefill_target.saturating_sub(1)),
             });
             self.shown.push(r);
         }
     }
 
-    /// Asks `scheduler` for the admission order of the shown requests; checks its answer.
-    pub(super) fn ask_scheduler(&mut self, scheduler: &mut SchedulerBox, now_s: f64) -> Result<(), String> {
-        scheduler
-            .order(now_s, abi_stable::std_types::RSlice::from_slice(&self.views), &mut self.order)
-            .into_result()
-            .map_err(|e| format!("scheduler of replica {}: {e}", self.id))?;
-        self.taken.clear();
-        self.taken.resize(self.views.len(), false);
-        for &i in self.order.iter() {
-            let i = i as usize;
-            if i >= self.views.len() {
-                return Err(format!(
-                    "scheduler of replica {} returned index {i}, but only {} requests wait (valid: 0..{})",
-                    self.id,
-                    self.views.len(),
-                    self.views.len().saturating_sub(1)
-                ));
-            }
-            if std::mem::replace(&mut self.taken[i], true) {
-                return Err(format!("scheduler of replica {} returned index {i} twice", self.id));
-            }
-        }
-        self.taken.fill(false);
-        Ok(())
+    /// Asks `scheduler` for the admission order of the shown requests (checked by the handle).
+    pub(super) fn ask_scheduler(&mut self, scheduler: &mut SchedulerHandle, now_s: f64) -> Result<(), String> {
+        scheduler.order(now_s, &self.views, &mut self.order)
     }
 }

@@ -6,6 +6,9 @@ use routelab_policy_api::*;
 
 use super::*;
 use crate::plugin::{Loader, PolicySpec};
+use crate::runner::run_cluster;
+use crate::workload::generate::generate;
+use crate::workload::trace::TraceRow;
 use crate::workload::{self, cluster::Reservation, trace};
 
 fn repo_root() -> PathBuf {
@@ -18,13 +21,11 @@ pub(crate) fn preset(name: &str) -> ClusterSpec {
 }
 
 /// Runs `router` (a built-in name) on `spec` with `spec.scheduler` on every replica.
-pub(crate) fn run_named(spec: &ClusterSpec, trace: Option<&[TraceRow]>, router: &str, seed: u64) -> Result<RunOutcome, RunError> {
-    let mut loader = Loader::new();
+pub(crate) fn run_named(spec: &ClusterSpec, trace: Option<&[TraceRow]>, router: &str, seed: u64) -> Result<RunOutcome, crate::error::Error> {
     let sm = spec.step_model().unwrap();
-    let mut r = loader.router(&PolicySpec::parse(router).unwrap(), &router_context(&sm, spec.replicas, seed)).unwrap();
-    let mut s = make_schedulers(spec, &mut loader, seed).unwrap();
-    let stream = generate(spec, trace, seed).map_err(RunError)?;
-    run_stream(spec, &stream, &mut r, &mut s, router)
+    let r = Loader::new().router(&PolicySpec::parse(router).unwrap(), &router_context(&sm, spec.replicas, seed)).unwrap();
+    let stream = generate(spec, trace, seed).unwrap();
+    run_cluster(spec, &stream, r, router, seed)
 }
 
 fn m(o: &RunOutcome, key: &str) -> f64 {
@@ -101,18 +102,24 @@ fn schedulers_are_pluggable_and_lpm_raises_the_hit_rate_of_a_queue() {
     spec.scheduler = "priority_groups{groups: 4}".into();
     let pg = run_named(&spec, None, "round_robin", 1).unwrap();
     assert!(m(&lpm, "hit_rate") >= m(&fcfs, "hit_rate"), "lpm {:?} fcfs {:?}", lpm.metrics, fcfs.metrics);
+    // The host follows the scheduler: LPM admits in another order than FCFS, so requests are
+    // admitted at other times (a host that ignored the scheduler would give identical records).
+    let admitted = |o: &RunOutcome| o.records.iter().map(|r| r.admitted_at_s).collect::<Vec<_>>();
+    assert_ne!(admitted(&lpm), admitted(&fcfs), "LPM's order made no difference");
     assert_eq!(m(&pg, "completed"), 200.0);
     spec.scheduler = "no_such".into();
-    assert!(make_schedulers(&spec, &mut Loader::new(), 1).is_err());
+    assert!(run_named(&spec, None, "round_robin", 1).is_err());
 }
 
 /// Routes to the replica with the longest exact match (ties: fewest outstanding), and records the
 /// eviction notices it hears.
 struct Follow {
     evictions: u32,
-    last_evicted_at: f64,
-    max_lag: f64,
-    now: f64,
+    /// `evicted_at` of notices heard since the last routing decision.
+    heard: Vec<f64>,
+    /// Smallest (arrival of the next request routed − evicted_at) over notices: the delay is
+    /// respected when it is at least `eviction_delay_s`.
+    min_lag: f64,
 }
 
 impl Policy for Follow {
@@ -121,7 +128,7 @@ impl Policy for Follow {
     type Config = routelab_policies::NoConfig;
     type Context = RouterContext;
     fn new(_: Self::Config, _: &RouterContext) -> Result<Self, String> {
-        Ok(Self { evictions: 0, last_evicted_at: 0.0, max_lag: 0.0, now: 0.0 })
+        Ok(Self { evictions: 0, heard: Vec::new(), min_lag: f64::INFINITY })
     }
 }
 
@@ -130,19 +137,20 @@ impl RouterPolicy for Follow {
         Capabilities { needs_exact_match: true, wants_evictions: true, ..Default::default() }
     }
     fn route(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> usize {
-        self.now = request.arrived_at;
+        for e in self.heard.drain(..) {
+            self.min_lag = self.min_lag.min(request.arrived_at - e);
+        }
         (0..replicas.len())
             .max_by_key(|&i| (replicas[i].matched_tokens, std::cmp::Reverse(replicas[i].outstanding_requests)))
             .unwrap()
     }
     fn on_evict(&mut self, e: &Eviction<'_>) {
         self.evictions += 1;
-        self.last_evicted_at = e.evicted_at;
+        self.heard.push(e.evicted_at);
         assert!(!e.path.is_empty());
-        self.max_lag = self.max_lag.max(self.now - e.evicted_at);
     }
     fn report(&self) -> Vec<(String, f64)> {
-        vec![("evictions_heard".into(), self.evictions as f64)]
+        vec![("evictions_heard".into(), self.evictions as f64), ("min_lag_s".into(), self.min_lag)]
     }
 }
 
@@ -150,10 +158,9 @@ impl RouterPolicy for Follow {
 fn run_follow(spec: &ClusterSpec) -> RunOutcome {
     let sm = spec.step_model().unwrap();
     let ctx = router_context(&sm, spec.replicas, 1);
-    let mut router = Router_TO::from_value(Guarded(Follow::new(Default::default(), &ctx).unwrap()), abi_stable::sabi_trait::TD_Opaque);
-    let mut s = make_schedulers(spec, &mut Loader::new(), 1).unwrap();
+    let router = Router_TO::from_value(Guarded(Follow::new(Default::default(), &ctx).unwrap()), abi_stable::sabi_trait::TD_Opaque);
     let stream = generate(spec, None, 1).unwrap();
-    run_stream(spec, &stream, &mut router, &mut s, "follow").unwrap()
+    run_cluster(spec, &stream, router, "follow", 1).unwrap()
 }
 
 #[test]
@@ -175,7 +182,13 @@ fn evictions_reach_routers_that_want_them_after_the_delay() {
     spec.requests = Some(200);
     spec.eviction_delay_s = 5.0;
     let o = run_follow(&spec);
-    assert!(m(&o, "evictions_heard") > 0.0, "{:?}", o.metrics);
+    assert!(m(&o, "router.evictions_heard") > 0.0, "{:?}", o.metrics);
+    // A notice reaches the router no sooner than 5 s after the cut...
+    assert!(m(&o, "router.min_lag_s") >= 5.0 - 1e-9, "{:?}", o.metrics);
+    // ...and without the delay, some notice is heard before a request 5 s later is routed.
+    spec.eviction_delay_s = 0.0;
+    let o = run_follow(&spec);
+    assert!(m(&o, "router.min_lag_s") < 5.0, "{:?}", o.metrics);
 }
 
 #[test]
@@ -246,4 +259,62 @@ fn prefix_aware_routers_beat_round_robin_on_hit_rate_and_duplication() {
     let preble = run_named(&spec, None, "preble", 1).unwrap();
     assert!(m(&rr, "hit_rate") + 0.1 < m(&preble, "hit_rate"), "rr {:?}\npreble {:?}", rr.metrics, preble.metrics);
     assert!(m(&rr, "replication_factor") > m(&preble, "replication_factor"), "rr {:?}\npreble {:?}", rr.metrics, preble.metrics);
+}
+
+/// A scheduler that answers out of range (`bad: index`) or twice (`bad: twice`).
+struct Faulty {
+    twice: bool,
+}
+
+impl Policy for Faulty {
+    const NAME: &'static str = "faulty";
+    const DESCRIPTION: &'static str = "test scheduler";
+    type Config = routelab_policies::NoConfig;
+    type Context = SchedulerContext;
+    fn new(_: Self::Config, _: &SchedulerContext) -> Result<Self, String> {
+        Ok(Self { twice: false })
+    }
+}
+
+impl SchedulerPolicy for Faulty {
+    fn order(&mut self, _now: f64, waiting: &[WaitingRequest], order: &mut Vec<u32>) {
+        if self.twice {
+            order.extend([0, 0]);
+        } else {
+            order.push(waiting.len() as u32);
+        }
+    }
+}
+
+fn run_with_scheduler(spec: &ClusterSpec, twice: bool) -> Result<RunOutcome, RunError> {
+    let sm = spec.step_model().unwrap();
+    let router = Loader::new().router(&PolicySpec::parse("round_robin").unwrap(), &router_context(&sm, spec.replicas, 1)).unwrap();
+    let schedulers = (0..spec.replicas)
+        .map(|_| Scheduler_TO::from_value(Guarded(Faulty { twice }), abi_stable::sabi_trait::TD_Opaque))
+        .collect();
+    let stream = generate(spec, None, 1).unwrap();
+    ClusterSim::build(spec, &sm, &stream, router, schedulers, "round_robin").unwrap().run()
+}
+
+#[test]
+fn a_scheduler_answering_out_of_range_or_twice_fails_the_run_naming_it() {
+    let mut spec = preset("tool_use");
+    spec.requests = Some(50);
+    let e = run_with_scheduler(&spec, false).unwrap_err().0;
+    assert!(e.contains("policy 'round_robin'") && e.contains("scheduler of replica 0 returned index 1, but only 1 requests wait"), "{e}");
+    let e = run_with_scheduler(&spec, true).unwrap_err().0;
+    assert!(e.contains("scheduler of replica 0 returned index 0 twice"), "{e}");
+}
+
+#[test]
+fn empty_prompts_complete() {
+    // No system prompt, no contexts and a suffix that may be 0 tokens: some prompts are empty.
+    let yaml = "replicas: 2\ngenerator: {system_prompt_tokens: 0, suffix_tokens: {uniform: {min: 0, max: 2}}, output_tokens: 4}\n\
+                arrivals: {poisson: {rate: 50.0}}\nrequests: 300\n";
+    let spec: ClusterSpec = serde_norway::from_str(yaml).unwrap();
+    spec.validate().unwrap();
+    let stream = generate(&spec, None, 1).unwrap();
+    assert!(stream.requests.iter().any(|r| r.prompt_tokens == 0), "the stream has an empty prompt");
+    let o = run_named(&spec, None, "least_requests", 1).unwrap();
+    assert_eq!(m(&o, "completed"), 300.0, "{:?}", o.metrics);
 }

@@ -35,7 +35,7 @@ pub struct CompoundOutcome {
     /// `train_accuracy`, `test_accuracy`, `evaluations`, `cost_per_question`, `distinct_models`
     /// (models the allocation mixes), `gap_to_exhaustive` (when K^L ≤ [`GAP_SPACE_LIMIT`]: the best
     /// allocation's training accuracy minus the chosen one's), then the selector's own figures
-    /// (`rounds`, `converged` for the LLMSelector loop).
+    /// as `selector.<name>` (`selector.rounds`, `selector.converged` for the LLMSelector loop).
     pub metrics: Metrics,
     /// The chosen allocation by model name, one per module.
     pub allocation: Vec<String>,
@@ -111,7 +111,7 @@ pub fn select_and_score(
     let chosen = selector
         .select(&problem, Evaluator_TO::from_ptr(&mut evaluator, TD_Opaque))
         .into_result()
-        .map_err(|e| RunError(e.into()))?;
+        .map_err(|e| crate::handle::policy_error(label, "select", e.into()))?;
     if !world.is_allocation(&chosen) {
         return Err(RunError(format!(
             "policy '{label}' returned {:?}, which is not an allocation: it needs one model index in 0..{} for each of the {} modules",
@@ -133,9 +133,9 @@ pub fn select_and_score(
     if let Some(best) = optimum_correct {
         metrics.push("gap_to_exhaustive", (best as f64 - train_correct as f64) / world.train as f64);
     }
-    let stats = selector.report().into_result().map_err(|e| RunError(e.into()))?;
-    for s in stats {
-        metrics.push(s.name.as_str(), s.value);
+    let stats = selector.report().into_result().map_err(|e| crate::handle::policy_error(label, "report", e.into()))?;
+    for (k, v) in crate::handle::namespaced("selector", stats).map_err(|m| RunError(format!("policy '{label}': {m}")))? {
+        metrics.push(k, v);
     }
     Ok(CompoundOutcome { metrics, allocation: world.names(&chosen) })
 }

@@ -114,7 +114,7 @@ pub struct AllStarts {
 /// global optimum of the training set.
 pub fn all_starts(
     spec: &CompoundSpec,
-    make_selector: &mut dyn FnMut() -> Result<SelectorBox, String>,
+    make_selector: &dyn Fn() -> Result<SelectorBox, String>,
     run_seed: u64,
 ) -> Result<AllStarts, RunError> {
     let world = World::new(spec, run_seed);

@@ -1,0 +1,108 @@
+//! What a cluster run measured: per-request records and their summary (the keys are documented
+//! in the module above).
+
+use std::collections::HashMap;
+
+use super::replica::Replica;
+use crate::metrics::{Metrics, quantile};
+
+/// One request's measured life (times in seconds; NaN where it did not get that far).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestRecord {
+    pub replica: u32,
+    pub arrived_at_s: f64,
+    pub admitted_at_s: f64,
+    pub first_token_at_s: f64,
+    pub completed_at_s: f64,
+    pub prompt_tokens: u32,
+    pub cached_tokens: u32,
+    pub output_tokens: u32,
+    pub preemptions: u32,
+}
+
+/// Metrics plus per-request records (for exercises and plots).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunOutcome {
+    pub metrics: Metrics,
+    pub records: Vec<RequestRecord>,
+}
+
+/// Time-sampled replication factor: Σ cached tokens ÷ tokens of the union, averaged.
+#[derive(Default)]
+pub(super) struct Replication {
+    union: HashMap<u64, u32>,
+    sum: f64,
+    samples: u32,
+}
+
+impl Replication {
+    pub(super) fn sample(&mut self, replicas: &[Replica]) {
+        self.union.clear();
+        let mut cached = 0u64;
+        for rep in replicas {
+            for (path, tokens) in rep.cache.contents() {
+                cached += tokens as u64;
+                let u = self.union.entry(path).or_default();
+                *u = (*u).max(tokens);
+            }
+        }
+        let union: u64 = self.union.values().map(|&t| t as u64).sum();
+        if union > 0 {
+            self.sum += cached as f64 / union as f64;
+            self.samples += 1;
+        }
+    }
+
+    pub(super) fn factor(&self) -> f64 {
+        if self.samples == 0 { 1.0 } else { self.sum / self.samples as f64 }
+    }
+}
+
+/// Requests with less than this fraction of their prompt cached at admission are "low-hit".
+const LOW_HIT: f64 = 0.5;
+
+pub(super) fn summarize(records: &[RequestRecord], replicas: &[Replica], waiting_at_half: u64, waiting_at_end: u64, replication_factor: f64) -> Metrics {
+    let total = records.len();
+    let done: Vec<&RequestRecord> = records.iter().filter(|r| r.completed_at_s.is_finite()).collect();
+    let mut latency: Vec<f64> = done.iter().map(|r| r.completed_at_s - r.arrived_at_s).collect();
+    let mut ttft: Vec<f64> = done.iter().map(|r| r.first_token_at_s - r.arrived_at_s).collect();
+    let tpot: Vec<f64> = done
+        .iter()
+        .filter(|r| r.output_tokens > 1)
+        .map(|r| (r.completed_at_s - r.first_token_at_s) / (r.output_tokens - 1) as f64)
+        .collect();
+    let mean = |xs: &[f64]| if xs.is_empty() { f64::NAN } else { xs.iter().sum::<f64>() / xs.len() as f64 };
+    let admitted = records.iter().filter(|r| r.admitted_at_s.is_finite());
+    let (cached, prompt) = admitted.fold((0u64, 0u64), |(c, p), r| (c + r.cached_tokens as u64, p + r.prompt_tokens as u64));
+    let first = records.first().map_or(0.0, |r| r.arrived_at_s);
+    let last_done = done.iter().map(|r| r.completed_at_s).fold(f64::NAN, f64::max);
+    let unfinished = total - done.len();
+    let second_half = (total - total / 2).max(1) as f64;
+    let growing = waiting_at_end as f64 - waiting_at_half as f64 > 0.05 * second_half;
+    let busiest = replicas.iter().map(|r| r.dispatched).max().unwrap_or(0);
+    let mut m = Metrics::new();
+    m.push("requests", total as f64);
+    m.push("completed", done.len() as f64);
+    m.push("unfinished", unfinished as f64);
+    m.push("overloaded", (unfinished > 0 || growing) as u8 as f64);
+    m.push("latency_mean_s", mean(&latency));
+    m.push("latency_p50_s", quantile(&mut latency, 0.50));
+    m.push("latency_p90_s", quantile(&mut latency, 0.90));
+    m.push("latency_p99_s", quantile(&mut latency, 0.99));
+    // The cold requests' tail: what a cache-favouring local scheduler could starve.
+    let mut low_hit: Vec<f64> = done
+        .iter()
+        .filter(|r| (r.cached_tokens as f64) < LOW_HIT * r.prompt_tokens as f64)
+        .map(|r| r.completed_at_s - r.arrived_at_s)
+        .collect();
+    m.push("latency_p99_low_hit_s", quantile(&mut low_hit, 0.99));
+    m.push("ttft_mean_s", mean(&ttft));
+    m.push("ttft_p99_s", quantile(&mut ttft, 0.99));
+    m.push("tpot_mean_s", mean(&tpot));
+    m.push("throughput_rps", if last_done > first { done.len() as f64 / (last_done - first) } else { f64::NAN });
+    m.push("hit_rate", if prompt > 0 { cached as f64 / prompt as f64 } else { 0.0 });
+    m.push("replication_factor", replication_factor);
+    m.push("busiest_replica_share", if total > 0 { busiest as f64 / total as f64 } else { f64::NAN });
+    m.push("preemptions", replicas.iter().map(|r| r.preemptions).sum::<u64>() as f64);
+    m
+}
