@@ -8,7 +8,6 @@ use routelab::metrics::{Metrics, over_seeds};
 use routelab::plugin::{Loader, PolicySpec};
 use routelab::seeds::seed_for;
 use routelab::sim::compound;
-use routelab_policy_api::SelectorContext;
 
 fn compare(file: &str, keys: &[&str]) {
     let w = routelab::workload::load(Path::new(file)).expect("workload");
@@ -26,7 +25,7 @@ fn compare(file: &str, keys: &[&str]) {
             let mut per_seed: Vec<Metrics> = Vec::new();
             for i in 0..w.seeds {
                 let seed = seed_for(w.seed, i);
-                let mut sel = loader.selector(&ps, &SelectorContext { seed: compound::selector_seed(seed) }).expect("selector");
+                let mut sel = loader.selector(&ps, &compound::selector_context(&variant, seed)).expect("selector");
                 let out = compound::run(&variant, &mut sel, p, seed, None).expect("run");
                 per_seed.push(out.metrics);
             }
@@ -97,7 +96,7 @@ fn case_study() {
         for accuracy in [1.0, 0.8] {
             let mut variant = spec.clone();
             variant.diagnoser_accuracy = accuracy;
-            let ctx = SelectorContext { seed: compound::selector_seed(w.seed) };
+            let ctx = compound::selector_context(&variant, w.seed);
             let mut sel = loader.selector(&ps, &ctx).expect("selector");
             let out = compound::run(&variant, &mut sel, p, w.seed, Some(&start)).expect("run");
             let factory = loader.resolve(&ps, routelab_policy_api::PolicyKind::Selector).expect("selector");

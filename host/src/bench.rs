@@ -14,8 +14,8 @@ use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RNone, RResult, RSlice, RString, RVec};
 use anyhow::Result;
 use routelab_policy_api::{
-    Capabilities, Completion, Eviction, Policy, ReplicaView, Request, Router, Router_TO, RouterBox, RouterContext,
-    RouterPolicy, Stat, World,
+    Capabilities, Completion, Eviction, Policy, PolicyError, ReplicaView, Replicas, Request, Router, Router_TO,
+    RouterBox, RouterContext, RouterPolicy, Stat, World,
 };
 
 use crate::plugin::{Loader, PolicySpec};
@@ -109,21 +109,21 @@ pub fn run(requests: u64, plugin: Option<&Path>) -> Result<String> {
         let static_ns = match name {
             "least_requests" => {
                 let mut p = routelab_policies::least_requests::LeastRequests::new(Default::default(), &ctx(8)).expect("builds");
-                ns_per_call(calls, |_| p.route(black_box(&req), black_box(&v)) as u32)
+                ns_per_call(calls, |_| p.route(black_box(&req), black_box(&Replicas::new(&v))) as u32)
             }
             _ => {
                 let mut p = routelab_policies::round_robin::RoundRobin::new(Default::default(), &ctx(8)).expect("builds");
-                ns_per_call(calls, |_| p.route(black_box(&req), black_box(&v)) as u32)
+                ns_per_call(calls, |_| p.route(black_box(&req), black_box(&Replicas::new(&v))) as u32)
             }
         };
         let mut linked = loader.router(&PolicySpec::parse(name)?, &ctx(8))?;
-        let linked_ns = ns_per_call(calls, |_| linked.route(black_box(&req), RSlice::from_slice(black_box(&v))).unwrap());
+        let linked_ns = ns_per_call(calls, |_| linked.route(black_box(&req), black_box(Replicas::new(&v))).unwrap());
         let loaded = match &plugin {
             Some(lib) => {
                 let mut r = loader.router(&PolicySpec::parse(&format!("{}:{name}", lib.display()))?, &ctx(8))?;
                 format!(
                     "{:>6.2} ns",
-                    ns_per_call(calls, |_| r.route(black_box(&req), RSlice::from_slice(black_box(&v))).unwrap())
+                    ns_per_call(calls, |_| r.route(black_box(&req), black_box(Replicas::new(&v))).unwrap())
                 )
             }
             None => "(no plugin library: cargo build --release -p routelab-builtin-plugin)".into(),
@@ -211,23 +211,26 @@ impl Timed {
 }
 
 impl Router for Timed {
-    fn capabilities(&self) -> Capabilities {
+    fn capabilities(&self) -> RResult<Capabilities, PolicyError> {
         self.inner.capabilities()
     }
-    fn route(&mut self, request: &Request<'_>, replicas: RSlice<'_, ReplicaView>) -> RResult<u32, RString> {
+    fn signals(&self) -> RResult<RVec<RString>, PolicyError> {
+        self.inner.signals()
+    }
+    fn route(&mut self, request: &Request<'_>, replicas: Replicas<'_>) -> RResult<u32, PolicyError> {
         self.clock.decisions.fetch_add(1, Ordering::Relaxed);
         self.time(|r| r.route(request, replicas))
     }
-    fn on_dispatch(&mut self, request: &Request<'_>, replica: u32) -> RResult<(), RString> {
+    fn on_dispatch(&mut self, request: &Request<'_>, replica: u32) -> RResult<(), PolicyError> {
         self.time(|r| r.on_dispatch(request, replica))
     }
-    fn on_complete(&mut self, completion: &Completion) -> RResult<(), RString> {
+    fn on_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError> {
         self.time(|r| r.on_complete(completion))
     }
-    fn on_evict(&mut self, eviction: &Eviction<'_>) -> RResult<(), RString> {
+    fn on_evict(&mut self, eviction: &Eviction<'_>) -> RResult<(), PolicyError> {
         self.time(|r| r.on_evict(eviction))
     }
-    fn report(&self) -> RResult<RVec<Stat>, RString> {
+    fn report(&self) -> RResult<RVec<Stat>, PolicyError> {
         self.inner.report()
     }
 }

@@ -1,153 +1,25 @@
 //! The command line (docs/output.md): arguments → typed options → run → report.
 //!
 //! Exit codes: 0 ok, 1 a run failed (a policy erred or panicked), 2 bad input (workload, trace,
-//! library, policy name or config). Errors are printed as `error: ` + lowercase fragments.
+//! library, policy name or config, output path). Errors are printed as `error: ` + lowercase
+//! fragments.
+
+mod args;
+mod checks;
+mod output;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser};
 
-use crate::plugin::{LoadError, Loader, PolicySpec};
+pub use args::{Cli, Command, Common, Kind};
+
+use crate::plugin::{Loader, PolicySpec};
 use crate::report;
 use crate::runner::{self, Prepared, RunOptions, WorkloadResult};
 use crate::workload::{self, InputError};
-
-
-#[derive(Parser, Debug)]
-#[command(name = "routelab", version, about = "A lab for request-routing policies in LLM serving")]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum Command {
-    /// The embedded default: a short, meaningful comparison.
-    Demo,
-    /// Run one policy on a workload and print every metric.
-    Run {
-        workload: PathBuf,
-        /// A built-in name, `lib.so:name`, optionally with `{key: value}` config.
-        #[arg(long)]
-        policy: String,
-        /// The policy's config as a YAML file (instead of `name{key: value}`).
-        #[arg(long)]
-        config: Option<PathBuf>,
-        #[command(flatten)]
-        common: Common,
-    },
-    /// Compare policies side by side on one or more workloads.
-    Compare {
-        #[arg(required = true)]
-        workloads: Vec<PathBuf>,
-        /// Comma-separated policies (default: the workload's `policies:` list); the first is the
-        /// ratio column's baseline.
-        #[arg(long)]
-        policies: Option<String>,
-        #[command(flatten)]
-        common: Common,
-    },
-    /// Run policies over a range of one field's values: a curve per policy.
-    Sweep {
-        #[arg(required = true)]
-        workloads: Vec<PathBuf>,
-        #[arg(long)]
-        policies: Option<String>,
-        /// `field.path=v1,v2,...` (`xF` multiplies the workload's value by F); the path may start
-        /// inside the world section (`arrivals.poisson.rate`). Several `--set`s move together.
-        #[arg(long = "set", required = true)]
-        set: Vec<String>,
-        #[command(flatten)]
-        common: Common,
-    },
-    /// List the built-in policies, or what a plugin library exports.
-    Policies {
-        #[arg(long)]
-        plugin: Option<PathBuf>,
-    },
-    /// Check a workload and print its resolved form (and a cluster workload's statistics).
-    Validate {
-        workload: PathBuf,
-        /// Replay this trace file instead of the one the workload names.
-        #[arg(long)]
-        trace: Option<PathBuf>,
-    },
-    /// The step model of one replica: KV capacity, prefill and decode times.
-    StepModel {
-        #[arg(long, default_value = "a6000")]
-        gpu: String,
-        #[arg(long, default_value = "mistral-7b")]
-        model: String,
-        /// Tensor-parallel degree (1, 2, 4 or 8).
-        #[arg(long, default_value_t = 1)]
-        tp: u32,
-    },
-    /// Scaffold a policy crate that builds with `cargo build --release` and loads by path.
-    NewPolicy {
-        dir: PathBuf,
-        #[arg(long, value_enum)]
-        kind: Kind,
-        /// The policy's name (default: the directory's name in snake_case).
-        #[arg(long)]
-        name: Option<String>,
-        /// Path to routelab's `policy-api` crate (default: the one this binary was built from).
-        #[arg(long)]
-        api_path: Option<PathBuf>,
-    },
-    /// Course exercises, computed.
-    Exercise {
-        /// Exercise number.
-        number: Option<u32>,
-        #[arg(long)]
-        list: bool,
-    },
-    /// Simulation speed and the cost of a router call, static versus through a loaded library.
-    Bench {
-        /// Requests per dispatch-world measurement.
-        #[arg(long, default_value_t = 1_000_000)]
-        requests: u64,
-        /// The built-in plugin library (default: beside this executable).
-        #[arg(long)]
-        plugin: Option<PathBuf>,
-        /// Only the routing-decisions table, for these routers (comma-separated).
-        #[arg(long, value_delimiter = ',')]
-        routers: Option<Vec<String>>,
-    },
-}
-
-#[derive(clap::Args, Debug, Default)]
-pub struct Common {
-    /// Number of seeds (overrides the workload's `seeds`).
-    #[arg(long)]
-    pub seeds: Option<u32>,
-    /// First seed (overrides the workload's `seed`).
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Write the results as JSON.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Write the results as CSV.
-    #[arg(long)]
-    pub csv: Option<PathBuf>,
-    /// Draw SVG charts into this folder.
-    #[arg(long)]
-    pub plot: Option<PathBuf>,
-    /// Compound world: start every selector from this allocation (model names, one per module).
-    #[arg(long, value_delimiter = ',')]
-    pub start: Option<Vec<String>>,
-    /// Compound world: run each selector from every starting allocation and count how often it
-    /// reaches the training optimum.
-    #[arg(long)]
-    pub all_starts: bool,
-    /// Replay this trace file (Azure LLM trace CSV) instead of the one the workload names.
-    #[arg(long)]
-    pub trace: Option<PathBuf>,
-    /// Print tables as Markdown (for docs).
-    #[arg(long)]
-    pub markdown: bool,
-}
 
 impl Common {
     fn options(&self) -> RunOptions {
@@ -155,15 +27,9 @@ impl Common {
     }
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug)]
-pub enum Kind {
-    Router,
-    Scheduler,
-    Selector,
-}
-
 /// Parses the process arguments, runs, prints; returns the exit code.
 pub fn main() -> i32 {
+    output::quiet_broken_pipes();
     let cli = Cli::parse();
     match execute(cli.command) {
         Ok(code) => code,
@@ -200,24 +66,42 @@ fn execute(command: Command) -> Result<i32> {
                     fix: "check the path".into(),
                 })?;
             }
+            spec.arg = policy.trim().to_string();
             compare_files(&[workload], Some(vec![spec]), &common, "run", true)
         }
         Command::Compare { workloads, policies, common } => {
             let specs = match policies {
-                Some(s) => Some(parse_specs(&runner::split_policies(&s))?),
+                Some(s) => Some(checks::specs(&runner::split_policies(&s))?),
                 None => None,
             };
             compare_files(&workloads, specs, &common, "compare", false)
         }
         Command::Sweep { workloads, policies, set, common } => {
             let specs = match policies {
-                Some(s) => Some(parse_specs(&runner::split_policies(&s))?),
+                Some(s) => Some(checks::specs(&runner::split_policies(&s))?),
                 None => None,
             };
             sweep(&workloads, specs, &set, &common)
         }
         Command::Policies { plugin } => list_policies(plugin.as_deref()),
-        Command::Validate { workload, trace } => validate(&workload, trace),
+        Command::Workloads => {
+            let list = crate::builtin::list();
+            let width = list.iter().map(|b| b.name.len()).max().unwrap_or(0);
+            println!("built-in workloads (routelab compare NAME; the files: routelab validate NAME):");
+            for b in list {
+                println!("  {:<width$}  {}", b.name, b.summary);
+            }
+            Ok(0)
+        }
+        Command::Validate { workload, trace } => validate(&crate::builtin::resolve(&workload)?, trace),
+        Command::Schema => {
+            println!("{}", serde_json::to_string_pretty(&crate::schema::workload()).context("writing the schema")?);
+            Ok(0)
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "routelab", &mut std::io::stdout());
+            Ok(0)
+        }
         Command::StepModel { gpu, model, tp } => {
             let text = crate::step_model::describe(&gpu, &model, tp).map_err(|e| InputError {
                 file: PathBuf::from("<command line>"),
@@ -230,6 +114,9 @@ fn execute(command: Command) -> Result<i32> {
             Ok(0)
         }
         Command::NewPolicy { dir, kind, name, api_path } => {
+            if let Some(n) = &name {
+                checks::new_policy_name(n)?;
+            }
             let api = api_path.unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy-api"));
             let made = crate::scaffold::new_policy(&dir, kind_of(kind), name.as_deref(), &api)?;
             println!("{made}");
@@ -271,10 +158,10 @@ fn kind_of(k: Kind) -> routelab_policy_api::PolicyKind {
     }
 }
 
-/// The demo's embedded workloads: (file they come from, its text, policies, what it shows).
+/// The demo's workloads: (built-in name, its text, policies, what it shows).
 pub const DEMO: &[(&str, &str, &str, &str)] = &[
     (
-        "workloads/cluster/long_doc_qa.yaml",
+        "cluster/long_doc_qa",
         include_str!("../../workloads/cluster/long_doc_qa.yaml"),
         "round_robin,least_work_left,max_affinity,threshold_affinity,sglang_cache_aware,preble",
         "The cache-vs-balance dilemma: 4 Mistral-7B replicas on A6000s, long documents (~21K tokens).\n\
@@ -283,14 +170,14 @@ pub const DEMO: &[(&str, &str, &str, &str)] = &[
          where they are cached while bounding the imbalance.",
     ),
     (
-        "workloads/dispatch/exp_rho09.yaml",
+        "exp_rho09",
         include_str!("../../workloads/dispatch/exp_rho09.yaml"),
         "random,round_robin,least_requests,power_of_two,least_work_left",
         "Classic dispatch: 16 FCFS servers at utilisation 0.9. Random is 16 M/M/1 queues (mean ≈ 10);\n\
          join-the-shortest-queue and least work left cut the mean several-fold.",
     ),
     (
-        "workloads/compound/case_study.yaml",
+        "case_study",
         include_str!("../../workloads/compound/case_study.yaml"),
         "greedy,llmselector",
         "Which model for each module: from C+C, end-to-end greedy search is stuck in a local optimum;\n\
@@ -308,8 +195,8 @@ fn demo() -> Result<i32> {
             c.print_training_table = false;
         }
         println!("{what}\n(rerun: routelab compare {file} --policies {policies})");
-            let prepared = vec![runner::prepare(w, path)?];
-        let specs = parse_specs(&runner::split_policies(policies))?;
+        let prepared = vec![runner::prepare(w, path)?];
+        let specs = checks::specs(&runner::split_policies(policies))?;
         let (results, code) = run_prepared(prepared, Some(&specs), &Common::default(), "demo")?;
         for r in &results {
             println!("{}", report::table::render(r, false));
@@ -319,10 +206,6 @@ fn demo() -> Result<i32> {
     Ok(worst)
 }
 
-fn parse_specs(names: &[String]) -> Result<Vec<PolicySpec>, LoadError> {
-    names.iter().map(|n| PolicySpec::parse(n)).collect()
-}
-
 fn compare_files(
     files: &[PathBuf],
     policies: Option<Vec<PolicySpec>>,
@@ -330,10 +213,16 @@ fn compare_files(
     command: &str,
     vertical: bool,
 ) -> Result<i32> {
+    output::check(common)?;
     let opts = common.options();
     let mut prepared = Vec::new();
     for f in files {
+        let f = &crate::builtin::resolve(f)?;
         let mut w = workload::load(f)?;
+        checks::overrides(&w, f, common)?;
+        if let Some(specs) = &policies {
+            checks::pairings(&w, specs)?;
+        }
         opts.apply(&mut w);
         for w in runner::expand(w, f)? {
             if let (Some(c), Some(start)) = (&w.compound, &common.start) {
@@ -372,7 +261,7 @@ fn all_starts(prepared: &[Prepared], policies: Option<&[PolicySpec]>) -> Result<
     for p in prepared {
         let specs = match policies {
             Some(s) => s.to_vec(),
-            None => parse_specs(&p.workload.policies)?,
+            None => checks::specs(&p.workload.policies)?,
         };
         let mut t = comfy_table::Table::new();
         t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED);
@@ -396,6 +285,7 @@ fn all_starts(prepared: &[Prepared], policies: Option<&[PolicySpec]>) -> Result<
 
 /// `sweep`: every workload at every point of the `--set` fields, in one run (one JSON document).
 fn sweep(files: &[PathBuf], policies: Option<Vec<PolicySpec>>, sets: &[String], common: &Common) -> Result<i32> {
+    output::check(common)?;
     let bad = |m: String| InputError {
         file: PathBuf::from("--set"),
         path: String::new(),
@@ -416,7 +306,12 @@ fn sweep(files: &[PathBuf], policies: Option<Vec<PolicySpec>>, sets: &[String], 
     let mut prepared = Vec::new();
     let mut names = Vec::new();
     for file in files {
+        let file = &crate::builtin::resolve(file)?;
         let base = workload::load(file)?;
+        checks::overrides(&base, file, common)?;
+        if let Some(specs) = &policies {
+            checks::pairings(&base, specs)?;
+        }
         let doc: serde_norway::Value =
             serde_norway::from_str(&workload::load_text(file)?).with_context(|| format!("parsing {}", file.display()))?;
         for k in 0..points {
@@ -426,7 +321,16 @@ fn sweep(files: &[PathBuf], policies: Option<Vec<PolicySpec>>, sets: &[String], 
                 runner::with_field(&mut doc, file, field, &values[k])?;
                 label.push(format!("{field}={}", values[k]));
             }
-            let mut w = workload::parse(&serde_norway::to_string(&doc).context("writing the swept workload")?, file)?;
+            let text = serde_norway::to_string(&doc).context("writing the swept workload")?;
+            // The file parsed before the --set, so an error now is the --set's: name it, not a
+            // line of the generated text.
+            let mut w = workload::parse(&text, file).map_err(|e| InputError {
+                file: PathBuf::from("--set"),
+                path: if e.path.is_empty() { label.join(", ") } else { e.path.clone() },
+                line: None,
+                message: format!("{} (setting {} in {})", e.message, label.join(", "), file.display()),
+                fix: e.fix.clone(),
+            })?;
             common.options().apply(&mut w);
             w.name = format!("{}[{}]", base.name, label.join(", "));
             prepared.push(runner::prepare(w, file)?);
@@ -457,6 +361,7 @@ fn run_prepared(
 ) -> Result<(Vec<WorkloadResult>, i32)> {
     let mut loader = Loader::new();
     let mut done: Vec<WorkloadResult> = Vec::new();
+    let mut printed: Vec<String> = Vec::new();
     let mut code = 0;
     let total: u64 = prepared
         .iter()
@@ -469,8 +374,9 @@ fn run_prepared(
     for p in &prepared {
         let specs = match policies {
             Some(s) => s.to_vec(),
-            None => parse_specs(&p.workload.policies).with_context(|| format!("workload {}", p.workload.name))?,
+            None => checks::specs(&p.workload.policies).with_context(|| format!("workload {}", p.workload.name))?,
         };
+        checks::pairings(&p.workload, &specs)?;
         if specs.is_empty() {
             return Err(InputError {
                 file: PathBuf::from(&p.workload.name),
@@ -484,7 +390,7 @@ fn run_prepared(
         let write_out = |current: &WorkloadResult| {
             let mut all = done.clone();
             all.push(current.clone());
-            if let Err(e) = write_outputs(common, command, &all) {
+            if let Err(e) = output::write(common, command, &all) {
                 eprintln!("error: {e:#}");
             }
         };
@@ -500,32 +406,19 @@ fn run_prepared(
         );
         for r in &result.results {
             if let Some(e) = &r.error {
-                eprintln!("error: {}: {e}", result.name);
+                // A bad policy fails on every workload of a sweep alike: say it once.
+                if !printed.contains(e) {
+                    eprintln!("error: {}: {e}", result.name);
+                    printed.push(e.clone());
+                }
                 code = code.max(if r.input_error { 2 } else { 1 });
             }
         }
         done.push(result);
     }
     bar.finish_and_clear();
-    write_outputs(common, command, &done)?;
+    output::write(common, command, &done)?;
     Ok((done, code))
-}
-
-fn write_outputs(common: &Common, command: &str, results: &[WorkloadResult]) -> Result<()> {
-    if let Some(p) = &common.json {
-        write_atomically(p, &report::json::render(command, results))?;
-    }
-    if let Some(p) = &common.csv {
-        write_atomically(p, &report::csv::render(results))?;
-    }
-    Ok(())
-}
-
-/// Writes through a temporary file so a reader never sees half a document.
-fn write_atomically(path: &Path, text: &str) -> Result<()> {
-    let tmp = path.with_extension("partial");
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
 fn progress_bar(total: u64) -> indicatif::ProgressBar {
@@ -566,7 +459,7 @@ fn list_policies(plugin: Option<&Path>) -> Result<i32> {
     t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED);
     t.set_header(vec!["name", "kind", "description", "default config"]);
     for l in list {
-        t.add_row(vec![l.name, l.kind.as_str().to_string(), l.description, l.default_config.trim().to_string()]);
+        t.add_row(vec![l.name, l.kind.as_str().to_string(), l.description, l.default_config.map_or_else(|e| format!("(unavailable: {e})"), |c| c.trim().to_string())]);
     }
     println!("{t}");
     Ok(0)
@@ -574,10 +467,12 @@ fn list_policies(plugin: Option<&Path>) -> Result<i32> {
 
 fn validate(file: &Path, trace: Option<PathBuf>) -> Result<i32> {
     let mut w = workload::load(file)?;
+    checks::overrides(&w, file, &Common { trace: trace.clone(), ..Default::default() })?;
     RunOptions { trace, ..Default::default() }.apply(&mut w);
     let prepared = runner::prepare(w, file)?;
+    checks::policy_names(&mut Loader::new(), &prepared.workload, file)?;
     println!("{}: ok ({} world)", file.display(), prepared.workload.world().as_str());
-    print!("{}", serde_norway::to_string(&prepared.workload).context("printing the resolved workload")?);
+    print!("{}", serde_norway::to_string(&resolved_paths(&prepared.workload, file)).context("printing the resolved workload")?);
     for n in &prepared.notes {
         println!("# note: {n}");
     }
@@ -587,3 +482,19 @@ fn validate(file: &Path, trace: Option<PathBuf>) -> Result<i32> {
     Ok(0)
 }
 
+
+/// The workload with its trace path absolute, so `validate`'s output runs from anywhere.
+fn resolved_paths(w: &workload::Workload, file: &Path) -> workload::Workload {
+    let mut w = w.clone();
+    let absolute = |p: &mut String| {
+        let full = runner::relative_to(file, p);
+        *p = std::path::absolute(&full).unwrap_or(full).to_string_lossy().into_owned();
+    };
+    if let Some(crate::workload::dispatch::Arrivals::Trace { path }) = w.dispatch.as_mut().map(|d| &mut d.arrivals) {
+        absolute(path);
+    }
+    if let Some(crate::workload::cluster::Arrivals::Trace { path, .. }) = w.cluster.as_mut().map(|c| &mut c.arrivals) {
+        absolute(path);
+    }
+    w
+}

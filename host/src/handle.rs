@@ -12,6 +12,7 @@
 use abi_stable::std_types::{RSlice, RVec};
 use routelab_policy_api::{Capabilities, Completion, Eviction, ReplicaView, Request, RouterBox, SchedulerBox, Stat, WaitingRequest};
 
+use crate::signals::SignalTable;
 use crate::sim::RunError;
 
 /// A router and the contract around it.
@@ -20,13 +21,25 @@ pub struct RouterHandle {
     label: String,
     replicas: usize,
     caps: Capabilities,
+    /// The engine signals it negotiated, and the table they are written to.
+    signals: SignalTable,
+    /// Why the router cannot run (its `capabilities` or `signals` failed), reported at the first
+    /// dispatch. The loader checks both at creation already; this covers routers made otherwise.
+    unusable: Option<RunError>,
 }
 
 impl RouterHandle {
     /// `label` names the policy in errors; `replicas` bounds its answers.
     pub fn new(router: RouterBox, replicas: u32, label: &str) -> Self {
-        let caps = router.capabilities();
-        Self { router, label: label.to_string(), replicas: replicas as usize, caps }
+        let (caps, mut unusable) = match router.capabilities().into_result() {
+            Ok(c) => (c.known(), None),
+            Err(e) => (Capabilities::NONE, Some(policy_error(label, "capabilities", e.into()))),
+        };
+        let signals = SignalTable::negotiate(&router).unwrap_or_else(|e| {
+            unusable = unusable.take().or(Some(RunError(format!("policy '{label}' {e}"))));
+            SignalTable::default()
+        });
+        Self { router, label: label.to_string(), replicas: replicas as usize, caps, signals, unusable }
     }
 
     /// What the router asked for at creation (read once).
@@ -42,7 +55,10 @@ impl RouterHandle {
     /// tells the router the decision (`on_dispatch`).
     pub fn dispatch(&mut self, req: &Request<'_>, views: &[ReplicaView]) -> Result<u32, RunError> {
         debug_assert_eq!(views.len(), self.replicas);
-        let i = self.router.route(req, RSlice::from_slice(views)).into_result().map_err(|e| self.fail("route", e.into()))? as usize;
+        if let Some(e) = &self.unusable {
+            return Err(e.clone());
+        }
+        let i = self.router.route(req, self.signals.replicas(views)).into_result().map_err(|e| self.fail("route", e.into()))? as usize;
         let n = self.replicas;
         if i >= n {
             return Err(RunError(format!(

@@ -6,6 +6,7 @@
 //! Nothing in `sim` prints.
 
 pub mod bench;
+pub mod builtin;
 pub mod cli;
 pub mod error;
 pub mod exercises;
@@ -14,8 +15,11 @@ pub mod metrics;
 pub mod plugin;
 pub mod report;
 pub mod runner;
+pub mod schema;
 pub mod scaffold;
 pub mod seeds;
+pub mod signals;
 pub mod sim;
 pub mod step_model;
+pub mod suggest;
 pub mod workload;

@@ -19,38 +19,87 @@ use std::path::{Path, PathBuf};
 use abi_stable::library::{LibraryError, lib_header_from_path};
 use abi_stable::std_types::RStr;
 use routelab_policy_api::{
-    Entry, Maker, PolicyKind, PolicyLibRef, RouterBox, RouterContext, SchedulerBox, SchedulerContext,
-    SelectorBox, SelectorContext,
+    Entry, ErrorKind, Maker, PolicyError, PolicyKind, PolicyLibRef, RouterBox, RouterContext, SchedulerBox,
+    SchedulerContext, SelectorBox, SelectorContext,
 };
 
 /// A policy as the user named it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicySpec {
-    /// The argument as typed, used as the policy's label in reports.
+    /// The policy's name in reports: the `label=` given, else the argument with a library path
+    /// replaced by the policy's name.
     pub label: String,
+    /// The argument as typed (kept in the JSON as `spec`).
+    pub arg: String,
     /// The library, when not built in.
     pub library: Option<PathBuf>,
     /// The policy's name; `None` when a library exports exactly one of the needed kind.
     pub name: Option<String>,
     /// Config as YAML text (a flow mapping), empty for defaults.
     pub config: String,
-    /// The local scheduler to pair with this router (cluster world), as a policy argument.
+    /// The local scheduler to pair with this router (cluster world), as a policy argument
+    /// (already checked to parse).
     pub scheduler: Option<String>,
 }
 
+fn bad_spec(message: String, fix: &str) -> LoadError {
+    LoadError::new(LoadErrorKind::UnknownPolicy, message, fix)
+}
+
+/// `mine` of `mine=spec`: letters, digits, `_`, `-` and `.` before the first `=`, which must
+/// come before any brace, `@`, `/` or `:`.
+fn label_prefix(arg: &str) -> Option<(&str, &str)> {
+    let (label, rest) = arg.split_once('=')?;
+    let ok = !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+    ok.then(|| (label.trim(), rest.trim()))
+}
+
 impl PolicySpec {
-    /// Parses `name`, `name{k: v}`, `lib.so`, `lib.so:name`, `lib.so:name{k: v}`, each
-    /// optionally followed by `@scheduler`.
+    /// Parses `[label=]policy[@scheduler]`, a policy being `name`, `name{k: v}`, `lib.so`,
+    /// `lib.so:name` or `lib.so:name{k: v}` (the full syntax is in `routelab compare --help`).
     pub fn parse(arg: &str) -> Result<Self, LoadError> {
-        let label = arg.trim();
-        let (arg, scheduler) = match top_level_at(label) {
-            Some(i) => (&label[..i], Some(label[i + 1..].trim().to_string())),
-            None => (label, None),
+        let typed = arg.trim();
+        let (label, rest) = match label_prefix(typed) {
+            Some((l, r)) => (Some(l.to_string()), r),
+            None => (None, typed),
         };
-        let mut spec = Self::parse_one(arg)?;
-        spec.label = label.to_string();
-        spec.scheduler = scheduler;
+        let (policy, scheduler) = match top_level_at(rest) {
+            Some(i) => (&rest[..i], Some(rest[i + 1..].trim())),
+            None => (rest, None),
+        };
+        let mut spec = Self::parse_one(policy)?;
+        let mut shown = spec.short();
+        if let Some(s) = scheduler {
+            if top_level_at(s).is_some() {
+                return Err(bad_spec(
+                    format!("policy '{typed}': more than one `@`"),
+                    "pair a router with one scheduler: router@scheduler",
+                ));
+            }
+            if s.is_empty() {
+                return Err(bad_spec(format!("policy '{typed}': no scheduler after `@`"), "write router@scheduler, e.g. preble@lpm"));
+            }
+            let sched = Self::parse_one(s)?;
+            shown = format!("{shown}@{}", sched.short());
+            spec.scheduler = Some(s.to_string());
+        }
+        spec.label = label.unwrap_or(shown);
+        spec.arg = typed.to_string();
         Ok(spec)
+    }
+
+    /// How a policy without a label is shown: as typed, a library path replaced by the policy's
+    /// name (or the library's file name when it exports one policy of the kind).
+    fn short(&self) -> String {
+        let head = match (&self.library, &self.name) {
+            (_, Some(n)) => n.clone(),
+            (Some(lib), None) => {
+                let stem = lib.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                stem.strip_prefix(std::env::consts::DLL_PREFIX).filter(|s| !s.is_empty()).unwrap_or(&stem).to_string()
+            }
+            (None, None) => String::new(),
+        };
+        format!("{head}{}", self.config)
     }
 
     fn parse_one(arg: &str) -> Result<Self, LoadError> {
@@ -64,25 +113,35 @@ impl PolicySpec {
                         "write it as name{key: value}",
                     ));
                 }
-                (&arg[..i], arg[i..].to_string())
+                (arg[..i].trim(), arg[i..].to_string())
             }
             None => (arg, String::new()),
         };
         if head.is_empty() {
-            return Err(LoadError::new(LoadErrorKind::UnknownPolicy, "empty policy name", "name a policy; `routelab policies` lists them"));
+            return Err(bad_spec(format!("policy '{arg}': empty policy name"), "name a policy; `routelab policies` lists them"));
         }
-        let is_lib = |s: &str| s.contains('/') || s.ends_with(".so") || s.ends_with(".dylib") || s.ends_with(".dll");
+        let is_lib = |s: &str| s.contains('/') || s.contains('\\') || [".so", ".dylib", ".dll"].iter().any(|x| s.ends_with(x));
         let (library, name) = if is_lib(head) {
             match head.rsplit_once(':') {
-                Some((lib, name)) if !name.is_empty() && !name.contains('/') && !is_lib(name) => {
-                    (Some(PathBuf::from(lib)), Some(name.to_string()))
+                Some((lib, "")) => {
+                    return Err(bad_spec(
+                        format!("policy '{arg}': no policy name after `{lib}:`"),
+                        "write lib.so:name, or just lib.so when the library exports one policy of the kind",
+                    ));
                 }
+                Some((lib, name)) if !name.contains('/') && !is_lib(name) => (Some(PathBuf::from(lib)), Some(name.to_string())),
                 _ => (Some(PathBuf::from(head)), None),
             }
         } else {
+            if let Some(bad) = head.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
+                return Err(bad_spec(
+                    format!("policy '{arg}': `{bad}` cannot be part of a policy name"),
+                    "give a built-in name (`routelab policies`), path/to/lib.so:name, or label=policy",
+                ));
+            }
             (None, Some(head.to_string()))
         };
-        Ok(Self { label: arg.to_string(), library, name, config, scheduler: None })
+        Ok(Self { label: arg.to_string(), arg: arg.to_string(), library, name, config, scheduler: None })
     }
 }
 
@@ -100,7 +159,8 @@ fn top_level_at(s: &str) -> Option<usize> {
     None
 }
 
-/// Why a policy could not be had. Every kind but `Panicked` is bad input (exit code 2).
+/// Why a policy could not be had. Every kind but `Panicked` and `Failed` is bad input (exit
+/// code 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LoadErrorKind {
     MissingFile,
@@ -108,7 +168,11 @@ pub enum LoadErrorKind {
     VersionMismatch,
     UnknownPolicy,
     BadConfig,
+    /// The policy's code panicked (caught at the boundary).
     Panicked,
+    /// The policy failed for a reason of its own (`ErrorKind::FAILED`, or a kind this host does
+    /// not know).
+    Failed,
     Other,
 }
 
@@ -127,7 +191,7 @@ impl LoadError {
 
     /// True for errors in what the user gave (exit code 2), false for a failing policy (1).
     pub fn is_input_error(&self) -> bool {
-        self.kind != LoadErrorKind::Panicked
+        !matches!(self.kind, LoadErrorKind::Panicked | LoadErrorKind::Failed)
     }
 }
 
@@ -149,7 +213,9 @@ pub struct Listing {
     pub name: String,
     pub kind: PolicyKind,
     pub description: String,
-    pub default_config: String,
+    /// The default config as YAML, or why the policy could not produce it (its config's
+    /// `Default` or `Serialize` panicked).
+    pub default_config: Result<String, String>,
 }
 
 /// Hands out policy objects from the built-ins and from any number of libraries.
@@ -188,9 +254,26 @@ impl Loader {
         if let Some(lib) = self.libraries.get(&canon) {
             return Ok(*lib);
         }
-        let lib = lib_header_from_path(&canon)
-            .and_then(|h| h.init_root_module::<PolicyLibRef>())
-            .map_err(|e| translate(&canon, e))?;
+        check_elf(&canon).map_err(|why| {
+            LoadError::new(
+                LoadErrorKind::NotAPlugin,
+                format!("{} is not a complete shared library: {why}", canon.display()),
+                "rebuild it (`cargo build --release`) and wait for the build to finish before loading it",
+            )
+        })?;
+        let header = lib_header_from_path(&canon).map_err(|e| translate(&canon, e))?;
+        let lib = init_checked(header).map_err(|e| match e {
+            Refused::Library(e) => translate(&canon, e),
+            Refused::Version { found } => LoadError::new(
+                LoadErrorKind::VersionMismatch,
+                format!(
+                    "{} was built against routelab-policy-api {found}; this routelab uses {}",
+                    canon.display(),
+                    routelab_policy_api::API_VERSION
+                ),
+                format!("rebuild the plugin against routelab-policy-api {}", routelab_policy_api::API_VERSION),
+            ),
+        })?;
         self.libraries.insert(canon, lib);
         Ok(lib)
     }
@@ -205,22 +288,34 @@ impl Loader {
                     name: e.name.into(),
                     kind: e.kind(),
                     description: e.description.into(),
-                    default_config: (e.default_config)(),
+                    default_config: e.default_config_checked().map_err(String::from),
                 })
                 .collect(),
             Some(p) => {
                 let lib = self.library(p)?;
                 let f = lib.policies();
-                f().into_iter()
+                f().into_result()
+                    .map_err(|e| policy_error(&p.display().to_string(), e))?
+                    .into_iter()
                     .map(|i| Listing {
                         name: i.name.into(),
                         kind: i.kind,
                         description: i.description.into(),
-                        default_config: i.default_config.into(),
+                        default_config: i.default_config.into_result().map(String::from).map_err(String::from),
                     })
                     .collect()
             }
         })
+    }
+
+    /// Checks that `spec` names a policy of `kind` (and its `@scheduler` a scheduler) without
+    /// building it: what `validate` and the checks before a run use.
+    pub fn check(&mut self, spec: &PolicySpec, kind: PolicyKind) -> Result<(), LoadError> {
+        self.resolve_name(spec, kind)?;
+        if let Some(s) = &spec.scheduler {
+            self.resolve_name(&PolicySpec::parse(s)?, PolicyKind::Scheduler)?;
+        }
+        Ok(())
     }
 
     /// Names and kinds of what the built-ins (`None`) or a library offer (without serialising
@@ -231,7 +326,11 @@ impl Loader {
             Some(p) => {
                 let lib = self.library(p)?;
                 let f = lib.policies();
-                f().into_iter().map(|i| (i.name.to_string(), i.kind)).collect()
+                f().into_result()
+                    .map_err(|e| policy_error(&p.display().to_string(), e))?
+                    .into_iter()
+                    .map(|i| (i.name.to_string(), i.kind))
+                    .collect()
             }
         })
     }
@@ -250,7 +349,11 @@ impl Loader {
                 let other = listing.iter().find(|l| &l.0 == n).map(|l| l.1);
                 let msg = match other {
                     Some(k) => format!("'{n}' in {where_} is a {}, not a {}", k.as_str(), kind.as_str()),
-                    None => format!("no {} named '{n}' in {where_}", kind.as_str()),
+                    None => format!(
+                        "no {} named '{n}' in {where_}{}",
+                        kind.as_str(),
+                        crate::suggest::did_you_mean(n, names.iter().copied())
+                    ),
                 };
                 Err(LoadError::new(LoadErrorKind::UnknownPolicy, msg, format!("use one of: {}", names.join(", "))))
             }
@@ -325,11 +428,22 @@ impl Factory {
         let made = match &self.source {
             Source::Builtin(Maker::Router(make)) => make(&self.spec.config, ctx),
             Source::Library(lib, name) if self.kind == PolicyKind::Router => {
-                lib.new_router()(RStr::from_str(name), config, ctx).into_result().map_err(String::from)
+                lib.new_router()(RStr::from_str(name), config, ctx).into_result()
             }
             _ => return Err(self.wrong_kind(PolicyKind::Router)),
         };
-        made.map_err(|e| constructor_error(&self.spec, e))
+        let router = made.map_err(|e| policy_error(&self.spec.label, e))?;
+        // What it asks of the host, checked once here: a panic or an unknown signal name is a
+        // clear error before any run.
+        router.capabilities().into_result().map_err(|e| policy_error(&self.spec.label, e))?;
+        crate::signals::SignalTable::negotiate(&router).map_err(|e| {
+            LoadError::new(
+                LoadErrorKind::BadConfig,
+                format!("policy '{}' {e}", self.spec.label),
+                "ask only for the signals listed (routelab_policy_api::signals), or upgrade routelab",
+            )
+        })?;
+        Ok(router)
     }
 
     pub fn scheduler(&self, ctx: &SchedulerContext) -> Result<SchedulerBox, LoadError> {
@@ -337,11 +451,11 @@ impl Factory {
         let made = match &self.source {
             Source::Builtin(Maker::Scheduler(make)) => make(&self.spec.config, ctx),
             Source::Library(lib, name) if self.kind == PolicyKind::Scheduler => {
-                lib.new_scheduler()(RStr::from_str(name), config, ctx).into_result().map_err(String::from)
+                lib.new_scheduler()(RStr::from_str(name), config, ctx).into_result()
             }
             _ => return Err(self.wrong_kind(PolicyKind::Scheduler)),
         };
-        made.map_err(|e| constructor_error(&self.spec, e))
+        made.map_err(|e| policy_error(&self.spec.label, e))
     }
 
     pub fn selector(&self, ctx: &SelectorContext) -> Result<SelectorBox, LoadError> {
@@ -349,24 +463,144 @@ impl Factory {
         let made = match &self.source {
             Source::Builtin(Maker::Selector(make)) => make(&self.spec.config, ctx),
             Source::Library(lib, name) if self.kind == PolicyKind::Selector => {
-                lib.new_selector()(RStr::from_str(name), config, ctx).into_result().map_err(String::from)
+                lib.new_selector()(RStr::from_str(name), config, ctx).into_result()
             }
             _ => return Err(self.wrong_kind(PolicyKind::Selector)),
         };
-        made.map_err(|e| constructor_error(&self.spec, e))
+        made.map_err(|e| policy_error(&self.spec.label, e))
     }
 }
 
-fn constructor_error(spec: &PolicySpec, e: String) -> LoadError {
-    if e.contains("panicked") {
-        LoadError::new(LoadErrorKind::Panicked, format!("policy '{}': {e}", spec.label), "report it to the policy's author")
-    } else {
-        LoadError::new(
+/// A policy's typed error as a load error: its kind, not its wording, decides the exit code.
+fn policy_error(label: &str, e: PolicyError) -> LoadError {
+    let message = format!("policy '{label}': {}", e.message);
+    match e.kind.known() {
+        ErrorKind::BAD_CONFIG => LoadError::new(
             LoadErrorKind::BadConfig,
-            format!("policy '{}': {e}", spec.label),
+            message,
             "fix the config; `routelab policies` shows each policy's keys and defaults",
-        )
+        ),
+        ErrorKind::PANICKED => LoadError::new(LoadErrorKind::Panicked, message, "report it to the policy's author"),
+        _ => LoadError::new(LoadErrorKind::Failed, message, "report it to the policy's author"),
     }
+}
+
+/// Why [`init_checked`] refused a library.
+enum Refused {
+    /// Another 0.x minor of policy-api (or an unparsable version).
+    Version { found: String },
+    /// abi_stable's own refusal (layout, root module initialisation).
+    Library(LibraryError),
+}
+
+/// The library's root module, with its version and layout checked.
+///
+/// The minor must be the host's. Within it, abi_stable's checker accepts a library whose prefix
+/// types (root module, trait vtables) have *at least* the host's fields: a library built against
+/// the same or a later patch. A library built against an earlier patch has fewer fields (methods
+/// appended since, a root-module field appended since), which that check refuses although it is
+/// exactly the compatible case the API promises. For it, the same checker runs with the roles
+/// swapped: every type the library knows must match the host's, field by field, and the host may
+/// have more. Accessors of fields the library lacks then return `None` (`missing_field(option)`),
+/// and trait methods it lacks run their default bodies.
+/// `plugin_built_against_0_2_0_loads_and_matches_the_builtin` (tests/integration/compat.rs) runs it.
+fn init_checked(header: &'static abi_stable::library::LibHeader) -> Result<PolicyLibRef, Refused> {
+    use abi_stable::abi_stability::abi_checking::{CheckingGlobals, check_layout_compatibility_with_globals};
+    use abi_stable::library::RootModule;
+    use abi_stable::sabi_types::VersionNumber;
+    let host = VersionNumber::new(PolicyLibRef::VERSION_STRINGS).map_err(|e| Refused::Library(e.into()))?;
+    let found = VersionNumber::new(header.version_strings())
+        .map_err(|_| Refused::Version { found: header.version_strings().version.to_string() })?;
+    if (found.major, found.minor) != (host.major, host.minor) {
+        return Err(Refused::Version { found: found.to_string() });
+    }
+    if found.patch >= host.patch {
+        return header.init_root_module::<PolicyLibRef>().map_err(Refused::Library);
+    }
+    let Some(library_layout) = header.layout() else {
+        return Err(Refused::Version { found: format!("{found} (without a layout to check)") });
+    };
+    // A checker state of its own: abi_stable's global one records every prefix type it has seen
+    // under the roles of the standard check, and would then refuse the next library built against
+    // the host's own patch. Objects of one library never reach another here, so nothing needs the
+    // global view across libraries.
+    let globals = CheckingGlobals::new();
+    check_layout_compatibility_with_globals(library_layout, <PolicyLibRef as abi_stable::StableAbi>::LAYOUT, &globals)
+        .map_err(|e| Refused::Library(LibraryError::AbiInstability(abi_stable::std_types::RBoxError::new(e))))?;
+    // SAFETY: the library's root module layout was checked just above against the host's, with
+    // the library as the interface: every field and method it has matches the host's in name,
+    // type and position, and the fields the host has beyond them are only ever reached through
+    // accessors that check the library's own field count (prefix types).
+    unsafe { header.init_root_module_with_unchecked_layout::<PolicyLibRef>() }.map_err(Refused::Library)
+}
+
+/// Checks an ELF file's structure against its size before `dlopen` maps it: a truncated library
+/// (one cargo is still writing) passes dlopen's own checks and then dies with SIGBUS when the
+/// loader touches a page past the end of the file. Checked: the ELF header, the program and section
+/// header tables, and every loadable segment's file range lie within the file. Files that are not
+/// ELF are left to dlopen, which refuses them cleanly.
+fn check_elf(path: &Path) -> Result<(), String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let size = f.metadata().map_err(|e| e.to_string())?.len();
+    let mut ident = [0u8; 64];
+    let n = f.read(&mut ident).map_err(|e| e.to_string())?;
+    if n < 4 || &ident[..4] != b"\x7fELF" {
+        return Ok(());
+    }
+    let wide = match ident.get(4) {
+        Some(1) => false,
+        Some(2) => true,
+        _ => return Err("unknown ELF class".into()),
+    };
+    let header_len = if wide { 64 } else { 52 };
+    if n < header_len {
+        return Err(format!("the file ends inside the ELF header ({size} bytes)"));
+    }
+    let little = match ident[5] {
+        1 => true,
+        2 => false,
+        _ => return Err("unknown ELF byte order".into()),
+    };
+    let uint = |b: &[u8]| -> u64 {
+        let mut v = 0u64;
+        for (i, &x) in b.iter().enumerate() {
+            let shift = 8 * if little { i } else { b.len() - 1 - i };
+            v |= u64::from(x) << shift;
+        }
+        v
+    };
+    // (offset, entry size, count) of the program and the section header tables.
+    let (ph, sh) = if wide {
+        ((uint(&ident[32..40]), uint(&ident[54..56]), uint(&ident[56..58])), (uint(&ident[40..48]), uint(&ident[58..60]), uint(&ident[60..62])))
+    } else {
+        ((uint(&ident[28..32]), uint(&ident[42..44]), uint(&ident[44..46])), (uint(&ident[32..36]), uint(&ident[46..48]), uint(&ident[48..50])))
+    };
+    let within = |what: &str, offset: u64, len: u64| -> Result<(), String> {
+        match offset.checked_add(len) {
+            Some(end) if end <= size => Ok(()),
+            _ => Err(format!("its {what} (bytes {offset}..{}) lies past the end of the file ({size} bytes)", offset.saturating_add(len))),
+        }
+    };
+    within("program header table", ph.0, ph.1.saturating_mul(ph.2))?;
+    within("section header table", sh.0, sh.1.saturating_mul(sh.2))?;
+    // Loadable segments: the ranges dlopen maps from the file.
+    // Both fit in usize: the table lies within the file, checked above.
+    let entry = usize::try_from(ph.1).map_err(|_| "program header entries are too large")?;
+    if ph.2 > 0 && entry < if wide { 56 } else { 32 } {
+        return Err("program header entries are too small".into());
+    }
+    let mut table = vec![0u8; usize::try_from(ph.1 * ph.2).map_err(|_| "program header table too large")?];
+    f.seek(SeekFrom::Start(ph.0)).and_then(|_| f.read_exact(&mut table)).map_err(|e| e.to_string())?;
+    for (i, e) in table.chunks_exact(entry).enumerate() {
+        const PT_LOAD: u64 = 1;
+        if uint(&e[0..4]) != PT_LOAD {
+            continue;
+        }
+        let (offset, filesz) = if wide { (uint(&e[8..16]), uint(&e[32..40])) } else { (uint(&e[4..8]), uint(&e[16..20])) };
+        within(&format!("loadable segment {i}"), offset, filesz)?;
+    }
+    Ok(())
 }
 
 /// abi_stable's loading errors in the user's terms.

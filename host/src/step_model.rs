@@ -25,9 +25,10 @@ use routelab_policy_api::CostModel;
 use serde::{Deserialize, Serialize};
 
 /// One GPU type. Units: bytes are 10^9 per GB.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Gpu {
+    /// Shown in reports.
     pub name: String,
     /// Device memory, GB (10^9 bytes).
     pub memory_gb: f64,
@@ -38,15 +39,22 @@ pub struct Gpu {
 }
 
 /// One model's shape.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Model {
+    /// Shown in reports.
     pub name: String,
+    /// Parameter count.
     pub parameters: u64,
+    /// Transformer layers.
     pub layers: u32,
+    /// Hidden size.
     pub hidden: u32,
+    /// Attention heads.
     pub heads: u32,
+    /// Key/value heads (grouped-query attention).
     pub kv_heads: u32,
+    /// Dimension of one head.
     pub head_dim: u32,
     /// Bytes per weight and per KV element (2 for fp16/bf16).
     #[serde(default = "two")]
@@ -58,7 +66,7 @@ fn two() -> u32 {
 }
 
 /// How close the software gets to the hardware roofline.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Efficiency {
     /// Model FLOPs utilisation of prefill-bound steps.
@@ -78,7 +86,7 @@ impl Default for Efficiency {
 }
 
 /// A GPU or model in a workload: a catalog name, or a full entry.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(untagged)]
 pub enum Choice<T> {
     Name(String),

@@ -184,7 +184,7 @@ impl AibrixPrefixCache {
 }
 
 impl RouterPolicy for AibrixPrefixCache {
-    fn route(&mut self, request: &Request<'_>, _: &[ReplicaView]) -> usize {
+    fn route(&mut self, request: &Request<'_>, _: &Replicas<'_>) -> usize {
         self.evict_idle(request.arrived_at);
         self.hash_prompt(request);
         let n = self.running.len();

@@ -109,7 +109,7 @@ impl Chwbl {
 }
 
 impl RouterPolicy for Chwbl {
-    fn route(&mut self, request: &Request<'_>, _: &[ReplicaView]) -> usize {
+    fn route(&mut self, request: &Request<'_>, _: &Replicas<'_>) -> usize {
         self.decisions += 1;
         let key = prefix_hash(request.segments.as_slice(), self.cfg.prefix_tokens);
         let start = self.ring.partition_point(|&(p, _)| p < key) % self.ring.len();

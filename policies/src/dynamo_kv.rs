@@ -228,10 +228,10 @@ impl DynamoKv {
 
 impl RouterPolicy for DynamoKv {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { wants_evictions: self.cfg.prefix_state == PrefixState::Events, ..Default::default() }
+        if self.cfg.prefix_state == PrefixState::Events { Capabilities::WANTS_EVICTIONS } else { Capabilities::NONE }
     }
 
-    fn route(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         self.costs(request, replicas);
         let pick = if self.cfg.temperature == 0.0 {
             argmin_random_tie(self.costs.iter().copied(), &mut self.rng).expect("replicas")

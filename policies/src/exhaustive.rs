@@ -1,8 +1,9 @@
 //! `exhaustive`: evaluate every one of the K^L allocations and keep the best.
 //!
 //! Algorithm: enumerate allocations in lexicographic order (module 0 most significant), evaluate
-//! each on the training set, return the highest training accuracy (the first on ties). It refuses,
-//! with an error that says what to do, when K^L is above `max_allocations` or above the budget.
+//! each on the training set, return the highest training accuracy (the first on ties). Its
+//! constructor refuses, with an error that says what to do, when K^L (from the context's problem
+//! shape) is above `max_allocations` or above the budget: bad input, before any run.
 //! The starting allocation plays no part.
 //!
 //! Parameters: `max_allocations` (default 100000; 10 models × 6 modules is 10^6).
@@ -29,8 +30,8 @@ impl Default for Config {
     }
 }
 
-/// The guard of [`Exhaustive`], for a host that wants to refuse before running: `Err` with the
-/// message the selector would fail with when `models^modules` is above `max_allocations`.
+/// The guard of [`Exhaustive`]: `Err` with what to do when `models^modules` is above
+/// `max_allocations`, else the size of the space.
 pub fn check_space(models: usize, modules: usize, max_allocations: u64) -> Result<u64, String> {
     match space_size(models, modules) {
         Some(n) if n <= max_allocations => Ok(n),
@@ -42,6 +43,18 @@ pub fn check_space(models: usize, modules: usize, max_allocations: u64) -> Resul
     }
 }
 
+/// Checks the space `models^modules` against the guard and the budget.
+fn check(models: usize, modules: usize, budget: Option<u64>, max_allocations: u64) -> Result<u64, String> {
+    let space = check_space(models, modules, max_allocations)?;
+    match budget {
+        Some(left) if left < space => Err(format!(
+            "exhaustive search needs {space} evaluations but the budget leaves {left}; raise or remove the budget"
+        )),
+        _ => Ok(space),
+    }
+}
+
+/// The selector; see the module docs.
 pub struct Exhaustive {
     config: Config,
 }
@@ -51,7 +64,8 @@ impl Policy for Exhaustive {
     const DESCRIPTION: &'static str = "every allocation (K^L), refused above max_allocations";
     type Config = Config;
     type Context = SelectorContext;
-    fn new(config: Config, _: &SelectorContext) -> Result<Self, String> {
+    fn new(config: Config, ctx: &SelectorContext) -> Result<Self, String> {
+        check(ctx.models as usize, ctx.modules as usize, ctx.budget.into_option(), config.max_allocations)?;
         Ok(Self { config })
     }
 }
@@ -59,14 +73,8 @@ impl Policy for Exhaustive {
 impl SelectorPolicy for Exhaustive {
     fn select(&mut self, problem: &Problem, evaluator: &mut dyn EvaluateFn) -> Result<Vec<u32>, String> {
         let (k, l) = (problem.models.len(), problem.modules.len());
-        let space = check_space(k, l, self.config.max_allocations)?;
-        if let Some(left) = evaluator.remaining() {
-            if left < space {
-                return Err(format!(
-                    "exhaustive search needs {space} evaluations but the budget leaves {left}; raise or remove the budget"
-                ));
-            }
-        }
+        // The problem is authoritative; the context's shape only let the constructor refuse early.
+        check(k, l, evaluator.remaining(), self.config.max_allocations)?;
         if k == 0 || l == 0 {
             return Err(format!("nothing to select: {k} models, {l} modules"));
         }

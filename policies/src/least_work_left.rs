@@ -26,9 +26,9 @@ impl Policy for LeastWorkLeft {
 
 impl RouterPolicy for LeastWorkLeft {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { needs_outstanding_work: true, ..Default::default() }
+        Capabilities::NEEDS_OUTSTANDING_WORK
     }
-    fn route(&mut self, _: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         argmin_random_tie(replicas.iter().map(|r| r.outstanding_work), &mut self.rng)
             .expect("at least one replica")
     }

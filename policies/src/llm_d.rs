@@ -246,10 +246,10 @@ impl LlmD {
 
 impl RouterPolicy for LlmD {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { wants_evictions: self.cfg.prefix_state == PrefixState::Precise, ..Default::default() }
+        if self.cfg.prefix_state == PrefixState::Precise { Capabilities::WANTS_EVICTIONS } else { Capabilities::NONE }
     }
 
-    fn route(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         self.scores(request, replicas);
         // Max score, ties uniformly at random (reservoir sampling over the maxima).
         let (mut best, mut ties) = (0usize, 0u32);

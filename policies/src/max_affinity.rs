@@ -43,10 +43,10 @@ pub(crate) fn best_match(replicas: &[ReplicaView]) -> usize {
 
 impl RouterPolicy for MaxAffinity {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { needs_exact_match: true, needs_outstanding_work: true, ..Default::default() }
+        Capabilities::NEEDS_EXACT_MATCH | Capabilities::NEEDS_OUTSTANDING_WORK
     }
 
-    fn route(&mut self, _: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         let i = best_match(replicas);
         if replicas[i].matched_tokens > 0 { self.affinity += 1 } else { self.load += 1 }
         i

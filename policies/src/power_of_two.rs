@@ -46,7 +46,7 @@ impl Policy for PowerOfTwo {
 }
 
 impl RouterPolicy for PowerOfTwo {
-    fn route(&mut self, _: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         let n = replicas.len();
         if self.perm.len() != n {
             self.perm = (0..n as u32).collect();

@@ -183,12 +183,8 @@ pub struct Preble {
     autoscaled: u64,
 }
 
-/// Key of a prompt prefix: a hash of its segment ids (FNV-1a over the ids).
-fn extend_key(key: u64, segment_id: u64) -> u64 {
-    (key ^ segment_id).wrapping_mul(0x0000_0100_0000_01B3).rotate_left(17)
-}
-
-const ROOT_KEY: u64 = 0xcbf2_9ce4_8422_2325;
+// The key of a prompt prefix is its path hash in the toolkit's tree (`extend_path_hash` from
+// `ROOT_PATH_HASH` over its segment ids), so a tree node's key is read off the node.
 
 impl Policy for Preble {
     const NAME: &'static str = "preble";
@@ -279,21 +275,7 @@ impl Preble {
 
     /// Key and context (tokens above it) of a tree node.
     fn node_key(&self, node: NodeId) -> (u64, u64) {
-        let mut ids = vec![node];
-        let mut n = node;
-        while let Some(p) = self.tree.parent(n) {
-            ids.push(p);
-            n = p;
-        }
-        let mut key = ROOT_KEY;
-        let mut context = 0u64;
-        for &id in ids.iter().rev() {
-            key = extend_key(key, self.tree.segment(id).id);
-            if id != node {
-                context += self.tree.segment(id).tokens as u64;
-            }
-        }
-        (key, context)
+        (self.tree.path_hash(node), self.tree.context_tokens(node))
     }
 
     /// M: recompute cost of what replica `r` would evict to fit `needed` more tokens, given the
@@ -384,10 +366,10 @@ impl Preble {
 
 impl RouterPolicy for Preble {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { wants_evictions: true, ..Default::default() }
+        Capabilities::WANTS_EVICTIONS
     }
 
-    fn route(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         let now = request.arrived_at;
         let segments = request.segments.as_slice();
         self.tree.match_each(segments, &mut self.matches);
@@ -463,9 +445,9 @@ impl RouterPolicy for Preble {
         w.cached_tokens.add(now, matched as f64);
         self.prompts.add(now, request.prompt_tokens as f64);
         self.dispatches.add(now, 1.0);
-        let mut key = ROOT_KEY;
+        let mut key = ROOT_PATH_HASH;
         for s in segments {
-            key = extend_key(key, s.id);
+            key = extend_path_hash(key, s.id);
             self.node_hits.entry(key).or_insert_with(|| WindowSum::new(self.cfg.window_s)).add(now, 1.0);
         }
         if let Some(k) = pending.and_then(|p| p.prefix_key) {

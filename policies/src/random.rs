@@ -24,7 +24,7 @@ impl Policy for Random {
 }
 
 impl RouterPolicy for Random {
-    fn route(&mut self, _: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         self.rng.random_range(0..replicas.len())
     }
 }

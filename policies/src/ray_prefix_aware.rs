@@ -96,7 +96,7 @@ impl RayPrefixAware {
 }
 
 impl RouterPolicy for RayPrefixAware {
-    fn route(&mut self, request: &Request<'_>, _: &[ReplicaView]) -> usize {
+    fn route(&mut self, request: &Request<'_>, _: &Replicas<'_>) -> usize {
         let (lo, hi) = self.queue.iter().fold((u32::MAX, 0), |(a, b), &q| (a.min(q), b.max(q)));
         if hi - lo > self.cfg.imbalanced_threshold {
             self.pow2_decisions += 1;

@@ -22,7 +22,7 @@ impl Policy for RoundRobin {
 }
 
 impl RouterPolicy for RoundRobin {
-    fn route(&mut self, _: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         let i = if self.next >= replicas.len() { 0 } else { self.next };
         self.next = i + 1;
         i

@@ -135,7 +135,7 @@ impl SglangCacheAware {
 }
 
 impl RouterPolicy for SglangCacheAware {
-    fn route(&mut self, request: &Request<'_>, _replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, request: &Request<'_>, _replicas: &Replicas<'_>) -> usize {
         self.evict_due(request.arrived_at);
         let (min, max) = self.in_flight.iter().fold((u32::MAX, 0), |(lo, hi), &l| (lo.min(l), hi.max(l)));
         if max - min > self.cfg.balance_abs_threshold && max as f64 > self.cfg.balance_rel_threshold * min as f64 {

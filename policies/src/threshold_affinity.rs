@@ -46,10 +46,10 @@ impl Policy for ThresholdAffinity {
 
 impl RouterPolicy for ThresholdAffinity {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { needs_exact_match: true, needs_outstanding_work: true, ..Default::default() }
+        Capabilities::NEEDS_EXACT_MATCH | Capabilities::NEEDS_OUTSTANDING_WORK
     }
 
-    fn route(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         let best = crate::max_affinity::best_match(replicas);
         let matched = replicas[best].matched_tokens as f64;
         if request.prompt_tokens > 0 && matched > 0.0 && matched >= self.threshold * request.prompt_tokens as f64 {

@@ -56,7 +56,8 @@ pub struct VllmPrefixAware {
     hashes: Vec<u64>,
     hashes_for: Option<u64>,
     in_play: Vec<u64>,
-    next: Vec<u64>,
+    /// The request whose match `in_play` holds, and its chunks matched.
+    matched: Option<(u64, usize)>,
     below_min_match: u64,
 }
 
@@ -83,7 +84,7 @@ impl Policy for VllmPrefixAware {
             hashes: Vec::new(),
             hashes_for: None,
             in_play: vec![0; n.div_ceil(64).max(1)],
-            next: vec![0; n.div_ceil(64).max(1)],
+            matched: None,
             below_min_match: 0,
         })
     }
@@ -97,35 +98,77 @@ impl VllmPrefixAware {
         }
     }
 
-    /// Walks the trie; leaves the replicas in play in `self.in_play` and returns the match length.
-    fn longest_match(&mut self, n: usize) -> u32 {
-        self.in_play.fill(u64::MAX);
-        if n % 64 != 0 {
-            let last = self.in_play.len() - 1;
-            self.in_play[last] = (1u64 << (n % 64)) - 1;
-        }
-        let mut chunks = 0u32;
-        for &h in &self.hashes {
-            let mut any = false;
-            for (w, next) in self.next.iter_mut().enumerate() {
-                *next = self.trie.word(h, w) & self.in_play[w];
-                any |= *next != 0;
+    /// Whether any replica recorded chunk `h`.
+    fn present(&self, h: u64) -> bool {
+        (0..self.trie.words()).any(|w| self.trie.word(h, w) != 0)
+    }
+
+    /// Walks the trie; leaves the replicas in play in `self.in_play` and returns the chunks matched.
+    ///
+    /// Every insert records a whole prompt, and a chained hash names its whole prefix, so a
+    /// replica recorded at chunk k is recorded at chunks 0..k too: holder sets only shrink along
+    /// a path and the chunks present form a prefix of the prompt. Upstream's walk (intersect
+    /// while non-empty) therefore ends at the last present chunk, with that chunk's holders in
+    /// play — found with a few lookups instead of one per chunk.
+    fn longest_match(&mut self, request: &Request<'_>, n: usize) -> usize {
+        let hint = self.last_segment_chunk(request);
+        let hashes = std::mem::take(&mut self.hashes);
+        let matched = leading_true(hashes.len(), hint, |k| self.present(hashes[k]));
+        if matched == 0 {
+            self.in_play.fill(u64::MAX);
+            if n % 64 != 0 {
+                let last = self.in_play.len() - 1;
+                self.in_play[last] = (1u64 << (n % 64)) - 1;
             }
-            if !any {
-                break;
+        } else {
+            for w in 0..self.in_play.len() {
+                self.in_play[w] = self.trie.word(hashes[matched - 1], w);
             }
-            self.in_play.copy_from_slice(&self.next);
-            chunks += 1;
         }
-        chunks * self.cfg.chunk_tokens
+        self.hashes = hashes;
+        self.matched = Some((request.id, matched));
+        matched
+    }
+
+    /// The chunk where the prompt's last segment starts: where a prompt that shares everything
+    /// but its own tail stops matching (a search hint; any hint gives the same answer).
+    fn last_segment_chunk(&self, request: &Request<'_>) -> usize {
+        let segs = request.segments.as_slice();
+        let head: u64 = segs.iter().map(|s| s.tokens as u64).sum::<u64>() - segs.last().map_or(0, |s| s.tokens as u64);
+        (head / self.cfg.chunk_tokens as u64) as usize
     }
 }
 
+/// For a predicate true on 0..k and false on k..n (monotone), finds k: probes `hint` and its
+/// neighbour first, then bisects what is left.
+fn leading_true(n: usize, hint: usize, mut pred: impl FnMut(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0usize, n);
+    if hint < n {
+        if pred(hint) {
+            lo = hint + 1;
+        } else {
+            hi = hint;
+            if hi > 0 && pred(hi - 1) {
+                lo = hi;
+            }
+        }
+    }
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 impl RouterPolicy for VllmPrefixAware {
-    fn route(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         let n = replicas.len();
         self.hash_prompt(request);
-        let matched = self.longest_match(n);
+        let matched = self.longest_match(request, n) as u32 * self.cfg.chunk_tokens;
         if matched < self.cfg.min_match_tokens {
             self.below_min_match += 1;
             let now = request.arrived_at;
@@ -161,7 +204,16 @@ impl RouterPolicy for VllmPrefixAware {
 
     fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {
         self.hash_prompt(request);
-        for &h in &self.hashes {
+        // `r` holds a prefix of the chunks (see `longest_match`): insert from its end. A replica
+        // in play holds exactly the matched chunks.
+        let held = match self.matched {
+            Some((id, m)) if id == request.id && self.in_play[r / 64] >> (r % 64) & 1 == 1 => m,
+            _ => {
+                let (trie, hashes) = (&self.trie, &self.hashes);
+                leading_true(hashes.len(), 0, |k| trie.holds(hashes[k], r))
+            }
+        };
+        for &h in &self.hashes[held..] {
             self.trie.insert(h, r);
         }
         self.ever[r] = true;
@@ -175,5 +227,31 @@ impl RouterPolicy for VllmPrefixAware {
             ("below_min_match_decisions".into(), self.below_min_match as f64),
             ("router_trie_chunks_mean".into(), held as f64 / n),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::leading_true;
+
+    #[test]
+    fn leading_true_finds_the_boundary_from_any_hint() {
+        for n in 0..9 {
+            for k in 0..=n {
+                for hint in 0..=n + 1 {
+                    let mut probes = 0;
+                    let got = leading_true(n, hint, |i| {
+                        probes += 1;
+                        i < k
+                    });
+                    assert_eq!(got, k, "n {n} k {k} hint {hint}");
+                    assert!(probes <= 2 + n.max(1).ilog2() as usize + 1, "n {n} k {k} hint {hint}: {probes} probes");
+                }
+            }
+        }
+        // A right hint settles it in two probes.
+        let mut probes = 0;
+        assert_eq!(leading_true(1000, 600, |i| { probes += 1; i < 600 }), 600);
+        assert_eq!(probes, 2);
     }
 }

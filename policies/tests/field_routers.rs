@@ -32,7 +32,7 @@ fn done(id: u64, replica: u32) -> Completion {
 
 /// Routes `request` and dispatches it where the router said.
 fn place<P: RouterPolicy>(p: &mut P, request: &Request<'_>, views: &[ReplicaView]) -> usize {
-    let r = p.route(request, views);
+    let r = p.route(request, &Replicas::new(views));
     p.on_dispatch(request, r);
     r
 }
@@ -47,7 +47,7 @@ fn dynamo_cost_is_uncached_prefill_blocks_plus_decode_blocks() {
     // r0: prefill (0 + 96)/16 = 6, credit 1·4 → 2; decode 4 active + 6 − 4 shared = 6; cost 8.
     // r1: prefill 6 − 0 = 6; decode 0 + 6 = 6; cost 12.
     assert_eq!(d.costs(&req(1, 0.1, &b), &views), &[8.0, 12.0]);
-    assert_eq!(d.route(&req(1, 0.1, &b), &views), 0);
+    assert_eq!(d.route(&req(1, 0.1, &b), &Replicas::new(&views)), 0);
     // A still waits on r0 (waiting = 1): its 64 uncached tokens join r0's prefill:
     // (64 + 96)/16 − 4 = 6, + 6 decode = 12 = r1's cost: a tie, broken at random.
     let busy = [ReplicaView { waiting: 1, ..Default::default() }, ReplicaView::default()];
@@ -56,7 +56,7 @@ fn dynamo_cost_is_uncached_prefill_blocks_plus_decode_blocks() {
         .map(|s| {
             let mut d = DynamoKv::new(Default::default(), &ctx_seed(2, s)).unwrap();
             d.on_dispatch(&req(0, 0.0, &a), 0);
-            d.route(&req(1, 0.1, &b), &busy)
+            d.route(&req(1, 0.1, &b), &Replicas::new(&busy))
         })
         .collect();
     assert_eq!(picks.len(), 2, "ties go either way");
@@ -74,7 +74,7 @@ fn dynamo_softmax_samples_by_normalised_cost() {
     d.on_dispatch(&req(0, 0.0, &[seg(1, 64)]), 0);
     let b = [seg(1, 64), seg(2, 32)];
     let n = 20_000;
-    let ones = (0..n).filter(|_| d.route(&req(1, 0.1, &b), &views) == 1).count();
+    let ones = (0..n).filter(|_| d.route(&req(1, 0.1, &b), &Replicas::new(&views)) == 1).count();
     let p = ones as f64 / n as f64;
     assert!((p - 0.2689).abs() < 0.015, "p(r1) = {p}");
 }
@@ -114,16 +114,16 @@ fn llm_d_weighs_queue_kv_and_prefix_scores() {
     // r1: queue 2·(4−0)/4 = 2, kv 2·(1−0.2) = 1.6, prefix 0 → 3.6.
     let s = l.scores(&req(1, 0.1, &b), &views).to_vec();
     assert!((s[0] - (1.0 + 12.0 / 7.0)).abs() < 1e-12 && (s[1] - 3.6).abs() < 1e-12, "{s:?}");
-    assert_eq!(l.route(&req(1, 0.1, &b), &views), 1);
+    assert_eq!(l.route(&req(1, 0.1, &b), &Replicas::new(&views)), 1);
     // Prefix weight 6: r0 = 0 + 1 + 6·4/7 = 4.43 > 3.6.
     let mut l = LlmD::new(llm_d::Config { prefix_weight: 6.0, ..Default::default() }, &ctx(2)).unwrap();
     l.on_dispatch(&req(0, 0.0, &a), 0);
-    assert_eq!(l.route(&req(1, 0.1, &b), &views), 0);
+    assert_eq!(l.route(&req(1, 0.1, &b), &Replicas::new(&views)), 0);
     // Weight 0 switches a scorer off: without the queue scorer r0 = 1 + 1.714 = 2.714 beats
     // r1 = 1.6.
     let mut l = LlmD::new(llm_d::Config { queue_weight: 0.0, ..Default::default() }, &ctx(2)).unwrap();
     l.on_dispatch(&req(0, 0.0, &a), 0);
-    assert_eq!(l.route(&req(1, 0.1, &b), &views), 0);
+    assert_eq!(l.route(&req(1, 0.1, &b), &Replicas::new(&views)), 0);
 }
 
 #[test]
@@ -154,10 +154,10 @@ fn chwbl_walks_past_a_replica_over_the_bound() {
     // One in flight on `first`: avg (1 + 1)/2 = 1, bound 1.25, 1 ≤ 1.25 → stays.
     assert_eq!(place(&mut c, &req(1, 0.0, &p), &views), first);
     // Two in flight: avg (2 + 1)/2 = 1.5, bound 1.875, 2 > 1.875 → the next replica clockwise.
-    assert_eq!(c.route(&req(2, 0.0, &p), &views), 1 - first);
+    assert_eq!(c.route(&req(2, 0.0, &p), &Replicas::new(&views)), 1 - first);
     // The same head, another tail: the same ring point (the key is the first 256 tokens).
     c.on_complete(&done(0, first as u32));
-    assert_eq!(c.route(&req(3, 0.0, &[seg(1, 300), seg(9, 7)]), &views), first);
+    assert_eq!(c.route(&req(3, 0.0, &[seg(1, 300), seg(9, 7)]), &Replicas::new(&views)), first);
 }
 
 #[test]
@@ -168,16 +168,16 @@ fn vllm_prefix_aware_narrows_to_the_longest_matching_replicas() {
     v.on_dispatch(&req(1, 0.0, &[seg(1, 64), seg(3, 64)]), 2);
     // Chunks of 32: S's two chunks are held by {1, 2}, X's two by {1}, the 10-token tail by
     // nobody: 4 chunks = 128 tokens matched, only replica 1 in play.
-    assert_eq!(v.route(&req(2, 1.0, &[seg(1, 64), seg(2, 64), seg(4, 10)]), &views), 1);
+    assert_eq!(v.route(&req(2, 1.0, &[seg(1, 64), seg(2, 64), seg(4, 10)]), &Replicas::new(&views)), 1);
     // Only S matches: {1, 2} in play, picked at random, never 0.
     let picks: std::collections::BTreeSet<usize> =
-        (0..40).map(|i| v.route(&req(3 + i, 1.0, &[seg(1, 64), seg(5, 64)]), &views)).collect();
+        (0..40).map(|i| v.route(&req(3 + i, 1.0, &[seg(1, 64), seg(5, 64)]), &Replicas::new(&views))).collect();
     assert_eq!(picks, [1, 2].into());
     // min_match_tokens 100 > 64 matched: the lowest-QPS replica, and 0 was never routed to.
     let mut v = VllmPrefixAware::new(vllm_prefix_aware::Config { min_match_tokens: 100, ..Default::default() }, &ctx(3)).unwrap();
     v.on_dispatch(&req(0, 0.0, &[seg(1, 64), seg(2, 64)]), 1);
     v.on_dispatch(&req(1, 0.0, &[seg(1, 64), seg(3, 64)]), 2);
-    assert_eq!(v.route(&req(2, 1.0, &[seg(1, 64), seg(5, 64)]), &views), 0);
+    assert_eq!(v.route(&req(2, 1.0, &[seg(1, 64), seg(5, 64)]), &Replicas::new(&views)), 0);
 }
 
 #[test]
@@ -188,18 +188,18 @@ fn aibrix_takes_the_best_match_only_under_mean_plus_one_sigma() {
     let mut x = AibrixPrefixCache::new(Default::default(), &ctx(3)).unwrap();
     x.on_dispatch(&req(0, 0.0, &a), 0);
     // Running [1, 0, 0]: mean 1/3, σ = √((4/9 + 1/9 + 1/9)/2) = 0.577; 1 > 0.911 → least request.
-    let r = x.route(&req(1, 0.1, &b), &views);
+    let r = x.route(&req(1, 0.1, &b), &Replicas::new(&views));
     assert!(r == 1 || r == 2, "{r}");
     x.on_dispatch(&req(2, 0.1, &[seg(7, 16)]), 1);
     x.on_dispatch(&req(3, 0.1, &[seg(8, 16)]), 2);
     // Running [1, 1, 1]: mean 1, σ 0; 1 ≤ 1 → the 50 % match on r0.
-    assert_eq!(x.route(&req(4, 0.2, &b), &views), 0);
+    assert_eq!(x.route(&req(4, 0.2, &b), &Replicas::new(&views)), 0);
     // Imbalance: r0 at 10, r1 and r2 at 1: 10 − 1 > 8 → only the least-loaded stay candidates,
     // neither matches → least request among all: r1 or r2.
     for i in 0..9 {
         x.on_dispatch(&req(10 + i, 0.3, &[seg(100 + i, 16)]), 0);
     }
-    let r = x.route(&req(30, 0.4, &b), &views);
+    let r = x.route(&req(30, 0.4, &b), &Replicas::new(&views));
     assert!(r == 1 || r == 2, "{r}");
 }
 
@@ -209,16 +209,16 @@ fn ray_prefers_best_matches_then_smallest_trees_then_power_of_two() {
     let mut y = RayPrefixAware::new(Default::default(), &ctx(3)).unwrap();
     y.on_dispatch(&req(0, 0.0, &[seg(1, 100), seg(2, 900)]), 2);
     // 1000 of 1100 tokens match on r2: 0.91 ≥ 0.1 → candidates {r2}.
-    assert_eq!(y.route(&req(1, 0.1, &[seg(1, 100), seg(2, 900), seg(3, 100)]), &views), 2);
+    assert_eq!(y.route(&req(1, 0.1, &[seg(1, 100), seg(2, 900), seg(3, 100)]), &Replicas::new(&views)), 2);
     // 100 of 2000 match: 0.05 < 0.1 → the smallest trees, r0 and r1 (0 tokens each).
-    let r = y.route(&req(2, 0.1, &[seg(1, 100), seg(4, 1900)]), &views);
+    let r = y.route(&req(2, 0.1, &[seg(1, 100), seg(4, 1900)]), &Replicas::new(&views));
     assert!(r < 2, "{r}");
     // Queue spread 11 > 10: power of two, which can pick any replica — including r2.
     for i in 0..10 {
         y.on_dispatch(&req(10 + i, 0.2, &[seg(1, 100), seg(2, 900)]), 2);
     }
     let picks: std::collections::BTreeSet<usize> =
-        (0..60).map(|i| y.route(&req(30 + i, 0.3, &[seg(1, 100), seg(2, 900)]), &views)).collect();
+        (0..60).map(|i| y.route(&req(30 + i, 0.3, &[seg(1, 100), seg(2, 900)]), &Replicas::new(&views))).collect();
     assert_eq!(picks, [0, 1].into(), "two distinct draws: r2 (11 queued) loses to whichever other is drawn");
 }
 
@@ -236,15 +236,15 @@ fn sglang_below_threshold_smallest_tree_differs_from_least_load() {
     };
     let views = [ReplicaView::default(); 3];
     let fresh = [seg(9, 500)]; // matches nothing: below the threshold
-    assert_eq!(setup(sglang_cache_aware::BelowThreshold::LeastLoad).route(&req(3, 1.0, &fresh), &views), 2);
-    assert_eq!(setup(sglang_cache_aware::BelowThreshold::SmallestTree).route(&req(3, 1.0, &fresh), &views), 1);
+    assert_eq!(setup(sglang_cache_aware::BelowThreshold::LeastLoad).route(&req(3, 1.0, &fresh), &Replicas::new(&views)), 2);
+    assert_eq!(setup(sglang_cache_aware::BelowThreshold::SmallestTree).route(&req(3, 1.0, &fresh), &Replicas::new(&views)), 1);
 }
 
 /// Builds a router from YAML through the registry (the path the CLI and plugins take).
 fn make(name: &str, yaml: &str) -> Result<(), String> {
     let e = routelab_policies::registry().into_iter().find(|e| e.name == name).expect("registered");
     match e.make {
-        Maker::Router(f) => f(yaml, &ctx(4)).map(|_| ()),
+        Maker::Router(f) => f(yaml, &ctx(4)).map(|_| ()).map_err(String::from),
         _ => panic!("{name} is a router"),
     }
 }

@@ -41,9 +41,9 @@ fn max_affinity_follows_even_a_tiny_shared_prefix() {
     let mut r = MaxAffinity::new(Default::default(), &ctx(3, RNone)).unwrap();
     let segs = [SYS, DOC];
     // Replica 2 holds only the 13-token system prompt and is busy; max affinity still goes there.
-    assert_eq!(r.route(&req(0, 0.0, &segs), &[view(0, 0.0), view(0, 0.0), view(13, 1e6)]), 2);
+    assert_eq!(r.route(&req(0, 0.0, &segs), &Replicas::new(&[view(0, 0.0), view(0, 0.0), view(13, 1e6)])), 2);
     // Equal matches: least work.
-    assert_eq!(r.route(&req(1, 0.0, &segs), &[view(13, 5.0), view(13, 1.0), view(13, 3.0)]), 1);
+    assert_eq!(r.route(&req(1, 0.0, &segs), &Replicas::new(&[view(13, 5.0), view(13, 1.0), view(13, 3.0)])), 1);
 }
 
 #[test]
@@ -51,9 +51,9 @@ fn threshold_affinity_needs_a_match_worth_having() {
     let mut r = ThresholdAffinity::new(Default::default(), &ctx(3, RNone)).unwrap();
     let segs = [SYS, DOC, Q];
     // Only the system prompt matches: route by load.
-    assert_eq!(r.route(&req(0, 0.0, &segs), &[view(13, 9.0), view(0, 1.0), view(13, 5.0)]), 1);
+    assert_eq!(r.route(&req(0, 0.0, &segs), &Replicas::new(&[view(13, 9.0), view(0, 1.0), view(13, 5.0)])), 1);
     // The document matches on replica 2: affinity, despite the load.
-    assert_eq!(r.route(&req(1, 0.0, &segs), &[view(13, 9.0), view(0, 1.0), view(21_013, 50.0)]), 2);
+    assert_eq!(r.route(&req(1, 0.0, &segs), &Replicas::new(&[view(13, 9.0), view(0, 1.0), view(21_013, 50.0)])), 2);
     assert!(ThresholdAffinity::new(routelab_policies::threshold_affinity::Config { threshold: 1.5 }, &ctx(2, RNone)).is_err());
 }
 
@@ -62,17 +62,17 @@ fn sglang_follows_its_own_tree_until_the_load_guard_trips() {
     let mut r = SglangCacheAware::new(Default::default(), &ctx(4, RNone)).unwrap();
     let views = [ReplicaView::default(); 4];
     let doc_a = [SYS, DOC, Q];
-    let first = r.route(&req(0, 0.0, &doc_a), &views);
+    let first = r.route(&req(0, 0.0, &doc_a), &Replicas::new(&views));
     r.on_dispatch(&req(0, 0.0, &doc_a), first);
     // Same document, new question: the tree says `first` has 21,013 of 23,000 tokens.
     let doc_a2 = [SYS, DOC, Segment { id: 4, tokens: 1_987 }];
     for i in 1..=8 {
-        let c = r.route(&req(i, 0.1 * i as f64, &doc_a2), &views);
+        let c = r.route(&req(i, 0.1 * i as f64, &doc_a2), &Replicas::new(&views));
         assert_eq!(c, first, "request {i} should follow its cached document");
         r.on_dispatch(&req(i, 0.1 * i as f64, &doc_a2), c);
     }
     // 9 in flight on one replica, 0 elsewhere: 9 − 0 > 8 and 9 > 1.5 × 0 → least loaded.
-    let c = r.route(&req(9, 1.0, &doc_a2), &views);
+    let c = r.route(&req(9, 1.0, &doc_a2), &Replicas::new(&views));
     assert_ne!(c, first);
     let stats = r.report();
     assert_eq!(stats.iter().find(|s| s.0 == "balance_decisions").unwrap().1, 1.0);
@@ -88,7 +88,7 @@ fn sglang_trims_trees_at_its_eviction_interval() {
     r.on_dispatch(&req(0, 0.0, &a), 0);
     r.on_dispatch(&req(1, 1.0, &b), 0);
     assert_eq!(r.believed_match(&a, 0), 21_013, "no eviction before the interval ends");
-    r.route(&req(2, 10.0, &b), &views);
+    r.route(&req(2, 10.0, &b), &Replicas::new(&views));
     assert_eq!(r.believed_match(&a, 0), 13, "the least recently used document is trimmed");
     assert_eq!(r.believed_match(&b, 0), 21_013);
 }
@@ -103,12 +103,12 @@ fn preble_exploits_a_long_cached_document_and_explores_otherwise() {
     }
     r.on_dispatch(&req(2, 0.0, &[SYS, DOC]), 2);
     let segs = [SYS, DOC, Q];
-    assert_eq!(r.route(&req(10, 1.0, &segs), &views), 2, "cached 21,013 > missed 1,987: exploit replica 2");
+    assert_eq!(r.route(&req(10, 1.0, &segs), &Replicas::new(&views)), 2, "cached 21,013 > missed 1,987: exploit replica 2");
     // A new document: only 13 tokens cached anywhere → explore, to the cheapest replica — not 2,
     // which carries the most windowed load.
     let other = [SYS, Segment { id: 7, tokens: 20_000 }, Q];
     r.on_dispatch(&req(10, 1.0, &segs), 2);
-    let c = r.route(&req(11, 2.0, &other), &views);
+    let c = r.route(&req(11, 2.0, &other), &Replicas::new(&views));
     assert_ne!(c, 2);
     let stats = r.report();
     let get = |k: &str| stats.iter().find(|s| s.0 == k).unwrap().1;
@@ -123,9 +123,9 @@ fn preble_forgets_what_replicas_evict() {
     let views = [ReplicaView::default(); 2];
     r.on_dispatch(&req(0, 0.0, &[SYS, DOC]), 1);
     let segs = [SYS, DOC, Q];
-    assert_eq!(r.route(&req(1, 1.0, &segs), &views), 1);
+    assert_eq!(r.route(&req(1, 1.0, &segs), &Replicas::new(&views)), 1);
     r.on_evict(&Eviction { replica: 1, evicted_at: 1.5, path: RSlice::from_slice(&[SYS, DOC]), remaining_tokens: 0 });
-    r.route(&req(2, 2.0, &segs), &views);
+    r.route(&req(2, 2.0, &segs), &Replicas::new(&views));
     let stats = r.report();
     assert_eq!(stats.iter().find(|s| s.0 == "explore_decisions").unwrap().1, 1.0, "after the eviction nothing is cached: explore");
 }

@@ -18,8 +18,9 @@
 //!    a one-line description, and a constructor from the parsed config and a context (for routers,
 //!    [`RouterContext`]: replica count, seed, KV capacity, the GPU [`CostModel`]).
 //! 3. Implement the kind's trait. A router's [`RouterPolicy::route`] gets the [`Request`] and a
-//!    [`ReplicaView`] per replica and returns an index; the hooks `on_dispatch`, `on_complete` and
-//!    `on_evict` default to nothing.
+//!    [`ReplicaView`] per replica (through [`Replicas`], which also carries the engine
+//!    [`signals`] the router asked for) and returns an index; the hooks `on_dispatch`,
+//!    `on_complete` and `on_evict` default to nothing.
 //! 4. List your types in a registry function returning `Vec<Entry>` ([`router`], [`scheduler`],
 //!    [`selector`] make entries) and export it with [`export_policies!`].
 //! 5. `cargo build --release`, then `routelab compare WORKLOAD --policies
@@ -29,15 +30,49 @@
 //!
 //! - **Determinism.** Never read wall-clock time or a thread-local/OS random generator. Time comes
 //!   in the request (`arrived_at`, simulated); randomness from [`policy_rng`] seeded with the
-//!   context's `seed`. The same seed then replays bit for bit, linked in or loaded.
-//! - **Panics** are caught at the boundary ([`Guarded`]) and fail that policy's run with a message
-//!   naming the policy and the method; other policies in the comparison still report. Returning
-//!   an index outside `0..replicas.len()` is an error too.
-//! - **Versions.** The host refuses a library built against another 0.x minor of this crate (the
-//!   layout of the types in [`types`] is checked when the library loads). Rebuild the plugin
-//!   against the host's version.
-//! - **Only the types in [`types`] and [`traits`] cross the boundary.** Config crosses as YAML text
-//!   and is parsed inside the plugin, so a library may hold any number of policies.
+//!   context's `seed` (the [`rand`] crate's traits are re-exported here, so `use
+//!   routelab_policy_api::*;` is enough to call `rng.random_range(..)`). The same seed then
+//!   replays bit for bit, linked in or loaded.
+//! - **Errors are typed.** Every call returns a [`PolicyError`] on failure, whose [`ErrorKind`]
+//!   says how the host reports it: `BAD_CONFIG` (a constructor's `Err`, a config that does not
+//!   parse: bad input, exit code 2), `FAILED` (a run-time failure, exit code 1) or `PANICKED`.
+//! - **Panics** are caught at the boundary ([`Guarded`]) — in every method, in the constructor, in
+//!   the config's `Default`/`Serialize`, in the registry function and in the policy's destructor —
+//!   and fail that policy's run with a message naming the policy and the method; other policies in
+//!   the comparison still report. Returning an index outside `0..replicas.len()` is an error too
+//!   (checked before any cast, so 2^32 does not wrap to replica 0). What is *not* contained:
+//!   `abort`, `process::exit`, stack overflow, out-of-memory, a segfault in `unsafe` code, an
+//!   endless loop — a library runs in the host's process.
+//! - **Only the types in [`types`], [`error`] and [`traits`] cross the boundary.** Config crosses
+//!   as YAML text and is parsed inside the plugin, so a library may hold any number of policies.
+//!
+//! ## Versions: what needs a rebuild
+//!
+//! The host refuses a library built against another 0.x minor of this crate ("rebuild the plugin
+//! against …"); within a minor, every change is made so that a library built against an earlier
+//! patch keeps loading and behaving as before. A test builds a plugin against a pinned copy of
+//! 0.2.0 (`testing/policy-api-pinned/`) and loads it in the current host.
+//!
+//! Compatible (a patch release; old plugins keep loading):
+//! - a new engine signal name ([`signals`]): only routers that ask for it see it; an old host
+//!   refuses the name at creation with a clear error;
+//! - a new [`Capabilities`] bit: old plugins never set it, a host ignores bits it does not know;
+//! - a new [`ErrorKind`] value: hosts treat unknown kinds as `FAILED`;
+//! - a method appended to a trait after its `#[sabi(last_prefix_field)]` method, with a default
+//!   body (as [`Router::route_pair`] was in 0.2.1): objects from older libraries run the default;
+//! - a field appended to the root module [`root::PolicyLib`]: its accessor returns `None` for
+//!   older libraries (`missing_field(option)`) and the host falls back;
+//! - a new type, a new function or method on the plain-Rust side (`policy`, `toolkit`, `cost`).
+//!
+//! Breaking (a new minor; every plugin must be rebuilt):
+//! - adding, removing, reordering or retyping a field of any `#[repr(C)]` type in [`types`]
+//!   (`Request`, `ReplicaView`, contexts, …) or [`error`]; new per-replica data goes in as a
+//!   signal name instead;
+//! - changing a method's signature, or adding a method before a trait's `last_prefix_field`;
+//! - adding a variant to an `enum` that crosses ([`World`], [`PolicyKind`]);
+//! - changing what a field or method means.
+//!
+//! `CHANGELOG.md` lists every change with its kind.
 //!
 //! ## A router in one page
 //!
@@ -61,7 +96,7 @@
 //! }
 //!
 //! impl RouterPolicy for Fewest {
-//!     fn route(&mut self, _: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+//!     fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
 //!         (0..replicas.len()).min_by_key(|&i| replicas[i].outstanding_requests).unwrap()
 //!     }
 //! }
@@ -70,13 +105,16 @@
 //! // In a cdylib crate: routelab_policy_api::export_policies!(registry);
 //! ```
 #![allow(non_local_definitions)]
+#![warn(missing_docs)]
 
 /// The version of this crate; a plugin must be built against the same 0.x minor as its host.
 pub const API_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub mod cost;
+pub mod error;
 pub mod policy;
 pub mod root;
+pub mod signals;
 pub mod toolkit;
 pub mod traits;
 pub mod types;
@@ -84,7 +122,14 @@ pub mod types;
 pub use abi_stable;
 pub use abi_stable::std_types::{RSlice, RString, RVec};
 pub use cost::StepShape;
+pub use error::{ErrorKind, PolicyError};
 pub use policy::*;
+/// The `rand` crate this API is built with, for what the re-exported traits do not cover
+/// (distributions, `seq` helpers): `routelab_policy_api::rand::distr::Uniform`.
+pub use rand;
+/// The traits a policy needs to draw from [`PolicyRng`]: `rng.random::<f64>()`,
+/// `rng.random_range(0..n)`, `rng.random_bool(p)`, `slice.shuffle(&mut rng)`, `slice.choose(&mut rng)`.
+pub use rand::{Rng, RngExt, SeedableRng, seq::IndexedRandom, seq::SliceRandom};
 pub use root::{PolicyInfo, PolicyLib, PolicyLibRef, library};
 pub use toolkit::*;
 pub use traits::*;

@@ -5,6 +5,7 @@
 //! [`scheduler`] or [`selector`]; export the registry with [`crate::export_policies!`].
 //! Every call from the host passes through a guard that catches panics.
 
+use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use abi_stable::{
@@ -13,6 +14,7 @@ use abi_stable::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 
+use crate::error::PolicyError;
 use crate::traits::*;
 use crate::types::*;
 
@@ -27,23 +29,34 @@ pub trait Policy: Sized + Send + 'static {
     type Config: Serialize + DeserializeOwned + Default;
     /// [`RouterContext`], [`SchedulerContext`] or [`SelectorContext`].
     type Context;
-    /// Build the policy; an `Err` is shown to the user as a configuration error.
+    /// Build the policy; an `Err` is shown to the user as a configuration error (bad input).
     fn new(config: Self::Config, context: &Self::Context) -> Result<Self, String>;
 }
 
 /// A router in plain Rust. Panics are caught by the host-facing wrapper.
 pub trait RouterPolicy: Policy<Context = RouterContext> {
-    /// What the router asks of the host (exact prefix matches, eviction events).
+    /// What the router asks of the host (exact prefix matches, eviction events, exact work).
     fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
+        Capabilities::NONE
     }
-    /// The replica index for `request`, given a view of every replica.
-    fn route(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> usize;
+    /// Engine signals to receive on every `route`, by name ([`crate::signals`]); their values
+    /// arrive in `replicas` in this order (`replicas.signal(i, k)`).
+    fn signals(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// The replica index for `request`, given a view of every replica. An index outside
+    /// `0..replicas.len()` fails the run.
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize;
+    /// A prefill and a decode replica (indices into each candidate set). The default routes
+    /// twice: `route` over `prefill`, then over `decode`.
+    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> (usize, usize) {
+        (self.route(request, prefill), self.route(request, decode))
+    }
     /// The host dispatched `request` to `replica`.
     fn on_dispatch(&mut self, _request: &Request<'_>, _replica: usize) {}
     /// A request this router placed has finished.
     fn on_complete(&mut self, _completion: &Completion) {}
-    /// A replica evicted cache content (only when `wants_evictions`).
+    /// A replica evicted cache content (only with [`Capabilities::WANTS_EVICTIONS`]).
     fn on_evict(&mut self, _eviction: &Eviction<'_>) {}
     /// Named figures for the end-of-run report, shown as `router.<name>` (a scheduler's as
     /// `scheduler.<name>` summed over replicas, a selector's as `selector.<name>`). Names are
@@ -55,8 +68,10 @@ pub trait RouterPolicy: Policy<Context = RouterContext> {
 
 /// A local scheduler in plain Rust.
 pub trait SchedulerPolicy: Policy<Context = SchedulerContext> {
-    /// Push indices into `waiting` onto `order` (already cleared) in admission order.
+    /// Push indices into `waiting` onto `order` (already cleared) in admission order. Indices
+    /// left out stay waiting for the next step; see [`Scheduler::order`] for the whole contract.
     fn order(&mut self, now: f64, waiting: &[WaitingRequest], order: &mut Vec<u32>);
+    /// Named figures for the end-of-run report.
     fn report(&self) -> Vec<(String, f64)> {
         Vec::new()
     }
@@ -66,6 +81,7 @@ pub trait SchedulerPolicy: Policy<Context = SchedulerContext> {
 pub trait SelectorPolicy: Policy<Context = SelectorContext> {
     /// A model index per module. Use `evaluator` to score allocations on the training set.
     fn select(&mut self, problem: &Problem, evaluator: &mut dyn EvaluateFn) -> Result<Vec<u32>, String>;
+    /// Named figures for the end-of-run report.
     fn report(&self) -> Vec<(String, f64)> {
         Vec::new()
     }
@@ -96,17 +112,21 @@ impl EvaluateFn for EvaluatorMut<'_> {
 /// The kind of a policy.
 pub use crate::root::PolicyKind;
 
+/// A panic payload as text.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
+}
+
 /// Runs `f`, turning a panic into an error that names the policy and the method.
-fn guard<T>(policy: &str, method: &str, f: impl FnOnce() -> T) -> RResult<T, RString> {
+fn guard<T>(policy: &str, method: &str, f: impl FnOnce() -> T) -> RResult<T, PolicyError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => ROk(v),
         Err(payload) => {
-            let msg = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".into());
-            RErr(format!("policy '{policy}' panicked in {method}: {msg}").into())
+            RErr(PolicyError::panicked(format!("policy '{policy}' panicked in {method}: {}", panic_message(&*payload))))
         }
     }
 }
@@ -115,56 +135,119 @@ fn stats(v: Vec<(String, f64)>) -> RVec<Stat> {
     v.into_iter().map(|(name, value)| Stat { name: name.into(), value }).collect()
 }
 
-/// Adapts a plain-Rust policy to the ABI traits, catching panics in every call.
-pub struct Guarded<P>(pub P);
+/// `index` as a `u32` replica index, checked against `len` before any cast: a `usize` answer of
+/// 2^32 or more must not wrap around to a valid replica.
+fn replica_index(policy: &str, method: &str, index: usize, len: usize) -> RResult<u32, PolicyError> {
+    match u32::try_from(index) {
+        Ok(i) if index < len => ROk(i),
+        _ => RErr(PolicyError::failed(format!(
+            "policy '{policy}' returned replica {index} from {method}, but there are only {len} (valid: 0..{})",
+            len.saturating_sub(1)
+        ))),
+    }
+}
+
+/// Adapts a plain-Rust policy to the ABI traits, catching panics in every call, its destructor's
+/// included (a panic unwinding out of the vtable's drop would abort the host).
+pub struct Guarded<P> {
+    policy: ManuallyDrop<P>,
+}
+
+impl<P> Guarded<P> {
+    /// Wraps `policy`.
+    pub fn new(policy: P) -> Self {
+        Self { policy: ManuallyDrop::new(policy) }
+    }
+    /// The wrapped policy.
+    pub fn get(&self) -> &P {
+        &self.policy
+    }
+}
+
+impl<P> Drop for Guarded<P> {
+    fn drop(&mut self) {
+        // SAFETY: `policy` is dropped exactly once, here, and never used again: `self` is being
+        // dropped and `ManuallyDrop` keeps the compiler from dropping the field a second time.
+        // If the policy's destructor panics, the rest of its fields leak; the host lives on
+        // (the panic message was already printed by the panic hook).
+        let _ = catch_unwind(AssertUnwindSafe(|| unsafe { ManuallyDrop::drop(&mut self.policy) }));
+    }
+}
 
 impl<P: RouterPolicy> Router for Guarded<P> {
-    fn capabilities(&self) -> Capabilities {
-        // A panic here would cross the boundary; capabilities are read once and must not panic,
-        // so fall back to none if the policy's code does.
-        catch_unwind(AssertUnwindSafe(|| self.0.capabilities())).unwrap_or_default()
+    fn capabilities(&self) -> RResult<Capabilities, PolicyError> {
+        guard(P::NAME, "capabilities", || self.policy.capabilities())
     }
-    fn route(&mut self, request: &Request<'_>, replicas: RSlice<'_, ReplicaView>) -> RResult<u32, RString> {
-        guard(P::NAME, "route", || self.0.route(request, replicas.as_slice()) as u32)
+    fn signals(&self) -> RResult<RVec<RString>, PolicyError> {
+        guard(P::NAME, "signals", || self.policy.signals().into_iter().map(RString::from).collect())
     }
-    fn on_dispatch(&mut self, request: &Request<'_>, replica: u32) -> RResult<(), RString> {
-        guard(P::NAME, "on_dispatch", || self.0.on_dispatch(request, replica as usize))
+    fn route(&mut self, request: &Request<'_>, replicas: Replicas<'_>) -> RResult<u32, PolicyError> {
+        let len = replicas.len();
+        match guard(P::NAME, "route", || self.policy.route(request, &replicas)) {
+            ROk(i) => replica_index(P::NAME, "route", i, len),
+            RErr(e) => RErr(e),
+        }
     }
-    fn on_complete(&mut self, completion: &Completion) -> RResult<(), RString> {
-        guard(P::NAME, "on_complete", || self.0.on_complete(completion))
+    fn route_pair(
+        &mut self,
+        request: &Request<'_>,
+        prefill: Replicas<'_>,
+        decode: Replicas<'_>,
+    ) -> RResult<ReplicaPair, PolicyError> {
+        let (p, d) = match guard(P::NAME, "route_pair", || self.policy.route_pair(request, &prefill, &decode)) {
+            ROk(pair) => pair,
+            RErr(e) => return RErr(e),
+        };
+        let prefill = match replica_index(P::NAME, "route_pair (prefill)", p, prefill.len()) {
+            ROk(i) => i,
+            RErr(e) => return RErr(e),
+        };
+        replica_index(P::NAME, "route_pair (decode)", d, decode.len()).map(|decode| ReplicaPair { prefill, decode })
     }
-    fn on_evict(&mut self, eviction: &Eviction<'_>) -> RResult<(), RString> {
-        guard(P::NAME, "on_evict", || self.0.on_evict(eviction))
+    fn on_dispatch(&mut self, request: &Request<'_>, replica: u32) -> RResult<(), PolicyError> {
+        // u32 → usize widens on every target the host supports (32- and 64-bit).
+        guard(P::NAME, "on_dispatch", || self.policy.on_dispatch(request, replica as usize))
     }
-    fn report(&self) -> RResult<RVec<Stat>, RString> {
-        guard(P::NAME, "report", || stats(self.0.report()))
+    fn on_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError> {
+        guard(P::NAME, "on_complete", || self.policy.on_complete(completion))
+    }
+    fn on_evict(&mut self, eviction: &Eviction<'_>) -> RResult<(), PolicyError> {
+        guard(P::NAME, "on_evict", || self.policy.on_evict(eviction))
+    }
+    fn report(&self) -> RResult<RVec<Stat>, PolicyError> {
+        guard(P::NAME, "report", || stats(self.policy.report()))
     }
 }
 
 impl<P: SchedulerPolicy> Scheduler for Guarded<P> {
-    fn order(&mut self, now: f64, waiting: RSlice<'_, WaitingRequest>, order: &mut RVec<u32>) -> RResult<(), RString> {
+    fn order(
+        &mut self,
+        now: f64,
+        waiting: RSlice<'_, WaitingRequest>,
+        order: &mut RVec<u32>,
+    ) -> RResult<(), PolicyError> {
         guard(P::NAME, "order", || {
             let mut v = std::mem::take(order).into_vec();
             v.clear();
-            self.0.order(now, waiting.as_slice(), &mut v);
+            self.policy.order(now, waiting.as_slice(), &mut v);
             *order = v.into();
         })
     }
-    fn report(&self) -> RResult<RVec<Stat>, RString> {
-        guard(P::NAME, "report", || stats(self.0.report()))
+    fn report(&self) -> RResult<RVec<Stat>, PolicyError> {
+        guard(P::NAME, "report", || stats(self.policy.report()))
     }
 }
 
 impl<P: SelectorPolicy> Selector for Guarded<P> {
-    fn select(&mut self, problem: &Problem, mut evaluator: EvaluatorMut<'_>) -> RResult<RVec<u32>, RString> {
-        match guard(P::NAME, "select", || self.0.select(problem, &mut evaluator)) {
+    fn select(&mut self, problem: &Problem, mut evaluator: EvaluatorMut<'_>) -> RResult<RVec<u32>, PolicyError> {
+        match guard(P::NAME, "select", || self.policy.select(problem, &mut evaluator)) {
             ROk(Ok(v)) => ROk(v.into()),
-            ROk(Err(e)) => RErr(format!("policy '{}' failed in select: {e}", P::NAME).into()),
+            ROk(Err(e)) => RErr(PolicyError::failed(format!("policy '{}' failed in select: {e}", P::NAME))),
             RErr(e) => RErr(e),
         }
     }
-    fn report(&self) -> RResult<RVec<Stat>, RString> {
-        guard(P::NAME, "report", || stats(self.0.report()))
+    fn report(&self) -> RResult<RVec<Stat>, PolicyError> {
+        guard(P::NAME, "report", || stats(self.policy.report()))
     }
 }
 
@@ -176,36 +259,63 @@ pub fn parse_config<P: Policy>(config: &str) -> Result<P::Config, String> {
     serde_norway::from_str(config).map_err(|e| format!("config of '{}': {e}", P::NAME))
 }
 
-fn build<P: Policy>(config: &str, context: &P::Context) -> Result<P, String> {
-    let cfg = parse_config::<P>(config)?;
-    P::new(cfg, context).map_err(|e| format!("config of '{}': {e}", P::NAME))
+/// Parses the config and calls the constructor; both failures are bad input, a panic in either
+/// (the config's `Default` or `Deserialize`, or `new`) is caught and typed as one.
+fn build<P: Policy>(config: &str, context: &P::Context) -> Result<P, PolicyError> {
+    let made = catch_unwind(AssertUnwindSafe(|| {
+        let cfg = parse_config::<P>(config).map_err(PolicyError::bad_config)?;
+        P::new(cfg, context).map_err(|e| PolicyError::bad_config(format!("config of '{}': {e}", P::NAME)))
+    }));
+    made.unwrap_or_else(|payload| {
+        Err(PolicyError::panicked(format!("policy '{}' panicked in its constructor: {}", P::NAME, panic_message(&*payload))))
+    })
 }
 
 /// A constructor of one kind of policy object.
 #[derive(Clone, Copy)]
 pub enum Maker {
-    Router(fn(&str, &RouterContext) -> Result<RouterBox, String>),
-    Scheduler(fn(&str, &SchedulerContext) -> Result<SchedulerBox, String>),
-    Selector(fn(&str, &SelectorContext) -> Result<SelectorBox, String>),
+    /// Builds a router from config text and context.
+    Router(fn(&str, &RouterContext) -> Result<RouterBox, PolicyError>),
+    /// Builds a scheduler from config text and context.
+    Scheduler(fn(&str, &SchedulerContext) -> Result<SchedulerBox, PolicyError>),
+    /// Builds a selector from config text and context.
+    Selector(fn(&str, &SelectorContext) -> Result<SelectorBox, PolicyError>),
 }
 
 /// One policy in a library's registry.
 #[derive(Clone, Copy)]
 pub struct Entry {
+    /// [`Policy::NAME`].
     pub name: &'static str,
+    /// [`Policy::DESCRIPTION`].
     pub description: &'static str,
-    /// The full default configuration as YAML.
+    /// The full default configuration as YAML (may panic if the config's `Default` or
+    /// `Serialize` does: call it under `catch_unwind`).
     pub default_config: fn() -> String,
+    /// The constructor.
     pub make: Maker,
 }
 
 impl Entry {
+    /// The kind of policy the entry makes.
     pub fn kind(&self) -> PolicyKind {
         match self.make {
             Maker::Router(_) => PolicyKind::Router,
             Maker::Scheduler(_) => PolicyKind::Scheduler,
             Maker::Selector(_) => PolicyKind::Selector,
         }
+    }
+
+    /// The default configuration as YAML, with a panic in the config's `Default` or `Serialize`
+    /// turned into an error naming the policy.
+    pub fn default_config_checked(&self) -> Result<String, PolicyError> {
+        catch_unwind(self.default_config).map_err(|payload| {
+            PolicyError::panicked(format!(
+                "policy '{}' panicked building its default config: {}",
+                self.name,
+                panic_message(&*payload)
+            ))
+        })
     }
 }
 
@@ -220,7 +330,7 @@ pub fn router<P: RouterPolicy>() -> Entry {
         description: P::DESCRIPTION,
         default_config: default_config::<P>,
         make: Maker::Router(|config, ctx| {
-            build::<P>(config, ctx).map(|p| Router_TO::from_value(Guarded(p), TD_Opaque))
+            build::<P>(config, ctx).map(|p| Router_TO::from_value(Guarded::new(p), TD_Opaque))
         }),
     }
 }
@@ -232,7 +342,7 @@ pub fn scheduler<P: SchedulerPolicy>() -> Entry {
         description: P::DESCRIPTION,
         default_config: default_config::<P>,
         make: Maker::Scheduler(|config, ctx| {
-            build::<P>(config, ctx).map(|p| Scheduler_TO::from_value(Guarded(p), TD_Opaque))
+            build::<P>(config, ctx).map(|p| Scheduler_TO::from_value(Guarded::new(p), TD_Opaque))
         }),
     }
 }
@@ -244,7 +354,7 @@ pub fn selector<P: SelectorPolicy>() -> Entry {
         description: P::DESCRIPTION,
         default_config: default_config::<P>,
         make: Maker::Selector(|config, ctx| {
-            build::<P>(config, ctx).map(|p| Selector_TO::from_value(Guarded(p), TD_Opaque))
+            build::<P>(config, ctx).map(|p| Selector_TO::from_value(Guarded::new(p), TD_Opaque))
         }),
     }
 }

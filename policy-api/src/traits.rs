@@ -2,48 +2,84 @@
 //!
 //! Plugin authors do not implement these directly: implement the plain-Rust traits of
 //! [`crate::policy`] and let [`crate::export_policies!`] wrap them; the wrapper catches panics so
-//! that a bug in a policy becomes an error naming it, never a crash of the host.
-//! Every method returns `RResult`, `Err` carrying a message that already names policy and method.
+//! that a bug in a policy becomes an error naming it (see the crate docs for what is and is not
+//! contained). Every method returns `RResult`, `Err` carrying a [`PolicyError`] whose message
+//! already names policy and method.
+//!
+//! Each trait's vtable is a prefix type: the methods up to the one marked
+//! `#[sabi(last_prefix_field)]` are the 0.2 prefix and never move; a later minor appends methods
+//! after it, each with a default body. Called on an object from a library built before the method
+//! existed, the default body runs (abi_stable's fallback), so such a library keeps loading and
+//! working. [`Router::route_pair`] is the first such addition (0.2.1).
 
 use abi_stable::{
     sabi_trait,
     sabi_types::RMut,
-    std_types::{RBox, RResult, RSlice, RString, RVec},
+    std_types::{RBox, RErr, ROk, RResult, RSlice, RString, RVec},
 };
 
+use crate::error::PolicyError;
 use crate::types::*;
 
 /// A router: picks a replica for each arriving request (both the dispatch and the cluster world).
 #[sabi_trait]
 pub trait Router: Send {
-    /// What this router asks of the host; read once, at creation.
-    fn capabilities(&self) -> Capabilities;
+    /// What this router asks of the host; read once, at creation. Unknown bits are ignored.
+    fn capabilities(&self) -> RResult<Capabilities, PolicyError>;
+    /// The engine signals ([`crate::signals`]) this router reads, by name; read once, at
+    /// creation. Their values arrive in [`Replicas`], in this order.
+    fn signals(&self) -> RResult<RVec<RString>, PolicyError>;
     /// The replica index (`0..replicas.len()`) for `request`.
-    fn route(&mut self, request: &Request<'_>, replicas: RSlice<'_, ReplicaView>) -> RResult<u32, RString>;
+    fn route(&mut self, request: &Request<'_>, replicas: Replicas<'_>) -> RResult<u32, PolicyError>;
     /// The host dispatched `request` to `replica` (the index `route` returned).
-    fn on_dispatch(&mut self, request: &Request<'_>, replica: u32) -> RResult<(), RString>;
+    fn on_dispatch(&mut self, request: &Request<'_>, replica: u32) -> RResult<(), PolicyError>;
     /// A request this router placed finished.
-    fn on_complete(&mut self, completion: &Completion) -> RResult<(), RString>;
-    /// A replica evicted cache content (only with `wants_evictions`).
-    fn on_evict(&mut self, eviction: &Eviction<'_>) -> RResult<(), RString>;
+    fn on_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError>;
+    /// A replica evicted cache content (only with [`Capabilities::WANTS_EVICTIONS`]).
+    fn on_evict(&mut self, eviction: &Eviction<'_>) -> RResult<(), PolicyError>;
     /// Figures to report at the end of a run.
     #[sabi(last_prefix_field)]
-    fn report(&self) -> RResult<RVec<Stat>, RString>;
+    fn report(&self) -> RResult<RVec<Stat>, PolicyError>;
+
+    /// Added in 0.2.1. A prefill and a decode replica for `request` (prefill/decode
+    /// disaggregation). The default, also what a library built against 0.2.0 answers, routes
+    /// twice, as SGLang's `select_worker_pair` does: `route` over the prefill candidates, then
+    /// `route` over the decode candidates.
+    fn route_pair(
+        &mut self,
+        request: &Request<'_>,
+        prefill: Replicas<'_>,
+        decode: Replicas<'_>,
+    ) -> RResult<ReplicaPair, PolicyError> {
+        let prefill = match self.route(request, prefill) {
+            ROk(i) => i,
+            RErr(e) => return RErr(e),
+        };
+        match self.route(request, decode) {
+            ROk(decode) => ROk(ReplicaPair { prefill, decode }),
+            RErr(e) => RErr(e),
+        }
+    }
 }
 
 /// A replica's local scheduler: orders the waiting queue before each step.
 #[sabi_trait]
 pub trait Scheduler: Send {
-    /// Clear `order`, then fill it with indices into `waiting` in the order the host should try to
-    /// admit them. Indices left out are not admitted this step.
+    /// `waiting` holds the first `scheduler_window` requests of the replica's queue, in arrival
+    /// order. Clear `order`, then fill it with indices into `waiting` in the order the host should try to
+    /// admit them. The host admits from the front while KV capacity and the step's token budget
+    /// allow, and stops at the first request that does not fit. Indices left out are not admitted
+    /// this step; they stay waiting, in their arrival order, and are offered again next step. An
+    /// index out of range or listed twice fails the run.
     fn order(
         &mut self,
         now: f64,
         waiting: RSlice<'_, WaitingRequest>,
         order: &mut RVec<u32>,
-    ) -> RResult<(), RString>;
+    ) -> RResult<(), PolicyError>;
+    /// Figures to report at the end of a run.
     #[sabi(last_prefix_field)]
-    fn report(&self) -> RResult<RVec<Stat>, RString>;
+    fn report(&self) -> RResult<RVec<Stat>, PolicyError>;
 }
 
 /// The host's side of a selection: runs allocations on the training set and counts them.
@@ -63,9 +99,10 @@ pub trait Evaluator {
 #[sabi_trait]
 pub trait Selector: Send {
     /// An allocation (a model index per module) for `problem`, found with `evaluator`.
-    fn select(&mut self, problem: &Problem, evaluator: EvaluatorMut<'_>) -> RResult<RVec<u32>, RString>;
+    fn select(&mut self, problem: &Problem, evaluator: EvaluatorMut<'_>) -> RResult<RVec<u32>, PolicyError>;
+    /// Figures to report at the end of a run.
     #[sabi(last_prefix_field)]
-    fn report(&self) -> RResult<RVec<Stat>, RString>;
+    fn report(&self) -> RResult<RVec<Stat>, PolicyError>;
 }
 
 /// An owned router object, from the built-ins or from a loaded library.

@@ -62,19 +62,102 @@ pub struct ReplicaView {
     pub matched_tokens: u32,
 }
 
+/// What a router sees of the replicas when it decides: a [`ReplicaView`] per replica and the
+/// engine signals it negotiated at creation ([`crate::signals`]), as one dense row-major table of
+/// `len() × signal_columns` values (row `i` is replica `i`, column `k` the `k`-th name the router
+/// asked for, in that order).
+///
+/// It dereferences to `[ReplicaView]`, so `replicas.len()`, `replicas[i]` and
+/// `replicas.iter()` work as on a slice. Per-replica figures a later minor adds arrive as new
+/// signal names, never as new fields, so this layout does not change.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug)]
+pub struct Replicas<'a> {
+    /// One view per replica.
+    pub views: RSlice<'a, ReplicaView>,
+    /// `views.len() × signal_columns` values, replica-major.
+    pub signals: RSlice<'a, f64>,
+    /// Signals per replica: the number of names the router asked for (0 if none).
+    pub signal_columns: u32,
+}
+
+impl<'a> Replicas<'a> {
+    /// Views without signals.
+    pub fn new(views: &'a [ReplicaView]) -> Self {
+        Self { views: RSlice::from_slice(views), signals: RSlice::EMPTY, signal_columns: 0 }
+    }
+
+    /// Views with a signal table of `columns` values per replica. Panics if the table's length
+    /// is not `views.len() × columns` (a host bug, caught where the table is built).
+    pub fn with_signals(views: &'a [ReplicaView], signals: &'a [f64], columns: u32) -> Self {
+        assert_eq!(
+            Some(signals.len()),
+            views.len().checked_mul(columns as usize),
+            "a signal table holds replicas × columns values"
+        );
+        Self { views: RSlice::from_slice(views), signals: RSlice::from_slice(signals), signal_columns: columns }
+    }
+
+    /// The views as a slice, for the lifetime of the data.
+    pub fn views(&self) -> &'a [ReplicaView] {
+        self.views.as_slice()
+    }
+
+    /// Every negotiated signal of replica `replica`, in the order the router asked for them.
+    pub fn signals_of(&self, replica: usize) -> &'a [f64] {
+        let k = self.signal_columns as usize;
+        &self.signals.as_slice()[replica * k..(replica + 1) * k]
+    }
+
+    /// Signal `column` (the position of its name in the router's list) of replica `replica`.
+    pub fn signal(&self, replica: usize, column: usize) -> f64 {
+        self.signals_of(replica)[column]
+    }
+}
+
+impl<'a> From<&'a [ReplicaView]> for Replicas<'a> {
+    fn from(views: &'a [ReplicaView]) -> Self {
+        Self::new(views)
+    }
+}
+
+impl std::ops::Deref for Replicas<'_> {
+    type Target = [ReplicaView];
+    fn deref(&self) -> &[ReplicaView] {
+        self.views.as_slice()
+    }
+}
+
+/// A prefill and a decode replica for one request (prefill/decode disaggregation): indices into
+/// the prefill and the decode candidates of [`crate::Router::route_pair`].
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ReplicaPair {
+    /// Index into the prefill candidates.
+    pub prefill: u32,
+    /// Index into the decode candidates.
+    pub decode: u32,
+}
+
 /// A finished request, reported to the router that placed it.
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
 pub struct Completion {
+    /// The finished request's [`Request::id`].
     pub request_id: u64,
+    /// The replica that served it (the index the router returned).
     pub replica: u32,
+    /// Simulated arrival time, as in [`Request::arrived_at`].
     pub arrived_at: f64,
+    /// Simulated time the last output token was out (dispatch: end of service).
     pub completed_at: f64,
     /// Time from arrival to the first output token (dispatch: start of service).
     pub ttft: f64,
+    /// Prompt length in tokens (0 in the dispatch world).
     pub prompt_tokens: u32,
     /// Prompt tokens found in the replica's cache at admission.
     pub cached_tokens: u32,
+    /// Output tokens generated (0 in the dispatch world).
     pub output_tokens: u32,
 }
 
@@ -83,6 +166,7 @@ pub struct Completion {
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug)]
 pub struct Eviction<'a> {
+    /// The replica whose cache lost the content.
     pub replica: u32,
     /// Simulated time of the eviction (not of the delivery).
     pub evicted_at: f64,
@@ -92,16 +176,74 @@ pub struct Eviction<'a> {
     pub remaining_tokens: u32,
 }
 
-/// What a router asks of the host. All off by default; each costs the host work.
-#[repr(C)]
-#[derive(StableAbi, Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What a router asks of the host, as bit flags. All off by default; each costs the host work.
+///
+/// A `u64` of flags so that later minors can add capabilities without changing the layout: a host
+/// ignores bits it does not know (it just does not provide that service), and a router built
+/// before a flag existed never sets it.
+#[repr(transparent)]
+#[derive(StableAbi, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Capabilities {
+    bits: u64,
+}
+
+impl Capabilities {
+    /// Nothing asked.
+    pub const NONE: Self = Self { bits: 0 };
     /// Fill [`ReplicaView::matched_tokens`] for every replica on every request.
-    pub needs_exact_match: bool,
+    pub const NEEDS_EXACT_MATCH: Self = Self { bits: 1 };
     /// Call `on_evict` for every cache eviction.
-    pub wants_evictions: bool,
+    pub const WANTS_EVICTIONS: Self = Self { bits: 1 << 1 };
     /// Keep [`ReplicaView::outstanding_work`] exact on every request.
-    pub needs_outstanding_work: bool,
+    pub const NEEDS_OUTSTANDING_WORK: Self = Self { bits: 1 << 2 };
+    /// Every flag this version of the crate defines.
+    pub const KNOWN: Self = Self { bits: 0b111 };
+
+    /// The raw bits, unknown ones included.
+    pub const fn bits(self) -> u64 {
+        self.bits
+    }
+    /// Flags from raw bits, keeping bits this version does not know (a newer plugin's).
+    pub const fn from_bits_retain(bits: u64) -> Self {
+        Self { bits }
+    }
+    /// Only the flags this version of the crate knows.
+    pub const fn known(self) -> Self {
+        Self { bits: self.bits & Self::KNOWN.bits }
+    }
+    /// True when every flag of `other` is set.
+    pub const fn contains(self, other: Self) -> bool {
+        self.bits & other.bits == other.bits
+    }
+    /// Both sets of flags.
+    pub const fn union(self, other: Self) -> Self {
+        Self { bits: self.bits | other.bits }
+    }
+    /// [`Self::NEEDS_EXACT_MATCH`] is set.
+    pub const fn needs_exact_match(self) -> bool {
+        self.contains(Self::NEEDS_EXACT_MATCH)
+    }
+    /// [`Self::WANTS_EVICTIONS`] is set.
+    pub const fn wants_evictions(self) -> bool {
+        self.contains(Self::WANTS_EVICTIONS)
+    }
+    /// [`Self::NEEDS_OUTSTANDING_WORK`] is set.
+    pub const fn needs_outstanding_work(self) -> bool {
+        self.contains(Self::NEEDS_OUTSTANDING_WORK)
+    }
+}
+
+impl std::ops::BitOr for Capabilities {
+    type Output = Self;
+    fn bitor(self, other: Self) -> Self {
+        self.union(other)
+    }
+}
+
+impl std::ops::BitOrAssign for Capabilities {
+    fn bitor_assign(&mut self, other: Self) {
+        *self = self.union(other);
+    }
 }
 
 /// A named figure a policy reports at the end of a run (e.g. Preble's mean load cost, or
@@ -109,7 +251,9 @@ pub struct Capabilities {
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq)]
 pub struct Stat {
+    /// The figure's key in the results (`snake_case`; the host keeps its own keys apart).
     pub name: RString,
+    /// Its value.
     pub value: f64,
 }
 
@@ -117,7 +261,9 @@ pub struct Stat {
 #[repr(u8)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum World {
+    /// Classic load balancing: FCFS servers, jobs with a service time.
     Dispatch,
+    /// LLM replicas with continuous batching and prefix caches.
     Cluster,
 }
 
@@ -125,7 +271,9 @@ pub enum World {
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug)]
 pub struct RouterContext {
+    /// The world the router runs in.
     pub world: World,
+    /// Number of replicas (servers in the dispatch world); `route` always sees this many views.
     pub replicas: u32,
     /// Seed of this policy's own random stream; derive every random choice from it.
     pub seed: u64,
@@ -139,8 +287,11 @@ pub struct RouterContext {
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug)]
 pub struct SchedulerContext {
+    /// Index of the replica this scheduler serves.
     pub replica: u32,
+    /// Seed of this scheduler's own random stream (see [`crate::policy_rng`]).
     pub seed: u64,
+    /// KV capacity of the replica in tokens.
     pub kv_capacity_tokens: u64,
 }
 
@@ -148,8 +299,11 @@ pub struct SchedulerContext {
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
 pub struct WaitingRequest {
+    /// The request's [`Request::id`].
     pub id: u64,
+    /// Simulated arrival time in seconds.
     pub arrived_at: f64,
+    /// Prompt length in tokens.
     pub prompt_tokens: u32,
     /// Prompt tokens this replica's cache holds now.
     pub cached_tokens: u32,
@@ -157,17 +311,28 @@ pub struct WaitingRequest {
     pub remaining_prefill_tokens: u32,
 }
 
-/// What the host tells a selector at creation.
+/// What the host tells a selector at creation: its seed and the shape of the problem it will
+/// get, so a selector can refuse a problem it cannot handle (too large a space) before any run.
 #[repr(C)]
-#[derive(StableAbi, Clone, Copy, Debug)]
+#[derive(StableAbi, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SelectorContext {
+    /// Seed of this selector's own random stream (see [`crate::policy_rng`]).
     pub seed: u64,
+    /// Modules of the compound system (`Problem::modules.len()`).
+    pub modules: u32,
+    /// Models each module may call (`Problem::models.len()`).
+    pub models: u32,
+    /// Questions in the training set (`Problem::train_questions`).
+    pub train_questions: u32,
+    /// Most allocations the selector may evaluate, if limited (`Problem::budget`).
+    pub budget: ROption<u64>,
 }
 
 /// One module of a compound AI system.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq)]
 pub struct ModuleInfo {
+    /// The module's name in the system (`locate`, `solve`, ...).
     pub name: RString,
     /// The skill the module exercises (locate, solve, generate, critique, debate, ...).
     pub skill: RString,
@@ -177,6 +342,7 @@ pub struct ModuleInfo {
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq)]
 pub struct ModelInfo {
+    /// The model's name, as users write it in `--start`.
     pub name: RString,
     /// Price per call.
     pub price: f64,
@@ -186,8 +352,11 @@ pub struct ModelInfo {
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug)]
 pub struct Problem {
+    /// The modules, in allocation order.
     pub modules: RVec<ModuleInfo>,
+    /// The models; an allocation holds indices into this list.
     pub models: RVec<ModelInfo>,
+    /// Questions in the training set (each evaluation runs them all).
     pub train_questions: u32,
     /// Allocation to start from, if the user named one.
     pub start: ROption<RVec<u32>>,

@@ -90,7 +90,7 @@ pub fn exercise4() -> String {
     let g = |k: &str| o.metrics.get(k).unwrap_or(f64::NAN);
     let _ = writeln!(
         s,
-        "\nMeasured (routelab compare workloads/cluster/long_doc_qa.yaml --policies round_robin, 1,000 requests at 1/s, seed 1):\n  \
+        "\nMeasured (routelab compare long_doc_qa --policies round_robin, 1,000 requests at 1/s, seed 1):\n  \
          hit rate {:.3} (the question, ~2K of ~23K tokens, can never hit), replication factor {:.2} (cached tokens ÷ distinct cached tokens, \
          including the never-shared questions that stay cached)",
         g("hit_rate"),

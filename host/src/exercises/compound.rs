@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use routelab_policy_api::{EvaluateFn, Evaluation, SelectorContext};
+use routelab_policy_api::{EvaluateFn, Evaluation};
 use routelab_policies::selection::coordinate_search;
 
 use crate::plugin::{Loader, PolicySpec};
@@ -26,7 +26,7 @@ fn run_policy(spec: &CompoundSpec, policy: &str, seed: u64, start: Option<&[Stri
     let mut selector = Loader::new()
         .selector(
             &PolicySpec::parse(policy).map_err(|e| RunError(e.to_string()))?,
-            &SelectorContext { seed: compound::selector_seed(seed) },
+            &compound::selector_context(spec, seed),
         )
         .map_err(|e| RunError(e.to_string()))?;
     compound::run(spec, &mut selector, policy, seed, start)
@@ -135,7 +135,7 @@ pub fn exercise_6(p: &Exercise6) -> Result<String, RunError> {
     let improving = rounds.saturating_sub(l_case);
     let _ = writeln!(
         out,
-        "3. Case study (workloads/compound/case_study.yaml, `routelab run ... --policy llmselector --start C,C`):\n   \
+        "3. Case study (`routelab run case_study --policy llmselector --start C,C`):\n   \
          trace {}: {rounds} rounds × K = {k_case} → {} evaluations ({} distinct allocations).\n",
         trace.join(" → "),
         recording.shown.len(),

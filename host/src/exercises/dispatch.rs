@@ -101,7 +101,7 @@ pub fn exercise2() -> String {
          time of an M/M/1 queue grows like 1/(1−√ρ)² ≈ 380 service times here), so consecutive\n\
          responses are far from independent and short runs both start biased (empty queues) and vary a\n\
          lot between seeds.\n\
-         Rerun one point: routelab compare workloads/dispatch/exp_rho09.yaml --policies random\n",
+         Rerun one point: routelab compare exp_rho09 --policies random\n",
     );
     out
 }

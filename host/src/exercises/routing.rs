@@ -8,7 +8,8 @@ use abi_stable::std_types::{RNone, ROk, RResult, RSlice, RString, RVec};
 use routelab_policies::preble::Preble;
 use routelab_policies::sglang_cache_aware::{Config as SglangConfig, SglangCacheAware};
 use routelab_policy_api::{
-    Capabilities, Completion, CostModel, Eviction, Guarded, Policy, ReplicaView, Request, Router, Router_TO, RouterBox,
+    Capabilities, Completion, CostModel, Eviction, Guarded, Policy, PolicyError, ReplicaView, Replicas, Request, Router,
+    Router_TO, RouterBox,
     RouterPolicy, Segment, Stat,
 };
 
@@ -37,7 +38,7 @@ pub fn exercise3() -> String {
     let missed: u32 = question.tokens;
     let candidates: Vec<String> =
         (0..4).filter(|&r| preble.believed_match(&prompt, r) >= cached).map(|r| r.to_string()).collect();
-    let chosen = preble.route(&req(10, &prompt), &[ReplicaView::default(); 4]);
+    let chosen = preble.route(&req(10, &prompt), &Replicas::new(&[ReplicaView::default(); 4]));
     let on2 = cost.prefill_time_s(missed as u64, cached as u64);
     let on0 = cost.prefill_time_s((doc.tokens + question.tokens) as u64, sys.tokens as u64);
     let mut s = String::new();
@@ -97,15 +98,18 @@ struct Audit<P: Believes> {
 }
 
 impl<P: Believes> Router for Audit<P> {
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { needs_exact_match: true, ..Router::capabilities(&self.inner) }
+    fn capabilities(&self) -> RResult<Capabilities, PolicyError> {
+        Router::capabilities(&self.inner).map(|c| c | Capabilities::NEEDS_EXACT_MATCH)
     }
-    fn route(&mut self, request: &Request<'_>, replicas: RSlice<'_, ReplicaView>) -> RResult<u32, RString> {
+    fn signals(&self) -> RResult<RVec<RString>, PolicyError> {
+        Router::signals(&self.inner)
+    }
+    fn route(&mut self, request: &Request<'_>, replicas: Replicas<'_>) -> RResult<u32, PolicyError> {
         let chosen = match Router::route(&mut self.inner, request, replicas).into_result() {
             Ok(c) => c,
             Err(e) => return RResult::RErr(e),
         };
-        let believed = self.inner.0.belief(request.segments.as_slice(), chosen as usize);
+        let believed = self.inner.get().belief(request.segments.as_slice(), chosen as usize);
         let truth = replicas[chosen as usize].matched_tokens;
         self.decisions += 1;
         if believed > truth {
@@ -115,16 +119,16 @@ impl<P: Believes> Router for Audit<P> {
         }
         ROk(chosen)
     }
-    fn on_dispatch(&mut self, request: &Request<'_>, replica: u32) -> RResult<(), RString> {
+    fn on_dispatch(&mut self, request: &Request<'_>, replica: u32) -> RResult<(), PolicyError> {
         Router::on_dispatch(&mut self.inner, request, replica)
     }
-    fn on_complete(&mut self, completion: &Completion) -> RResult<(), RString> {
+    fn on_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError> {
         Router::on_complete(&mut self.inner, completion)
     }
-    fn on_evict(&mut self, eviction: &Eviction<'_>) -> RResult<(), RString> {
+    fn on_evict(&mut self, eviction: &Eviction<'_>) -> RResult<(), PolicyError> {
         Router::on_evict(&mut self.inner, eviction)
     }
-    fn report(&self) -> RResult<RVec<Stat>, RString> {
+    fn report(&self) -> RResult<RVec<Stat>, PolicyError> {
         let stat = |name: &str, value: f64| Stat { name: name.into(), value };
         ROk(RVec::from(vec![
             stat("decisions", self.decisions as f64),
@@ -139,7 +143,7 @@ impl<P: Believes> Router for Audit<P> {
 fn audited<P: Believes>(spec: &ClusterSpec, policy: P, seed: u64) -> [f64; 6] {
     let sm = spec.step_model().expect("valid spec");
     let router: RouterBox = Router_TO::from_value(
-        Audit { inner: Guarded(policy), cost: sm.cost, decisions: 0, mistakes: 0, phantom_tokens: 0, extra_prefill_s: 0.0 },
+        Audit { inner: Guarded::new(policy), cost: sm.cost, decisions: 0, mistakes: 0, phantom_tokens: 0, extra_prefill_s: 0.0 },
         TD_Opaque,
     );
     let stream = generate(spec, None, seed).expect("synthetic stream");

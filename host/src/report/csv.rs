@@ -48,6 +48,7 @@ mod tests {
         m.push("x", 1.5);
         let result = |policy: &str, error: Option<&str>| PolicyResult {
             policy: policy.into(),
+            spec: policy.into(),
             config: String::new(),
             metrics: m.clone(),
             per_seed: Vec::new(),

@@ -13,7 +13,7 @@ mod fields;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use routelab_policy_api::{PolicyKind, RouterBox, RouterContext, SchedulerBox, SelectorContext, World};
+use routelab_policy_api::{PolicyKind, RouterBox, RouterContext, SchedulerBox, World};
 use serde::Serialize;
 
 pub use self::fields::{split_policies, with_field};
@@ -31,7 +31,10 @@ use crate::workload::{FieldError, InputError, Workload, WorldKind, trace};
 /// One policy's results on one workload.
 #[derive(Clone, Debug, Serialize)]
 pub struct PolicyResult {
+    /// The policy's label (`label=` or the argument, a plugin shown by its name).
     pub policy: String,
+    /// The policy argument as typed (library path included).
+    pub spec: String,
     pub config: String,
     /// Mean over seeds, with `<key>_ci95` half-widths when there are several.
     pub metrics: Metrics,
@@ -258,8 +261,9 @@ impl ResolvedPolicy {
     }
 }
 
-/// Settles `spec` for `prepared`'s world: its name, kind and library, its paired scheduler, and
-/// (for now) the built-in `exhaustive`'s guard against the workload's space.
+/// Settles `spec` for `prepared`'s world: its name, kind and library, and its paired scheduler.
+/// A selector is built once here with the first seed's context, which carries the problem's
+/// shape: one that refuses the problem (`exhaustive` above its guard) is bad input before any run.
 pub fn resolve(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec) -> Result<ResolvedPolicy, LoadError> {
     let w = &prepared.workload;
     match w.world() {
@@ -272,8 +276,10 @@ pub fn resolve(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec) -> R
             Ok(ResolvedPolicy { spec: spec.clone(), policy, scheduler })
         }
         WorldKind::Compound => {
-            check_exhaustive_guard(spec, w.compound.as_ref().expect("compound world"))?;
-            Ok(ResolvedPolicy { spec: spec.clone(), policy: loader.resolve(spec, PolicyKind::Selector)?, scheduler: None })
+            let c = w.compound.as_ref().expect("compound world");
+            let policy = loader.resolve(spec, PolicyKind::Selector)?;
+            policy.selector(&sim::compound::selector_context(c, w.seed))?;
+            Ok(ResolvedPolicy { spec: spec.clone(), policy, scheduler: None })
         }
     }
 }
@@ -290,11 +296,6 @@ fn dispatch_router_context(servers: u32, run_seed: u64) -> RouterContext {
         kv_capacity_tokens: 0,
         cost: abi_stable::std_types::RNone,
     }
-}
-
-/// What a selector is told at creation in run `run_seed`.
-pub fn selector_context(run_seed: u64) -> SelectorContext {
-    SelectorContext { seed: sim::compound::selector_seed(run_seed) }
 }
 
 /// Runs one policy on one seed: a pure function of its arguments.
@@ -318,7 +319,7 @@ pub fn run_one(policy: &ResolvedPolicy, prepared: &Prepared, input: &SeedInput) 
         }
         WorldKind::Compound => {
             let c = w.compound.as_ref().expect("compound world");
-            let mut selector = policy.policy.selector(&selector_context(run_seed))?;
+            let mut selector = policy.policy.selector(&sim::compound::selector_context(c, run_seed))?;
             let out = sim::compound::run(c, &mut selector, label, run_seed, None)?;
             Ok((out.metrics, out.allocation))
         }
@@ -355,22 +356,9 @@ pub fn all_starts(policy: &ResolvedPolicy, prepared: &Prepared) -> Result<sim::c
         }
         .into());
     };
-    let ctx = selector_context(w.seed);
+    let ctx = sim::compound::selector_context(c, w.seed);
     let make = || policy.policy.selector(&ctx).map_err(|e| e.to_string());
     Ok(sim::compound::all_starts(c, &make, w.seed)?)
-}
-
-/// The built-in `exhaustive` refuses spaces above its guard; refusing before the run makes it
-/// bad input (exit 2) rather than a failed run.
-fn check_exhaustive_guard(spec: &PolicySpec, c: &crate::workload::compound::CompoundSpec) -> Result<(), LoadError> {
-    use routelab_policies::exhaustive::{Exhaustive, check_space};
-    if spec.library.is_some() || spec.name.as_deref() != Some("exhaustive") {
-        return Ok(());
-    }
-    let bad = |m: String| LoadError::new(crate::plugin::LoadErrorKind::BadConfig, format!("policy '{}': {m}", spec.label), "");
-    let cfg = routelab_policy_api::parse_config::<Exhaustive>(&spec.config).map_err(bad)?;
-    let modules = c.system.modules().len();
-    check_space(c.model_count(), modules, cfg.max_allocations).map(|_| ()).map_err(bad)
 }
 
 /// Runs every policy on every seed of a prepared workload. `progress` is called after each
@@ -398,6 +386,7 @@ pub fn run_workload(
     for spec in policies {
         let mut result = PolicyResult {
             policy: spec.label.clone(),
+            spec: spec.arg.clone(),
             config: spec.config.clone(),
             metrics: Metrics::new(),
             per_seed: Vec::new(),

@@ -165,7 +165,7 @@ fn run_with(spec: &DispatchSpec, trace: Option<&[TraceRow]>, router: &mut Router
         return Ok(m);
     }
 
-    let needs_work = router.capabilities().needs_outstanding_work;
+    let needs_work = router.capabilities().needs_outstanding_work();
     let stale_every = match spec.information {
         Information::Fresh => None,
         Information::Stale { refresh_interval } => Some(to_ticks(refresh_interval)),

@@ -31,18 +31,24 @@ use serde::{Deserialize, Serialize};
 use super::FieldError;
 use crate::step_model::{Choice, Efficiency, Gpu, Model, StepModel};
 
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSpec {
+    /// Number of replicas, each one GPU or one tensor-parallel group running the model.
     pub replicas: u32,
+    /// A catalog GPU (a6000, a100-40, a100-80, h100, h200, l40s) or a mapping {name, memory_gb, bandwidth_gb_s, tflops}.
     #[serde(default = "default_gpu")]
     pub gpu: Choice<Gpu>,
+    /// A catalog model (mistral-7b, llama-3-8b, llama-3-70b) or a mapping {name, parameters, layers, hidden, heads, kv_heads, head_dim}.
     #[serde(default = "default_model")]
     pub model: Choice<Model>,
+    /// Tensor-parallel degree of a replica: 1, 2, 4 or 8.
     #[serde(default = "one")]
     pub tp: u32,
+    /// Share of GPU memory for weights and KV cache, in (0, 1]; the model must fit.
     #[serde(default = "default_memory_fraction")]
     pub memory_fraction: f64,
+    /// How close the step model gets to the roofline (MFU, MBU, per-step and all-reduce overheads).
     #[serde(default)]
     pub efficiency: Efficiency,
     /// Prefill tokens per step (chunked prefill); 0 = unchunked.
@@ -52,24 +58,35 @@ pub struct ClusterSpec {
     /// `chunk_tokens: 0` every prompt must fit in one step.
     #[serde(default = "default_max_step_tokens")]
     pub max_step_tokens: u32,
+    /// Most running requests per replica.
     #[serde(default = "default_max_batch")]
     pub max_batch_requests: u32,
+    /// KV memory a request must find free to be admitted: `full` or `{estimate: {output_tokens}}`.
     #[serde(default, with = "serde_norway::with::singleton_map")]
+    #[schemars(with = "Reservation")]
     pub reservation: Reservation,
     /// The local scheduler of every replica: a policy name, optionally with config in braces.
     #[serde(default = "default_scheduler")]
     pub scheduler: String,
+    /// Waiting requests shown to the scheduler per step (the oldest first).
     #[serde(default = "default_window")]
     pub scheduler_window: u32,
+    /// Delay (s) before routers that want eviction events hear of them.
     #[serde(default)]
     pub eviction_delay_s: f64,
+    /// Simulated time (s) allowed after the last arrival; requests unfinished then count as `unfinished`.
     #[serde(default = "default_drain")]
     pub drain_s: f64,
+    /// What the requests look like: shared prompt, contexts, suffix, output, fan-out, turns.
     pub generator: Generator,
+    /// How requests arrive: `{poisson: {rate}}`, `{gamma: {rate, cv}}` or `{trace: {path, time_scale}}`.
     #[serde(with = "serde_norway::with::singleton_map")]
+    #[schemars(with = "Arrivals")]
     pub arrivals: Arrivals,
+    /// Requests to generate (counting turns and fan-out); with `duration_s`, whichever ends first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<u64>,
+    /// Seconds of arrivals to generate; with `requests`, whichever ends first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_s: Option<f64>,
 }
@@ -106,7 +123,7 @@ fn default_drain() -> f64 {
 }
 
 /// How much KV memory a request must find free to be admitted.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq, Default)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Reservation {
     /// Uncached prompt plus the request's whole output (the simulator knows it; a real server
@@ -115,20 +132,27 @@ pub enum Reservation {
     Full,
     /// Uncached prompt plus `output_tokens` of headroom; decoding grows past it, and when memory
     /// runs out the most recently admitted request is preempted and later recomputed (vLLM).
-    Estimate { output_tokens: u32 },
+    Estimate {
+        /// Output tokens reserved at admission, beyond the uncached prompt.
+        output_tokens: u32,
+    },
 }
 
 /// A bounded token-count distribution.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(untagged)]
 pub enum Tokens {
+    /// A constant number of tokens.
     Constant(u32),
-    Shaped(TokenShape),
+    // A one-key mapping (`{lognormal: {...}}`) both ways: serde_norway's default would write a
+    // YAML tag (`!lognormal`) that the untagged enum cannot read back.
+    Shaped(#[serde(with = "serde_norway::with::singleton_map")] #[schemars(with = "TokenShape")] TokenShape),
 }
 
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum TokenShape {
+    /// Uniform on [min, max].
     Uniform { min: u32, max: u32 },
     /// Lognormal with the given mean and coefficient of variation, redrawn above `max`.
     Lognormal { mean: f64, cv: f64, max: u32 },
@@ -167,8 +191,8 @@ impl Tokens {
     }
 }
 
-/// What requests look like (docs/workloads.md, the cluster generator).
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+/// What requests look like: a shared system prompt, an optional shared context, a unique suffix.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Generator {
     /// Shared by every request; short by default (short shared prefixes are what makes naive
@@ -181,6 +205,7 @@ pub struct Generator {
     /// The unique part of each prompt (question, user turn); may be 0.
     #[serde(default = "default_suffix")]
     pub suffix_tokens: Tokens,
+    /// Tokens each request generates (ignored for trace replay, whose rows give them).
     pub output_tokens: Tokens,
     /// Parallel samples sharing one prompt, arriving together.
     #[serde(default = "one")]
@@ -206,36 +231,54 @@ fn default_think() -> f64 {
     5.0
 }
 
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Contexts {
+    /// How many distinct contexts (documents, tools, videos, …).
     pub count: u32,
+    /// Length of each context in tokens (drawn once per context).
     pub tokens: Tokens,
+    /// How a request picks its context: `uniform` or `{zipf: {s}}`.
     #[serde(default, with = "serde_norway::with::singleton_map")]
+    #[schemars(with = "Popularity")]
     pub popularity: Popularity,
 }
 
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq, Default)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Popularity {
+    /// Every context equally likely.
     #[default]
     Uniform,
     /// Context k (1-based, by rank) is chosen with probability ∝ k^−s.
-    Zipf { s: f64 },
+    Zipf {
+        /// Exponent, > 0: larger is more skewed.
+        s: f64,
+    },
 }
 
 /// How requests (all of them, counting turns and fanout) arrive.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Arrivals {
     /// Requests per second; sessions/groups start at rate / (mean turns × fanout).
-    Poisson { rate: f64 },
+    Poisson {
+        /// Requests per second, > 0.
+        rate: f64,
+    },
     /// Bursty: gamma inter-arrival times with coefficient of variation `cv` (> 1 is burstier).
-    Gamma { rate: f64, cv: f64 },
+    Gamma {
+        /// Requests per second, > 0.
+        rate: f64,
+        /// Coefficient of variation of the gaps, > 0 (1 is Poisson).
+        cv: f64,
+    },
     /// Arrival times and prompt/output sizes from an Azure-LLM-trace CSV; `path` is relative to the
     /// workload file (the command line may override it); times are multiplied by `time_scale`.
     Trace {
+        /// An Azure-LLM-trace CSV (TIMESTAMP, ContextTokens, GeneratedTokens), relative to the workload file.
         path: String,
+        /// Multiplies the trace's times: 0.5 replays twice as fast, > 0.
         #[serde(default = "one_f")]
         time_scale: f64,
     },

@@ -34,9 +34,10 @@ pub const SKILLS: [&str; 6] = ["locate", "solve", "generate", "critique", "refin
 /// Most models a generated pool may have (they are named A..Z).
 pub const MAX_POOL_MODELS: u32 = 26;
 
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CompoundSpec {
+    /// The compound system: `locate_solve` (2 modules), `self_refine` (3) or `debate` (6).
     pub system: System,
     /// Explicit models; exactly one of `models` and `pool`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -44,6 +45,7 @@ pub struct CompoundSpec {
     /// A generated pool; exactly one of `models` and `pool`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<PoolSpec>,
+    /// How many training and test questions, and their difficulty spread.
     #[serde(default)]
     pub questions: QuestionsSpec,
     /// Probability that the diagnoser's verdict on one module of a wrongly answered question is
@@ -58,6 +60,7 @@ pub struct CompoundSpec {
     /// its probability multiplied by `self_critique_factor` (self_refine).
     #[serde(default)]
     pub self_critique_penalty: bool,
+    /// Multiplies a self-critic's chance to find the error (with `self_critique_penalty`), in [0, 1].
     #[serde(default = "default_self_critique_factor")]
     pub self_critique_factor: f64,
     /// Switch (debate): on, a model wrong on a question is always wrong the same way, so one model
@@ -95,7 +98,7 @@ fn is_false(b: &bool) -> bool {
 
 /// How a diagnoser with `diagnoser_accuracy` < 1 errs when it is shown the same allocation's
 /// trace again (the LLMSelector loop re-evaluates the current allocation every round).
-#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum DiagnoserNoise {
     /// Every evaluation draws its verdicts anew: an LLM diagnoser sampled at temperature > 0
@@ -109,7 +112,7 @@ pub enum DiagnoserNoise {
 }
 
 /// A compound AI system: its modules and the logic that turns their outcomes into an answer.
-#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum System {
     /// Locate the item in a long table, then solve it.
@@ -147,7 +150,7 @@ impl System {
 }
 
 /// One model of an explicit pool.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSpec {
     /// Unique; no commas or spaces (allocations are written `A,B`).
@@ -165,7 +168,7 @@ pub struct ModelSpec {
 
 /// A generated pool: models named A, B, C, ..., each with a general level, a specialty per skill
 /// and a price that grows with the general level.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PoolSpec {
     /// How many models, 1..=26.
@@ -176,6 +179,7 @@ pub struct PoolSpec {
     /// Mean and spread of the general level (logits).
     #[serde(default = "half")]
     pub general_mean: f64,
+    /// Spread of the general level (logits).
     #[serde(default = "one")]
     pub general_sd: f64,
     /// Spread of each per-skill specialty around 0 (logits).
@@ -184,6 +188,7 @@ pub struct PoolSpec {
     /// Price per call = `price_base · exp(price_per_level · general)`, rounded to cents.
     #[serde(default = "one")]
     pub price_base: f64,
+    /// How fast the price grows with the general level.
     #[serde(default = "one")]
     pub price_per_level: f64,
 }
@@ -193,11 +198,13 @@ fn half() -> f64 {
 }
 
 /// The generated questions; the first `train` are the training set selectors see.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct QuestionsSpec {
+    /// Training questions: the ones selectors evaluate allocations on.
     #[serde(default = "default_train")]
     pub train: u32,
+    /// Held-out test questions the chosen allocation is scored on.
     #[serde(default = "default_test")]
     pub test: u32,
     /// Spread of the question difficulty (normal, mean 0, logits).
@@ -219,28 +226,37 @@ impl Default for QuestionsSpec {
 }
 
 /// One run of a workload with `variants`: the fields it names replace the base values.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq, Default)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Variant {
     /// Shown in reports; by default the overridden fields (`system=debate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// Replaces `system`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<System>,
+    /// Replaces `diagnoser_accuracy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnoser_accuracy: Option<f64>,
+    /// Replaces `diagnoser_noise`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnoser_noise: Option<DiagnoserNoise>,
+    /// Replaces `self_critique_penalty`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_critique_penalty: Option<bool>,
+    /// Replaces `self_critique_factor`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_critique_factor: Option<f64>,
+    /// Replaces `same_wrong_answer`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_wrong_answer: Option<bool>,
+    /// Replaces `skill_correlation`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skill_correlation: Option<f64>,
+    /// Replaces `start`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<Vec<String>>,
+    /// Replaces `budget`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<u64>,
 }

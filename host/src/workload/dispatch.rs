@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::FieldError;
 
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct DispatchSpec {
     /// Number of servers (bins in balls-into-bins mode).
@@ -18,12 +18,19 @@ pub struct DispatchSpec {
     /// Fraction of leading requests left out of the statistics, in [0, 1).
     #[serde(default)]
     pub warmup: f64,
+    /// How requests arrive: `poisson` or `{trace: {path}}`.
     #[serde(default, with = "serde_norway::with::singleton_map")]
+    #[schemars(with = "Arrivals")]
     pub arrivals: Arrivals,
+    /// The service-time distribution, rescaled to mean 1 (`validate` prints the factor).
     #[serde(default, with = "serde_norway::with::singleton_map")]
+    #[schemars(with = "Service")]
     pub service: Service,
+    /// What the router sees of the servers: `fresh` or `{stale: {refresh_interval}}`.
     #[serde(default, with = "serde_norway::with::singleton_map")]
+    #[schemars(with = "Information")]
     pub information: Information,
+    /// `queueing` (FCFS with departures) or `balls_into_bins` (no departures; metric `max_load`).
     #[serde(default)]
     pub mode: Mode,
 }
@@ -33,7 +40,7 @@ fn default_rho() -> f64 {
 }
 
 /// How requests arrive.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq, Default)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Arrivals {
     /// Poisson with rate ρ·N.
@@ -45,11 +52,13 @@ pub enum Arrivals {
 }
 
 /// Service-time distribution, scaled to mean 1.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq, Default)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Service {
+    /// Exponential with mean 1.
     #[default]
     Exponential,
+    /// Every job takes exactly 1.
     Deterministic,
     /// Lognormal with coefficient of variation `cv`.
     Lognormal { cv: f64 },
@@ -62,7 +71,7 @@ pub enum Service {
 }
 
 /// What the router sees of the servers.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq, Default)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Information {
     /// True queue lengths and remaining work at every arrival.
@@ -73,7 +82,7 @@ pub enum Information {
     Stale { refresh_interval: f64 },
 }
 
-#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// FCFS queues with departures.

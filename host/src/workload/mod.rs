@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// A parsed, validated workload.
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Workload {
     /// Defaults to the file's stem.
@@ -31,10 +31,13 @@ pub struct Workload {
     /// it in YAML) or `path/to/lib.so:name`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub policies: Vec<String>,
+    /// The classic load-balancing world: FCFS servers (routers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatch: Option<dispatch::DispatchSpec>,
+    /// The LLM world: replicas with prefix caches (routers and schedulers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<cluster::ClusterSpec>,
+    /// Model selection for a compound AI system (selectors).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compound: Option<compound::CompoundSpec>,
 }

@@ -63,6 +63,8 @@ pub fn lib_path(crate_snake: &str) -> PathBuf {
 pub struct Plugins {
     pub builtin: PathBuf,
     pub faulty: PathBuf,
+    /// A library whose registry function panics.
+    pub faulty_registry: PathBuf,
     pub example: PathBuf,
     pub lru_affinity: PathBuf,
 }
@@ -72,10 +74,14 @@ pub struct Plugins {
 pub fn plugins() -> &'static Plugins {
     static P: OnceLock<Plugins> = OnceLock::new();
     P.get_or_init(|| {
-        cargo_build(&workspace(), &["routelab-builtin-plugin", "routelab-faulty-plugin", "my-router", "lru-affinity"]);
+        cargo_build(
+            &workspace(),
+            &["routelab-builtin-plugin", "routelab-faulty-plugin", "routelab-faulty-registry", "my-router", "lru-affinity"],
+        );
         Plugins {
             builtin: lib_path("routelab_builtin_plugin"),
             faulty: lib_path("routelab_faulty_plugin"),
+            faulty_registry: lib_path("routelab_faulty_registry"),
             example: lib_path("my_router"),
             lru_affinity: lib_path("lru_affinity"),
         }

@@ -21,15 +21,16 @@ fn case_study() -> CompoundSpec {
     load("case_study.yaml").compound.unwrap()
 }
 
-fn selector(policy: &str, seed: u64) -> SelectorBox {
+fn selector(spec: &CompoundSpec, policy: &str, seed: u64) -> Result<SelectorBox, String> {
     Loader::new()
-        .selector(&PolicySpec::parse(policy).unwrap(), &SelectorContext { seed: compound::selector_seed(seed) })
-        .unwrap_or_else(|e| panic!("{e}"))
+        .selector(&PolicySpec::parse(policy).unwrap(), &compound::selector_context(spec, seed))
+        .map_err(|e| e.to_string())
 }
 
+/// Creates the selector (whose constructor may refuse the problem) and runs it.
 fn run(spec: &CompoundSpec, policy: &str, seed: u64, start: Option<&[&str]>) -> Result<CompoundOutcome, String> {
     let start: Option<Vec<String>> = start.map(|s| s.iter().map(|n| n.to_string()).collect());
-    compound::run(spec, &mut selector(policy, seed), policy, seed, start.as_deref()).map_err(|e| e.0)
+    compound::run(spec, &mut selector(spec, policy, seed)?, policy, seed, start.as_deref()).map_err(|e| e.0)
 }
 
 fn names(v: &[&str]) -> Vec<String> {
@@ -86,7 +87,7 @@ fn from_all_25_starts_greedy_fails_on_some_and_llmselector_on_none() {
     let mut count = |policy: &str| {
         let spec_p = PolicySpec::parse(policy).unwrap();
         let factory = loader.resolve(&spec_p, routelab_policy_api::PolicyKind::Selector).unwrap();
-        let make = || factory.selector(&SelectorContext { seed: 3 }).map_err(|e| e.to_string());
+        let make = || factory.selector(&SelectorContext { seed: 3, ..compound::selector_context(&spec, 1) }).map_err(|e| e.to_string());
         compound::all_starts(&spec, &make, 1).unwrap()
     };
     let greedy = count("greedy");
@@ -280,7 +281,7 @@ fn selectors_loaded_from_the_plugin_library_match_the_linked_in_ones() {
     for policy in ["llmselector", "greedy", "random_search", "exhaustive", "best_single", "llmselector_cost"] {
         let linked = run(&spec, policy, 1, Some(&["C", "C"])).unwrap();
         let spec_p = PolicySpec::parse(&format!("{}:{policy}", lib.display())).unwrap();
-        let mut loaded = loader.selector(&spec_p, &SelectorContext { seed: compound::selector_seed(1) }).unwrap();
+        let mut loaded = loader.selector(&spec_p, &compound::selector_context(&spec, 1)).unwrap();
         let start = names(&["C", "C"]);
         let from_lib = compound::run(&spec, &mut loaded, policy, 1, Some(&start)).unwrap();
         assert_eq!(linked, from_lib, "{policy}");
@@ -301,9 +302,9 @@ fn a_fresh_noisy_diagnoser_costs_evaluations_and_a_frozen_one_can_cycle_to_max_r
         let m = |spec: &CompoundSpec| run(spec, "llmselector", seed, None).unwrap().metrics;
         exact_evaluations += m(&exact).get("evaluations").unwrap();
         let fresh = m(&fresh);
-        assert_eq!(fresh.get("converged"), Some(1.0), "seed {seed}: fresh noise breaks cycles");
+        assert_eq!(fresh.get("selector.converged"), Some(1.0), "seed {seed}: fresh noise breaks cycles");
         fresh_evaluations += fresh.get("evaluations").unwrap();
-        frozen_cycles += (m(&frozen).get("converged") == Some(0.0)) as u32;
+        frozen_cycles += (m(&frozen).get("selector.converged") == Some(0.0)) as u32;
     }
     assert!(fresh_evaluations > 3.0 * exact_evaluations, "{fresh_evaluations} vs {exact_evaluations}");
     assert!(frozen_cycles > 0, "a frozen diagnoser at 0.6 cycles until max_rounds on some pool");

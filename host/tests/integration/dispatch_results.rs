@@ -117,26 +117,11 @@ fn deterministic_round_robin_poisson_has_response_at_least_one() {
     assert!((metric(&w, "round_robin", "response_p50") - 1.0).abs() < 1e-6);
 }
 
-/// Trace arrivals are rescaled to the workload's utilisation. With the real Azure LLM trace (in
-/// `../shared/data/azure-llm-2023/` beside the repository, as CI has it) the bursts of production
-/// traffic hurt random dispatch more than Poisson arrivals do; without it, a small synthetic trace.
+/// Trace arrivals are rescaled to the workload's utilisation. With the real Azure LLM code trace
+/// shipped in `workloads/traces/`, least requests beats random on production's bursty arrivals.
 #[test]
 fn trace_arrivals_replay_at_the_requested_utilisation() {
-    let real = workspace().join("../shared/data/azure-llm-2023/AzureLLMInferenceTrace_code.csv");
-    let path = if real.exists() {
-        real
-    } else {
-        let p = target_dir().join("test-fixtures/synthetic_trace.csv");
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        let mut text = String::from("TIMESTAMP,ContextTokens,GeneratedTokens\n");
-        let mut t = 0.0f64;
-        for i in 0..5000u64 {
-            t += if i % 10 == 0 { 2.0 } else { 0.01 }; // bursts of ten
-            text.push_str(&format!("{t:.4},100,10\n"));
-        }
-        std::fs::write(&p, text).unwrap();
-        p
-    };
+    let path = workspace().join("workloads/traces/azure-llm-2023/AzureLLMInferenceTrace_code.csv");
     let yaml = format!(
         "dispatch: {{servers: 8, utilisation: 0.7, requests: 100000, arrivals: {{trace: {{path: '{}'}}}}}}\n",
         path.display()

@@ -3,9 +3,12 @@
 //! passes with `cargo test --release --workspace` and nothing prebuilt.
 
 mod cli;
+mod cli_errors;
 mod cluster;
 mod common;
+mod compat;
 mod compound;
 mod dispatch_results;
 mod loader;
 mod snapshots;
+mod standalone;

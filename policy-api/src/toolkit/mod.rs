@@ -47,5 +47,5 @@ mod window;
 
 pub use block_hash::{BLOCK_HASH_SEED, BlockHashing, mix64, prefix_hash};
 
-pub use prefix_tree::{NodeId, PrefixTree};
+pub use prefix_tree::{NodeId, PrefixTree, ROOT_PATH_HASH, extend_path_hash};
 pub use window::WindowSum;

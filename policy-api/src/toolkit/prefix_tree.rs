@@ -1,8 +1,9 @@
 //! A segment-level prefix tree shared by all replicas, recording which replicas hold each node.
 //!
 //! A node is one [`Segment`] (a system prompt, a document, a question); a path from the root is a
-//! prompt prefix. Each node records, per replica, how many of its tokens the replica holds
-//! (0: none; fewer than the segment's: partly evicted) and when the replica last used it. Per
+//! prompt prefix. Each node records, for the replicas that hold it (a sparse set: memory grows with
+//! the holdings, not with nodes × replicas), how many of its tokens the replica holds (fewer than
+//! the segment's: partly evicted) and when the replica last used it. Per
 //! replica, the tree keeps its *leaves* — held nodes with no held child — ordered by last use, so
 //! least-recently-used eviction (or planning one, for a cost estimate) walks them in order
 //! without scanning the tree.
@@ -11,9 +12,15 @@
 //! dispatch and evict LRU when a replica's tree grows too large; Preble inserts at dispatch and
 //! removes what replicas report evicted. Every choice here is deterministic: children are kept in
 //! a `BTreeMap`, and time is an access counter, ties broken by node id.
+//!
+//! Each node also carries its *path hash* — a 64-bit hash of the segment ids from the root down to
+//! it ([`extend_path_hash`] from [`ROOT_PATH_HASH`]) — and the tokens above it, so a router can key
+//! per-prefix statistics by node without walking to the root, and look a node up (or release it)
+//! by hash, as engines that publish block-hash removal events address them.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::Segment;
 
@@ -21,6 +28,33 @@ use crate::Segment;
 pub type NodeId = u32;
 
 const ROOT: NodeId = 0;
+
+/// The path hash of the root (the empty prefix): FNV-1a's offset basis.
+pub const ROOT_PATH_HASH: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// The path hash of `parent`'s path extended by a segment with id `segment_id` (FNV-style
+/// multiply, then a rotation so consecutive ids spread).
+pub fn extend_path_hash(parent: u64, segment_id: u64) -> u64 {
+    (parent ^ segment_id).wrapping_mul(0x0000_0100_0000_01B3).rotate_left(17)
+}
+
+/// Path hashes are well mixed already: a map keyed by them hashes them as themselves.
+#[derive(Default)]
+struct IdentityHasher(u64);
+
+impl Hasher for IdentityHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) | u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
 /// Parent of a collected node (its slot waits in the free list).
 const DEAD: NodeId = NodeId::MAX;
 
@@ -28,13 +62,67 @@ const DEAD: NodeId = NodeId::MAX;
 struct Node {
     segment: Segment,
     parent: NodeId,
+    /// Hash of the segment ids from the root to this node.
+    path_hash: u64,
+    /// Tokens of the segments above this node.
+    context_tokens: u64,
     children: BTreeMap<u64, NodeId>,
-    /// Tokens of this segment held, per replica.
-    held: Vec<u32>,
-    /// Last access (the tree's counter), per replica.
-    used: Vec<u64>,
-    /// Children held by each replica (a held node with none is that replica's leaf).
-    held_children: Vec<u32>,
+    /// The replicas with a stake in this node, by replica index: an entry exists while the
+    /// replica holds tokens of it or holds any of its children.
+    holds: Vec<Hold>,
+}
+
+/// One replica's stake in a node.
+#[derive(Clone, Copy, Debug)]
+struct Hold {
+    replica: u32,
+    /// Tokens of the node's segment held (0 only for the root, which holds nothing itself).
+    tokens: u32,
+    /// Children this replica holds (a held node with none is that replica's leaf).
+    held_children: u32,
+    /// Last access (the tree's counter).
+    used: u64,
+}
+
+impl Node {
+    fn hold(&self, r: usize) -> Option<&Hold> {
+        let i = self.holds.binary_search_by_key(&r, |h| h.replica as usize).ok()?;
+        Some(&self.holds[i])
+    }
+
+    /// Replica `r`'s entry, created empty if it has none.
+    fn hold_mut(&mut self, r: usize) -> &mut Hold {
+        let i = match self.holds.binary_search_by_key(&r, |h| h.replica as usize) {
+            Ok(i) => i,
+            Err(i) => {
+                let replica = u32::try_from(r).expect("replica indices fit in u32 (RouterContext::replicas)");
+                self.holds.insert(i, Hold { replica, tokens: 0, held_children: 0, used: 0 });
+                i
+            }
+        };
+        &mut self.holds[i]
+    }
+
+    /// Drops replica `r`'s entry once it holds neither the node nor any child.
+    fn prune(&mut self, r: usize) {
+        if let Ok(i) = self.holds.binary_search_by_key(&r, |h| h.replica as usize) {
+            if self.holds[i].tokens == 0 && self.holds[i].held_children == 0 {
+                self.holds.remove(i);
+            }
+        }
+    }
+
+    fn held(&self, r: usize) -> u32 {
+        self.hold(r).map_or(0, |h| h.tokens)
+    }
+
+    fn used(&self, r: usize) -> u64 {
+        self.hold(r).map_or(0, |h| h.used)
+    }
+
+    fn held_children(&self, r: usize) -> u32 {
+        self.hold(r).map_or(0, |h| h.held_children)
+    }
 }
 
 /// The prefix tree; see the module docs.
@@ -47,17 +135,20 @@ pub struct PrefixTree {
     /// Per replica: its leaves by (last use, id), least recent first.
     leaves: Vec<BTreeSet<(u64, NodeId)>>,
     clock: u64,
+    /// Live nodes by path hash.
+    by_hash: HashMap<u64, NodeId, BuildHasherDefault<IdentityHasher>>,
 }
 
 impl PrefixTree {
+    /// An empty tree (just the root) over `replicas` replicas.
     pub fn new(replicas: usize) -> Self {
         let root = Node {
             segment: Segment { id: u64::MAX, tokens: 0 },
             parent: ROOT,
+            path_hash: ROOT_PATH_HASH,
+            context_tokens: 0,
             children: BTreeMap::new(),
-            held: vec![0; replicas],
-            used: vec![0; replicas],
-            held_children: vec![0; replicas],
+            holds: Vec::new(),
         };
         Self {
             replicas,
@@ -66,9 +157,11 @@ impl PrefixTree {
             held_tokens: vec![0; replicas],
             leaves: vec![BTreeSet::new(); replicas],
             clock: 0,
+            by_hash: HashMap::default(),
         }
     }
 
+    /// The number of replicas the tree tracks.
     pub fn replicas(&self) -> usize {
         self.replicas
     }
@@ -83,6 +176,31 @@ impl PrefixTree {
         self.nodes[node as usize].segment
     }
 
+    /// The hash of the path from the root to `node` (see [`extend_path_hash`]).
+    pub fn path_hash(&self, node: NodeId) -> u64 {
+        self.nodes[node as usize].path_hash
+    }
+
+    /// Tokens of the segments above `node` (its context when it is computed).
+    pub fn context_tokens(&self, node: NodeId) -> u64 {
+        self.nodes[node as usize].context_tokens
+    }
+
+    /// The live node whose path hashes to `hash`, if any. (Two paths with the same 64-bit hash
+    /// would share an entry, the later one winning; at 2^-64 per pair this is left to chance.)
+    pub fn find_hash(&self, hash: u64) -> Option<NodeId> {
+        self.by_hash.get(&hash).copied()
+    }
+
+    /// [`Self::release`] of the node with path hash `hash`: a hash-addressed removal event.
+    /// Unknown hashes are ignored. Returns the tokens released.
+    pub fn release_hash(&mut self, hash: u64, r: usize, remaining: u32) -> u64 {
+        match self.find_hash(hash) {
+            Some(n) => self.release(n, r, remaining),
+            None => 0,
+        }
+    }
+
     /// The node above `node` (`None` at the top).
     pub fn parent(&self, node: NodeId) -> Option<NodeId> {
         let p = self.nodes[node as usize].parent;
@@ -91,17 +209,16 @@ impl PrefixTree {
 
     /// Tokens of `node` replica `r` holds.
     pub fn held(&self, node: NodeId, r: usize) -> u32 {
-        self.nodes[node as usize].held[r]
+        self.nodes[node as usize].held(r)
     }
 
-    /// Replicas holding any of `node`.
+    /// Replicas holding any of `node`, in index order.
     pub fn holders(&self, node: NodeId) -> impl Iterator<Item = usize> + '_ {
-        self.nodes[node as usize].held.iter().enumerate().filter(|(_, t)| **t > 0).map(|(r, _)| r)
+        self.nodes[node as usize].holds.iter().filter(|h| h.tokens > 0).map(|h| h.replica as usize)
     }
 
     fn is_leaf(&self, node: NodeId, r: usize) -> bool {
-        let n = &self.nodes[node as usize];
-        n.held[r] > 0 && n.held_children[r] == 0
+        self.nodes[node as usize].hold(r).is_some_and(|h| h.tokens > 0 && h.held_children == 0)
     }
 
     fn set_leaf_entry(&mut self, node: NodeId, r: usize, was_leaf_at: Option<u64>) {
@@ -109,7 +226,7 @@ impl PrefixTree {
             self.leaves[r].remove(&(t, node));
         }
         if node != ROOT && self.is_leaf(node, r) {
-            self.leaves[r].insert((self.nodes[node as usize].used[r], node));
+            self.leaves[r].insert((self.nodes[node as usize].used(r), node));
         }
     }
 
@@ -117,13 +234,16 @@ impl PrefixTree {
         if let Some(&c) = self.nodes[parent as usize].children.get(&seg.id) {
             return c;
         }
+        let up = &self.nodes[parent as usize];
+        let path_hash = extend_path_hash(up.path_hash, seg.id);
+        let context_tokens = up.context_tokens + if parent == ROOT { 0 } else { u64::from(up.segment.tokens) };
         let n = Node {
             segment: seg,
             parent,
+            path_hash,
+            context_tokens,
             children: BTreeMap::new(),
-            held: vec![0; self.replicas],
-            used: vec![0; self.replicas],
-            held_children: vec![0; self.replicas],
+            holds: Vec::new(),
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -136,6 +256,7 @@ impl PrefixTree {
             }
         };
         self.nodes[parent as usize].children.insert(seg.id, id);
+        self.by_hash.insert(path_hash, id);
         id
     }
 
@@ -147,16 +268,15 @@ impl PrefixTree {
         let mut node = ROOT;
         for &seg in path {
             let c = self.child(node, seg);
-            let was_leaf = self.is_leaf(c, r).then(|| self.nodes[c as usize].used[r]);
-            let parent_was_leaf = (node != ROOT && self.is_leaf(node, r)).then(|| self.nodes[node as usize].used[r]);
-            let n = &mut self.nodes[c as usize];
-            if n.held[r] == 0 {
-                self.nodes[node as usize].held_children[r] += 1;
+            let was_leaf = self.is_leaf(c, r).then(|| self.nodes[c as usize].used(r));
+            let parent_was_leaf = (node != ROOT && self.is_leaf(node, r)).then(|| self.nodes[node as usize].used(r));
+            if self.nodes[c as usize].held(r) == 0 {
+                self.nodes[node as usize].hold_mut(r).held_children += 1;
             }
-            let n = &mut self.nodes[c as usize];
-            added += (seg.tokens - n.held[r].min(seg.tokens)) as u64;
-            n.held[r] = seg.tokens;
-            n.used[r] = self.clock;
+            let h = self.nodes[c as usize].hold_mut(r);
+            added += u64::from(seg.tokens - h.tokens.min(seg.tokens));
+            h.tokens = seg.tokens;
+            h.used = self.clock;
             if node != ROOT {
                 self.set_leaf_entry(node, r, parent_was_leaf);
             }
@@ -174,7 +294,7 @@ impl PrefixTree {
         let mut total = 0;
         for seg in path {
             let Some(&c) = self.nodes[node as usize].children.get(&seg.id) else { break };
-            let held = self.nodes[c as usize].held[r];
+            let held = self.nodes[c as usize].held(r);
             total += held;
             if held < seg.tokens {
                 break;
@@ -185,27 +305,28 @@ impl PrefixTree {
     }
 
     /// [`Self::match_tokens`] for every replica at once, into `out` (length = replicas).
+    /// Allocates nothing: a replica is still matching exactly when its count equals the tokens of
+    /// the path so far (a node holds at most its segment's tokens, so any shortfall is final).
     pub fn match_each(&self, path: &[Segment], out: &mut [u32]) {
         out.iter_mut().for_each(|x| *x = 0);
-        let mut alive = self.replicas;
-        let mut done = vec![false; self.replicas];
+        let mut whole = 0u32;
         let mut node = ROOT;
         for seg in path {
             let Some(&c) = self.nodes[node as usize].children.get(&seg.id) else { break };
-            for r in 0..self.replicas {
-                if done[r] {
-                    continue;
-                }
-                let held = self.nodes[c as usize].held[r];
-                out[r] += held;
-                if held < seg.tokens {
-                    done[r] = true;
-                    alive -= 1;
+            // Replicas without an entry hold none of it: their count stays behind `whole`, unless
+            // the segment is empty, which every replica still matching holds whole.
+            let mut any_whole = seg.tokens == 0;
+            for h in &self.nodes[c as usize].holds {
+                let count = &mut out[h.replica as usize];
+                if *count == whole {
+                    *count += h.tokens;
+                    any_whole |= h.tokens >= seg.tokens;
                 }
             }
-            if alive == 0 {
+            if !any_whole {
                 break;
             }
+            whole += seg.tokens;
             node = c;
         }
     }
@@ -217,7 +338,7 @@ impl PrefixTree {
         let mut deepest = None;
         for seg in path {
             let Some(&c) = self.nodes[node as usize].children.get(&seg.id) else { break };
-            if !self.nodes[c as usize].held.iter().any(|&t| t >= seg.tokens) {
+            if seg.tokens > 0 && !self.nodes[c as usize].holds.iter().any(|h| h.tokens >= seg.tokens) {
                 break;
             }
             total += seg.tokens;
@@ -237,32 +358,36 @@ impl PrefixTree {
     }
 
     /// Replica `r` now holds only `remaining` tokens of `node` (0: none) — and none of anything
-    /// below it. Returns the tokens released.
+    /// below it, in either case. Returns the tokens released.
     pub fn release(&mut self, node: NodeId, r: usize, remaining: u32) -> u64 {
         let mut freed = 0u64;
+        // The subtree below first, deepest first: a replica cannot keep a suffix without all of
+        // its prefix, whether the node goes wholly or in part.
+        let mut stack: Vec<NodeId> = self.nodes[node as usize].children.values().copied().collect();
+        let mut order = Vec::new();
+        while let Some(n) = stack.pop() {
+            if self.nodes[n as usize].held(r) > 0 {
+                order.push(n);
+                stack.extend(self.nodes[n as usize].children.values().copied());
+            }
+        }
+        for &n in order.iter().rev() {
+            freed += self.drop_hold(n, r);
+        }
         if remaining == 0 {
-            // Release the subtree below first (deepest first), then the node itself.
-            let mut stack: Vec<NodeId> = self.nodes[node as usize].children.values().copied().collect();
-            let mut order = Vec::new();
-            while let Some(n) = stack.pop() {
-                if self.nodes[n as usize].held[r] > 0 {
-                    order.push(n);
-                    stack.extend(self.nodes[n as usize].children.values().copied());
-                }
-            }
-            for &n in order.iter().rev() {
-                freed += self.drop_hold(n, r);
-            }
             freed += self.drop_hold(node, r);
-            for &n in order.iter().rev() {
-                self.collect(n);
-            }
         } else {
             let n = &mut self.nodes[node as usize];
-            let before = n.held[r];
-            n.held[r] = remaining.min(before);
-            freed = (before - n.held[r]) as u64;
-            self.held_tokens[r] -= freed;
+            if let Some(i) = n.holds.iter().position(|h| h.replica as usize == r) {
+                let before = n.holds[i].tokens;
+                n.holds[i].tokens = remaining.min(before);
+                let cut = u64::from(before - n.holds[i].tokens);
+                self.held_tokens[r] -= cut;
+                freed += cut;
+            }
+        }
+        for &n in order.iter().rev() {
+            self.collect(n);
         }
         self.collect(node);
         freed
@@ -270,31 +395,35 @@ impl PrefixTree {
 
     /// Drops replica `r`'s hold on one node whose held children are already gone.
     fn drop_hold(&mut self, node: NodeId, r: usize) -> u64 {
-        let held = self.nodes[node as usize].held[r];
-        if held == 0 {
-            return 0;
-        }
-        let used = self.nodes[node as usize].used[r];
-        self.leaves[r].remove(&(used, node));
-        self.nodes[node as usize].held[r] = 0;
-        self.held_tokens[r] -= held as u64;
+        let n = &mut self.nodes[node as usize];
+        let Some(h) = n.hold(r).copied().filter(|h| h.tokens > 0) else { return 0 };
+        self.leaves[r].remove(&(h.used, node));
+        n.hold_mut(r).tokens = 0;
+        n.prune(r);
+        self.held_tokens[r] -= u64::from(h.tokens);
         let parent = self.nodes[node as usize].parent;
-        self.nodes[parent as usize].held_children[r] -= 1;
+        let up = &mut self.nodes[parent as usize];
+        up.hold_mut(r).held_children -= 1;
+        up.prune(r);
+        let held = h.tokens;
         if parent != ROOT {
             self.set_leaf_entry(parent, r, None);
         }
-        held as u64
+        u64::from(held)
     }
 
     /// Removes `node` and its ancestors while nobody holds them and they have no children.
     fn collect(&mut self, mut node: NodeId) {
         while node != ROOT {
             let n = &self.nodes[node as usize];
-            if n.parent == DEAD || !n.children.is_empty() || n.held.iter().any(|&t| t > 0) {
+            if n.parent == DEAD || !n.children.is_empty() || n.holds.iter().any(|h| h.tokens > 0) {
                 return;
             }
-            let (parent, id) = (n.parent, n.segment.id);
+            let (parent, id, hash) = (n.parent, n.segment.id, n.path_hash);
             self.nodes[parent as usize].children.remove(&id);
+            if self.by_hash.get(&hash) == Some(&node) {
+                self.by_hash.remove(&hash);
+            }
             self.nodes[node as usize].parent = DEAD;
             self.free.push(node);
             node = parent;
@@ -345,7 +474,7 @@ impl PrefixTree {
                 (None, None) => None,
             };
             let Some((_, node)) = next else { break };
-            let held = self.nodes[node as usize].held[r];
+            let held = self.nodes[node as usize].held(r);
             out.push((node, held));
             freed += held as u64;
             let parent = self.nodes[node as usize].parent;
@@ -353,14 +482,14 @@ impl PrefixTree {
                 let i = match children_left.iter().position(|(p, _)| *p == parent) {
                     Some(i) => i,
                     None => {
-                        children_left.push((parent, self.nodes[parent as usize].held_children[r]));
+                        children_left.push((parent, self.nodes[parent as usize].held_children(r)));
                         children_left.len() - 1
                     }
                 };
                 let left = &mut children_left[i].1;
                 *left -= 1;
                 if *left == 0 {
-                    promoted.push(Reverse((self.nodes[parent as usize].used[r], parent)));
+                    promoted.push(Reverse((self.nodes[parent as usize].used(r), parent)));
                 }
             }
         }
@@ -370,21 +499,37 @@ impl PrefixTree {
     /// Checks the bookkeeping against a recount (for tests).
     #[doc(hidden)]
     pub fn check(&self) {
+        let mut live = 0;
+        let mut stack = vec![ROOT];
+        while let Some(n) = stack.pop() {
+            for &c in self.nodes[n as usize].children.values() {
+                let (up, node) = (&self.nodes[n as usize], &self.nodes[c as usize]);
+                assert_eq!(node.path_hash, extend_path_hash(up.path_hash, node.segment.id), "path hash of {c}");
+                let above = if n == ROOT { 0 } else { u64::from(up.segment.tokens) };
+                assert_eq!(node.context_tokens, up.context_tokens + above, "context of {c}");
+                assert_eq!(self.by_hash.get(&node.path_hash), Some(&c), "node {c} by its hash");
+                live += 1;
+                stack.push(c);
+            }
+        }
+        assert_eq!(self.by_hash.len(), live, "only live nodes are found by hash");
         for r in 0..self.replicas {
             let mut total = 0u64;
             let mut leaves = BTreeSet::new();
             let mut stack = vec![ROOT];
             while let Some(n) = stack.pop() {
                 let node = &self.nodes[n as usize];
-                let held_children =
-                    node.children.values().filter(|&&c| self.nodes[c as usize].held[r] > 0).count() as u32;
-                assert_eq!(held_children, node.held_children[r], "held children of {n} on {r}");
+                let held_children = node.children.values().filter(|&&c| self.nodes[c as usize].held(r) > 0).count();
+                assert_eq!(held_children, node.held_children(r) as usize, "held children of {n} on {r}");
+                if let Some(h) = node.hold(r) {
+                    assert!(h.tokens > 0 || h.held_children > 0, "empty entry of {r} kept on node {n}");
+                }
                 if n != ROOT {
-                    total += node.held[r] as u64;
-                    if node.held[r] > 0 && held_children == 0 {
-                        leaves.insert((node.used[r], n));
+                    total += u64::from(node.held(r));
+                    if node.held(r) > 0 && held_children == 0 {
+                        leaves.insert((node.used(r), n));
                     }
-                    assert!(node.held[r] > 0 || held_children == 0, "node {n} unheld on {r} but has held children");
+                    assert!(node.held(r) > 0 || held_children == 0, "node {n} unheld on {r} but has held children");
                 }
                 stack.extend(node.children.values().copied());
             }
@@ -461,6 +606,41 @@ mod tests {
     }
 
     #[test]
+    fn a_partial_release_releases_everything_below() {
+        let mut t = PrefixTree::new(2);
+        let (sys, doc, q) = (seg(1, 13), seg(2, 500), seg(3, 20));
+        t.insert(&[sys, doc, q], 0);
+        t.insert(&[sys, doc, q], 1);
+        assert_eq!(t.release_path(&[sys, doc], 0, 100), 420, "400 of the document and the question below");
+        assert_eq!(t.match_tokens(&[sys, doc, q], 0), 113);
+        assert_eq!(t.held_tokens(0), 113);
+        assert_eq!(t.match_tokens(&[sys, doc, q], 1), 533, "the other replica keeps its copy");
+        let mut lru = t.clone();
+        assert_eq!(lru.evict_lru(0, 1), 100, "the cut document is replica 0's leaf now");
+        t.check();
+        lru.check();
+    }
+
+    #[test]
+    fn nodes_are_found_and_released_by_path_hash() {
+        let mut t = PrefixTree::new(2);
+        let (sys, doc, q) = (seg(1, 13), seg(2, 500), seg(3, 20));
+        t.insert(&[sys, doc, q], 0);
+        t.insert(&[sys, doc], 1);
+        let node = t.find(&[sys, doc]).unwrap();
+        let hash = extend_path_hash(extend_path_hash(ROOT_PATH_HASH, 1), 2);
+        assert_eq!(t.path_hash(node), hash);
+        assert_eq!(t.find_hash(hash), Some(node));
+        assert_eq!(t.context_tokens(node), 13);
+        assert_eq!(t.release_hash(hash, 1, 0), 500, "replica 1 held the document whole");
+        assert_eq!(t.release_hash(0xdead, 0, 0), 0, "unknown hashes are ignored");
+        assert_eq!(t.match_tokens(&[sys, doc, q], 0), 533, "replica 0 keeps its copy");
+        t.release_hash(hash, 0, 0);
+        assert_eq!(t.find_hash(hash), None, "collected with its subtree once nobody holds it");
+        t.check();
+    }
+
+    #[test]
     fn bookkeeping_survives_a_random_workout() {
         use rand::{RngExt, SeedableRng};
         let mut rng = rand::rngs::Xoshiro256PlusPlus::seed_from_u64(5);
@@ -479,6 +659,11 @@ mod tests {
                 _ => {
                     t.release_path(&path[..2], r, rng.random_range(0..3));
                 }
+            }
+            let mut each = [0; 4];
+            t.match_each(&path, &mut each);
+            for (k, &m) in each.iter().enumerate() {
+                assert_eq!(m, t.match_tokens(&path, k), "match_each agrees with match_tokens on replica {k}");
             }
             if i % 97 == 0 {
                 t.check();

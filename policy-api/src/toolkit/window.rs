@@ -11,6 +11,7 @@ pub struct WindowSum {
 }
 
 impl WindowSum {
+    /// An empty window `window` long (in the caller's time unit).
     pub fn new(window: f64) -> Self {
         Self { window, events: VecDeque::new(), sum: 0.0 }
     }

@@ -1,7 +1,12 @@
 //! Deliberately broken routers, for the loader's tests (never use them for anything else):
 //! - `panics_in_route`: routes round robin, then panics on request `after` (default 100);
 //! - `out_of_range`: answers a replica index one past the last;
-//! - `panics_in_new`: panics in its constructor.
+//! - `panics_in_new`: panics in its constructor;
+//! - `panics_in_default`: its config's `Default` panics (listing and construction);
+//! - `panics_in_drop`: routes round robin, panics when dropped at the end of a run;
+//! - `panics_in_capabilities`: panics when the host asks what it needs;
+//! - `huge_index`: answers 2^32 + 1, which a cast to `u32` would wrap to replica 1;
+//! - `unknown_signal`: asks for an engine signal no host provides.
 
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
@@ -34,7 +39,7 @@ impl Policy for PanicsInRoute {
 }
 
 impl RouterPolicy for PanicsInRoute {
-    fn route(&mut self, _: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         self.seen += 1;
         if self.seen > self.after {
             panic!("deliberate panic on request {}", self.seen);
@@ -60,7 +65,7 @@ impl Policy for OutOfRange {
 }
 
 impl RouterPolicy for OutOfRange {
-    fn route(&mut self, _: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         replicas.len()
     }
 }
@@ -78,13 +83,139 @@ impl Policy for PanicsInNew {
 }
 
 impl RouterPolicy for PanicsInNew {
-    fn route(&mut self, _: &Request<'_>, _: &[ReplicaView]) -> usize {
+    fn route(&mut self, _: &Request<'_>, _: &Replicas<'_>) -> usize {
+        0
+    }
+}
+
+/// A config whose `Default` panics.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct PanickingConfig {}
+
+impl Default for PanickingConfig {
+    fn default() -> Self {
+        panic!("deliberate panic in Default")
+    }
+}
+
+pub struct PanicsInDefault;
+
+impl Policy for PanicsInDefault {
+    const NAME: &'static str = "panics_in_default";
+    const DESCRIPTION: &'static str = "its config's Default panics (test fixture)";
+    type Config = PanickingConfig;
+    type Context = RouterContext;
+    fn new(_: PanickingConfig, _: &RouterContext) -> Result<Self, String> {
+        Ok(Self)
+    }
+}
+
+impl RouterPolicy for PanicsInDefault {
+    fn route(&mut self, _: &Request<'_>, _: &Replicas<'_>) -> usize {
+        0
+    }
+}
+
+pub struct PanicsInDrop {
+    seen: usize,
+}
+
+impl Policy for PanicsInDrop {
+    const NAME: &'static str = "panics_in_drop";
+    const DESCRIPTION: &'static str = "round robin, panics when dropped (test fixture)";
+    type Config = NoConfig;
+    type Context = RouterContext;
+    fn new(_: NoConfig, _: &RouterContext) -> Result<Self, String> {
+        Ok(Self { seen: 0 })
+    }
+}
+
+impl RouterPolicy for PanicsInDrop {
+    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
+        self.seen += 1;
+        self.seen % replicas.len()
+    }
+}
+
+impl Drop for PanicsInDrop {
+    fn drop(&mut self) {
+        panic!("deliberate panic in Drop after {} requests", self.seen);
+    }
+}
+
+pub struct PanicsInCapabilities;
+
+impl Policy for PanicsInCapabilities {
+    const NAME: &'static str = "panics_in_capabilities";
+    const DESCRIPTION: &'static str = "panics in capabilities (test fixture)";
+    type Config = NoConfig;
+    type Context = RouterContext;
+    fn new(_: NoConfig, _: &RouterContext) -> Result<Self, String> {
+        Ok(Self)
+    }
+}
+
+impl RouterPolicy for PanicsInCapabilities {
+    fn capabilities(&self) -> Capabilities {
+        panic!("deliberate panic in capabilities")
+    }
+    fn route(&mut self, _: &Request<'_>, _: &Replicas<'_>) -> usize {
+        0
+    }
+}
+
+pub struct HugeIndex;
+
+impl Policy for HugeIndex {
+    const NAME: &'static str = "huge_index";
+    const DESCRIPTION: &'static str = "answers replica 2^32 + 1 (test fixture)";
+    type Config = NoConfig;
+    type Context = RouterContext;
+    fn new(_: NoConfig, _: &RouterContext) -> Result<Self, String> {
+        Ok(Self)
+    }
+}
+
+impl RouterPolicy for HugeIndex {
+    fn route(&mut self, _: &Request<'_>, _: &Replicas<'_>) -> usize {
+        // On a 64-bit target; on 32 bits usize cannot hold it and the fixture answers usize::MAX.
+        usize::try_from((1u64 << 32) + 1).unwrap_or(usize::MAX)
+    }
+}
+
+pub struct UnknownSignal;
+
+impl Policy for UnknownSignal {
+    const NAME: &'static str = "unknown_signal";
+    const DESCRIPTION: &'static str = "asks for an engine signal no host provides (test fixture)";
+    type Config = NoConfig;
+    type Context = RouterContext;
+    fn new(_: NoConfig, _: &RouterContext) -> Result<Self, String> {
+        Ok(Self)
+    }
+}
+
+impl RouterPolicy for UnknownSignal {
+    fn signals(&self) -> Vec<String> {
+        vec![signals::WAITING.into(), "prefill_tokens_per_s".into()]
+    }
+    fn route(&mut self, _: &Request<'_>, _: &Replicas<'_>) -> usize {
         0
     }
 }
 
 fn registry() -> Vec<Entry> {
-    vec![router::<PanicsInRoute>(), router::<OutOfRange>(), router::<PanicsInNew>()]
+    vec![
+        router::<PanicsInRoute>(),
+        router::<OutOfRange>(),
+        router::<PanicsInNew>(),
+        router::<PanicsInDefault>(),
+        router::<PanicsInDrop>(),
+        router::<PanicsInCapabilities>(),
+        router::<HugeIndex>(),
+        router::<UnknownSignal>(),
+    ]
 }
 
 export_policies!(registry);

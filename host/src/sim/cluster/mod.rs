@@ -155,8 +155,8 @@ impl<'a> ClusterSim<'a> {
             max_batch_requests: spec.max_batch_requests,
             reservation: spec.reservation.clone(),
             scheduler_window: spec.scheduler_window,
-            track_pending: caps.needs_exact_match,
-            report_evictions: caps.wants_evictions,
+            track_pending: caps.needs_exact_match(),
+            report_evictions: caps.wants_evictions(),
         };
         let total = stream.requests.len();
         let last_arrival = stream.requests.last().map_or(0, |r| r.arrived_at);
@@ -217,7 +217,7 @@ impl<'a> ClusterSim<'a> {
         let stream = self.stream;
         let q = &stream.requests[id];
         let prompt = stream.prompt(id);
-        let exact = self.router.capabilities().needs_exact_match;
+        let exact = self.router.capabilities().needs_exact_match();
         for (v, rep) in self.views.iter_mut().zip(&self.replicas) {
             *v = rep.view(&self.cfg);
             if exact {

@@ -134,9 +134,9 @@ impl Policy for Follow {
 
 impl RouterPolicy for Follow {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { needs_exact_match: true, wants_evictions: true, ..Default::default() }
+        Capabilities::NEEDS_EXACT_MATCH | Capabilities::WANTS_EVICTIONS
     }
-    fn route(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         for e in self.heard.drain(..) {
             self.min_lag = self.min_lag.min(request.arrived_at - e);
         }
@@ -158,7 +158,7 @@ impl RouterPolicy for Follow {
 fn run_follow(spec: &ClusterSpec) -> RunOutcome {
     let sm = spec.step_model().unwrap();
     let ctx = router_context(&sm, spec.replicas, 1);
-    let router = Router_TO::from_value(Guarded(Follow::new(Default::default(), &ctx).unwrap()), abi_stable::sabi_trait::TD_Opaque);
+    let router = Router_TO::from_value(Guarded::new(Follow::new(Default::default(), &ctx).unwrap()), abi_stable::sabi_trait::TD_Opaque);
     let stream = generate(spec, None, 1).unwrap();
     run_cluster(spec, &stream, router, "follow", 1).unwrap()
 }
@@ -193,9 +193,8 @@ fn evictions_reach_routers_that_want_them_after_the_delay() {
 
 #[test]
 fn trace_replay_of_the_azure_conversation_trace() {
-    let real = repo_root().join("../shared/data/azure-llm-2023/AzureLLMInferenceTrace_conv.csv");
-    let (path, mut spec) = (real.clone(), preset("azure_conv"));
-    let path = if path.exists() { path } else { repo_root().join("workloads/cluster/traces/sample_conv.csv") };
+    let path = repo_root().join("workloads/traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv");
+    let mut spec = preset("azure_conv");
     let rows = trace::load(&path).unwrap();
     // A slice of the real trace keeps debug-build tests fast; the full replay is in the bench.
     let rows = &rows[..rows.len().min(1500)];
@@ -290,7 +289,7 @@ fn run_with_scheduler(spec: &ClusterSpec, twice: bool) -> Result<RunOutcome, Run
     let sm = spec.step_model().unwrap();
     let router = Loader::new().router(&PolicySpec::parse("round_robin").unwrap(), &router_context(&sm, spec.replicas, 1)).unwrap();
     let schedulers = (0..spec.replicas)
-        .map(|_| Scheduler_TO::from_value(Guarded(Faulty { twice }), abi_stable::sabi_trait::TD_Opaque))
+        .map(|_| Scheduler_TO::from_value(Guarded::new(Faulty { twice }), abi_stable::sabi_trait::TD_Opaque))
         .collect();
     let stream = generate(spec, None, 1).unwrap();
     ClusterSim::build(spec, &sm, &stream, router, schedulers, "round_robin").unwrap().run()

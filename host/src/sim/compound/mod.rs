@@ -46,6 +46,19 @@ pub fn selector_seed(run_seed: u64) -> u64 {
     stream_seed(run_seed, "compound.selector")
 }
 
+/// What a selector is told at creation in run `run_seed` of `spec`: its seed and the problem's
+/// shape, so it can refuse a problem it cannot handle before the run.
+pub fn selector_context(spec: &CompoundSpec, run_seed: u64) -> routelab_policy_api::SelectorContext {
+    let shape = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    routelab_policy_api::SelectorContext {
+        seed: selector_seed(run_seed),
+        modules: shape(spec.system.modules().len()),
+        models: shape(spec.model_count()),
+        train_questions: spec.questions.train,
+        budget: spec.budget.into(),
+    }
+}
+
 /// Runs `selector` (labelled `label` in errors) on one seed of `spec`. `start` (model names, one
 /// per module) overrides the workload's `start`. `spec` must be validated and without `variants`
 /// (expand them with [`CompoundSpec::variants`]).

@@ -62,7 +62,7 @@ impl Policy for LruAffinity {
 }
 
 impl RouterPolicy for LruAffinity {
-    fn route(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> usize {
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         let least = (0..replicas.len()).min_by_key(|&i| replicas[i].outstanding_requests).expect("replicas");
         self.tree.match_each(request.segments.as_slice(), &mut self.matches);
         let best = (0..replicas.len()).max_by_key(|&i| (self.matches[i], std::cmp::Reverse(i))).expect("replicas");

@@ -1,0 +1,203 @@
+//! The command line's shape: every command and flag, with the help `routelab … --help` prints.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// The full policy syntax, shown by `--policies`/`--policy` help.
+macro_rules! policy_syntax {
+    () => {
+        "\
+A policy argument is
+
+  [LABEL=]POLICY[@SCHEDULER]
+
+POLICY is a built-in name (`routelab policies` lists them), `path/to/libfoo.so:name` for a policy
+in a plugin library, or just `path/to/libfoo.so` when the library exports one policy of the kind
+needed; optionally followed by its config as a YAML flow mapping: `power_of_two{d: 3}`.
+@SCHEDULER (cluster workloads only) names the local scheduler every replica runs under this
+router, in the same syntax: `preble@priority_groups`, `round_robin@./libsched.so:mine`; without
+it, the workload's `cluster.scheduler` is used.
+LABEL= names the policy in tables, JSON and plots: `mine=./target/release/libfoo.so:foo{k: 2}`.
+Without a label a built-in is shown as typed and a plugin policy by its name, not its path (the
+JSON's `spec` keeps the full argument).
+Separate policies with commas; quote the list in the shell when it has braces or spaces.
+The first policy is the baseline of the ratio column."
+    };
+}
+
+const POLICIES_HELP: &str =
+    concat!("Comma-separated policies to compare (default: each workload's `policies:` list).\n\n", policy_syntax!());
+const POLICY_HELP: &str = concat!("The policy to run.\n\n", policy_syntax!());
+
+const WORKLOAD_ARG: &str = "A workload file, or the name of a built-in workload (`routelab workloads` lists them: e.g. \
+cache_vs_balance, cluster/long_doc_qa)";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "routelab",
+    version,
+    about = "A lab for request-routing policies in LLM serving",
+    after_help = "Exit codes: 0 ok, 1 a policy's run failed (the others still report), 2 bad input.\n\
+                  Docs: docs/ in the repository (output.md: every metric key and unit)."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Three routing problems in under a second: cache vs balance, classic dispatch, model selection.
+    Demo,
+    /// Run one policy on a workload and print every metric.
+    Run {
+        #[arg(help = WORKLOAD_ARG)]
+        workload: PathBuf,
+        /// The policy: a built-in name or `lib.so:name`, optionally with `{key: value}` config.
+        #[arg(long, long_help = POLICY_HELP)]
+        policy: String,
+        /// The policy's config as a YAML file (instead of `name{key: value}`).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Compare policies side by side on one or more workloads.
+    Compare {
+        #[arg(required = true, help = WORKLOAD_ARG)]
+        workloads: Vec<PathBuf>,
+        /// Comma-separated policies (default: each workload's `policies:`); see --help for the syntax.
+        #[arg(long, long_help = POLICIES_HELP)]
+        policies: Option<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Run policies over a range of one field's values: a curve per policy.
+    Sweep {
+        #[arg(required = true, help = WORKLOAD_ARG)]
+        workloads: Vec<PathBuf>,
+        /// Comma-separated policies (default: each workload's `policies:`); see --help for the syntax.
+        #[arg(long, long_help = POLICIES_HELP)]
+        policies: Option<String>,
+        /// `field.path=v1,v2,...` (`xF` multiplies the workload's value by F); the path may start
+        /// inside the world section (`arrivals.poisson.rate`). Several `--set`s move together.
+        #[arg(long = "set", required = true)]
+        set: Vec<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// List the built-in policies, or what a plugin library exports.
+    Policies {
+        /// A plugin library (`.so`/`.dylib`/`.dll`) to list instead of the built-ins.
+        #[arg(long)]
+        plugin: Option<PathBuf>,
+    },
+    /// List the built-in workloads, one line each (run any by name from any directory).
+    Workloads,
+    /// Check a workload (fields, policy names, trace) and print its resolved form and statistics.
+    Validate {
+        #[arg(help = WORKLOAD_ARG)]
+        workload: PathBuf,
+        /// Replay this trace file instead of the one the workload names.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+    },
+    /// Print the JSON Schema of workload files (for editors: `routelab schema > workload.schema.json`).
+    Schema,
+    /// Print a shell completion script: `routelab completions bash > ~/.local/share/bash-completion/completions/routelab`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// The step model of one replica: KV capacity, prefill and decode times.
+    StepModel {
+        /// GPU: a6000, a100-40, a100-80, h100, h200, l40s.
+        #[arg(long, default_value = "a6000")]
+        gpu: String,
+        /// Model: mistral-7b, llama-3-8b, llama-3-70b.
+        #[arg(long, default_value = "mistral-7b")]
+        model: String,
+        /// Tensor-parallel degree (1, 2, 4 or 8).
+        #[arg(long, default_value_t = 1)]
+        tp: u32,
+    },
+    /// Scaffold a policy crate that builds with `cargo build --release` and loads by path.
+    NewPolicy {
+        /// The folder to create (must not exist, or be empty).
+        dir: PathBuf,
+        /// What the policy decides.
+        #[arg(long, value_enum)]
+        kind: Kind,
+        /// The policy's name: lowercase letters, digits and `_`, starting with a letter (default:
+        /// the folder's name in snake_case).
+        #[arg(long)]
+        name: Option<String>,
+        /// Path to routelab's `policy-api` crate (default: the one this binary was built from).
+        #[arg(long)]
+        api_path: Option<PathBuf>,
+    },
+    /// Course exercises, computed (docs/exercises.md).
+    Exercise {
+        /// Exercise number.
+        number: Option<u32>,
+        /// List the exercises.
+        #[arg(long)]
+        list: bool,
+    },
+    /// Simulation speed and the cost of a router call, static versus through a loaded library.
+    Bench {
+        /// Requests per dispatch-world measurement.
+        #[arg(long, default_value_t = 1_000_000)]
+        requests: u64,
+        /// The built-in plugin library (default: beside this executable).
+        #[arg(long)]
+        plugin: Option<PathBuf>,
+        /// Only the routing-decisions table, for these routers (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        routers: Option<Vec<String>>,
+    },
+}
+
+#[derive(clap::Args, Debug, Default)]
+pub struct Common {
+    /// Number of seeds, at least 1 (overrides the workload's `seeds`).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub seeds: Option<u32>,
+    /// First seed (overrides the workload's `seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Write the results as JSON to this file (rewritten after each policy).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the results as CSV to this file, one row per (workload, policy).
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Draw SVG charts into this folder (created if missing).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Compound world: start every selector from this allocation (model names, one per module).
+    #[arg(long, value_delimiter = ',')]
+    pub start: Option<Vec<String>>,
+    /// Compound world: run each selector from every starting allocation and count how often it
+    /// reaches the training optimum.
+    #[arg(long)]
+    pub all_starts: bool,
+    /// Replay this trace file (Azure LLM trace CSV) instead of the one the workload names.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Print tables as Markdown (for docs).
+    #[arg(long)]
+    pub markdown: bool,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum Kind {
+    /// Picks a replica for each request (dispatch and cluster workloads).
+    Router,
+    /// Orders a replica's waiting queue (cluster workloads).
+    Scheduler,
+    /// Picks a model for each module of a compound AI system (compound workloads).
+    Selector,
+}

@@ -1,0 +1,109 @@
+//! Checks of the command line against the workloads, made before any run: an option that the
+//! workload cannot use is an error (exit 2), never silently ignored.
+
+use std::path::{Path, PathBuf};
+
+use routelab_policy_api::PolicyKind;
+
+use super::args::Common;
+use crate::plugin::{LoadError, Loader, PolicySpec};
+use crate::workload::{InputError, Workload, WorldKind};
+
+fn flag_error(flag: &str, message: String, fix: &str) -> InputError {
+    InputError { file: PathBuf::from(flag), path: String::new(), line: None, message, fix: fix.into() }
+}
+
+/// Parses policy arguments; two policies may not share a label.
+pub fn specs(args: &[String]) -> Result<Vec<PolicySpec>, LoadError> {
+    let specs: Vec<PolicySpec> = args.iter().map(|a| PolicySpec::parse(a)).collect::<Result<_, _>>()?;
+    for (i, s) in specs.iter().enumerate() {
+        if let Some(other) = specs[..i].iter().find(|o| o.label == s.label) {
+            return Err(LoadError::new(
+                crate::plugin::LoadErrorKind::UnknownPolicy,
+                format!("policies '{}' and '{}' would both be labelled '{}'", other.arg, s.arg, s.label),
+                "give one a label: mine=path/to/lib.so:name",
+            ));
+        }
+    }
+    Ok(specs)
+}
+
+/// `--start`, `--all-starts` and `--trace` only where the workload has a use for them.
+pub fn overrides(w: &Workload, file: &Path, common: &Common) -> Result<(), InputError> {
+    let shown = file.display();
+    if common.start.is_some() && w.compound.is_none() {
+        return Err(flag_error(
+            "--start",
+            format!("{shown} is a {} workload; --start sets a compound workload's starting allocation", w.world().as_str()),
+            "drop --start, or pass a workload with a `compound:` section",
+        ));
+    }
+    if let Some(t) = &common.trace {
+        let replays = match (&w.dispatch, &w.cluster) {
+            (Some(d), _) => matches!(d.arrivals, crate::workload::dispatch::Arrivals::Trace { .. }),
+            (_, Some(c)) => matches!(c.arrivals, crate::workload::cluster::Arrivals::Trace { .. }),
+            _ => false,
+        };
+        if !replays {
+            return Err(flag_error(
+                "--trace",
+                format!("{shown} does not replay a trace, so --trace {} would be ignored", t.display()),
+                "use a workload with `arrivals: {trace: {path: ...}}` (e.g. azure_conv), or drop --trace",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The kind of policy a world's `--policies` name.
+pub fn kind_of_world(world: WorldKind) -> PolicyKind {
+    match world {
+        WorldKind::Dispatch | WorldKind::Cluster => PolicyKind::Router,
+        WorldKind::Compound => PolicyKind::Selector,
+    }
+}
+
+/// `router@scheduler` only in the cluster world, the one with local schedulers.
+pub fn pairings(w: &Workload, specs: &[PolicySpec]) -> Result<(), InputError> {
+    if w.world() == WorldKind::Cluster {
+        return Ok(());
+    }
+    match specs.iter().find(|s| s.scheduler.is_some()) {
+        Some(s) => Err(flag_error(
+            "--policies",
+            format!("'{}' names a local scheduler, but {} is a {} workload, which has none", s.arg, w.name, w.world().as_str()),
+            "drop `@…`: only cluster workloads run schedulers",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Every policy a workload names — `policies:` and `cluster.scheduler` — exists and is of the
+/// right kind (`validate`).
+pub fn policy_names(loader: &mut Loader, w: &Workload, file: &Path) -> Result<(), InputError> {
+    let at = |field: String, e: LoadError| InputError { file: file.into(), path: field, line: None, message: e.message, fix: e.fix };
+    let specs = specs(&w.policies).map_err(|e| at("policies".into(), e))?;
+    pairings(w, &specs).map_err(|e| InputError { file: file.into(), path: "policies".into(), ..e })?;
+    for (i, s) in specs.iter().enumerate() {
+        loader.check(s, kind_of_world(w.world())).map_err(|e| at(format!("policies[{i}]"), e))?;
+    }
+    if let Some(c) = &w.cluster {
+        let s = PolicySpec::parse(&c.scheduler).map_err(|e| at("cluster.scheduler".into(), e))?;
+        loader.check(&s, PolicyKind::Scheduler).map_err(|e| at("cluster.scheduler".into(), e))?;
+    }
+    Ok(())
+}
+
+/// A policy name the scaffold can use as a Rust-friendly identifier and a CLI argument.
+pub fn new_policy_name(name: &str) -> Result<(), InputError> {
+    let ok = name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if ok {
+        return Ok(());
+    }
+    Err(flag_error(
+        "--name",
+        format!("'{name}' cannot be a policy name"),
+        "use lowercase letters, digits and `_`, starting with a letter (e.g. my_router)",
+    ))
+}

@@ -1,0 +1,108 @@
+//! Issue 9's command-line cases: each ends in a clear error with exit code 2 (or quietly, for a
+//! closed pipe) instead of being ignored, crashing or printing the same thing many times.
+
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
+
+use crate::common::*;
+
+fn routelab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_routelab")).args(args).current_dir(workspace()).output().expect("routelab runs")
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let d = target_dir().join("test-fixtures/cli-errors");
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+/// Runs `args`, expects exit 2, no results printed, and every `wanted` fragment in stderr.
+fn bad(args: &[&str], wanted: &[&str]) -> String {
+    let out = routelab(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    for w in wanted {
+        assert!(err.contains(w), "{args:?}: stderr lacks {w:?}: {err}");
+    }
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    err
+}
+
+#[test]
+fn unusable_output_paths_fail_before_any_run() {
+    let out = routelab(&["compare", "exp_rho09", "--json", "/nonexistent-folder/out.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "nothing ran: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--json"));
+    bad(&["compare", "exp_rho09", "--csv", "/nonexistent-folder/out.csv"], &["--csv", "cannot be written"]);
+    bad(&["sweep", "exp_rho09", "--set", "utilisation=0.5,0.6", "--plot", "/proc/no-plots-here"], &["--plot"]);
+    let same = scratch("same.out");
+    let same = same.to_str().unwrap();
+    bad(&["compare", "exp_rho09", "--json", same, "--csv", same], &["also the --json file"]);
+    // A folder where a file is wanted.
+    bad(&["compare", "exp_rho09", "--json", target_dir().to_str().unwrap()], &["is a folder"]);
+}
+
+/// `routelab demo | head`: the reader goes away and the demo ends without a panic message.
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_routelab"))
+        .arg("demo")
+        .current_dir(workspace())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // the reader is gone before the first line
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let status = child.wait().unwrap();
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
+    assert_ne!(status.code(), Some(101), "a panic's exit code: {err}");
+}
+
+#[test]
+fn options_a_workload_cannot_use_are_errors() {
+    bad(&["compare", "exp_rho09", "--seeds", "0"], &["--seeds"]);
+    bad(&["compare", "exp_rho09", "--policies", "random", "--start", "C,C"], &["--start", "dispatch workload"]);
+    bad(&["compare", "case_study", "--policies", "greedy", "--trace", "x.csv"], &["--trace", "does not replay a trace"]);
+    bad(&["compare", "exp_rho09", "--policies", "random", "--trace", "x.csv"], &["--trace"]);
+    bad(&["validate", "exp_rho09", "--trace", "x.csv"], &["--trace"]);
+    // `@scheduler` outside the cluster world used to run as the plain router.
+    bad(&["compare", "exp_rho09", "--policies", "round_robin@nosuch"], &["round_robin@nosuch", "has none"]);
+    bad(&["compare", "case_study", "--policies", "greedy@fcfs"], &["greedy@fcfs", "compound"]);
+    bad(&["compare", "long_doc_qa", "--policies", "round_robin@lpm@fcfs"], &["more than one `@`"]);
+    bad(&["compare", "exp_rho09", "--policies", "./target/libfoo.so:"], &["no policy name after"]);
+    let dir = scratch("bad-name-policy");
+    let _ = std::fs::remove_dir_all(&dir);
+    bad(&["new-policy", dir.to_str().unwrap(), "--kind", "router", "--name", "bad name!"], &["--name", "cannot be a policy name"]);
+    assert!(!dir.exists(), "nothing generated for a bad name");
+}
+
+#[test]
+fn validate_checks_policy_and_scheduler_names() {
+    let p = scratch("bad_policies.yaml");
+    std::fs::write(&p, "policies: [random, round_robbin]\ndispatch: {servers: 4, requests: 100}\n").unwrap();
+    bad(&["validate", p.to_str().unwrap()], &["policies[1]", "round_robbin", "did you mean `round_robin`"]);
+    let base = std::fs::read_to_string(workspace().join("workloads/cluster/long_doc_qa.yaml")).unwrap();
+    let p = scratch("bad_scheduler.yaml");
+    std::fs::write(&p, base.replace("  replicas: 4\n", "  replicas: 4\n  scheduler: lpn\n")).unwrap();
+    bad(&["validate", p.to_str().unwrap()], &["cluster.scheduler", "no scheduler named 'lpn'", "did you mean `lpm`"]);
+    let p = scratch("selector_in_dispatch.yaml");
+    std::fs::write(&p, "policies: [greedy]\ndispatch: {servers: 4, requests: 100}\n").unwrap();
+    bad(&["validate", p.to_str().unwrap()], &["'greedy' in the built-ins is a selector, not a router"]);
+}
+
+/// A misspelt policy gets a suggestion, once for a whole sweep; a `--set` on an unknown field names it.
+#[test]
+fn misspelt_policies_and_unknown_set_fields() {
+    let p = scratch("sweep.yaml");
+    std::fs::write(&p, "name: sw\ndispatch: {servers: 4, utilisation: 0.5, requests: 2000}\n").unwrap();
+    let out = routelab(&["sweep", p.to_str().unwrap(), "--policies", "random,least_request", "--set", "utilisation=0.3,0.6,0.9"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.matches("no router named 'least_request'").count(), 1, "printed once: {err}");
+    assert!(err.contains("did you mean `least_requests`"), "{err}");
+    let err = bad(&["sweep", p.to_str().unwrap(), "--policies", "random", "--set", "dispatch.nonsense=1,2"], &["--set", "field `dispatch.nonsense`", "unknown field"]);
+    assert!(!err.contains("sweep.yaml:"), "no line of the generated text: {err}");
+}

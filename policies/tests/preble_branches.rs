@@ -1,0 +1,121 @@
+//! Preble's three load adjustments, each forced on a hand-made history and checked against the
+//! same history with the adjustment switched off: rebalancing, autoscaling, P/D pairing.
+
+use abi_stable::std_types::{RNone, RSlice, RSome};
+use routelab_policies::preble::{Config, Preble};
+use routelab_policy_api::*;
+
+/// Mistral-7B on one A6000 (as in prefix_routers.rs).
+fn a6000_mistral() -> CostModel {
+    let params = 7_241_732_096.0;
+    CostModel {
+        flops_per_s: 112e12,
+        bytes_per_s: 0.8 * 768e9,
+        linear_flops_per_token: 2.0 * params,
+        attention_flops_per_pair: 4.0 * 32.0 * 4096.0,
+        weight_bytes: 2.0 * params,
+        kv_bytes_per_token: 131_072.0,
+        step_overhead_s: 0.0004,
+    }
+}
+
+/// Preble over `replicas` replicas with only the named adjustment possibly on.
+fn preble(replicas: u32, rebalance: bool, autoscale: bool, pd_pairing: bool) -> Preble {
+    let ctx = RouterContext { world: World::Cluster, replicas, seed: 1, kv_capacity_tokens: 219_089, cost: RSome(a6000_mistral()) };
+    Preble::new(Config { rebalance, autoscale, pd_pairing, ..Config::default() }, &ctx).unwrap()
+}
+
+fn req<'a>(id: u64, at: f64, segs: &'a [Segment]) -> Request<'a> {
+    let tokens = segs.iter().map(|s| s.tokens).sum();
+    Request { id, arrived_at: at, prompt_tokens: tokens, size_hint: RNone, segments: RSlice::from_slice(segs) }
+}
+
+fn completion(id: u64, replica: u32, at: f64, ttft: f64) -> Completion {
+    Completion {
+        request_id: id,
+        replica,
+        arrived_at: at - ttft,
+        completed_at: at,
+        ttft,
+        prompt_tokens: 0,
+        cached_tokens: 0,
+        output_tokens: 64,
+    }
+}
+
+fn stat(p: &Preble, name: &str) -> f64 {
+    p.report().into_iter().find(|(n, _)| n == name).unwrap().1
+}
+
+const DOC: Segment = Segment { id: 1, tokens: 2_000 };
+
+fn question(i: u64) -> Segment {
+    Segment { id: 1_000 + i, tokens: 10 }
+}
+
+/// Replica 0 has served 50 requests on one document; a new question on it exploits replica 0,
+/// whose windowed load is far above 1.5 × idle replica 1's: rebalancing sends it to replica 1.
+#[test]
+fn rebalancing_moves_an_exploit_off_the_most_loaded_replica() {
+    let views = [ReplicaView::default(); 2];
+    let decide = |rebalance: bool| {
+        let mut p = preble(2, rebalance, false, false);
+        for i in 0..50 {
+            let segs = [DOC, question(i)];
+            p.on_dispatch(&req(i, 0.1 * i as f64, &segs), 0);
+        }
+        let segs = [DOC, question(99)];
+        let chosen = p.route(&req(99, 6.0, &segs), &Replicas::new(&views));
+        (chosen, stat(&p, "rebalanced_decisions"), stat(&p, "exploit_decisions"))
+    };
+    assert_eq!(decide(false), (0, 0.0, 1.0), "without rebalancing the holder wins");
+    assert_eq!(decide(true), (1, 1.0, 1.0));
+}
+
+/// Ten exploits of one document saw a TTFT of 10 s against 0.1 s for a hundred other requests:
+/// the prefix is overloaded, so the cheapest replica overall (idle replica 1) joins it.
+#[test]
+fn autoscaling_adds_a_replica_to_an_overloaded_prefix() {
+    let views = [ReplicaView::default(); 2];
+    let decide = |autoscale: bool| {
+        let mut p = preble(2, false, autoscale, false);
+        p.on_dispatch(&req(0, 0.0, &[DOC, question(0)]), 0);
+        for i in 0..100 {
+            p.on_complete(&completion(10_000 + i, 0, 1.0, 0.1));
+        }
+        for i in 1..=10 {
+            let segs = [DOC, question(i)];
+            let at = 1.0 + i as f64;
+            let r = req(i, at, &segs);
+            assert_eq!(p.route(&r, &Replicas::new(&views)), 0, "fewer than 10 samples: the holder");
+            p.on_dispatch(&r, 0);
+            p.on_complete(&completion(i, 0, at + 0.5, 10.0));
+        }
+        let segs = [DOC, question(11)];
+        let chosen = p.route(&req(11, 20.0, &segs), &Replicas::new(&views));
+        (chosen, stat(&p, "autoscaled_decisions"))
+    };
+    assert_eq!(decide(false), (0, 0.0));
+    assert_eq!(decide(true), (1, 1.0));
+}
+
+/// Replica 1's recent requests were 90% cache hits (decode-heavy), replica 0's none, replica 2
+/// is idle. A prompt nobody holds explores: the cheapest replica is idle replica 2, but pairing
+/// sends the prefill-heavy request to the decode-heavy replica 1.
+#[test]
+fn pd_pairing_sends_an_explore_to_a_decode_heavy_replica() {
+    let views = [ReplicaView::default(); 3];
+    let other = Segment { id: 2, tokens: 2_000 };
+    let fresh = Segment { id: 3, tokens: 3_000 };
+    let decide = |pd_pairing: bool| {
+        let mut p = preble(3, false, false, pd_pairing);
+        p.on_dispatch(&req(0, 0.0, &[other]), 0);
+        for i in 1..=10 {
+            p.on_dispatch(&req(i, 0.1 * i as f64, &[DOC]), 1);
+        }
+        let chosen = p.route(&req(11, 2.0, &[fresh]), &Replicas::new(&views));
+        (chosen, stat(&p, "pd_paired_decisions"), stat(&p, "explore_decisions"))
+    };
+    assert_eq!(decide(false), (2, 0.0, 1.0), "without pairing the idle replica wins");
+    assert_eq!(decide(true), (1, 1.0, 1.0));
+}

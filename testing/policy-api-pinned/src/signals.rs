@@ -1,0 +1,42 @@
+//! Engine signals: per-replica figures a router asks for by name.
+//!
+//! A router lists the names it wants in [`crate::RouterPolicy::signals`]; the host reads the list
+//! once, right after creating the router, and refuses a name it does not provide (a configuration
+//! error naming the signal and listing the ones it has). On every `route` call the values arrive in
+//! [`crate::Replicas`] as one dense table, a row per replica and a column per name in the order
+//! the router asked: `replicas.signal(i, k)`.
+//!
+//! Why names and not fields: a figure added later (scraped engine metrics, their age, a block
+//! hash count) is a new name in this list and a new column for the routers that ask for it. The
+//! layout of [`crate::ReplicaView`] and [`crate::Replicas`] does not change, so plugins built
+//! before the name existed keep loading; a plugin that asks for a name its host does not know
+//! gets a clear error at creation instead of a wrong value.
+//!
+//! Values are `f64`. A signal the world has no notion of (KV figures in the dispatch world) is
+//! `0.0`, like the matching [`crate::ReplicaView`] field. Names are `snake_case`; a group of
+//! figures sampled together shares a prefix (`scraped.`), and a sampled group carries its age as
+//! its own signal (`scraped.age_s`), so staleness is data, not a layout.
+
+/// Requests queued and not yet started or admitted ([`crate::ReplicaView::waiting`]).
+pub const WAITING: &str = "waiting";
+/// Requests in service or in the running batch ([`crate::ReplicaView::running`]).
+pub const RUNNING: &str = "running";
+/// `waiting + running` ([`crate::ReplicaView::outstanding_requests`]).
+pub const OUTSTANDING_REQUESTS: &str = "outstanding_requests";
+/// KV cache tokens in use ([`crate::ReplicaView::kv_used_tokens`]).
+pub const KV_USED_TOKENS: &str = "kv_used_tokens";
+/// KV cache capacity in tokens ([`crate::ReplicaView::kv_capacity_tokens`]).
+pub const KV_CAPACITY_TOKENS: &str = "kv_capacity_tokens";
+/// Fraction of the KV cache in use, `kv_used_tokens / kv_capacity_tokens` (0 with no capacity).
+pub const KV_UTILISATION: &str = "kv_utilisation";
+
+/// Every signal name this version of the crate defines, with one line each. A host provides a
+/// subset (routelab provides all of these); a later minor appends names.
+pub const CATALOGUE: &[(&str, &str)] = &[
+    (WAITING, "requests queued, not yet started or admitted"),
+    (RUNNING, "requests in service or in the running batch"),
+    (OUTSTANDING_REQUESTS, "waiting + running"),
+    (KV_USED_TOKENS, "KV cache tokens in use"),
+    (KV_CAPACITY_TOKENS, "KV cache capacity in tokens"),
+    (KV_UTILISATION, "fraction of the KV cache in use"),
+];

@@ -1,0 +1,495 @@
+//! A segment-level prefix tree shared by all replicas, recording which replicas hold each node.
+//!
+//! A node is one [`Segment`] (a system prompt, a document, a question); a path from the root is a
+//! prompt prefix. Each node records, per replica, how many of its tokens the replica holds
+//! (0: none; fewer than the segment's: partly evicted) and when the replica last used it. Per
+//! replica, the tree keeps its *leaves* — held nodes with no held child — ordered by last use, so
+//! least-recently-used eviction (or planning one, for a cost estimate) walks them in order
+//! without scanning the tree.
+//!
+//! Routers use it as their picture of the replicas' caches: SGLang-style routers insert what they
+//! dispatch and evict LRU when a replica's tree grows too large; Preble inserts at dispatch and
+//! removes what replicas report evicted. Every choice here is deterministic: children are kept in
+//! a `BTreeMap`, and time is an access counter, ties broken by node id.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+
+use crate::Segment;
+
+/// Index of a node in a [`PrefixTree`]. The root is never returned.
+pub type NodeId = u32;
+
+const ROOT: NodeId = 0;
+/// Parent of a collected node (its slot waits in the free list).
+const DEAD: NodeId = NodeId::MAX;
+
+#[derive(Clone, Debug)]
+struct Node {
+    segment: Segment,
+    parent: NodeId,
+    children: BTreeMap<u64, NodeId>,
+    /// Tokens of this segment held, per replica.
+    held: Vec<u32>,
+    /// Last access (the tree's counter), per replica.
+    used: Vec<u64>,
+    /// Children held by each replica (a held node with none is that replica's leaf).
+    held_children: Vec<u32>,
+}
+
+/// The prefix tree; see the module docs.
+#[derive(Clone, Debug)]
+pub struct PrefixTree {
+    replicas: usize,
+    nodes: Vec<Node>,
+    free: Vec<NodeId>,
+    held_tokens: Vec<u64>,
+    /// Per replica: its leaves by (last use, id), least recent first.
+    leaves: Vec<BTreeSet<(u64, NodeId)>>,
+    clock: u64,
+}
+
+impl PrefixTree {
+    /// An empty tree (just the root) over `replicas` replicas.
+    pub fn new(replicas: usize) -> Self {
+        let root = Node {
+            segment: Segment { id: u64::MAX, tokens: 0 },
+            parent: ROOT,
+            children: BTreeMap::new(),
+            held: vec![0; replicas],
+            used: vec![0; replicas],
+            held_children: vec![0; replicas],
+        };
+        Self {
+            replicas,
+            nodes: vec![root],
+            free: Vec::new(),
+            held_tokens: vec![0; replicas],
+            leaves: vec![BTreeSet::new(); replicas],
+            clock: 0,
+        }
+    }
+
+    /// The number of replicas the tree tracks.
+    pub fn replicas(&self) -> usize {
+        self.replicas
+    }
+
+    /// Tokens replica `r` holds in the tree.
+    pub fn held_tokens(&self, r: usize) -> u64 {
+        self.held_tokens[r]
+    }
+
+    /// The segment of a node.
+    pub fn segment(&self, node: NodeId) -> Segment {
+        self.nodes[node as usize].segment
+    }
+
+    /// The node above `node` (`None` at the top).
+    pub fn parent(&self, node: NodeId) -> Option<NodeId> {
+        let p = self.nodes[node as usize].parent;
+        (p != ROOT && p != DEAD).then_some(p)
+    }
+
+    /// Tokens of `node` replica `r` holds.
+    pub fn held(&self, node: NodeId, r: usize) -> u32 {
+        self.nodes[node as usize].held[r]
+    }
+
+    /// Replicas holding any of `node`.
+    pub fn holders(&self, node: NodeId) -> impl Iterator<Item = usize> + '_ {
+        self.nodes[node as usize].held.iter().enumerate().filter(|(_, t)| **t > 0).map(|(r, _)| r)
+    }
+
+    fn is_leaf(&self, node: NodeId, r: usize) -> bool {
+        let n = &self.nodes[node as usize];
+        n.held[r] > 0 && n.held_children[r] == 0
+    }
+
+    fn set_leaf_entry(&mut self, node: NodeId, r: usize, was_leaf_at: Option<u64>) {
+        if let Some(t) = was_leaf_at {
+            self.leaves[r].remove(&(t, node));
+        }
+        if node != ROOT && self.is_leaf(node, r) {
+            self.leaves[r].insert((self.nodes[node as usize].used[r], node));
+        }
+    }
+
+    fn child(&mut self, parent: NodeId, seg: Segment) -> NodeId {
+        if let Some(&c) = self.nodes[parent as usize].children.get(&seg.id) {
+            return c;
+        }
+        let n = Node {
+            segment: seg,
+            parent,
+            children: BTreeMap::new(),
+            held: vec![0; self.replicas],
+            used: vec![0; self.replicas],
+            held_children: vec![0; self.replicas],
+        };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.nodes[id as usize] = n;
+                id
+            }
+            None => {
+                self.nodes.push(n);
+                (self.nodes.len() - 1) as NodeId
+            }
+        };
+        self.nodes[parent as usize].children.insert(seg.id, id);
+        id
+    }
+
+    /// Records that replica `r` holds the whole prompt `path` (e.g. a request was dispatched
+    /// there) and marks it used now. Returns the tokens newly held.
+    pub fn insert(&mut self, path: &[Segment], r: usize) -> u64 {
+        self.clock += 1;
+        let mut added = 0u64;
+        let mut node = ROOT;
+        for &seg in path {
+            let c = self.child(node, seg);
+            let was_leaf = self.is_leaf(c, r).then(|| self.nodes[c as usize].used[r]);
+            let parent_was_leaf = (node != ROOT && self.is_leaf(node, r)).then(|| self.nodes[node as usize].used[r]);
+            let n = &mut self.nodes[c as usize];
+            if n.held[r] == 0 {
+                self.nodes[node as usize].held_children[r] += 1;
+            }
+            let n = &mut self.nodes[c as usize];
+            added += (seg.tokens - n.held[r].min(seg.tokens)) as u64;
+            n.held[r] = seg.tokens;
+            n.used[r] = self.clock;
+            if node != ROOT {
+                self.set_leaf_entry(node, r, parent_was_leaf);
+            }
+            self.set_leaf_entry(c, r, was_leaf);
+            node = c;
+        }
+        self.held_tokens[r] += added;
+        added
+    }
+
+    /// Tokens of `path`'s leading segments replica `r` holds (a partly held segment counts its
+    /// held tokens and ends the match).
+    pub fn match_tokens(&self, path: &[Segment], r: usize) -> u32 {
+        let mut node = ROOT;
+        let mut total = 0;
+        for seg in path {
+            let Some(&c) = self.nodes[node as usize].children.get(&seg.id) else { break };
+            let held = self.nodes[c as usize].held[r];
+            total += held;
+            if held < seg.tokens {
+                break;
+            }
+            node = c;
+        }
+        total
+    }
+
+    /// [`Self::match_tokens`] for every replica at once, into `out` (length = replicas).
+    pub fn match_each(&self, path: &[Segment], out: &mut [u32]) {
+        out.iter_mut().for_each(|x| *x = 0);
+        let mut alive = self.replicas;
+        let mut done = vec![false; self.replicas];
+        let mut node = ROOT;
+        for seg in path {
+            let Some(&c) = self.nodes[node as usize].children.get(&seg.id) else { break };
+            for r in 0..self.replicas {
+                if done[r] {
+                    continue;
+                }
+                let held = self.nodes[c as usize].held[r];
+                out[r] += held;
+                if held < seg.tokens {
+                    done[r] = true;
+                    alive -= 1;
+                }
+            }
+            if alive == 0 {
+                break;
+            }
+            node = c;
+        }
+    }
+
+    /// The longest prefix of `path` any replica holds whole: its token count and deepest node.
+    pub fn longest_match(&self, path: &[Segment]) -> (u32, Option<NodeId>) {
+        let mut node = ROOT;
+        let mut total = 0;
+        let mut deepest = None;
+        for seg in path {
+            let Some(&c) = self.nodes[node as usize].children.get(&seg.id) else { break };
+            if !self.nodes[c as usize].held.iter().any(|&t| t >= seg.tokens) {
+                break;
+            }
+            total += seg.tokens;
+            deepest = Some(c);
+            node = c;
+        }
+        (total, deepest)
+    }
+
+    /// The node at the end of `path`, if the tree has it.
+    pub fn find(&self, path: &[Segment]) -> Option<NodeId> {
+        let mut node = ROOT;
+        for seg in path {
+            node = *self.nodes[node as usize].children.get(&seg.id)?;
+        }
+        (node != ROOT).then_some(node)
+    }
+
+    /// Replica `r` now holds only `remaining` tokens of `node` (0: none) — and none of anything
+    /// below it. Returns the tokens released.
+    pub fn release(&mut self, node: NodeId, r: usize, remaining: u32) -> u64 {
+        let mut freed = 0u64;
+        if remaining == 0 {
+            // Release the subtree below first (deepest first), then the node itself.
+            let mut stack: Vec<NodeId> = self.nodes[node as usize].children.values().copied().collect();
+            let mut order = Vec::new();
+            while let Some(n) = stack.pop() {
+                if self.nodes[n as usize].held[r] > 0 {
+                    order.push(n);
+                    stack.extend(self.nodes[n as usize].children.values().copied());
+                }
+            }
+            for &n in order.iter().rev() {
+                freed += self.drop_hold(n, r);
+            }
+            freed += self.drop_hold(node, r);
+            for &n in order.iter().rev() {
+                self.collect(n);
+            }
+        } else {
+            let n = &mut self.nodes[node as usize];
+            let before = n.held[r];
+            n.held[r] = remaining.min(before);
+            freed = (before - n.held[r]) as u64;
+            self.held_tokens[r] -= freed;
+        }
+        self.collect(node);
+        freed
+    }
+
+    /// Drops replica `r`'s hold on one node whose held children are already gone.
+    fn drop_hold(&mut self, node: NodeId, r: usize) -> u64 {
+        let held = self.nodes[node as usize].held[r];
+        if held == 0 {
+            return 0;
+        }
+        let used = self.nodes[node as usize].used[r];
+        self.leaves[r].remove(&(used, node));
+        self.nodes[node as usize].held[r] = 0;
+        self.held_tokens[r] -= held as u64;
+        let parent = self.nodes[node as usize].parent;
+        self.nodes[parent as usize].held_children[r] -= 1;
+        if parent != ROOT {
+            self.set_leaf_entry(parent, r, None);
+        }
+        held as u64
+    }
+
+    /// Removes `node` and its ancestors while nobody holds them and they have no children.
+    fn collect(&mut self, mut node: NodeId) {
+        while node != ROOT {
+            let n = &self.nodes[node as usize];
+            if n.parent == DEAD || !n.children.is_empty() || n.held.iter().any(|&t| t > 0) {
+                return;
+            }
+            let (parent, id) = (n.parent, n.segment.id);
+            self.nodes[parent as usize].children.remove(&id);
+            self.nodes[node as usize].parent = DEAD;
+            self.free.push(node);
+            node = parent;
+        }
+    }
+
+    /// Replica `r` reports an eviction of the node at `path` down to `remaining` tokens
+    /// (as [`crate::Eviction`] carries it). Unknown paths are ignored. Returns tokens released.
+    pub fn release_path(&mut self, path: &[Segment], r: usize, remaining: u32) -> u64 {
+        match self.find(path) {
+            Some(n) => self.release(n, r, remaining),
+            None => 0,
+        }
+    }
+
+    /// Evicts replica `r`'s least-recently-used leaves, whole, until at least `tokens` are freed
+    /// or nothing is left. Returns the tokens freed.
+    pub fn evict_lru(&mut self, r: usize, tokens: u64) -> u64 {
+        let mut freed = 0;
+        while freed < tokens {
+            let Some(&(_, node)) = self.leaves[r].first() else { break };
+            freed += self.release(node, r, 0);
+        }
+        freed
+    }
+
+    /// The nodes LRU eviction on replica `r` would take, in order, until `tokens` are freed —
+    /// without evicting anything: `(node, tokens)` pairs. For cost estimates (Preble's M).
+    pub fn plan_eviction(&self, r: usize, tokens: u64) -> Vec<(NodeId, u32)> {
+        let mut out = Vec::new();
+        let mut freed = 0u64;
+        let mut leaves = self.leaves[r].iter().copied().peekable();
+        // Parents that become leaves as their last held child is planned away.
+        let mut promoted: BinaryHeap<Reverse<(u64, NodeId)>> = BinaryHeap::new();
+        // (parent, held children not yet planned away); few entries, so a list beats a map.
+        let mut children_left: Vec<(NodeId, u32)> = Vec::new();
+        while freed < tokens {
+            let next = match (leaves.peek(), promoted.peek()) {
+                (Some(a), Some(Reverse(b))) => {
+                    if a <= b {
+                        leaves.next()
+                    } else {
+                        promoted.pop().map(|Reverse(x)| x)
+                    }
+                }
+                (Some(_), None) => leaves.next(),
+                (None, Some(_)) => promoted.pop().map(|Reverse(x)| x),
+                (None, None) => None,
+            };
+            let Some((_, node)) = next else { break };
+            let held = self.nodes[node as usize].held[r];
+            out.push((node, held));
+            freed += held as u64;
+            let parent = self.nodes[node as usize].parent;
+            if parent != ROOT {
+                let i = match children_left.iter().position(|(p, _)| *p == parent) {
+                    Some(i) => i,
+                    None => {
+                        children_left.push((parent, self.nodes[parent as usize].held_children[r]));
+                        children_left.len() - 1
+                    }
+                };
+                let left = &mut children_left[i].1;
+                *left -= 1;
+                if *left == 0 {
+                    promoted.push(Reverse((self.nodes[parent as usize].used[r], parent)));
+                }
+            }
+        }
+        out
+    }
+
+    /// Checks the bookkeeping against a recount (for tests).
+    #[doc(hidden)]
+    pub fn check(&self) {
+        for r in 0..self.replicas {
+            let mut total = 0u64;
+            let mut leaves = BTreeSet::new();
+            let mut stack = vec![ROOT];
+            while let Some(n) = stack.pop() {
+                let node = &self.nodes[n as usize];
+                let held_children =
+                    node.children.values().filter(|&&c| self.nodes[c as usize].held[r] > 0).count() as u32;
+                assert_eq!(held_children, node.held_children[r], "held children of {n} on {r}");
+                if n != ROOT {
+                    total += node.held[r] as u64;
+                    if node.held[r] > 0 && held_children == 0 {
+                        leaves.insert((node.used[r], n));
+                    }
+                    assert!(node.held[r] > 0 || held_children == 0, "node {n} unheld on {r} but has held children");
+                }
+                stack.extend(node.children.values().copied());
+            }
+            assert_eq!(total, self.held_tokens[r], "held tokens on {r}");
+            assert_eq!(leaves, self.leaves[r], "leaves of {r}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg(id: u64, tokens: u32) -> Segment {
+        Segment { id, tokens }
+    }
+
+    #[test]
+    fn match_counts_whole_and_partial_segments_per_replica() {
+        let mut t = PrefixTree::new(3);
+        let sys = seg(1, 13);
+        let doc = seg(2, 21_000);
+        let q = seg(3, 2_000);
+        assert_eq!(t.insert(&[sys, doc, q], 1), 23_013);
+        assert_eq!(t.insert(&[sys], 0), 13);
+        assert_eq!(t.insert(&[sys, doc], 1), 0, "already held");
+        let mut out = [0; 3];
+        t.match_each(&[sys, doc, seg(4, 5)], &mut out);
+        assert_eq!(out, [13, 21_013, 0]);
+        assert_eq!(t.match_tokens(&[sys, doc], 1), 21_013);
+        assert_eq!(t.longest_match(&[sys, doc, seg(9, 1)]).0, 21_013);
+        // Partial eviction of the document on replica 1 leaves its first 1,000 tokens.
+        t.release_path(&[sys, doc], 1, 1_000);
+        assert_eq!(t.match_tokens(&[sys, doc, q], 1), 1_013);
+        t.check();
+    }
+
+    #[test]
+    fn lru_evicts_least_recent_leaves_first_and_promotes_parents() {
+        let mut t = PrefixTree::new(1);
+        let sys = seg(1, 10);
+        t.insert(&[sys, seg(2, 100)], 0); // oldest
+        t.insert(&[sys, seg(3, 100)], 0);
+        t.insert(&[sys, seg(4, 100)], 0);
+        t.insert(&[sys, seg(2, 100)], 0); // doc 2 is now the most recent
+        let plan = t.plan_eviction(0, 150);
+        let ids: Vec<u64> = plan.iter().map(|(n, _)| t.segment(*n).id).collect();
+        assert_eq!(ids, vec![3, 4]);
+        // Planning everything ends with the shared system prompt, once its children are gone.
+        let all: Vec<u64> = t.plan_eviction(0, u64::MAX).iter().map(|(n, _)| t.segment(*n).id).collect();
+        assert_eq!(all, vec![3, 4, 2, 1]);
+        assert_eq!(t.evict_lru(0, 150), 200);
+        assert_eq!(t.held_tokens(0), 110);
+        assert_eq!(t.match_tokens(&[sys, seg(2, 100)], 0), 110);
+        assert_eq!(t.match_tokens(&[sys, seg(3, 100)], 0), 10);
+        t.check();
+    }
+
+    #[test]
+    fn releasing_a_node_releases_its_subtree_and_collects_unheld_nodes() {
+        let mut t = PrefixTree::new(2);
+        let p = [seg(1, 5), seg(2, 50), seg(3, 7)];
+        t.insert(&p, 0);
+        t.insert(&p[..2], 1);
+        assert_eq!(t.release_path(&p[..2], 0, 0), 57);
+        assert_eq!(t.match_tokens(&p, 0), 5);
+        assert!(t.find(&p).is_none(), "the question node is held by nobody and is collected");
+        assert_eq!(t.match_tokens(&p, 1), 55);
+        t.check();
+        t.release_path(&p[..1], 1, 0);
+        t.release_path(&p[..1], 0, 0);
+        assert!(t.find(&p[..1]).is_none());
+        t.check();
+    }
+
+    #[test]
+    fn bookkeeping_survives_a_random_workout() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand::rngs::Xoshiro256PlusPlus::seed_from_u64(5);
+        let mut t = PrefixTree::new(4);
+        for i in 0..3000u64 {
+            let r = rng.random_range(0..4);
+            let doc = rng.random_range(0..30u64);
+            let path = [seg(1, 13), seg(100 + doc, 50 + doc as u32), seg(10_000 + i % 7, 9)];
+            match rng.random_range(0..10) {
+                0..=5 => {
+                    t.insert(&path, r);
+                }
+                6 | 7 => {
+                    t.evict_lru(r, rng.random_range(1..200));
+                }
+                _ => {
+                    t.release_path(&path[..2], r, rng.random_range(0..3));
+                }
+            }
+            if i % 97 == 0 {
+                t.check();
+                let plan = t.plan_eviction(r, 300);
+                let mut copy = t.clone();
+                let planned: u64 = plan.iter().map(|(_, k)| *k as u64).sum();
+                assert_eq!(copy.evict_lru(r, 300), planned, "plan and eviction agree");
+            }
+        }
+        t.check();
+    }
+}

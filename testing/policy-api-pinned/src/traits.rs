@@ -1,0 +1,96 @@
+//! The policy objects that cross the boundary, as abi_stable trait objects.
+//!
+//! Plugin authors do not implement these directly: implement the plain-Rust traits of
+//! [`crate::policy`] and let [`crate::export_policies!`] wrap them; the wrapper catches panics so
+//! that a bug in a policy becomes an error naming it (see the crate docs for what is and is not
+//! contained). Every method returns `RResult`, `Err` carrying a [`PolicyError`] whose message
+//! already names policy and method.
+//!
+//! Each trait's vtable is a prefix type: the methods up to the one marked
+//! `#[sabi(last_prefix_field)]` are the 0.2 prefix and never move; a later minor appends methods
+//! after it, each with a default body. Called on an object from a library built before the method
+//! existed, the default body runs (abi_stable's fallback), so such a library keeps loading and
+//! working.
+
+use abi_stable::{
+    sabi_trait,
+    sabi_types::RMut,
+    std_types::{RBox, RResult, RSlice, RString, RVec},
+};
+
+use crate::error::PolicyError;
+use crate::types::*;
+
+/// A router: picks a replica for each arriving request (both the dispatch and the cluster world).
+#[sabi_trait]
+pub trait Router: Send {
+    /// What this router asks of the host; read once, at creation. Unknown bits are ignored.
+    fn capabilities(&self) -> RResult<Capabilities, PolicyError>;
+    /// The engine signals ([`crate::signals`]) this router reads, by name; read once, at
+    /// creation. Their values arrive in [`Replicas`], in this order.
+    fn signals(&self) -> RResult<RVec<RString>, PolicyError>;
+    /// The replica index (`0..replicas.len()`) for `request`.
+    fn route(&mut self, request: &Request<'_>, replicas: Replicas<'_>) -> RResult<u32, PolicyError>;
+    /// The host dispatched `request` to `replica` (the index `route` returned).
+    fn on_dispatch(&mut self, request: &Request<'_>, replica: u32) -> RResult<(), PolicyError>;
+    /// A request this router placed finished.
+    fn on_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError>;
+    /// A replica evicted cache content (only with [`Capabilities::WANTS_EVICTIONS`]).
+    fn on_evict(&mut self, eviction: &Eviction<'_>) -> RResult<(), PolicyError>;
+    /// Figures to report at the end of a run.
+    #[sabi(last_prefix_field)]
+    fn report(&self) -> RResult<RVec<Stat>, PolicyError>;
+
+}
+
+/// A replica's local scheduler: orders the waiting queue before each step.
+#[sabi_trait]
+pub trait Scheduler: Send {
+    /// `waiting` holds the first `scheduler_window` requests of the replica's queue, in arrival
+    /// order. Clear `order`, then fill it with indices into `waiting` in the order the host should try to
+    /// admit them. The host admits from the front while KV capacity and the step's token budget
+    /// allow, and stops at the first request that does not fit. Indices left out are not admitted
+    /// this step; they stay waiting, in their arrival order, and are offered again next step. An
+    /// index out of range or listed twice fails the run.
+    fn order(
+        &mut self,
+        now: f64,
+        waiting: RSlice<'_, WaitingRequest>,
+        order: &mut RVec<u32>,
+    ) -> RResult<(), PolicyError>;
+    /// Figures to report at the end of a run.
+    #[sabi(last_prefix_field)]
+    fn report(&self) -> RResult<RVec<Stat>, PolicyError>;
+}
+
+/// The host's side of a selection: runs allocations on the training set and counts them.
+#[sabi_trait]
+pub trait Evaluator {
+    /// Run `allocation` (a model index per module) on every training question. Counts one
+    /// evaluation against the budget; fails once the budget is spent.
+    fn evaluate(&mut self, allocation: RSlice<'_, u32>) -> RResult<Evaluation, RString>;
+    /// Evaluations made so far.
+    fn evaluations(&self) -> u64;
+    /// Evaluations left, if the run has a budget.
+    #[sabi(last_prefix_field)]
+    fn remaining(&self) -> abi_stable::std_types::ROption<u64>;
+}
+
+/// A model selector for a compound AI system (the compound world).
+#[sabi_trait]
+pub trait Selector: Send {
+    /// An allocation (a model index per module) for `problem`, found with `evaluator`.
+    fn select(&mut self, problem: &Problem, evaluator: EvaluatorMut<'_>) -> RResult<RVec<u32>, PolicyError>;
+    /// Figures to report at the end of a run.
+    #[sabi(last_prefix_field)]
+    fn report(&self) -> RResult<RVec<Stat>, PolicyError>;
+}
+
+/// An owned router object, from the built-ins or from a loaded library.
+pub type RouterBox = Router_TO<'static, RBox<()>>;
+/// An owned scheduler object.
+pub type SchedulerBox = Scheduler_TO<'static, RBox<()>>;
+/// An owned selector object.
+pub type SelectorBox = Selector_TO<'static, RBox<()>>;
+/// The evaluator a selector borrows for one `select` call.
+pub type EvaluatorMut<'a> = Evaluator_TO<'a, RMut<'a, ()>>;

@@ -1,0 +1,389 @@
+//! Data that crosses the plugin boundary.
+//!
+//! Every type here is `#[repr(C)]` and derives [`StableAbi`], so the host and a plugin built
+//! separately agree on its layout; abi_stable checks that agreement when the library loads.
+//! Changing any of them is an ABI change: bump this crate's 0.x minor version.
+
+use abi_stable::{
+    StableAbi,
+    std_types::{ROption, RSlice, RString, RVec},
+};
+
+/// A run of prompt tokens with an identity: a system prompt, a document, a tool description, a
+/// question. Two requests share a prefix when their prompts start with the same segments.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Segment {
+    /// Identity of the content; equal ids mean equal tokens.
+    pub id: u64,
+    /// Length in tokens.
+    pub tokens: u32,
+}
+
+/// A request as a router sees it at its arrival.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// Unique within a run, increasing in arrival order.
+    pub id: u64,
+    /// Simulated arrival time: seconds in the cluster world, mean service times in the dispatch world.
+    pub arrived_at: f64,
+    /// Prompt length in tokens (0 in the dispatch world).
+    pub prompt_tokens: u32,
+    /// The job's size where the world exposes it: its service time in the dispatch world. `RNone`
+    /// where a real router could not know it.
+    pub size_hint: ROption<f64>,
+    /// The prompt as segments, in order (empty in the dispatch world).
+    pub segments: RSlice<'a, Segment>,
+}
+
+/// What a router may know of one replica (a server in the dispatch world) when it decides.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReplicaView {
+    /// Requests queued and not yet started (dispatch) or not yet admitted (cluster).
+    pub waiting: u32,
+    /// Requests in service (dispatch: 0 or 1) or in the running batch (cluster).
+    pub running: u32,
+    /// Requests dispatched here and not finished: `waiting + running`.
+    pub outstanding_requests: u32,
+    /// Work dispatched here and not done: remaining service time (dispatch) or remaining prefill
+    /// plus decode tokens (cluster). In the dispatch world it changes continuously, so the host
+    /// keeps it exact (an O(replicas) refresh per request) only for routers whose
+    /// [`Capabilities::needs_outstanding_work`] is set, and leaves it 0 otherwise.
+    pub outstanding_work: f64,
+    /// KV cache tokens in use (0 in the dispatch world).
+    pub kv_used_tokens: u64,
+    /// KV cache capacity in tokens (0 in the dispatch world).
+    pub kv_capacity_tokens: u64,
+    /// This request's prefix match on this replica, counting cached segments and segments of
+    /// requests already dispatched here but not yet computed. Filled only for routers whose
+    /// [`Capabilities::needs_exact_match`] is set; 0 otherwise.
+    pub matched_tokens: u32,
+}
+
+/// What a router sees of the replicas when it decides: a [`ReplicaView`] per replica and the
+/// engine signals it negotiated at creation ([`crate::signals`]), as one dense row-major table of
+/// `len() × signal_columns` values (row `i` is replica `i`, column `k` the `k`-th name the router
+/// asked for, in that order).
+///
+/// It dereferences to `[ReplicaView]`, so `replicas.len()`, `replicas[i]` and
+/// `replicas.iter()` work as on a slice. Per-replica figures a later minor adds arrive as new
+/// signal names, never as new fields, so this layout does not change.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug)]
+pub struct Replicas<'a> {
+    /// One view per replica.
+    pub views: RSlice<'a, ReplicaView>,
+    /// `views.len() × signal_columns` values, replica-major.
+    pub signals: RSlice<'a, f64>,
+    /// Signals per replica: the number of names the router asked for (0 if none).
+    pub signal_columns: u32,
+}
+
+impl<'a> Replicas<'a> {
+    /// Views without signals.
+    pub fn new(views: &'a [ReplicaView]) -> Self {
+        Self { views: RSlice::from_slice(views), signals: RSlice::EMPTY, signal_columns: 0 }
+    }
+
+    /// Views with a signal table of `columns` values per replica. Panics if the table's length
+    /// is not `views.len() × columns` (a host bug, caught where the table is built).
+    pub fn with_signals(views: &'a [ReplicaView], signals: &'a [f64], columns: u32) -> Self {
+        assert_eq!(
+            Some(signals.len()),
+            views.len().checked_mul(columns as usize),
+            "a signal table holds replicas × columns values"
+        );
+        Self { views: RSlice::from_slice(views), signals: RSlice::from_slice(signals), signal_columns: columns }
+    }
+
+    /// The views as a slice, for the lifetime of the data.
+    pub fn views(&self) -> &'a [ReplicaView] {
+        self.views.as_slice()
+    }
+
+    /// Every negotiated signal of replica `replica`, in the order the router asked for them.
+    pub fn signals_of(&self, replica: usize) -> &'a [f64] {
+        let k = self.signal_columns as usize;
+        &self.signals.as_slice()[replica * k..(replica + 1) * k]
+    }
+
+    /// Signal `column` (the position of its name in the router's list) of replica `replica`.
+    pub fn signal(&self, replica: usize, column: usize) -> f64 {
+        self.signals_of(replica)[column]
+    }
+}
+
+impl<'a> From<&'a [ReplicaView]> for Replicas<'a> {
+    fn from(views: &'a [ReplicaView]) -> Self {
+        Self::new(views)
+    }
+}
+
+impl std::ops::Deref for Replicas<'_> {
+    type Target = [ReplicaView];
+    fn deref(&self) -> &[ReplicaView] {
+        self.views.as_slice()
+    }
+}
+
+/// A finished request, reported to the router that placed it.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
+pub struct Completion {
+    /// The finished request's [`Request::id`].
+    pub request_id: u64,
+    /// The replica that served it (the index the router returned).
+    pub replica: u32,
+    /// Simulated arrival time, as in [`Request::arrived_at`].
+    pub arrived_at: f64,
+    /// Simulated time the last output token was out (dispatch: end of service).
+    pub completed_at: f64,
+    /// Time from arrival to the first output token (dispatch: start of service).
+    pub ttft: f64,
+    /// Prompt length in tokens (0 in the dispatch world).
+    pub prompt_tokens: u32,
+    /// Prompt tokens found in the replica's cache at admission.
+    pub cached_tokens: u32,
+    /// Output tokens generated (0 in the dispatch world).
+    pub output_tokens: u32,
+}
+
+/// A replica evicted part of its prefix cache. Delivered only to routers whose
+/// [`Capabilities::wants_evictions`] is set, after the workload's configured delay.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug)]
+pub struct Eviction<'a> {
+    /// The replica whose cache lost the content.
+    pub replica: u32,
+    /// Simulated time of the eviction (not of the delivery).
+    pub evicted_at: f64,
+    /// Segments from the root of the cache to the evicted node, the evicted one last.
+    pub path: RSlice<'a, Segment>,
+    /// Tokens of the last segment still cached after the eviction (0: wholly evicted).
+    pub remaining_tokens: u32,
+}
+
+/// What a router asks of the host, as bit flags. All off by default; each costs the host work.
+///
+/// A `u64` of flags so that later minors can add capabilities without changing the layout: a host
+/// ignores bits it does not know (it just does not provide that service), and a router built
+/// before a flag existed never sets it.
+#[repr(transparent)]
+#[derive(StableAbi, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Capabilities {
+    bits: u64,
+}
+
+impl Capabilities {
+    /// Nothing asked.
+    pub const NONE: Self = Self { bits: 0 };
+    /// Fill [`ReplicaView::matched_tokens`] for every replica on every request.
+    pub const NEEDS_EXACT_MATCH: Self = Self { bits: 1 };
+    /// Call `on_evict` for every cache eviction.
+    pub const WANTS_EVICTIONS: Self = Self { bits: 1 << 1 };
+    /// Keep [`ReplicaView::outstanding_work`] exact on every request.
+    pub const NEEDS_OUTSTANDING_WORK: Self = Self { bits: 1 << 2 };
+    /// Every flag this version of the crate defines.
+    pub const KNOWN: Self = Self { bits: 0b111 };
+
+    /// The raw bits, unknown ones included.
+    pub const fn bits(self) -> u64 {
+        self.bits
+    }
+    /// Flags from raw bits, keeping bits this version does not know (a newer plugin's).
+    pub const fn from_bits_retain(bits: u64) -> Self {
+        Self { bits }
+    }
+    /// Only the flags this version of the crate knows.
+    pub const fn known(self) -> Self {
+        Self { bits: self.bits & Self::KNOWN.bits }
+    }
+    /// True when every flag of `other` is set.
+    pub const fn contains(self, other: Self) -> bool {
+        self.bits & other.bits == other.bits
+    }
+    /// Both sets of flags.
+    pub const fn union(self, other: Self) -> Self {
+        Self { bits: self.bits | other.bits }
+    }
+    /// [`Self::NEEDS_EXACT_MATCH`] is set.
+    pub const fn needs_exact_match(self) -> bool {
+        self.contains(Self::NEEDS_EXACT_MATCH)
+    }
+    /// [`Self::WANTS_EVICTIONS`] is set.
+    pub const fn wants_evictions(self) -> bool {
+        self.contains(Self::WANTS_EVICTIONS)
+    }
+    /// [`Self::NEEDS_OUTSTANDING_WORK`] is set.
+    pub const fn needs_outstanding_work(self) -> bool {
+        self.contains(Self::NEEDS_OUTSTANDING_WORK)
+    }
+}
+
+impl std::ops::BitOr for Capabilities {
+    type Output = Self;
+    fn bitor(self, other: Self) -> Self {
+        self.union(other)
+    }
+}
+
+impl std::ops::BitOrAssign for Capabilities {
+    fn bitor_assign(&mut self, other: Self) {
+        *self = self.union(other);
+    }
+}
+
+/// A named figure a policy reports at the end of a run (e.g. Preble's mean load cost, or
+/// exploit/explore decision counts). The host puts them beside its own metrics.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+pub struct Stat {
+    /// The figure's key in the results (`snake_case`; the host keeps its own keys apart).
+    pub name: RString,
+    /// Its value.
+    pub value: f64,
+}
+
+/// Which world a router runs in.
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum World {
+    /// Classic load balancing: FCFS servers, jobs with a service time.
+    Dispatch,
+    /// LLM replicas with continuous batching and prefix caches.
+    Cluster,
+}
+
+/// What the host tells a router at creation: what a real router would know.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug)]
+pub struct RouterContext {
+    /// The world the router runs in.
+    pub world: World,
+    /// Number of replicas (servers in the dispatch world); `route` always sees this many views.
+    pub replicas: u32,
+    /// Seed of this policy's own random stream; derive every random choice from it.
+    pub seed: u64,
+    /// KV capacity of one replica in tokens (0 in the dispatch world).
+    pub kv_capacity_tokens: u64,
+    /// The replicas' step-time model (cluster world), so cost-based routers need not hard-code a GPU.
+    pub cost: ROption<CostModel>,
+}
+
+/// What the host tells each replica's local scheduler at creation.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug)]
+pub struct SchedulerContext {
+    /// Index of the replica this scheduler serves.
+    pub replica: u32,
+    /// Seed of this scheduler's own random stream (see [`crate::policy_rng`]).
+    pub seed: u64,
+    /// KV capacity of the replica in tokens.
+    pub kv_capacity_tokens: u64,
+}
+
+/// A request waiting for admission on one replica, as its local scheduler sees it.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
+pub struct WaitingRequest {
+    /// The request's [`Request::id`].
+    pub id: u64,
+    /// Simulated arrival time in seconds.
+    pub arrived_at: f64,
+    /// Prompt length in tokens.
+    pub prompt_tokens: u32,
+    /// Prompt tokens this replica's cache holds now.
+    pub cached_tokens: u32,
+    /// Prompt tokens still to prefill if admitted now.
+    pub remaining_prefill_tokens: u32,
+}
+
+/// What the host tells a selector at creation: its seed and the shape of the problem it will
+/// get, so a selector can refuse a problem it cannot handle (too large a space) before any run.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SelectorContext {
+    /// Seed of this selector's own random stream (see [`crate::policy_rng`]).
+    pub seed: u64,
+    /// Modules of the compound system (`Problem::modules.len()`).
+    pub modules: u32,
+    /// Models each module may call (`Problem::models.len()`).
+    pub models: u32,
+    /// Questions in the training set (`Problem::train_questions`).
+    pub train_questions: u32,
+    /// Most allocations the selector may evaluate, if limited (`Problem::budget`).
+    pub budget: ROption<u64>,
+}
+
+/// One module of a compound AI system.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+pub struct ModuleInfo {
+    /// The module's name in the system (`locate`, `solve`, ...).
+    pub name: RString,
+    /// The skill the module exercises (locate, solve, generate, critique, debate, ...).
+    pub skill: RString,
+}
+
+/// One model a module may call.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+pub struct ModelInfo {
+    /// The model's name, as users write it in `--start`.
+    pub name: RString,
+    /// Price per call.
+    pub price: f64,
+}
+
+/// The selection problem: pick one model (an index into `models`) for each module.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug)]
+pub struct Problem {
+    /// The modules, in allocation order.
+    pub modules: RVec<ModuleInfo>,
+    /// The models; an allocation holds indices into this list.
+    pub models: RVec<ModelInfo>,
+    /// Questions in the training set (each evaluation runs them all).
+    pub train_questions: u32,
+    /// Allocation to start from, if the user named one.
+    pub start: ROption<RVec<u32>>,
+    /// Most allocations the selector may evaluate, if limited.
+    pub budget: ROption<u64>,
+}
+
+/// The result of running one allocation on the training set.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+pub struct Evaluation {
+    /// Per question: was the end-to-end answer right.
+    pub correct: RVec<bool>,
+    /// Per question and module (question-major: `q * modules + m`): the diagnoser's verdict that
+    /// module `m` caused question `q`'s error. Always false for correctly answered questions.
+    pub faults: RVec<bool>,
+    /// Price of one question under this allocation.
+    pub cost_per_question: f64,
+}
+
+/// The replicas' step-time model: a roofline of one GPU (or tensor-parallel group) running one
+/// model. Plain data; the methods below are compiled into each side, so host and plugins price a
+/// step the same way.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
+pub struct CostModel {
+    /// Effective compute rate, FLOP/s (peak × MFU × tensor-parallel degree).
+    pub flops_per_s: f64,
+    /// Effective memory bandwidth, bytes/s (peak × MBU × tensor-parallel degree).
+    pub bytes_per_s: f64,
+    /// Dense FLOPs per token: 2 × parameters.
+    pub linear_flops_per_token: f64,
+    /// Attention FLOPs per (new token, context token) pair: 4 × layers × heads × head_dim.
+    pub attention_flops_per_pair: f64,
+    /// Bytes of weights read once per step.
+    pub weight_bytes: f64,
+    /// KV cache bytes per token: 2 × layers × kv_heads × head_dim × bytes per element.
+    pub kv_bytes_per_token: f64,
+    /// Fixed time added to every step (kernel launches, scheduling, tensor-parallel communication).
+    pub step_overhead_s: f64,
+}
