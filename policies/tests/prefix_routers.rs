@@ -158,10 +158,10 @@ fn preble_pairs_an_exploring_request_with_the_highest_hit_ratio_replica() {
     // A new document C: nothing cached → explore → paired with replica 0 (0.826 > 0.741), not the
     // cheaper replica 1 (the earlier "cheapest of those ≥ 0.7") nor the idle 2 and 3.
     let c = Segment { id: 22, tokens: 1_000 };
-    assert_eq!(r.route(&req(20, 1.0, &[c, q(20)]), &views), 0);
+    assert_eq!(r.route(&req(20, 1.0, &[c, q(20)]), &Replicas::new(&views)), 0);
     // 31 s later the hit-ratio window (30 s) is empty: no replica qualifies, the cheapest overall
     // (idle replica 2; the load window H = 180 s still holds 0 and 1's work) is chosen.
-    assert_eq!(r.route(&req(21, 31.5, &[c, q(21)]), &views), 2);
+    assert_eq!(r.route(&req(21, 31.5, &[c, q(21)]), &Replicas::new(&views)), 2);
     let stats = r.report();
     assert_eq!(stats.iter().find(|s| s.0 == "pd_paired_decisions").unwrap().1, 1.0);
 }
