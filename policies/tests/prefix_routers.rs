@@ -5,7 +5,7 @@ use abi_stable::std_types::{RNone, ROption, RSlice};
 use routelab_policies::{max_affinity::MaxAffinity, preble::Preble, sglang_cache_aware::SglangCacheAware, threshold_affinity::ThresholdAffinity};
 use routelab_policy_api::*;
 
-/// Mistral-7B on one A6000 (cluster.md's calibration: 112 TFLOP/s effective, 80% of 768 GB/s).
+/// Mistral-7B on one A6000 (the step model's calibration, docs/architecture.md: 112 TFLOP/s effective, 80% of 768 GB/s).
 fn a6000_mistral() -> CostModel {
     let params = 7_241_732_096.0;
     CostModel {
