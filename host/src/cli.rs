@@ -60,13 +60,7 @@ fn execute(command: Command) -> Result<i32> {
                     }
                     .into());
                 }
-                spec.config = std::fs::read_to_string(&f).map_err(|e| InputError {
-                    file: f.clone(),
-                    path: String::new(),
-                    line: None,
-                    message: format!("cannot read the policy config: {e}"),
-                    fix: "check the path".into(),
-                })?;
+                spec.config = workload::limits::read_capped(&f, workload::limits::MAX_WORKLOAD_BYTES, "policy config", "check the path")?;
             }
             spec.arg = policy.trim().to_string();
             compare_files(&[workload], Some(vec![spec]), &common, "run", true)
@@ -486,6 +480,7 @@ fn validate(file: &Path, trace: Option<PathBuf>) -> Result<i32> {
     checks::policy_names(&mut Loader::new(), &prepared.workload, file)?;
     println!("{}: ok ({} world)", file.display(), prepared.workload.world().as_str());
     print!("{}", serde_norway::to_string(&resolved_paths(&prepared.workload, file)).context("printing the resolved workload")?);
+    println!("# estimate: {}", workload::limits::estimate(&prepared.workload));
     for n in &prepared.notes {
         println!("# note: {n}");
     }

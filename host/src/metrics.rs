@@ -13,7 +13,14 @@ impl Metrics {
     }
 
     pub fn push(&mut self, key: impl Into<String>, value: f64) {
-        self.0.push((key.into(), value));
+        let key = key.into();
+        // Times between two events of one request cannot be negative; one that is means the
+        // simulated clock overflowed (validation refuses such horizons up front).
+        debug_assert!(
+            !(value < 0.0 && ["latency", "ttft", "tpot", "response", "wait"].iter().any(|k| key.contains(k))),
+            "negative {key} = {value}: the simulated clock overflowed"
+        );
+        self.0.push((key, value));
     }
 
     pub fn get(&self, key: &str) -> Option<f64> {

@@ -1,7 +1,7 @@
 //! `preble`: Preble's global scheduler — E2 (exploit or explore), load cost L + M + P,
 //! rebalancing, autoscaling and prefill/decode pairing.
 //!
-//! Algorithm (per request, routers.md):
+//! Algorithm (per request; the experiments in docs/experiments.md):
 //! - A global prefix tree over every dispatched prompt records which replicas hold (or were
 //!   assigned) each node; a prompt is inserted at dispatch, and removed from a replica when that
 //!   replica reports the eviction (`on_evict`).
@@ -21,15 +21,23 @@
 //! - **Autoscaling** (simplified: per prefix, not per subtree). If the window's mean TTFT of
 //!   requests exploiting a prefix exceeds `autoscale_factor` × the window's mean TTFT overall, the
 //!   cheapest replica overall joins that prefix's candidates, so its traffic splits by cost.
-//! - **P/D pairing.** When exploring (a prefill-heavy request), if some replicas are
-//!   decode-heavy — windowed hit ratio ≥ `pd_hit_ratio` — go to the cheapest of them.
+//! - **P/D pairing.** When exploring (a prefill-heavy request), if some replica's prefix hit ratio
+//!   (cached ÷ prompt tokens of the requests dispatched to it in the last `pd_window_s`) is at
+//!   least `pd_hit_ratio`, go to the replica with the highest such ratio (first on ties), whatever
+//!   its load. As Preble's code does it (WukLab/preble @ 8e7906a3b76693c9003d1c7115b8011296c867e1:
+//!   `preble/simulator.py` `select_and_prepare_input` takes `np.argmax` of the servers' windowed
+//!   hit ratios and keeps it if ≥ 0.7; `runtime_selector` in `preble/global_scheduler_with_time.py`
+//!   sends a non-matching request there; the servers' window is `hit_trace_window_size` = 30 s in
+//!   `python/sglang/srt/server_args.py`). A high hit ratio stands for "mostly decoding": its
+//!   prompts cost little prefill. An earlier version here used the load window H (180 s) and the
+//!   cheapest of the qualifying replicas.
 //!
 //! Parameters (defaults): `window_s` 180; `decode_estimate` single (the paper: one request's
 //! per-token time), `batched` (marginal cost in the replica's running batch) or `median_tpot`
 //! (the code: `median_tpot_s` 0.15 × output); `include_p` true (the code omits P);
 //! `rebalance` true, `rebalance_threshold` 1.5 (Th_bal), `rebalance_after_per_replica` 0 (the
 //! code: 50); `autoscale` true, `autoscale_factor` 2, `autoscale_min_samples` 10; `pd_pairing`
-//! true, `pd_hit_ratio` 0.7; `default_output_tokens` 64 (before any completion is seen).
+//! true, `pd_hit_ratio` 0.7, `pd_window_s` 30; `default_output_tokens` 64 (before any completion is seen).
 //!
 //! Ablations: E2 only = `preble{rebalance: false, autoscale: false, pd_pairing: false}`; the full
 //! system also runs the `priority_groups` scheduler on each replica.
@@ -86,6 +94,7 @@ pub struct Config {
     pub autoscale_min_samples: usize,
     pub pd_pairing: bool,
     pub pd_hit_ratio: f64,
+    pub pd_window_s: f64,
     pub default_output_tokens: f64,
 }
 
@@ -104,6 +113,7 @@ impl Default for Config {
             autoscale_min_samples: 10,
             pd_pairing: true,
             pd_hit_ratio: 0.7,
+            pd_window_s: 30.0,
             default_output_tokens: 64.0,
         }
     }
@@ -113,6 +123,7 @@ impl Default for Config {
 struct ReplicaWindow {
     /// Prefill seconds of the missed tokens of requests dispatched here.
     prefill_s: WindowSum,
+    /// Prompt and cached tokens of the requests dispatched here in the last `pd_window_s`.
     prompt_tokens: WindowSum,
     cached_tokens: WindowSum,
 }
@@ -194,14 +205,18 @@ impl Policy for Preble {
         if !(0.0..=1.0).contains(&cfg.pd_hit_ratio) {
             return Err(format!("pd_hit_ratio must be in [0, 1] (got {})", cfg.pd_hit_ratio));
         }
+        if !(cfg.pd_window_s > 0.0) {
+            return Err(format!("pd_window_s must be positive (got {})", cfg.pd_window_s));
+        }
         let n = ctx.replicas as usize;
         let w = cfg.window_s;
+        let pd_w = cfg.pd_window_s;
         Ok(Self {
             model,
             kv_capacity_tokens: ctx.kv_capacity_tokens,
             tree: PrefixTree::new(n),
             replicas: (0..n)
-                .map(|_| ReplicaWindow { prefill_s: WindowSum::new(w), prompt_tokens: WindowSum::new(w), cached_tokens: WindowSum::new(w) })
+                .map(|_| ReplicaWindow { prefill_s: WindowSum::new(w), prompt_tokens: WindowSum::new(pd_w), cached_tokens: WindowSum::new(pd_w) })
                 .collect(),
             outputs: WindowSum::new(w),
             prompts: WindowSum::new(w),
@@ -390,19 +405,17 @@ impl RouterPolicy for Preble {
             }
             _ => {
                 self.explore += 1;
-                let decode_heavy: Vec<usize> = if self.cfg.pd_pairing {
-                    let ratio = self.cfg.pd_hit_ratio;
-                    (0..self.replicas.len())
-                        .filter(|&r| {
-                            let w = &mut self.replicas[r];
-                            let prompt = w.prompt_tokens.sum(now);
-                            prompt > 0.0 && w.cached_tokens.sum(now) / prompt >= ratio
-                        })
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                match self.cheapest(decode_heavy.into_iter(), now) {
+                let mut decode_heavy: Option<(usize, f64)> = None;
+                if self.cfg.pd_pairing {
+                    for (r, w) in self.replicas.iter_mut().enumerate() {
+                        let prompt = w.prompt_tokens.sum(now);
+                        let ratio = if prompt > 0.0 { w.cached_tokens.sum(now) / prompt } else { 0.0 };
+                        if decode_heavy.is_none_or(|(_, best)| ratio > best) {
+                            decode_heavy = Some((r, ratio));
+                        }
+                    }
+                }
+                match decode_heavy.filter(|&(_, ratio)| ratio >= self.cfg.pd_hit_ratio).map(|(r, _)| r) {
                     Some(r) => {
                         self.paired += 1;
                         r

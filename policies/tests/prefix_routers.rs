@@ -5,19 +5,8 @@ use abi_stable::std_types::{RNone, ROption, RSlice};
 use routelab_policies::{max_affinity::MaxAffinity, preble::Preble, sglang_cache_aware::SglangCacheAware, threshold_affinity::ThresholdAffinity};
 use routelab_policy_api::*;
 
-/// Mistral-7B on one A6000 (cluster.md's calibration: 112 TFLOP/s effective, 80% of 768 GB/s).
-fn a6000_mistral() -> CostModel {
-    let params = 7_241_732_096.0;
-    CostModel {
-        flops_per_s: 112e12,
-        bytes_per_s: 0.8 * 768e9,
-        linear_flops_per_token: 2.0 * params,
-        attention_flops_per_pair: 4.0 * 32.0 * 4096.0,
-        weight_bytes: 2.0 * params,
-        kv_bytes_per_token: 131_072.0,
-        step_overhead_s: 0.0004,
-    }
-}
+mod common;
+use common::a6000_mistral;
 
 fn ctx(replicas: u32, cost: ROption<CostModel>) -> RouterContext {
     RouterContext { world: World::Cluster, replicas, seed: 1, kv_capacity_tokens: 219_089, cost }
@@ -134,4 +123,34 @@ fn preble_forgets_what_replicas_evict() {
 fn preble_refuses_the_dispatch_world() {
     let e = Preble::new(Default::default(), &ctx(2, RNone)).err().unwrap();
     assert!(e.contains("cluster"), "{e}");
+}
+
+#[test]
+fn preble_pairs_an_exploring_request_with_the_highest_hit_ratio_replica() {
+    // Hand-computed from Preble's rule (argmax of the 30 s windowed hit ratios, kept if ≥ 0.7).
+    // Replica 0: document A (1,000 tokens) once cold, then 9 questions (100 tokens) on it:
+    // cached 9 × 1,000 of 1,000 + 9 × 1,100 prompt tokens = 9,000 / 10,900 = 0.826.
+    // Replica 1: document B once cold, then 4 questions: 4,000 / 5,400 = 0.741, and less load.
+    // Replicas 2 and 3: nothing (ratio 0, no load).
+    let mut r = Preble::new(Default::default(), &ctx(4, abi_stable::std_types::RSome(a6000_mistral()))).unwrap();
+    let views = [ReplicaView::default(); 4];
+    let (a, b) = (Segment { id: 20, tokens: 1_000 }, Segment { id: 21, tokens: 1_000 });
+    let q = |i: u64| Segment { id: 100 + i, tokens: 100 };
+    r.on_dispatch(&req(0, 0.0, &[a]), 0);
+    for i in 1..=9 {
+        r.on_dispatch(&req(i, 0.0, &[a, q(i)]), 0);
+    }
+    r.on_dispatch(&req(10, 0.0, &[b]), 1);
+    for i in 11..=14 {
+        r.on_dispatch(&req(i, 0.0, &[b, q(i)]), 1);
+    }
+    // A new document C: nothing cached → explore → paired with replica 0 (0.826 > 0.741), not the
+    // cheaper replica 1 (the earlier "cheapest of those ≥ 0.7") nor the idle 2 and 3.
+    let c = Segment { id: 22, tokens: 1_000 };
+    assert_eq!(r.route(&req(20, 1.0, &[c, q(20)]), &Replicas::new(&views)), 0);
+    // 31 s later the hit-ratio window (30 s) is empty: no replica qualifies, the cheapest overall
+    // (idle replica 2; the load window H = 180 s still holds 0 and 1's work) is chosen.
+    assert_eq!(r.route(&req(21, 31.5, &[c, q(21)]), &Replicas::new(&views)), 2);
+    let stats = r.report();
+    assert_eq!(stats.iter().find(|s| s.0 == "pd_paired_decisions").unwrap().1, 1.0);
 }

@@ -106,26 +106,25 @@ pub fn exercise5() -> String {
     let p = 10;
     let _ = writeln!(s, "Exercise 5 — priority groups (policies/src/priority_groups.rs, P = {p})");
     let g = group_of(63, 100, p);
-    let _ = writeln!(s, "63 of 100 prompt tokens cached: group floor(0.63 × {p}) = {g} (priority {}; 0% → group 0, 100% → group {})", g + 1, p - 1);
-    // 20 waiting requests in every group; take the first 55 of the scheduler's order.
-    let waiting: Vec<WaitingRequest> = (0..p * 20)
+    let _ = writeln!(s, "63 of 100 prompt tokens cached: group ceil(0.63 × {p}) − 1 = {g} (priority {}; 0% → group 0, 100% → group {})", g + 1, p - 1);
+    // 60 waiting requests in every group; each step admits the whole order the scheduler returns.
+    let mut waiting: Vec<WaitingRequest> = (0..p * 60)
         .map(|i| {
-            let cached = (i / 20) * 10 + 5;
+            let cached = (i / 60) * 10 + 5;
             WaitingRequest { id: i as u64, arrived_at: i as f64, prompt_tokens: 100, cached_tokens: cached, remaining_prefill_tokens: 100 - cached }
         })
         .collect();
     let ctx = SchedulerContext { replica: 0, seed: 0, kv_capacity_tokens: 0 };
-    let mut sched = PriorityGroups::new(GroupsConfig { groups: p }, &ctx).expect("valid config");
-    let mut order = Vec::new();
-    sched.order(0.0, &waiting, &mut order);
-    let mut quota = vec![0u32; p as usize];
-    for &i in &order[..55] {
-        let w = &waiting[i as usize];
-        quota[group_of(w.cached_tokens, w.prompt_tokens, p) as usize] += 1;
-    }
-    let _ = writeln!(s, "Quota when 55 requests are taken (20 waiting in each group), top group first:");
-    for grp in (0..p as usize).rev() {
-        let _ = writeln!(s, "  group {grp} (priority {:>2}, {:>2}–{:>3}% cached): {:>2}", grp + 1, grp * 10, grp * 10 + 10, quota[grp]);
+    let mut sched = PriorityGroups::new(GroupsConfig { groups: p, k: 10 }, &ctx).expect("valid config");
+    let _ = writeln!(s, "One round of admission steps (60 waiting in each group, k = 10; every step admits all it is offered):");
+    for step in 1..=p {
+        let mut order = Vec::new();
+        sched.order(0.0, &waiting, &mut order);
+        let w = &waiting[order[0] as usize];
+        let grp = group_of(w.cached_tokens, w.prompt_tokens, p);
+        let _ = writeln!(s, "  step {step:>2}: group {grp} (priority {:>2}, {:>2}–{:>3}% cached) admits {:>2} (quota {:>3})", grp + 1, grp * 10, grp * 10 + 10, order.len(), (grp + 1) * 10);
+        let taken: std::collections::HashSet<u32> = order.into_iter().collect();
+        waiting = waiting.into_iter().enumerate().filter(|(i, _)| !taken.contains(&(*i as u32))).map(|(_, w)| w).collect();
     }
 
     // A loaded long-document cluster: hot documents hit, cold ones miss.
@@ -184,8 +183,8 @@ mod tests {
     #[test]
     fn exercise5_prints_the_papers_numbers() {
         let t = super::exercise5();
-        assert!(t.contains("group floor(0.63 × 10) = 6"), "{t}");
-        assert!(t.contains("group 9 (priority 10, 90–100% cached): 10"), "{t}");
-        assert!(t.contains("group 0 (priority  1,  0– 10% cached):  1"), "{t}");
+        assert!(t.contains("group ceil(0.63 × 10) − 1 = 6"), "{t}");
+        assert!(t.contains("step 10: group 0 (priority  1,  0– 10% cached) admits 10 (quota  10)"), "{t}");
+        assert!(t.contains("step  1: group 9 (priority 10, 90–100% cached) admits 60 (quota 100)"), "{t}");
     }
 }

@@ -179,6 +179,8 @@ impl Prepared {
 
 /// Resolves files a workload names (relative to the workload's folder) and derived facts.
 pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> {
+    // Again: command-line overrides (--seeds) may have changed it since it was loaded.
+    workload.validate().map_err(|e| InputError::from_field(file, e))?;
     let mut notes = Vec::new();
     let mut trace = None;
     let mut step_model = None;
@@ -213,6 +215,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
         if let crate::workload::cluster::Arrivals::Trace { path, time_scale } = &c.arrivals {
             let p = relative_to(file, path);
             let rows = trace::load(&p)?;
+            trace::check_cluster_rows(&rows, c, &p)?;
             notes.push(format!("trace replay of {} ({} rows, time scale {time_scale})", p.display(), rows.len()));
             trace = Some(rows);
         }
@@ -356,6 +359,19 @@ pub fn all_starts(policy: &ResolvedPolicy, prepared: &Prepared) -> Result<sim::c
         }
         .into());
     };
+    // Too large a space is the workload's fault (exit 2), found before any run.
+    let (models, modules) = (c.model_count(), c.system.modules().len());
+    let limit = sim::compound::studies::ALL_STARTS_LIMIT;
+    if (models as u64).checked_pow(modules as u32).is_none_or(|n| n > limit) {
+        return Err(InputError {
+            file: prepared.file.clone(),
+            path: "compound".into(),
+            line: None,
+            message: format!("{models} models ^ {modules} modules is above {limit} starting allocations for --all-starts"),
+            fix: "use a smaller pool or system, or drop --all-starts".into(),
+        }
+        .into());
+    }
     let ctx = sim::compound::selector_context(c, w.seed);
     let make = || policy.policy.selector(&ctx).map_err(|e| e.to_string());
     Ok(sim::compound::all_starts(c, &make, w.seed)?)
@@ -463,7 +479,7 @@ mod tests {
     }
 
     /// A trace row larger than a replica's KV memory is bad input found while preparing (exit
-    /// 2, naming the workload file), not a failed run.
+    /// 2, naming the trace file and line), not a failed run.
     #[test]
     fn a_trace_row_too_large_for_a_replica_is_bad_input_before_any_run() {
         let dir = std::env::temp_dir().join(format!("routelab-runner-{}", std::process::id()));
@@ -473,9 +489,9 @@ mod tests {
         let yaml = "cluster:\n  replicas: 1\n  generator: {output_tokens: 8}\n  arrivals: {trace: {path: big.csv}}\n";
         let w = crate::workload::parse(yaml, &file).unwrap();
         let e = prepare(w, &file).err().expect("the row cannot fit");
-        assert_eq!(e.file, file);
-        assert_eq!(e.path, "cluster.arrivals");
-        assert!(e.message.contains("request 1 needs 900000 prompt"), "{e}");
+        // Refused as the trace is read: the error names the trace file and the row's line.
+        assert_eq!((e.file.clone(), e.line), (dir.join("big.csv"), Some(3)));
+        assert!(e.message.contains("needs 900000 prompt"), "{e}");
         assert_eq!(Error::from(e).exit_code(), 2);
         std::fs::remove_dir_all(&dir).ok();
     }

@@ -29,6 +29,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::FieldError;
+use super::limits::{self, MAX_CV, MAX_HORIZON, at_most, fits_clock};
 use crate::step_model::{Choice, Efficiency, Gpu, Model, StepModel};
 
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
@@ -179,8 +180,8 @@ impl Tokens {
                 }
             }
             Tokens::Shaped(TokenShape::Lognormal { mean, cv, max }) => {
-                if !(*mean >= 1.0 && mean.is_finite() && *cv > 0.0 && cv.is_finite()) {
-                    Err(FieldError::new("lognormal", format!("needs mean ≥ 1 and cv > 0 (got mean {mean}, cv {cv})"), "use e.g. {mean: 2000, cv: 0.5, max: 8000}"))
+                if !(*mean >= 1.0 && mean.is_finite() && *cv > 0.0 && *cv <= MAX_CV) {
+                    Err(FieldError::new("lognormal", format!("needs mean ≥ 1 and cv > 0 (got mean {mean:?}, cv {cv:?})"), "use e.g. {mean: 2000, cv: 0.5, max: 8000}"))
                 } else if (*max as f64) < *mean {
                     Err(FieldError::new("lognormal.max", format!("must be at least the mean {mean} (got {max})"), "use e.g. 4 × the mean"))
                 } else {
@@ -309,22 +310,24 @@ impl ClusterSpec {
         if self.replicas == 0 {
             return Err(FieldError::new("replicas", "must be at least 1 (got 0)", "set `replicas: 4`, say"));
         }
+        at_most("replicas", self.replicas, limits::MAX_REPLICAS, "simulate at most 10000 replicas")?;
         if ![1, 2, 4, 8].contains(&self.tp) {
             return Err(FieldError::new("tp", format!("must be 1, 2, 4 or 8 (got {})", self.tp), "use a tensor-parallel degree of 1, 2, 4 or 8"));
         }
         if !(self.memory_fraction > 0.0 && self.memory_fraction <= 1.0) {
-            return Err(FieldError::new("memory_fraction", format!("must be in (0, 1] (got {})", self.memory_fraction), "use e.g. 0.9"));
+            return Err(FieldError::new("memory_fraction", format!("must be in (0, 1] (got {:?})", self.memory_fraction), "use e.g. 0.9"));
         }
         let e = &self.efficiency;
         for (name, v) in [("mfu", e.mfu), ("mbu", e.mbu)] {
             if !(v > 0.0 && v <= 1.0) {
-                return Err(FieldError::new(&format!("efficiency.{name}"), format!("must be in (0, 1] (got {v})"), "use e.g. 0.7"));
+                return Err(FieldError::new(&format!("efficiency.{name}"), format!("must be in (0, 1] (got {v:?})"), "use e.g. 0.7"));
             }
         }
-        if !(e.step_overhead_s >= 0.0 && e.allreduce_latency_s >= 0.0) {
-            return Err(FieldError::new("efficiency", "overheads must be non-negative", "use e.g. step_overhead_s: 0.0004"));
+        if !(e.step_overhead_s >= 0.0 && e.allreduce_latency_s >= 0.0 && e.step_overhead_s <= 10.0 && e.allreduce_latency_s <= 10.0) {
+            return Err(FieldError::new("efficiency", "overheads must be in [0, 10] s", "use e.g. step_overhead_s: 0.0004"));
         }
         let sm = self.step_model()?;
+        self.check_step_model(&sm)?;
         if self.max_batch_requests == 0 {
             return Err(FieldError::new("max_batch_requests", "must be at least 1 (got 0)", "use e.g. 256"));
         }
@@ -335,10 +338,13 @@ impl ClusterSpec {
             return Err(FieldError::new("scheduler", "is empty", "name a scheduler: fcfs, lpm or priority_groups"));
         }
         if !(self.eviction_delay_s >= 0.0 && self.eviction_delay_s.is_finite()) {
-            return Err(FieldError::new("eviction_delay_s", format!("must be ≥ 0 (got {})", self.eviction_delay_s), "use e.g. 0 or 0.05"));
+            return Err(FieldError::new("eviction_delay_s", format!("must be ≥ 0 (got {:?})", self.eviction_delay_s), "use e.g. 0 or 0.05"));
         }
-        if !(self.drain_s >= 0.0) {
-            return Err(FieldError::new("drain_s", format!("must be ≥ 0 (got {})", self.drain_s), "use e.g. 600"));
+        if !(self.drain_s >= 0.0 && self.drain_s <= MAX_HORIZON) {
+            return Err(FieldError::new("drain_s", format!("must be in [0, {MAX_HORIZON:.1e}] s (got {:?})", self.drain_s), "use e.g. 600"));
+        }
+        if self.eviction_delay_s > MAX_HORIZON {
+            return Err(FieldError::new("eviction_delay_s", format!("must be at most {MAX_HORIZON:.1e} s"), "use e.g. 0 or 0.05"));
         }
         self.generator.validate().map_err(|e| e.under("generator"))?;
         self.arrivals.validate().map_err(|e| e.under("arrivals"))?;
@@ -348,9 +354,29 @@ impl ClusterSpec {
             }
             (Some(0), _) => return Err(FieldError::new("requests", "must be at least 1 (got 0)", "use e.g. 2000")),
             (_, Some(d)) if !(d > 0.0 && d.is_finite()) => {
-                return Err(FieldError::new("duration_s", format!("must be positive (got {d})"), "use e.g. 600"));
+                return Err(FieldError::new("duration_s", format!("must be positive (got {d:?})"), "use e.g. 600"));
             }
             _ => {}
+        }
+        if let Some(d) = self.duration_s {
+            fits_clock("duration_s", d, "use e.g. 600 (seconds)")?;
+        }
+        if let Some(n) = self.requests {
+            at_most("requests", n, limits::MAX_CLUSTER_REQUESTS, "use e.g. 100000 requests and more seeds")?;
+        }
+        if let Some(rate) = self.arrivals.rate() {
+            let n = self.expected_requests();
+            if n > limits::MAX_CLUSTER_REQUESTS as f64 {
+                return Err(FieldError::new(
+                    "duration_s",
+                    format!("at {rate} requests/s gives about {n:.3e} requests, above the limit of {}", limits::MAX_CLUSTER_REQUESTS),
+                    "shorten `duration_s` or cap the run with `requests`",
+                ));
+            }
+            let path = if matches!(self.arrivals, Arrivals::Poisson { .. }) { "arrivals.poisson.rate" } else { "arrivals.gamma.rate" };
+            fits_clock(path, n / rate, "raise the rate, or run fewer requests")?;
+            let session = self.generator.think_time_s * self.generator.turns.max() as f64;
+            fits_clock("generator.think_time_s", n / rate + session, "shorten the think time")?;
         }
         if !matches!(self.arrivals, Arrivals::Trace { .. }) {
             let longest = self.max_prompt_tokens();
@@ -385,6 +411,43 @@ impl ClusterSpec {
     }
 }
 
+impl ClusterSpec {
+    /// Requests a synthetic stream will hold, about (`requests`, or rate × `duration_s`); trace
+    /// replays count rows when the trace is read, so here only `requests` (or 0).
+    pub fn expected_requests(&self) -> f64 {
+        let by_time = match (self.arrivals.rate(), self.duration_s) {
+            (Some(rate), Some(d)) => rate * d,
+            _ => f64::INFINITY,
+        };
+        let n = self.requests.map_or(f64::INFINITY, |n| n as f64).min(by_time);
+        if n.is_finite() { n } else { 0.0 }
+    }
+
+    /// Derived quantities of a custom GPU or model must be usable: a KV capacity that sums in
+    /// 64 bits, and a finite, bounded time for the largest step.
+    fn check_step_model(&self, sm: &StepModel) -> Result<(), FieldError> {
+        if sm.kv_capacity_tokens > 1 << 40 || !(sm.cost.kv_bytes_per_token > 0.0) {
+            return Err(FieldError::new(
+                "model",
+                format!("gives a KV capacity of {} tokens per replica, beyond any real GPU", sm.kv_capacity_tokens),
+                "check memory_gb and the model's layers, kv_heads and head_dim (all must be positive)",
+            ));
+        }
+        let budget = if self.chunk_tokens == 0 { self.max_step_tokens } else { self.chunk_tokens } as u64;
+        let worst = routelab_policy_api::StepShape::prefill(budget, sm.kv_capacity_tokens)
+            .merge(routelab_policy_api::StepShape::decode(self.max_batch_requests as u64, sm.kv_capacity_tokens));
+        let t = sm.cost.step_time_s(&worst);
+        if !(t.is_finite() && t <= 3600.0) {
+            return Err(FieldError::new(
+                "gpu",
+                format!("the largest step would take {t:.3e} s (at most an hour is usable)"),
+                "give the GPU a realistic tflops and bandwidth_gb_s (an A6000: 154.8 and 768), and mfu/mbu near 0.7",
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Generator {
     pub fn validate(&self) -> Result<(), FieldError> {
         self.suffix_tokens.validate(true).map_err(|e| e.under("suffix_tokens"))?;
@@ -393,19 +456,22 @@ impl Generator {
         if self.fanout == 0 {
             return Err(FieldError::new("fanout", "must be at least 1 (got 0)", "use 1 for independent requests, 8 for 8 parallel samples"));
         }
+        at_most("fanout", self.fanout, limits::MAX_FANOUT, "use e.g. 8 parallel samples")?;
+        at_most("turns", self.turns.max(), limits::MAX_TURNS, "use e.g. {uniform: {min: 1, max: 10}} turns")?;
         if !(self.think_time_s >= 0.0 && self.think_time_s.is_finite()) {
-            return Err(FieldError::new("think_time_s", format!("must be ≥ 0 (got {})", self.think_time_s), "use e.g. 5"));
+            return Err(FieldError::new("think_time_s", format!("must be ≥ 0 (got {:?})", self.think_time_s), "use e.g. 5"));
         }
         if let Some(c) = &self.contexts {
             if c.count == 0 {
                 return Err(FieldError::new("contexts.count", "must be at least 1 (got 0)", "use e.g. 300, or drop `contexts`"));
             }
+            at_most("contexts.count", c.count, limits::MAX_CONTEXTS, "use e.g. 300 contexts")?;
             c.tokens.validate(false).map_err(|e| e.under("contexts.tokens"))?;
             if let Popularity::Zipf { s } = c.popularity {
                 if !(s > 0.0 && s.is_finite()) {
                     return Err(FieldError::new(
                         "contexts.popularity.zipf.s",
-                        format!("the Zipf exponent must be > 0 (got {s})"),
+                        format!("the Zipf exponent must be > 0 (got {s:?})"),
                         "use e.g. 1.1 (larger is more skewed), or `popularity: uniform`",
                     ));
                 }
@@ -419,15 +485,23 @@ impl Generator {
 }
 
 impl Arrivals {
+    /// Requests per second of a synthetic process (`None` for a trace).
+    pub fn rate(&self) -> Option<f64> {
+        match self {
+            Arrivals::Poisson { rate } | Arrivals::Gamma { rate, .. } => Some(*rate),
+            Arrivals::Trace { .. } => None,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), FieldError> {
         let pos = |v: f64| v > 0.0 && v.is_finite();
         match self {
             Arrivals::Poisson { rate } if !pos(*rate) => {
-                Err(FieldError::new("poisson.rate", format!("must be positive (got {rate})"), "use requests per second, e.g. 1.0"))
+                Err(FieldError::new("poisson.rate", format!("must be positive (got {rate:?})"), "use requests per second, e.g. 1.0"))
             }
-            Arrivals::Gamma { rate, cv } if !(pos(*rate) && pos(*cv)) => Err(FieldError::new(
+            Arrivals::Gamma { rate, cv } if !(pos(*rate) && *cv >= 0.01 && *cv <= MAX_CV) => Err(FieldError::new(
                 "gamma",
-                format!("rate and cv must be positive (got rate {rate}, cv {cv})"),
+                format!("rate must be positive and cv in [0.01, {MAX_CV}] (got rate {rate:?}, cv {cv:?})"),
                 "use e.g. {rate: 1.0, cv: 2.0}",
             )),
             Arrivals::Trace { path, time_scale } if path.is_empty() || !pos(*time_scale) => Err(FieldError::new(

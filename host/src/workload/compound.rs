@@ -27,9 +27,15 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::FieldError;
+use super::limits::{self, at_most};
 
 /// Every skill a module may exercise; a model's `specialties` may name only these.
 pub const SKILLS: [&str; 6] = ["locate", "solve", "generate", "critique", "refine", "debate"];
+
+/// Largest ability, specialty or difficulty spread in logits (beyond ±40 a logistic is 0 or 1).
+pub const MAX_LOGIT: f64 = 1000.0;
+/// Largest price per call: sums over millions of calls stay finite and exact enough.
+pub const MAX_PRICE: f64 = 1e12;
 
 /// Most models a generated pool may have (they are named A..Z).
 pub const MAX_POOL_MODELS: u32 = 26;
@@ -406,10 +412,12 @@ impl CompoundSpec {
         if q.test == 0 {
             return Err(FieldError::new("questions.test", "must be at least 1", "set e.g. `test: 1000`"));
         }
-        if !(q.difficulty_sd >= 0.0 && q.difficulty_sd.is_finite()) {
+        at_most("questions.train", q.train, limits::MAX_QUESTIONS, "use e.g. `train: 200`")?;
+        at_most("questions.test", q.test, limits::MAX_QUESTIONS, "use e.g. `test: 1000`")?;
+        if !(q.difficulty_sd >= 0.0 && q.difficulty_sd <= MAX_LOGIT) {
             return Err(FieldError::new(
                 "questions.difficulty_sd",
-                format!("must be a non-negative number (got {})", q.difficulty_sd),
+                format!("must be in [0, {MAX_LOGIT}] (got {:?})", q.difficulty_sd),
                 "use e.g. 1.0 (logits)",
             ));
         }
@@ -442,7 +450,7 @@ fn unit_interval(path: &str, v: f64, fix: &str) -> Result<(), FieldError> {
     if (0.0..=1.0).contains(&v) {
         Ok(())
     } else {
-        Err(FieldError::new(path, format!("must be in [0, 1] (got {v})"), fix))
+        Err(FieldError::new(path, format!("must be in [0, 1] (got {v:?})"), fix))
     }
 }
 
@@ -462,8 +470,8 @@ fn validate_models(models: &[ModelSpec]) -> Result<(), FieldError> {
         if models[..i].iter().any(|o| o.name == m.name) {
             return Err(FieldError::new(&at(".name"), format!("'{}' is named twice", m.name), "give every model its own name"));
         }
-        if !m.general.is_finite() {
-            return Err(FieldError::new(&at(".general"), "must be a finite number", "use e.g. 1.0 (logits)"));
+        if !(m.general.abs() <= MAX_LOGIT) {
+            return Err(FieldError::new(&at(".general"), format!("must be in [-{MAX_LOGIT}, {MAX_LOGIT}] (got {:?})", m.general), "use e.g. 1.0 (logits)"));
         }
         for (skill, level) in &m.specialties {
             if !SKILLS.contains(&skill.as_str()) {
@@ -473,12 +481,12 @@ fn validate_models(models: &[ModelSpec]) -> Result<(), FieldError> {
                     format!("use one of: {}", SKILLS.join(", ")),
                 ));
             }
-            if !level.is_finite() {
-                return Err(FieldError::new(&at(&format!(".specialties.{skill}")), "must be a finite number", "use e.g. 2.0"));
+            if !(level.abs() <= MAX_LOGIT) {
+                return Err(FieldError::new(&at(&format!(".specialties.{skill}")), format!("must be in [-{MAX_LOGIT}, {MAX_LOGIT}]"), "use e.g. 2.0"));
             }
         }
-        if !(m.price >= 0.0 && m.price.is_finite()) {
-            return Err(FieldError::new(&at(".price"), format!("must be non-negative (got {})", m.price), "use e.g. 1.0 per call"));
+        if !(m.price >= 0.0 && m.price <= MAX_PRICE) {
+            return Err(FieldError::new(&at(".price"), format!("must be in [0, {MAX_PRICE:.0e}] (got {:?})", m.price), "use e.g. 1.0 per call"));
         }
     }
     Ok(())
@@ -493,24 +501,33 @@ impl PoolSpec {
                 "generated models are named A..Z; list models explicitly for more",
             ));
         }
-        let finite = [
+        let bounded = [
             ("general_mean", self.general_mean),
             ("price_per_level", self.price_per_level),
         ];
-        for (path, v) in finite {
-            if !v.is_finite() {
-                return Err(FieldError::new(path, "must be a finite number", "use e.g. 0.5"));
+        for (path, v) in bounded {
+            if !(v.abs() <= MAX_LOGIT) {
+                return Err(FieldError::new(path, format!("must be in [-{MAX_LOGIT}, {MAX_LOGIT}] (got {v:?})"), "use e.g. 0.5"));
             }
         }
         let non_negative = [
             ("general_sd", self.general_sd),
             ("specialty_sd", self.specialty_sd),
-            ("price_base", self.price_base),
         ];
         for (path, v) in non_negative {
-            if !(v >= 0.0 && v.is_finite()) {
-                return Err(FieldError::new(path, format!("must be non-negative (got {v})"), "use e.g. 1.0"));
+            if !(0.0..=MAX_LOGIT).contains(&v) {
+                return Err(FieldError::new(path, format!("must be in [0, {MAX_LOGIT}] (got {v:?})"), "use e.g. 1.0"));
             }
+        }
+        // Prices are price_base · exp(price_per_level · general): keep the priciest model of a
+        // pool (general up to 8 sd above the mean) finite and summable.
+        let top = self.price_base.ln() + self.price_per_level.abs() * (self.general_mean.abs() + 8.0 * self.general_sd);
+        if !(self.price_base >= 0.0 && (self.price_base == 0.0 || top <= MAX_PRICE.ln())) {
+            return Err(FieldError::new(
+                "price_base",
+                format!("with price_per_level {} the priciest model could cost e^{top:.0} per call (at most {MAX_PRICE:.0e})", self.price_per_level),
+                "use e.g. price_base: 1, price_per_level: 1",
+            ));
         }
         Ok(())
     }

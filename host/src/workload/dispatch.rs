@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::FieldError;
+use super::limits::{self, MAX_CV, at_most, fits_clock};
 
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -92,6 +93,13 @@ pub enum Mode {
     BallsIntoBins,
 }
 
+/// Shortest stale refresh interval, in mean service times.
+pub const MIN_REFRESH_INTERVAL: f64 = 1e-3;
+
+/// Largest service size after rescaling to mean 1 (in mean service times), and largest ratio of
+/// sizes: beyond them one job outlasts any run, or the sizes lose their resolution in ticks.
+pub const MAX_SCALED_SIZE: f64 = 1e8;
+
 impl DispatchSpec {
     pub fn validate(&self) -> Result<(), FieldError> {
         if self.servers == 0 {
@@ -100,26 +108,35 @@ impl DispatchSpec {
         if self.requests == 0 {
             return Err(FieldError::new("requests", "must be at least 1 (got 0)", "set `requests: 100000`, say"));
         }
+        at_most("servers", self.servers, limits::MAX_SERVERS, "use at most a million servers")?;
+        at_most("requests", self.requests, limits::MAX_DISPATCH_REQUESTS, "use e.g. 1000000 requests and more seeds")?;
         if self.mode == Mode::Queueing && !(self.utilisation > 0.0 && self.utilisation < 1.0) {
             return Err(FieldError::new(
                 "utilisation",
-                format!("must be in (0, 1) for a stable queue (got {})", self.utilisation),
+                format!("must be in (0, 1) for a stable queue (got {:?})", self.utilisation),
                 "use a value such as 0.9; at ρ ≥ 1 every queue grows without bound",
             ));
         }
         if !(0.0..1.0).contains(&self.warmup) {
             return Err(FieldError::new(
                 "warmup",
-                format!("must be in [0, 1) (got {})", self.warmup),
+                format!("must be in [0, 1) (got {:?})", self.warmup),
                 "use a fraction such as 0.1",
             ));
         }
+        if self.mode == Mode::Queueing {
+            // Arrivals at rate ρ·N: the last one comes about requests / (ρ·N) after the first.
+            let span = self.requests as f64 / (self.utilisation * self.servers as f64);
+            fits_clock("utilisation", span, "raise the utilisation or the servers, or run fewer requests")?;
+        }
         if let Information::Stale { refresh_interval } = self.information {
-            if !(refresh_interval > 0.0 && refresh_interval.is_finite()) {
+            // Refreshes land on whole ticks (10⁻⁹ mean service times); far below the service time
+            // a snapshot is fresh in effect, and each refresh costs O(servers).
+            if !(MIN_REFRESH_INTERVAL..=limits::MAX_HORIZON).contains(&refresh_interval) {
                 return Err(FieldError::new(
                     "information.stale.refresh_interval",
-                    format!("must be positive (got {refresh_interval})"),
-                    "use e.g. 4 (mean service times)",
+                    format!("must be in [{MIN_REFRESH_INTERVAL}, {:.1e}] mean service times (got {refresh_interval:?})", limits::MAX_HORIZON),
+                    "use e.g. 4 (mean service times); for information refreshed at every arrival use `information: fresh`",
                 ));
             }
         }
@@ -132,12 +149,12 @@ impl Service {
         let pos = |v: f64| v > 0.0 && v.is_finite();
         match self {
             Service::Exponential | Service::Deterministic => Ok(()),
-            Service::Lognormal { cv } if !pos(*cv) => {
-                Err(FieldError::new("lognormal.cv", format!("must be positive (got {cv})"), "use e.g. 1.0"))
+            Service::Lognormal { cv } if !(pos(*cv) && *cv <= MAX_CV) => {
+                Err(FieldError::new("lognormal.cv", format!("must be positive and at most {MAX_CV} (got {cv:?})"), "use e.g. 1.0"))
             }
             Service::BoundedPareto { alpha, min, max } => {
-                if !pos(*alpha) {
-                    Err(FieldError::new("bounded_pareto.alpha", format!("must be positive (got {alpha})"), "use e.g. 1.1"))
+                if !(*alpha >= 0.01 && *alpha <= 100.0) {
+                    Err(FieldError::new("bounded_pareto.alpha", format!("must be in [0.01, 100] (got {alpha:?})"), "use e.g. 1.1"))
                 } else if !(pos(*min) && max > min && max.is_finite()) {
                     Err(FieldError::new(
                         "bounded_pareto",
@@ -145,16 +162,16 @@ impl Service {
                         "use e.g. min: 1, max: 10000",
                     ))
                 } else {
-                    Ok(())
+                    self.check_scaled_range()
                 }
             }
             Service::Bimodal { p_large, small, large } => {
                 if !(0.0..=1.0).contains(p_large) {
-                    Err(FieldError::new("bimodal.p_large", format!("must be in [0, 1] (got {p_large})"), "use e.g. 0.1"))
+                    Err(FieldError::new("bimodal.p_large", format!("must be in [0, 1] (got {p_large:?})"), "use e.g. 0.1"))
                 } else if !(pos(*small) && pos(*large)) {
                     Err(FieldError::new("bimodal", "small and large must be positive", "use e.g. small: 1, large: 10"))
                 } else {
-                    Ok(())
+                    self.check_scaled_range()
                 }
             }
             Service::Empirical { values } => {
@@ -165,10 +182,43 @@ impl Service {
                         "list observed sizes, e.g. [0.5, 1, 4]",
                     ))
                 } else {
-                    Ok(())
+                    self.check_scaled_range()
                 }
             }
             _ => Ok(()),
         }
+    }
+
+    /// The sizes rescaled to mean 1 must stay finite, positive and within [`MAX_SCALED_SIZE`]:
+    /// extreme parameters (alpha → 0, values near f64::MAX) otherwise give infinite or zero
+    /// sizes that saturate the clock.
+    fn check_scaled_range(&self) -> Result<(), FieldError> {
+        let (lo, hi) = match self {
+            Service::BoundedPareto { min, max, .. } => (*min, *max),
+            Service::Bimodal { p_large, small, large } => match *p_large {
+                0.0 => (*small, *small),
+                1.0 => (*large, *large),
+                _ => (small.min(*large), small.max(*large)),
+            },
+            Service::Empirical { values } => {
+                let positive = values.iter().copied().filter(|v| *v > 0.0);
+                (positive.clone().fold(f64::INFINITY, f64::min), positive.fold(0.0, f64::max))
+            }
+            _ => return Ok(()),
+        };
+        let (_, raw_mean) = crate::sim::dispatch::Sizes::new(self);
+        let (lo, hi) = (lo / raw_mean, hi / raw_mean);
+        let ok = raw_mean.is_finite() && raw_mean > 0.0 && hi.is_finite() && hi <= MAX_SCALED_SIZE && lo * MAX_SCALED_SIZE >= hi / MAX_SCALED_SIZE;
+        if !ok {
+            return Err(FieldError::new(
+                "",
+                format!(
+                    "rescaled to mean 1 (raw mean {raw_mean:.3e}), sizes would span [{lo:.3e}, {hi:.3e}] mean service times; \
+                     the largest must be at most {MAX_SCALED_SIZE:.0e} and the ratio largest/smallest at most 1e16"
+                ),
+                "use a less extreme distribution (e.g. bounded_pareto {alpha: 1.1, min: 1, max: 10000})",
+            ));
+        }
+        Ok(())
     }
 }

@@ -389,8 +389,8 @@ mod tests {
         s.arrivals = Arrivals::Trace { path: "x.csv".into(), time_scale: 0.5 };
         s.requests = None;
         let rows = [
-            TraceRow { at_s: 0.0, context_tokens: 374, generated_tokens: 44 },
-            TraceRow { at_s: 4.0, context_tokens: 5, generated_tokens: 0 },
+            TraceRow { at_s: 0.0, context_tokens: 374, generated_tokens: 44, line: 2 },
+            TraceRow { at_s: 4.0, context_tokens: 5, generated_tokens: 0, line: 3 },
         ];
         let st = generate(&s, Some(&rows), 1).unwrap();
         assert_eq!(st.requests[1].arrived_at, ticks(2.0));

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod compound;
 pub mod dispatch;
 pub mod generate;
+pub mod limits;
 pub mod trace;
 
 use std::fmt;
@@ -101,6 +102,7 @@ impl Workload {
         if self.seeds == 0 {
             return Err(FieldError::new("seeds", "must be at least 1", "set `seeds: 1` or more"));
         }
+        limits::at_most("seeds", self.seeds, limits::MAX_SEEDS, "use e.g. 10 seeds; the 95% interval narrows slowly beyond")?;
         if let Some(d) = &self.dispatch {
             d.validate().map_err(|e| e.under("dispatch"))?;
         }
@@ -110,7 +112,7 @@ impl Workload {
         if let Some(c) = &self.compound {
             c.validate().map_err(|e| e.under("compound"))?;
         }
-        Ok(())
+        limits::check_memory(self)
     }
 }
 
@@ -172,6 +174,7 @@ impl InputError {
 
 /// Parses and validates workload YAML text; `file` names it in errors.
 pub fn parse(text: &str, file: &Path) -> Result<Workload, InputError> {
+    limits::check_nesting(text, file)?;
     let de = serde_norway::Deserializer::from_str(text);
     let mut w: Workload = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -204,41 +207,91 @@ pub fn parse(text: &str, file: &Path) -> Result<Workload, InputError> {
     if w.name.is_empty() {
         w.name = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "workload".into());
     }
-    w.validate().map_err(|e| InputError::from_field(file, e))?;
+    w.validate().map_err(|e| InputError { line: field_line(text, &e.path), ..InputError::from_field(file, e) })?;
     Ok(w)
+}
+
+/// The line of the field at dotted `path` (`cluster.generator.fanout`, `models[2].price`) in
+/// YAML `text`: each key is looked for after the previous one, so the answer is the line of the
+/// deepest key the text spells out (flow mappings keep a parent's line). `None` if none is found.
+pub fn field_line(text: &str, path: &str) -> Option<usize> {
+    let mut at = 0;
+    let mut line = None;
+    for key in path.split('.').map(|k| k.split('[').next().unwrap_or(k)).filter(|k| !k.is_empty()) {
+        let found = text[at..].match_indices(key).map(|(i, _)| at + i).find(|&i| {
+            let before = text[..i].chars().next_back();
+            let after = text[i + key.len()..].trim_start_matches([' ', '"', '\'']);
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '_') && after.starts_with(':')
+        });
+        let Some(i) = found else { break };
+        at = i + key.len();
+        line = Some(1 + text[..i].matches('\n').count());
+    }
+    line
 }
 
 /// Reads, parses and validates a workload file.
 pub fn load(path: &Path) -> Result<Workload, InputError> {
     let text = load_text(path)?;
-    parse(&text, path)
+    parse(&text, path).map_err(|mut e| {
+        // Lines of a merged (`base:`) text are not the file's: look the field up in the file.
+        if e.line.is_some() && !e.path.is_empty() {
+            if let Ok(own) = limits::read_capped(path, limits::MAX_WORKLOAD_BYTES, "workload", "") {
+                if own != text {
+                    e.line = field_line(&own, &e.path);
+                }
+            }
+        }
+        e
+    })
 }
 
 /// The workload file's YAML text with its `base:` (if any) merged in: a workload may start from
 /// another file (`base: ../tool_use.yaml`, relative to itself) and override any of its fields;
 /// mappings merge key by key, anything else is replaced. Paths inside the result (a trace) are
-/// read relative to the file that is run.
+/// read relative to the file that is run. A chain of bases that returns to a file is an error.
 pub fn load_text(path: &Path) -> Result<String, InputError> {
-    let read = |p: &Path| {
-        std::fs::read_to_string(p).map_err(|e| InputError {
-            file: p.into(),
-            path: String::new(),
-            line: None,
-            message: format!("cannot read the workload: {e}"),
-            fix: "check the path".into(),
-        })
-    };
-    let text = read(path)?;
+    load_text_from(path, &mut Vec::new())
+}
+
+/// `load_text` for `path`, reached through the files in `chain` (outermost first).
+fn load_text_from(path: &Path, chain: &mut Vec<PathBuf>) -> Result<String, InputError> {
+    let text = limits::read_capped(path, limits::MAX_WORKLOAD_BYTES, "workload", "check the path")?;
+    limits::check_nesting(&text, path)?;
     let doc: serde_norway::Value = match serde_norway::from_str(&text) {
         Ok(v) => v,
         Err(_) => return Ok(text), // parse() reports it with its line
     };
     let Some(base) = doc.get("base").and_then(|b| b.as_str()) else { return Ok(text) };
     let base_path = path.parent().unwrap_or(Path::new(".")).join(base);
-    if base_path.canonicalize().ok() == path.canonicalize().ok() {
-        return Err(InputError::from_field(path, FieldError::new("base", "names the file itself", "name another workload")));
+    let here = path.canonicalize().unwrap_or_else(|_| path.into());
+    let line = text.lines().position(|l| l.trim_start().starts_with("base:")).map(|i| i + 1);
+    let base_error = |message: String, fix: &str| InputError {
+        file: path.into(),
+        path: "base".into(),
+        line,
+        message,
+        fix: fix.into(),
+    };
+    chain.push(here);
+    let there = base_path.canonicalize().unwrap_or_else(|_| base_path.clone());
+    if let Some(k) = chain.iter().position(|p| *p == there) {
+        if k + 1 == chain.len() {
+            return Err(base_error("names the file itself".into(), "name another workload"));
+        }
+        let cycle: Vec<String> = chain[k..].iter().chain([&there]).map(|p| p.display().to_string()).collect();
+        return Err(base_error(
+            format!("makes a cycle of bases: {}", cycle.join(" → ")),
+            "let one file of the cycle start from no base (or from a file outside the cycle)",
+        ));
     }
-    let base_text = load_text(&base_path)?;
+    if chain.len() >= limits::MAX_BASE_CHAIN {
+        return Err(base_error(
+            format!("the chain of bases is longer than {} files", limits::MAX_BASE_CHAIN),
+            "start from a file nearer the root workload",
+        ));
+    }
+    let base_text = load_text_from(&base_path, chain)?;
     let mut merged: serde_norway::Value = serde_norway::from_str(&base_text).map_err(|e| InputError {
         file: base_path.clone(),
         path: String::new(),

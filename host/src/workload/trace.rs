@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use super::InputError;
+use super::limits;
 
 /// One trace row.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -13,6 +14,8 @@ pub struct TraceRow {
     pub at_s: f64,
     pub context_tokens: u32,
     pub generated_tokens: u32,
+    /// Line in the file (1-based), for errors about the row.
+    pub line: usize,
 }
 
 /// Where the public dataset lives, for messages about a missing trace.
@@ -78,7 +81,14 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, InputError> {
         }
         last = t;
         let t0 = *first.get_or_insert(t);
-        rows.push(TraceRow { at_s: t - t0, context_tokens: ctx, generated_tokens: gen_ });
+        let at_s = t - t0;
+        if !(at_s <= limits::MAX_HORIZON) {
+            return Err(err(n, format!("TIMESTAMP is {at_s:.3e} s after the first row, beyond the clock's {:.1e} s", limits::MAX_HORIZON)));
+        }
+        if rows.len() >= MAX_ROWS {
+            return Err(err(n, format!("the trace has more than {MAX_ROWS} rows")));
+        }
+        rows.push(TraceRow { at_s, context_tokens: ctx, generated_tokens: gen_, line: n });
     }
     if rows.is_empty() {
         return Err(InputError {
@@ -92,16 +102,55 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, InputError> {
     Ok(rows)
 }
 
+/// Largest trace file read, in bytes (the Azure conversation trace is 1 MB, the week-long code
+/// trace a few hundred MB).
+pub const MAX_TRACE_BYTES: u64 = 1 << 30;
+/// Most rows of a trace (16 bytes each in memory).
+pub const MAX_ROWS: usize = 50_000_000;
+
 /// Reads and parses a trace file; a missing file says where the public dataset lives.
 pub fn load(path: &Path) -> Result<Vec<TraceRow>, InputError> {
-    let text = std::fs::read_to_string(path).map_err(|e| InputError {
-        file: path.into(),
-        path: String::new(),
-        line: None,
-        message: format!("cannot read the trace: {e}"),
-        fix: AZURE_TRACE_HINT.into(),
-    })?;
+    let text = limits::read_capped(path, MAX_TRACE_BYTES, "trace", AZURE_TRACE_HINT)?;
     parse(&text, path)
+}
+
+/// Refuses, before a cluster run, trace rows that no replica could hold (their prompt plus
+/// output exceeds the KV capacity, or, unchunked, the prompt exceeds one step) and a replay
+/// longer than the clock.
+pub fn check_cluster_rows(rows: &[TraceRow], spec: &super::cluster::ClusterSpec, file: &Path) -> Result<(), InputError> {
+    let sm = spec.step_model().map_err(|e| InputError::from_field(file, e.under("cluster")))?;
+    let row_error = |row: &TraceRow, message: String, fix: &str| InputError {
+        file: file.into(),
+        path: String::new(),
+        line: Some(row.line),
+        message,
+        fix: fix.into(),
+    };
+    for row in rows {
+        let (prompt, output) = (row.context_tokens.max(1) as u64, row.generated_tokens.max(1) as u64);
+        if prompt + output > sm.kv_capacity_tokens {
+            return Err(row_error(
+                row,
+                format!(
+                    "the row needs {prompt} prompt + {output} output tokens of KV, more than a replica's capacity ({} tokens)",
+                    sm.kv_capacity_tokens
+                ),
+                "drop or fix the row, raise tp, or use a GPU with more memory",
+            ));
+        }
+        if spec.chunk_tokens == 0 && prompt > spec.max_step_tokens as u64 {
+            return Err(row_error(
+                row,
+                format!("the row's prompt ({prompt} tokens) exceeds max_step_tokens = {} with unchunked prefill", spec.max_step_tokens),
+                "use chunked prefill (`chunk_tokens: 512`) or raise `max_step_tokens`",
+            ));
+        }
+    }
+    if let (Some(last), super::cluster::Arrivals::Trace { time_scale, .. }) = (rows.last(), &spec.arrivals) {
+        limits::fits_clock("cluster.arrivals.trace.time_scale", last.at_s * time_scale, "use a smaller time_scale")
+            .map_err(|e| InputError { line: Some(last.line), ..InputError::from_field(file, e) })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ mod common;
 mod compat;
 mod compound;
 mod dispatch_results;
+mod hardening;
 mod isolate;
 mod loader;
 mod snapshots;

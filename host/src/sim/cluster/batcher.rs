@@ -116,7 +116,7 @@ impl Replica {
                 admitted = true;
             }
             if admitted {
-                self.waiting.retain(|&r| states[r as usize].phase == Phase::Waiting);
+                self.drop_admitted_from_front(states);
             }
         }
 
@@ -129,6 +129,23 @@ impl Replica {
             return Ok(None);
         }
         Ok(Some(cost.step_time_s(&shape)))
+    }
+
+    /// Removes the requests admitted this step from the waiting queue, keeping its order. Only
+    /// the shown front (`scheduler_window` requests) can have been admitted, so only it is
+    /// scanned: filtering the whole queue every step made an overloaded replica quadratic in
+    /// its backlog.
+    fn drop_admitted_from_front(&mut self, states: &[RequestState]) {
+        let front = self.shown.len();
+        let mut kept = 0;
+        for i in 0..front {
+            let r = self.waiting[i];
+            if states[r as usize].phase == Phase::Waiting {
+                self.waiting[kept] = r;
+                kept += 1;
+            }
+        }
+        self.waiting.drain(kept..front);
     }
 
     /// Applies the step that ends at `now`; pushes requests that finished onto `completed`.

@@ -21,7 +21,8 @@
 //! `overloaded` = 1 when requests were still unfinished `drain_s` after the last arrival, or when
 //! the cluster's waiting queue grew, between the arrival of the middle request and of the last,
 //! by more than 5% of the requests that arrived in between (the queue was still growing: latency
-//! ratios of such runs are not speed-ups). `busiest_replica_share` = the largest share of requests
+//! ratios of such runs are not speed-ups). `latency_p99_low_hit_s` = P99 latency over the requests
+//! with less than half their prompt cached at first admission (NaN when there are none). `busiest_replica_share` = the largest share of requests
 //! dispatched to one replica. `preemptions` counts recompute preemptions (`estimate` reservation).
 //! A router's own `report()` figures follow the host's as `router.<name>`, then the schedulers'
 //! summed over replicas as `scheduler.<name>`.

@@ -58,6 +58,9 @@ impl Replication {
     }
 }
 
+/// Requests with less than this fraction of their prompt cached at admission are "low-hit".
+const LOW_HIT: f64 = 0.5;
+
 pub(super) fn summarize(records: &[RequestRecord], replicas: &[Replica], waiting_at_half: u64, waiting_at_end: u64, replication_factor: f64) -> Metrics {
     let total = records.len();
     let done: Vec<&RequestRecord> = records.iter().filter(|r| r.completed_at_s.is_finite()).collect();
@@ -86,6 +89,13 @@ pub(super) fn summarize(records: &[RequestRecord], replicas: &[Replica], waiting
     m.push("latency_p50_s", quantile(&mut latency, 0.50));
     m.push("latency_p90_s", quantile(&mut latency, 0.90));
     m.push("latency_p99_s", quantile(&mut latency, 0.99));
+    // The cold requests' tail: what a cache-favouring local scheduler could starve.
+    let mut low_hit: Vec<f64> = done
+        .iter()
+        .filter(|r| (r.cached_tokens as f64) < LOW_HIT * r.prompt_tokens as f64)
+        .map(|r| r.completed_at_s - r.arrived_at_s)
+        .collect();
+    m.push("latency_p99_low_hit_s", quantile(&mut low_hit, 0.99));
     m.push("ttft_mean_s", mean(&ttft));
     m.push("ttft_p99_s", quantile(&mut ttft, 0.99));
     m.push("tpot_mean_s", mean(&tpot));

@@ -1,0 +1,388 @@
+//! Hostile input (issue 9): every case ends in a clear error — file, line where it applies, field,
+//! fix — with exit code 2, before any long work; and a seeded mutation pass over every workload
+//! file asserts that nothing a user could type panics or hangs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use routelab::workload::{self, limits};
+
+use crate::common::*;
+
+fn routelab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_routelab")).args(args).current_dir(workspace()).output().expect("routelab runs")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = target_dir().join("test-fixtures/hardening");
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn write(name: &str, text: &str) -> String {
+    let p = scratch(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+/// Runs routelab; asserts exit 2 and that stderr holds every one of `wants`; returns stderr.
+fn refused(args: &[&str], wants: &[&str]) -> String {
+    let out = routelab(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: expected exit 2\nstderr: {err}\nstdout: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(err.contains("fix:"), "{args:?}: no fix offered: {err}");
+    for w in wants {
+        assert!(err.contains(w), "{args:?}: stderr lacks `{w}`: {err}");
+    }
+    err
+}
+
+const CLUSTER: &str = "cluster:\n  replicas: 2\n  generator: {output_tokens: 16}\n  arrivals: {poisson: {rate: 1.0}}\n  requests: 50\n";
+
+#[test]
+fn base_cycles_of_two_and_three_files_are_refused() {
+    let a = write("cycle_a.yaml", "base: cycle_b.yaml\n");
+    write("cycle_b.yaml", "base: cycle_a.yaml\ncluster: {replicas: 2}\n");
+    let err = refused(&["validate", &a], &["cycle_b.yaml:1", "field `base`", "cycle of bases", "cycle_a.yaml"]);
+    assert!(err.contains("cycle_a.yaml → ") || err.contains("cycle_b.yaml → "), "{err}");
+    let x = write("ring_x.yaml", "# a ring of three\nbase: ring_y.yaml\n");
+    write("ring_y.yaml", "base: ring_z.yaml\n");
+    write("ring_z.yaml", "base: ring_x.yaml\n");
+    refused(&["validate", &x], &["ring_z.yaml:1", "cycle of bases", "ring_x.yaml", "ring_y.yaml"]);
+    let own = write("own.yaml", "base: own.yaml\n");
+    refused(&["validate", &own], &["names the file itself"]);
+    // A chain without a cycle still works.
+    write("chain_root.yaml", CLUSTER);
+    let leaf = write("chain_leaf.yaml", "base: chain_root.yaml\ncluster: {replicas: 3}\n");
+    let out = routelab(&["validate", &leaf]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn huge_or_endless_files_are_refused_by_size() {
+    let w = write("base_zero.yaml", "base: /dev/zero\n");
+    refused(&["validate", &w], &["/dev/zero", "larger than the 1 MiB allowed for a workload"]);
+    refused(&["validate", "/dev/zero"], &["larger than the 1 MiB"]);
+    let big = write("big.yaml", &format!("# {}\n{CLUSTER}", "x".repeat(2 << 20)));
+    refused(&["validate", &big], &["big.yaml", "larger than"]);
+    // A trace: the size check comes before parsing, so /dev/zero ends at the cap.
+    let t = write("trace_zero.yaml", "cluster:\n  replicas: 2\n  generator: {output_tokens: 16}\n  arrivals: {trace: {path: /dev/zero}}\n");
+    refused(&["validate", &t], &["/dev/zero"]);
+}
+
+#[test]
+fn deep_nesting_is_refused_before_parsing() {
+    let w = write("deep.yaml", &format!("seed: 1\npolicies: {}\n", "[".repeat(100_000)));
+    refused(&["validate", &w], &["deep.yaml:2", "nests deeper than 64"]);
+    let w = write("deep_map.yaml", &format!("dispatch: {}\n", "{a: ".repeat(100)));
+    refused(&["validate", &w], &["deep_map.yaml:1", "nests deeper"]);
+}
+
+#[test]
+fn alias_bombs_are_refused_fast() {
+    // "Billion laughs": 9 levels of 10 aliases each would expand to 10⁹ strings.
+    let mut yaml = String::from("dispatch: {servers: 2, requests: 10}\npolicies:\n  - &a0 lol\n");
+    for i in 1..10 {
+        let refs: Vec<String> = (0..10).map(|_| format!("*a{}", i - 1)).collect();
+        yaml.push_str(&format!("  - &a{i} [{}]\n", refs.join(", ")));
+    }
+    let p = write("laughs.yaml", &yaml);
+    let out = routelab(&["validate", &p]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn counts_above_what_a_user_could_mean_are_refused() {
+    let d = |extra: &str| format!("dispatch: {{servers: 4, requests: 1000{extra}}}\n");
+    let c = |old: &str, new: &str| CLUSTER.replace(old, new);
+    let cases: Vec<(&str, String, &[&str])> = vec![
+        ("requests.yaml", "dispatch: {servers: 4, requests: 1000000000000}\n".into(), &["field `dispatch.requests`", "above the limit"]),
+        ("servers.yaml", "dispatch: {servers: 4294967295, requests: 10}\n".into(), &["field `dispatch.servers`", "4294967295"]),
+        ("replicas.yaml", c("replicas: 2", "replicas: 4294967295"), &["field `cluster.replicas`"]),
+        ("duration.yaml", c("requests: 50", "duration_s: 1e15"), &["field `cluster.duration_s`"]),
+        ("fanout.yaml", c("{output_tokens: 16}", "{output_tokens: 16, fanout: 4000000000}"), &["field `cluster.generator.fanout`"]),
+        (
+            "contexts.yaml",
+            c("{output_tokens: 16}", "{output_tokens: 16, contexts: {count: 4000000000, tokens: 10}}"),
+            &["field `cluster.generator.contexts.count`"],
+        ),
+        (
+            "questions.yaml",
+            "compound: {system: locate_solve, pool: {models: 3}, questions: {train: 4000000000}}\n".into(),
+            &["field `compound.questions.train`"],
+        ),
+        ("seeds.yaml", format!("seeds: 4294967295\n{}", d("")), &["field `seeds`"]),
+    ];
+    for (name, yaml, wants) in cases {
+        let p = write(name, &yaml);
+        refused(&["validate", &p], wants);
+    }
+    // What fits in this machine's memory is refused with the estimate (here: a machine of 8 GB).
+    let w: workload::Workload = serde_norway::from_str("dispatch: {servers: 1000, requests: 2000000000}\n").unwrap();
+    let e = limits::check_memory_within(&w, 8e9).unwrap_err();
+    assert_eq!(e.path, "dispatch.requests");
+    assert!(e.message.contains("16.0 GB of memory") && e.message.contains("per run"), "{}", e.message);
+    // The command line's --seeds is checked like the file's.
+    let p = write("ok.yaml", &d(""));
+    refused(&["compare", &p, "--policies", "random", "--seeds", "4294967295"], &["field `seeds`"]);
+    // A scheduler config: refused at construction, before the run.
+    let p = write("groups.yaml", CLUSTER);
+    let out = routelab(&["run", &p, "--policy", "round_robin@priority_groups{groups: 1000000000}"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("1..=1000"), "{err}");
+}
+
+#[test]
+fn validate_prints_an_estimate_of_memory_and_time() {
+    let p = write("estimate.yaml", "dispatch: {servers: 16, requests: 1000000}\nseeds: 3\npolicies: [random, round_robin]\n");
+    let out = routelab(&["validate", &p]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("# estimate:")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("MB") && line.contains("6 run(s)"), "{line}");
+    // The estimate grows with the requests.
+    let w = |n: u64| workload::parse(&format!("dispatch: {{servers: 16, requests: {n}}}\n"), Path::new("w.yaml")).unwrap();
+    let (small, large) = (limits::estimate(&w(1_000)), limits::estimate(&w(100_000_000)));
+    assert!(large.bytes > 100.0 * small.bytes && large.seconds > 1000.0 * small.seconds, "{small:?} {large:?}");
+}
+
+#[test]
+fn floats_that_overflow_derived_quantities_are_refused() {
+    let d = |service: &str| format!("dispatch: {{servers: 4, requests: 100, {service}}}\n");
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("cv.yaml", d("service: {lognormal: {cv: 1e200}}"), "dispatch.service.lognormal.cv"),
+        ("refresh.yaml", d("information: {stale: {refresh_interval: 1e-12}}"), "dispatch.information.stale.refresh_interval"),
+        ("pareto.yaml", d("service: {bounded_pareto: {alpha: 1e-300, min: 1, max: 10000}}"), "dispatch.service.bounded_pareto.alpha"),
+        ("pareto_range.yaml", d("service: {bounded_pareto: {alpha: 1.1, min: 1e-300, max: 1e300}}"), "dispatch.service"),
+        ("empirical.yaml", d("service: {empirical: {values: [1e308, 1e308]}}"), "dispatch.service"),
+        ("bimodal.yaml", d("service: {bimodal: {p_large: 0.5, small: 1e-300, large: 1e300}}"), "dispatch.service"),
+        ("rho.yaml", d("utilisation: 1e-300"), "dispatch.utilisation"),
+        ("rate.yaml", CLUSTER.replace("rate: 1.0", "rate: 1e-300"), "cluster.arrivals.poisson.rate"),
+        ("gamma.yaml", CLUSTER.replace("poisson: {rate: 1.0}", "gamma: {rate: 1.0, cv: 1e200}"), "cluster.arrivals.gamma"),
+        ("think.yaml", CLUSTER.replace("{output_tokens: 16}", "{output_tokens: 16, turns: 2, think_time_s: 1e300}"), "cluster.generator.think_time_s"),
+        ("drain.yaml", CLUSTER.replace("replicas: 2", "replicas: 2\n  drain_s: .inf"), "cluster.drain_s"),
+        ("overhead.yaml", CLUSTER.replace("replicas: 2", "replicas: 2\n  efficiency: {step_overhead_s: .inf}"), "cluster.efficiency"),
+        (
+            "gpu.yaml",
+            CLUSTER.replace("replicas: 2", "replicas: 2\n  gpu: {name: slow, memory_gb: 48, bandwidth_gb_s: 1e-300, tflops: 1e-300}"),
+            "cluster.gpu",
+        ),
+        (
+            "price.yaml",
+            "compound: {system: locate_solve, pool: {models: 3, price_per_level: 1000, general_sd: 1000}}\n".into(),
+            "compound.pool.price_base",
+        ),
+    ];
+    for (name, yaml, field) in cases {
+        let p = write(name, &yaml);
+        let err = refused(&["validate", &p], &[name, &format!("field `{field}`")]);
+        // The line of the field (or of its deepest parent the file spells out).
+        let line = workload::field_line(&yaml, field).unwrap_or_else(|| panic!("{name}: no line for {field}"));
+        assert!(err.contains(&format!("{name}:{line}: field")), "{name}: no line {line}: {err}");
+    }
+}
+
+#[test]
+fn field_errors_give_the_line_of_the_field() {
+    let yaml = "# a comment naming cv: here
+cluster:
+  replicas: 2
+  generator:
+    output_tokens: 16
+    fanout: 0
+";
+    assert_eq!(workload::field_line(yaml, "cluster.generator.fanout"), Some(6));
+    assert_eq!(workload::field_line(yaml, "cluster.generator.contexts.count"), Some(4));
+    assert_eq!(workload::field_line("models:\n  - {name: A}\n  - {name: B, price: -1}\n", "models[1].price"), Some(3));
+    let e = workload::parse(&CLUSTER.replace("rate: 1.0", "rate: -1"), Path::new("w.yaml")).unwrap_err();
+    assert_eq!((e.path.as_str(), e.line), ("cluster.arrivals.poisson.rate", Some(4)));
+}
+
+#[test]
+fn trace_rows_that_break_the_clock_or_a_replica_exit_2_with_their_line() {
+    let spec = |trace: &str| format!("cluster:\n  replicas: 2\n  generator: {{output_tokens: 16}}\n  arrivals: {{trace: {{path: {trace}}}}}\n");
+    let t = write("huge_row.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,5\n1,4000000000,5\n");
+    let w = write("huge_row.yaml", &spec(&t));
+    refused(&["validate", &w], &["huge_row.csv:3", "KV"]);
+    refused(&["compare", &w, "--policies", "round_robin"], &["huge_row.csv:3"]);
+    let t = write("far.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,5\n1e308,10,5\n");
+    let w = write("far.yaml", &spec(&t));
+    refused(&["validate", &w], &["far.csv:3", "beyond the clock"]);
+    let t = write("scaled.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,5\n1e6,10,5\n");
+    let w = write("scaled.yaml", &spec(&t).replace("}}\n", ", time_scale: 1e200}}\n"));
+    refused(&["validate", &w], &["scaled.csv:3", "time_scale"]);
+    let w = write("dispatch_far.yaml", &format!("dispatch: {{servers: 2, requests: 10, arrivals: {{trace: {{path: {}}}}}}}\n", scratch("far.csv").display()));
+    refused(&["validate", &w], &["far.csv:3"]);
+}
+
+#[test]
+fn all_starts_over_too_large_a_space_is_bad_input() {
+    let p = write("all_starts.yaml", "compound: {system: debate, pool: {models: 26}}\npolicies: [greedy]\n");
+    refused(&["compare", &p, "--all-starts"], &["26 models ^ 6 modules", "above 10000"]);
+}
+
+/// xorshift64*: the mutation pass's own deterministic generator.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+const EXTREMES: [&str; 16] = [
+    "0", "-1", "1e308", "-1e308", "1e-300", "4294967295", "18446744073709551615", ".nan", ".inf", "-.inf", "1e15", "[]", "{}", "~",
+    "\"\"", "0.5",
+];
+
+/// One deterministic mutation of `text`.
+fn mutate(text: &str, rng: &mut Rng) -> String {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    if lines.is_empty() {
+        return text.into();
+    }
+    let i = rng.below(lines.len());
+    match rng.below(8) {
+        // A number (or the value after a colon) becomes an extreme one.
+        0..=2 => {
+            let line = &lines[i];
+            let starts: Vec<usize> = line
+                .char_indices()
+                .filter(|&(k, c)| c.is_ascii_digit() && (k == 0 || !line.as_bytes()[k - 1].is_ascii_alphanumeric()))
+                .map(|(k, _)| k)
+                .collect();
+            let ext = EXTREMES[rng.below(EXTREMES.len())];
+            if let Some(&k) = starts.get(rng.below(starts.len())) {
+                let end = line[k..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '+')).map_or(line.len(), |e| k + e);
+                lines[i] = format!("{}{ext}{}", &line[..k], &line[end..]);
+            } else if let Some(c) = line.find(": ") {
+                lines[i] = format!("{}: {ext}", &line[..c]);
+            }
+        }
+        3 => {
+            lines.remove(i);
+        }
+        4 => {
+            let l = lines[i].clone();
+            lines.insert(i, l);
+        }
+        5 => {
+            let j = rng.below(lines.len());
+            lines.swap(i, j);
+        }
+        6 => {
+            let noise = ["[", "{", "]", "}", ": ", "- ", "'", "\"", "&a ", "*a", "!!binary ", "\t", "#"][rng.below(13)];
+            let k = (0..=lines[i].len()).filter(|&k| lines[i].is_char_boundary(k)).nth(rng.below(lines[i].len() + 1)).unwrap_or(0);
+            lines[i].insert_str(k, noise);
+        }
+        _ => {
+            let indent = " ".repeat(rng.below(4) * 2);
+            lines[i] = format!("{indent}{}", lines[i].trim_start());
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+/// Every workload file, mutated a few hundred times in all: parse + validate must answer with a
+/// workload or an error, never panic; and a valid mutant, shrunk to a small run (the size budget
+/// that stands for "no hang"), must run to metrics or a per-policy error.
+#[test]
+fn seeded_mutations_of_every_workload_never_panic_or_hang() {
+    let mut files = Vec::new();
+    let mut dirs = vec![workspace().join("workloads")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "yaml") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    assert!(files.len() >= 20, "found only {} workloads", files.len());
+    let per_file = 600 / files.len() + 1;
+    let (mut total, mut valid, mut ran) = (0, 0, 0);
+    for f in &files {
+        // The merged text of a file with `base:` (the base is read from the repository).
+        let text = workload::load_text(f).unwrap_or_else(|e| panic!("{e}"));
+        // The caps and checks refuse nothing that ships.
+        workload::parse(&text, f).unwrap_or_else(|e| panic!("a shipped workload is refused: {e}"));
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ total as u64 ^ text.len() as u64);
+        for k in 0..per_file {
+            let mut mutant = mutate(&text, &mut rng);
+            if k % 3 == 2 {
+                mutant = mutate(&mutant, &mut rng); // some get two mutations
+            }
+            total += 1;
+            let result = std::panic::catch_unwind(|| workload::parse(&mutant, f));
+            let Ok(parsed) = result else { panic!("parse+validate panicked on a mutant of {}:\n{mutant}", f.display()) };
+            let Ok(mut w) = parsed else { continue };
+            valid += 1;
+            let _ = limits::estimate(&w);
+            if shrink(&mut w) && k % 4 == 0 {
+                ran += 1;
+                let policies: Vec<String> = w.policies.iter().take(1).cloned().collect();
+                if policies.is_empty() {
+                    continue;
+                }
+                let yaml = serde_norway::to_string(&w).unwrap();
+                // Relative trace paths resolve against the original file's folder.
+                let name = f.to_string_lossy().into_owned();
+                let result = std::panic::catch_unwind(|| compare_shrunk(&yaml, &name, &policies));
+                assert!(result.is_ok(), "a small run of a mutant of {} panicked:\n{yaml}", f.display());
+            }
+        }
+    }
+    assert!(total >= 300, "{total} mutants");
+    assert!(valid > total / 20, "only {valid} of {total} mutants were valid: the mutations are too destructive to test much");
+    eprintln!("mutation pass: {total} mutants of {} files, {valid} valid, {ran} run", files.len());
+}
+
+/// Shrinks a valid workload to a run of a fraction of a second; false when it cannot be (trace
+/// replays are left out: their size is the trace's).
+fn shrink(w: &mut workload::Workload) -> bool {
+    w.seeds = 1;
+    if let Some(d) = &mut w.dispatch {
+        d.requests = d.requests.min(300);
+        d.servers = d.servers.min(64);
+        return true;
+    }
+    if let Some(c) = &mut w.cluster {
+        if matches!(c.arrivals, workload::cluster::Arrivals::Trace { .. }) {
+            return false;
+        }
+        c.requests = Some(c.requests.unwrap_or(100).min(100));
+        c.replicas = c.replicas.min(8);
+        return true;
+    }
+    if let Some(c) = &mut w.compound {
+        c.variants.clear();
+        c.questions.train = c.questions.train.min(50);
+        c.questions.test = c.questions.test.min(50);
+        c.budget = Some(c.budget.unwrap_or(200).min(200).max(c.model_count() as u64));
+        return c.model_count() <= 8;
+    }
+    false
+}
+
+fn compare_shrunk(yaml: &str, name: &str, policies: &[String]) {
+    let file = Path::new(name);
+    let Ok(w) = workload::parse(yaml, file) else { return };
+    let Ok(prepared) = routelab::runner::prepare(w, file) else { return };
+    let specs: Vec<_> = policies.iter().filter_map(|p| routelab::plugin::PolicySpec::parse(p).ok()).collect();
+    let r = routelab::runner::run_workload(&mut routelab::plugin::Loader::new(), &prepared, &specs, &|_| {}, &|_| {});
+    for p in &r.results {
+        for (k, v) in &p.metrics.0 {
+            assert!(!(k.contains("latency") && *v < 0.0), "{name}: {k} = {v}");
+        }
+    }
+}
