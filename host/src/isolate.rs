@@ -93,11 +93,14 @@ pub fn run_policy(prepared: &Prepared, spec: &PolicySpec, limits: &Limits, progr
     result
 }
 
-/// A fresh folder for one child's files.
+/// A fresh, empty folder for one child's files: a leftover of an earlier process with the same
+/// id is removed first (its `result.json` must never pass for this child's), and the folder is
+/// created with `create_dir`, which fails rather than reuse anything that appeared meanwhile.
 fn scratch_dir() -> std::io::Result<PathBuf> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!("routelab-isolate-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
-    std::fs::create_dir_all(&dir)?;
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir(&dir)?;
     Ok(dir)
 }
 
