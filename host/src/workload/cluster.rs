@@ -17,6 +17,7 @@
 //!   scheduler_window: 512      # waiting requests shown to the scheduler per step (oldest first)
 //!   eviction_delay_s: 0        # delay before routers that want evictions hear of them
 //!   drain_s: 600               # simulated time allowed after the last arrival
+//!   metrics: {scrape_interval_s: 0.05}   # engine metrics scraped for routers; 0 = always fresh
 //!   generator: {system_prompt_tokens: 13, contexts: {...}, suffix_tokens: ..., output_tokens: ...}
 //!   arrivals: {poisson: {rate: 1.0}}   # or {gamma: {rate, cv}} or {trace: {path, time_scale, format}}
 //!   requests: 2000             # and/or duration_s
@@ -78,6 +79,9 @@ pub struct ClusterSpec {
     /// Simulated time (s) allowed after the last arrival; requests unfinished then count as `unfinished`.
     #[serde(default = "default_drain")]
     pub drain_s: f64,
+    /// Engine metrics as routers see them: scraped periodically (`scraped.` signals).
+    #[serde(default)]
+    pub metrics: EngineMetrics,
     /// What the requests look like: shared prompt, contexts, suffix, output, fan-out, turns.
     pub generator: Generator,
     /// How requests arrive: `{poisson: {rate}}`, `{gamma: {rate, cv}}` or `{trace: {path, time_scale, format}}`.
@@ -121,6 +125,26 @@ fn default_window() -> u32 {
 }
 fn default_drain() -> f64 {
     600.0
+}
+
+/// How often the replicas' engine metrics (waiting, running, KV utilisation) are scraped for the
+/// routers that read them as `scraped.` signals; counters a router keeps itself are always exact.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EngineMetrics {
+    /// Seconds between scrapes (production gateways: tens of ms); 0 = always fresh.
+    #[serde(default = "default_scrape_interval")]
+    pub scrape_interval_s: f64,
+}
+
+impl Default for EngineMetrics {
+    fn default() -> Self {
+        Self { scrape_interval_s: default_scrape_interval() }
+    }
+}
+
+fn default_scrape_interval() -> f64 {
+    0.05
 }
 
 /// How much KV memory a request must find free to be admitted.
@@ -365,6 +389,14 @@ impl ClusterSpec {
         }
         if !(self.drain_s >= 0.0 && self.drain_s <= MAX_HORIZON) {
             return Err(FieldError::new("drain_s", format!("must be in [0, {MAX_HORIZON:.1e}] s (got {:?})", self.drain_s), "use e.g. 600"));
+        }
+        let scrape = self.metrics.scrape_interval_s;
+        if !(scrape == 0.0 || (scrape >= 1e-6 && scrape <= MAX_HORIZON)) {
+            return Err(FieldError::new(
+                "metrics.scrape_interval_s",
+                format!("must be 0 (always fresh) or in [1e-6, {MAX_HORIZON:.1e}] s (got {scrape:?})"),
+                "use e.g. 0.05 (50 ms, as llm-d scrapes), or 0",
+            ));
         }
         if self.eviction_delay_s > MAX_HORIZON {
             return Err(FieldError::new("eviction_delay_s", format!("must be at most {MAX_HORIZON:.1e} s"), "use e.g. 0 or 0.05"));
