@@ -5,7 +5,7 @@
 //! dispatched there and not yet computed); pick the largest, then the least outstanding work, then
 //! the lowest index. With no match anywhere it is least-work-left.
 //! Parameters: none.
-//! Source: the cautionary baseline of the routing lecture (routers.md): a 13-token system prompt
+//! Source: the cautionary baseline of the routing lecture (docs/experiments.md): a 13-token system prompt
 //! shared by every request is enough to pull all traffic onto the first replica that served
 //! anyone — the cluster's compute becomes one replica's.
 

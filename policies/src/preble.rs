@@ -1,7 +1,7 @@
 //! `preble`: Preble's global scheduler — E2 (exploit or explore), load cost L + M + P,
 //! rebalancing, autoscaling and prefill/decode pairing.
 //!
-//! Algorithm (per request, routers.md):
+//! Algorithm (per request; the experiments in docs/experiments.md):
 //! - A global prefix tree over every dispatched prompt records which replicas hold (or were
 //!   assigned) each node; a prompt is inserted at dispatch, and removed from a replica when that
 //!   replica reports the eviction (`on_evict`).

@@ -4,7 +4,7 @@
 //! `threshold` of the prompt, go there (ties by least outstanding work); otherwise go to the
 //! replica with the least outstanding work (ties uniformly at random).
 //! Parameters: `threshold` (default 0.5), a fraction of the prompt in [0, 1].
-//! Source: the routing lecture's middle ground between load balancing and affinity (routers.md);
+//! Source: the routing lecture's middle ground between load balancing and affinity (docs/experiments.md);
 //! the same rule, with the router's own approximate trees, is the heart of SGLang's
 //! `cache_aware` policy (`sglang_cache_aware`).
 

@@ -5,19 +5,8 @@ use abi_stable::std_types::{RNone, RSlice, RSome};
 use routelab_policies::preble::{Config, Preble};
 use routelab_policy_api::*;
 
-/// Mistral-7B on one A6000 (as in prefix_routers.rs).
-fn a6000_mistral() -> CostModel {
-    let params = 7_241_732_096.0;
-    CostModel {
-        flops_per_s: 112e12,
-        bytes_per_s: 0.8 * 768e9,
-        linear_flops_per_token: 2.0 * params,
-        attention_flops_per_pair: 4.0 * 32.0 * 4096.0,
-        weight_bytes: 2.0 * params,
-        kv_bytes_per_token: 131_072.0,
-        step_overhead_s: 0.0004,
-    }
-}
+mod common;
+use common::a6000_mistral;
 
 /// Preble over `replicas` replicas with only the named adjustment possibly on.
 fn preble(replicas: u32, rebalance: bool, autoscale: bool, pd_pairing: bool) -> Preble {

@@ -12,7 +12,7 @@ use crate::runner::WorkloadResult;
 /// Decimals that give `v` about four significant figures; `None` where an exponent reads better.
 fn decimals(v: f64) -> Option<usize> {
     let a = v.abs();
-    (a == 0.0 || (1e-3..1e7).contains(&a)).then(|| match a {
+    (a == 0.0 || (1e-3..1e7).contains(&a)).then_some(match a {
         a if a >= 1000.0 => 0,
         a if a >= 100.0 => 1,
         a if a >= 10.0 => 2,

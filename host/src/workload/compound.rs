@@ -515,7 +515,7 @@ impl PoolSpec {
             ("specialty_sd", self.specialty_sd),
         ];
         for (path, v) in non_negative {
-            if !(v >= 0.0 && v <= MAX_LOGIT) {
+            if !(0.0..=MAX_LOGIT).contains(&v) {
                 return Err(FieldError::new(path, format!("must be in [0, {MAX_LOGIT}] (got {v:?})"), "use e.g. 1.0"));
             }
         }

@@ -132,7 +132,7 @@ impl DispatchSpec {
         if let Information::Stale { refresh_interval } = self.information {
             // Refreshes land on whole ticks (10⁻⁹ mean service times); far below the service time
             // a snapshot is fresh in effect, and each refresh costs O(servers).
-            if !(refresh_interval >= MIN_REFRESH_INTERVAL && refresh_interval <= limits::MAX_HORIZON) {
+            if !(MIN_REFRESH_INTERVAL..=limits::MAX_HORIZON).contains(&refresh_interval) {
                 return Err(FieldError::new(
                     "information.stale.refresh_interval",
                     format!("must be in [{MIN_REFRESH_INTERVAL}, {:.1e}] mean service times (got {refresh_interval:?})", limits::MAX_HORIZON),
@@ -196,8 +196,8 @@ impl Service {
         let (lo, hi) = match self {
             Service::BoundedPareto { min, max, .. } => (*min, *max),
             Service::Bimodal { p_large, small, large } => match *p_large {
-                p if p == 0.0 => (*small, *small),
-                p if p == 1.0 => (*large, *large),
+                0.0 => (*small, *small),
+                1.0 => (*large, *large),
                 _ => (small.min(*large), small.max(*large)),
             },
             Service::Empirical { values } => {

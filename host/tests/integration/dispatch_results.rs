@@ -1,4 +1,4 @@
-//! The classic results of dispatch.md, each an assertion with a tolerance taken from a stable run
+//! The classic results of the dispatch world (docs/experiments.md), each an assertion with a tolerance taken from a stable run
 //! (the figures in comments are what those runs gave; rerun with the command beside them).
 
 use crate::common::*;

@@ -251,7 +251,7 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
     let i = rng.below(lines.len());
     match rng.below(8) {
         // A number (or the value after a colon) becomes an extreme one.
-        0 | 1 | 2 => {
+        0..=2 => {
             let line = &lines[i];
             let starts: Vec<usize> = line
                 .char_indices()
@@ -379,7 +379,7 @@ fn compare_shrunk(yaml: &str, name: &str, policies: &[String]) {
     let Ok(w) = workload::parse(yaml, file) else { return };
     let Ok(prepared) = routelab::runner::prepare(w, file) else { return };
     let specs: Vec<_> = policies.iter().filter_map(|p| routelab::plugin::PolicySpec::parse(p).ok()).collect();
-    let r = routelab::runner::run_workload(&mut routelab::plugin::Loader::new(), &prepared, &specs, &mut |_| {}, &mut |_| {});
+    let r = routelab::runner::run_workload(&mut routelab::plugin::Loader::new(), &prepared, &specs, &|_| {}, &|_| {});
     for p in &r.results {
         for (k, v) in &p.metrics.0 {
             assert!(!(k.contains("latency") && *v < 0.0), "{name}: {k} = {v}");

@@ -86,7 +86,7 @@ pub fn training_table(spec: &CompoundSpec, run_seed: u64) -> String {
     let mut all: Vec<(usize, Vec<u32>)> = Vec::new();
     for_each_allocation(world.models.len(), modules.len(), |a| all.push((world.correct_count(a, Split::Train), a.to_vec())));
     // Stable sort: equal accuracies stay in lexicographic order.
-    all.sort_by(|x, y| y.0.cmp(&x.0));
+    all.sort_by_key(|x| std::cmp::Reverse(x.0));
     let _ = writeln!(out, "the ten best of {} allocations ({}):", all.len(), modules.iter().map(|m| m.0).collect::<Vec<_>>().join(", "));
     for (correct, a) in all.iter().take(10) {
         let _ = writeln!(out, "  {:<24} {:.3}", world.names(a).join(","), *correct as f64 / world.train as f64);

@@ -31,7 +31,7 @@ impl Policy for MyRouter {
     type Config = Config;
     type Context = RouterContext;
     fn new(config: Config, ctx: &RouterContext) -> Result<Self, String> {
-        if !(config.work_weight >= 0.0) {
+        if config.work_weight.is_nan() || config.work_weight < 0.0 {
             return Err(format!("work_weight must be ≥ 0 (got {})", config.work_weight));
         }
         Ok(Self { config, rng: policy_rng(ctx.seed) })
