@@ -4,11 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
-/// Files shipped in workloads/ that the simulator reads (YAML, CSV traces) or that must travel
-/// with them (licence and attribution). The Mooncake JSONL traces are not read yet: not embedded.
+/// Files shipped in workloads/ that the simulator reads (YAML, CSV and Mooncake JSONL traces) or
+/// that must travel with them (licence and attribution).
 fn embedded(path: &Path) -> bool {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    name.ends_with(".yaml") || name.ends_with(".csv") || name == "README.md" || name == "LICENSE"
+    name.ends_with(".yaml") || name.ends_with(".csv") || name.ends_with(".jsonl") || name == "README.md" || name == "LICENSE"
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -42,6 +42,17 @@ impl RouterHandle {
         Self { router, label: label.to_string(), replicas: replicas as usize, caps, signals, unusable }
     }
 
+    /// Whether the router reads scraped engine metrics (the world then scrapes them).
+    pub fn reads_scrapes(&self) -> bool {
+        self.signals.reads_scrapes()
+    }
+
+    /// The world scraped every replica's metrics at `at_s`: the `scraped.` signals hold these
+    /// until the next scrape.
+    pub fn scrape(&mut self, views: &[ReplicaView], at_s: f64) {
+        self.signals.scrape(views, at_s);
+    }
+
     /// What the router asked for at creation (read once).
     pub fn capabilities(&self) -> Capabilities {
         self.caps
@@ -58,7 +69,7 @@ impl RouterHandle {
         if let Some(e) = &self.unusable {
             return Err(e.clone());
         }
-        let i = self.router.route(req, self.signals.replicas(views)).into_result().map_err(|e| self.fail("route", e.into()))? as usize;
+        let i = self.router.route(req, self.signals.replicas(views, req.arrived_at)).into_result().map_err(|e| self.fail("route", e.into()))? as usize;
         let n = self.replicas;
         if i >= n {
             return Err(RunError(format!(

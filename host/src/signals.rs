@@ -4,21 +4,45 @@
 
 use routelab_policy_api::{ReplicaView, Replicas, RouterBox, signals};
 
-/// How the host computes one signal from what it already tracks per replica.
-type Column = fn(&ReplicaView) -> f64;
+/// A replica's engine metrics as a metrics scraper last read them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Scrape {
+    pub waiting: f64,
+    pub running: f64,
+    pub kv_utilisation: f64,
+    /// Simulated time of the scrape (s).
+    pub at_s: f64,
+}
+
+fn kv_utilisation(v: &ReplicaView) -> f64 {
+    if v.kv_capacity_tokens == 0 { 0.0 } else { v.kv_used_tokens as f64 / v.kv_capacity_tokens as f64 }
+}
+
+impl Scrape {
+    /// The metrics of `v` read at `at_s`.
+    pub fn of(v: &ReplicaView, at_s: f64) -> Self {
+        Self { waiting: v.waiting as f64, running: v.running as f64, kv_utilisation: kv_utilisation(v), at_s }
+    }
+}
+
+/// How the host computes one signal from what it tracks per replica: the live view, the last
+/// scrape of it and the time of the decision.
+type Column = fn(&ReplicaView, &Scrape, f64) -> f64;
 
 /// The signals this host provides, by name. Adding one here (and to the API's catalogue) is a
 /// compatible change: no layout moves.
 fn column(name: &str) -> Option<Column> {
     Some(match name {
-        signals::WAITING => |v| v.waiting as f64,
-        signals::RUNNING => |v| v.running as f64,
-        signals::OUTSTANDING_REQUESTS => |v| v.outstanding_requests as f64,
-        signals::KV_USED_TOKENS => |v| v.kv_used_tokens as f64,
-        signals::KV_CAPACITY_TOKENS => |v| v.kv_capacity_tokens as f64,
-        signals::KV_UTILISATION => {
-            |v| if v.kv_capacity_tokens == 0 { 0.0 } else { v.kv_used_tokens as f64 / v.kv_capacity_tokens as f64 }
-        }
+        signals::WAITING => |v, _, _| v.waiting as f64,
+        signals::RUNNING => |v, _, _| v.running as f64,
+        signals::OUTSTANDING_REQUESTS => |v, _, _| v.outstanding_requests as f64,
+        signals::KV_USED_TOKENS => |v, _, _| v.kv_used_tokens as f64,
+        signals::KV_CAPACITY_TOKENS => |v, _, _| v.kv_capacity_tokens as f64,
+        signals::KV_UTILISATION => |v, _, _| kv_utilisation(v),
+        signals::SCRAPED_WAITING => |_, s, _| s.waiting,
+        signals::SCRAPED_RUNNING => |_, s, _| s.running,
+        signals::SCRAPED_KV_UTILISATION => |_, s, _| s.kv_utilisation,
+        signals::SCRAPED_AGE_S => |_, s, now| (now - s.at_s).max(0.0),
         _ => return None,
     })
 }
@@ -31,6 +55,11 @@ const MAX_SIGNALS: usize = 1024;
 pub struct SignalTable {
     columns: Vec<Column>,
     values: Vec<f64>,
+    /// Whether any column reads a scrape (the world then schedules scrapes).
+    reads_scrapes: bool,
+    /// The last scrape of every replica; empty until the world scrapes, and then the `scraped.`
+    /// signals read the live view (a world that never scrapes is always fresh).
+    scraped: Vec<Scrape>,
 }
 
 impl SignalTable {
@@ -54,17 +83,30 @@ impl SignalTable {
                 })
             })
             .collect::<Result<_, _>>()?;
-        Ok(Self { columns, values: Vec::new() })
+        let reads_scrapes = names.iter().any(|n| n.as_str().starts_with("scraped."));
+        Ok(Self { columns, values: Vec::new(), reads_scrapes, scraped: Vec::new() })
     }
 
-    /// `views` with this router's signals filled in.
-    pub fn replicas<'a>(&'a mut self, views: &'a [ReplicaView]) -> Replicas<'a> {
+    /// Whether the router reads scraped metrics (otherwise scraping would be wasted work).
+    pub fn reads_scrapes(&self) -> bool {
+        self.reads_scrapes
+    }
+
+    /// Records a scrape of every replica at `at_s`.
+    pub fn scrape(&mut self, views: &[ReplicaView], at_s: f64) {
+        self.scraped.clear();
+        self.scraped.extend(views.iter().map(|v| Scrape::of(v, at_s)));
+    }
+
+    /// `views` with this router's signals filled in, for a decision at `now_s`.
+    pub fn replicas<'a>(&'a mut self, views: &'a [ReplicaView], now_s: f64) -> Replicas<'a> {
         if self.columns.is_empty() {
             return Replicas::new(views);
         }
         self.values.clear();
-        for v in views {
-            self.values.extend(self.columns.iter().map(|c| c(v)));
+        for (i, v) in views.iter().enumerate() {
+            let s = self.scraped.get(i).copied().unwrap_or_else(|| Scrape::of(v, now_s));
+            self.values.extend(self.columns.iter().map(|c| c(v, &s, now_s)));
         }
         let k = u32::try_from(self.columns.len()).expect("at most MAX_SIGNALS columns");
         Replicas::with_signals(views, &self.values, k)
@@ -114,9 +156,9 @@ mod tests {
             ReplicaView { waiting: 2, kv_used_tokens: 25, kv_capacity_tokens: 100, ..Default::default() },
         ];
         let req = Request { id: 0, arrived_at: 0.0, prompt_tokens: 0, size_hint: RNone, segments: RSlice::EMPTY };
-        let chosen = router.route(&req, table.replicas(&views)).into_result().unwrap();
+        let chosen = router.route(&req, table.replicas(&views, 0.0)).into_result().unwrap();
         assert_eq!(chosen, 1);
-        let replicas = table.replicas(&views);
+        let replicas = table.replicas(&views, 0.0);
         assert_eq!(replicas.signals.as_slice(), &[0.5, 7.0, 0.25, 2.0]);
         assert_eq!(replicas.signals_of(1), &[0.25, 2.0]);
     }
@@ -125,7 +167,43 @@ mod tests {
     fn routers_that_ask_for_nothing_get_an_empty_table() {
         let mut table = SignalTable::default();
         let views = [ReplicaView::default(); 3];
-        let r = table.replicas(&views);
+        let r = table.replicas(&views, 0.0);
         assert_eq!((r.len(), r.signal_columns, r.signals.len()), (3, 0, 0));
+    }
+
+    /// Scraped signals hold the last scrape and its age; without a scrape they are the live view.
+    struct ReadsScraped;
+
+    impl Policy for ReadsScraped {
+        const NAME: &'static str = "reads_scraped";
+        const DESCRIPTION: &'static str = "test router";
+        type Config = routelab_policies::NoConfig;
+        type Context = RouterContext;
+        fn new(_: Self::Config, _: &RouterContext) -> Result<Self, String> {
+            Ok(Self)
+        }
+    }
+
+    impl RouterPolicy for ReadsScraped {
+        fn signals(&self) -> Vec<String> {
+            vec![signals::SCRAPED_WAITING.into(), signals::SCRAPED_AGE_S.into(), signals::WAITING.into()]
+        }
+        fn route(&mut self, _: &Request<'_>, _: &Replicas<'_>) -> usize {
+            0
+        }
+    }
+
+    #[test]
+    fn scraped_signals_are_the_last_scrape_with_its_age() {
+        let ctx = RouterContext { world: World::Cluster, replicas: 1, seed: 1, kv_capacity_tokens: 100, cost: RNone };
+        let router = Router_TO::from_value(Guarded::new(ReadsScraped::new(Default::default(), &ctx).unwrap()), TD_Opaque);
+        let mut table = SignalTable::negotiate(&router).unwrap();
+        assert!(table.reads_scrapes());
+        let live = |waiting| [ReplicaView { waiting, ..Default::default() }];
+        assert_eq!(table.replicas(&live(4), 1.0).signals.as_slice(), &[4.0, 0.0, 4.0], "never scraped: fresh");
+        table.scrape(&live(3), 2.0);
+        assert_eq!(table.replicas(&live(9), 2.03).signals.as_slice()[0], 3.0);
+        assert!((table.replicas(&live(9), 2.03).signals.as_slice()[1] - 0.03).abs() < 1e-12);
+        assert_eq!(table.replicas(&live(9), 2.03).signals.as_slice()[2], 9.0, "unscraped signals stay live");
     }
 }

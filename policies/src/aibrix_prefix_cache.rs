@@ -22,7 +22,8 @@
 //! Source: vllm-project/aibrix @ e3e10f9e, `pkg/plugins/gateway/algorithms/prefix_cache.go`
 //! (`routeOriginal`, `getTargetPodListOnLoadImbalance`, `getTargetPodFromMatchedPods`, imbalance
 //! 8, σ factor 1), `least_request.go` (`selectTargetPodWithLeastRequestCount`,
-//! `getRequestCounts` → `realtime_num_requests_running`, the gateway's own in-flight count,
+//! `getRequestCounts` → `realtime_num_requests_running`, the gateway's own in-flight count
+//! (kept here by the router itself, exact: not the `scraped.running` signal),
 //! `pkg/cache/cache_trace.go`), `util.go` (sample σ), `pkg/utils/prefixcacheindexer/hash.go`
 //! (`seqSearchPrefix`, `AddPrefix`, 200,000 blocks of 4 bytes, 20-minute idle eviction every 1 s)
 //! and `pkg/utils/lrustore/lru_store.go` (a lookup does not refresh an entry).

@@ -34,7 +34,9 @@
 //! - Dynamo learns a request's prefill is done from its first streamed token; the host gives a
 //!   router no first-token hook, so the requests still waiting are taken as the last
 //!   `waiting_w` dispatched to w (FIFO admission) — an engine metric, read in
-//!   [`DynamoKv::queued_requests`] only. A request mid-prefill (chunked) counts as done.
+//!   [`DynamoKv::queued_requests`] only. A request mid-prefill (chunked) counts as done. It is
+//!   the live count, not the `scraped.waiting` signal: it stands in for Dynamo's own tracking,
+//!   which is exact, not for a scrape.
 //! - Events mode records blocks at dispatch (the simulator emits no "stored" events), so a
 //!   block counts as cached a prefill earlier than Dynamo would see it.
 //! - Host and disk tiers, the credit decay (default 0), the queue threshold (default off),

@@ -35,8 +35,10 @@
 //! Deviations, and why:
 //! - Upstream hashes 4 characters per token of the JSON-marshalled messages; here blocks are
 //!   token blocks of the prompt's segments (the simulator has no text).
-//! - Scraped metrics (`waiting`, KV usage) are read fresh from the replica view, through
-//!   [`LlmD::waiting`] and [`LlmD::kv_usage`] only: upstream scrapes every 50 ms.
+//! - Scraped metrics (`waiting`, KV usage) are the engine signals `scraped.waiting` and
+//!   `scraped.kv_utilisation`, read through [`LlmD::waiting`] and [`LlmD::kv_usage`] only: as
+//!   old as the workload's `cluster.metrics.scrape_interval_s` (default 0.05 s, upstream's
+//!   50 ms refresh); the prefix index is the router's own, always exact.
 //! - `precise` records blocks at dispatch (the simulator emits no "stored" events); upstream's
 //!   optional speculative entries (2 s TTL) are the closest thing to that.
 
@@ -154,13 +156,18 @@ impl Policy for LlmD {
 }
 
 impl LlmD {
-    /// Scraped metric: requests waiting at the replica.
-    fn waiting(v: &ReplicaView) -> u32 {
-        v.waiting
+    /// Scraped metric: requests waiting at replica `i`, as last scraped (signal column 0); the
+    /// live view when the caller gives no signal table (unit tests: always fresh).
+    fn waiting(replicas: &Replicas<'_>, i: usize) -> f64 {
+        if replicas.signal_columns >= 2 { replicas.signal(i, 0) } else { replicas[i].waiting as f64 }
     }
 
-    /// Scraped metric: the replica's KV-cache usage in [0, 1].
-    fn kv_usage(v: &ReplicaView) -> f64 {
+    /// Scraped metric: replica `i`'s KV-cache usage in [0, 1], as last scraped (signal column 1).
+    fn kv_usage(replicas: &Replicas<'_>, i: usize) -> f64 {
+        if replicas.signal_columns >= 2 {
+            return replicas.signal(i, 1);
+        }
+        let v = &replicas[i];
         if v.kv_capacity_tokens == 0 { 0.0 } else { v.kv_used_tokens as f64 / v.kv_capacity_tokens as f64 }
     }
 
@@ -199,19 +206,26 @@ impl LlmD {
         }
     }
 
-    /// Every replica's weighted total for `request` (fills `self.scores`).
-    pub fn scores(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> &[f64] {
+    /// Every replica's weighted total for `request` (fills `self.scores`), with engine metrics
+    /// read live from `views`.
+    pub fn scores(&mut self, request: &Request<'_>, views: &[ReplicaView]) -> &[f64] {
+        self.scores_of(request, &Replicas::new(views))
+    }
+
+    /// Every replica's weighted total for `request`, engine metrics from the scraped signals.
+    fn scores_of(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> &[f64] {
         self.scores.fill(0.0);
+        let n = replicas.len();
         if self.cfg.queue_weight > 0.0 {
-            let (lo, hi) = replicas.iter().map(Self::waiting).fold((u32::MAX, 0), |(a, b), q| (a.min(q), b.max(q)));
-            for (s, v) in self.scores.iter_mut().zip(replicas) {
-                let q = if hi == lo { 1.0 } else { (hi - Self::waiting(v)) as f64 / (hi - lo) as f64 };
+            let (lo, hi) = (0..n).map(|i| Self::waiting(replicas, i)).fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), q| (a.min(q), b.max(q)));
+            for (i, s) in self.scores.iter_mut().enumerate() {
+                let q = if hi == lo { 1.0 } else { (hi - Self::waiting(replicas, i)) / (hi - lo) };
                 *s += self.cfg.queue_weight * q;
             }
         }
         if self.cfg.kv_cache_weight > 0.0 {
-            for (s, v) in self.scores.iter_mut().zip(replicas) {
-                *s += self.cfg.kv_cache_weight * (1.0 - Self::kv_usage(v)).clamp(0.0, 1.0);
+            for (i, s) in self.scores.iter_mut().enumerate() {
+                *s += self.cfg.kv_cache_weight * (1.0 - Self::kv_usage(replicas, i)).clamp(0.0, 1.0);
             }
         }
         if self.cfg.prefix_weight > 0.0 {
@@ -249,8 +263,13 @@ impl RouterPolicy for LlmD {
         if self.cfg.prefix_state == PrefixState::Precise { Capabilities::WANTS_EVICTIONS } else { Capabilities::NONE }
     }
 
+    /// Waiting requests and KV utilisation as upstream's EPP reads them: scraped from the engines.
+    fn signals(&self) -> Vec<String> {
+        vec![signals::SCRAPED_WAITING.into(), signals::SCRAPED_KV_UTILISATION.into()]
+    }
+
     fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        self.scores(request, replicas);
+        self.scores_of(request, replicas);
         // Max score, ties uniformly at random (reservoir sampling over the maxima).
         let (mut best, mut ties) = (0usize, 0u32);
         for i in 0..self.scores.len() {

@@ -30,6 +30,16 @@ pub const KV_CAPACITY_TOKENS: &str = "kv_capacity_tokens";
 /// Fraction of the KV cache in use, `kv_used_tokens / kv_capacity_tokens` (0 with no capacity).
 pub const KV_UTILISATION: &str = "kv_utilisation";
 
+/// [`WAITING`] at the replica's last metrics scrape (the workload's `cluster.metrics.scrape_interval_s`;
+/// with interval 0, the live value).
+pub const SCRAPED_WAITING: &str = "scraped.waiting";
+/// [`RUNNING`] at the last scrape.
+pub const SCRAPED_RUNNING: &str = "scraped.running";
+/// [`KV_UTILISATION`] at the last scrape.
+pub const SCRAPED_KV_UTILISATION: &str = "scraped.kv_utilisation";
+/// Seconds since the last scrape of the replica (0 with interval 0).
+pub const SCRAPED_AGE_S: &str = "scraped.age_s";
+
 /// Every signal name this version of the crate defines, with one line each. A host provides a
 /// subset (routelab provides all of these); a later minor appends names.
 pub const CATALOGUE: &[(&str, &str)] = &[
@@ -39,4 +49,8 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     (KV_USED_TOKENS, "KV cache tokens in use"),
     (KV_CAPACITY_TOKENS, "KV cache capacity in tokens"),
     (KV_UTILISATION, "fraction of the KV cache in use"),
+    (SCRAPED_WAITING, "waiting at the last metrics scrape"),
+    (SCRAPED_RUNNING, "running at the last metrics scrape"),
+    (SCRAPED_KV_UTILISATION, "kv_utilisation at the last metrics scrape"),
+    (SCRAPED_AGE_S, "seconds since the last metrics scrape"),
 ];

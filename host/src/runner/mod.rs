@@ -24,9 +24,9 @@ use crate::seeds::{seed_for, stream_seed};
 use crate::sim::cluster::{ClusterSim, RunOutcome};
 use crate::sim::{self, SetupError};
 use crate::step_model::StepModel;
-use crate::workload::cluster::ClusterSpec;
+use crate::workload::cluster::{ClusterSpec, TraceFormat};
 use crate::workload::generate::{RequestStream, generate};
-use crate::workload::{FieldError, InputError, Workload, WorldKind, trace};
+use crate::workload::{FieldError, InputError, Workload, WorldKind, mooncake, trace};
 
 /// One policy's results on one workload.
 #[derive(Clone, Debug, Serialize)]
@@ -183,6 +183,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
     workload.validate().map_err(|e| InputError::from_field(file, e))?;
     let mut notes = Vec::new();
     let mut trace = None;
+    let mut mooncake_rows = None;
     let mut step_model = None;
     if let Some(d) = &workload.dispatch {
         let (_, raw_mean) = sim::dispatch::Sizes::new(&d.service);
@@ -212,16 +213,33 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
     }
     if let Some(c) = &workload.cluster {
         step_model = Some(c.step_model().map_err(|e| InputError::from_field(file, e.under("cluster")))?);
-        if let crate::workload::cluster::Arrivals::Trace { path, time_scale } = &c.arrivals {
+        if let crate::workload::cluster::Arrivals::Trace { path, time_scale, format } = &c.arrivals {
             let p = relative_to(file, path);
-            let rows = trace::load(&p)?;
-            trace::check_cluster_rows(&rows, c, &p)?;
-            notes.push(format!("trace replay of {} ({} rows, time scale {time_scale})", p.display(), rows.len()));
-            trace = Some(rows);
+            match format {
+                TraceFormat::Azure => {
+                    let rows = trace::load(&p)?;
+                    trace::check_cluster_rows(&rows, c, &p)?;
+                    notes.push(format!("trace replay of {} ({} rows, time scale {time_scale})", p.display(), rows.len()));
+                    trace = Some(rows);
+                }
+                TraceFormat::Mooncake => {
+                    let rows = mooncake::load(&p)?;
+                    let sizes = rows.iter().map(|r| trace::RowSize { line: r.line, prompt: r.input_length, output: r.output_length, at_s: r.at_s });
+                    trace::check_cluster_sizes(sizes, c, &p)?;
+                    notes.push(format!("Mooncake trace replay of {} ({} rows, time scale {time_scale})", p.display(), rows.len()));
+                    mooncake_rows = Some(rows);
+                }
+            }
         }
     }
     let mut prepared = Prepared { workload, file: file.into(), notes, trace, step_model, trace_stream: None };
-    if let Some(c) = prepared.workload.cluster.as_ref().filter(|c| matches!(c.arrivals, crate::workload::cluster::Arrivals::Trace { .. })) {
+    if let (Some(c), Some(rows)) = (prepared.workload.cluster.as_ref(), mooncake_rows) {
+        // The stream is built from the rows directly (the generator is not used) and checked once.
+        let stream = crate::workload::generate::mooncake_stream(c, &rows);
+        let sm = prepared.step_model.as_ref().expect("cluster world");
+        sim::cluster::check_fits(sm, &stream).map_err(|e| prepared.setup_error(e))?;
+        prepared.trace_stream = Some(Arc::new(stream));
+    } else if let Some(c) = prepared.workload.cluster.as_ref().filter(|c| matches!(c.arrivals, crate::workload::cluster::Arrivals::Trace { .. })) {
         // A replayed trace is the same stream for every seed: generate and check it now.
         prepared.trace_stream = Some(Arc::new(prepared.generate(c, prepared.workload.seed)?));
     }

@@ -17,8 +17,9 @@
 //!   scheduler_window: 512      # waiting requests shown to the scheduler per step (oldest first)
 //!   eviction_delay_s: 0        # delay before routers that want evictions hear of them
 //!   drain_s: 600               # simulated time allowed after the last arrival
+//!   metrics: {scrape_interval_s: 0.05}   # engine metrics scraped for routers; 0 = always fresh
 //!   generator: {system_prompt_tokens: 13, contexts: {...}, suffix_tokens: ..., output_tokens: ...}
-//!   arrivals: {poisson: {rate: 1.0}}   # or {gamma: {rate, cv}} or {trace: {path, time_scale}}
+//!   arrivals: {poisson: {rate: 1.0}}   # or {gamma: {rate, cv}} or {trace: {path, time_scale, format}}
 //!   requests: 2000             # and/or duration_s
 //! ```
 //!
@@ -78,9 +79,12 @@ pub struct ClusterSpec {
     /// Simulated time (s) allowed after the last arrival; requests unfinished then count as `unfinished`.
     #[serde(default = "default_drain")]
     pub drain_s: f64,
+    /// Engine metrics as routers see them: scraped periodically (`scraped.` signals).
+    #[serde(default)]
+    pub metrics: EngineMetrics,
     /// What the requests look like: shared prompt, contexts, suffix, output, fan-out, turns.
     pub generator: Generator,
-    /// How requests arrive: `{poisson: {rate}}`, `{gamma: {rate, cv}}` or `{trace: {path, time_scale}}`.
+    /// How requests arrive: `{poisson: {rate}}`, `{gamma: {rate, cv}}` or `{trace: {path, time_scale, format}}`.
     #[serde(with = "serde_norway::with::singleton_map")]
     #[schemars(with = "Arrivals")]
     pub arrivals: Arrivals,
@@ -121,6 +125,26 @@ fn default_window() -> u32 {
 }
 fn default_drain() -> f64 {
     600.0
+}
+
+/// How often the replicas' engine metrics (waiting, running, KV utilisation) are scraped for the
+/// routers that read them as `scraped.` signals; counters a router keeps itself are always exact.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EngineMetrics {
+    /// Seconds between scrapes (production gateways: tens of ms); 0 = always fresh.
+    #[serde(default = "default_scrape_interval")]
+    pub scrape_interval_s: f64,
+}
+
+impl Default for EngineMetrics {
+    fn default() -> Self {
+        Self { scrape_interval_s: default_scrape_interval() }
+    }
+}
+
+fn default_scrape_interval() -> f64 {
+    0.05
 }
 
 /// How much KV memory a request must find free to be admitted.
@@ -206,7 +230,8 @@ pub struct Generator {
     /// The unique part of each prompt (question, user turn); may be 0.
     #[serde(default = "default_suffix")]
     pub suffix_tokens: Tokens,
-    /// Tokens each request generates (ignored for trace replay, whose rows give them).
+    /// Tokens each request generates (ignored for trace replay, whose rows give them; a Mooncake
+    /// replay ignores the whole generator).
     pub output_tokens: Tokens,
     /// Parallel samples sharing one prompt, arriving together.
     #[serde(default = "one")]
@@ -274,15 +299,37 @@ pub enum Arrivals {
         /// Coefficient of variation of the gaps, > 0 (1 is Poisson).
         cv: f64,
     },
-    /// Arrival times and prompt/output sizes from an Azure-LLM-trace CSV; `path` is relative to the
+    /// Arrival times and prompt/output sizes from a trace file; `path` is relative to the
     /// workload file (the command line may override it); times are multiplied by `time_scale`.
     Trace {
-        /// An Azure-LLM-trace CSV (TIMESTAMP, ContextTokens, GeneratedTokens), relative to the workload file.
+        /// The trace file, relative to the workload file: an Azure-LLM-trace CSV (TIMESTAMP,
+        /// ContextTokens, GeneratedTokens) or, with `format: mooncake`, Mooncake JSONL.
         path: String,
         /// Multiplies the trace's times: 0.5 replays twice as fast, > 0.
         #[serde(default = "one_f")]
         time_scale: f64,
+        /// `azure` (the default: CSV of sizes; prompts share only the system prompt) or `mooncake` (JSONL with
+        /// `hash_ids` of 512-token blocks: real prefix sharing; the generator is not used).
+        #[serde(default, skip_serializing_if = "TraceFormat::is_azure")]
+        format: TraceFormat,
     },
+}
+
+/// The file format of a replayed trace.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceFormat {
+    /// Azure LLM inference trace CSV: `TIMESTAMP,ContextTokens,GeneratedTokens`.
+    #[default]
+    Azure,
+    /// Mooncake (FAST'25) JSON Lines: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`.
+    Mooncake,
+}
+
+impl TraceFormat {
+    fn is_azure(&self) -> bool {
+        *self == TraceFormat::Azure
+    }
 }
 
 fn one_f() -> f64 {
@@ -342,6 +389,14 @@ impl ClusterSpec {
         }
         if !(self.drain_s >= 0.0 && self.drain_s <= MAX_HORIZON) {
             return Err(FieldError::new("drain_s", format!("must be in [0, {MAX_HORIZON:.1e}] s (got {:?})", self.drain_s), "use e.g. 600"));
+        }
+        let scrape = self.metrics.scrape_interval_s;
+        if !(scrape == 0.0 || (scrape >= 1e-6 && scrape <= MAX_HORIZON)) {
+            return Err(FieldError::new(
+                "metrics.scrape_interval_s",
+                format!("must be 0 (always fresh) or in [1e-6, {MAX_HORIZON:.1e}] s (got {scrape:?})"),
+                "use e.g. 0.05 (50 ms, as llm-d scrapes), or 0",
+            ));
         }
         if self.eviction_delay_s > MAX_HORIZON {
             return Err(FieldError::new("eviction_delay_s", format!("must be at most {MAX_HORIZON:.1e} s"), "use e.g. 0 or 0.05"));
@@ -504,7 +559,7 @@ impl Arrivals {
                 format!("rate must be positive and cv in [0.01, {MAX_CV}] (got rate {rate:?}, cv {cv:?})"),
                 "use e.g. {rate: 1.0, cv: 2.0}",
             )),
-            Arrivals::Trace { path, time_scale } if path.is_empty() || !pos(*time_scale) => Err(FieldError::new(
+            Arrivals::Trace { path, time_scale, .. } if path.is_empty() || !pos(*time_scale) => Err(FieldError::new(
                 "trace",
                 "needs a path and a positive time_scale",
                 "use e.g. {path: traces/sample_conv.csv, time_scale: 1.0}",

@@ -13,7 +13,11 @@
 //! prompt = the shared system prompt + a unique remainder up to ContextTokens (the trace publishes
 //! sizes, not contents), output = GeneratedTokens (at least 1).
 //!
-//! Segment ids: 1 is the system prompt, 2 + i is context i, unique segments count up from 2^32.
+//! Mooncake trace streams: one request per row, each of its `hash_ids` a 512-token segment (see
+//! [`mooncake_stream`]).
+//!
+//! Segment ids: 1 is the system prompt, 2 + i is context i, unique segments count up from 2^32,
+//! Mooncake hash id h is 2^48 + h.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -23,6 +27,7 @@ use rand_distr::{Distribution, Exp1, Gamma};
 use routelab_policy_api::Segment;
 
 use super::cluster::{Arrivals, ClusterSpec, Popularity, TokenShape, Tokens};
+use super::mooncake::{HASH_ID_BASE, MooncakeRow};
 use super::trace::TraceRow;
 use crate::seeds::{SimRng, stream};
 use crate::sim::event_queue::{SimTime, seconds, ticks};
@@ -156,6 +161,29 @@ impl Builder {
     }
 }
 
+/// The stream replaying a Mooncake trace: one request per row at `at_s × time_scale`, each hash id
+/// one prompt segment (id `HASH_ID_BASE + hash id`, 512 tokens, the last one partial), the tokens
+/// the ids do not cover a unique suffix, output = `output_length` (at least 1). The generator is
+/// not used: the trace gives the prompts' sharing. `requests` and `duration_s` cut it short.
+pub fn mooncake_stream(spec: &ClusterSpec, rows: &[MooncakeRow]) -> RequestStream {
+    let time_scale = match &spec.arrivals {
+        Arrivals::Trace { time_scale, .. } => *time_scale,
+        _ => 1.0,
+    };
+    let mut b = Builder { stream: RequestStream::default(), next_unique: FIRST_UNIQUE_ID };
+    let mut prompt = Vec::new();
+    for row in rows {
+        prompt.clear();
+        prompt.extend(row.hash_ids.iter().enumerate().map(|(k, &h)| Segment { id: HASH_ID_BASE + h, tokens: row.block_tokens(k) }));
+        let rest = row.uncovered_tokens();
+        if rest > 0 {
+            prompt.push(b.unique(rest));
+        }
+        b.push(ticks(row.at_s * time_scale), &prompt, row.output_length.max(1), None);
+    }
+    b.finish(spec.requests, spec.duration_s.map(ticks))
+}
+
 /// The stream of `spec` for `run_seed`. `trace` must hold the trace rows when arrivals come from
 /// a trace. Errors (a trace row too large for a replica, a missing trace) are bad input.
 pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -> Result<RequestStream, String> {
@@ -164,7 +192,7 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
     let horizon = spec.duration_s.map(ticks);
     let system = Segment { id: SYSTEM_ID, tokens: g.system_prompt_tokens };
 
-    if let Arrivals::Trace { path, time_scale } = &spec.arrivals {
+    if let Arrivals::Trace { path, time_scale, .. } = &spec.arrivals {
         let rows = trace.ok_or_else(|| {
             format!("arrivals come from the trace '{path}', but no trace was loaded; {}", super::trace::AZURE_TRACE_HINT)
         })?;
@@ -386,7 +414,7 @@ mod tests {
     #[test]
     fn trace_rows_become_requests_with_the_system_prompt_shared() {
         let mut s = doc_qa();
-        s.arrivals = Arrivals::Trace { path: "x.csv".into(), time_scale: 0.5 };
+        s.arrivals = Arrivals::Trace { path: "x.csv".into(), time_scale: 0.5, format: Default::default() };
         s.requests = None;
         let rows = [
             TraceRow { at_s: 0.0, context_tokens: 374, generated_tokens: 44, line: 2 },
@@ -399,5 +427,26 @@ mod tests {
         assert_eq!((st.requests[1].prompt_tokens, st.requests[1].output_tokens), (5, 1));
         let e = generate(&s, None, 1).unwrap_err();
         assert!(e.contains("AzurePublicDataset"), "{e}");
+    }
+    #[test]
+    fn mooncake_rows_become_block_segments_shared_by_id() {
+        let mut s = doc_qa();
+        s.arrivals = Arrivals::Trace { path: "x.jsonl".into(), time_scale: 2.0, format: super::super::cluster::TraceFormat::Mooncake };
+        s.requests = None;
+        // Row 1: 1100 tokens = 512 + 512 + 76 over ids [7, 8, 9]. Row 2 shares the first block
+        // (id 7), then its own: 700 tokens = 512 + 188 over [7, 20]. Row 3: its one id covers
+        // 512 of 600 tokens, so 88 are a unique suffix.
+        let row = |at_s, input_length, output_length, hash_ids: &[u64], line| MooncakeRow { at_s, input_length, output_length, hash_ids: hash_ids.to_vec(), line };
+        let rows = [row(0.0, 1100, 30, &[7, 8, 9], 1), row(1.5, 700, 0, &[7, 20], 2), row(2.0, 600, 4, &[7], 3)];
+        let st = mooncake_stream(&s, &rows);
+        let seg = |id: u64, tokens: u32| Segment { id: HASH_ID_BASE + id, tokens };
+        assert_eq!(st.prompt(0), &[seg(7, 512), seg(8, 512), seg(9, 76)]);
+        assert_eq!(st.prompt(1), &[seg(7, 512), seg(20, 188)]);
+        assert_eq!(&st.prompt(2)[..1], &[seg(7, 512)]);
+        assert_eq!(st.prompt(2)[1], Segment { id: FIRST_UNIQUE_ID, tokens: 88 });
+        assert_eq!((st.requests[0].prompt_tokens, st.requests[0].output_tokens), (1100, 30));
+        assert_eq!((st.requests[1].prompt_tokens, st.requests[1].output_tokens), (700, 1));
+        assert_eq!(st.requests[2].prompt_tokens, 600);
+        assert_eq!(st.requests[1].arrived_at, ticks(3.0));
     }
 }

@@ -8,6 +8,7 @@ pub mod compound;
 pub mod dispatch;
 pub mod generate;
 pub mod limits;
+pub mod mooncake;
 pub mod trace;
 
 use std::fmt;

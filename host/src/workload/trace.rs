@@ -118,19 +118,33 @@ pub fn load(path: &Path) -> Result<Vec<TraceRow>, InputError> {
 /// output exceeds the KV capacity, or, unchunked, the prompt exceeds one step) and a replay
 /// longer than the clock.
 pub fn check_cluster_rows(rows: &[TraceRow], spec: &super::cluster::ClusterSpec, file: &Path) -> Result<(), InputError> {
+    check_cluster_sizes(rows.iter().map(|r| RowSize { line: r.line, prompt: r.context_tokens, output: r.generated_tokens, at_s: r.at_s }), spec, file)
+}
+
+/// A trace row's sizes and time, whatever its format.
+pub struct RowSize {
+    pub line: usize,
+    pub prompt: u32,
+    pub output: u32,
+    pub at_s: f64,
+}
+
+/// [`check_cluster_rows`] for rows of any format.
+pub fn check_cluster_sizes(rows: impl Iterator<Item = RowSize>, spec: &super::cluster::ClusterSpec, file: &Path) -> Result<(), InputError> {
     let sm = spec.step_model().map_err(|e| InputError::from_field(file, e.under("cluster")))?;
-    let row_error = |row: &TraceRow, message: String, fix: &str| InputError {
+    let row_error = |row: &RowSize, message: String, fix: &str| InputError {
         file: file.into(),
         path: String::new(),
         line: Some(row.line),
         message,
         fix: fix.into(),
     };
+    let mut last = None;
     for row in rows {
-        let (prompt, output) = (row.context_tokens.max(1) as u64, row.generated_tokens.max(1) as u64);
+        let (prompt, output) = (row.prompt.max(1) as u64, row.output.max(1) as u64);
         if prompt + output > sm.kv_capacity_tokens {
             return Err(row_error(
-                row,
+                &row,
                 format!(
                     "the row needs {prompt} prompt + {output} output tokens of KV, more than a replica's capacity ({} tokens)",
                     sm.kv_capacity_tokens
@@ -140,13 +154,14 @@ pub fn check_cluster_rows(rows: &[TraceRow], spec: &super::cluster::ClusterSpec,
         }
         if spec.chunk_tokens == 0 && prompt > spec.max_step_tokens as u64 {
             return Err(row_error(
-                row,
+                &row,
                 format!("the row's prompt ({prompt} tokens) exceeds max_step_tokens = {} with unchunked prefill", spec.max_step_tokens),
                 "use chunked prefill (`chunk_tokens: 512`) or raise `max_step_tokens`",
             ));
         }
+        last = Some(row);
     }
-    if let (Some(last), super::cluster::Arrivals::Trace { time_scale, .. }) = (rows.last(), &spec.arrivals) {
+    if let (Some(last), super::cluster::Arrivals::Trace { time_scale, .. }) = (last, &spec.arrivals) {
         limits::fits_clock("cluster.arrivals.trace.time_scale", last.at_s * time_scale, "use a smaller time_scale")
             .map_err(|e| InputError { line: Some(last.line), ..InputError::from_field(file, e) })?;
     }

@@ -104,6 +104,43 @@ fn azure_conversation_trace_replays_end_to_end() {
     assert!(err.contains("no/such/trace.csv") && err.contains("AzurePublicDataset"), "{err}");
 }
 
+/// The Mooncake conversation trace shipped in `workloads/traces/` replays end to end, every row,
+/// with its prefix sharing reaching the caches.
+#[test]
+fn mooncake_conversation_trace_replays_end_to_end() {
+    let json = scratch("mooncake.json");
+    let args = ["compare", "workloads/cluster/mooncake_conversation.yaml", "--policies", "round_robin,least_requests", "--json", json.to_str().unwrap()];
+    let out = routelab(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = 12_031.0;
+    for r in v["workloads"][0]["results"].as_array().unwrap() {
+        assert_eq!(r["metrics"]["requests"].as_f64(), Some(rows), "{}", r["policy"]);
+        assert_eq!(r["metrics"]["completed"].as_f64(), Some(rows), "{}", r["policy"]);
+        // Requests share hash ids (block 0 opens most prompts): some prompt tokens hit the cache.
+        assert!(r["metrics"]["hit_rate"].as_f64().unwrap() > 0.01, "{}", r["metrics"]);
+    }
+}
+
+/// Bad Mooncake rows are bad input naming file, line and field, exit 2.
+#[test]
+fn bad_mooncake_rows_exit_2_with_line_and_field() {
+    let ok = "{\"timestamp\": 0, \"input_length\": 1000, \"output_length\": 5, \"hash_ids\": [0, 1]}\n";
+    let cases = [
+        ("malformed.jsonl", format!("{ok}{{\"timestamp\": 3, \"input_length\": 10,\n"), ":2", "JSON"),
+        ("missing.jsonl", format!("{ok}{ok}{{\"timestamp\": 3, \"output_length\": 1, \"hash_ids\": [0]}}\n"), ":3", "input_length"),
+        ("long_ids.jsonl", format!("{ok}{{\"timestamp\": 3, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [0, 1, 2]}}\n"), ":2", "hash_ids"),
+    ];
+    for (name, text, line, field) in cases {
+        let p = scratch(name);
+        std::fs::write(&p, text).unwrap();
+        let out = routelab(&["validate", "workloads/cluster/mooncake_conversation.yaml", "--trace", p.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(&format!("{name}{line}")) && err.contains(field) && err.contains("fix:"), "{name}: {err}");
+    }
+}
+
 #[test]
 fn bad_cluster_input_exits_2_with_field_and_fix() {
     let base = std::fs::read_to_string(workspace().join("workloads/cluster/long_doc_qa.yaml")).unwrap();

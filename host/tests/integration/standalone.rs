@@ -43,8 +43,13 @@ fn the_binary_runs_built_in_workloads_from_an_empty_folder() {
     assert!(out.contains("A+B"), "{out}");
     let out = ok(&routelab_in(&dir, &["validate", "azure_conv"]));
     assert!(out.contains("19366 rows"), "the shipped trace is read: {out}");
+    // The Mooncake traces travel in the binary too, and replay by name.
+    let out = ok(&routelab_in(&dir, &["compare", "mooncake_conversation", "--policies", "round_robin"]));
+    assert!(out.contains("mooncake_conversation [cluster world") && out.contains("round_robin"), "{out}");
+    let out = ok(&routelab_in(&dir, &["validate", "mooncake_synthetic"]));
+    assert!(out.contains("3993 rows"), "the shipped trace is read: {out}");
     let list = ok(&routelab_in(&dir, &["workloads"]));
-    for name in ["cache_vs_balance", "exp_rho09", "case_study", "azure_conv", "cluster/experiments/preble_grid/agent"] {
+    for name in ["cache_vs_balance", "exp_rho09", "case_study", "azure_conv", "mooncake_conversation", "cluster/experiments/preble_grid/agent"] {
         assert!(list.lines().any(|l| l.trim_start().starts_with(&format!("{name} "))), "{name} not listed:\n{list}");
     }
     // A misspelt name is bad input with a suggestion.

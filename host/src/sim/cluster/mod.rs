@@ -91,6 +91,8 @@ pub fn check_fits(sm: &StepModel, stream: &RequestStream) -> Result<(), SetupErr
 
 enum Event {
     StepEnd(u32),
+    /// The gateway scrapes every replica's engine metrics (only for routers that read them).
+    Scrape,
     Evicted { replica: u32, evicted_at: SimTime, path: Vec<Segment>, remaining_tokens: u32 },
 }
 
@@ -110,6 +112,8 @@ pub struct ClusterSim<'a> {
     cfg: ReplicaConfig,
     cost: CostModel,
     eviction_delay: SimTime,
+    /// Between metric scrapes; `None` when the router reads none or they are always fresh.
+    scrape_interval: Option<SimTime>,
     /// No event after this time runs (`drain_s` after the last arrival).
     horizon: SimTime,
     router: RouterHandle,
@@ -160,7 +164,15 @@ impl<'a> ClusterSim<'a> {
         };
         let total = stream.requests.len();
         let last_arrival = stream.requests.last().map_or(0, |r| r.arrived_at);
+        let scrape_interval = (router.reads_scrapes() && spec.metrics.scrape_interval_s > 0.0)
+            .then(|| ticks(spec.metrics.scrape_interval_s).max(1));
+        let mut queue = EventQueue::new();
+        if scrape_interval.is_some() {
+            // The first scrape at time 0, before any arrival (events run before arrivals at a tie).
+            queue.push(0, Event::Scrape);
+        }
         Ok(Self {
+            scrape_interval,
             stream,
             cfg,
             cost: sm.cost,
@@ -170,7 +182,7 @@ impl<'a> ClusterSim<'a> {
             schedulers: schedulers.into_iter().enumerate().map(|(r, s)| SchedulerHandle::new(s, r as u32)).collect(),
             replicas: (0..n as u32).map(Replica::new).collect(),
             states: vec![RequestState::default(); total],
-            queue: EventQueue::new(),
+            queue,
             views: vec![ReplicaView::default(); n],
             completed: Vec::new(),
             next: 0,
@@ -198,6 +210,7 @@ impl<'a> ClusterSim<'a> {
                 let (now, event) = self.queue.pop().expect("peeked");
                 match event {
                     Event::StepEnd(r) => self.on_step_end(now, r as usize)?,
+                    Event::Scrape => self.on_scrape(now),
                     Event::Evicted { replica, evicted_at, path, remaining_tokens } => {
                         self.on_evicted(replica, evicted_at, &path, remaining_tokens)?
                     }
@@ -270,6 +283,19 @@ impl<'a> ClusterSim<'a> {
             self.replicas[r].cache.check();
         }
         Ok(())
+    }
+
+    /// The gateway scrapes every replica's metrics at `now`, and the next scrape is due one
+    /// interval later while requests remain (to arrive or to finish).
+    fn on_scrape(&mut self, now: SimTime) {
+        for (v, rep) in self.views.iter_mut().zip(&self.replicas) {
+            *v = rep.view(&self.cfg);
+        }
+        self.router.scrape(&self.views, seconds(now));
+        if self.done < self.states.len() {
+            let interval = self.scrape_interval.expect("scrapes are scheduled only with an interval");
+            self.queue.push(now + interval, Event::Scrape);
+        }
     }
 
     /// A cut of `replica`'s cache at `evicted_at` reaches the router (`eviction_delay_s` later).

@@ -317,3 +317,71 @@ fn empty_prompts_complete() {
     let o = run_named(&spec, None, "least_requests", 1).unwrap();
     assert_eq!(m(&o, "completed"), 300.0, "{:?}", o.metrics);
 }
+
+/// Least waiting by the scraped count; reports the oldest scrape it saw and how often the
+/// scraped count differed from the live one.
+struct ScrapedLeastWaiting {
+    max_age_s: f64,
+    stale: u32,
+}
+
+impl Policy for ScrapedLeastWaiting {
+    const NAME: &'static str = "scraped_least_waiting";
+    const DESCRIPTION: &'static str = "test router";
+    type Config = routelab_policies::NoConfig;
+    type Context = RouterContext;
+    fn new(_: Self::Config, _: &RouterContext) -> Result<Self, String> {
+        Ok(Self { max_age_s: 0.0, stale: 0 })
+    }
+}
+
+impl RouterPolicy for ScrapedLeastWaiting {
+    fn signals(&self) -> Vec<String> {
+        vec![signals::SCRAPED_WAITING.into(), signals::SCRAPED_AGE_S.into(), signals::WAITING.into()]
+    }
+    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
+        for i in 0..replicas.len() {
+            self.max_age_s = self.max_age_s.max(replicas.signal(i, 1));
+            self.stale += u32::from(replicas.signal(i, 0) != replicas.signal(i, 2));
+        }
+        (0..replicas.len()).min_by(|&a, &b| replicas.signal(a, 0).total_cmp(&replicas.signal(b, 0))).unwrap()
+    }
+    fn report(&self) -> Vec<(String, f64)> {
+        vec![("max_age_s".into(), self.max_age_s), ("stale".into(), self.stale as f64)]
+    }
+}
+
+fn run_scraped(spec: &ClusterSpec) -> RunOutcome {
+    use abi_stable::sabi_trait::TD_Opaque;
+    let sm = spec.step_model().unwrap();
+    let ctx = router_context(&sm, spec.replicas, 1);
+    let router = Router_TO::from_value(Guarded::new(ScrapedLeastWaiting::new(Default::default(), &ctx).unwrap()), TD_Opaque);
+    let stream = generate(spec, None, 1).unwrap();
+    run_cluster(spec, &stream, router, "scraped_least_waiting", 1).unwrap()
+}
+
+#[test]
+fn scraped_signals_are_at_most_one_interval_old_and_fresh_at_zero() {
+    let mut spec = preset("tool_use");
+    spec.requests = Some(400);
+    spec.metrics.scrape_interval_s = 0.05;
+    let a = run_scraped(&spec);
+    assert!(m(&a, "router.max_age_s") > 0.0 && m(&a, "router.max_age_s") <= 0.05 + 1e-9, "{:?}", a.metrics);
+    assert!(m(&a, "router.stale") > 0.0, "between scrapes the live count moves: {:?}", a.metrics);
+    assert_eq!(a, run_scraped(&spec), "scrapes are events: same seed, same numbers");
+    spec.metrics.scrape_interval_s = 0.0;
+    let fresh = run_scraped(&spec);
+    assert_eq!((m(&fresh, "router.max_age_s"), m(&fresh, "router.stale")), (0.0, 0.0), "{:?}", fresh.metrics);
+    // llm-d's queue and KV scorers read the scrape: a staler one changes its decisions.
+    spec.requests = Some(300);
+    let llm_d_fresh = run_named(&spec, None, "llm_d", 1).unwrap();
+    spec.metrics.scrape_interval_s = 2.0;
+    let llm_d_stale = run_named(&spec, None, "llm_d", 1).unwrap();
+    assert_ne!(llm_d_fresh.records, llm_d_stale.records);
+}
+
+#[test]
+fn a_negative_scrape_interval_is_refused() {
+    let e = bad("  replicas: 2\n  metrics: {scrape_interval_s: -0.1}\n  generator: {output_tokens: 8}\n  arrivals: {poisson: {rate: 1}}\n  requests: 10\n");
+    assert!(e.to_string().contains("cluster.metrics.scrape_interval_s"), "{e}");
+}
