@@ -8,11 +8,16 @@ use std::path::{Path, PathBuf};
 /// that must travel with them (licence and attribution).
 fn embedded(path: &Path) -> bool {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    name.ends_with(".yaml") || name.ends_with(".csv") || name.ends_with(".jsonl") || name == "README.md" || name == "LICENSE"
+    name.ends_with(".yaml")
+        || name.ends_with(".csv")
+        || name.ends_with(".jsonl")
+        || name == "README.md"
+        || name == "LICENSE"
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir).expect("workloads/ is readable").map(|e| e.expect("entry").path()).collect();
+    let mut entries: Vec<PathBuf> =
+        std::fs::read_dir(dir).expect("workloads/ is readable").map(|e| e.expect("entry").path()).collect();
     entries.sort();
     for p in entries {
         if p.is_dir() {
@@ -38,16 +43,26 @@ fn main() {
             hash = hash.wrapping_mul(0x0100_0000_01b3);
         }
     };
-    let mut code = String::from("/// Every embedded file: (path under workloads/, with `/` separators; contents).\npub static FILES: &[(&str, &[u8])] = &[\n");
+    let mut code = String::from(
+        "/// Every embedded file: (path under workloads/, with `/` separators; contents).\npub static FILES: &[(&str, &[u8])] = &[\n",
+    );
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
-        let rel = f.strip_prefix(&root).expect("under root").components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/");
+        let rel = f
+            .strip_prefix(&root)
+            .expect("under root")
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("/");
         fnv(rel.as_bytes());
         fnv(&std::fs::read(f).expect("readable"));
         code.push_str(&format!("    ({rel:?}, include_bytes!({:?})),\n", f.display().to_string()));
     }
     code.push_str("];\n");
-    code.push_str(&format!("/// A hash of the embedded files' names and contents.\npub const FILES_HASH: u64 = {hash:#x};\n"));
+    code.push_str(&format!(
+        "/// A hash of the embedded files' names and contents.\npub const FILES_HASH: u64 = {hash:#x};\n"
+    ));
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("builtin_files.rs");
     std::fs::write(out, code).expect("OUT_DIR is writable");
 }

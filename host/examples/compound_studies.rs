@@ -50,7 +50,9 @@ fn compare(file: &str, keys: &[&str]) {
 fn optimum_shapes(file: &str) {
     let w = routelab::workload::load(Path::new(file)).expect("workload");
     let spec = w.compound.as_ref().expect("compound workload");
-    println!("| variant | optimum: generator = critic | optimum: distinct generator models (mean) | best single / optimum train accuracy |");
+    println!(
+        "| variant | optimum: generator = critic | optimum: distinct generator models (mean) | best single / optimum train accuracy |"
+    );
     println!("|---|---:|---:|---:|");
     for (label, variant) in spec.variants() {
         let (mut same_critic, mut generators, mut single, mut best) = (0, 0.0, 0.0, 0.0);
@@ -89,7 +91,9 @@ fn case_study() {
     println!("```\n{}```\n", compound::training_table(spec, w.seed));
     let mut loader = Loader::new();
     let start: Vec<String> = ["C", "C"].iter().map(|s| s.to_string()).collect();
-    println!("| policy | diagnoser accuracy | allocation | train_accuracy | test_accuracy | evaluations | cost_per_question | starts reaching A+B (of 25) |");
+    println!(
+        "| policy | diagnoser accuracy | allocation | train_accuracy | test_accuracy | evaluations | cost_per_question | starts reaching A+B (of 25) |"
+    );
     println!("|---|---:|---|---:|---:|---:|---:|---:|");
     for p in &w.policies {
         let ps = PolicySpec::parse(p).expect("policy");
@@ -123,12 +127,23 @@ fn main() {
     if all || which.iter().any(|w| w == "case_study") {
         case_study();
     }
-    let keys = ["train_accuracy", "test_accuracy", "evaluations", "cost_per_question", "distinct_models", "gap_to_exhaustive"];
+    let keys =
+        ["train_accuracy", "test_accuracy", "evaluations", "cost_per_question", "distinct_models", "gap_to_exhaustive"];
     if all || which.iter().any(|w| w == "random_pools") {
         compare("workloads/compound/random_pools.yaml", &keys);
     }
     if all || which.iter().any(|w| w == "noisy") {
-        compare("workloads/compound/noisy_diagnoser.yaml", &["train_accuracy", "test_accuracy", "evaluations", "selector.rounds", "selector.converged", "gap_to_exhaustive"]);
+        compare(
+            "workloads/compound/noisy_diagnoser.yaml",
+            &[
+                "train_accuracy",
+                "test_accuracy",
+                "evaluations",
+                "selector.rounds",
+                "selector.converged",
+                "gap_to_exhaustive",
+            ],
+        );
     }
     if all || which.iter().any(|w| w == "non_monotone") {
         compare("workloads/compound/non_monotone.yaml", &keys);

@@ -66,7 +66,11 @@ fn ns_per_call(calls: u64, mut f: impl FnMut(u64) -> u32) -> f64 {
 /// The built-in plugin library next to this executable (`target/release/`), if built.
 pub fn default_plugin_path() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
-    let p = exe.parent()?.join(format!("{}routelab_builtin_plugin{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX));
+    let p = exe.parent()?.join(format!(
+        "{}routelab_builtin_plugin{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    ));
     p.exists().then_some(p)
 }
 
@@ -81,7 +85,12 @@ pub fn run(requests: u64, plugin: Option<&Path>) -> Result<String> {
     }
     if let Some(lib) = &plugin {
         let r = dispatch_rate(&mut loader, &format!("{}:round_robin", lib.display()), 16, requests)?;
-        writeln!(out, "  {:<16} {:>7.2} M simulated requests/s (loaded from the plugin library)", "round_robin", r / 1e6)?;
+        writeln!(
+            out,
+            "  {:<16} {:>7.2} M simulated requests/s (loaded from the plugin library)",
+            "round_robin",
+            r / 1e6
+        )?;
     }
 
     writeln!(out, "\nscaling (M simulated requests/s; flat across a row = cost independent of that size):")?;
@@ -108,11 +117,13 @@ pub fn run(requests: u64, plugin: Option<&Path>) -> Result<String> {
     for name in ["least_requests", "round_robin"] {
         let static_ns = match name {
             "least_requests" => {
-                let mut p = routelab_policies::least_requests::LeastRequests::new(Default::default(), &ctx(8)).expect("builds");
+                let mut p =
+                    routelab_policies::least_requests::LeastRequests::new(Default::default(), &ctx(8)).expect("builds");
                 ns_per_call(calls, |_| p.route(black_box(&req), black_box(&Replicas::new(&v))) as u32)
             }
             _ => {
-                let mut p = routelab_policies::round_robin::RoundRobin::new(Default::default(), &ctx(8)).expect("builds");
+                let mut p =
+                    routelab_policies::round_robin::RoundRobin::new(Default::default(), &ctx(8)).expect("builds");
                 ns_per_call(calls, |_| p.route(black_box(&req), black_box(&Replicas::new(&v))) as u32)
             }
         };
@@ -164,7 +175,8 @@ pub fn cluster_timing(loader: &mut Loader, spec: &ClusterSpec, policy: &str, req
     let stream = crate::workload::generate::generate(&spec, None, 1).map_err(anyhow::Error::msg)?;
     let generate_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let sim = cluster::ClusterSim::build(&spec, &sm, &stream, router, schedulers, policy).map_err(anyhow::Error::msg)?;
+    let sim =
+        cluster::ClusterSim::build(&spec, &sm, &stream, router, schedulers, policy).map_err(anyhow::Error::msg)?;
     let outcome = sim.run()?;
     let simulate_s = t.elapsed().as_secs_f64();
     let overloaded = outcome.metrics.get("overloaded").unwrap_or(0.0) > 0.0;
@@ -251,7 +263,10 @@ fn preset(name: &str) -> Result<ClusterSpec> {
 
 /// The cluster section of `routelab bench`.
 fn bench_cluster(loader: &mut Loader, out: &mut String) -> Result<()> {
-    writeln!(out, "\ncluster world, least_work_left (simulated requests per wall second; linear = flat across a row):")?;
+    writeln!(
+        out,
+        "\ncluster world, least_work_left (simulated requests per wall second; linear = flat across a row):"
+    )?;
     writeln!(out, "  requests:               {:>12} {:>12} {:>12}", "10^4", "10^5", "10^6")?;
     for name in ["tool_use", "long_doc_qa"] {
         let spec = preset(name)?;
@@ -263,13 +278,27 @@ fn bench_cluster(loader: &mut Loader, out: &mut String) -> Result<()> {
         writeln!(out, "{row}")?;
     }
     let routers = [
-        "round_robin", "max_affinity", "threshold_affinity", "sglang_cache_aware", "preble", "dynamo_kv", "llm_d",
-        "aibrix_prefix_cache", "vllm_prefix_aware", "chwbl", "ray_prefix_aware",
+        "round_robin",
+        "max_affinity",
+        "threshold_affinity",
+        "sglang_cache_aware",
+        "preble",
+        "dynamo_kv",
+        "llm_d",
+        "aibrix_prefix_cache",
+        "vllm_prefix_aware",
+        "chwbl",
+        "ray_prefix_aware",
     ];
     decisions_table(loader, &routers, out)?;
     // The Preble grid's policies on the five presets at their base rate, one seed each.
-    let grid = ["round_robin@lpm", "sglang_cache_aware@lpm", "preble{rebalance: false, autoscale: false, pd_pairing: false}@lpm",
-        "preble{autoscale: false, pd_pairing: false}@lpm", "preble@priority_groups"];
+    let grid = [
+        "round_robin@lpm",
+        "sglang_cache_aware@lpm",
+        "preble{rebalance: false, autoscale: false, pd_pairing: false}@lpm",
+        "preble{autoscale: false, pd_pairing: false}@lpm",
+        "preble@priority_groups",
+    ];
     let (mut requests, mut seconds) = (0u64, 0.0);
     for name in ["tool_use", "agent", "programming", "video_qa", "long_doc_qa"] {
         let spec = preset(name)?;
@@ -280,7 +309,11 @@ fn bench_cluster(loader: &mut Loader, out: &mut String) -> Result<()> {
             seconds += t.generate_s + t.simulate_s;
         }
     }
-    writeln!(out, "\npreble_grid end to end (5 presets × 5 policies at the base rate, one seed): {requests} requests in {seconds:.2} s = {:.0} simulated requests/s", requests as f64 / seconds)?;
+    writeln!(
+        out,
+        "\npreble_grid end to end (5 presets × 5 policies at the base rate, one seed): {requests} requests in {seconds:.2} s = {:.0} simulated requests/s",
+        requests as f64 / seconds
+    )?;
     Ok(())
 }
 
@@ -294,7 +327,10 @@ pub fn decisions(routers: &[String]) -> Result<String> {
 /// Routing decisions per second of router time inside a tool_use run at 8 and 64 replicas
 /// (the arrival rate scaled with the replicas).
 fn decisions_table(loader: &mut Loader, routers: &[impl AsRef<str>], out: &mut String) -> Result<()> {
-    writeln!(out, "\nrouting decisions per second inside a tool_use run (router time only; Preble's paper: 245–2,931/s in Python):")?;
+    writeln!(
+        out,
+        "\nrouting decisions per second inside a tool_use run (router time only; Preble's paper: 245–2,931/s in Python):"
+    )?;
     writeln!(out, "  {:<20} {:>14} {:>14}", "router", "8 replicas", "64 replicas")?;
     for policy in routers {
         let policy = policy.as_ref();

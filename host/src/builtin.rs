@@ -96,11 +96,20 @@ pub fn resolve(arg: &Path) -> Result<PathBuf, InputError> {
         return Ok(arg.to_path_buf());
     }
     let key = arg.to_string_lossy();
-    let missing = |message: String, fix: String| InputError { file: arg.to_path_buf(), path: String::new(), line: None, message, fix };
+    let missing = |message: String, fix: String| InputError {
+        file: arg.to_path_buf(),
+        path: String::new(),
+        line: None,
+        message,
+        fix,
+    };
     match find(&key) {
         Ok(Some(rel)) => {
             let root = extracted().map_err(|e| {
-                missing(format!("cannot write the built-in workloads out: {e}"), "set TMPDIR to a writable folder".into())
+                missing(
+                    format!("cannot write the built-in workloads out: {e}"),
+                    "set TMPDIR to a writable folder".into(),
+                )
             })?;
             Ok(root.join(rel))
         }
@@ -156,7 +165,10 @@ mod tests {
         assert_eq!(find("cache_vs_balance"), Ok(Some("cluster/experiments/cache_vs_balance.yaml")));
         assert_eq!(find("long_doc_qa"), Ok(Some("cluster/long_doc_qa.yaml")));
         assert_eq!(find("workloads/dispatch/exp_rho09.yaml"), Ok(Some("dispatch/exp_rho09.yaml")));
-        assert_eq!(find("cluster/experiments/preble_grid/agent"), Ok(Some("cluster/experiments/preble_grid/agent.yaml")));
+        assert_eq!(
+            find("cluster/experiments/preble_grid/agent"),
+            Ok(Some("cluster/experiments/preble_grid/agent.yaml"))
+        );
         assert_eq!(find("nonesuch"), Ok(None));
         let all = list();
         assert!(all.len() > 20);

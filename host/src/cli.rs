@@ -60,7 +60,12 @@ fn execute(command: Command) -> Result<i32> {
                     }
                     .into());
                 }
-                spec.config = workload::limits::read_capped(&f, workload::limits::MAX_WORKLOAD_BYTES, "policy config", "check the path")?;
+                spec.config = workload::limits::read_capped(
+                    &f,
+                    workload::limits::MAX_WORKLOAD_BYTES,
+                    "policy config",
+                    "check the path",
+                )?;
             }
             spec.arg = policy.trim().to_string();
             compare_files(&[workload], Some(vec![spec]), &common, "run", true)
@@ -285,7 +290,10 @@ fn all_starts(prepared: &[Prepared], policies: Option<&[PolicySpec]>) -> Result<
                 failed.join(" "),
             ]);
         }
-        println!("{} [compound world, seed {}]: every starting allocation; optimum {optimum}\n{t}", p.workload.name, p.workload.seed);
+        println!(
+            "{} [compound world, seed {}]: every starting allocation; optimum {optimum}\n{t}",
+            p.workload.name, p.workload.seed
+        );
     }
     Ok(0)
 }
@@ -309,7 +317,8 @@ fn sweep(files: &[PathBuf], policies: Option<Vec<PolicySpec>>, sets: &[String], 
     if points == 0 || fields.iter().any(|(_, v)| v.len() != points) {
         return Err(bad("every --set needs the same, non-zero number of values".into()).into());
     }
-    let xs: Vec<f64> = fields[0].1.iter().enumerate().map(|(k, v)| v.trim_start_matches('x').parse().unwrap_or(k as f64)).collect();
+    let xs: Vec<f64> =
+        fields[0].1.iter().enumerate().map(|(k, v)| v.trim_start_matches('x').parse().unwrap_or(k as f64)).collect();
     let mut prepared = Vec::new();
     let mut names = Vec::new();
     for file in files {
@@ -319,8 +328,8 @@ fn sweep(files: &[PathBuf], policies: Option<Vec<PolicySpec>>, sets: &[String], 
         if let Some(specs) = &policies {
             checks::pairings(&base, specs)?;
         }
-        let doc: serde_norway::Value =
-            serde_norway::from_str(&workload::load_text(file)?).with_context(|| format!("parsing {}", file.display()))?;
+        let doc: serde_norway::Value = serde_norway::from_str(&workload::load_text(file)?)
+            .with_context(|| format!("parsing {}", file.display()))?;
         for k in 0..points {
             let mut doc = doc.clone();
             let mut label = Vec::new();
@@ -406,7 +415,10 @@ fn run_prepared(
             bar.inc(1)
         };
         let result = if common.isolate {
-            let limits = isolate::Limits { timeout: Duration::from_secs(common.policy_timeout), memory_mib: common.policy_memory };
+            let limits = isolate::Limits {
+                timeout: Duration::from_secs(common.policy_timeout),
+                memory_mib: common.policy_memory,
+            };
             runner::run_workload_by(p, &specs, &write_out, &mut |spec| isolate::run_policy(p, spec, &limits, &progress))
         } else {
             runner::run_workload(&mut loader, p, &specs, &progress, &write_out)
@@ -466,7 +478,12 @@ fn list_policies(plugin: Option<&Path>) -> Result<i32> {
     t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED);
     t.set_header(vec!["name", "kind", "description", "default config"]);
     for l in list {
-        t.add_row(vec![l.name, l.kind.as_str().to_string(), l.description, l.default_config.map_or_else(|e| format!("(unavailable: {e})"), |c| c.trim().to_string())]);
+        t.add_row(vec![
+            l.name,
+            l.kind.as_str().to_string(),
+            l.description,
+            l.default_config.map_or_else(|e| format!("(unavailable: {e})"), |c| c.trim().to_string()),
+        ]);
     }
     println!("{t}");
     Ok(0)
@@ -479,7 +496,10 @@ fn validate(file: &Path, trace: Option<PathBuf>) -> Result<i32> {
     let prepared = runner::prepare(w, file)?;
     checks::policy_names(&mut Loader::new(), &prepared.workload, file)?;
     println!("{}: ok ({} world)", file.display(), prepared.workload.world().as_str());
-    print!("{}", serde_norway::to_string(&resolved_paths(&prepared.workload, file)).context("printing the resolved workload")?);
+    print!(
+        "{}",
+        serde_norway::to_string(&resolved_paths(&prepared.workload, file)).context("printing the resolved workload")?
+    );
     println!("# estimate: {}", workload::limits::estimate(&prepared.workload));
     for n in &prepared.notes {
         println!("# note: {n}");
@@ -489,7 +509,6 @@ fn validate(file: &Path, trace: Option<PathBuf>) -> Result<i32> {
     }
     Ok(0)
 }
-
 
 /// The workload with its trace path absolute, so `validate`'s output runs from anywhere.
 fn resolved_paths(w: &workload::Workload, file: &Path) -> workload::Workload {

@@ -10,7 +10,9 @@
 //! methods with the policy-api's types.
 
 use abi_stable::std_types::{RSlice, RVec};
-use routelab_policy_api::{Capabilities, Completion, Eviction, ReplicaView, Request, RouterBox, SchedulerBox, Stat, WaitingRequest};
+use routelab_policy_api::{
+    Capabilities, Completion, Eviction, ReplicaView, Request, RouterBox, SchedulerBox, Stat, WaitingRequest,
+};
 
 use crate::signals::SignalTable;
 use crate::sim::RunError;
@@ -69,7 +71,11 @@ impl RouterHandle {
         if let Some(e) = &self.unusable {
             return Err(e.clone());
         }
-        let i = self.router.route(req, self.signals.replicas(views, req.arrived_at)).into_result().map_err(|e| self.fail("route", e.into()))? as usize;
+        let i = self
+            .router
+            .route(req, self.signals.replicas(views, req.arrived_at))
+            .into_result()
+            .map_err(|e| self.fail("route", e.into()))? as usize;
         let n = self.replicas;
         if i >= n {
             return Err(RunError(format!(
@@ -198,7 +204,10 @@ mod tests {
 
     #[test]
     fn stats_are_namespaced_and_bad_names_refused() {
-        assert_eq!(namespaced("router", stats(&["a_1", "B"])).unwrap(), vec![("router.a_1".into(), 1.0), ("router.B".into(), 1.0)]);
+        assert_eq!(
+            namespaced("router", stats(&["a_1", "B"])).unwrap(),
+            vec![("router.a_1".into(), 1.0), ("router.B".into(), 1.0)]
+        );
         for bad in ["", "a,b", "a\nb", "a.b", "latency mean"] {
             assert!(namespaced("router", stats(&[bad])).is_err(), "{bad:?}");
         }

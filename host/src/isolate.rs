@@ -98,21 +98,27 @@ pub fn run_policy(prepared: &Prepared, spec: &PolicySpec, limits: &Limits, progr
 /// created with `create_dir`, which fails rather than reuse anything that appeared meanwhile.
 fn scratch_dir() -> std::io::Result<PathBuf> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!("routelab-isolate-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    let dir = std::env::temp_dir().join(format!(
+        "routelab-isolate-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
     std::fs::remove_dir_all(&dir).ok();
     std::fs::create_dir(&dir)?;
     Ok(dir)
 }
 
 fn run_child(prepared: &Prepared, spec: &PolicySpec, limits: &Limits) -> Result<Reply, String> {
-    let dir = scratch_dir().map_err(|e| format!("--isolate: cannot create a temporary folder: {e} (set TMPDIR to a writable folder)"))?;
+    let dir = scratch_dir()
+        .map_err(|e| format!("--isolate: cannot create a temporary folder: {e} (set TMPDIR to a writable folder)"))?;
     let out = run_child_in(&dir, prepared, spec, limits);
     std::fs::remove_dir_all(&dir).ok();
     out
 }
 
 fn run_child_in(dir: &Path, prepared: &Prepared, spec: &PolicySpec, limits: &Limits) -> Result<Reply, String> {
-    let workload = serde_norway::to_string(&prepared.workload).map_err(|e| format!("--isolate: cannot write the workload: {e}"))?;
+    let workload = serde_norway::to_string(&prepared.workload)
+        .map_err(|e| format!("--isolate: cannot write the workload: {e}"))?;
     // The child must run exactly this workload: a field that does not survive the trip (a
     // `serde(skip)` added later, say) would change results silently.
     if serde_norway::from_str::<Workload>(&workload).ok().as_ref() != Some(&prepared.workload) {
@@ -130,13 +136,22 @@ fn run_child_in(dir: &Path, prepared: &Prepared, spec: &PolicySpec, limits: &Lim
             scheduler: spec.scheduler.clone(),
         },
     };
-    let (request_path, result_path, stderr_path) = (dir.join("request.json"), dir.join("result.json"), dir.join("stderr"));
+    let (request_path, result_path, stderr_path) =
+        (dir.join("request.json"), dir.join("result.json"), dir.join("stderr"));
     let text = serde_json::to_string(&request).map_err(|e| format!("--isolate: cannot write the request: {e}"))?;
-    std::fs::write(&request_path, text).map_err(|e| format!("--isolate: cannot write {}: {e}", request_path.display()))?;
+    std::fs::write(&request_path, text)
+        .map_err(|e| format!("--isolate: cannot write {}: {e}", request_path.display()))?;
     let exe = std::env::current_exe().map_err(|e| format!("--isolate: cannot find this executable: {e}"))?;
-    let stderr = std::fs::File::create(&stderr_path).map_err(|e| format!("--isolate: cannot create {}: {e}", stderr_path.display()))?;
+    let stderr = std::fs::File::create(&stderr_path)
+        .map_err(|e| format!("--isolate: cannot create {}: {e}", stderr_path.display()))?;
     let mut command = Command::new(exe);
-    command.arg("__isolated-run").arg(&request_path).arg(&result_path).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr);
+    command
+        .arg("__isolated-run")
+        .arg(&request_path)
+        .arg(&result_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr);
     limit_memory(&mut command, limits.memory_mib);
     let mut child = command.spawn().map_err(|e| format!("--isolate: cannot start a child process: {e}"))?;
     let status = wait_with_timeout(&mut child, limits.timeout)?;
@@ -147,7 +162,9 @@ fn run_child_in(dir: &Path, prepared: &Prepared, spec: &PolicySpec, limits: &Lim
         return Err(format!("killed by signal {signal} ({}){}", signal_name(signal), last_words(&stderr_path)));
     }
     match std::fs::read_to_string(&result_path) {
-        Ok(text) => serde_json::from_str(&text).map_err(|e| format!("--isolate: the child's result is unreadable: {e}")),
+        Ok(text) => {
+            serde_json::from_str(&text).map_err(|e| format!("--isolate: the child's result is unreadable: {e}"))
+        }
         Err(_) => {
             let code = status.code().map_or_else(|| "unknown".to_string(), |c| c.to_string());
             Err(format!("exited with status {code} without a result{}", last_words(&stderr_path)))
@@ -192,7 +209,9 @@ fn last_words(stderr_path: &Path) -> String {
     }
     let text = String::from_utf8_lossy(&text);
     let fatal = ["memory allocation of", "fatal runtime error", "has overflowed its stack"];
-    let said = |l: &&str| !l.trim().is_empty() && !l.starts_with([' ', '\t']) && !l.starts_with("note:") && !l.contains("backtrace");
+    let said = |l: &&str| {
+        !l.trim().is_empty() && !l.starts_with([' ', '\t']) && !l.starts_with("note:") && !l.contains("backtrace")
+    };
     let line = text.lines().find(|l| fatal.iter().any(|f| l.contains(f))).or_else(|| text.lines().rev().find(said));
     line.map_or_else(String::new, |l| format!(": {}", l.trim().chars().take(300).collect::<String>()))
 }
@@ -252,10 +271,18 @@ fn signal_name(signal: i32) -> &'static str {
 /// every seed and writes the result; the exit code is 0 once the result is in place.
 pub fn child_main(request_path: &Path, result_path: &Path) -> anyhow::Result<i32> {
     use anyhow::Context;
-    let request: Request = serde_json::from_str(&std::fs::read_to_string(request_path).context("reading the request")?).context("parsing the request")?;
+    let request: Request = serde_json::from_str(&std::fs::read_to_string(request_path).context("reading the request")?)
+        .context("parsing the request")?;
     let workload: Workload = serde_norway::from_str(&request.workload).context("parsing the workload")?;
     let s = request.spec;
-    let spec = PolicySpec { label: s.label, arg: s.arg, library: s.library, name: s.name, config: s.config, scheduler: s.scheduler };
+    let spec = PolicySpec {
+        label: s.label,
+        arg: s.arg,
+        library: s.library,
+        name: s.name,
+        config: s.config,
+        scheduler: s.scheduler,
+    };
     let result = match runner::prepare(workload, &request.file) {
         Ok(prepared) => {
             let inputs = prepared.seed_inputs().map_err(crate::error::Error::from);
@@ -271,7 +298,8 @@ pub fn child_main(request_path: &Path, result_path: &Path) -> anyhow::Result<i32
     };
     // Written whole, then renamed: the parent sees a complete result or none.
     let partial = result_path.with_extension("partial");
-    std::fs::write(&partial, serde_json::to_string(&reply)?).with_context(|| format!("writing {}", partial.display()))?;
+    std::fs::write(&partial, serde_json::to_string(&reply)?)
+        .with_context(|| format!("writing {}", partial.display()))?;
     std::fs::rename(&partial, result_path).with_context(|| format!("writing {}", result_path.display()))?;
     Ok(0)
 }

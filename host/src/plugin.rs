@@ -77,7 +77,10 @@ impl PolicySpec {
                 ));
             }
             if s.is_empty() {
-                return Err(bad_spec(format!("policy '{typed}': no scheduler after `@`"), "write router@scheduler, e.g. preble@lpm"));
+                return Err(bad_spec(
+                    format!("policy '{typed}': no scheduler after `@`"),
+                    "write router@scheduler, e.g. preble@lpm",
+                ));
             }
             let sched = Self::parse_one(s)?;
             shown = format!("{shown}@{}", sched.short());
@@ -118,9 +121,13 @@ impl PolicySpec {
             None => (arg, String::new()),
         };
         if head.is_empty() {
-            return Err(bad_spec(format!("policy '{arg}': empty policy name"), "name a policy; `routelab policies` lists them"));
+            return Err(bad_spec(
+                format!("policy '{arg}': empty policy name"),
+                "name a policy; `routelab policies` lists them",
+            ));
         }
-        let is_lib = |s: &str| s.contains('/') || s.contains('\\') || [".so", ".dylib", ".dll"].iter().any(|x| s.ends_with(x));
+        let is_lib =
+            |s: &str| s.contains('/') || s.contains('\\') || [".so", ".dylib", ".dll"].iter().any(|x| s.ends_with(x));
         let (library, name) = if is_lib(head) {
             match head.rsplit_once(':') {
                 Some((lib, "")) => {
@@ -129,7 +136,9 @@ impl PolicySpec {
                         "write lib.so:name, or just lib.so when the library exports one policy of the kind",
                     ));
                 }
-                Some((lib, name)) if !name.contains('/') && !is_lib(name) => (Some(PathBuf::from(lib)), Some(name.to_string())),
+                Some((lib, name)) if !name.contains('/') && !is_lib(name) => {
+                    (Some(PathBuf::from(lib)), Some(name.to_string()))
+                }
                 _ => (Some(PathBuf::from(head)), None),
             }
         } else {
@@ -372,7 +381,8 @@ impl Loader {
         let name = self.resolve_name(spec, kind)?;
         let source = match &spec.library {
             None => {
-                let entry = self.builtins.iter().find(|e| e.name == name && e.kind() == kind).expect("resolved name exists");
+                let entry =
+                    self.builtins.iter().find(|e| e.name == name && e.kind() == kind).expect("resolved name exists");
                 Source::Builtin(entry.make)
             }
             Some(p) => Source::Library(self.library(p)?, name),
@@ -572,14 +582,23 @@ fn check_elf(path: &Path) -> Result<(), String> {
     };
     // (offset, entry size, count) of the program and the section header tables.
     let (ph, sh) = if wide {
-        ((uint(&ident[32..40]), uint(&ident[54..56]), uint(&ident[56..58])), (uint(&ident[40..48]), uint(&ident[58..60]), uint(&ident[60..62])))
+        (
+            (uint(&ident[32..40]), uint(&ident[54..56]), uint(&ident[56..58])),
+            (uint(&ident[40..48]), uint(&ident[58..60]), uint(&ident[60..62])),
+        )
     } else {
-        ((uint(&ident[28..32]), uint(&ident[42..44]), uint(&ident[44..46])), (uint(&ident[32..36]), uint(&ident[46..48]), uint(&ident[48..50])))
+        (
+            (uint(&ident[28..32]), uint(&ident[42..44]), uint(&ident[44..46])),
+            (uint(&ident[32..36]), uint(&ident[46..48]), uint(&ident[48..50])),
+        )
     };
     let within = |what: &str, offset: u64, len: u64| -> Result<(), String> {
         match offset.checked_add(len) {
             Some(end) if end <= size => Ok(()),
-            _ => Err(format!("its {what} (bytes {offset}..{}) lies past the end of the file ({size} bytes)", offset.saturating_add(len))),
+            _ => Err(format!(
+                "its {what} (bytes {offset}..{}) lies past the end of the file ({size} bytes)",
+                offset.saturating_add(len)
+            )),
         }
     };
     within("program header table", ph.0, ph.1.saturating_mul(ph.2))?;
@@ -597,7 +616,8 @@ fn check_elf(path: &Path) -> Result<(), String> {
         if uint(&e[0..4]) != PT_LOAD {
             continue;
         }
-        let (offset, filesz) = if wide { (uint(&e[8..16]), uint(&e[32..40])) } else { (uint(&e[4..8]), uint(&e[16..20])) };
+        let (offset, filesz) =
+            if wide { (uint(&e[8..16]), uint(&e[32..40])) } else { (uint(&e[4..8]), uint(&e[16..20])) };
         within(&format!("loadable segment {i}"), offset, filesz)?;
     }
     Ok(())

@@ -270,7 +270,14 @@ pub fn render(kind: PolicyKind, crate_name: &str, name: &str, api: &str, standal
             .replace("{{lib_file}}", &lib_file(crate_name))
             .replace("{{load}}", &load_hint(kind, &format!("./target/release/{}", lib_file(crate_name)), name).0)
             .replace("{{where}}", &load_hint(kind, &format!("./target/release/{}", lib_file(crate_name)), name).1)
-            .replace("{{workspace}}", if standalone { "\n# Built on its own, not as part of an enclosing workspace.\n[workspace]\n" } else { "" })
+            .replace(
+                "{{workspace}}",
+                if standalone {
+                    "\n# Built on its own, not as part of an enclosing workspace.\n[workspace]\n"
+                } else {
+                    ""
+                },
+            )
     };
     vec![
         (PathBuf::from("Cargo.toml"), fill(CARGO_TOML)),
@@ -289,14 +296,16 @@ pub fn new_policy(dir: &Path, kind: PolicyKind, name: Option<&str>, api_path: &P
         .and_then(|s| s.to_str())
         .filter(|s| !s.is_empty())
         .context("the directory needs a name, e.g. ./my-router")?;
-    let crate_name: String = dir_name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect();
+    let crate_name: String =
+        dir_name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect();
     let name = name.map(str::to_string).unwrap_or_else(|| snake(&crate_name));
     let api = api_path
         .canonicalize()
         .with_context(|| format!("policy-api crate not found at {} (pass --api-path)", api_path.display()))?;
     for (rel, text) in render(kind, &crate_name, &name, &api.to_string_lossy(), true) {
         let p = dir.join(rel);
-        std::fs::create_dir_all(p.parent().expect("has parent")).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::create_dir_all(p.parent().expect("has parent"))
+            .with_context(|| format!("creating {}", dir.display()))?;
         std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
     }
     // Absolute paths, so the commands work from any directory; the library lands where cargo

@@ -55,7 +55,9 @@ fn type_name(defs: &Map<String, Value>, s: &Value) -> String {
         }
     }
     match s.get("type") {
-        Some(Value::String(t)) if t == "array" => format!("list of {}", s.get("items").map(|i| type_name(defs, i)).unwrap_or_default()),
+        Some(Value::String(t)) if t == "array" => {
+            format!("list of {}", s.get("items").map(|i| type_name(defs, i)).unwrap_or_default())
+        }
         Some(Value::String(t)) if t == "object" && s.get("properties").is_none() => "mapping".into(),
         Some(Value::String(t)) if t == "object" => "mapping (below)".into(),
         Some(Value::String(t)) if t == "integer" => "integer".into(),
@@ -140,7 +142,11 @@ fn alternatives<'a>(defs: &'a Map<String, Value>, s: &'a Value) -> Vec<&'a Value
 fn fields(defs: &Map<String, Value>, prefix: &str, s: &Value, about: Option<&Value>, out: &mut String) {
     let s = non_null(defs, s);
     let Some(Value::Object(props)) = s.get("properties") else { return };
-    let required: Vec<&str> = s.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let required: Vec<&str> = s
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
     out.push_str(&format!("\n### `{}`\n\n", if prefix.is_empty() { "(top level)" } else { prefix }));
     if let Some(d) = about.or_else(|| s.get("description")).and_then(Value::as_str) {
         out.push_str(&format!("{}\n\n", one_line(d)));
@@ -154,7 +160,8 @@ fn fields(defs: &Map<String, Value>, prefix: &str, s: &Value, about: Option<&Val
             None if required.contains(&name.as_str()) => "required".into(),
             None => "none".into(),
         };
-        let description = field.get("description").or_else(|| target.get("description")).and_then(Value::as_str).unwrap_or("");
+        let description =
+            field.get("description").or_else(|| target.get("description")).and_then(Value::as_str).unwrap_or("");
         out.push_str(&format!(
             "| `{name}` | {} | {default} | {} | {} |\n",
             type_name(defs, field),
@@ -173,7 +180,10 @@ fn fields(defs: &Map<String, Value>, prefix: &str, s: &Value, about: Option<&Val
         // mapping offered beside a name (`gpu: {name, memory_gb, ...}`).
         for a in alternatives(defs, target) {
             match a.get("properties") {
-                Some(Value::Object(p)) if p.len() == 1 && a.get("required").is_some_and(|r| r.as_array().is_some_and(|r| r.len() == 1)) => {
+                Some(Value::Object(p))
+                    if p.len() == 1
+                        && a.get("required").is_some_and(|r| r.as_array().is_some_and(|r| r.len() == 1)) =>
+                {
                     let (k, v) = p.iter().next().expect("one");
                     let v = deref(defs, v);
                     if v.get("properties").is_some() {
@@ -220,7 +230,10 @@ mod tests {
             std::fs::write(&path, &fresh).unwrap();
             return;
         }
-        assert!(fresh == doc, "docs/workloads.md's field reference is stale: ROUTELAB_REGENERATE_DOCS=1 cargo test -p routelab schema");
+        assert!(
+            fresh == doc,
+            "docs/workloads.md's field reference is stale: ROUTELAB_REGENERATE_DOCS=1 cargo test -p routelab schema"
+        );
     }
 
     #[test]

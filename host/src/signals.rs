@@ -118,7 +118,7 @@ mod tests {
     use super::*;
     use abi_stable::sabi_trait::TD_Opaque;
     use abi_stable::std_types::{RNone, RSlice};
-    use routelab_policy_api::{Guarded, Policy, Request, RouterContext, RouterPolicy, Router_TO, World};
+    use routelab_policy_api::{Guarded, Policy, Request, Router_TO, RouterContext, RouterPolicy, World};
 
     /// Asks for two signals and routes to the replica with the lowest KV utilisation, recording
     /// the table it saw.
@@ -196,7 +196,8 @@ mod tests {
     #[test]
     fn scraped_signals_are_the_last_scrape_with_its_age() {
         let ctx = RouterContext { world: World::Cluster, replicas: 1, seed: 1, kv_capacity_tokens: 100, cost: RNone };
-        let router = Router_TO::from_value(Guarded::new(ReadsScraped::new(Default::default(), &ctx).unwrap()), TD_Opaque);
+        let router =
+            Router_TO::from_value(Guarded::new(ReadsScraped::new(Default::default(), &ctx).unwrap()), TD_Opaque);
         let mut table = SignalTable::negotiate(&router).unwrap();
         assert!(table.reads_scrapes());
         let live = |waiting| [ReplicaView { waiting, ..Default::default() }];

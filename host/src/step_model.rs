@@ -97,7 +97,10 @@ impl Choice<Gpu> {
     pub fn resolve(&self) -> Result<Gpu, String> {
         match self {
             Choice::Name(n) => gpu(n).ok_or_else(|| {
-                format!("unknown GPU '{n}'; catalog: {}; or give a mapping {{name, memory_gb, bandwidth_gb_s, tflops}}", GPU_NAMES.join(", "))
+                format!(
+                    "unknown GPU '{n}'; catalog: {}; or give a mapping {{name, memory_gb, bandwidth_gb_s, tflops}}",
+                    GPU_NAMES.join(", ")
+                )
             }),
             Choice::Custom(g) => Ok(g.clone()),
         }
@@ -174,7 +177,13 @@ pub struct StepModel {
 
 impl StepModel {
     /// Builds the model; fails when the weights leave no room for a single KV token.
-    pub fn new(gpu: Gpu, model: Model, tp: u32, memory_fraction: f64, efficiency: Efficiency) -> Result<Self, DoesNotFit> {
+    pub fn new(
+        gpu: Gpu,
+        model: Model,
+        tp: u32,
+        memory_fraction: f64,
+        efficiency: Efficiency,
+    ) -> Result<Self, DoesNotFit> {
         let tpf = tp.max(1) as f64;
         let weight_bytes = model.parameters as f64 * model.bytes_per_element as f64;
         let kv_bytes_per_token =
@@ -183,11 +192,13 @@ impl StepModel {
         let free = usable - weight_bytes;
         if free < kv_bytes_per_token {
             let per_gpu_weights = weight_bytes / tpf / 1e9;
-            let min_tp = [1u32, 2, 4, 8]
-                .into_iter()
-                .find(|&t| gpu.memory_gb * 1e9 * t as f64 * memory_fraction - weight_bytes >= kv_bytes_per_token * 1024.0);
+            let min_tp = [1u32, 2, 4, 8].into_iter().find(|&t| {
+                gpu.memory_gb * 1e9 * t as f64 * memory_fraction - weight_bytes >= kv_bytes_per_token * 1024.0
+            });
             let fix = match min_tp {
-                Some(t) if t > tp => format!("raise tp to {t} (or more), use a GPU with more memory, or a smaller model"),
+                Some(t) if t > tp => {
+                    format!("raise tp to {t} (or more), use a GPU with more memory, or a smaller model")
+                }
                 _ => "use a GPU with more memory, a smaller model, or raise memory_fraction (at most 1)".to_string(),
             };
             return Err(DoesNotFit {
@@ -240,7 +251,10 @@ impl StepModel {
 /// efficiency). Fails for unknown names or a model that does not fit.
 pub fn describe(gpu_name: &str, model_name: &str, tp: u32) -> Result<String, DoesNotFit> {
     if ![1, 2, 4, 8].contains(&tp) {
-        return Err(DoesNotFit { message: format!("tp must be 1, 2, 4 or 8 (got {tp})"), fix: "pass --tp 1, 2, 4 or 8".into() });
+        return Err(DoesNotFit {
+            message: format!("tp must be 1, 2, 4 or 8 (got {tp})"),
+            fix: "pass --tp 1, 2, 4 or 8".into(),
+        });
     }
     let sm = StepModel::from_catalog(gpu_name, model_name, tp, 0.9)?;
     Ok(describe_model(&sm))
@@ -250,7 +264,11 @@ pub fn describe(gpu_name: &str, model_name: &str, tp: u32) -> Result<String, Doe
 pub fn describe_model(sm: &StepModel) -> String {
     let (g, m, e, c) = (&sm.gpu, &sm.model, &sm.efficiency, &sm.cost);
     let mut s = String::new();
-    let _ = writeln!(s, "step model: {} on {} × {} (tp {}), memory_fraction {}", m.name, sm.tp, g.name, sm.tp, sm.memory_fraction);
+    let _ = writeln!(
+        s,
+        "step model: {} on {} × {} (tp {}), memory_fraction {}",
+        m.name, sm.tp, g.name, sm.tp, sm.memory_fraction
+    );
     let _ = writeln!(
         s,
         "  compute   {:.1} TFLOP/s effective = {} TFLOP/s peak × mfu {} × tp {}",
@@ -267,8 +285,19 @@ pub fn describe_model(sm: &StepModel) -> String {
         e.mbu,
         sm.tp
     );
-    let _ = writeln!(s, "  step overhead {:.3} ms{}", c.step_overhead_s * 1e3, if sm.tp > 1 { " (includes 2 all-reduces per layer)" } else { "" });
-    let _ = writeln!(s, "  weights {:.2} GB ({} parameters × {} bytes)", c.weight_bytes / 1e9, m.parameters, m.bytes_per_element);
+    let _ = writeln!(
+        s,
+        "  step overhead {:.3} ms{}",
+        c.step_overhead_s * 1e3,
+        if sm.tp > 1 { " (includes 2 all-reduces per layer)" } else { "" }
+    );
+    let _ = writeln!(
+        s,
+        "  weights {:.2} GB ({} parameters × {} bytes)",
+        c.weight_bytes / 1e9,
+        m.parameters,
+        m.bytes_per_element
+    );
     let _ = writeln!(
         s,
         "  KV per token {} bytes = 2 × {} layers × {} kv heads × {} head dim × {} bytes",

@@ -22,7 +22,16 @@ pub fn closest<'a>(typed: &str, candidates: impl IntoIterator<Item = &'a str>) -
     let typed_lower = typed.to_lowercase();
     candidates
         .into_iter()
-        .map(|c| (if c.starts_with(&typed_lower) && !typed.is_empty() { 0 } else { distance(&typed_lower, &c.to_lowercase()) }, c))
+        .map(|c| {
+            (
+                if c.starts_with(&typed_lower) && !typed.is_empty() {
+                    0
+                } else {
+                    distance(&typed_lower, &c.to_lowercase())
+                },
+                c,
+            )
+        })
         .filter(|(d, c)| *d <= (c.chars().count().max(typed.chars().count()) / 3).max(1))
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)

@@ -52,7 +52,13 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Self { block_tokens: 16, imbalance_abs: 8, std_dev_factor: 1.0, capacity_tokens: 200_000, idle_eviction_s: 1200.0 }
+        Self {
+            block_tokens: 16,
+            imbalance_abs: 8,
+            std_dev_factor: 1.0,
+            capacity_tokens: 200_000,
+            idle_eviction_s: 1200.0,
+        }
     }
 }
 
@@ -80,7 +86,8 @@ pub struct AibrixPrefixCache {
 
 impl Policy for AibrixPrefixCache {
     const NAME: &'static str = "aibrix_prefix_cache";
-    const DESCRIPTION: &'static str = "AIBrix prefix-cache: load-spread guard, best match under mean + 1σ running, else least request";
+    const DESCRIPTION: &'static str =
+        "AIBrix prefix-cache: load-spread guard, best match under mean + 1σ running, else least request";
     type Config = Config;
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {

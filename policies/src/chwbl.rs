@@ -56,7 +56,13 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Self { prefix_tokens: 256, load_factor: 1.25, virtual_nodes: 256, overflow: Overflow::Walk, balance_abs_threshold: 0 }
+        Self {
+            prefix_tokens: 256,
+            load_factor: 1.25,
+            virtual_nodes: 256,
+            overflow: Overflow::Walk,
+            balance_abs_threshold: 0,
+        }
     }
 }
 
@@ -72,7 +78,8 @@ pub struct Chwbl {
 
 impl Policy for Chwbl {
     const NAME: &'static str = "chwbl";
-    const DESCRIPTION: &'static str = "consistent hashing with bounded loads on the prompt's head (KubeAI, SGLang prefix_hash)";
+    const DESCRIPTION: &'static str =
+        "consistent hashing with bounded loads on the prompt's head (KubeAI, SGLang prefix_hash)";
     type Config = Config;
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {

@@ -47,7 +47,7 @@ use rand::RngExt;
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
 
-use crate::block_index::{evicted_hashes, BlockIndex, KeyMap, Stamps, pair_key};
+use crate::block_index::{BlockIndex, KeyMap, Stamps, evicted_hashes, pair_key};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -117,14 +117,17 @@ pub struct DynamoKv {
 
 impl Policy for DynamoKv {
     const NAME: &'static str = "dynamo_kv";
-    const DESCRIPTION: &'static str = "NVIDIA Dynamo KV router: prefill blocks minus cached overlap plus decode blocks, argmin or softmax";
+    const DESCRIPTION: &'static str =
+        "NVIDIA Dynamo KV router: prefill blocks minus cached overlap plus decode blocks, argmin or softmax";
     type Config = Config;
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
         if cfg.block_tokens == 0 {
             return Err("block_tokens must be at least 1 (Dynamo uses the engine's KV block, 16 for vLLM)".into());
         }
-        for (name, v) in [("overlap_score_credit", cfg.overlap_score_credit), ("prefill_load_scale", cfg.prefill_load_scale)] {
+        for (name, v) in
+            [("overlap_score_credit", cfg.overlap_score_credit), ("prefill_load_scale", cfg.prefill_load_scale)]
+        {
             if !(v >= 0.0 && v.is_finite()) {
                 return Err(format!("{name} must be a finite number ≥ 0 (got {v})"));
             }

@@ -26,7 +26,6 @@ impl Policy for LeastRequests {
 
 impl RouterPolicy for LeastRequests {
     fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        argmin_random_tie(replicas.iter().map(|r| r.outstanding_requests), &mut self.rng)
-            .expect("at least one replica")
+        argmin_random_tie(replicas.iter().map(|r| r.outstanding_requests), &mut self.rng).expect("at least one replica")
     }
 }

@@ -29,7 +29,6 @@ impl RouterPolicy for LeastWorkLeft {
         Capabilities::NEEDS_OUTSTANDING_WORK
     }
     fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        argmin_random_tie(replicas.iter().map(|r| r.outstanding_work), &mut self.rng)
-            .expect("at least one replica")
+        argmin_random_tie(replicas.iter().map(|r| r.outstanding_work), &mut self.rng).expect("at least one replica")
     }
 }

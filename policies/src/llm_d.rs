@@ -46,7 +46,7 @@ use rand::RngExt;
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
 
-use crate::block_index::{evicted_hashes, BlockIndex, Stamps};
+use crate::block_index::{BlockIndex, Stamps, evicted_hashes};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -108,11 +108,16 @@ pub struct LlmD {
 
 impl Policy for LlmD {
     const NAME: &'static str = "llm_d";
-    const DESCRIPTION: &'static str = "llm-d endpoint picker: weighted queue, KV-utilisation and prefix scorers, max score";
+    const DESCRIPTION: &'static str =
+        "llm-d endpoint picker: weighted queue, KV-utilisation and prefix scorers, max score";
     type Config = Config;
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
-        for (name, w) in [("queue_weight", cfg.queue_weight), ("kv_cache_weight", cfg.kv_cache_weight), ("prefix_weight", cfg.prefix_weight)] {
+        for (name, w) in [
+            ("queue_weight", cfg.queue_weight),
+            ("kv_cache_weight", cfg.kv_cache_weight),
+            ("prefix_weight", cfg.prefix_weight),
+        ] {
             if !(w >= 0.0 && w.is_finite()) {
                 return Err(format!("{name} must be a finite number ≥ 0 (got {w}); 0 switches the scorer off"));
             }
@@ -134,9 +139,11 @@ impl Policy for LlmD {
         };
         let n = ctx.replicas as usize;
         let hashing = match cfg.prefix_state {
-            PrefixState::Approximate => {
-                BlockHashing { block_tokens: cfg.block_tokens, max_blocks: cfg.max_prefix_blocks as usize, partial_tail: true }
-            }
+            PrefixState::Approximate => BlockHashing {
+                block_tokens: cfg.block_tokens,
+                max_blocks: cfg.max_prefix_blocks as usize,
+                partial_tail: true,
+            },
             PrefixState::Precise => BlockHashing::full_blocks(cfg.block_tokens),
         };
         Ok(Self {
@@ -217,7 +224,9 @@ impl LlmD {
         self.scores.fill(0.0);
         let n = replicas.len();
         if self.cfg.queue_weight > 0.0 {
-            let (lo, hi) = (0..n).map(|i| Self::waiting(replicas, i)).fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), q| (a.min(q), b.max(q)));
+            let (lo, hi) = (0..n)
+                .map(|i| Self::waiting(replicas, i))
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), q| (a.min(q), b.max(q)));
             for (i, s) in self.scores.iter_mut().enumerate() {
                 let q = if hi == lo { 1.0 } else { (hi - Self::waiting(replicas, i)) / (hi - lo) };
                 *s += self.cfg.queue_weight * q;

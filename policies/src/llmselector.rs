@@ -58,7 +58,8 @@ pub struct LlmSelector {
 
 impl Policy for LlmSelector {
     const NAME: &'static str = "llmselector";
-    const DESCRIPTION: &'static str = "LLMSelector: one module at a time, candidates scored by the diagnoser's verdicts";
+    const DESCRIPTION: &'static str =
+        "LLMSelector: one module at a time, candidates scored by the diagnoser's verdicts";
     type Config = Config;
     type Context = SelectorContext;
     fn new(config: Config, ctx: &SelectorContext) -> Result<Self, String> {

@@ -48,7 +48,11 @@ impl RouterPolicy for MaxAffinity {
 
     fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         let i = best_match(replicas);
-        if replicas[i].matched_tokens > 0 { self.affinity += 1 } else { self.load += 1 }
+        if replicas[i].matched_tokens > 0 {
+            self.affinity += 1
+        } else {
+            self.load += 1
+        }
         i
     }
 

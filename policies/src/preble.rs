@@ -188,14 +188,14 @@ pub struct Preble {
 
 impl Policy for Preble {
     const NAME: &'static str = "preble";
-    const DESCRIPTION: &'static str = "Preble: E2 exploit/explore with L+M+P load cost, rebalancing, autoscaling, P/D pairing";
+    const DESCRIPTION: &'static str =
+        "Preble: E2 exploit/explore with L+M+P load cost, rebalancing, autoscaling, P/D pairing";
     type Config = Config;
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
-        let model = ctx
-            .cost
-            .into_option()
-            .ok_or("preble prices load in GPU seconds and needs the cluster world's step model (run it on a cluster workload)")?;
+        let model = ctx.cost.into_option().ok_or(
+            "preble prices load in GPU seconds and needs the cluster world's step model (run it on a cluster workload)",
+        )?;
         if !(cfg.window_s > 0.0) {
             return Err(format!("window_s must be positive (got {})", cfg.window_s));
         }
@@ -216,7 +216,11 @@ impl Policy for Preble {
             kv_capacity_tokens: ctx.kv_capacity_tokens,
             tree: PrefixTree::new(n),
             replicas: (0..n)
-                .map(|_| ReplicaWindow { prefill_s: WindowSum::new(w), prompt_tokens: WindowSum::new(pd_w), cached_tokens: WindowSum::new(pd_w) })
+                .map(|_| ReplicaWindow {
+                    prefill_s: WindowSum::new(w),
+                    prompt_tokens: WindowSum::new(pd_w),
+                    cached_tokens: WindowSum::new(pd_w),
+                })
                 .collect(),
             outputs: WindowSum::new(w),
             prompts: WindowSum::new(w),

@@ -65,7 +65,8 @@ pub fn group_of(cached: u32, prompt: u32, groups: u32) -> u32 {
 
 impl Policy for PriorityGroups {
     const NAME: &'static str = "priority_groups";
-    const DESCRIPTION: &'static str = "scheduler: P groups by cached fraction, one group per step, quota (g+1)·k (Preble)";
+    const DESCRIPTION: &'static str =
+        "scheduler: P groups by cached fraction, one group per step, quota (g+1)·k (Preble)";
     type Config = Config;
     type Context = SchedulerContext;
     fn new(config: Config, _: &SchedulerContext) -> Result<Self, String> {
@@ -96,7 +97,9 @@ impl SchedulerPolicy for PriorityGroups {
         self.turn = (g + p - 1) % p;
         let members = &mut self.members[g as usize];
         // Oldest first (the host's queue is in arrival order but a preempted request re-enters it).
-        members.sort_by(|&a, &b| waiting[a as usize].arrived_at.total_cmp(&waiting[b as usize].arrived_at).then(a.cmp(&b)));
+        members.sort_by(|&a, &b| {
+            waiting[a as usize].arrived_at.total_cmp(&waiting[b as usize].arrived_at).then(a.cmp(&b))
+        });
         let quota = ((g as u64 + 1) * self.k as u64).min(members.len() as u64) as usize;
         order.extend_from_slice(&members[..quota]);
     }
@@ -111,14 +114,21 @@ mod tests {
         for &(cached, count) in fractions_per_group {
             for _ in 0..count {
                 let id = v.len() as u64;
-                v.push(WaitingRequest { id, arrived_at: id as f64, prompt_tokens: 100, cached_tokens: cached, remaining_prefill_tokens: 100 - cached });
+                v.push(WaitingRequest {
+                    id,
+                    arrived_at: id as f64,
+                    prompt_tokens: 100,
+                    cached_tokens: cached,
+                    remaining_prefill_tokens: 100 - cached,
+                });
             }
         }
         v
     }
 
     fn scheduler() -> PriorityGroups {
-        PriorityGroups::new(Config::default(), &SchedulerContext { replica: 0, seed: 0, kv_capacity_tokens: 0 }).unwrap()
+        PriorityGroups::new(Config::default(), &SchedulerContext { replica: 0, seed: 0, kv_capacity_tokens: 0 })
+            .unwrap()
     }
 
     #[test]
@@ -154,7 +164,11 @@ mod tests {
         assert_eq!(order, (60..65).collect::<Vec<u32>>());
         // 45 more group-2 requests: the quota caps a step at (2 + 1) × 10 = 30.
         w.truncate(30);
-        w.extend(waiting(&[(25, 45)]).into_iter().map(|r| WaitingRequest { id: r.id + 100, arrived_at: r.arrived_at + 100.0, ..r }));
+        w.extend(waiting(&[(25, 45)]).into_iter().map(|r| WaitingRequest {
+            id: r.id + 100,
+            arrived_at: r.arrived_at + 100.0,
+            ..r
+        }));
         order.clear();
         s.order(0.0, &w, &mut order);
         assert_eq!(order.len(), 30, "the wrap serves group 9 first");

@@ -58,7 +58,8 @@ pub struct RayPrefixAware {
 
 impl Policy for RayPrefixAware {
     const NAME: &'static str = "ray_prefix_aware";
-    const DESCRIPTION: &'static str = "Ray Serve LLM prefix-aware router: power of two when queues spread > 10, else best match or smallest tree";
+    const DESCRIPTION: &'static str =
+        "Ray Serve LLM prefix-aware router: power of two when queues spread > 10, else best match or smallest tree";
     type Config = Config;
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {

@@ -83,7 +83,8 @@ pub struct SglangCacheAware {
 
 impl Policy for SglangCacheAware {
     const NAME: &'static str = "sglang_cache_aware";
-    const DESCRIPTION: &'static str = "SGLang router: own approximate prefix trees, cache threshold, abs+rel load guard";
+    const DESCRIPTION: &'static str =
+        "SGLang router: own approximate prefix trees, cache threshold, abs+rel load guard";
     type Config = Config;
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
@@ -151,7 +152,8 @@ impl RouterPolicy for SglangCacheAware {
                 best = i;
             }
         }
-        let rate = if request.prompt_tokens == 0 { 0.0 } else { self.matches[best] as f64 / request.prompt_tokens as f64 };
+        let rate =
+            if request.prompt_tokens == 0 { 0.0 } else { self.matches[best] as f64 / request.prompt_tokens as f64 };
         if rate > self.cfg.cache_threshold {
             self.cache_decisions += 1;
             return best;

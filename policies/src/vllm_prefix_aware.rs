@@ -63,7 +63,8 @@ pub struct VllmPrefixAware {
 
 impl Policy for VllmPrefixAware {
     const NAME: &'static str = "vllm_prefix_aware";
-    const DESCRIPTION: &'static str = "vLLM production-stack prefixaware: never-evicted chunk trie, random among the longest matches";
+    const DESCRIPTION: &'static str =
+        "vLLM production-stack prefixaware: never-evicted chunk trie, random among the longest matches";
     type Config = Config;
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
@@ -251,7 +252,13 @@ mod tests {
         }
         // A right hint settles it in two probes.
         let mut probes = 0;
-        assert_eq!(leading_true(1000, 600, |i| { probes += 1; i < 600 }), 600);
+        assert_eq!(
+            leading_true(1000, 600, |i| {
+                probes += 1;
+                i < 600
+            }),
+            600
+        );
         assert_eq!(probes, 2);
     }
 }

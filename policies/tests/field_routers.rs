@@ -27,7 +27,16 @@ fn req(id: u64, at: f64, segs: &[Segment]) -> Request<'_> {
 }
 
 fn done(id: u64, replica: u32) -> Completion {
-    Completion { request_id: id, replica, arrived_at: 0.0, completed_at: 1.0, ttft: 0.5, prompt_tokens: 0, cached_tokens: 0, output_tokens: 1 }
+    Completion {
+        request_id: id,
+        replica,
+        arrived_at: 0.0,
+        completed_at: 1.0,
+        ttft: 0.5,
+        prompt_tokens: 0,
+        cached_tokens: 0,
+        output_tokens: 1,
+    }
 }
 
 /// Routes `request` and dispatches it where the router said.
@@ -130,7 +139,12 @@ fn llm_d_weighs_queue_kv_and_prefix_scores() {
 fn llm_d_approximate_lru_drops_the_oldest_block_and_the_walk_stops_there() {
     // Capacity 3 blocks: dispatching A's 4 blocks evicts block 0 (added first), so B's walk finds
     // nobody holding block 0 and stops at once (upstream's `matchLongestPrefix`): no prefix score.
-    let cfg = llm_d::Config { lru_capacity: llm_d::LruCapacity::Blocks(3), queue_weight: 0.0, kv_cache_weight: 0.0, ..Default::default() };
+    let cfg = llm_d::Config {
+        lru_capacity: llm_d::LruCapacity::Blocks(3),
+        queue_weight: 0.0,
+        kv_cache_weight: 0.0,
+        ..Default::default()
+    };
     let mut l = LlmD::new(cfg.clone(), &ctx(2)).unwrap();
     l.on_dispatch(&req(0, 0.0, &[seg(1, 64)]), 0);
     assert_eq!(l.scores(&req(1, 0.1, &[seg(1, 64), seg(2, 40)]), &[ReplicaView::default(); 2]), &[0.0, 0.0]);
@@ -174,7 +188,9 @@ fn vllm_prefix_aware_narrows_to_the_longest_matching_replicas() {
         (0..40).map(|i| v.route(&req(3 + i, 1.0, &[seg(1, 64), seg(5, 64)]), &Replicas::new(&views))).collect();
     assert_eq!(picks, [1, 2].into());
     // min_match_tokens 100 > 64 matched: the lowest-QPS replica, and 0 was never routed to.
-    let mut v = VllmPrefixAware::new(vllm_prefix_aware::Config { min_match_tokens: 100, ..Default::default() }, &ctx(3)).unwrap();
+    let mut v =
+        VllmPrefixAware::new(vllm_prefix_aware::Config { min_match_tokens: 100, ..Default::default() }, &ctx(3))
+            .unwrap();
     v.on_dispatch(&req(0, 0.0, &[seg(1, 64), seg(2, 64)]), 1);
     v.on_dispatch(&req(1, 0.0, &[seg(1, 64), seg(3, 64)]), 2);
     assert_eq!(v.route(&req(2, 1.0, &[seg(1, 64), seg(5, 64)]), &Replicas::new(&views)), 0);
@@ -236,8 +252,14 @@ fn sglang_below_threshold_smallest_tree_differs_from_least_load() {
     };
     let views = [ReplicaView::default(); 3];
     let fresh = [seg(9, 500)]; // matches nothing: below the threshold
-    assert_eq!(setup(sglang_cache_aware::BelowThreshold::LeastLoad).route(&req(3, 1.0, &fresh), &Replicas::new(&views)), 2);
-    assert_eq!(setup(sglang_cache_aware::BelowThreshold::SmallestTree).route(&req(3, 1.0, &fresh), &Replicas::new(&views)), 1);
+    assert_eq!(
+        setup(sglang_cache_aware::BelowThreshold::LeastLoad).route(&req(3, 1.0, &fresh), &Replicas::new(&views)),
+        2
+    );
+    assert_eq!(
+        setup(sglang_cache_aware::BelowThreshold::SmallestTree).route(&req(3, 1.0, &fresh), &Replicas::new(&views)),
+        1
+    );
 }
 
 /// Builds a router from YAML through the registry (the path the CLI and plugins take).

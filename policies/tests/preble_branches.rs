@@ -10,7 +10,13 @@ use common::a6000_mistral;
 
 /// Preble over `replicas` replicas with only the named adjustment possibly on.
 fn preble(replicas: u32, rebalance: bool, autoscale: bool, pd_pairing: bool) -> Preble {
-    let ctx = RouterContext { world: World::Cluster, replicas, seed: 1, kv_capacity_tokens: 219_089, cost: RSome(a6000_mistral()) };
+    let ctx = RouterContext {
+        world: World::Cluster,
+        replicas,
+        seed: 1,
+        kv_capacity_tokens: 219_089,
+        cost: RSome(a6000_mistral()),
+    };
     Preble::new(Config { rebalance, autoscale, pd_pairing, ..Config::default() }, &ctx).unwrap()
 }
 

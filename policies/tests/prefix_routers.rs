@@ -2,7 +2,10 @@
 //! end to end).
 
 use abi_stable::std_types::{RNone, ROption, RSlice};
-use routelab_policies::{max_affinity::MaxAffinity, preble::Preble, sglang_cache_aware::SglangCacheAware, threshold_affinity::ThresholdAffinity};
+use routelab_policies::{
+    max_affinity::MaxAffinity, preble::Preble, sglang_cache_aware::SglangCacheAware,
+    threshold_affinity::ThresholdAffinity,
+};
 use routelab_policy_api::*;
 
 mod common;
@@ -43,7 +46,10 @@ fn threshold_affinity_needs_a_match_worth_having() {
     assert_eq!(r.route(&req(0, 0.0, &segs), &Replicas::new(&[view(13, 9.0), view(0, 1.0), view(13, 5.0)])), 1);
     // The document matches on replica 2: affinity, despite the load.
     assert_eq!(r.route(&req(1, 0.0, &segs), &Replicas::new(&[view(13, 9.0), view(0, 1.0), view(21_013, 50.0)])), 2);
-    assert!(ThresholdAffinity::new(routelab_policies::threshold_affinity::Config { threshold: 1.5 }, &ctx(2, RNone)).is_err());
+    assert!(
+        ThresholdAffinity::new(routelab_policies::threshold_affinity::Config { threshold: 1.5 }, &ctx(2, RNone))
+            .is_err()
+    );
 }
 
 #[test]
@@ -69,7 +75,11 @@ fn sglang_follows_its_own_tree_until_the_load_guard_trips() {
 
 #[test]
 fn sglang_trims_trees_at_its_eviction_interval() {
-    let cfg = routelab_policies::sglang_cache_aware::Config { max_tree_tokens: 30_000, eviction_interval_s: 10.0, ..Default::default() };
+    let cfg = routelab_policies::sglang_cache_aware::Config {
+        max_tree_tokens: 30_000,
+        eviction_interval_s: 10.0,
+        ..Default::default()
+    };
     let mut r = SglangCacheAware::new(cfg, &ctx(1, RNone)).unwrap();
     let views = [ReplicaView::default()];
     let a = [SYS, DOC];
@@ -92,7 +102,11 @@ fn preble_exploits_a_long_cached_document_and_explores_otherwise() {
     }
     r.on_dispatch(&req(2, 0.0, &[SYS, DOC]), 2);
     let segs = [SYS, DOC, Q];
-    assert_eq!(r.route(&req(10, 1.0, &segs), &Replicas::new(&views)), 2, "cached 21,013 > missed 1,987: exploit replica 2");
+    assert_eq!(
+        r.route(&req(10, 1.0, &segs), &Replicas::new(&views)),
+        2,
+        "cached 21,013 > missed 1,987: exploit replica 2"
+    );
     // A new document: only 13 tokens cached anywhere → explore, to the cheapest replica — not 2,
     // which carries the most windowed load.
     let other = [SYS, Segment { id: 7, tokens: 20_000 }, Q];
@@ -116,7 +130,11 @@ fn preble_forgets_what_replicas_evict() {
     r.on_evict(&Eviction { replica: 1, evicted_at: 1.5, path: RSlice::from_slice(&[SYS, DOC]), remaining_tokens: 0 });
     r.route(&req(2, 2.0, &segs), &Replicas::new(&views));
     let stats = r.report();
-    assert_eq!(stats.iter().find(|s| s.0 == "explore_decisions").unwrap().1, 1.0, "after the eviction nothing is cached: explore");
+    assert_eq!(
+        stats.iter().find(|s| s.0 == "explore_decisions").unwrap().1,
+        1.0,
+        "after the eviction nothing is cached: explore"
+    );
 }
 
 #[test]

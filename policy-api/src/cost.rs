@@ -54,10 +54,9 @@ impl CostModel {
         if step.tokens == 0 {
             return 0.0;
         }
-        let flops = self.linear_flops_per_token * step.tokens as f64
-            + self.attention_flops_per_pair * step.attention_pairs;
-        let bytes = self.weight_bytes
-            + self.kv_bytes_per_token * (step.kv_read_tokens + step.kv_written_tokens) as f64;
+        let flops =
+            self.linear_flops_per_token * step.tokens as f64 + self.attention_flops_per_pair * step.attention_pairs;
+        let bytes = self.weight_bytes + self.kv_bytes_per_token * (step.kv_read_tokens + step.kv_written_tokens) as f64;
         (flops / self.flops_per_s).max(bytes / self.bytes_per_s) + self.step_overhead_s
     }
 

@@ -267,7 +267,11 @@ fn build<P: Policy>(config: &str, context: &P::Context) -> Result<P, PolicyError
         P::new(cfg, context).map_err(|e| PolicyError::bad_config(format!("config of '{}': {e}", P::NAME)))
     }));
     made.unwrap_or_else(|payload| {
-        Err(PolicyError::panicked(format!("policy '{}' panicked in its constructor: {}", P::NAME, panic_message(&*payload))))
+        Err(PolicyError::panicked(format!(
+            "policy '{}' panicked in its constructor: {}",
+            P::NAME,
+            panic_message(&*payload)
+        )))
     })
 }
 

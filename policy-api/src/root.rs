@@ -167,10 +167,7 @@ extern "C" fn new_selector(
 pub fn library(entries: impl FnOnce() -> Vec<Entry>) -> PolicyLibRef {
     REGISTRY.get_or_init(|| {
         catch_unwind(AssertUnwindSafe(entries)).map_err(|payload| {
-            PolicyError::panicked(format!(
-                "the library's registry function panicked: {}",
-                panic_message(&*payload)
-            ))
+            PolicyError::panicked(format!("the library's registry function panicked: {}", panic_message(&*payload)))
         })
     });
     use abi_stable::prefix_type::PrefixTypeTrait;
@@ -220,9 +217,6 @@ macro_rules! export_policies {
 mod tests {
     #[test]
     fn exported_symbol_is_the_one_abi_stable_looks_up() {
-        assert_eq!(
-            abi_stable::library::ROOT_MODULE_LOADER_NAME,
-            "_1as_0lib_1header_0root_bmodule_bloader"
-        );
+        assert_eq!(abi_stable::library::ROOT_MODULE_LOADER_NAME, "_1as_0lib_1header_0root_bmodule_bloader");
     }
 }

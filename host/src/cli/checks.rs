@@ -34,7 +34,10 @@ pub fn overrides(w: &Workload, file: &Path, common: &Common) -> Result<(), Input
     if common.start.is_some() && w.compound.is_none() {
         return Err(flag_error(
             "--start",
-            format!("{shown} is a {} workload; --start sets a compound workload's starting allocation", w.world().as_str()),
+            format!(
+                "{shown} is a {} workload; --start sets a compound workload's starting allocation",
+                w.world().as_str()
+            ),
             "drop --start, or pass a workload with a `compound:` section",
         ));
     }
@@ -71,7 +74,12 @@ pub fn pairings(w: &Workload, specs: &[PolicySpec]) -> Result<(), InputError> {
     match specs.iter().find(|s| s.scheduler.is_some()) {
         Some(s) => Err(flag_error(
             "--policies",
-            format!("'{}' names a local scheduler, but {} is a {} workload, which has none", s.arg, w.name, w.world().as_str()),
+            format!(
+                "'{}' names a local scheduler, but {} is a {} workload, which has none",
+                s.arg,
+                w.name,
+                w.world().as_str()
+            ),
             "drop `@…`: only cluster workloads run schedulers",
         )),
         None => Ok(()),
@@ -81,7 +89,13 @@ pub fn pairings(w: &Workload, specs: &[PolicySpec]) -> Result<(), InputError> {
 /// Every policy a workload names — `policies:` and `cluster.scheduler` — exists and is of the
 /// right kind (`validate`).
 pub fn policy_names(loader: &mut Loader, w: &Workload, file: &Path) -> Result<(), InputError> {
-    let at = |field: String, e: LoadError| InputError { file: file.into(), path: field, line: None, message: e.message, fix: e.fix };
+    let at = |field: String, e: LoadError| InputError {
+        file: file.into(),
+        path: field,
+        line: None,
+        message: e.message,
+        fix: e.fix,
+    };
     let specs = specs(&w.policies).map_err(|e| at("policies".into(), e))?;
     pairings(w, &specs).map_err(|e| InputError { file: file.into(), path: "policies".into(), ..e })?;
     for (i, s) in specs.iter().enumerate() {

@@ -11,7 +11,13 @@ use crate::runner::WorkloadResult;
 use crate::workload::InputError;
 
 fn bad(flag: &str, path: &Path, message: String, fix: &str) -> InputError {
-    InputError { file: PathBuf::from(flag), path: String::new(), line: None, message: format!("{}: {message}", path.display()), fix: fix.into() }
+    InputError {
+        file: PathBuf::from(flag),
+        path: String::new(),
+        line: None,
+        message: format!("{}: {message}", path.display()),
+        fix: fix.into(),
+    }
 }
 
 /// Checks that every output path can be written, and that no two flags name the same file.
@@ -29,13 +35,17 @@ pub fn check(common: &Common) -> Result<(), InputError> {
         }
         // Results are written through `<file>.partial` then renamed: try exactly that.
         let probe = partial(path);
-        std::fs::write(&probe, "").map_err(|e| bad(flag, path, format!("cannot be written: {e}"), "check that the folder exists and is writable"))?;
+        std::fs::write(&probe, "").map_err(|e| {
+            bad(flag, path, format!("cannot be written: {e}"), "check that the folder exists and is writable")
+        })?;
         let _ = std::fs::remove_file(&probe);
     }
     if let Some(dir) = &common.plot {
-        std::fs::create_dir_all(dir).map_err(|e| bad("--plot", dir, format!("cannot create the folder: {e}"), "give a writable folder"))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| bad("--plot", dir, format!("cannot create the folder: {e}"), "give a writable folder"))?;
         let probe = dir.join(".routelab-probe");
-        std::fs::write(&probe, "").map_err(|e| bad("--plot", dir, format!("cannot write into the folder: {e}"), "give a writable folder"))?;
+        std::fs::write(&probe, "")
+            .map_err(|e| bad("--plot", dir, format!("cannot write into the folder: {e}"), "give a writable folder"))?;
         let _ = std::fs::remove_file(&probe);
     }
     Ok(())

@@ -27,7 +27,9 @@ fn long_doc_qa(requests: u64, rate: f64, scheduler: &str) -> ClusterSpec {
 
 fn run(spec: &ClusterSpec, router: &str, seed: u64) -> RunOutcome {
     let sm = spec.step_model().expect("valid");
-    let r = Loader::new().router(&PolicySpec::parse(router).expect("name"), &cluster::router_context(&sm, spec.replicas, seed)).expect("built-in router");
+    let r = Loader::new()
+        .router(&PolicySpec::parse(router).expect("name"), &cluster::router_context(&sm, spec.replicas, seed))
+        .expect("built-in router");
     let stream = generate(spec, None, seed).expect("synthetic stream");
     crate::runner::run_cluster(spec, &stream, r, router, seed).expect("built-in policies do not fail")
 }
@@ -40,7 +42,10 @@ pub fn exercise4() -> String {
     let doc = 21_000u64;
     let (docs, replicas, zipf) = (300u32, 4u64, 1.1);
     let per_replica = sm.kv_capacity_tokens / doc;
-    let _ = writeln!(s, "Exercise 4 — the cluster's total cache (step model: routelab step-model --gpu a6000 --model mistral-7b)");
+    let _ = writeln!(
+        s,
+        "Exercise 4 — the cluster's total cache (step model: routelab step-model --gpu a6000 --model mistral-7b)"
+    );
     let _ = writeln!(
         s,
         "KV per token: 2 × {} layers × {} KV heads × {} head dim × {} bytes = {} bytes",
@@ -106,25 +111,48 @@ pub fn exercise5() -> String {
     let p = 10;
     let _ = writeln!(s, "Exercise 5 — priority groups (policies/src/priority_groups.rs, P = {p})");
     let g = group_of(63, 100, p);
-    let _ = writeln!(s, "63 of 100 prompt tokens cached: group ceil(0.63 × {p}) − 1 = {g} (priority {}; 0% → group 0, 100% → group {})", g + 1, p - 1);
+    let _ = writeln!(
+        s,
+        "63 of 100 prompt tokens cached: group ceil(0.63 × {p}) − 1 = {g} (priority {}; 0% → group 0, 100% → group {})",
+        g + 1,
+        p - 1
+    );
     // 60 waiting requests in every group; each step admits the whole order the scheduler returns.
     let mut waiting: Vec<WaitingRequest> = (0..p * 60)
         .map(|i| {
             let cached = (i / 60) * 10 + 5;
-            WaitingRequest { id: i as u64, arrived_at: i as f64, prompt_tokens: 100, cached_tokens: cached, remaining_prefill_tokens: 100 - cached }
+            WaitingRequest {
+                id: i as u64,
+                arrived_at: i as f64,
+                prompt_tokens: 100,
+                cached_tokens: cached,
+                remaining_prefill_tokens: 100 - cached,
+            }
         })
         .collect();
     let ctx = SchedulerContext { replica: 0, seed: 0, kv_capacity_tokens: 0 };
     let mut sched = PriorityGroups::new(GroupsConfig { groups: p, k: 10 }, &ctx).expect("valid config");
-    let _ = writeln!(s, "One round of admission steps (60 waiting in each group, k = 10; every step admits all it is offered):");
+    let _ = writeln!(
+        s,
+        "One round of admission steps (60 waiting in each group, k = 10; every step admits all it is offered):"
+    );
     for step in 1..=p {
         let mut order = Vec::new();
         sched.order(0.0, &waiting, &mut order);
         let w = &waiting[order[0] as usize];
         let grp = group_of(w.cached_tokens, w.prompt_tokens, p);
-        let _ = writeln!(s, "  step {step:>2}: group {grp} (priority {:>2}, {:>2}–{:>3}% cached) admits {:>2} (quota {:>3})", grp + 1, grp * 10, grp * 10 + 10, order.len(), (grp + 1) * 10);
+        let _ = writeln!(
+            s,
+            "  step {step:>2}: group {grp} (priority {:>2}, {:>2}–{:>3}% cached) admits {:>2} (quota {:>3})",
+            grp + 1,
+            grp * 10,
+            grp * 10 + 10,
+            order.len(),
+            (grp + 1) * 10
+        );
         let taken: std::collections::HashSet<u32> = order.into_iter().collect();
-        waiting = waiting.into_iter().enumerate().filter(|(i, _)| !taken.contains(&(*i as u32))).map(|(_, w)| w).collect();
+        waiting =
+            waiting.into_iter().enumerate().filter(|(i, _)| !taken.contains(&(*i as u32))).map(|(_, w)| w).collect();
     }
 
     // A loaded long-document cluster: hot documents hit, cold ones miss.
@@ -134,7 +162,11 @@ pub fn exercise5() -> String {
         "\nWhen do low-hit requests still wait long? Run: long_doc_qa (4 × mistral-7b on a6000, 300 documents, Zipf 1.1) at {rate} requests/s, \
          {requests} requests, round_robin, seed 1, scheduler fcfs versus priority_groups. Wait = arrival → admission, by cached fraction at admission:"
     );
-    let _ = writeln!(s, "  {:<16} {:>22} {:>22} {:>12} {:>11}", "scheduler", "cached < 10%: mean/max", "cached ≥ 50%: mean/max", "latency p99", "overloaded");
+    let _ = writeln!(
+        s,
+        "  {:<16} {:>22} {:>22} {:>12} {:>11}",
+        "scheduler", "cached < 10%: mean/max", "cached ≥ 50%: mean/max", "latency p99", "overloaded"
+    );
     for sched in ["fcfs", "priority_groups"] {
         let o = run(&long_doc_qa(requests, rate, sched), "round_robin", 1);
         let stats = |keep: &dyn Fn(f64) -> bool| {

@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use routelab_policy_api::{EvaluateFn, Evaluation};
 use routelab_policies::selection::coordinate_search;
+use routelab_policy_api::{EvaluateFn, Evaluation};
 
 use crate::plugin::{Loader, PolicySpec};
 use crate::sim::RunError;
@@ -22,7 +22,12 @@ pub fn case_study() -> CompoundSpec {
     w.compound.expect("the case study is a compound workload")
 }
 
-fn run_policy(spec: &CompoundSpec, policy: &str, seed: u64, start: Option<&[String]>) -> Result<CompoundOutcome, RunError> {
+fn run_policy(
+    spec: &CompoundSpec,
+    policy: &str,
+    seed: u64,
+    start: Option<&[String]>,
+) -> Result<CompoundOutcome, RunError> {
     let mut selector = Loader::new()
         .selector(
             &PolicySpec::parse(policy).map_err(|e| RunError(e.to_string()))?,
@@ -71,7 +76,8 @@ pub fn exercise_6(p: &Exercise6) -> Result<String, RunError> {
     let mut out = String::new();
     let k = p.models as u64;
     let l = System::Debate.modules().len() as u64;
-    let _ = writeln!(out, "Exercise 6 — LLMSelector's budget (K = {k} models, L = {l} modules: debate; seed {})\n", p.seed);
+    let _ =
+        writeln!(out, "Exercise 6 — LLMSelector's budget (K = {k} models, L = {l} modules: debate; seed {})\n", p.seed);
     let space = k.checked_pow(l as u32).map_or("more than 2^64".into(), |n| n.to_string());
     let _ = writeln!(out, "1. Exhaustive search evaluates K^L = {k}^{l} = {space} allocations.\n");
 
@@ -125,8 +131,8 @@ pub fn exercise_6(p: &Exercise6) -> Result<String, RunError> {
     let score = |e: &Evaluation, q: usize, module: usize, _: u32| {
         (1.0 - e.faults[q * 2 + module] as u8 as f64) + e.correct[q] as u8 as f64
     };
-    let search = coordinate_search(&problem(&world, None, None), &mut recording, start, 1000, &score, &[])
-        .map_err(RunError)?;
+    let search =
+        coordinate_search(&problem(&world, None, None), &mut recording, start, 1000, &score, &[]).map_err(RunError)?;
     let (rounds, k_case, l_case) = (search.rounds() as u64, world.models.len() as u64, world.modules() as u64);
     let trace: Vec<String> = search.trace.iter().map(|a| world.names(a).join("+")).collect();
     let mut distinct = recording.shown.clone();
@@ -183,7 +189,12 @@ pub fn exercise_7(p: &Exercise7) -> Result<String, RunError> {
     let world = World::new(&spec, p.seed);
     let mut out = String::new();
     let prices: Vec<String> = world.models.iter().map(|m| format!("{} {}", m.name, m.price)).collect();
-    let _ = writeln!(out, "Exercise 7 — adding cost (case study, seed {}; prices per call: {})\n", p.seed, prices.join(", "));
+    let _ = writeln!(
+        out,
+        "Exercise 7 — adding cost (case study, seed {}; prices per call: {})\n",
+        p.seed,
+        prices.join(", ")
+    );
     let at = |names: [&str; 2]| -> Vec<u32> {
         spec.resolve_allocation(&names.map(String::from), "allocation").expect("case-study models")
     };
@@ -197,7 +208,8 @@ pub fn exercise_7(p: &Exercise7) -> Result<String, RunError> {
             world.accuracy(a, Split::Test)
         )
     };
-    let _ = writeln!(out, "1. Cost per question is the sum of the modules' prices:\n   {}\n   {}\n", row(&ab), row(&cc));
+    let _ =
+        writeln!(out, "1. Cost per question is the sum of the modules' prices:\n   {}\n   {}\n", row(&ab), row(&cc));
 
     let gain_points = 100.0 * (world.accuracy(&ab, Split::Test) - world.accuracy(&cc, Split::Test));
     let extra_cost = world.cost_per_question(&ab) - world.cost_per_question(&cc);
@@ -219,7 +231,8 @@ pub fn exercise_7(p: &Exercise7) -> Result<String, RunError> {
         }
     }
     all.sort_by(|a, b| value(b).total_cmp(&value(a)));
-    let _ = writeln!(out, "   Over all 25 allocations, value = training accuracy in points − cost / {}:", p.cost_per_point);
+    let _ =
+        writeln!(out, "   Over all 25 allocations, value = training accuracy in points − cost / {}:", p.cost_per_point);
     for a in all.iter().take(3) {
         let _ = writeln!(out, "     {:<5} value {:>6.1}   ({})", world.names(a).join("+"), value(a), row(a));
     }

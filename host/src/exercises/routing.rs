@@ -8,9 +8,8 @@ use abi_stable::std_types::{RNone, ROk, RResult, RSlice, RString, RVec};
 use routelab_policies::preble::Preble;
 use routelab_policies::sglang_cache_aware::{Config as SglangConfig, SglangCacheAware};
 use routelab_policy_api::{
-    Capabilities, Completion, CostModel, Eviction, Guarded, Policy, PolicyError, ReplicaView, Replicas, Request, Router,
-    Router_TO, RouterBox,
-    RouterPolicy, Segment, Stat,
+    Capabilities, Completion, CostModel, Eviction, Guarded, Policy, PolicyError, ReplicaView, Replicas, Request,
+    Router, Router_TO, RouterBox, RouterPolicy, Segment, Stat,
 };
 
 use crate::sim::cluster;
@@ -22,11 +21,18 @@ use crate::workload::generate::generate;
 pub fn exercise3() -> String {
     let sm = StepModel::from_catalog("a6000", "mistral-7b", 1, 0.9).expect("mistral-7b fits on an a6000");
     let cost: CostModel = sm.cost;
-    let (sys, doc, question) = (Segment { id: 1, tokens: 13 }, Segment { id: 2, tokens: 21_000 }, Segment { id: 3, tokens: 1_987 });
+    let (sys, doc, question) =
+        (Segment { id: 1, tokens: 13 }, Segment { id: 2, tokens: 21_000 }, Segment { id: 3, tokens: 1_987 });
     let ctx = cluster::router_context(&sm, 4, 1);
     let mut preble = Preble::new(Default::default(), &ctx).expect("cluster context");
     fn req(id: u64, segs: &[Segment]) -> Request<'_> {
-        Request { id, arrived_at: 0.0, prompt_tokens: segs.iter().map(|s| s.tokens).sum(), size_hint: RNone, segments: RSlice::from_slice(segs) }
+        Request {
+            id,
+            arrived_at: 0.0,
+            prompt_tokens: segs.iter().map(|s| s.tokens).sum(),
+            size_hint: RNone,
+            segments: RSlice::from_slice(segs),
+        }
     }
     // Replicas 0, 1, 3 served only the system prompt; replica 2 the system prompt and the document.
     for r in [0usize, 1, 3] {
@@ -42,8 +48,18 @@ pub fn exercise3() -> String {
     let on2 = cost.prefill_time_s(missed as u64, cached as u64);
     let on0 = cost.prefill_time_s((doc.tokens + question.tokens) as u64, sys.tokens as u64);
     let mut s = String::new();
-    let _ = writeln!(s, "Exercise 3 — E2: exploit or explore (4 × Mistral-7B on A6000; routelab step-model --gpu a6000 --model mistral-7b)");
-    let _ = writeln!(s, "Request: {} tokens = {} system + {} document + {} question.", cached + missed, sys.tokens, doc.tokens, question.tokens);
+    let _ = writeln!(
+        s,
+        "Exercise 3 — E2: exploit or explore (4 × Mistral-7B on A6000; routelab step-model --gpu a6000 --model mistral-7b)"
+    );
+    let _ = writeln!(
+        s,
+        "Request: {} tokens = {} system + {} document + {} question.",
+        cached + missed,
+        sys.tokens,
+        doc.tokens,
+        question.tokens
+    );
     let _ = writeln!(s, "Replica 2 holds the system prompt and the document; replicas 0, 1, 3 only the system prompt.");
     let _ = writeln!(s, "Longest match on Preble's global tree: cached = {cached}, missed = {missed}.");
     let _ = writeln!(
@@ -143,20 +159,37 @@ impl<P: Believes> Router for Audit<P> {
 fn audited<P: Believes>(spec: &ClusterSpec, policy: P, seed: u64) -> [f64; 6] {
     let sm = spec.step_model().expect("valid spec");
     let router: RouterBox = Router_TO::from_value(
-        Audit { inner: Guarded::new(policy), cost: sm.cost, decisions: 0, mistakes: 0, phantom_tokens: 0, extra_prefill_s: 0.0 },
+        Audit {
+            inner: Guarded::new(policy),
+            cost: sm.cost,
+            decisions: 0,
+            mistakes: 0,
+            phantom_tokens: 0,
+            extra_prefill_s: 0.0,
+        },
         TD_Opaque,
     );
     let stream = generate(spec, None, seed).expect("synthetic stream");
     let out = crate::runner::run_cluster(spec, &stream, router, P::NAME, seed).expect("built-ins do not fail");
     let m = &out.metrics;
     let g = |k: &str| m.get(k).unwrap_or(f64::NAN);
-    [g("router.decisions"), g("router.mistakes"), g("router.phantom_tokens"), g("router.extra_prefill_s"), g("latency_mean_s"), g("hit_rate")]
+    [
+        g("router.decisions"),
+        g("router.mistakes"),
+        g("router.phantom_tokens"),
+        g("router.extra_prefill_s"),
+        g("latency_mean_s"),
+        g("hit_rate"),
+    ]
 }
 
 /// The long-document preset with a given eviction-notice delay.
 fn long_doc_qa(delay_s: f64) -> ClusterSpec {
-    let w = crate::workload::parse(include_str!("../../../workloads/cluster/long_doc_qa.yaml"), std::path::Path::new("long_doc_qa.yaml"))
-        .expect("preset parses");
+    let w = crate::workload::parse(
+        include_str!("../../../workloads/cluster/long_doc_qa.yaml"),
+        std::path::Path::new("long_doc_qa.yaml"),
+    )
+    .expect("preset parses");
     let mut c = w.cluster.expect("cluster preset");
     c.eviction_delay_s = delay_s;
     c
@@ -171,11 +204,21 @@ pub fn exercise8_rows(seed: u64) -> Vec<(String, [f64; 6])> {
     let ctx = cluster::router_context(&sm, spec.replicas, seed);
     let mut rows: Vec<(String, [f64; 6])> = Vec::new();
     let sg = |cfg: SglangConfig| SglangCacheAware::new(cfg, &ctx).expect("valid config");
-    rows.push(("sglang_cache_aware (max_tree_tokens 2^26: never trims)".into(), audited(&spec, sg(SglangConfig::default()), seed)));
+    rows.push((
+        "sglang_cache_aware (max_tree_tokens 2^26: never trims)".into(),
+        audited(&spec, sg(SglangConfig::default()), seed),
+    ));
     let trimmed = SglangConfig { max_tree_tokens: sm.kv_capacity_tokens, ..SglangConfig::default() };
-    rows.push((format!("sglang_cache_aware (max_tree_tokens {}, every 120 s)", sm.kv_capacity_tokens), audited(&spec, sg(trimmed), seed)));
-    let quick = SglangConfig { max_tree_tokens: sm.kv_capacity_tokens, eviction_interval_s: 5.0, ..SglangConfig::default() };
-    rows.push((format!("sglang_cache_aware (max_tree_tokens {}, every 5 s)", sm.kv_capacity_tokens), audited(&spec, sg(quick), seed)));
+    rows.push((
+        format!("sglang_cache_aware (max_tree_tokens {}, every 120 s)", sm.kv_capacity_tokens),
+        audited(&spec, sg(trimmed), seed),
+    ));
+    let quick =
+        SglangConfig { max_tree_tokens: sm.kv_capacity_tokens, eviction_interval_s: 5.0, ..SglangConfig::default() };
+    rows.push((
+        format!("sglang_cache_aware (max_tree_tokens {}, every 5 s)", sm.kv_capacity_tokens),
+        audited(&spec, sg(quick), seed),
+    ));
     for delay in [0.0, 5.0, 30.0] {
         let spec = long_doc_qa(delay);
         let p = Preble::new(Default::default(), &ctx).expect("cluster context");
@@ -189,11 +232,24 @@ pub fn exercise8() -> String {
     let seed = 1;
     let rows = exercise8_rows(seed);
     let mut s = String::new();
-    let _ = writeln!(s, "Exercise 8 — where an approximate tree goes wrong (long_doc_qa: 4 × Mistral-7B on A6000, 1 req/s, seed {seed})");
-    let _ = writeln!(s, "A mistake: at a decision, the router believes more of the prompt is cached on the replica it chose than");
-    let _ = writeln!(s, "really is (the replica's cache plus prompts dispatched there and not yet computed). Its cost: prefilling");
+    let _ = writeln!(
+        s,
+        "Exercise 8 — where an approximate tree goes wrong (long_doc_qa: 4 × Mistral-7B on A6000, 1 req/s, seed {seed})"
+    );
+    let _ = writeln!(
+        s,
+        "A mistake: at a decision, the router believes more of the prompt is cached on the replica it chose than"
+    );
+    let _ = writeln!(
+        s,
+        "really is (the replica's cache plus prompts dispatched there and not yet computed). Its cost: prefilling"
+    );
     let _ = writeln!(s, "the phantom tokens after all (step model, alone on the GPU).\n");
-    let _ = writeln!(s, "{:<58} {:>9} {:>9} {:>12} {:>10} {:>10} {:>8}", "router", "decisions", "mistakes", "phantom tok", "extra [s]", "lat [s]", "hit");
+    let _ = writeln!(
+        s,
+        "{:<58} {:>9} {:>9} {:>12} {:>10} {:>10} {:>8}",
+        "router", "decisions", "mistakes", "phantom tok", "extra [s]", "lat [s]", "hit"
+    );
     for (name, r) in &rows {
         let _ = writeln!(
             s,

@@ -28,7 +28,10 @@ pub fn render(workloads: &[WorkloadResult]) -> String {
                 r.policy.clone(),
                 r.error.clone().unwrap_or_default(),
             ];
-            row.extend(keys.iter().map(|k| r.metrics.get(k).filter(|v| v.is_finite()).map_or(String::new(), |v| v.to_string())));
+            row.extend(
+                keys.iter()
+                    .map(|k| r.metrics.get(k).filter(|v| v.is_finite()).map_or(String::new(), |v| v.to_string())),
+            );
             out.write_record(&row).expect("writing to memory");
         }
     }
@@ -43,7 +46,11 @@ mod tests {
 
     #[test]
     fn commas_quotes_and_newlines_stay_in_their_cell() {
-        let w = crate::workload::parse("dispatch: {servers: 2, requests: 10, utilisation: 0.5}\n", std::path::Path::new("w,1.yaml")).unwrap();
+        let w = crate::workload::parse(
+            "dispatch: {servers: 2, requests: 10, utilisation: 0.5}\n",
+            std::path::Path::new("w,1.yaml"),
+        )
+        .unwrap();
         let mut m = Metrics::new();
         m.push("x", 1.5);
         let result = |policy: &str, error: Option<&str>| PolicyResult {
@@ -66,7 +73,8 @@ mod tests {
             results: vec![result("p{a: 1, b: 2}", None), result("q", Some("said \"no\",\nthen stopped"))],
         };
         let text = render(&[wr]);
-        let rows: Vec<csv::StringRecord> = csv::Reader::from_reader(text.as_bytes()).records().map(Result::unwrap).collect();
+        let rows: Vec<csv::StringRecord> =
+            csv::Reader::from_reader(text.as_bytes()).records().map(Result::unwrap).collect();
         assert_eq!(rows.len(), 2, "{text}");
         assert_eq!(&rows[0][0], "w,1");
         assert_eq!(&rows[0][4], "p{a: 1, b: 2}");

@@ -11,7 +11,16 @@ use super::{COLUMNS, RATIO_KEYS};
 use crate::runner::WorkloadResult;
 
 /// Metrics drawn as bars for a comparison, when present.
-const BAR_KEYS: &[&str] = &["response_mean", "response_p99", "max_load", "latency_mean_s", "latency_p99_s", "hit_rate", "replication_factor", "test_accuracy"];
+const BAR_KEYS: &[&str] = &[
+    "response_mean",
+    "response_p99",
+    "max_load",
+    "latency_mean_s",
+    "latency_p99_s",
+    "hit_rate",
+    "replication_factor",
+    "test_accuracy",
+];
 
 fn header(key: &str) -> &str {
     COLUMNS.iter().find(|c| c.key == key).map_or(key, |c| c.header)
@@ -33,7 +42,8 @@ pub fn comparison(dir: &Path, w: &WorkloadResult) -> Result<Vec<PathBuf>> {
             continue;
         }
         let path = dir.join(format!("{}_{}.svg", file_name(&w.name), key));
-        bars(&path, &format!("{} — {}", w.name, header(key)), &values).with_context(|| format!("drawing {}", path.display()))?;
+        bars(&path, &format!("{} — {}", w.name, header(key)), &values)
+            .with_context(|| format!("drawing {}", path.display()))?;
         files.push(path);
     }
     Ok(files)

@@ -19,7 +19,9 @@ pub fn with_field(doc: &mut serde_norway::Value, file: &Path, path: &str, value:
     let factor = value.strip_prefix('x').and_then(|f| f.parse::<f64>().ok());
     let new: serde_norway::Value = match factor {
         Some(_) => serde_norway::Value::Null, // filled in below from the current value
-        None => serde_norway::from_str(value).map_err(|e| err(format!("bad value `{value}`: {e}"), "give a YAML value"))?,
+        None => {
+            serde_norway::from_str(value).map_err(|e| err(format!("bad value `{value}`: {e}"), "give a YAML value"))?
+        }
     };
     let keys: Vec<&str> = path.split('.').collect();
     let top_level = doc.get(keys[0]).is_some() || ["name", "seed", "seeds", "policies"].contains(&keys[0]);
@@ -28,13 +30,18 @@ pub fn with_field(doc: &mut serde_norway::Value, file: &Path, path: &str, value:
     full.extend(keys);
     let mut at = doc;
     for (i, k) in full.iter().enumerate() {
-        let map = at.as_mapping_mut().ok_or_else(|| err(format!("`{}` is not a mapping", full[..i].join(".")), "set a field inside a mapping"))?;
+        let map = at.as_mapping_mut().ok_or_else(|| {
+            err(format!("`{}` is not a mapping", full[..i].join(".")), "set a field inside a mapping")
+        })?;
         let key = serde_norway::Value::String(k.to_string());
         if i + 1 == full.len() {
             let new = match factor {
                 Some(f) => {
                     let current = map.get(&key).and_then(serde_norway::Value::as_f64).ok_or_else(|| {
-                        err(format!("`{value}` scales the current value, but the field has no number"), "give a plain value")
+                        err(
+                            format!("`{value}` scales the current value, but the field has no number"),
+                            "give a plain value",
+                        )
                     })?;
                     serde_norway::Value::from(current * f)
                 }

@@ -170,7 +170,8 @@ impl Prepared {
     }
 
     fn generate(&self, c: &ClusterSpec, seed: u64) -> Result<RequestStream, InputError> {
-        let stream = generate(c, self.trace.as_deref(), seed).map_err(|m| self.setup_error(SetupError::new("arrivals", m, "see the message")))?;
+        let stream = generate(c, self.trace.as_deref(), seed)
+            .map_err(|m| self.setup_error(SetupError::new("arrivals", m, "see the message")))?;
         let sm = self.step_model.as_ref().expect("cluster world");
         sim::cluster::check_fits(sm, &stream).map_err(|e| self.setup_error(e))?;
         Ok(stream)
@@ -219,14 +220,27 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
                 TraceFormat::Azure => {
                     let rows = trace::load(&p)?;
                     trace::check_cluster_rows(&rows, c, &p)?;
-                    notes.push(format!("trace replay of {} ({} rows, time scale {time_scale})", p.display(), rows.len()));
+                    notes.push(format!(
+                        "trace replay of {} ({} rows, time scale {time_scale})",
+                        p.display(),
+                        rows.len()
+                    ));
                     trace = Some(rows);
                 }
                 TraceFormat::Mooncake => {
                     let rows = mooncake::load(&p)?;
-                    let sizes = rows.iter().map(|r| trace::RowSize { line: r.line, prompt: r.input_length, output: r.output_length, at_s: r.at_s });
+                    let sizes = rows.iter().map(|r| trace::RowSize {
+                        line: r.line,
+                        prompt: r.input_length,
+                        output: r.output_length,
+                        at_s: r.at_s,
+                    });
                     trace::check_cluster_sizes(sizes, c, &p)?;
-                    notes.push(format!("Mooncake trace replay of {} ({} rows, time scale {time_scale})", p.display(), rows.len()));
+                    notes.push(format!(
+                        "Mooncake trace replay of {} ({} rows, time scale {time_scale})",
+                        p.display(),
+                        rows.len()
+                    ));
                     mooncake_rows = Some(rows);
                 }
             }
@@ -239,7 +253,12 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
         let sm = prepared.step_model.as_ref().expect("cluster world");
         sim::cluster::check_fits(sm, &stream).map_err(|e| prepared.setup_error(e))?;
         prepared.trace_stream = Some(Arc::new(stream));
-    } else if let Some(c) = prepared.workload.cluster.as_ref().filter(|c| matches!(c.arrivals, crate::workload::cluster::Arrivals::Trace { .. })) {
+    } else if let Some(c) = prepared
+        .workload
+        .cluster
+        .as_ref()
+        .filter(|c| matches!(c.arrivals, crate::workload::cluster::Arrivals::Trace { .. }))
+    {
         // A replayed trace is the same stream for every seed: generate and check it now.
         prepared.trace_stream = Some(Arc::new(prepared.generate(c, prepared.workload.seed)?));
     }
@@ -288,7 +307,11 @@ impl ResolvedPolicy {
 pub fn resolve(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec) -> Result<ResolvedPolicy, LoadError> {
     let w = &prepared.workload;
     match w.world() {
-        WorldKind::Dispatch => Ok(ResolvedPolicy { spec: spec.clone(), policy: loader.resolve(spec, PolicyKind::Router)?, scheduler: None }),
+        WorldKind::Dispatch => Ok(ResolvedPolicy {
+            spec: spec.clone(),
+            policy: loader.resolve(spec, PolicyKind::Router)?,
+            scheduler: None,
+        }),
         WorldKind::Cluster => {
             let c = w.cluster.as_ref().expect("cluster world");
             let policy = loader.resolve(spec, PolicyKind::Router)?;
@@ -333,9 +356,11 @@ pub fn run_one(policy: &ResolvedPolicy, prepared: &Prepared, input: &SeedInput) 
             let c = w.cluster.as_ref().expect("cluster world");
             let sm = prepared.step_model.as_ref().expect("prepared cluster world");
             let router = policy.policy.router(&sim::cluster::router_context(sm, c.replicas, run_seed))?;
-            let schedulers = make_schedulers(policy.scheduler.as_ref().expect("resolved cluster policy"), sm, c.replicas, run_seed)?;
+            let schedulers =
+                make_schedulers(policy.scheduler.as_ref().expect("resolved cluster policy"), sm, c.replicas, run_seed)?;
             let stream = input.stream.as_deref().expect("cluster seed input");
-            let sim = ClusterSim::build(c, sm, stream, router, schedulers, label).map_err(|e| prepared.setup_error(e))?;
+            let sim =
+                ClusterSim::build(c, sm, stream, router, schedulers, label).map_err(|e| prepared.setup_error(e))?;
             Ok((sim.run()?.metrics, Vec::new()))
         }
         WorldKind::Compound => {
@@ -348,18 +373,30 @@ pub fn run_one(policy: &ResolvedPolicy, prepared: &Prepared, input: &SeedInput) 
 }
 
 /// One scheduler per replica for run `run_seed`.
-pub fn make_schedulers(scheduler: &Factory, sm: &StepModel, replicas: u32, run_seed: u64) -> Result<Vec<SchedulerBox>, LoadError> {
+pub fn make_schedulers(
+    scheduler: &Factory,
+    sm: &StepModel,
+    replicas: u32,
+    run_seed: u64,
+) -> Result<Vec<SchedulerBox>, LoadError> {
     (0..replicas).map(|r| scheduler.scheduler(&sim::cluster::scheduler_context(sm, r, run_seed))).collect()
 }
 
 /// One cluster run of `router` (any router object, labelled `label`) on `stream`, every replica
 /// running the scheduler `spec.scheduler` names: for exercises, tests and the bench.
-pub fn run_cluster(spec: &ClusterSpec, stream: &RequestStream, router: RouterBox, label: &str, run_seed: u64) -> Result<RunOutcome, Error> {
+pub fn run_cluster(
+    spec: &ClusterSpec,
+    stream: &RequestStream,
+    router: RouterBox,
+    label: &str,
+    run_seed: u64,
+) -> Result<RunOutcome, Error> {
     let file = Path::new("<cluster spec>");
     let sm = spec.step_model().map_err(|e| InputError::from_field(file, e.under("cluster")))?;
     let scheduler = Loader::new().resolve(&PolicySpec::parse(&spec.scheduler)?, PolicyKind::Scheduler)?;
     let schedulers = make_schedulers(&scheduler, &sm, spec.replicas, run_seed)?;
-    let setup = |e: SetupError| InputError::from_field(file, FieldError::new(&e.field, e.message, e.fix).under("cluster"));
+    let setup =
+        |e: SetupError| InputError::from_field(file, FieldError::new(&e.field, e.message, e.fix).under("cluster"));
     Ok(ClusterSim::build(spec, &sm, stream, router, schedulers, label).map_err(setup)?.run()?)
 }
 
@@ -385,7 +422,9 @@ pub fn all_starts(policy: &ResolvedPolicy, prepared: &Prepared) -> Result<sim::c
             file: prepared.file.clone(),
             path: "compound".into(),
             line: None,
-            message: format!("{models} models ^ {modules} modules is above {limit} starting allocations for --all-starts"),
+            message: format!(
+                "{models} models ^ {modules} modules is above {limit} starting allocations for --all-starts"
+            ),
             fix: "use a smaller pool or system, or drop --all-starts".into(),
         }
         .into());
@@ -502,7 +541,8 @@ mod tests {
     fn a_trace_row_too_large_for_a_replica_is_bad_input_before_any_run() {
         let dir = std::env::temp_dir().join(format!("routelab-runner-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("big.csv"), "TIMESTAMP,ContextTokens,GeneratedTokens\n0.0,100,10\n1.0,900000,10\n").unwrap();
+        std::fs::write(dir.join("big.csv"), "TIMESTAMP,ContextTokens,GeneratedTokens\n0.0,100,10\n1.0,900000,10\n")
+            .unwrap();
         let file = dir.join("w.yaml");
         let yaml = "cluster:\n  replicas: 1\n  generator: {output_tokens: 8}\n  arrivals: {trace: {path: big.csv}}\n";
         let w = crate::workload::parse(yaml, &file).unwrap();

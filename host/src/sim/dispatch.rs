@@ -83,7 +83,11 @@ impl Sizes {
                 min / (1.0 - u * (1.0 - ratio)).powf(1.0 / alpha) * scale
             }
             Sizes::Bimodal { p_large, small, large } => {
-                if rng.random::<f64>() < *p_large { *large } else { *small }
+                if rng.random::<f64>() < *p_large {
+                    *large
+                } else {
+                    *small
+                }
             }
             Sizes::Empirical(v) => v[rng.random_range(0..v.len())],
         }
@@ -134,7 +138,12 @@ pub fn run(
     Ok(m)
 }
 
-fn run_with(spec: &DispatchSpec, trace: Option<&[TraceRow]>, router: &mut RouterHandle, run_seed: u64) -> Result<Metrics, RunError> {
+fn run_with(
+    spec: &DispatchSpec,
+    trace: Option<&[TraceRow]>,
+    router: &mut RouterHandle,
+    run_seed: u64,
+) -> Result<Metrics, RunError> {
     let n = spec.servers as usize;
     let (sizes, _) = Sizes::new(&spec.service);
     let mut size_rng = stream(run_seed, "dispatch.sizes");
@@ -152,7 +161,13 @@ fn run_with(spec: &DispatchSpec, trace: Option<&[TraceRow]>, router: &mut Router
     if spec.mode == Mode::BallsIntoBins {
         for id in 0..spec.requests {
             let size = sizes.sample(&mut size_rng);
-            let req = Request { id, arrived_at: id as f64, prompt_tokens: 0, size_hint: RSome(size), segments: RSlice::EMPTY };
+            let req = Request {
+                id,
+                arrived_at: id as f64,
+                prompt_tokens: 0,
+                size_hint: RSome(size),
+                segments: RSlice::EMPTY,
+            };
             let i = router.dispatch(&req, &views)? as usize;
             let v = &mut views[i];
             v.outstanding_requests += 1;
@@ -196,7 +211,8 @@ fn run_with(spec: &DispatchSpec, trace: Option<&[TraceRow]>, router: &mut Router
             }
         }
         let size = sizes.sample(&mut size_rng);
-        let req = Request { id, arrived_at: t_units, prompt_tokens: 0, size_hint: RSome(size), segments: RSlice::EMPTY };
+        let req =
+            Request { id, arrived_at: t_units, prompt_tokens: 0, size_hint: RSome(size), segments: RSlice::EMPTY };
         let shown = if stale_every.is_some() { &snapshot } else { &servers.views };
         let i = router.dispatch(&req, shown)?;
         servers.on_dispatch(id, i, now, to_ticks(size));
@@ -293,7 +309,8 @@ impl Servers {
         let n = self.views.len();
         let responses = &mut self.responses;
         let measured = responses.len();
-        let span = to_units(self.last_departure.saturating_sub(self.first_measured_at.unwrap_or(0))).max(f64::MIN_POSITIVE);
+        let span =
+            to_units(self.last_departure.saturating_sub(self.first_measured_at.unwrap_or(0))).max(f64::MIN_POSITIVE);
         let total_response: f64 = responses.iter().sum();
         let mut m = Metrics::new();
         m.push("requests", measured as f64);
@@ -310,4 +327,3 @@ impl Servers {
         m
     }
 }
-

@@ -1,9 +1,9 @@
 //! The simulated worlds. Nothing here prints; every run is a pure function of workload, seed and
 //! policy.
 
+pub mod cluster;
 pub mod compound;
 pub mod dispatch;
-pub mod cluster;
 pub mod event_queue;
 
 /// A failed run: the policy erred or panicked, or answered with a replica that does not exist.

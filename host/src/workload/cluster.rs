@@ -171,7 +171,11 @@ pub enum Tokens {
     Constant(u32),
     // A one-key mapping (`{lognormal: {...}}`) both ways: serde_norway's default would write a
     // YAML tag (`!lognormal`) that the untagged enum cannot read back.
-    Shaped(#[serde(with = "serde_norway::with::singleton_map")] #[schemars(with = "TokenShape")] TokenShape),
+    Shaped(
+        #[serde(with = "serde_norway::with::singleton_map")]
+        #[schemars(with = "TokenShape")]
+        TokenShape,
+    ),
 }
 
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
@@ -198,16 +202,28 @@ impl Tokens {
             Tokens::Constant(_) => Ok(()),
             Tokens::Shaped(TokenShape::Uniform { min, max }) => {
                 if min > max || (*max == 0 && !allow_zero) || (*min == 0 && !allow_zero) {
-                    Err(FieldError::new("uniform", format!("needs 1 ≤ min ≤ max (got min {min}, max {max})"), "use e.g. {min: 8, max: 24}"))
+                    Err(FieldError::new(
+                        "uniform",
+                        format!("needs 1 ≤ min ≤ max (got min {min}, max {max})"),
+                        "use e.g. {min: 8, max: 24}",
+                    ))
                 } else {
                     Ok(())
                 }
             }
             Tokens::Shaped(TokenShape::Lognormal { mean, cv, max }) => {
                 if !(*mean >= 1.0 && mean.is_finite() && *cv > 0.0 && *cv <= MAX_CV) {
-                    Err(FieldError::new("lognormal", format!("needs mean ≥ 1 and cv > 0 (got mean {mean:?}, cv {cv:?})"), "use e.g. {mean: 2000, cv: 0.5, max: 8000}"))
+                    Err(FieldError::new(
+                        "lognormal",
+                        format!("needs mean ≥ 1 and cv > 0 (got mean {mean:?}, cv {cv:?})"),
+                        "use e.g. {mean: 2000, cv: 0.5, max: 8000}",
+                    ))
                 } else if (*max as f64) < *mean {
-                    Err(FieldError::new("lognormal.max", format!("must be at least the mean {mean} (got {max})"), "use e.g. 4 × the mean"))
+                    Err(FieldError::new(
+                        "lognormal.max",
+                        format!("must be at least the mean {mean} (got {max})"),
+                        "use e.g. 4 × the mean",
+                    ))
                 } else {
                     Ok(())
                 }
@@ -339,8 +355,12 @@ fn one_f() -> f64 {
 impl ClusterSpec {
     /// The resolved step model of one replica.
     pub fn step_model(&self) -> Result<StepModel, FieldError> {
-        let gpu = self.gpu.resolve().map_err(|m| FieldError::new("gpu", m, "name a catalog GPU or give a full mapping"))?;
-        let model = self.model.resolve().map_err(|m| FieldError::new("model", m, "name a catalog model or give a full mapping"))?;
+        let gpu =
+            self.gpu.resolve().map_err(|m| FieldError::new("gpu", m, "name a catalog GPU or give a full mapping"))?;
+        let model = self
+            .model
+            .resolve()
+            .map_err(|m| FieldError::new("model", m, "name a catalog model or give a full mapping"))?;
         StepModel::new(gpu, model, self.tp, self.memory_fraction, self.efficiency.clone())
             .map_err(|e| FieldError::new("model", e.message, e.fix))
     }
@@ -350,7 +370,10 @@ impl ClusterSpec {
         let g = &self.generator;
         let ctx = g.contexts.as_ref().map_or(0, |c| c.tokens.max()) as u64;
         let turns = g.turns.max().max(1) as u64;
-        g.system_prompt_tokens as u64 + ctx + turns * g.suffix_tokens.max() as u64 + (turns - 1) * g.output_tokens.max() as u64
+        g.system_prompt_tokens as u64
+            + ctx
+            + turns * g.suffix_tokens.max() as u64
+            + (turns - 1) * g.output_tokens.max() as u64
     }
 
     pub fn validate(&self) -> Result<(), FieldError> {
@@ -359,19 +382,39 @@ impl ClusterSpec {
         }
         at_most("replicas", self.replicas, limits::MAX_REPLICAS, "simulate at most 10000 replicas")?;
         if ![1, 2, 4, 8].contains(&self.tp) {
-            return Err(FieldError::new("tp", format!("must be 1, 2, 4 or 8 (got {})", self.tp), "use a tensor-parallel degree of 1, 2, 4 or 8"));
+            return Err(FieldError::new(
+                "tp",
+                format!("must be 1, 2, 4 or 8 (got {})", self.tp),
+                "use a tensor-parallel degree of 1, 2, 4 or 8",
+            ));
         }
         if !(self.memory_fraction > 0.0 && self.memory_fraction <= 1.0) {
-            return Err(FieldError::new("memory_fraction", format!("must be in (0, 1] (got {:?})", self.memory_fraction), "use e.g. 0.9"));
+            return Err(FieldError::new(
+                "memory_fraction",
+                format!("must be in (0, 1] (got {:?})", self.memory_fraction),
+                "use e.g. 0.9",
+            ));
         }
         let e = &self.efficiency;
         for (name, v) in [("mfu", e.mfu), ("mbu", e.mbu)] {
             if !(v > 0.0 && v <= 1.0) {
-                return Err(FieldError::new(&format!("efficiency.{name}"), format!("must be in (0, 1] (got {v:?})"), "use e.g. 0.7"));
+                return Err(FieldError::new(
+                    &format!("efficiency.{name}"),
+                    format!("must be in (0, 1] (got {v:?})"),
+                    "use e.g. 0.7",
+                ));
             }
         }
-        if !(e.step_overhead_s >= 0.0 && e.allreduce_latency_s >= 0.0 && e.step_overhead_s <= 10.0 && e.allreduce_latency_s <= 10.0) {
-            return Err(FieldError::new("efficiency", "overheads must be in [0, 10] s", "use e.g. step_overhead_s: 0.0004"));
+        if !(e.step_overhead_s >= 0.0
+            && e.allreduce_latency_s >= 0.0
+            && e.step_overhead_s <= 10.0
+            && e.allreduce_latency_s <= 10.0)
+        {
+            return Err(FieldError::new(
+                "efficiency",
+                "overheads must be in [0, 10] s",
+                "use e.g. step_overhead_s: 0.0004",
+            ));
         }
         let sm = self.step_model()?;
         self.check_step_model(&sm)?;
@@ -385,10 +428,18 @@ impl ClusterSpec {
             return Err(FieldError::new("scheduler", "is empty", "name a scheduler: fcfs, lpm or priority_groups"));
         }
         if !(self.eviction_delay_s >= 0.0 && self.eviction_delay_s.is_finite()) {
-            return Err(FieldError::new("eviction_delay_s", format!("must be ≥ 0 (got {:?})", self.eviction_delay_s), "use e.g. 0 or 0.05"));
+            return Err(FieldError::new(
+                "eviction_delay_s",
+                format!("must be ≥ 0 (got {:?})", self.eviction_delay_s),
+                "use e.g. 0 or 0.05",
+            ));
         }
         if !(self.drain_s >= 0.0 && self.drain_s <= MAX_HORIZON) {
-            return Err(FieldError::new("drain_s", format!("must be in [0, {MAX_HORIZON:.1e}] s (got {:?})", self.drain_s), "use e.g. 600"));
+            return Err(FieldError::new(
+                "drain_s",
+                format!("must be in [0, {MAX_HORIZON:.1e}] s (got {:?})", self.drain_s),
+                "use e.g. 600",
+            ));
         }
         let scrape = self.metrics.scrape_interval_s;
         if !(scrape == 0.0 || (scrape >= 1e-6 && scrape <= MAX_HORIZON)) {
@@ -399,13 +450,21 @@ impl ClusterSpec {
             ));
         }
         if self.eviction_delay_s > MAX_HORIZON {
-            return Err(FieldError::new("eviction_delay_s", format!("must be at most {MAX_HORIZON:.1e} s"), "use e.g. 0 or 0.05"));
+            return Err(FieldError::new(
+                "eviction_delay_s",
+                format!("must be at most {MAX_HORIZON:.1e} s"),
+                "use e.g. 0 or 0.05",
+            ));
         }
         self.generator.validate().map_err(|e| e.under("generator"))?;
         self.arrivals.validate().map_err(|e| e.under("arrivals"))?;
         match (self.requests, self.duration_s) {
             (None, None) if !matches!(self.arrivals, Arrivals::Trace { .. }) => {
-                return Err(FieldError::new("", "needs `requests` or `duration_s`", "add `requests: 2000` or `duration_s: 600`"));
+                return Err(FieldError::new(
+                    "",
+                    "needs `requests` or `duration_s`",
+                    "add `requests: 2000` or `duration_s: 600`",
+                ));
             }
             (Some(0), _) => return Err(FieldError::new("requests", "must be at least 1 (got 0)", "use e.g. 2000")),
             (_, Some(d)) if !(d > 0.0 && d.is_finite()) => {
@@ -424,11 +483,18 @@ impl ClusterSpec {
             if n > limits::MAX_CLUSTER_REQUESTS as f64 {
                 return Err(FieldError::new(
                     "duration_s",
-                    format!("at {rate} requests/s gives about {n:.3e} requests, above the limit of {}", limits::MAX_CLUSTER_REQUESTS),
+                    format!(
+                        "at {rate} requests/s gives about {n:.3e} requests, above the limit of {}",
+                        limits::MAX_CLUSTER_REQUESTS
+                    ),
                     "shorten `duration_s` or cap the run with `requests`",
                 ));
             }
-            let path = if matches!(self.arrivals, Arrivals::Poisson { .. }) { "arrivals.poisson.rate" } else { "arrivals.gamma.rate" };
+            let path = if matches!(self.arrivals, Arrivals::Poisson { .. }) {
+                "arrivals.poisson.rate"
+            } else {
+                "arrivals.gamma.rate"
+            };
             fits_clock(path, n / rate, "raise the rate, or run fewer requests")?;
             let session = self.generator.think_time_s * self.generator.turns.max() as f64;
             fits_clock("generator.think_time_s", n / rate + session, "shorten the think time")?;
@@ -509,16 +575,28 @@ impl Generator {
         self.output_tokens.validate(false).map_err(|e| e.under("output_tokens"))?;
         self.turns.validate(false).map_err(|e| e.under("turns"))?;
         if self.fanout == 0 {
-            return Err(FieldError::new("fanout", "must be at least 1 (got 0)", "use 1 for independent requests, 8 for 8 parallel samples"));
+            return Err(FieldError::new(
+                "fanout",
+                "must be at least 1 (got 0)",
+                "use 1 for independent requests, 8 for 8 parallel samples",
+            ));
         }
         at_most("fanout", self.fanout, limits::MAX_FANOUT, "use e.g. 8 parallel samples")?;
         at_most("turns", self.turns.max(), limits::MAX_TURNS, "use e.g. {uniform: {min: 1, max: 10}} turns")?;
         if !(self.think_time_s >= 0.0 && self.think_time_s.is_finite()) {
-            return Err(FieldError::new("think_time_s", format!("must be ≥ 0 (got {:?})", self.think_time_s), "use e.g. 5"));
+            return Err(FieldError::new(
+                "think_time_s",
+                format!("must be ≥ 0 (got {:?})", self.think_time_s),
+                "use e.g. 5",
+            ));
         }
         if let Some(c) = &self.contexts {
             if c.count == 0 {
-                return Err(FieldError::new("contexts.count", "must be at least 1 (got 0)", "use e.g. 300, or drop `contexts`"));
+                return Err(FieldError::new(
+                    "contexts.count",
+                    "must be at least 1 (got 0)",
+                    "use e.g. 300, or drop `contexts`",
+                ));
             }
             at_most("contexts.count", c.count, limits::MAX_CONTEXTS, "use e.g. 300 contexts")?;
             c.tokens.validate(false).map_err(|e| e.under("contexts.tokens"))?;
@@ -533,7 +611,11 @@ impl Generator {
             }
         }
         if self.system_prompt_tokens == 0 && self.contexts.is_none() && self.suffix_tokens.max() == 0 {
-            return Err(FieldError::new("", "every prompt would be empty", "give a system prompt, contexts or suffix tokens"));
+            return Err(FieldError::new(
+                "",
+                "every prompt would be empty",
+                "give a system prompt, contexts or suffix tokens",
+            ));
         }
         Ok(())
     }
@@ -551,9 +633,11 @@ impl Arrivals {
     pub fn validate(&self) -> Result<(), FieldError> {
         let pos = |v: f64| v > 0.0 && v.is_finite();
         match self {
-            Arrivals::Poisson { rate } if !pos(*rate) => {
-                Err(FieldError::new("poisson.rate", format!("must be positive (got {rate:?})"), "use requests per second, e.g. 1.0"))
-            }
+            Arrivals::Poisson { rate } if !pos(*rate) => Err(FieldError::new(
+                "poisson.rate",
+                format!("must be positive (got {rate:?})"),
+                "use requests per second, e.g. 1.0",
+            )),
             Arrivals::Gamma { rate, cv } if !(pos(*rate) && *cv >= 0.01 && *cv <= MAX_CV) => Err(FieldError::new(
                 "gamma",
                 format!("rate must be positive and cv in [0.01, {MAX_CV}] (got rate {rate:?}, cv {cv:?})"),

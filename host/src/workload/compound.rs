@@ -362,7 +362,10 @@ impl CompoundSpec {
                     modules.len(),
                     module_names.join(", ")
                 ),
-                format!("give one model per module, e.g. {}", vec![known.first().map_or("A", |s| s.as_str()); modules.len()].join(",")),
+                format!(
+                    "give one model per module, e.g. {}",
+                    vec![known.first().map_or("A", |s| s.as_str()); modules.len()].join(",")
+                ),
             ));
         }
         names
@@ -393,7 +396,11 @@ impl CompoundSpec {
     fn validate_one(&self) -> Result<(), FieldError> {
         match (&self.models, &self.pool) {
             (Some(_), Some(_)) => {
-                return Err(FieldError::new("", "both `models` and `pool` given", "keep one: explicit models or a generated pool"));
+                return Err(FieldError::new(
+                    "",
+                    "both `models` and `pool` given",
+                    "keep one: explicit models or a generated pool",
+                ));
             }
             (None, None) => {
                 return Err(FieldError::new(
@@ -468,10 +475,18 @@ fn validate_models(models: &[ModelSpec]) -> Result<(), FieldError> {
             ));
         }
         if models[..i].iter().any(|o| o.name == m.name) {
-            return Err(FieldError::new(&at(".name"), format!("'{}' is named twice", m.name), "give every model its own name"));
+            return Err(FieldError::new(
+                &at(".name"),
+                format!("'{}' is named twice", m.name),
+                "give every model its own name",
+            ));
         }
         if !(m.general.abs() <= MAX_LOGIT) {
-            return Err(FieldError::new(&at(".general"), format!("must be in [-{MAX_LOGIT}, {MAX_LOGIT}] (got {:?})", m.general), "use e.g. 1.0 (logits)"));
+            return Err(FieldError::new(
+                &at(".general"),
+                format!("must be in [-{MAX_LOGIT}, {MAX_LOGIT}] (got {:?})", m.general),
+                "use e.g. 1.0 (logits)",
+            ));
         }
         for (skill, level) in &m.specialties {
             if !SKILLS.contains(&skill.as_str()) {
@@ -482,11 +497,19 @@ fn validate_models(models: &[ModelSpec]) -> Result<(), FieldError> {
                 ));
             }
             if !(level.abs() <= MAX_LOGIT) {
-                return Err(FieldError::new(&at(&format!(".specialties.{skill}")), format!("must be in [-{MAX_LOGIT}, {MAX_LOGIT}]"), "use e.g. 2.0"));
+                return Err(FieldError::new(
+                    &at(&format!(".specialties.{skill}")),
+                    format!("must be in [-{MAX_LOGIT}, {MAX_LOGIT}]"),
+                    "use e.g. 2.0",
+                ));
             }
         }
         if !(m.price >= 0.0 && m.price <= MAX_PRICE) {
-            return Err(FieldError::new(&at(".price"), format!("must be in [0, {MAX_PRICE:.0e}] (got {:?})", m.price), "use e.g. 1.0 per call"));
+            return Err(FieldError::new(
+                &at(".price"),
+                format!("must be in [0, {MAX_PRICE:.0e}] (got {:?})", m.price),
+                "use e.g. 1.0 per call",
+            ));
         }
     }
     Ok(())
@@ -501,19 +524,17 @@ impl PoolSpec {
                 "generated models are named A..Z; list models explicitly for more",
             ));
         }
-        let bounded = [
-            ("general_mean", self.general_mean),
-            ("price_per_level", self.price_per_level),
-        ];
+        let bounded = [("general_mean", self.general_mean), ("price_per_level", self.price_per_level)];
         for (path, v) in bounded {
             if !(v.abs() <= MAX_LOGIT) {
-                return Err(FieldError::new(path, format!("must be in [-{MAX_LOGIT}, {MAX_LOGIT}] (got {v:?})"), "use e.g. 0.5"));
+                return Err(FieldError::new(
+                    path,
+                    format!("must be in [-{MAX_LOGIT}, {MAX_LOGIT}] (got {v:?})"),
+                    "use e.g. 0.5",
+                ));
             }
         }
-        let non_negative = [
-            ("general_sd", self.general_sd),
-            ("specialty_sd", self.specialty_sd),
-        ];
+        let non_negative = [("general_sd", self.general_sd), ("specialty_sd", self.specialty_sd)];
         for (path, v) in non_negative {
             if !(0.0..=MAX_LOGIT).contains(&v) {
                 return Err(FieldError::new(path, format!("must be in [0, {MAX_LOGIT}] (got {v:?})"), "use e.g. 1.0"));
@@ -525,7 +546,10 @@ impl PoolSpec {
         if !(self.price_base >= 0.0 && (self.price_base == 0.0 || top <= MAX_PRICE.ln())) {
             return Err(FieldError::new(
                 "price_base",
-                format!("with price_per_level {} the priciest model could cost e^{top:.0} per call (at most {MAX_PRICE:.0e})", self.price_per_level),
+                format!(
+                    "with price_per_level {} the priciest model could cost e^{top:.0} per call (at most {MAX_PRICE:.0e})",
+                    self.price_per_level
+                ),
                 "use e.g. price_base: 1, price_per_level: 1",
             ));
         }

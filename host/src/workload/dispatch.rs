@@ -135,7 +135,10 @@ impl DispatchSpec {
             if !(MIN_REFRESH_INTERVAL..=limits::MAX_HORIZON).contains(&refresh_interval) {
                 return Err(FieldError::new(
                     "information.stale.refresh_interval",
-                    format!("must be in [{MIN_REFRESH_INTERVAL}, {:.1e}] mean service times (got {refresh_interval:?})", limits::MAX_HORIZON),
+                    format!(
+                        "must be in [{MIN_REFRESH_INTERVAL}, {:.1e}] mean service times (got {refresh_interval:?})",
+                        limits::MAX_HORIZON
+                    ),
                     "use e.g. 4 (mean service times); for information refreshed at every arrival use `information: fresh`",
                 ));
             }
@@ -149,12 +152,18 @@ impl Service {
         let pos = |v: f64| v > 0.0 && v.is_finite();
         match self {
             Service::Exponential | Service::Deterministic => Ok(()),
-            Service::Lognormal { cv } if !(pos(*cv) && *cv <= MAX_CV) => {
-                Err(FieldError::new("lognormal.cv", format!("must be positive and at most {MAX_CV} (got {cv:?})"), "use e.g. 1.0"))
-            }
+            Service::Lognormal { cv } if !(pos(*cv) && *cv <= MAX_CV) => Err(FieldError::new(
+                "lognormal.cv",
+                format!("must be positive and at most {MAX_CV} (got {cv:?})"),
+                "use e.g. 1.0",
+            )),
             Service::BoundedPareto { alpha, min, max } => {
                 if !(*alpha >= 0.01 && *alpha <= 100.0) {
-                    Err(FieldError::new("bounded_pareto.alpha", format!("must be in [0.01, 100] (got {alpha:?})"), "use e.g. 1.1"))
+                    Err(FieldError::new(
+                        "bounded_pareto.alpha",
+                        format!("must be in [0.01, 100] (got {alpha:?})"),
+                        "use e.g. 1.1",
+                    ))
                 } else if !(pos(*min) && max > min && max.is_finite()) {
                     Err(FieldError::new(
                         "bounded_pareto",
@@ -167,7 +176,11 @@ impl Service {
             }
             Service::Bimodal { p_large, small, large } => {
                 if !(0.0..=1.0).contains(p_large) {
-                    Err(FieldError::new("bimodal.p_large", format!("must be in [0, 1] (got {p_large:?})"), "use e.g. 0.1"))
+                    Err(FieldError::new(
+                        "bimodal.p_large",
+                        format!("must be in [0, 1] (got {p_large:?})"),
+                        "use e.g. 0.1",
+                    ))
                 } else if !(pos(*small) && pos(*large)) {
                     Err(FieldError::new("bimodal", "small and large must be positive", "use e.g. small: 1, large: 10"))
                 } else {
@@ -175,7 +188,10 @@ impl Service {
                 }
             }
             Service::Empirical { values } => {
-                if values.is_empty() || values.iter().any(|v| !(*v >= 0.0 && v.is_finite())) || values.iter().sum::<f64>() <= 0.0 {
+                if values.is_empty()
+                    || values.iter().any(|v| !(*v >= 0.0 && v.is_finite()))
+                    || values.iter().sum::<f64>() <= 0.0
+                {
                     Err(FieldError::new(
                         "empirical.values",
                         "needs at least one non-negative finite value and a positive sum",
@@ -208,7 +224,11 @@ impl Service {
         };
         let (_, raw_mean) = crate::sim::dispatch::Sizes::new(self);
         let (lo, hi) = (lo / raw_mean, hi / raw_mean);
-        let ok = raw_mean.is_finite() && raw_mean > 0.0 && hi.is_finite() && hi <= MAX_SCALED_SIZE && lo * MAX_SCALED_SIZE >= hi / MAX_SCALED_SIZE;
+        let ok = raw_mean.is_finite()
+            && raw_mean > 0.0
+            && hi.is_finite()
+            && hi <= MAX_SCALED_SIZE
+            && lo * MAX_SCALED_SIZE >= hi / MAX_SCALED_SIZE;
         if !ok {
             return Err(FieldError::new(
                 "",

@@ -103,7 +103,12 @@ impl Popular {
             Popularity::Zipf { s } => (k as f64).powf(-s),
         });
         let mut acc = 0.0;
-        let mut cdf: Vec<f64> = weights.map(|w| { acc += w; acc }).collect();
+        let mut cdf: Vec<f64> = weights
+            .map(|w| {
+                acc += w;
+                acc
+            })
+            .collect();
         for c in &mut cdf {
             *c /= acc;
         }
@@ -138,7 +143,13 @@ impl Builder {
         self.stream.segments.extend(prompt.iter().filter(|s| s.tokens > 0));
         let end = self.stream.segments.len() as u32;
         let prompt_tokens = prompt.iter().map(|s| s.tokens).sum();
-        self.stream.requests.push(GeneratedRequest { arrived_at, prompt_tokens, output_tokens, segments: start..end, output_segment });
+        self.stream.requests.push(GeneratedRequest {
+            arrived_at,
+            prompt_tokens,
+            output_tokens,
+            segments: start..end,
+            output_segment,
+        });
     }
 
     /// Sorts by arrival (stable: generation order breaks ties) and keeps the first `limit`.
@@ -146,7 +157,8 @@ impl Builder {
         let RequestStream { requests, segments } = self.stream;
         let mut order: Vec<usize> = (0..requests.len()).collect();
         order.sort_by_key(|&i| requests[i].arrived_at);
-        let mut out = RequestStream { requests: Vec::with_capacity(order.len()), segments: Vec::with_capacity(segments.len()) };
+        let mut out =
+            RequestStream { requests: Vec::with_capacity(order.len()), segments: Vec::with_capacity(segments.len()) };
         for i in order {
             let r = &requests[i];
             if limit.is_some_and(|l| out.requests.len() as u64 >= l) || horizon.is_some_and(|h| r.arrived_at >= h) {
@@ -174,7 +186,12 @@ pub fn mooncake_stream(spec: &ClusterSpec, rows: &[MooncakeRow]) -> RequestStrea
     let mut prompt = Vec::new();
     for row in rows {
         prompt.clear();
-        prompt.extend(row.hash_ids.iter().enumerate().map(|(k, &h)| Segment { id: HASH_ID_BASE + h, tokens: row.block_tokens(k) }));
+        prompt.extend(
+            row.hash_ids
+                .iter()
+                .enumerate()
+                .map(|(k, &h)| Segment { id: HASH_ID_BASE + h, tokens: row.block_tokens(k) }),
+        );
         let rest = row.uncovered_tokens();
         if rest > 0 {
             prompt.push(b.unique(rest));
@@ -194,7 +211,10 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
 
     if let Arrivals::Trace { path, time_scale, .. } = &spec.arrivals {
         let rows = trace.ok_or_else(|| {
-            format!("arrivals come from the trace '{path}', but no trace was loaded; {}", super::trace::AZURE_TRACE_HINT)
+            format!(
+                "arrivals come from the trace '{path}', but no trace was loaded; {}",
+                super::trace::AZURE_TRACE_HINT
+            )
         })?;
         let mut prompt = Vec::with_capacity(2);
         for row in rows {
@@ -232,7 +252,11 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
     let mut made = 0u64;
     let mut prompt: Vec<Segment> = Vec::new();
     loop {
-        t += if cv == 1.0 { Distribution::<f64>::sample(&Exp1, &mut arrival_rng) / group_rate } else { gamma.sample(&mut arrival_rng) };
+        t += if cv == 1.0 {
+            Distribution::<f64>::sample(&Exp1, &mut arrival_rng) / group_rate
+        } else {
+            gamma.sample(&mut arrival_rng)
+        };
         if made >= want || horizon.is_some_and(|h| ticks(t) >= h) {
             break;
         }
@@ -431,12 +455,22 @@ mod tests {
     #[test]
     fn mooncake_rows_become_block_segments_shared_by_id() {
         let mut s = doc_qa();
-        s.arrivals = Arrivals::Trace { path: "x.jsonl".into(), time_scale: 2.0, format: super::super::cluster::TraceFormat::Mooncake };
+        s.arrivals = Arrivals::Trace {
+            path: "x.jsonl".into(),
+            time_scale: 2.0,
+            format: super::super::cluster::TraceFormat::Mooncake,
+        };
         s.requests = None;
         // Row 1: 1100 tokens = 512 + 512 + 76 over ids [7, 8, 9]. Row 2 shares the first block
         // (id 7), then its own: 700 tokens = 512 + 188 over [7, 20]. Row 3: its one id covers
         // 512 of 600 tokens, so 88 are a unique suffix.
-        let row = |at_s, input_length, output_length, hash_ids: &[u64], line| MooncakeRow { at_s, input_length, output_length, hash_ids: hash_ids.to_vec(), line };
+        let row = |at_s, input_length, output_length, hash_ids: &[u64], line| MooncakeRow {
+            at_s,
+            input_length,
+            output_length,
+            hash_ids: hash_ids.to_vec(),
+            line,
+        };
         let rows = [row(0.0, 1100, 30, &[7, 8, 9], 1), row(1.5, 700, 0, &[7, 20], 2), row(2.0, 600, 4, &[7], 3)];
         let st = mooncake_stream(&s, &rows);
         let seg = |id: u64, tokens: u32| Segment { id: HASH_ID_BASE + id, tokens };

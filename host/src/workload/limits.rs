@@ -233,7 +233,11 @@ pub fn check_memory_within(w: &Workload, have: f64) -> Result<(), FieldError> {
         };
         return Err(FieldError::new(
             field,
-            format!("a run would need {} of memory, more than this machine's {} ({e})", human_bytes(e.bytes), human_bytes(have)),
+            format!(
+                "a run would need {} of memory, more than this machine's {} ({e})",
+                human_bytes(e.bytes),
+                human_bytes(have)
+            ),
             "run fewer requests (or questions) per seed and more seeds",
         ));
     }
@@ -253,7 +257,9 @@ pub fn fits_clock(path: &str, span: f64, fix: &str) -> Result<(), FieldError> {
     if !(span.is_finite() && span <= MAX_HORIZON) {
         return Err(FieldError::new(
             path,
-            format!("gives a simulated span of {span:.3e}, beyond the clock's {MAX_HORIZON:.1e} (nanosecond ticks in 64 bits)"),
+            format!(
+                "gives a simulated span of {span:.3e}, beyond the clock's {MAX_HORIZON:.1e} (nanosecond ticks in 64 bits)"
+            ),
             fix,
         ));
     }
@@ -267,7 +273,10 @@ mod tests {
     #[test]
     fn nesting_counts_flow_brackets_but_not_quoted_ones() {
         let f = Path::new("w.yaml");
-        assert!(check_nesting("a: [[[1]]]\nb: '[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[['\n", f).is_ok());
+        assert!(
+            check_nesting("a: [[[1]]]\nb: '[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[['\n", f)
+                .is_ok()
+        );
         let deep = format!("a: {}\n", "[".repeat(MAX_NESTING + 1));
         let e = check_nesting(&deep, f).unwrap_err();
         assert_eq!(e.line, Some(1));

@@ -103,7 +103,12 @@ impl Workload {
         if self.seeds == 0 {
             return Err(FieldError::new("seeds", "must be at least 1", "set `seeds: 1` or more"));
         }
-        limits::at_most("seeds", self.seeds, limits::MAX_SEEDS, "use e.g. 10 seeds; the 95% interval narrows slowly beyond")?;
+        limits::at_most(
+            "seeds",
+            self.seeds,
+            limits::MAX_SEEDS,
+            "use e.g. 10 seeds; the 95% interval narrows slowly beyond",
+        )?;
         if let Some(d) = &self.dispatch {
             d.validate().map_err(|e| e.under("dispatch"))?;
         }

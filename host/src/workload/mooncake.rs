@@ -57,10 +57,17 @@ fn field_error(file: &Path, line: usize, field: &str, message: String) -> InputE
     InputError { file: file.into(), path: field.into(), line: Some(line), message, fix: FIX.into() }
 }
 
-fn count(obj: &serde_json::Map<String, serde_json::Value>, key: &str, file: &Path, line: usize) -> Result<u64, InputError> {
+fn count(
+    obj: &serde_json::Map<String, serde_json::Value>,
+    key: &str,
+    file: &Path,
+    line: usize,
+) -> Result<u64, InputError> {
     match obj.get(key) {
         None => Err(field_error(file, line, key, format!("the field `{key}` is missing"))),
-        Some(v) => v.as_u64().ok_or_else(|| field_error(file, line, key, format!("`{key}` must be a non-negative integer (got {v})"))),
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| field_error(file, line, key, format!("`{key}` must be a non-negative integer (got {v})"))),
     }
 }
 
@@ -83,7 +90,9 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<MooncakeRow>, InputError> {
         let ts = count(obj, "timestamp", file, n)?;
         let input = count(obj, "input_length", file, n)?;
         let output = count(obj, "output_length", file, n)?;
-        let too_big = |key: &str, v: u64| field_error(file, n, key, format!("`{key}` = {v} is beyond the 2^32 − 1 tokens a request may have"));
+        let too_big = |key: &str, v: u64| {
+            field_error(file, n, key, format!("`{key}` = {v} is beyond the 2^32 − 1 tokens a request may have"))
+        };
         let input_length = u32::try_from(input).map_err(|_| too_big("input_length", input))?;
         let output_length = u32::try_from(output).map_err(|_| too_big("output_length", output))?;
         if input_length == 0 {
@@ -91,13 +100,22 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<MooncakeRow>, InputError> {
         }
         let ids = match obj.get("hash_ids") {
             None => return Err(field_error(file, n, "hash_ids", "the field `hash_ids` is missing".into())),
-            Some(v) => v.as_array().ok_or_else(|| field_error(file, n, "hash_ids", format!("`hash_ids` must be a list of integers (got {v})")))?,
+            Some(v) => v.as_array().ok_or_else(|| {
+                field_error(file, n, "hash_ids", format!("`hash_ids` must be a list of integers (got {v})"))
+            })?,
         };
         let mut hash_ids = Vec::with_capacity(ids.len());
         for (k, id) in ids.iter().enumerate() {
             match id.as_u64().filter(|&v| v <= MAX_HASH_ID) {
                 Some(v) => hash_ids.push(v),
-                None => return Err(field_error(file, n, &format!("hash_ids[{k}]"), format!("must be an integer in [0, 2^48) (got {id})"))),
+                None => {
+                    return Err(field_error(
+                        file,
+                        n,
+                        &format!("hash_ids[{k}]"),
+                        format!("must be an integer in [0, 2^48) (got {id})"),
+                    ));
+                }
             }
         }
         let needed = input_length.div_ceil(BLOCK_TOKENS) as usize;
@@ -119,7 +137,12 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<MooncakeRow>, InputError> {
         let t0 = *first_ms.get_or_insert(ts);
         let at_s = (ts - t0) as f64 / 1000.0;
         if !(at_s <= limits::MAX_HORIZON) {
-            return Err(field_error(file, n, "timestamp", format!("is {at_s:.3e} s after the first row, beyond the clock's {:.1e} s", limits::MAX_HORIZON)));
+            return Err(field_error(
+                file,
+                n,
+                "timestamp",
+                format!("is {at_s:.3e} s after the first row, beyond the clock's {:.1e} s", limits::MAX_HORIZON),
+            ));
         }
         if rows.len() >= MAX_ROWS {
             return Err(field_error(file, n, "", format!("the trace has more than {MAX_ROWS} rows")));
@@ -133,7 +156,9 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<MooncakeRow>, InputError> {
                     file,
                     n,
                     &format!("hash_ids[{k}]"),
-                    format!("block {id} is {tokens} tokens here but {seen} tokens on line {seen_line}: equal ids must be equal blocks"),
+                    format!(
+                        "block {id} is {tokens} tokens here but {seen} tokens on line {seen_line}: equal ids must be equal blocks"
+                    ),
                 ));
             }
         }
@@ -189,18 +214,29 @@ mod tests {
         assert_eq!((e.line, e.path.as_str()), (Some(2), "output_length"));
         let e = err(&format!("{ok}{{\"timestamp\": 5, \"input_length\": 10, \"output_length\": 1}}\n"));
         assert_eq!((e.line, e.path.as_str()), (Some(2), "hash_ids"));
-        let e = err(&format!("{ok}{{\"timestamp\": \"soon\", \"input_length\": 10, \"output_length\": 1, \"hash_ids\": []}}\n"));
+        let e = err(&format!(
+            "{ok}{{\"timestamp\": \"soon\", \"input_length\": 10, \"output_length\": 1, \"hash_ids\": []}}\n"
+        ));
         assert_eq!((e.line, e.path.as_str()), (Some(2), "timestamp"));
-        let e = err(&format!("{ok}{{\"timestamp\": 5, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1, -2]}}\n"));
+        let e = err(&format!(
+            "{ok}{{\"timestamp\": 5, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1, -2]}}\n"
+        ));
         assert_eq!((e.line, e.path.as_str()), (Some(2), "hash_ids[1]"));
-        let e = err(&format!("{{\"timestamp\": 9, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [0]}}\n{ok}"));
+        let e =
+            err(&format!("{{\"timestamp\": 9, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [0]}}\n{ok}"));
         assert_eq!((e.line, e.path.as_str()), (Some(2), "timestamp"));
     }
 
     #[test]
     fn more_hash_ids_than_the_prompt_fills_is_refused() {
         // 1025 tokens fill 3 blocks (512 + 512 + 1): 3 ids are fine, 4 are not.
-        assert!(parse("{\"timestamp\": 0, \"input_length\": 1025, \"output_length\": 1, \"hash_ids\": [0, 1, 2]}", Path::new("m")).is_ok());
+        assert!(
+            parse(
+                "{\"timestamp\": 0, \"input_length\": 1025, \"output_length\": 1, \"hash_ids\": [0, 1, 2]}",
+                Path::new("m")
+            )
+            .is_ok()
+        );
         let e = err("{\"timestamp\": 0, \"input_length\": 1025, \"output_length\": 1, \"hash_ids\": [0, 1, 2, 3]}");
         assert_eq!((e.line, e.path.as_str()), (Some(1), "hash_ids"));
         assert!(e.message.contains("fills only 3 blocks"), "{}", e.message);

@@ -83,7 +83,13 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, InputError> {
         let t0 = *first.get_or_insert(t);
         let at_s = t - t0;
         if !(at_s <= limits::MAX_HORIZON) {
-            return Err(err(n, format!("TIMESTAMP is {at_s:.3e} s after the first row, beyond the clock's {:.1e} s", limits::MAX_HORIZON)));
+            return Err(err(
+                n,
+                format!(
+                    "TIMESTAMP is {at_s:.3e} s after the first row, beyond the clock's {:.1e} s",
+                    limits::MAX_HORIZON
+                ),
+            ));
         }
         if rows.len() >= MAX_ROWS {
             return Err(err(n, format!("the trace has more than {MAX_ROWS} rows")));
@@ -117,8 +123,21 @@ pub fn load(path: &Path) -> Result<Vec<TraceRow>, InputError> {
 /// Refuses, before a cluster run, trace rows that no replica could hold (their prompt plus
 /// output exceeds the KV capacity, or, unchunked, the prompt exceeds one step) and a replay
 /// longer than the clock.
-pub fn check_cluster_rows(rows: &[TraceRow], spec: &super::cluster::ClusterSpec, file: &Path) -> Result<(), InputError> {
-    check_cluster_sizes(rows.iter().map(|r| RowSize { line: r.line, prompt: r.context_tokens, output: r.generated_tokens, at_s: r.at_s }), spec, file)
+pub fn check_cluster_rows(
+    rows: &[TraceRow],
+    spec: &super::cluster::ClusterSpec,
+    file: &Path,
+) -> Result<(), InputError> {
+    check_cluster_sizes(
+        rows.iter().map(|r| RowSize {
+            line: r.line,
+            prompt: r.context_tokens,
+            output: r.generated_tokens,
+            at_s: r.at_s,
+        }),
+        spec,
+        file,
+    )
 }
 
 /// A trace row's sizes and time, whatever its format.
@@ -130,7 +149,11 @@ pub struct RowSize {
 }
 
 /// [`check_cluster_rows`] for rows of any format.
-pub fn check_cluster_sizes(rows: impl Iterator<Item = RowSize>, spec: &super::cluster::ClusterSpec, file: &Path) -> Result<(), InputError> {
+pub fn check_cluster_sizes(
+    rows: impl Iterator<Item = RowSize>,
+    spec: &super::cluster::ClusterSpec,
+    file: &Path,
+) -> Result<(), InputError> {
     let sm = spec.step_model().map_err(|e| InputError::from_field(file, e.under("cluster")))?;
     let row_error = |row: &RowSize, message: String, fix: &str| InputError {
         file: file.into(),
@@ -155,7 +178,10 @@ pub fn check_cluster_sizes(rows: impl Iterator<Item = RowSize>, spec: &super::cl
         if spec.chunk_tokens == 0 && prompt > spec.max_step_tokens as u64 {
             return Err(row_error(
                 &row,
-                format!("the row's prompt ({prompt} tokens) exceeds max_step_tokens = {} with unchunked prefill", spec.max_step_tokens),
+                format!(
+                    "the row's prompt ({prompt} tokens) exceeds max_step_tokens = {} with unchunked prefill",
+                    spec.max_step_tokens
+                ),
                 "use chunked prefill (`chunk_tokens: 512`) or raise `max_step_tokens`",
             ));
         }

@@ -26,11 +26,21 @@ fn validate(name: &str, yaml: &str) -> (i32, String) {
 #[test]
 fn bad_workloads_name_file_field_and_fix_with_exit_2() {
     let cases = [
-        ("unknown_field.yaml", "dispatch: {servers: 4, requests: 10, utilisaton: 0.5}\n", "dispatch.utilisaton", "unknown field `utilisaton`"),
+        (
+            "unknown_field.yaml",
+            "dispatch: {servers: 4, requests: 10, utilisaton: 0.5}\n",
+            "dispatch.utilisaton",
+            "unknown field `utilisaton`",
+        ),
         ("wrong_type.yaml", "dispatch:\n  servers: many\n  requests: 10\n", "dispatch.servers", "invalid type"),
         ("rho_one.yaml", "dispatch: {servers: 4, requests: 10, utilisation: 1.0}\n", "dispatch.utilisation", "(0, 1)"),
         ("zero_servers.yaml", "dispatch: {servers: 0, requests: 10}\n", "dispatch.servers", "at least 1"),
-        ("bad_cv.yaml", "dispatch: {servers: 2, requests: 10, service: {lognormal: {cv: -1}}}\n", "dispatch.service.lognormal.cv", "positive"),
+        (
+            "bad_cv.yaml",
+            "dispatch: {servers: 2, requests: 10, service: {lognormal: {cv: -1}}}\n",
+            "dispatch.service.lognormal.cv",
+            "positive",
+        ),
         ("no_world.yaml", "seed: 3\n", "", "no world section"),
     ];
     for (file, yaml, field, what) in cases {
@@ -109,7 +119,12 @@ fn demo_shows_the_dilemma_the_classics_and_llmselector() {
     let out = routelab(&["demo"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let s = String::from_utf8_lossy(&out.stdout);
-    let row = |name: &str| s.lines().find(|l| l.starts_with(&format!("│ {name} "))).unwrap_or_else(|| panic!("no row {name}:\n{s}")).to_string();
+    let row = |name: &str| {
+        s.lines()
+            .find(|l| l.starts_with(&format!("│ {name} ")))
+            .unwrap_or_else(|| panic!("no row {name}:\n{s}"))
+            .to_string()
+    };
     assert!(row("max_affinity").contains("overloaded"), "{s}");
     for p in ["preble", "sglang_cache_aware", "least_requests", "power_of_two", "least_work_left"] {
         row(p);
@@ -138,7 +153,10 @@ fn new_policy_prints_commands_that_work_for_every_kind() {
         let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
         assert!(readme.contains("CARGO_TARGET_DIR"), "the README says how to share a target directory");
         let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
-        assert!(manifest.contains(&format!("version = \"{}\", path = ", routelab_policy_api::API_VERSION)), "{manifest}");
+        assert!(
+            manifest.contains(&format!("version = \"{}\", path = ", routelab_policy_api::API_VERSION)),
+            "{manifest}"
+        );
         std::fs::copy(workspace().join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
         let commands: Vec<&str> = printed.lines().skip_while(|l| *l != "next:").skip(1).map(str::trim).collect();
         assert_eq!(commands.len(), 2, "{printed}");
@@ -166,7 +184,8 @@ fn new_policy_prints_commands_that_work_for_every_kind() {
             std::fs::write(&p, "dispatch: {servers: 4, utilisation: 0.5, requests: 2000}\n").unwrap();
             let spec = format!("{}:new_router,least_requests", lib.display());
             let json = scratch("np.json");
-            let out = routelab(&["compare", p.to_str().unwrap(), "--policies", &spec, "--json", json.to_str().unwrap()]);
+            let out =
+                routelab(&["compare", p.to_str().unwrap(), "--policies", &spec, "--json", json.to_str().unwrap()]);
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
             let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
             let results = v["workloads"][0]["results"].as_array().unwrap();
@@ -185,8 +204,16 @@ fn sweep_and_plots() {
     let _ = std::fs::remove_dir_all(&dir);
     let json = scratch("sweep.json");
     let out = routelab(&[
-        "sweep", p.to_str().unwrap(), "--policies", "random,least_requests", "--set", "utilisation=0.3,0.6,0.9",
-        "--plot", dir.to_str().unwrap(), "--json", json.to_str().unwrap(),
+        "sweep",
+        p.to_str().unwrap(),
+        "--policies",
+        "random,least_requests",
+        "--set",
+        "utilisation=0.3,0.6,0.9",
+        "--plot",
+        dir.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -198,7 +225,14 @@ fn sweep_and_plots() {
     assert!(r(0) < r(1) && r(1) < r(2), "{} {} {}", r(0), r(1), r(2));
     let svg = std::fs::read_to_string(dir.join("sw_sweep_utilisation_response_mean.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("least_requests") && svg.contains("random"));
-    let out = routelab(&["compare", p.to_str().unwrap(), "--policies", "random,round_robin", "--plot", dir.to_str().unwrap()]);
+    let out = routelab(&[
+        "compare",
+        p.to_str().unwrap(),
+        "--policies",
+        "random,round_robin",
+        "--plot",
+        dir.to_str().unwrap(),
+    ]);
     assert!(out.status.success());
     let svg = std::fs::read_to_string(dir.join("sw_response_mean.svg")).unwrap();
     assert!(svg.contains("round_robin"));
@@ -212,8 +246,14 @@ fn sweep_and_plots() {
 fn case_study_from_cc_reports_allocations_and_greedy_stays_stuck() {
     let json = scratch("cs.json");
     let out = routelab(&[
-        "compare", "workloads/compound/case_study.yaml", "--policies", "greedy,llmselector", "--start", "C,C",
-        "--json", json.to_str().unwrap(),
+        "compare",
+        "workloads/compound/case_study.yaml",
+        "--policies",
+        "greedy,llmselector",
+        "--start",
+        "C,C",
+        "--json",
+        json.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -237,7 +277,10 @@ fn bad_compound_input_exits_2() {
     let budget = scratch("budget.yaml");
     std::fs::write(&budget, "compound:\n  system: debate\n  pool: {models: 10}\n  budget: 5\n").unwrap();
     let cases: [(&[&str], &str); 4] = [
-        (&["compare", "workloads/compound/case_study.yaml", "--policies", "greedy", "--start", "C,Z"], "unknown model 'Z'"),
+        (
+            &["compare", "workloads/compound/case_study.yaml", "--policies", "greedy", "--start", "C,Z"],
+            "unknown model 'Z'",
+        ),
         (&["compare", big.to_str().unwrap(), "--policies", "exhaustive,best_single"], "max_allocations"),
         (&["validate", diag.to_str().unwrap()], "diagnoser_accuracy"),
         (&["validate", budget.to_str().unwrap()], "below one round"),

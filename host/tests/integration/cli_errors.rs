@@ -65,7 +65,10 @@ fn a_closed_pipe_ends_quietly() {
 fn options_a_workload_cannot_use_are_errors() {
     bad(&["compare", "exp_rho09", "--seeds", "0"], &["--seeds"]);
     bad(&["compare", "exp_rho09", "--policies", "random", "--start", "C,C"], &["--start", "dispatch workload"]);
-    bad(&["compare", "case_study", "--policies", "greedy", "--trace", "x.csv"], &["--trace", "does not replay a trace"]);
+    bad(
+        &["compare", "case_study", "--policies", "greedy", "--trace", "x.csv"],
+        &["--trace", "does not replay a trace"],
+    );
     bad(&["compare", "exp_rho09", "--policies", "random", "--trace", "x.csv"], &["--trace"]);
     bad(&["validate", "exp_rho09", "--trace", "x.csv"], &["--trace"]);
     // `@scheduler` outside the cluster world used to run as the plain router.
@@ -75,7 +78,10 @@ fn options_a_workload_cannot_use_are_errors() {
     bad(&["compare", "exp_rho09", "--policies", "./target/libfoo.so:"], &["no policy name after"]);
     let dir = scratch("bad-name-policy");
     let _ = std::fs::remove_dir_all(&dir);
-    bad(&["new-policy", dir.to_str().unwrap(), "--kind", "router", "--name", "bad name!"], &["--name", "cannot be a policy name"]);
+    bad(
+        &["new-policy", dir.to_str().unwrap(), "--kind", "router", "--name", "bad name!"],
+        &["--name", "cannot be a policy name"],
+    );
     assert!(!dir.exists(), "nothing generated for a bad name");
 }
 
@@ -98,11 +104,21 @@ fn validate_checks_policy_and_scheduler_names() {
 fn misspelt_policies_and_unknown_set_fields() {
     let p = scratch("sweep.yaml");
     std::fs::write(&p, "name: sw\ndispatch: {servers: 4, utilisation: 0.5, requests: 2000}\n").unwrap();
-    let out = routelab(&["sweep", p.to_str().unwrap(), "--policies", "random,least_request", "--set", "utilisation=0.3,0.6,0.9"]);
+    let out = routelab(&[
+        "sweep",
+        p.to_str().unwrap(),
+        "--policies",
+        "random,least_request",
+        "--set",
+        "utilisation=0.3,0.6,0.9",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.matches("no router named 'least_request'").count(), 1, "printed once: {err}");
     assert!(err.contains("did you mean `least_requests`"), "{err}");
-    let err = bad(&["sweep", p.to_str().unwrap(), "--policies", "random", "--set", "dispatch.nonsense=1,2"], &["--set", "field `dispatch.nonsense`", "unknown field"]);
+    let err = bad(
+        &["sweep", p.to_str().unwrap(), "--policies", "random", "--set", "dispatch.nonsense=1,2"],
+        &["--set", "field `dispatch.nonsense`", "unknown field"],
+    );
     assert!(!err.contains("sweep.yaml:"), "no line of the generated text: {err}");
 }

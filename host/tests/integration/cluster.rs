@@ -21,8 +21,14 @@ fn scratch(name: &str) -> std::path::PathBuf {
 fn long_doc_qa_json_has_the_cluster_keys() {
     let json = scratch("ldq.json");
     let out = routelab(&[
-        "compare", "workloads/cluster/long_doc_qa.yaml", "--policies", "round_robin,least_requests,least_work_left",
-        "--seeds", "3", "--json", json.to_str().unwrap(),
+        "compare",
+        "workloads/cluster/long_doc_qa.yaml",
+        "--policies",
+        "round_robin,least_requests,least_work_left",
+        "--seeds",
+        "3",
+        "--json",
+        json.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -31,9 +37,21 @@ fn long_doc_qa_json_has_the_cluster_keys() {
     assert_eq!(w["seeds"], 3);
     for r in w["results"].as_array().unwrap() {
         for k in [
-            "requests", "completed", "unfinished", "overloaded", "latency_mean_s", "latency_p50_s", "latency_p90_s",
-            "latency_p99_s", "ttft_mean_s", "ttft_p99_s", "tpot_mean_s", "throughput_rps", "hit_rate",
-            "replication_factor", "busiest_replica_share",
+            "requests",
+            "completed",
+            "unfinished",
+            "overloaded",
+            "latency_mean_s",
+            "latency_p50_s",
+            "latency_p90_s",
+            "latency_p99_s",
+            "ttft_mean_s",
+            "ttft_p99_s",
+            "tpot_mean_s",
+            "throughput_rps",
+            "hit_rate",
+            "replication_factor",
+            "busiest_replica_share",
         ] {
             assert!(r["metrics"][k].is_number(), "{} lacks {k}", r["policy"]);
         }
@@ -51,7 +69,14 @@ fn cluster_results_are_bit_identical_from_the_plugin_library() {
         .unwrap()
         .replace("requests: 1000", "requests: 300")
         .replace("seeds: 3", "seeds: 2");
-    let names = ["round_robin", "least_work_left", "threshold_affinity", "sglang_cache_aware", "preble", "preble{rebalance: false, pd_pairing: false}"];
+    let names = [
+        "round_robin",
+        "least_work_left",
+        "threshold_affinity",
+        "sglang_cache_aware",
+        "preble",
+        "preble{rebalance: false, pd_pairing: false}",
+    ];
     let linked: Vec<String> = names.iter().map(|s| s.to_string()).collect();
     let loaded: Vec<String> = names.iter().map(|s| format!("{}:{s}", lib.display())).collect();
     let a = compare_text(&yaml, "ldq.yaml", &linked);
@@ -61,7 +86,13 @@ fn cluster_results_are_bit_identical_from_the_plugin_library() {
         assert_eq!(x.per_seed, y.per_seed, "{} differs when loaded", x.policy);
     }
     let preble = &a.results[4].metrics;
-    for k in ["router.cost_l_mean_s", "router.cost_m_mean_s", "router.cost_p_mean_s", "router.exploit_decisions", "router.explore_decisions"] {
+    for k in [
+        "router.cost_l_mean_s",
+        "router.cost_m_mean_s",
+        "router.cost_p_mean_s",
+        "router.exploit_decisions",
+        "router.explore_decisions",
+    ] {
         assert!(preble.get(k).is_some(), "preble lacks {k}");
     }
 }
@@ -72,7 +103,11 @@ fn cluster_results_are_bit_identical_from_the_plugin_library() {
 fn example_prefix_router_plugin_competes_with_the_builtins() {
     let lib = &plugins().lru_affinity;
     let yaml = std::fs::read_to_string(workspace().join("workloads/cluster/long_doc_qa.yaml")).unwrap();
-    let w = compare_text(&yaml, "ldq.yaml", &["round_robin".into(), lib.display().to_string(), "sglang_cache_aware".into()]);
+    let w = compare_text(
+        &yaml,
+        "ldq.yaml",
+        &["round_robin".into(), lib.display().to_string(), "sglang_cache_aware".into()],
+    );
     // A plugin given by path alone is shown by its library's name, not its path.
     let label = "lru_affinity".to_string();
     assert_eq!(w.results[1].policy, label);
@@ -88,7 +123,14 @@ fn example_prefix_router_plugin_competes_with_the_builtins() {
 #[test]
 fn azure_conversation_trace_replays_end_to_end() {
     let json = scratch("azure.json");
-    let args = ["compare", "workloads/cluster/azure_conv.yaml", "--policies", "round_robin,least_work_left", "--json", json.to_str().unwrap()];
+    let args = [
+        "compare",
+        "workloads/cluster/azure_conv.yaml",
+        "--policies",
+        "round_robin,least_work_left",
+        "--json",
+        json.to_str().unwrap(),
+    ];
     let out = routelab(&args);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -109,7 +151,14 @@ fn azure_conversation_trace_replays_end_to_end() {
 #[test]
 fn mooncake_conversation_trace_replays_end_to_end() {
     let json = scratch("mooncake.json");
-    let args = ["compare", "workloads/cluster/mooncake_conversation.yaml", "--policies", "round_robin,least_requests", "--json", json.to_str().unwrap()];
+    let args = [
+        "compare",
+        "workloads/cluster/mooncake_conversation.yaml",
+        "--policies",
+        "round_robin,least_requests",
+        "--json",
+        json.to_str().unwrap(),
+    ];
     let out = routelab(&args);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -128,13 +177,26 @@ fn bad_mooncake_rows_exit_2_with_line_and_field() {
     let ok = "{\"timestamp\": 0, \"input_length\": 1000, \"output_length\": 5, \"hash_ids\": [0, 1]}\n";
     let cases = [
         ("malformed.jsonl", format!("{ok}{{\"timestamp\": 3, \"input_length\": 10,\n"), ":2", "JSON"),
-        ("missing.jsonl", format!("{ok}{ok}{{\"timestamp\": 3, \"output_length\": 1, \"hash_ids\": [0]}}\n"), ":3", "input_length"),
-        ("long_ids.jsonl", format!("{ok}{{\"timestamp\": 3, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [0, 1, 2]}}\n"), ":2", "hash_ids"),
+        (
+            "missing.jsonl",
+            format!("{ok}{ok}{{\"timestamp\": 3, \"output_length\": 1, \"hash_ids\": [0]}}\n"),
+            ":3",
+            "input_length",
+        ),
+        (
+            "long_ids.jsonl",
+            format!(
+                "{ok}{{\"timestamp\": 3, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [0, 1, 2]}}\n"
+            ),
+            ":2",
+            "hash_ids",
+        ),
     ];
     for (name, text, line, field) in cases {
         let p = scratch(name);
         std::fs::write(&p, text).unwrap();
-        let out = routelab(&["validate", "workloads/cluster/mooncake_conversation.yaml", "--trace", p.to_str().unwrap()]);
+        let out =
+            routelab(&["validate", "workloads/cluster/mooncake_conversation.yaml", "--trace", p.to_str().unwrap()]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{name}: {err}");
         assert!(err.contains(&format!("{name}{line}")) && err.contains(field) && err.contains("fix:"), "{name}: {err}");
@@ -147,7 +209,12 @@ fn bad_cluster_input_exits_2_with_field_and_fix() {
     let cases = [
         ("too_big.yaml", base.replace("model: mistral-7b", "model: llama-3-70b"), "cluster.model", "fit"),
         ("zipf.yaml", base.replace("{zipf: {s: 1.1}}", "{zipf: {s: 0.0}}"), "zipf", "s"),
-        ("chunk.yaml", base.replace("  replicas: 4\n", "  replicas: 4\n  chunk_tokens: 0\n  max_step_tokens: 8192\n"), "chunk_tokens", "0"),
+        (
+            "chunk.yaml",
+            base.replace("  replicas: 4\n", "  replicas: 4\n  chunk_tokens: 0\n  max_step_tokens: 8192\n"),
+            "chunk_tokens",
+            "0",
+        ),
     ];
     for (name, yaml, field, what) in cases {
         let p = scratch(name);
@@ -155,11 +222,18 @@ fn bad_cluster_input_exits_2_with_field_and_fix() {
         let out = routelab(&["validate", p.to_str().unwrap()]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{name}: {err}");
-        assert!(err.contains(name) && err.contains(field) && err.contains(what) && err.contains("fix:"), "{name}: {err}");
+        assert!(
+            err.contains(name) && err.contains(field) && err.contains(what) && err.contains("fix:"),
+            "{name}: {err}"
+        );
     }
     // A malformed trace row names its line.
     let trace = scratch("bad_trace.csv");
-    std::fs::write(&trace, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6962430,945,160\n2023-11-16 18:15:47.0,oops,1\n").unwrap();
+    std::fs::write(
+        &trace,
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6962430,945,160\n2023-11-16 18:15:47.0,oops,1\n",
+    )
+    .unwrap();
     let out = routelab(&["validate", "workloads/cluster/azure_conv.yaml", "--trace", trace.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
@@ -180,7 +254,10 @@ fn step_model_prints_the_calibration_anchors() {
 #[test]
 fn exercise_3_exploits_the_cached_document() {
     let text = routelab::exercises::routing::exercise3();
-    assert!(text.contains("EXPLOIT") && text.contains("longest match: {2}") && text.contains("chose replica 2"), "{text}");
+    assert!(
+        text.contains("EXPLOIT") && text.contains("longest match: {2}") && text.contains("chose replica 2"),
+        "{text}"
+    );
 }
 
 /// Exercise 8: with prompt eviction events Preble's belief is exact; delays and SGLang's timer-trimmed

@@ -25,7 +25,12 @@ pub fn target_dir() -> PathBuf {
 /// read off this test binary's path (`target/<profile>/deps/…`); plugins are built with the same.
 pub fn profile() -> String {
     let exe = std::env::current_exe().expect("test binary path");
-    exe.parent().and_then(|deps| deps.parent()).and_then(|p| p.file_name()).expect("target/<profile>/deps").to_string_lossy().into_owned()
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .and_then(|p| p.file_name())
+        .expect("target/<profile>/deps")
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn cargo() -> Command {
@@ -76,7 +81,13 @@ pub fn plugins() -> &'static Plugins {
     P.get_or_init(|| {
         cargo_build(
             &workspace(),
-            &["routelab-builtin-plugin", "routelab-faulty-plugin", "routelab-faulty-registry", "my-router", "lru-affinity"],
+            &[
+                "routelab-builtin-plugin",
+                "routelab-faulty-plugin",
+                "routelab-faulty-registry",
+                "my-router",
+                "lru-affinity",
+            ],
         );
         Plugins {
             builtin: lib_path("routelab_builtin_plugin"),

@@ -66,5 +66,8 @@ fn a_method_added_later_falls_back_to_its_default_on_an_old_plugin() {
         .into_result()
         .unwrap();
     assert_eq!(pair, ReplicaPair { prefill: 1, decode: 0 });
-    assert_eq!(router.signals().into_result().unwrap().iter().map(|s| s.as_str()).collect::<Vec<_>>(), [signals::OUTSTANDING_REQUESTS]);
+    assert_eq!(
+        router.signals().into_result().unwrap().iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+        [signals::OUTSTANDING_REQUESTS]
+    );
 }

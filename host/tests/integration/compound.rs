@@ -87,7 +87,11 @@ fn from_all_25_starts_greedy_fails_on_some_and_llmselector_on_none() {
     let mut count = |policy: &str| {
         let spec_p = PolicySpec::parse(policy).unwrap();
         let factory = loader.resolve(&spec_p, routelab_policy_api::PolicyKind::Selector).unwrap();
-        let make = || factory.selector(&SelectorContext { seed: 3, ..compound::selector_context(&spec, 1) }).map_err(|e| e.to_string());
+        let make = || {
+            factory
+                .selector(&SelectorContext { seed: 3, ..compound::selector_context(&spec, 1) })
+                .map_err(|e| e.to_string())
+        };
         compound::all_starts(&spec, &make, 1).unwrap()
     };
     let greedy = count("greedy");
@@ -200,7 +204,9 @@ fn bad_input_is_rejected_with_the_field_and_a_fix() {
         let e = parse_error(&format!("{base}  diagnoser_accuracy: {bad}\n"));
         assert!(e.contains("compound.diagnoser_accuracy") && e.contains("[0, 1]"), "{e}");
     }
-    let e = parse_error(&format!("{base}  variants:\n    - {{diagnoser_accuracy: 0.9}}\n    - {{diagnoser_accuracy: 2}}\n"));
+    let e = parse_error(&format!(
+        "{base}  variants:\n    - {{diagnoser_accuracy: 0.9}}\n    - {{diagnoser_accuracy: 2}}\n"
+    ));
     assert!(e.contains("compound.variants[1].diagnoser_accuracy"), "{e}");
     let e = parse_error(&format!("{base}  pool: {{models: 3}}\n"));
     assert!(e.contains("both `models` and `pool`"), "{e}");
@@ -225,10 +231,8 @@ fn bad_input_is_rejected_with_the_field_and_a_fix() {
 
 #[test]
 fn exhaustive_refuses_a_space_above_its_guard() {
-    let spec: CompoundSpec = serde_norway::from_str(
-        "system: debate\npool: {models: 10}\nquestions: {train: 20, test: 20}\n",
-    )
-    .unwrap();
+    let spec: CompoundSpec =
+        serde_norway::from_str("system: debate\npool: {models: 10}\nquestions: {train: 20, test: 20}\n").unwrap();
     spec.validate().unwrap();
     let e = run(&spec, "exhaustive", 1, None).unwrap_err();
     assert!(e.contains("1000000 allocations (10 models ^ 6 modules)") && e.contains("max_allocations = 100000"), "{e}");
@@ -244,7 +248,8 @@ fn exhaustive_refuses_a_space_above_its_guard() {
 
 #[test]
 fn every_compound_workload_parses_and_expands_its_variants() {
-    let expect = [("case_study.yaml", 1), ("random_pools.yaml", 3), ("noisy_diagnoser.yaml", 7), ("non_monotone.yaml", 4)];
+    let expect =
+        [("case_study.yaml", 1), ("random_pools.yaml", 3), ("noisy_diagnoser.yaml", 7), ("non_monotone.yaml", 4)];
     for (file, n) in expect {
         let w = load(file);
         let variants = w.compound.as_ref().unwrap().variants();

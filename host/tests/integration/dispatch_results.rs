@@ -31,7 +31,10 @@ fn two_choices_max_load_is_far_below_random() {
 /// ρ = 0.9, exponential: JSQ 1.60 and LWL 1.39 against random's 10.35 (3 seeds).
 #[test]
 fn jsq_and_lwl_beat_random_by_a_wide_margin() {
-    let w = compare_file("workloads/dispatch/exp_rho09.yaml", &["random", "round_robin", "least_requests", "least_work_left"]);
+    let w = compare_file(
+        "workloads/dispatch/exp_rho09.yaml",
+        &["random", "round_robin", "least_requests", "least_work_left"],
+    );
     let random = metric(&w, "random", "response_mean");
     for p in ["least_requests", "least_work_left"] {
         let m = metric(&w, p, "response_mean");

@@ -29,7 +29,12 @@ fn write(name: &str, text: &str) -> String {
 fn refused(args: &[&str], wants: &[&str]) -> String {
     let out = routelab(args);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(2), "{args:?}: expected exit 2\nstderr: {err}\nstdout: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{args:?}: expected exit 2\nstderr: {err}\nstdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(err.contains("fix:"), "{args:?}: no fix offered: {err}");
     for w in wants {
         assert!(err.contains(w), "{args:?}: stderr lacks `{w}`: {err}");
@@ -37,7 +42,8 @@ fn refused(args: &[&str], wants: &[&str]) -> String {
     err
 }
 
-const CLUSTER: &str = "cluster:\n  replicas: 2\n  generator: {output_tokens: 16}\n  arrivals: {poisson: {rate: 1.0}}\n  requests: 50\n";
+const CLUSTER: &str =
+    "cluster:\n  replicas: 2\n  generator: {output_tokens: 16}\n  arrivals: {poisson: {rate: 1.0}}\n  requests: 50\n";
 
 #[test]
 fn base_cycles_of_two_and_three_files_are_refused() {
@@ -66,7 +72,10 @@ fn huge_or_endless_files_are_refused_by_size() {
     let big = write("big.yaml", &format!("# {}\n{CLUSTER}", "x".repeat(2 << 20)));
     refused(&["validate", &big], &["big.yaml", "larger than"]);
     // A trace: the size check comes before parsing, so /dev/zero ends at the cap.
-    let t = write("trace_zero.yaml", "cluster:\n  replicas: 2\n  generator: {output_tokens: 16}\n  arrivals: {trace: {path: /dev/zero}}\n");
+    let t = write(
+        "trace_zero.yaml",
+        "cluster:\n  replicas: 2\n  generator: {output_tokens: 16}\n  arrivals: {trace: {path: /dev/zero}}\n",
+    );
     refused(&["validate", &t], &["/dev/zero"]);
 }
 
@@ -96,11 +105,23 @@ fn counts_above_what_a_user_could_mean_are_refused() {
     let d = |extra: &str| format!("dispatch: {{servers: 4, requests: 1000{extra}}}\n");
     let c = |old: &str, new: &str| CLUSTER.replace(old, new);
     let cases: Vec<(&str, String, &[&str])> = vec![
-        ("requests.yaml", "dispatch: {servers: 4, requests: 1000000000000}\n".into(), &["field `dispatch.requests`", "above the limit"]),
-        ("servers.yaml", "dispatch: {servers: 4294967295, requests: 10}\n".into(), &["field `dispatch.servers`", "4294967295"]),
+        (
+            "requests.yaml",
+            "dispatch: {servers: 4, requests: 1000000000000}\n".into(),
+            &["field `dispatch.requests`", "above the limit"],
+        ),
+        (
+            "servers.yaml",
+            "dispatch: {servers: 4294967295, requests: 10}\n".into(),
+            &["field `dispatch.servers`", "4294967295"],
+        ),
         ("replicas.yaml", c("replicas: 2", "replicas: 4294967295"), &["field `cluster.replicas`"]),
         ("duration.yaml", c("requests: 50", "duration_s: 1e15"), &["field `cluster.duration_s`"]),
-        ("fanout.yaml", c("{output_tokens: 16}", "{output_tokens: 16, fanout: 4000000000}"), &["field `cluster.generator.fanout`"]),
+        (
+            "fanout.yaml",
+            c("{output_tokens: 16}", "{output_tokens: 16, fanout: 4000000000}"),
+            &["field `cluster.generator.fanout`"],
+        ),
         (
             "contexts.yaml",
             c("{output_tokens: 16}", "{output_tokens: 16, contexts: {count: 4000000000, tokens: 10}}"),
@@ -135,14 +156,18 @@ fn counts_above_what_a_user_could_mean_are_refused() {
 
 #[test]
 fn validate_prints_an_estimate_of_memory_and_time() {
-    let p = write("estimate.yaml", "dispatch: {servers: 16, requests: 1000000}\nseeds: 3\npolicies: [random, round_robin]\n");
+    let p = write(
+        "estimate.yaml",
+        "dispatch: {servers: 16, requests: 1000000}\nseeds: 3\npolicies: [random, round_robin]\n",
+    );
     let out = routelab(&["validate", &p]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().find(|l| l.starts_with("# estimate:")).unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains("MB") && line.contains("6 run(s)"), "{line}");
     // The estimate grows with the requests.
-    let w = |n: u64| workload::parse(&format!("dispatch: {{servers: 16, requests: {n}}}\n"), Path::new("w.yaml")).unwrap();
+    let w =
+        |n: u64| workload::parse(&format!("dispatch: {{servers: 16, requests: {n}}}\n"), Path::new("w.yaml")).unwrap();
     let (small, large) = (limits::estimate(&w(1_000)), limits::estimate(&w(100_000_000)));
     assert!(large.bytes > 100.0 * small.bytes && large.seconds > 1000.0 * small.seconds, "{small:?} {large:?}");
 }
@@ -152,20 +177,47 @@ fn floats_that_overflow_derived_quantities_are_refused() {
     let d = |service: &str| format!("dispatch: {{servers: 4, requests: 100, {service}}}\n");
     let cases: Vec<(&str, String, &str)> = vec![
         ("cv.yaml", d("service: {lognormal: {cv: 1e200}}"), "dispatch.service.lognormal.cv"),
-        ("refresh.yaml", d("information: {stale: {refresh_interval: 1e-12}}"), "dispatch.information.stale.refresh_interval"),
-        ("pareto.yaml", d("service: {bounded_pareto: {alpha: 1e-300, min: 1, max: 10000}}"), "dispatch.service.bounded_pareto.alpha"),
-        ("pareto_range.yaml", d("service: {bounded_pareto: {alpha: 1.1, min: 1e-300, max: 1e300}}"), "dispatch.service"),
+        (
+            "refresh.yaml",
+            d("information: {stale: {refresh_interval: 1e-12}}"),
+            "dispatch.information.stale.refresh_interval",
+        ),
+        (
+            "pareto.yaml",
+            d("service: {bounded_pareto: {alpha: 1e-300, min: 1, max: 10000}}"),
+            "dispatch.service.bounded_pareto.alpha",
+        ),
+        (
+            "pareto_range.yaml",
+            d("service: {bounded_pareto: {alpha: 1.1, min: 1e-300, max: 1e300}}"),
+            "dispatch.service",
+        ),
         ("empirical.yaml", d("service: {empirical: {values: [1e308, 1e308]}}"), "dispatch.service"),
         ("bimodal.yaml", d("service: {bimodal: {p_large: 0.5, small: 1e-300, large: 1e300}}"), "dispatch.service"),
         ("rho.yaml", d("utilisation: 1e-300"), "dispatch.utilisation"),
         ("rate.yaml", CLUSTER.replace("rate: 1.0", "rate: 1e-300"), "cluster.arrivals.poisson.rate"),
-        ("gamma.yaml", CLUSTER.replace("poisson: {rate: 1.0}", "gamma: {rate: 1.0, cv: 1e200}"), "cluster.arrivals.gamma"),
-        ("think.yaml", CLUSTER.replace("{output_tokens: 16}", "{output_tokens: 16, turns: 2, think_time_s: 1e300}"), "cluster.generator.think_time_s"),
+        (
+            "gamma.yaml",
+            CLUSTER.replace("poisson: {rate: 1.0}", "gamma: {rate: 1.0, cv: 1e200}"),
+            "cluster.arrivals.gamma",
+        ),
+        (
+            "think.yaml",
+            CLUSTER.replace("{output_tokens: 16}", "{output_tokens: 16, turns: 2, think_time_s: 1e300}"),
+            "cluster.generator.think_time_s",
+        ),
         ("drain.yaml", CLUSTER.replace("replicas: 2", "replicas: 2\n  drain_s: .inf"), "cluster.drain_s"),
-        ("overhead.yaml", CLUSTER.replace("replicas: 2", "replicas: 2\n  efficiency: {step_overhead_s: .inf}"), "cluster.efficiency"),
+        (
+            "overhead.yaml",
+            CLUSTER.replace("replicas: 2", "replicas: 2\n  efficiency: {step_overhead_s: .inf}"),
+            "cluster.efficiency",
+        ),
         (
             "gpu.yaml",
-            CLUSTER.replace("replicas: 2", "replicas: 2\n  gpu: {name: slow, memory_gb: 48, bandwidth_gb_s: 1e-300, tflops: 1e-300}"),
+            CLUSTER.replace(
+                "replicas: 2",
+                "replicas: 2\n  gpu: {name: slow, memory_gb: 48, bandwidth_gb_s: 1e-300, tflops: 1e-300}",
+            ),
             "cluster.gpu",
         ),
         (
@@ -201,7 +253,11 @@ cluster:
 
 #[test]
 fn trace_rows_that_break_the_clock_or_a_replica_exit_2_with_their_line() {
-    let spec = |trace: &str| format!("cluster:\n  replicas: 2\n  generator: {{output_tokens: 16}}\n  arrivals: {{trace: {{path: {trace}}}}}\n");
+    let spec = |trace: &str| {
+        format!(
+            "cluster:\n  replicas: 2\n  generator: {{output_tokens: 16}}\n  arrivals: {{trace: {{path: {trace}}}}}\n"
+        )
+    };
     let t = write("huge_row.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,5\n1,4000000000,5\n");
     let w = write("huge_row.yaml", &spec(&t));
     refused(&["validate", &w], &["huge_row.csv:3", "KV"]);
@@ -212,7 +268,13 @@ fn trace_rows_that_break_the_clock_or_a_replica_exit_2_with_their_line() {
     let t = write("scaled.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,5\n1e6,10,5\n");
     let w = write("scaled.yaml", &spec(&t).replace("}}\n", ", time_scale: 1e200}}\n"));
     refused(&["validate", &w], &["scaled.csv:3", "time_scale"]);
-    let w = write("dispatch_far.yaml", &format!("dispatch: {{servers: 2, requests: 10, arrivals: {{trace: {{path: {}}}}}}}\n", scratch("far.csv").display()));
+    let w = write(
+        "dispatch_far.yaml",
+        &format!(
+            "dispatch: {{servers: 2, requests: 10, arrivals: {{trace: {{path: {}}}}}}}\n",
+            scratch("far.csv").display()
+        ),
+    );
     refused(&["validate", &w], &["far.csv:3"]);
 }
 
@@ -238,8 +300,22 @@ impl Rng {
 }
 
 const EXTREMES: [&str; 16] = [
-    "0", "-1", "1e308", "-1e308", "1e-300", "4294967295", "18446744073709551615", ".nan", ".inf", "-.inf", "1e15", "[]", "{}", "~",
-    "\"\"", "0.5",
+    "0",
+    "-1",
+    "1e308",
+    "-1e308",
+    "1e-300",
+    "4294967295",
+    "18446744073709551615",
+    ".nan",
+    ".inf",
+    "-.inf",
+    "1e15",
+    "[]",
+    "{}",
+    "~",
+    "\"\"",
+    "0.5",
 ];
 
 /// One deterministic mutation of `text`.
@@ -260,7 +336,9 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
                 .collect();
             let ext = EXTREMES[rng.below(EXTREMES.len())];
             if let Some(&k) = starts.get(rng.below(starts.len())) {
-                let end = line[k..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '+')).map_or(line.len(), |e| k + e);
+                let end = line[k..]
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '+'))
+                    .map_or(line.len(), |e| k + e);
                 lines[i] = format!("{}{ext}{}", &line[..k], &line[end..]);
             } else if let Some(c) = line.find(": ") {
                 lines[i] = format!("{}: {ext}", &line[..c]);
@@ -279,7 +357,10 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
         }
         6 => {
             let noise = ["[", "{", "]", "}", ": ", "- ", "'", "\"", "&a ", "*a", "!!binary ", "\t", "#"][rng.below(13)];
-            let k = (0..=lines[i].len()).filter(|&k| lines[i].is_char_boundary(k)).nth(rng.below(lines[i].len() + 1)).unwrap_or(0);
+            let k = (0..=lines[i].len())
+                .filter(|&k| lines[i].is_char_boundary(k))
+                .nth(rng.below(lines[i].len() + 1))
+                .unwrap_or(0);
             lines[i].insert_str(k, noise);
         }
         _ => {
@@ -324,7 +405,9 @@ fn seeded_mutations_of_every_workload_never_panic_or_hang() {
             }
             total += 1;
             let result = std::panic::catch_unwind(|| workload::parse(&mutant, f));
-            let Ok(parsed) = result else { panic!("parse+validate panicked on a mutant of {}:\n{mutant}", f.display()) };
+            let Ok(parsed) = result else {
+                panic!("parse+validate panicked on a mutant of {}:\n{mutant}", f.display())
+            };
             let Ok(mut w) = parsed else { continue };
             valid += 1;
             let _ = limits::estimate(&w);
@@ -343,7 +426,10 @@ fn seeded_mutations_of_every_workload_never_panic_or_hang() {
         }
     }
     assert!(total >= 300, "{total} mutants");
-    assert!(valid > total / 20, "only {valid} of {total} mutants were valid: the mutations are too destructive to test much");
+    assert!(
+        valid > total / 20,
+        "only {valid} of {total} mutants were valid: the mutations are too destructive to test much"
+    );
     eprintln!("mutation pass: {total} mutants of {} files, {valid} valid, {ran} run", files.len());
 }
 

@@ -53,7 +53,10 @@ fn both_ways(name: &str, args: &[&str]) -> (serde_json::Value, serde_json::Value
 fn isolated_results_are_identical_to_unisolated_ones() {
     let builtin = plugins().builtin.display().to_string();
     let policies = format!("round_robin,loaded={builtin}:preble,preble,sglang_cache_aware@priority_groups");
-    let (plain, isolated) = both_ways("cluster", &["compare", "workloads/cluster/long_doc_qa.yaml", "--seeds", "2", "--policies", &policies]);
+    let (plain, isolated) = both_ways(
+        "cluster",
+        &["compare", "workloads/cluster/long_doc_qa.yaml", "--seeds", "2", "--policies", &policies],
+    );
     assert_eq!(results(&plain).len(), 4);
     for r in results(&plain) {
         assert!(r.get("error").is_none(), "{r}");
@@ -72,7 +75,16 @@ fn isolated_results_are_identical_to_unisolated_ones() {
     // A sweep (each point's workload crosses to the child with its --set applied) and `run`.
     let (plain, isolated) = both_ways(
         "sweep",
-        &["sweep", "workloads/cluster/long_doc_qa.yaml", "--set", "arrivals.poisson.rate=x0.5,x2", "--seeds", "1", "--policies", "round_robin,preble"],
+        &[
+            "sweep",
+            "workloads/cluster/long_doc_qa.yaml",
+            "--set",
+            "arrivals.poisson.rate=x0.5,x2",
+            "--seeds",
+            "1",
+            "--policies",
+            "round_robin,preble",
+        ],
     );
     assert_eq!(plain["workloads"].as_array().unwrap().len(), 2);
     assert_eq!(plain, isolated);
@@ -96,8 +108,12 @@ fn hostile_plugins_fail_only_their_own_row_under_isolate() {
     for (name, expected) in cases {
         let out_json = scratch(&format!("hostile-{name}.json"));
         let policies = format!("round_robin,{lib}:{name}");
-        let args = ["compare", "workloads/cluster/long_doc_qa.yaml", "--seeds", "1", "--policies", &policies, "--isolate"];
-        let out = routelab(&[&args[..], &["--policy-timeout", "2", "--policy-memory", "1024", "--json", out_json.to_str().unwrap()]].concat());
+        let args =
+            ["compare", "workloads/cluster/long_doc_qa.yaml", "--seeds", "1", "--policies", &policies, "--isolate"];
+        let out = routelab(
+            &[&args[..], &["--policy-timeout", "2", "--policy-memory", "1024", "--json", out_json.to_str().unwrap()]]
+                .concat(),
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
         let doc = json(&out_json);
@@ -111,7 +127,12 @@ fn hostile_plugins_fail_only_their_own_row_under_isolate() {
         assert!(stdout.contains("FAILED") && stdout.contains("round_robin"), "{name}: {stdout}");
     }
     // The abort is SIGABRT itself, not a message that happens to mention it.
-    let err = |name: &str| json(&scratch(&format!("hostile-{name}.json")))["workloads"][0]["results"][1]["error"].as_str().unwrap().to_string();
+    let err = |name: &str| {
+        json(&scratch(&format!("hostile-{name}.json")))["workloads"][0]["results"][1]["error"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
     assert!(err("aborts").starts_with("killed by signal 6 (SIGABRT)"));
     assert!(err("allocates_forever").starts_with("killed by signal 6 (SIGABRT)"));
 }
@@ -119,7 +140,15 @@ fn hostile_plugins_fail_only_their_own_row_under_isolate() {
 #[test]
 fn a_plugin_printing_to_stdout_does_not_reach_the_tables_under_isolate() {
     let policies = format!("round_robin,{}:prints", hostile().display());
-    let out = routelab(&["compare", "workloads/cluster/long_doc_qa.yaml", "--seeds", "1", "--policies", &policies, "--isolate"]);
+    let out = routelab(&[
+        "compare",
+        "workloads/cluster/long_doc_qa.yaml",
+        "--seeds",
+        "1",
+        "--policies",
+        &policies,
+        "--isolate",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("prints") && !stdout.contains("FAILED"), "{stdout}");
@@ -149,7 +178,14 @@ fn without_isolate_an_aborting_plugin_takes_the_host_down() {
 /// Bad input stays exit 2 under --isolate, with the same message as without.
 #[test]
 fn isolate_keeps_the_exit_codes_of_bad_input() {
-    let args = ["compare", "workloads/cluster/long_doc_qa.yaml", "--seeds", "1", "--policies", "round_robin,no/such/libfoo.so:foo"];
+    let args = [
+        "compare",
+        "workloads/cluster/long_doc_qa.yaml",
+        "--seeds",
+        "1",
+        "--policies",
+        "round_robin,no/such/libfoo.so:foo",
+    ];
     let plain = routelab(&args);
     let isolated = routelab(&[&args[..], &["--isolate"]].concat());
     assert_eq!(plain.status.code(), Some(2));

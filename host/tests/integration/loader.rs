@@ -11,7 +11,13 @@ use routelab_policy_api::{RouterContext, World};
 use crate::common::*;
 
 fn ctx() -> RouterContext {
-    RouterContext { world: World::Dispatch, replicas: 4, seed: 1, kv_capacity_tokens: 0, cost: abi_stable::std_types::RNone }
+    RouterContext {
+        world: World::Dispatch,
+        replicas: 4,
+        seed: 1,
+        kv_capacity_tokens: 0,
+        cost: abi_stable::std_types::RNone,
+    }
 }
 
 const CLASSIC: [&str; 5] = ["random", "round_robin", "least_requests", "power_of_two", "least_work_left"];
@@ -31,10 +37,7 @@ fn plugin_library_matches_builtins_bit_for_bit() {
     for (x, y) in a.results.iter().zip(&b.results) {
         assert!(x.error.is_none() && y.error.is_none(), "{:?} {:?}", x.error, y.error);
         assert_eq!(x.per_seed, y.per_seed, "{} differs when loaded", x.policy);
-        assert_eq!(
-            serde_json::to_string(&x.metrics).unwrap(),
-            serde_json::to_string(&y.metrics).unwrap()
-        );
+        assert_eq!(serde_json::to_string(&x.metrics).unwrap(), serde_json::to_string(&y.metrics).unwrap());
     }
 }
 
@@ -107,7 +110,11 @@ fn panic_in_a_policys_drop_does_not_abort_the_host() {
     let lib = &plugins().faulty;
     let yaml = "dispatch: {servers: 4, utilisation: 0.5, requests: 1000}\n";
     let w = compare_text(yaml, "d.yaml", &[format!("{}:panics_in_drop", lib.display()), "round_robin".into()]);
-    assert!(w.results.iter().all(|r| r.error.is_none()), "{:?}", w.results.iter().map(|r| &r.error).collect::<Vec<_>>());
+    assert!(
+        w.results.iter().all(|r| r.error.is_none()),
+        "{:?}",
+        w.results.iter().map(|r| &r.error).collect::<Vec<_>>()
+    );
     assert_eq!(w.results[0].metrics.get("requests"), Some(1000.0));
 }
 
@@ -115,7 +122,8 @@ fn panic_in_a_policys_drop_does_not_abort_the_host() {
 #[test]
 fn panic_in_capabilities_is_an_error() {
     let lib = &plugins().faulty;
-    let e = Loader::new().router(&PolicySpec::parse(&format!("{}:panics_in_capabilities", lib.display())).unwrap(), &ctx());
+    let e =
+        Loader::new().router(&PolicySpec::parse(&format!("{}:panics_in_capabilities", lib.display())).unwrap(), &ctx());
     let e = e.err().unwrap();
     assert_eq!(e.kind, LoadErrorKind::Panicked, "{e}");
     assert!(e.message.contains("panicked in capabilities"), "{e}");
@@ -153,7 +161,8 @@ fn truncated_library_is_refused_before_dlopen() {
     std::fs::create_dir_all(&dir).unwrap();
     let cut = dir.join(format!("{}truncated{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX));
     std::fs::write(&cut, &whole[..100_000]).unwrap();
-    let e = Loader::new().router(&PolicySpec::parse(&format!("{}:random", cut.display())).unwrap(), &ctx()).err().unwrap();
+    let e =
+        Loader::new().router(&PolicySpec::parse(&format!("{}:random", cut.display())).unwrap(), &ctx()).err().unwrap();
     assert_eq!(e.kind, LoadErrorKind::NotAPlugin, "{e}");
     assert!(e.message.contains("not a complete shared library") && e.message.contains("past the end"), "{e}");
 }
@@ -180,7 +189,8 @@ fn unknown_policy_lists_the_alternatives() {
     assert_eq!(e.kind, LoadErrorKind::UnknownPolicy);
     assert!(e.message.contains("least_request") && e.fix.contains("least_requests"), "{e}");
     let lib = &plugins().example;
-    let e = Loader::new().router(&PolicySpec::parse(&format!("{}:nope", lib.display())).unwrap(), &ctx()).err().unwrap();
+    let e =
+        Loader::new().router(&PolicySpec::parse(&format!("{}:nope", lib.display())).unwrap(), &ctx()).err().unwrap();
     assert!(e.message.contains("nope") && e.fix.contains("my_router"), "{e}");
 }
 

@@ -16,9 +16,14 @@ fn snapshot(name: &str, actual: &str) {
         std::fs::write(&path, actual).unwrap();
         return;
     }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}; run with UPDATE_SNAPSHOTS=1 to create it", path.display()));
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run with UPDATE_SNAPSHOTS=1 to create it", path.display()));
     if expected != actual {
-        let first = expected.lines().zip(actual.lines()).position(|(a, b)| a != b).unwrap_or(expected.lines().count().min(actual.lines().count()));
+        let first = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(expected.lines().count().min(actual.lines().count()));
         panic!(
             "{name} differs from the snapshot at line {}:\n  expected: {:?}\n  actual:   {:?}\n(UPDATE_SNAPSHOTS=1 rewrites it)\n--- actual ---\n{actual}",
             first + 1,
@@ -29,7 +34,11 @@ fn snapshot(name: &str, actual: &str) {
 }
 
 fn check_all(stem: &str, w: &WorkloadResult) {
-    assert!(w.results.iter().all(|r| r.error.is_none()), "{:?}", w.results.iter().map(|r| &r.error).collect::<Vec<_>>());
+    assert!(
+        w.results.iter().all(|r| r.error.is_none()),
+        "{:?}",
+        w.results.iter().map(|r| &r.error).collect::<Vec<_>>()
+    );
     snapshot(&format!("{stem}.table.txt"), &report::table::render(w, false));
     snapshot(&format!("{stem}.json"), &report::json::render("compare", std::slice::from_ref(w)));
     snapshot(&format!("{stem}.csv"), &report::csv::render(std::slice::from_ref(w)));

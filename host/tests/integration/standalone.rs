@@ -31,7 +31,8 @@ fn ok(out: &Output) -> String {
 fn the_binary_runs_built_in_workloads_from_an_empty_folder() {
     let dir = empty_dir("anywhere");
     let demo = ok(&routelab_in(&dir, &["demo"]));
-    let reruns: Vec<&str> = demo.lines().filter_map(|l| l.strip_prefix("(rerun: routelab ")?.strip_suffix(')')).collect();
+    let reruns: Vec<&str> =
+        demo.lines().filter_map(|l| l.strip_prefix("(rerun: routelab ")?.strip_suffix(')')).collect();
     assert_eq!(reruns.len(), 3, "{demo}");
     for rerun in reruns {
         // `compare NAME --policies a,b,c`: no shell quoting needed in the demo's lists.
@@ -49,7 +50,14 @@ fn the_binary_runs_built_in_workloads_from_an_empty_folder() {
     let out = ok(&routelab_in(&dir, &["validate", "mooncake_synthetic"]));
     assert!(out.contains("3993 rows"), "the shipped trace is read: {out}");
     let list = ok(&routelab_in(&dir, &["workloads"]));
-    for name in ["cache_vs_balance", "exp_rho09", "case_study", "azure_conv", "mooncake_conversation", "cluster/experiments/preble_grid/agent"] {
+    for name in [
+        "cache_vs_balance",
+        "exp_rho09",
+        "case_study",
+        "azure_conv",
+        "mooncake_conversation",
+        "cluster/experiments/preble_grid/agent",
+    ] {
         assert!(list.lines().any(|l| l.trim_start().starts_with(&format!("{name} "))), "{name} not listed:\n{list}");
     }
     // A misspelt name is bad input with a suggestion.
@@ -98,9 +106,12 @@ fn no_tracked_file_points_outside_the_repository() {
     let needle = concat!("..", "/shared");
     let out = Command::new("git").args(["ls-files", "-z"]).current_dir(workspace()).output();
     let files: Vec<PathBuf> = match out {
-        Ok(o) if o.status.success() => {
-            o.stdout.split(|b| *b == 0).filter(|f| !f.is_empty()).map(|f| workspace().join(String::from_utf8_lossy(f).as_ref())).collect()
-        }
+        Ok(o) if o.status.success() => o
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|f| !f.is_empty())
+            .map(|f| workspace().join(String::from_utf8_lossy(f).as_ref()))
+            .collect(),
         _ => panic!("git ls-files failed: the test needs the repository's git metadata"),
     };
     assert!(files.len() > 50);
@@ -118,7 +129,10 @@ fn policy_labels_and_plugin_names() {
     let lib = plugins().builtin.display().to_string();
     let json = std::env::temp_dir().join(format!("routelab-labels-{}.json", std::process::id()));
     let p = format!("fast=power_of_two{{d: 3}},{lib}:least_requests,random");
-    let out = ok(&routelab_in(&workspace(), &["compare", "exp_rho09", "--seeds", "1", "--policies", &p, "--json", json.to_str().unwrap()]));
+    let out = ok(&routelab_in(
+        &workspace(),
+        &["compare", "exp_rho09", "--seeds", "1", "--policies", &p, "--json", json.to_str().unwrap()],
+    ));
     assert!(out.contains("│ fast ") && out.contains("│ least_requests ") && !out.contains(".so"), "{out}");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let rs = &v["workloads"][0]["results"];
@@ -128,7 +142,10 @@ fn policy_labels_and_plugin_names() {
     assert_eq!(rs[1]["policy"], "least_requests");
     assert_eq!(rs[1]["spec"], format!("{lib}:least_requests"));
     // The same label twice is an error before anything runs.
-    let out = routelab_in(&workspace(), &["compare", "exp_rho09", "--policies", &format!("least_requests,{lib}:least_requests")]);
+    let out = routelab_in(
+        &workspace(),
+        &["compare", "exp_rho09", "--policies", &format!("least_requests,{lib}:least_requests")],
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("give one a label"), "{out:?}");
     let _ = std::fs::remove_file(json);

@@ -16,10 +16,7 @@ pub fn policy_rng(seed: u64) -> PolicyRng {
 
 /// Index of the smallest `key`, ties broken uniformly at random with `rng` (reservoir sampling,
 /// one pass). `None` for an empty iterator.
-pub fn argmin_random_tie<K: PartialOrd>(
-    keys: impl IntoIterator<Item = K>,
-    rng: &mut PolicyRng,
-) -> Option<usize> {
+pub fn argmin_random_tie<K: PartialOrd>(keys: impl IntoIterator<Item = K>, rng: &mut PolicyRng) -> Option<usize> {
     use rand::RngExt;
     let mut best: Option<(usize, K)> = None;
     let mut ties = 0u32;

@@ -237,14 +237,7 @@ impl PrefixTree {
         let up = &self.nodes[parent as usize];
         let path_hash = extend_path_hash(up.path_hash, seg.id);
         let context_tokens = up.context_tokens + if parent == ROOT { 0 } else { u64::from(up.segment.tokens) };
-        let n = Node {
-            segment: seg,
-            parent,
-            path_hash,
-            context_tokens,
-            children: BTreeMap::new(),
-            holds: Vec::new(),
-        };
+        let n = Node { segment: seg, parent, path_hash, context_tokens, children: BTreeMap::new(), holds: Vec::new() };
         let id = match self.free.pop() {
             Some(id) => {
                 self.nodes[id as usize] = n;

@@ -13,8 +13,8 @@
 
 use routelab_policy_api::{CostModel, StepShape};
 
-use crate::handle::SchedulerHandle;
 use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
+use crate::handle::SchedulerHandle;
 use crate::sim::event_queue::{SimTime, seconds};
 use crate::workload::cluster::Reservation;
 use crate::workload::generate::RequestStream;
@@ -62,7 +62,11 @@ impl Replica {
         }
 
         // (3) Admissions in the scheduler's order.
-        if budget > 0 && !self.blocked && !self.waiting.is_empty() && self.running.len() < cfg.max_batch_requests as usize {
+        if budget > 0
+            && !self.blocked
+            && !self.waiting.is_empty()
+            && self.running.len() < cfg.max_batch_requests as usize
+        {
             self.fill_views(stream, states, cfg);
             self.ask_scheduler(scheduler, seconds(now))?;
             let mut admitted = false;
@@ -83,7 +87,9 @@ impl Replica {
                         output_tokens.max(1).min(req.output_tokens - st.produced) as u64 + redo as u64
                     }
                 };
-                if self.committed_tokens(cfg) + plan.newly_pinned_tokens + plan.new_tokens + reserve > cfg.kv_capacity_tokens {
+                if self.committed_tokens(cfg) + plan.newly_pinned_tokens + plan.new_tokens + reserve
+                    > cfg.kv_capacity_tokens
+                {
                     self.blocked = true;
                     break;
                 }
@@ -187,7 +193,11 @@ impl Replica {
                 st.decode_entry_step = self.steps;
                 self.decoding += 1;
                 self.decode_context_tokens += (req.prompt_tokens + st.produced) as u64;
-                self.finishing.push(std::cmp::Reverse((self.steps + (req.output_tokens - st.produced) as u64, r, st.generation)));
+                self.finishing.push(std::cmp::Reverse((
+                    self.steps + (req.output_tokens - st.produced) as u64,
+                    r,
+                    st.generation,
+                )));
             }
         }
         if prefill_finished {
@@ -209,7 +219,15 @@ impl Replica {
 
     /// Frees a finished request: its output KV (kept in the cache when a later turn reuses it)
     /// and its pins.
-    fn complete(&mut self, r: u32, now: SimTime, stream: &RequestStream, states: &mut [RequestState], cfg: &ReplicaConfig, decoding: bool) {
+    fn complete(
+        &mut self,
+        r: u32,
+        now: SimTime,
+        stream: &RequestStream,
+        states: &mut [RequestState],
+        cfg: &ReplicaConfig,
+        decoding: bool,
+    ) {
         let req = &stream.requests[r as usize];
         let produced = self.produced_now(&states[r as usize]);
         debug_assert_eq!(produced, req.output_tokens);
@@ -237,7 +255,13 @@ impl Replica {
 }
 
 /// Marks the nodes of prompt positions `from..to` computed.
-fn mark_computed(cache: &mut super::prefix_cache::PrefixCache, prompt: &[routelab_policy_api::Segment], path: &[u32], from: u32, to: u32) {
+fn mark_computed(
+    cache: &mut super::prefix_cache::PrefixCache,
+    prompt: &[routelab_policy_api::Segment],
+    path: &[u32],
+    from: u32,
+    to: u32,
+) {
     let mut start = 0;
     for (s, &node) in prompt.iter().zip(path) {
         let end = start + s.tokens;

@@ -38,11 +38,14 @@ mod summary;
 mod tests;
 
 use abi_stable::std_types::{RNone, RSlice, RSome};
-use routelab_policy_api::{Completion, CostModel, Eviction, ReplicaView, Request, RouterBox, RouterContext, SchedulerBox, SchedulerContext, Segment, World};
+use routelab_policy_api::{
+    Completion, CostModel, Eviction, ReplicaView, Request, RouterBox, RouterContext, SchedulerBox, SchedulerContext,
+    Segment, World,
+};
 
-pub use self::summary::{RequestRecord, RunOutcome};
 use self::replica::{Replica, ReplicaConfig, RequestState};
 use self::summary::{Replication, summarize};
+pub use self::summary::{RequestRecord, RunOutcome};
 use super::event_queue::{EventQueue, SimTime, seconds, ticks};
 use super::{RunError, SetupError};
 use crate::handle::{RouterHandle, SchedulerHandle, scheduler_stats};
@@ -93,7 +96,12 @@ enum Event {
     StepEnd(u32),
     /// The gateway scrapes every replica's engine metrics (only for routers that read them).
     Scrape,
-    Evicted { replica: u32, evicted_at: SimTime, path: Vec<Segment>, remaining_tokens: u32 },
+    Evicted {
+        replica: u32,
+        evicted_at: SimTime,
+        path: Vec<Segment>,
+        remaining_tokens: u32,
+    },
 }
 
 /// Figures sampled while requests arrive (overload detection, replication factor).
@@ -237,7 +245,13 @@ impl<'a> ClusterSim<'a> {
                 v.matched_tokens = rep.cache.cached_or_pending_prefix(prompt, &rep.pending);
             }
         }
-        let req = Request { id: id as u64, arrived_at: seconds(now), prompt_tokens: q.prompt_tokens, size_hint: RNone, segments: RSlice::from_slice(prompt) };
+        let req = Request {
+            id: id as u64,
+            arrived_at: seconds(now),
+            prompt_tokens: q.prompt_tokens,
+            size_hint: RNone,
+            segments: RSlice::from_slice(prompt),
+        };
         let r = self.router.dispatch(&req, &self.views)? as usize;
         self.replicas[r].enqueue(id as u32, prompt, q.output_tokens, &mut self.states[id], &self.cfg);
         if !self.replicas[r].busy {
@@ -299,7 +313,13 @@ impl<'a> ClusterSim<'a> {
     }
 
     /// A cut of `replica`'s cache at `evicted_at` reaches the router (`eviction_delay_s` later).
-    fn on_evicted(&mut self, replica: u32, evicted_at: SimTime, path: &[Segment], remaining_tokens: u32) -> Result<(), RunError> {
+    fn on_evicted(
+        &mut self,
+        replica: u32,
+        evicted_at: SimTime,
+        path: &[Segment],
+        remaining_tokens: u32,
+    ) -> Result<(), RunError> {
         let e = Eviction { replica, evicted_at: seconds(evicted_at), path: RSlice::from_slice(path), remaining_tokens };
         self.router.evicted(&e)
     }
@@ -318,7 +338,12 @@ impl<'a> ClusterSim<'a> {
             self.queue.push(now + ticks(d).max(1), Event::StepEnd(r as u32));
         }
         for ev in rep.evictions.drain(..) {
-            let event = Event::Evicted { replica: r as u32, evicted_at: now, path: ev.path, remaining_tokens: ev.remaining_tokens };
+            let event = Event::Evicted {
+                replica: r as u32,
+                evicted_at: now,
+                path: ev.path,
+                remaining_tokens: ev.remaining_tokens,
+            };
             self.queue.push(now + self.eviction_delay, event);
         }
         Ok(())
@@ -326,7 +351,11 @@ impl<'a> ClusterSim<'a> {
 
     /// Per-request records, the host's metrics, then the policies' own figures.
     fn finish(self) -> Result<RunOutcome, RunError> {
-        debug_assert_eq!(self.done, self.states.iter().filter(|s| s.completed_at.is_some()).count(), "every request completes once");
+        debug_assert_eq!(
+            self.done,
+            self.states.iter().filter(|s| s.completed_at.is_some()).count(),
+            "every request completes once"
+        );
         let records: Vec<RequestRecord> = self
             .stream
             .requests
@@ -348,7 +377,8 @@ impl<'a> ClusterSim<'a> {
             })
             .collect();
         let p = &self.probes;
-        let mut metrics = summarize(&records, &self.replicas, p.waiting_at_half, p.waiting_at_end, p.replication.factor());
+        let mut metrics =
+            summarize(&records, &self.replicas, p.waiting_at_half, p.waiting_at_end, p.replication.factor());
         for (k, v) in self.router.report()?.into_iter().chain(scheduler_stats(&self.schedulers, self.router.label())?) {
             metrics.push(k, v);
         }

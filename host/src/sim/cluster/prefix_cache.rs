@@ -185,7 +185,13 @@ impl PrefixCache {
 
     /// Pins `prompt`'s path, evicts `evict_tokens` of unpinned content, then allocates what is
     /// missing. Fills `path` with the node of each segment. Evictions go to `events` if given.
-    pub fn admit(&mut self, prompt: &[Segment], path: &mut Vec<u32>, evict_tokens: u64, events: Option<&mut Vec<EvictionEvent>>) {
+    pub fn admit(
+        &mut self,
+        prompt: &[Segment],
+        path: &mut Vec<u32>,
+        evict_tokens: u64,
+        events: Option<&mut Vec<EvictionEvent>>,
+    ) {
         self.clock += 1;
         path.clear();
         let mut node = ROOT;
@@ -228,7 +234,16 @@ impl PrefixCache {
     /// (allocates the whole segment).
     fn insert(&mut self, parent: u32, segment: Segment, computed: u32) -> u32 {
         let path_hash = extend_path_hash(self.nodes[parent as usize].path_hash, segment.id);
-        let node = Node { segment, parent, tokens: segment.tokens, computed, pins: 0, children: 0, last_used: self.clock, path_hash };
+        let node = Node {
+            segment,
+            parent,
+            tokens: segment.tokens,
+            computed,
+            pins: 0,
+            children: 0,
+            last_used: self.clock,
+            path_hash,
+        };
         let c = match self.free_slots.pop() {
             Some(i) => {
                 self.nodes[i as usize] = node;
@@ -366,7 +381,11 @@ impl PrefixCache {
             if n.pins > 0 {
                 pinned += n.tokens as u64;
             }
-            assert_eq!(n.pins == 0 && n.children == 0, self.lru.contains(&(n.last_used, c)), "lru membership of {c}: {n:?}");
+            assert_eq!(
+                n.pins == 0 && n.children == 0,
+                self.lru.contains(&(n.last_used, c)),
+                "lru membership of {c}: {n:?}"
+            );
         }
         assert_eq!(total, self.total_tokens, "total tokens");
         assert_eq!(pinned, self.pinned_tokens, "pinned tokens");
@@ -423,7 +442,11 @@ mod tests {
         // Doc 2 (least recently used) goes whole, doc 3 loses its last 50 tokens; 1 and 4 are pinned.
         assert_eq!(ev[0], EvictionEvent { path: vec![seg(1, 10), seg(2, 100)], remaining_tokens: 0 });
         assert_eq!(ev[1], EvictionEvent { path: vec![seg(1, 10), seg(3, 100)], remaining_tokens: 50 });
-        assert_eq!(c.cached_prefix(&[seg(1, 10), seg(3, 100)]), 60, "a partially evicted segment keeps its leading tokens");
+        assert_eq!(
+            c.cached_prefix(&[seg(1, 10), seg(3, 100)]),
+            60,
+            "a partially evicted segment keeps its leading tokens"
+        );
         assert_eq!(c.evict(1000, None), 50, "only unpinned leaves go");
         assert_eq!(c.total_tokens(), 110);
         c.check();

@@ -171,7 +171,14 @@ impl Replica {
     }
 
     /// A request routed here joins the waiting queue.
-    pub fn enqueue(&mut self, id: u32, prompt: &[Segment], output_tokens: u32, st: &mut RequestState, cfg: &ReplicaConfig) {
+    pub fn enqueue(
+        &mut self,
+        id: u32,
+        prompt: &[Segment],
+        output_tokens: u32,
+        st: &mut RequestState,
+        cfg: &ReplicaConfig,
+    ) {
         st.phase = Phase::Waiting;
         st.replica = self.id;
         let prompt_tokens: u32 = prompt.iter().map(|s| s.tokens).sum();

@@ -61,7 +61,13 @@ impl Replication {
 /// Requests with less than this fraction of their prompt cached at admission are "low-hit".
 const LOW_HIT: f64 = 0.5;
 
-pub(super) fn summarize(records: &[RequestRecord], replicas: &[Replica], waiting_at_half: u64, waiting_at_end: u64, replication_factor: f64) -> Metrics {
+pub(super) fn summarize(
+    records: &[RequestRecord],
+    replicas: &[Replica],
+    waiting_at_half: u64,
+    waiting_at_end: u64,
+    replication_factor: f64,
+) -> Metrics {
     let total = records.len();
     let done: Vec<&RequestRecord> = records.iter().filter(|r| r.completed_at_s.is_finite()).collect();
     let mut latency: Vec<f64> = done.iter().map(|r| r.completed_at_s - r.arrived_at_s).collect();
@@ -73,7 +79,8 @@ pub(super) fn summarize(records: &[RequestRecord], replicas: &[Replica], waiting
         .collect();
     let mean = |xs: &[f64]| if xs.is_empty() { f64::NAN } else { xs.iter().sum::<f64>() / xs.len() as f64 };
     let admitted = records.iter().filter(|r| r.admitted_at_s.is_finite());
-    let (cached, prompt) = admitted.fold((0u64, 0u64), |(c, p), r| (c + r.cached_tokens as u64, p + r.prompt_tokens as u64));
+    let (cached, prompt) =
+        admitted.fold((0u64, 0u64), |(c, p), r| (c + r.cached_tokens as u64, p + r.prompt_tokens as u64));
     let first = records.first().map_or(0.0, |r| r.arrived_at_s);
     let last_done = done.iter().map(|r| r.completed_at_s).fold(f64::NAN, f64::max);
     let unfinished = total - done.len();

@@ -21,9 +21,15 @@ pub(crate) fn preset(name: &str) -> ClusterSpec {
 }
 
 /// Runs `router` (a built-in name) on `spec` with `spec.scheduler` on every replica.
-pub(crate) fn run_named(spec: &ClusterSpec, trace: Option<&[TraceRow]>, router: &str, seed: u64) -> Result<RunOutcome, crate::error::Error> {
+pub(crate) fn run_named(
+    spec: &ClusterSpec,
+    trace: Option<&[TraceRow]>,
+    router: &str,
+    seed: u64,
+) -> Result<RunOutcome, crate::error::Error> {
     let sm = spec.step_model().unwrap();
-    let r = Loader::new().router(&PolicySpec::parse(router).unwrap(), &router_context(&sm, spec.replicas, seed)).unwrap();
+    let r =
+        Loader::new().router(&PolicySpec::parse(router).unwrap(), &router_context(&sm, spec.replicas, seed)).unwrap();
     let stream = generate(spec, trace, seed).unwrap();
     run_cluster(spec, &stream, r, router, seed)
 }
@@ -38,9 +44,21 @@ fn long_doc_qa_reports_every_documented_key_and_replays_exactly() {
     spec.requests = Some(150);
     let a = run_named(&spec, None, "round_robin", 1).unwrap();
     for key in [
-        "requests", "completed", "unfinished", "overloaded", "latency_mean_s", "latency_p50_s", "latency_p90_s",
-        "latency_p99_s", "ttft_mean_s", "ttft_p99_s", "tpot_mean_s", "throughput_rps", "hit_rate",
-        "replication_factor", "busiest_replica_share",
+        "requests",
+        "completed",
+        "unfinished",
+        "overloaded",
+        "latency_mean_s",
+        "latency_p50_s",
+        "latency_p90_s",
+        "latency_p99_s",
+        "ttft_mean_s",
+        "ttft_p99_s",
+        "tpot_mean_s",
+        "throughput_rps",
+        "hit_rate",
+        "replication_factor",
+        "busiest_replica_share",
     ] {
         assert!(a.metrics.get(key).is_some_and(f64::is_finite), "{key}: {:?}", a.metrics);
     }
@@ -158,7 +176,10 @@ impl RouterPolicy for Follow {
 fn run_follow(spec: &ClusterSpec) -> RunOutcome {
     let sm = spec.step_model().unwrap();
     let ctx = router_context(&sm, spec.replicas, 1);
-    let router = Router_TO::from_value(Guarded::new(Follow::new(Default::default(), &ctx).unwrap()), abi_stable::sabi_trait::TD_Opaque);
+    let router = Router_TO::from_value(
+        Guarded::new(Follow::new(Default::default(), &ctx).unwrap()),
+        abi_stable::sabi_trait::TD_Opaque,
+    );
     let stream = generate(spec, None, 1).unwrap();
     run_cluster(spec, &stream, router, "follow", 1).unwrap()
 }
@@ -221,22 +242,24 @@ fn bad_input_names_the_field_and_the_fix() {
     assert_eq!(e.path, "cluster.model");
     assert!(e.message.contains("does not fit") && e.fix.contains("tp"), "{e}");
 
-    let e = bad(&format!(
-        "  replicas: 2\n  chunk_tokens: 0\n  max_step_tokens: 500\n{GEN}"
-    ));
+    let e = bad(&format!("  replicas: 2\n  chunk_tokens: 0\n  max_step_tokens: 500\n{GEN}"));
     assert_eq!(e.path, "cluster.chunk_tokens", "{e}");
     assert!(e.message.contains("unchunked"), "{e}");
 
-    let e = bad("  replicas: 2\n  generator: {contexts: {count: 10, tokens: 1000, popularity: {zipf: {s: 0}}}, output_tokens: 16}\n  arrivals: {poisson: {rate: 1.0}}\n  requests: 10\n");
+    let e = bad(
+        "  replicas: 2\n  generator: {contexts: {count: 10, tokens: 1000, popularity: {zipf: {s: 0}}}, output_tokens: 16}\n  arrivals: {poisson: {rate: 1.0}}\n  requests: 10\n",
+    );
     assert_eq!(e.path, "cluster.generator.contexts.popularity.zipf.s", "{e}");
 
     let e = bad(&format!("  replicas: 0\n{GEN}"));
     assert_eq!(e.path, "cluster.replicas");
 
-    let e = bad("  replicas: 1\n  generator: {output_tokens: 16}\n  arrivals: {poisson: {rate: -1.0}}\n  requests: 10\n");
+    let e =
+        bad("  replicas: 1\n  generator: {output_tokens: 16}\n  arrivals: {poisson: {rate: -1.0}}\n  requests: 10\n");
     assert_eq!(e.path, "cluster.arrivals.poisson.rate", "{e}");
 
-    let e = trace::parse("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,10,5\n2.0,10\n", Path::new("t.csv")).unwrap_err();
+    let e =
+        trace::parse("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,10,5\n2.0,10\n", Path::new("t.csv")).unwrap_err();
     assert_eq!(e.line, Some(3));
 }
 
@@ -257,7 +280,12 @@ fn prefix_aware_routers_beat_round_robin_on_hit_rate_and_duplication() {
     let rr = run_named(&spec, None, "round_robin", 1).unwrap();
     let preble = run_named(&spec, None, "preble", 1).unwrap();
     assert!(m(&rr, "hit_rate") + 0.1 < m(&preble, "hit_rate"), "rr {:?}\npreble {:?}", rr.metrics, preble.metrics);
-    assert!(m(&rr, "replication_factor") > m(&preble, "replication_factor"), "rr {:?}\npreble {:?}", rr.metrics, preble.metrics);
+    assert!(
+        m(&rr, "replication_factor") > m(&preble, "replication_factor"),
+        "rr {:?}\npreble {:?}",
+        rr.metrics,
+        preble.metrics
+    );
 }
 
 /// A scheduler that answers out of range (`bad: index`) or twice (`bad: twice`).
@@ -287,7 +315,9 @@ impl SchedulerPolicy for Faulty {
 
 fn run_with_scheduler(spec: &ClusterSpec, twice: bool) -> Result<RunOutcome, RunError> {
     let sm = spec.step_model().unwrap();
-    let router = Loader::new().router(&PolicySpec::parse("round_robin").unwrap(), &router_context(&sm, spec.replicas, 1)).unwrap();
+    let router = Loader::new()
+        .router(&PolicySpec::parse("round_robin").unwrap(), &router_context(&sm, spec.replicas, 1))
+        .unwrap();
     let schedulers = (0..spec.replicas)
         .map(|_| Scheduler_TO::from_value(Guarded::new(Faulty { twice }), abi_stable::sabi_trait::TD_Opaque))
         .collect();
@@ -300,7 +330,11 @@ fn a_scheduler_answering_out_of_range_or_twice_fails_the_run_naming_it() {
     let mut spec = preset("tool_use");
     spec.requests = Some(50);
     let e = run_with_scheduler(&spec, false).unwrap_err().0;
-    assert!(e.contains("policy 'round_robin'") && e.contains("scheduler of replica 0 returned index 1, but only 1 requests wait"), "{e}");
+    assert!(
+        e.contains("policy 'round_robin'")
+            && e.contains("scheduler of replica 0 returned index 1, but only 1 requests wait"),
+        "{e}"
+    );
     let e = run_with_scheduler(&spec, true).unwrap_err().0;
     assert!(e.contains("scheduler of replica 0 returned index 0 twice"), "{e}");
 }
@@ -355,7 +389,8 @@ fn run_scraped(spec: &ClusterSpec) -> RunOutcome {
     use abi_stable::sabi_trait::TD_Opaque;
     let sm = spec.step_model().unwrap();
     let ctx = router_context(&sm, spec.replicas, 1);
-    let router = Router_TO::from_value(Guarded::new(ScrapedLeastWaiting::new(Default::default(), &ctx).unwrap()), TD_Opaque);
+    let router =
+        Router_TO::from_value(Guarded::new(ScrapedLeastWaiting::new(Default::default(), &ctx).unwrap()), TD_Opaque);
     let stream = generate(spec, None, 1).unwrap();
     run_cluster(spec, &stream, router, "scraped_least_waiting", 1).unwrap()
 }
@@ -382,6 +417,8 @@ fn scraped_signals_are_at_most_one_interval_old_and_fresh_at_zero() {
 
 #[test]
 fn a_negative_scrape_interval_is_refused() {
-    let e = bad("  replicas: 2\n  metrics: {scrape_interval_s: -0.1}\n  generator: {output_tokens: 8}\n  arrivals: {poisson: {rate: 1}}\n  requests: 10\n");
+    let e = bad(
+        "  replicas: 2\n  metrics: {scrape_interval_s: -0.1}\n  generator: {output_tokens: 8}\n  arrivals: {poisson: {rate: 1}}\n  requests: 10\n",
+    );
     assert!(e.to_string().contains("cluster.metrics.scrape_interval_s"), "{e}");
 }

@@ -84,10 +84,17 @@ pub fn training_table(spec: &CompoundSpec, run_seed: u64) -> String {
         return out;
     }
     let mut all: Vec<(usize, Vec<u32>)> = Vec::new();
-    for_each_allocation(world.models.len(), modules.len(), |a| all.push((world.correct_count(a, Split::Train), a.to_vec())));
+    for_each_allocation(world.models.len(), modules.len(), |a| {
+        all.push((world.correct_count(a, Split::Train), a.to_vec()))
+    });
     // Stable sort: equal accuracies stay in lexicographic order.
     all.sort_by_key(|x| std::cmp::Reverse(x.0));
-    let _ = writeln!(out, "the ten best of {} allocations ({}):", all.len(), modules.iter().map(|m| m.0).collect::<Vec<_>>().join(", "));
+    let _ = writeln!(
+        out,
+        "the ten best of {} allocations ({}):",
+        all.len(),
+        modules.iter().map(|m| m.0).collect::<Vec<_>>().join(", ")
+    );
     for (correct, a) in all.iter().take(10) {
         let _ = writeln!(out, "  {:<24} {:.3}", world.names(a).join(","), *correct as f64 / world.train as f64);
     }
@@ -139,8 +146,14 @@ pub fn all_starts(
     let mut evaluations = 0.0;
     for start in starts {
         let mut selector = make_selector().map_err(RunError)?;
-        let CompoundOutcome { metrics, .. } =
-            select_and_score(&world, spec.budget, &mut selector, "selector", Some(start.clone()), Some(optimum_correct))?;
+        let CompoundOutcome { metrics, .. } = select_and_score(
+            &world,
+            spec.budget,
+            &mut selector,
+            "selector",
+            Some(start.clone()),
+            Some(optimum_correct),
+        )?;
         evaluations += metrics.get("evaluations").unwrap_or(0.0);
         if metrics.get("gap_to_exhaustive") == Some(0.0) {
             result.successes += 1;

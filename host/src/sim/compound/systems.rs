@@ -34,7 +34,13 @@ pub struct Judged {
 ///
 /// Each system's logic is written with whole words of booleans; the tests check it against a
 /// question-at-a-time statement of the same rules for every combination of outcomes.
-pub fn judge(system: System, rules: Rules, allocation: &[u32], ok: &[u64; MAX_MODULES], self_critique_ok: u64) -> Judged {
+pub fn judge(
+    system: System,
+    rules: Rules,
+    allocation: &[u32],
+    ok: &[u64; MAX_MODULES],
+    self_critique_ok: u64,
+) -> Judged {
     let mut faults = [0u64; MAX_MODULES];
     let correct = match system {
         System::LocateSolve => {
@@ -92,7 +98,13 @@ mod tests {
     const OFF: Rules = Rules { self_critique_penalty: false };
 
     /// One question (bit 0): its correctness and faults.
-    fn one(system: System, rules: Rules, allocation: &[u32], ok: &[bool], self_critique_ok: bool) -> (bool, [bool; MAX_MODULES]) {
+    fn one(
+        system: System,
+        rules: Rules,
+        allocation: &[u32],
+        ok: &[bool],
+        self_critique_ok: bool,
+    ) -> (bool, [bool; MAX_MODULES]) {
         let words: [u64; MAX_MODULES] = std::array::from_fn(|j| ok.get(j).copied().unwrap_or(false) as u64);
         let j = judge(system, rules, allocation, &words, self_critique_ok as u64);
         (j.correct & 1 == 1, j.faults.map(|f| f & 1 == 1))
@@ -158,11 +170,12 @@ mod tests {
                 }
                 System::SelfRefine => {
                     let generated_right = ok[0];
-                    let critic_right = if !generated_right && rules.self_critique_penalty && allocation[1] == allocation[0] {
-                        self_critique_ok
-                    } else {
-                        ok[1]
-                    };
+                    let critic_right =
+                        if !generated_right && rules.self_critique_penalty && allocation[1] == allocation[0] {
+                            self_critique_ok
+                        } else {
+                            ok[1]
+                        };
                     let flagged = generated_right != critic_right;
                     let correct = if flagged { ok[2] } else { generated_right };
                     if !correct {
@@ -179,7 +192,11 @@ mod tests {
 
         /// Answers as ids (0 right); each debater picks the right answer if it is right and the
         /// answer is present, else the most common wrong one; the plurality of picks wins.
-        fn debate(same_wrong_answer: bool, allocation: &[u32], ok: &[bool; MAX_MODULES]) -> (bool, [bool; MAX_MODULES]) {
+        fn debate(
+            same_wrong_answer: bool,
+            allocation: &[u32],
+            ok: &[bool; MAX_MODULES],
+        ) -> (bool, [bool; MAX_MODULES]) {
             let mut answers = [RIGHT; 3];
             for g in 0..3 {
                 if !ok[g] {
@@ -237,7 +254,8 @@ mod tests {
         for system in [System::LocateSolve, System::SelfRefine, System::Debate] {
             let l = system.modules().len();
             // Bit i of module j's word: module j did its part right in combination i.
-            let ok: [u64; MAX_MODULES] = std::array::from_fn(|j| (0..1u64 << l).filter(|i| i >> j & 1 == 1).fold(0, |w, i| w | 1 << i));
+            let ok: [u64; MAX_MODULES] =
+                std::array::from_fn(|j| (0..1u64 << l).filter(|i| i >> j & 1 == 1).fold(0, |w, i| w | 1 << i));
             for (penalty, same_wrong_answer) in [(false, false), (false, true), (true, false), (true, true)] {
                 let rules = Rules { self_critique_penalty: penalty };
                 // Every allocation over three models: equal and different models in every slot.
@@ -247,8 +265,11 @@ mod tests {
                         let judged = judge(system, rules, &allocation, &ok, if self_critique_ok { !0 } else { 0 });
                         for i in 0..1usize << l {
                             let oks: [bool; MAX_MODULES] = std::array::from_fn(|j| j < l && i >> j & 1 == 1);
-                            let (correct, faults) = reference::judge(system, rules, same_wrong_answer, &allocation, &oks, self_critique_ok);
-                            let case = format!("{system:?} {rules:?} same wrong answer {same_wrong_answer} {allocation:?} ok {oks:?} self-critique {self_critique_ok}");
+                            let (correct, faults) =
+                                reference::judge(system, rules, same_wrong_answer, &allocation, &oks, self_critique_ok);
+                            let case = format!(
+                                "{system:?} {rules:?} same wrong answer {same_wrong_answer} {allocation:?} ok {oks:?} self-critique {self_critique_ok}"
+                            );
                             assert_eq!(judged.correct >> i & 1 == 1, correct, "{case}");
                             assert_eq!(judged.faults.map(|f| f >> i & 1 == 1), faults, "{case}");
                             cases += 1;

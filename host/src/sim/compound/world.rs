@@ -106,7 +106,11 @@ impl Bits {
         self.rows.resize(at + self.words, 0);
         for q in 0..self.train + self.test {
             if f(q) {
-                let (word, bit) = if q < self.train { (q / 64, q % 64) } else { (self.train_words + (q - self.train) / 64, (q - self.train) % 64) };
+                let (word, bit) = if q < self.train {
+                    (q / 64, q % 64)
+                } else {
+                    (self.train_words + (q - self.train) / 64, (q - self.train) % 64)
+                };
                 self.rows[at + word] |= 1 << bit;
             }
         }
@@ -164,7 +168,11 @@ impl World {
         let luck_seed = stream_seed(run_seed, "compound.luck");
         let luck = |k: usize, s: usize, q: usize| -> f64 {
             let same_day = unit(luck_seed, &[3, k as u64, s as u64, q as u64]) < spec.skill_correlation;
-            if same_day { unit(luck_seed, &[1, k as u64, q as u64]) } else { unit(luck_seed, &[2, k as u64, s as u64, q as u64]) }
+            if same_day {
+                unit(luck_seed, &[1, k as u64, q as u64])
+            } else {
+                unit(luck_seed, &[2, k as u64, s as u64, q as u64])
+            }
         };
         let modules = spec.system.modules();
         let independent_calls = spec.system == System::Debate && !spec.same_wrong_answer;
@@ -186,7 +194,9 @@ impl World {
         if spec.system == System::SelfRefine && spec.self_critique_penalty {
             let s = skill_index("critique");
             for (k, model) in models.iter().enumerate() {
-                self_critique_ok.push_row(|q| luck(k, s, q) < logistic(model.ability[s] - difficulty[q]) * spec.self_critique_factor);
+                self_critique_ok.push_row(|q| {
+                    luck(k, s, q) < logistic(model.ability[s] - difficulty[q]) * spec.self_critique_factor
+                });
             }
         }
         World {
@@ -248,15 +258,19 @@ impl World {
     /// The 64 questions of word `w` under `allocation`.
     fn judge_word(&self, rows: &[&[u64]; MAX_MODULES], allocation: &[u32], w: usize) -> Judged {
         let ok: [u64; MAX_MODULES] = std::array::from_fn(|j| if j < allocation.len() { rows[j][w] } else { 0 });
-        let self_critique_ok =
-            if self.self_critique_ok.rows.is_empty() { 0 } else { self.self_critique_ok.row(allocation[0] as usize)[w] };
+        let self_critique_ok = if self.self_critique_ok.rows.is_empty() {
+            0
+        } else {
+            self.self_critique_ok.row(allocation[0] as usize)[w]
+        };
         judge(self.system, self.rules, allocation, &ok, self_critique_ok)
     }
 
     /// Questions of `split` that `allocation` answers right.
     pub fn correct_count(&self, allocation: &[u32], split: Split) -> usize {
         let rows = self.rows(allocation);
-        self.ok.split_words(split)
+        self.ok
+            .split_words(split)
             .map(|(w, mask, _)| (self.judge_word(&rows, allocation, w).correct & mask).count_ones() as usize)
             .sum()
     }
@@ -308,7 +322,11 @@ impl World {
                 }
             });
         }
-        Evaluation { correct: correct.into(), faults: faults.into(), cost_per_question: self.cost_per_question(allocation) }
+        Evaluation {
+            correct: correct.into(),
+            faults: faults.into(),
+            cost_per_question: self.cost_per_question(allocation),
+        }
     }
 }
 
@@ -340,7 +358,8 @@ mod tests {
     #[test]
     fn both_splits_agree_question_by_question_across_word_boundaries() {
         for system in ["locate_solve", "self_refine", "debate"] {
-            let (split, whole) = (World::new(&spec(system, 100, 70, 0.7), 5), World::new(&spec(system, 170, 1, 0.7), 5));
+            let (split, whole) =
+                (World::new(&spec(system, 100, 70, 0.7), 5), World::new(&spec(system, 170, 1, 0.7), 5));
             let l = split.modules();
             for code in 0..4u32.pow(l as u32) {
                 let a: Vec<u32> = (0..l).map(|j| code / 4u32.pow(j as u32) % 4).collect();
@@ -353,7 +372,10 @@ mod tests {
                 assert_eq!(head.faults[..], e.faults[..100 * l], "{system} {a:?}");
                 // Verdicts only on wrong answers.
                 for q in 0..170 {
-                    assert!(!e.correct[q] || e.faults[q * l..(q + 1) * l].iter().all(|f| !f), "{system} {a:?} question {q}");
+                    assert!(
+                        !e.correct[q] || e.faults[q * l..(q + 1) * l].iter().all(|f| !f),
+                        "{system} {a:?} question {q}"
+                    );
                 }
             }
         }
@@ -374,7 +396,8 @@ mod tests {
         };
         for noise in [DiagnoserNoise::Fresh, DiagnoserNoise::Frozen] {
             let world = World { diagnoser_noise: noise, ..world.clone() };
-            let (first, again) = (world.evaluate_training(&[0, 1, 2, 3, 0, 1], 0), world.evaluate_training(&[0, 1, 2, 3, 0, 1], 1));
+            let (first, again) =
+                (world.evaluate_training(&[0, 1, 2, 3, 0, 1], 0), world.evaluate_training(&[0, 1, 2, 3, 0, 1], 1));
             assert_eq!(first.correct, truth.correct, "noise never changes the answers");
             assert_eq!(first.faults == again.faults, noise == DiagnoserNoise::Frozen, "{noise:?}");
             for e in [&first, &again] {

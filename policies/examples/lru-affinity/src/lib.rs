@@ -49,7 +49,11 @@ impl Policy for LruAffinity {
         if !(0.0..=1.0).contains(&cfg.min_match) || !(cfg.cache_fraction > 0.0) {
             return Err("min_match must be in [0, 1] and cache_fraction positive".into());
         }
-        let budget = if ctx.kv_capacity_tokens == 0 { u64::MAX } else { (ctx.kv_capacity_tokens as f64 * cfg.cache_fraction) as u64 };
+        let budget = if ctx.kv_capacity_tokens == 0 {
+            u64::MAX
+        } else {
+            (ctx.kv_capacity_tokens as f64 * cfg.cache_fraction) as u64
+        };
         Ok(Self {
             cfg,
             budget_tokens: budget,
@@ -66,8 +70,8 @@ impl RouterPolicy for LruAffinity {
         let least = (0..replicas.len()).min_by_key(|&i| replicas[i].outstanding_requests).expect("replicas");
         self.tree.match_each(request.segments.as_slice(), &mut self.matches);
         let best = (0..replicas.len()).max_by_key(|&i| (self.matches[i], std::cmp::Reverse(i))).expect("replicas");
-        let covers = request.prompt_tokens > 0
-            && self.matches[best] as f64 >= self.cfg.min_match * request.prompt_tokens as f64;
+        let covers =
+            request.prompt_tokens > 0 && self.matches[best] as f64 >= self.cfg.min_match * request.prompt_tokens as f64;
         let calm = replicas[best].outstanding_requests <= replicas[least].outstanding_requests + self.cfg.slack;
         if covers && calm {
             self.affinity += 1;
