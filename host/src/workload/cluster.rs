@@ -442,7 +442,7 @@ impl ClusterSpec {
             ));
         }
         let scrape = self.metrics.scrape_interval_s;
-        if !(scrape == 0.0 || (scrape >= 1e-6 && scrape <= MAX_HORIZON)) {
+        if !(scrape == 0.0 || (1e-6..=MAX_HORIZON).contains(&scrape)) {
             return Err(FieldError::new(
                 "metrics.scrape_interval_s",
                 format!("must be 0 (always fresh) or in [1e-6, {MAX_HORIZON:.1e}] s (got {scrape:?})"),
