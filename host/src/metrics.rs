@@ -3,6 +3,25 @@
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
+/// The metric keys every cluster run reports (docs/output.md lists them with their units).
+pub const CLUSTER_KEYS: &[&str] = &[
+    "requests",
+    "completed",
+    "unfinished",
+    "overloaded",
+    "latency_mean_s",
+    "latency_p50_s",
+    "latency_p90_s",
+    "latency_p99_s",
+    "ttft_mean_s",
+    "ttft_p99_s",
+    "tpot_mean_s",
+    "throughput_rps",
+    "hit_rate",
+    "replication_factor",
+    "busiest_replica_share",
+];
+
 /// Named figures in a fixed order (serialised as a JSON object in that order).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Metrics(pub Vec<(String, f64)>);

@@ -36,23 +36,7 @@ fn long_doc_qa_json_has_the_cluster_keys() {
     assert_eq!(w["world"], "cluster");
     assert_eq!(w["seeds"], 3);
     for r in w["results"].as_array().unwrap() {
-        for k in [
-            "requests",
-            "completed",
-            "unfinished",
-            "overloaded",
-            "latency_mean_s",
-            "latency_p50_s",
-            "latency_p90_s",
-            "latency_p99_s",
-            "ttft_mean_s",
-            "ttft_p99_s",
-            "tpot_mean_s",
-            "throughput_rps",
-            "hit_rate",
-            "replication_factor",
-            "busiest_replica_share",
-        ] {
+        for k in routelab::metrics::CLUSTER_KEYS {
             assert!(r["metrics"][k].is_number(), "{} lacks {k}", r["policy"]);
         }
         assert_eq!(r["per_seed"].as_array().unwrap().len(), 3);

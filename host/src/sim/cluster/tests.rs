@@ -43,23 +43,7 @@ fn long_doc_qa_reports_every_documented_key_and_replays_exactly() {
     let mut spec = preset("long_doc_qa");
     spec.requests = Some(150);
     let a = run_named(&spec, None, "round_robin", 1).unwrap();
-    for key in [
-        "requests",
-        "completed",
-        "unfinished",
-        "overloaded",
-        "latency_mean_s",
-        "latency_p50_s",
-        "latency_p90_s",
-        "latency_p99_s",
-        "ttft_mean_s",
-        "ttft_p99_s",
-        "tpot_mean_s",
-        "throughput_rps",
-        "hit_rate",
-        "replication_factor",
-        "busiest_replica_share",
-    ] {
+    for key in crate::metrics::CLUSTER_KEYS {
         assert!(a.metrics.get(key).is_some_and(f64::is_finite), "{key}: {:?}", a.metrics);
     }
     assert_eq!(m(&a, "completed"), 150.0);
