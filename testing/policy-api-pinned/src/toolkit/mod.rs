@@ -40,9 +40,3 @@ pub fn argmin_random_tie<K: PartialOrd>(
     }
     best.map(|(i, _)| i)
 }
-
-mod prefix_tree;
-mod window;
-
-pub use prefix_tree::{NodeId, PrefixTree};
-pub use window::WindowSum;
