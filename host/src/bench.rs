@@ -28,7 +28,7 @@ fn dispatch_spec(servers: u32, requests: u64) -> DispatchSpec {
 }
 
 fn ctx(replicas: u32) -> RouterContext {
-    RouterContext { world: World::Dispatch, replicas, seed: 7, kv_capacity_tokens: 0, cost: RNone }
+    RouterContext { world: World::Dispatch, replicas, seed: 7, kv_capacity_tokens: 0, cost: RNone, disaggregation: RNone }
 }
 
 /// Simulated requests per wall second for `policy` (a built-in or library spec).

@@ -11,7 +11,8 @@
 
 use abi_stable::std_types::{RSlice, RVec};
 use routelab_policy_api::{
-    Capabilities, Completion, Eviction, ReplicaView, Request, RouterBox, SchedulerBox, Stat, WaitingRequest,
+    Capabilities, Completion, Eviction, PdDecision, ReplicaView, Request, RouterBox, SchedulerBox, Stat,
+    WaitingRequest,
 };
 
 use crate::signals::SignalTable;
@@ -86,6 +87,37 @@ impl RouterHandle {
         }
         self.router.on_dispatch(req, i as u32).into_result().map_err(|e| self.fail("on_dispatch", e.into()))?;
         Ok(i as u32)
+    }
+
+    /// Disaggregated clusters: asks the router what to do with `req` given every replica's view,
+    /// the prefill pool being `views[..split]` and the decode pool `views[split..]`; checks the
+    /// answer (a known action, indices within their pool) and tells the router (`on_dispatch_pair`).
+    pub fn dispatch_pair(&mut self, req: &Request<'_>, views: &[ReplicaView], split: usize) -> Result<PdDecision, RunError> {
+        debug_assert_eq!(views.len(), self.replicas);
+        if let Some(e) = &self.unusable {
+            return Err(e.clone());
+        }
+        let (prefill, decode) = self.signals.pools(views, split, req.arrived_at);
+        let d = self.router.route_pair(req, prefill, decode).into_result().map_err(|e| self.fail("route_pair", e.into()))?;
+        let (np, nd) = (split as u32, (self.replicas - split) as u32);
+        let bad = match d.action {
+            PdDecision::DISAGGREGATE if d.prefill >= np => Some(format!("prefill instance {}, but there are {np}", d.prefill)),
+            PdDecision::DISAGGREGATE | PdDecision::DECODE_ONLY if d.decode >= nd => {
+                Some(format!("decode instance {}, but there are {nd}", d.decode))
+            }
+            PdDecision::DISAGGREGATE | PdDecision::DECODE_ONLY | PdDecision::REJECT => None,
+            other => Some(format!("the unknown action {other} (known: 0 disaggregate, 1 decode only, 2 reject)")),
+        };
+        if let Some(what) = bad {
+            return Err(RunError(format!("policy '{}' returned {what} from route_pair", self.label)));
+        }
+        self.router.on_dispatch_pair(req, d).into_result().map_err(|e| self.fail("on_dispatch_pair", e.into()))?;
+        Ok(d)
+    }
+
+    /// Disaggregated clusters: a request finished its prefill (`c.replica` in the prefill pool).
+    pub fn prefill_complete(&mut self, c: &Completion) -> Result<(), RunError> {
+        self.router.on_prefill_complete(c).into_result().map_err(|e| self.fail("on_prefill_complete", e.into()))
     }
 
     /// A request dispatched earlier has finished.

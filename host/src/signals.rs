@@ -103,13 +103,30 @@ impl SignalTable {
         if self.columns.is_empty() {
             return Replicas::new(views);
         }
+        let k = self.fill(views, now_s);
+        Replicas::with_signals(views, &self.values, k)
+    }
+
+    /// Like [`Self::replicas`] for a disaggregated cluster: the prefill pool `views[..split]` and
+    /// the decode pool `views[split..]`, each with its rows of the one table.
+    pub fn pools<'a>(&'a mut self, views: &'a [ReplicaView], split: usize, now_s: f64) -> (Replicas<'a>, Replicas<'a>) {
+        let (p, d) = views.split_at(split);
+        if self.columns.is_empty() {
+            return (Replicas::new(p), Replicas::new(d));
+        }
+        let k = self.fill(views, now_s);
+        let (pv, dv) = self.values.split_at(split * k as usize);
+        (Replicas::with_signals(p, pv, k), Replicas::with_signals(d, dv, k))
+    }
+
+    /// Writes every replica's signals into the table; returns the columns per replica.
+    fn fill(&mut self, views: &[ReplicaView], now_s: f64) -> u32 {
         self.values.clear();
         for (i, v) in views.iter().enumerate() {
             let s = self.scraped.get(i).copied().unwrap_or_else(|| Scrape::of(v, now_s));
             self.values.extend(self.columns.iter().map(|c| c(v, &s, now_s)));
         }
-        let k = u32::try_from(self.columns.len()).expect("at most MAX_SIGNALS columns");
-        Replicas::with_signals(views, &self.values, k)
+        u32::try_from(self.columns.len()).expect("at most MAX_SIGNALS columns")
     }
 }
 
@@ -148,7 +165,14 @@ mod tests {
 
     #[test]
     fn negotiated_signals_arrive_as_a_replica_major_table_in_the_order_asked() {
-        let ctx = RouterContext { world: World::Cluster, replicas: 2, seed: 1, kv_capacity_tokens: 100, cost: RNone };
+        let ctx = RouterContext {
+            world: World::Cluster,
+            replicas: 2,
+            seed: 1,
+            kv_capacity_tokens: 100,
+            cost: RNone,
+            disaggregation: RNone,
+        };
         let mut router = Router_TO::from_value(Guarded::new(Reads::new(Default::default(), &ctx).unwrap()), TD_Opaque);
         let mut table = SignalTable::negotiate(&router).unwrap();
         let views = [
@@ -195,7 +219,14 @@ mod tests {
 
     #[test]
     fn scraped_signals_are_the_last_scrape_with_its_age() {
-        let ctx = RouterContext { world: World::Cluster, replicas: 1, seed: 1, kv_capacity_tokens: 100, cost: RNone };
+        let ctx = RouterContext {
+            world: World::Cluster,
+            replicas: 1,
+            seed: 1,
+            kv_capacity_tokens: 100,
+            cost: RNone,
+            disaggregation: RNone,
+        };
         let router =
             Router_TO::from_value(Guarded::new(ReadsScraped::new(Default::default(), &ctx).unwrap()), TD_Opaque);
         let mut table = SignalTable::negotiate(&router).unwrap();

@@ -19,6 +19,7 @@ pub mod llmselector;
 pub mod llmselector_cost;
 pub mod lpm;
 pub mod max_affinity;
+pub mod pd;
 pub mod power_of_two;
 pub mod preble;
 pub mod priority_groups;
@@ -51,6 +52,10 @@ pub fn registry() -> Vec<Entry> {
         router::<chwbl::Chwbl>(),
         router::<aibrix_prefix_cache::AibrixPrefixCache>(),
         router::<ray_prefix_aware::RayPrefixAware>(),
+        router::<pd::pd_random::PdRandom>(),
+        router::<pd::pd_round_robin::PdRoundRobin>(),
+        router::<pd::pd_least_loaded::PdLeastLoaded>(),
+        router::<pd::pd_sglang::PdSglang>(),
         selector::<llmselector::LlmSelector>(),
         selector::<greedy::Greedy>(),
         selector::<random_search::RandomSearch>(),

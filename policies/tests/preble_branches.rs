@@ -16,6 +16,7 @@ fn preble(replicas: u32, rebalance: bool, autoscale: bool, pd_pairing: bool) -> 
         seed: 1,
         kv_capacity_tokens: 219_089,
         cost: RSome(a6000_mistral()),
+        disaggregation: RNone,
     };
     Preble::new(Config { rebalance, autoscale, pd_pairing, ..Config::default() }, &ctx).unwrap()
 }

@@ -74,6 +74,26 @@
 //!
 //! `CHANGELOG.md` lists every change with its kind.
 //!
+//! ## Prefill/decode disaggregation
+//!
+//! On a disaggregated cluster a request needs a prefill instance *and* a decode instance, and the
+//! field orders that choice in five ways: decode first then a decider then prefill (llm-d),
+//! prefill first then decode by load (Dynamo), both independently (SGLang), jointly over pairs
+//! (AIBrix), jointly with admission control and prefix migration (Mooncake); some skip the
+//! prefill pool when most of the prompt is cached. A router with
+//! [`Capabilities::DISAGGREGATED`] answers [`RouterPolicy::route_pair`] with a [`PdDecision`]:
+//! it sees *both* pools' views in one call and returns a pair, a decode instance alone
+//! ([`PdDecision::DECODE_ONLY`]) or a rejection ([`PdDecision::REJECT`]).
+//!
+//! Why one call that sees both pools rather than a new policy kind (a "prefill router" and a
+//! "decode router" called in turn): every order above is a function of both views, so one call
+//! expresses all of them, while a fixed call order would hard-code one (llm-d's decider needs the
+//! decode pick before the prefill one, Dynamo the reverse, AIBrix neither). Keeping it a router
+//! also keeps one loader path, one handle, one `report`, the same signals and the same
+//! `on_complete` bookkeeping; composing two plain routers (SGLang's independent choice) is itself
+//! a router (`pd_sglang`). The context's [`PdContext`] gives what a real PD router knows: pool
+//! sizes, capacities, cost models and the link.
+//!
 //! ## A router in one page
 //!
 //! ```

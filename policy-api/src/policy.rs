@@ -47,11 +47,18 @@ pub trait RouterPolicy: Policy<Context = RouterContext> {
     /// The replica index for `request`, given a view of every replica. An index outside
     /// `0..replicas.len()` fails the run.
     fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize;
-    /// A prefill and a decode replica (indices into each candidate set). The default routes
-    /// twice: `route` over `prefill`, then over `decode`.
-    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> (usize, usize) {
-        (self.route(request, prefill), self.route(request, decode))
+    /// On a prefill/decode-disaggregated cluster (routers with [`Capabilities::DISAGGREGATED`]):
+    /// a [`PdDecision`] given a view of every prefill and every decode instance. The default
+    /// routes twice: `route` over `prefill`, then over `decode`. Indices out of range, or an
+    /// unknown action, fail the run.
+    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdDecision {
+        PdDecision::pair(self.route(request, prefill) as u32, self.route(request, decode) as u32)
     }
+    /// The host carried out `decision` for `request` (disaggregated clusters).
+    fn on_dispatch_pair(&mut self, _request: &Request<'_>, _decision: PdDecision) {}
+    /// A request finished its prefill on prefill instance `completion.replica` (disaggregated
+    /// clusters; its end comes later through `on_complete`, indexed in the decode pool).
+    fn on_prefill_complete(&mut self, _completion: &Completion) {}
     /// The host dispatched `request` to `replica`.
     fn on_dispatch(&mut self, _request: &Request<'_>, _replica: usize) {}
     /// A request this router placed has finished.
@@ -193,16 +200,30 @@ impl<P: RouterPolicy> Router for Guarded<P> {
         request: &Request<'_>,
         prefill: Replicas<'_>,
         decode: Replicas<'_>,
-    ) -> RResult<ReplicaPair, PolicyError> {
-        let (p, d) = match guard(P::NAME, "route_pair", || self.policy.route_pair(request, &prefill, &decode)) {
-            ROk(pair) => pair,
+    ) -> RResult<PdDecision, PolicyError> {
+        let d = match guard(P::NAME, "route_pair", || self.policy.route_pair(request, &prefill, &decode)) {
+            ROk(d) => d,
             RErr(e) => return RErr(e),
         };
-        let prefill = match replica_index(P::NAME, "route_pair (prefill)", p, prefill.len()) {
-            ROk(i) => i,
-            RErr(e) => return RErr(e),
+        let (p_ok, d_ok) = (d.prefill < prefill.len() as u32, d.decode < decode.len() as u32);
+        let bad = match d.action {
+            PdDecision::DISAGGREGATE if !p_ok => Some(format!("prefill instance {} of {}", d.prefill, prefill.len())),
+            PdDecision::DISAGGREGATE | PdDecision::DECODE_ONLY if !d_ok => {
+                Some(format!("decode instance {} of {}", d.decode, decode.len()))
+            }
+            PdDecision::DISAGGREGATE | PdDecision::DECODE_ONLY | PdDecision::REJECT => None,
+            other => Some(format!("unknown action {other}")),
         };
-        replica_index(P::NAME, "route_pair (decode)", d, decode.len()).map(|decode| ReplicaPair { prefill, decode })
+        match bad {
+            None => ROk(d),
+            Some(what) => RErr(PolicyError::failed(format!("policy '{}' failed in route_pair: it returned {what}", P::NAME))),
+        }
+    }
+    fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdDecision) -> RResult<(), PolicyError> {
+        guard(P::NAME, "on_dispatch_pair", || self.policy.on_dispatch_pair(request, decision))
+    }
+    fn on_prefill_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError> {
+        guard(P::NAME, "on_prefill_complete", || self.policy.on_prefill_complete(completion))
     }
     fn on_dispatch(&mut self, request: &Request<'_>, replica: u32) -> RResult<(), PolicyError> {
         // u32 → usize widens on every target the host supports (32- and 64-bit).

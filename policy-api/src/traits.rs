@@ -10,7 +10,8 @@
 //! `#[sabi(last_prefix_field)]` are the 0.2 prefix and never move; a later minor appends methods
 //! after it, each with a default body. Called on an object from a library built before the method
 //! existed, the default body runs (abi_stable's fallback), so such a library keeps loading and
-//! working. [`Router::route_pair`] is the first such addition (0.2.1).
+//! working. [`Router::route_pair`] was the first such addition (0.2.1); 0.3.0 appended
+//! `on_dispatch_pair` and `on_prefill_complete`.
 
 use abi_stable::{
     sabi_trait,
@@ -41,24 +42,35 @@ pub trait Router: Send {
     #[sabi(last_prefix_field)]
     fn report(&self) -> RResult<RVec<Stat>, PolicyError>;
 
-    /// Added in 0.2.1. A prefill and a decode replica for `request` (prefill/decode
-    /// disaggregation). The default, also what a library built against 0.2.0 answers, routes
-    /// twice, as SGLang's `select_worker_pair` does: `route` over the prefill candidates, then
-    /// `route` over the decode candidates.
+    /// Prefill/decode disaggregation (0.2.1; returns a [`PdDecision`] since 0.3.0): what to do
+    /// with `request` given both pools, for routers with [`Capabilities::DISAGGREGATED`]. The
+    /// default routes twice, as SGLang's `select_worker_pair` does: `route` over the prefill
+    /// candidates, then over the decode candidates.
     fn route_pair(
         &mut self,
         request: &Request<'_>,
         prefill: Replicas<'_>,
         decode: Replicas<'_>,
-    ) -> RResult<ReplicaPair, PolicyError> {
+    ) -> RResult<PdDecision, PolicyError> {
         let prefill = match self.route(request, prefill) {
             ROk(i) => i,
             RErr(e) => return RErr(e),
         };
         match self.route(request, decode) {
-            ROk(decode) => ROk(ReplicaPair { prefill, decode }),
+            ROk(decode) => ROk(PdDecision::pair(prefill, decode)),
             RErr(e) => RErr(e),
         }
+    }
+    /// Added in 0.3.0. The host carried out `decision` for `request` (a rejection included).
+    fn on_dispatch_pair(&mut self, _request: &Request<'_>, _decision: PdDecision) -> RResult<(), PolicyError> {
+        ROk(())
+    }
+    /// Added in 0.3.0. A request this router sent to a prefill instance finished its prefill
+    /// there (`completion.replica` indexes the prefill pool, `completed_at` is the end of the
+    /// prefill, `ttft` the time to it); its KV cache now moves to the decode instance. The
+    /// request's end arrives later through `on_complete`, with `replica` indexing the decode pool.
+    fn on_prefill_complete(&mut self, _completion: &Completion) -> RResult<(), PolicyError> {
+        ROk(())
     }
 }
 

@@ -128,15 +128,63 @@ impl std::ops::Deref for Replicas<'_> {
     }
 }
 
-/// A prefill and a decode replica for one request (prefill/decode disaggregation): indices into
-/// the prefill and the decode candidates of [`crate::Router::route_pair`].
+/// What a disaggregation router decides for one request on a prefill/decode-disaggregated
+/// cluster ([`crate::Router::route_pair`]): an [`action`](Self::action) and indices into the
+/// prefill and the decode candidates. Build it with [`PdDecision::pair`],
+/// [`PdDecision::decode_only`] or [`PdDecision::reject`].
+///
+/// The action is a `u8` code, not an enum, so a later minor can add actions without changing the
+/// layout; a host refuses codes it does not know (the run fails naming the policy).
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct ReplicaPair {
-    /// Index into the prefill candidates.
+pub struct PdDecision {
+    /// [`PdDecision::DISAGGREGATE`], [`PdDecision::DECODE_ONLY`] or [`PdDecision::REJECT`].
+    pub action: u8,
+    /// Index into the prefill candidates (read only for `DISAGGREGATE`).
     pub prefill: u32,
-    /// Index into the decode candidates.
+    /// Index into the decode candidates (read for `DISAGGREGATE` and `DECODE_ONLY`).
     pub decode: u32,
+}
+
+impl PdDecision {
+    /// Prefill on `prefill`, move the KV cache to `decode`, decode there.
+    pub const DISAGGREGATE: u8 = 0;
+    /// Skip the prefill pool: `decode` prefills the request itself (conditional disaggregation).
+    pub const DECODE_ONLY: u8 = 1;
+    /// Turn the request away (admission control, e.g. Mooncake's SLO check); it is counted, not served.
+    pub const REJECT: u8 = 2;
+
+    /// Prefill on `prefill`, decode on `decode`.
+    pub const fn pair(prefill: u32, decode: u32) -> Self {
+        Self { action: Self::DISAGGREGATE, prefill, decode }
+    }
+    /// Prefill and decode on decode instance `decode`.
+    pub const fn decode_only(decode: u32) -> Self {
+        Self { action: Self::DECODE_ONLY, prefill: 0, decode }
+    }
+    /// Reject the request.
+    pub const fn reject() -> Self {
+        Self { action: Self::REJECT, prefill: 0, decode: 0 }
+    }
+}
+
+/// What a router on a disaggregated cluster is told at creation besides [`RouterContext`]'s
+/// decode-pool figures: the prefill pool and the link the KV cache crosses.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug)]
+pub struct PdContext {
+    /// Prefill instances (the prefill candidates of every `route_pair`).
+    pub prefill_replicas: u32,
+    /// KV capacity of one prefill instance in tokens.
+    pub prefill_kv_capacity_tokens: u64,
+    /// The prefill instances' step-time model.
+    pub prefill_cost: ROption<CostModel>,
+    /// Bytes of KV cache per prompt token moved from prefill to decode.
+    pub kv_bytes_per_token: f64,
+    /// Bandwidth of one decode instance's inbound link, bytes/s (shared by concurrent transfers).
+    pub link_bandwidth_bytes_s: f64,
+    /// Fixed cost of one transfer (setup, metadata), seconds.
+    pub link_base_latency_s: f64,
 }
 
 /// A finished request, reported to the router that placed it.
@@ -196,8 +244,12 @@ impl Capabilities {
     pub const WANTS_EVICTIONS: Self = Self { bits: 1 << 1 };
     /// Keep [`ReplicaView::outstanding_work`] exact on every request.
     pub const NEEDS_OUTSTANDING_WORK: Self = Self { bits: 1 << 2 };
+    /// A disaggregation router: it answers [`crate::Router::route_pair`] and runs only on a
+    /// prefill/decode-disaggregated cluster (a host refuses it elsewhere, and refuses routers
+    /// without it there).
+    pub const DISAGGREGATED: Self = Self { bits: 1 << 3 };
     /// Every flag this version of the crate defines.
-    pub const KNOWN: Self = Self { bits: 0b111 };
+    pub const KNOWN: Self = Self { bits: 0b1111 };
 
     /// The raw bits, unknown ones included.
     pub const fn bits(self) -> u64 {
@@ -230,6 +282,10 @@ impl Capabilities {
     /// [`Self::NEEDS_OUTSTANDING_WORK`] is set.
     pub const fn needs_outstanding_work(self) -> bool {
         self.contains(Self::NEEDS_OUTSTANDING_WORK)
+    }
+    /// [`Self::DISAGGREGATED`] is set.
+    pub const fn disaggregated(self) -> bool {
+        self.contains(Self::DISAGGREGATED)
     }
 }
 
@@ -281,6 +337,9 @@ pub struct RouterContext {
     pub kv_capacity_tokens: u64,
     /// The replicas' step-time model (cluster world), so cost-based routers need not hard-code a GPU.
     pub cost: ROption<CostModel>,
+    /// On a prefill/decode-disaggregated cluster: the prefill pool and the link (then `replicas`,
+    /// `kv_capacity_tokens` and `cost` describe the decode pool). `RNone` everywhere else.
+    pub disaggregation: ROption<PdContext>,
 }
 
 /// What the host tells each replica's local scheduler at creation.

@@ -339,6 +339,7 @@ fn dispatch_router_context(servers: u32, run_seed: u64) -> RouterContext {
         seed: stream_seed(run_seed, "policy"),
         kv_capacity_tokens: 0,
         cost: abi_stable::std_types::RNone,
+        disaggregation: abi_stable::std_types::RNone,
     }
 }
 
@@ -355,7 +356,7 @@ pub fn run_one(policy: &ResolvedPolicy, prepared: &Prepared, input: &SeedInput) 
         WorldKind::Cluster => {
             let c = w.cluster.as_ref().expect("cluster world");
             let sm = prepared.step_model.as_ref().expect("prepared cluster world");
-            let router = policy.policy.router(&sim::cluster::router_context(sm, c.replicas, run_seed))?;
+            let router = policy.policy.router(&sim::cluster::router_context_for(c, sm, run_seed))?;
             let schedulers =
                 make_schedulers(policy.scheduler.as_ref().expect("resolved cluster policy"), sm, c.replicas, run_seed)?;
             let stream = input.stream.as_deref().expect("cluster seed input");

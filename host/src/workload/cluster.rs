@@ -82,6 +82,9 @@ pub struct ClusterSpec {
     /// Engine metrics as routers see them: scraped periodically (`scraped.` signals).
     #[serde(default)]
     pub metrics: EngineMetrics,
+    /// Prefill/decode disaggregation: prefill and decode pools and the KV link; absent = aggregated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disaggregation: Option<super::disaggregation::Disaggregation>,
     /// What the requests look like: shared prompt, contexts, suffix, output, fan-out, turns.
     pub generator: Generator,
     /// How requests arrive: `{poisson: {rate}}`, `{gamma: {rate, cv}}` or `{trace: {path, time_scale, format}}`.
@@ -418,6 +421,9 @@ impl ClusterSpec {
         }
         let sm = self.step_model()?;
         self.check_step_model(&sm)?;
+        if let Some(d) = &self.disaggregation {
+            d.validate(self)?;
+        }
         if self.max_batch_requests == 0 {
             return Err(FieldError::new("max_batch_requests", "must be at least 1 (got 0)", "use e.g. 256"));
         }

@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod compound;
+pub mod disaggregation;
 pub mod dispatch;
 pub mod generate;
 pub mod limits;

@@ -17,6 +17,7 @@ fn ctx() -> RouterContext {
         seed: 1,
         kv_capacity_tokens: 0,
         cost: abi_stable::std_types::RNone,
+        disaggregation: abi_stable::std_types::RNone,
     }
 }
 

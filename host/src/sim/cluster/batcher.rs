@@ -81,10 +81,11 @@ impl Replica {
                 let plan = self.cache.plan(prompt);
                 let st = &mut states[r as usize];
                 let redo = st.prefill_target - req.prompt_tokens;
+                let output_here = if self.prefill_only { req.output_tokens.min(1) } else { req.output_tokens };
                 let reserve = match cfg.reservation {
-                    Reservation::Full => req.output_tokens as u64,
+                    Reservation::Full => output_here as u64,
                     Reservation::Estimate { output_tokens } => {
-                        output_tokens.max(1).min(req.output_tokens - st.produced) as u64 + redo as u64
+                        output_tokens.max(1).min(output_here - st.produced) as u64 + redo as u64
                     }
                 };
                 if self.committed_tokens(cfg) + plan.newly_pinned_tokens + plan.new_tokens + reserve
@@ -105,7 +106,7 @@ impl Replica {
                 st.path = path;
                 self.private_tokens += private;
                 if cfg.reservation == Reservation::Full {
-                    self.reserved_output_tokens += req.output_tokens as u64;
+                    self.reserved_output_tokens += output_here as u64;
                 }
                 debug_assert!(cached <= req.prompt_tokens, "cached tokens exceed the prompt");
                 if st.admitted_at.is_none() {
@@ -183,6 +184,12 @@ impl Replica {
             self.unpend(prompt, cfg);
             st.produced += 1;
             self.outstanding_work -= 1;
+            if self.prefill_only {
+                // Handed off: the first token reaches the user with the KV, at the transfer's end.
+                self.complete(r, now, stream, states, cfg, false);
+                completed.push(r);
+                continue;
+            }
             st.first_token_at.get_or_insert(now);
             if st.produced >= req.output_tokens {
                 st.phase = Phase::Done; // leaves `prefilling` below
@@ -218,8 +225,9 @@ impl Replica {
     }
 
     /// Frees a finished request: its output KV (kept in the cache when a later turn reuses it)
-    /// and its pins.
-    fn complete(
+    /// and its pins. On a prefill instance "finished" means handed off: the prompt stays cached
+    /// (unpinned), and the request's phase becomes `Transfer`.
+    pub(super) fn complete(
         &mut self,
         r: u32,
         now: SimTime,
@@ -230,32 +238,37 @@ impl Replica {
     ) {
         let req = &stream.requests[r as usize];
         let produced = self.produced_now(&states[r as usize]);
-        debug_assert_eq!(produced, req.output_tokens);
+        let output_here = self.output_here(req.output_tokens);
+        debug_assert_eq!(produced, output_here);
         if decoding {
             self.decoding -= 1;
             self.decode_context_tokens -= (req.prompt_tokens + produced) as u64;
         }
         self.private_tokens -= produced as u64;
         if cfg.reservation == Reservation::Full {
-            self.reserved_output_tokens -= req.output_tokens as u64;
+            self.reserved_output_tokens -= output_here as u64;
         }
         let st = &mut states[r as usize];
-        if let (Some(seg), Some(&last)) = (req.output_segment, st.path.last()) {
+        if let (Some(seg), Some(&last), false) = (req.output_segment, st.path.last(), self.prefill_only) {
             self.cache.insert_computed(last, seg);
         }
         self.cache.release(&st.path);
         st.path = Vec::new();
         debug_assert!(st.completed_at.is_none(), "request {r} completed twice");
         st.produced = produced;
-        st.phase = Phase::Done;
-        st.completed_at = Some(now);
+        if self.prefill_only {
+            st.phase = Phase::Transfer;
+        } else {
+            st.phase = Phase::Done;
+            st.completed_at = Some(now);
+        }
         self.remove_running(r, states);
         self.blocked = false;
     }
 }
 
 /// Marks the nodes of prompt positions `from..to` computed.
-fn mark_computed(
+pub(super) fn mark_computed(
     cache: &mut super::prefix_cache::PrefixCache,
     prompt: &[routelab_policy_api::Segment],
     path: &[u32],

@@ -31,6 +31,7 @@
 //! first event); [`ClusterSim::run`] only runs, one handler per event.
 
 pub mod batcher;
+mod pd;
 pub mod prefix_cache;
 pub mod replica;
 mod summary;
@@ -39,11 +40,13 @@ mod tests;
 
 use abi_stable::std_types::{RNone, RSlice, RSome};
 use routelab_policy_api::{
-    Completion, CostModel, Eviction, ReplicaView, Request, RouterBox, RouterContext, SchedulerBox, SchedulerContext,
-    Segment, World,
+    Completion, CostModel, Eviction, PdContext, ReplicaView, Request, RouterBox, RouterContext, SchedulerBox,
+    SchedulerContext, Segment, World,
 };
 
-use self::replica::{Replica, ReplicaConfig, RequestState};
+use self::pd::Pd;
+
+use self::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use self::summary::{Replication, summarize};
 pub use self::summary::{RequestRecord, RunOutcome};
 use super::event_queue::{EventQueue, SimTime, seconds, ticks};
@@ -54,7 +57,7 @@ use crate::step_model::StepModel;
 use crate::workload::cluster::ClusterSpec;
 use crate::workload::generate::RequestStream;
 
-/// What a router is told at creation in this world.
+/// What a router is told at creation on an aggregated cluster of `replicas` replicas.
 pub fn router_context(sm: &StepModel, replicas: u32, run_seed: u64) -> RouterContext {
     RouterContext {
         world: World::Cluster,
@@ -62,6 +65,27 @@ pub fn router_context(sm: &StepModel, replicas: u32, run_seed: u64) -> RouterCon
         seed: stream_seed(run_seed, "policy.router"),
         kv_capacity_tokens: sm.kv_capacity_tokens,
         cost: RSome(sm.cost),
+        disaggregation: RNone,
+    }
+}
+
+/// What a router is told at creation on `spec`'s cluster (`sm` its resolved step model): on a
+/// disaggregated one, `replicas`, capacity and cost describe the decode pool and
+/// `disaggregation` the prefill pool and the link.
+pub fn router_context_for(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> RouterContext {
+    let Some(d) = &spec.disaggregation else { return router_context(sm, spec.replicas, run_seed) };
+    // Validated with the workload; a failure here would have stopped it before any run.
+    let (p, dm) = d.step_models(spec).unwrap_or_else(|_| (sm.clone(), sm.clone()));
+    RouterContext {
+        disaggregation: RSome(PdContext {
+            prefill_replicas: d.prefill.instances,
+            prefill_kv_capacity_tokens: p.kv_capacity_tokens,
+            prefill_cost: RSome(p.cost),
+            kv_bytes_per_token: dm.cost.kv_bytes_per_token,
+            link_bandwidth_bytes_s: d.link.bandwidth_bytes_s(),
+            link_base_latency_s: d.link.base_latency_s,
+        }),
+        ..router_context(&dm, d.decode.instances, run_seed)
     }
 }
 
@@ -94,6 +118,8 @@ pub fn check_fits(sm: &StepModel, stream: &RequestStream) -> Result<(), SetupErr
 
 enum Event {
     StepEnd(u32),
+    /// A request's KV cache reached its decode instance (disaggregated clusters).
+    TransferEnd(u32),
     /// The gateway scrapes every replica's engine metrics (only for routers that read them).
     Scrape,
     Evicted {
@@ -102,6 +128,11 @@ enum Event {
         path: Vec<Segment>,
         remaining_tokens: u32,
     },
+}
+
+/// The pool of replica `r`: 0 = prefill, 1 = decode (every replica of an aggregated cluster).
+fn pool_of(pd: Option<&Pd>, r: usize) -> usize {
+    pd.map_or(1, |pd| (r >= pd.split) as usize)
 }
 
 /// Figures sampled while requests arrive (overload detection, replication factor).
@@ -117,8 +148,11 @@ struct Probes {
 /// event queue, with one handler per event.
 pub struct ClusterSim<'a> {
     stream: &'a RequestStream,
-    cfg: ReplicaConfig,
-    cost: CostModel,
+    /// Per pool: [prefill, decode] on a disaggregated cluster; both the same otherwise.
+    cfgs: [ReplicaConfig; 2],
+    costs: [CostModel; 2],
+    /// Disaggregation state; `None` on an aggregated cluster.
+    pd: Option<Pd>,
     eviction_delay: SimTime,
     /// Between metric scrapes; `None` when the router reads none or they are always fresh.
     scrape_interval: Option<SimTime>,
@@ -158,10 +192,36 @@ impl<'a> ClusterSim<'a> {
                 "give one scheduler per replica",
             ));
         }
-        check_fits(sm, stream)?;
         let router = RouterHandle::new(router, spec.replicas, label);
         let caps = router.capabilities();
-        let cfg = ReplicaConfig {
+        let pools = match &spec.disaggregation {
+            Some(d) => {
+                if !caps.disaggregated() {
+                    return Err(SetupError::new(
+                        "disaggregation",
+                        format!("policy '{label}' is not a disaggregation router, and this cluster is disaggregated"),
+                        format!(
+                            "use a PD router (pd_dynamo, pd_llm_d, pd_aibrix, pd_mooncake, pd_random, pd_round_robin, pd_least_loaded), or compose: \"pd_sglang{{prefill: {0}, decode: {0}}}\"",
+                            label
+                        ),
+                    ));
+                }
+                let (p, dm) = d.step_models(spec).map_err(|e| SetupError::new(&e.path, e.message, e.fix))?;
+                Some((d, p, dm))
+            }
+            None if caps.disaggregated() => {
+                return Err(SetupError::new(
+                    "disaggregation",
+                    format!("policy '{label}' is a disaggregation router, and this cluster is aggregated"),
+                    "add a `disaggregation:` section (prefill and decode pools, link), or use an aggregated router",
+                ));
+            }
+            None => None,
+        };
+        let (psm, dsm) = pools.as_ref().map_or((sm, sm), |(_, p, d)| (p, d));
+        check_fits(psm, stream)?;
+        check_fits(dsm, stream)?;
+        let pool_cfg = |sm: &StepModel| ReplicaConfig {
             kv_capacity_tokens: sm.kv_capacity_tokens,
             step_prefill_budget: if spec.chunk_tokens == 0 { spec.max_step_tokens } else { spec.chunk_tokens },
             max_batch_requests: spec.max_batch_requests,
@@ -171,6 +231,11 @@ impl<'a> ClusterSim<'a> {
             report_evictions: caps.wants_evictions(),
         };
         let total = stream.requests.len();
+        let split = pools.as_ref().map_or(0, |(d, _, _)| d.prefill.instances as usize);
+        let mut replicas: Vec<Replica> = (0..n as u32).map(Replica::new).collect();
+        for r in &mut replicas[..split] {
+            r.prefill_only = true;
+        }
         let last_arrival = stream.requests.last().map_or(0, |r| r.arrived_at);
         let scrape_interval = (router.reads_scrapes() && spec.metrics.scrape_interval_s > 0.0)
             .then(|| ticks(spec.metrics.scrape_interval_s).max(1));
@@ -182,13 +247,14 @@ impl<'a> ClusterSim<'a> {
         Ok(Self {
             scrape_interval,
             stream,
-            cfg,
-            cost: sm.cost,
+            cfgs: [pool_cfg(psm), pool_cfg(dsm)],
+            costs: [psm.cost, dsm.cost],
+            pd: pools.map(|(d, _, dm)| Pd::new(d, dm.cost.kv_bytes_per_token, total)),
             eviction_delay: ticks(spec.eviction_delay_s),
             horizon: last_arrival.saturating_add(ticks(spec.drain_s)),
             router,
             schedulers: schedulers.into_iter().enumerate().map(|(r, s)| SchedulerHandle::new(s, r as u32)).collect(),
-            replicas: (0..n as u32).map(Replica::new).collect(),
+            replicas,
             states: vec![RequestState::default(); total],
             queue,
             views: vec![ReplicaView::default(); n],
@@ -218,6 +284,7 @@ impl<'a> ClusterSim<'a> {
                 let (now, event) = self.queue.pop().expect("peeked");
                 match event {
                     Event::StepEnd(r) => self.on_step_end(now, r as usize)?,
+                    Event::TransferEnd(id) => self.on_transfer_end(now, id)?,
                     Event::Scrape => self.on_scrape(now),
                     Event::Evicted { replica, evicted_at, path, remaining_tokens } => {
                         self.on_evicted(replica, evicted_at, &path, remaining_tokens)?
@@ -239,8 +306,8 @@ impl<'a> ClusterSim<'a> {
         let q = &stream.requests[id];
         let prompt = stream.prompt(id);
         let exact = self.router.capabilities().needs_exact_match();
-        for (v, rep) in self.views.iter_mut().zip(&self.replicas) {
-            *v = rep.view(&self.cfg);
+        for (k, (v, rep)) in self.views.iter_mut().zip(&self.replicas).enumerate() {
+            *v = rep.view(&self.cfgs[pool_of(self.pd.as_ref(), k)]);
             if exact {
                 v.matched_tokens = rep.cache.cached_or_pending_prefix(prompt, &rep.pending);
             }
@@ -252,10 +319,14 @@ impl<'a> ClusterSim<'a> {
             size_hint: RNone,
             segments: RSlice::from_slice(prompt),
         };
-        let r = self.router.dispatch(&req, &self.views)? as usize;
-        self.replicas[r].enqueue(id as u32, prompt, q.output_tokens, &mut self.states[id], &self.cfg);
-        if !self.replicas[r].busy {
-            self.start_step(r, now)?;
+        if self.pd.is_some() {
+            self.on_arrival_pd(now, id, &req)?;
+        } else {
+            let r = self.router.dispatch(&req, &self.views)? as usize;
+            self.replicas[r].enqueue(id as u32, prompt, q.output_tokens, &mut self.states[id], &self.cfgs[1]);
+            if !self.replicas[r].busy {
+                self.start_step(r, now)?;
+            }
         }
         let p = &mut self.probes;
         let waiting = || self.replicas.iter().map(|r| r.waiting.len() as u64).sum();
@@ -274,22 +345,19 @@ impl<'a> ClusterSim<'a> {
     /// Replica `r`'s step ends at `now`: finished requests complete, and its next step starts.
     fn on_step_end(&mut self, now: SimTime, r: usize) -> Result<(), RunError> {
         self.completed.clear();
-        self.replicas[r].finish_step(now, self.stream, &mut self.states, &self.cfg, &mut self.completed);
+        let cfg = &self.cfgs[pool_of(self.pd.as_ref(), r)];
+        self.replicas[r].finish_step(now, self.stream, &mut self.states, cfg, &mut self.completed);
         for k in 0..self.completed.len() {
             let id = self.completed[k];
-            let (q, st) = (&self.stream.requests[id as usize], &self.states[id as usize]);
-            self.done += 1;
-            let c = Completion {
-                request_id: id as u64,
-                replica: r as u32,
-                arrived_at: seconds(q.arrived_at),
-                completed_at: seconds(now),
-                ttft: seconds(st.first_token_at.unwrap_or(now) - q.arrived_at),
-                prompt_tokens: q.prompt_tokens,
-                cached_tokens: st.cached_tokens,
-                output_tokens: q.output_tokens,
-            };
-            self.router.complete(&c)?;
+            if self.states[id as usize].phase == Phase::Transfer {
+                self.on_handoff(now, r, id)?;
+            } else {
+                self.report_completion(now, r, id)?;
+            }
+        }
+        if !self.completed.is_empty() {
+            // Memory freed: handed-off requests waiting for it may start their transfers.
+            self.start_transfers(now, r);
         }
         self.start_step(r, now)?;
         #[cfg(debug_assertions)]
@@ -299,11 +367,30 @@ impl<'a> ClusterSim<'a> {
         Ok(())
     }
 
+    /// Request `id` finished on replica `r` at `now`: the router hears of it (on a disaggregated
+    /// cluster, `replica` indexes the decode pool).
+    fn report_completion(&mut self, now: SimTime, r: usize, id: u32) -> Result<(), RunError> {
+        let (q, st) = (&self.stream.requests[id as usize], &self.states[id as usize]);
+        self.done += 1;
+        let split = self.pd.as_ref().map_or(0, |pd| pd.split);
+        let c = Completion {
+            request_id: id as u64,
+            replica: (r - split) as u32,
+            arrived_at: seconds(q.arrived_at),
+            completed_at: seconds(now),
+            ttft: seconds(st.first_token_at.unwrap_or(now) - q.arrived_at),
+            prompt_tokens: q.prompt_tokens,
+            cached_tokens: st.cached_tokens,
+            output_tokens: q.output_tokens,
+        };
+        self.router.complete(&c)
+    }
+
     /// The gateway scrapes every replica's metrics at `now`, and the next scrape is due one
     /// interval later while requests remain (to arrive or to finish).
     fn on_scrape(&mut self, now: SimTime) {
-        for (v, rep) in self.views.iter_mut().zip(&self.replicas) {
-            *v = rep.view(&self.cfg);
+        for (k, (v, rep)) in self.views.iter_mut().zip(&self.replicas).enumerate() {
+            *v = rep.view(&self.cfgs[pool_of(self.pd.as_ref(), k)]);
         }
         self.router.scrape(&self.views, seconds(now));
         if self.done < self.states.len() {
@@ -326,16 +413,20 @@ impl<'a> ClusterSim<'a> {
 
     /// Starts replica `r`'s next step at `now` if it has work; queues its end and its evictions.
     fn start_step(&mut self, r: usize, now: SimTime) -> Result<(), RunError> {
+        let pool = pool_of(self.pd.as_ref(), r);
         let rep = &mut self.replicas[r];
         let step = if rep.has_work() {
-            rep.start_step(now, self.stream, &mut self.states, &self.cfg, &self.cost, &mut self.schedulers[r])
+            let (cfg, cost) = (&self.cfgs[pool], &self.costs[pool]);
+            rep.start_step(now, self.stream, &mut self.states, cfg, cost, &mut self.schedulers[r])
                 .map_err(|e| RunError(format!("policy '{}': {e}", self.router.label())))?
         } else {
             None
         };
         rep.busy = step.is_some();
         if let Some(d) = step {
-            self.queue.push(now + ticks(d).max(1), Event::StepEnd(r as u32));
+            let t = ticks(d).max(1);
+            rep.busy_s += seconds(t);
+            self.queue.push(now + t, Event::StepEnd(r as u32));
         }
         for ev in rep.evictions.drain(..) {
             let event = Event::Evicted {
@@ -351,10 +442,11 @@ impl<'a> ClusterSim<'a> {
 
     /// Per-request records, the host's metrics, then the policies' own figures.
     fn finish(self) -> Result<RunOutcome, RunError> {
+        let rejected = self.pd.as_ref().map_or(0, |pd| pd.rejected.iter().filter(|r| **r).count());
         debug_assert_eq!(
             self.done,
-            self.states.iter().filter(|s| s.completed_at.is_some()).count(),
-            "every request completes once"
+            self.states.iter().filter(|s| s.completed_at.is_some()).count() + rejected,
+            "every request completes once (or is rejected)"
         );
         let records: Vec<RequestRecord> = self
             .stream
@@ -377,8 +469,19 @@ impl<'a> ClusterSim<'a> {
             })
             .collect();
         let p = &self.probes;
+        // Rejected requests were never served: the cluster's figures cover the others.
+        let served: Vec<RequestRecord> = match &self.pd {
+            Some(pd) if rejected > 0 => {
+                records.iter().zip(&pd.rejected).filter(|(_, r)| !**r).map(|(rec, _)| rec.clone()).collect()
+            }
+            _ => Vec::new(),
+        };
+        let summarized = if served.is_empty() && rejected == 0 { &records } else { &served };
         let mut metrics =
-            summarize(&records, &self.replicas, p.waiting_at_half, p.waiting_at_end, p.replication.factor());
+            summarize(summarized, &self.replicas, p.waiting_at_half, p.waiting_at_end, p.replication.factor());
+        if self.pd.is_some() {
+            self.pd_metrics(&records, &mut metrics);
+        }
         for (k, v) in self.router.report()?.into_iter().chain(scheduler_stats(&self.schedulers, self.router.label())?) {
             metrics.push(k, v);
         }

@@ -37,6 +37,9 @@ pub enum Phase {
     NotArrived,
     Waiting,
     Prefill,
+    /// Disaggregated: prefilled and handed off; its KV cache is on the way to (or waiting for
+    /// memory on) a decode instance.
+    Transfer,
     Decode,
     Done,
 }
@@ -82,6 +85,9 @@ pub struct ReplicaConfig {
 
 pub struct Replica {
     pub id: u32,
+    /// A prefill instance of a disaggregated cluster: it computes the prompt and the first token,
+    /// then hands the request off (its phase becomes `Transfer`) instead of decoding it.
+    pub prefill_only: bool,
     pub cache: PrefixCache,
     /// Not yet admitted, in arrival order.
     pub waiting: VecDeque<u32>,
@@ -99,6 +105,8 @@ pub struct Replica {
     /// Sum of whole outputs of running requests (`full` reservation).
     pub reserved_output_tokens: u64,
     pub steps: u64,
+    /// Seconds spent in steps (utilisation).
+    pub busy_s: f64,
     pub busy: bool,
     /// Admission stopped for lack of memory, and nothing has been freed or added since.
     pub blocked: bool,
@@ -120,6 +128,7 @@ impl Replica {
     pub fn new(id: u32) -> Self {
         Self {
             id,
+            prefill_only: false,
             cache: PrefixCache::new(),
             waiting: VecDeque::new(),
             prefilling: VecDeque::new(),
@@ -130,6 +139,7 @@ impl Replica {
             private_tokens: 0,
             reserved_output_tokens: 0,
             steps: 0,
+            busy_s: 0.0,
             busy: false,
             blocked: false,
             outstanding_work: 0,
@@ -164,6 +174,12 @@ impl Replica {
             kv_capacity_tokens: cfg.kv_capacity_tokens,
             matched_tokens: 0,
         }
+    }
+
+    /// Output tokens this replica generates for `output_tokens` requested: a prefill instance
+    /// generates only the first.
+    pub fn output_here(&self, output_tokens: u32) -> u32 {
+        if self.prefill_only { output_tokens.min(1) } else { output_tokens }
     }
 
     pub fn has_work(&self) -> bool {
@@ -259,11 +275,19 @@ impl Replica {
     /// Preempts the most recently admitted running request (recompute later). Returns false when
     /// nothing runs.
     pub(super) fn preempt_newest(&mut self, stream: &RequestStream, states: &mut [RequestState]) -> bool {
-        let Some(&victim) = self.running.iter().max_by_key(|&&r| states[r as usize].admit_seq) else { return false };
+        // A request whose KV is still arriving is not preempted (its transfer is in flight).
+        let Some(&victim) = self
+            .running
+            .iter()
+            .filter(|&&r| states[r as usize].phase != Phase::Transfer)
+            .max_by_key(|&&r| states[r as usize].admit_seq)
+        else {
+            return false;
+        };
         let v = victim as usize;
         let produced = self.produced_now(&states[v]);
         let prompt_tokens = stream.requests[v].prompt_tokens;
-        let output_tokens = stream.requests[v].output_tokens;
+        let output_tokens = self.output_here(stream.requests[v].output_tokens);
         let st = &states[v];
         let remaining_work = (output_tokens - produced) as u64
             + if st.phase == Phase::Prefill { (st.prefill_target - st.prefill_done) as u64 } else { 0 };

@@ -1,0 +1,299 @@
+//! Prefill/decode disaggregation (xPyD) in the cluster world: the same [`ClusterSim`] with its
+//! replicas split into a prefill pool (`0..split`) and a decode pool (`split..`), one more event
+//! (a KV transfer's end) and the handlers around it.
+//!
+//! A request's life: the router ([`crate::handle::RouterHandle::dispatch_pair`]) returns a
+//! [`PdDecision`]. `DISAGGREGATE`: the prefill instance queues it like any request but generates
+//! only the first token, then hands it off (`Phase::Transfer`; its prompt stays in the prefill
+//! cache, unpinned). The decode instance must then find KV memory for it — the prompt's
+//! uncached part plus the output reservation, exactly as an admission — *before* the transfer
+//! starts (the transfer occupies decode memory from its start); until it does, handed-off
+//! requests wait per decode instance in FIFO order. The transfer takes
+//! `base_latency + tokens × kv_bytes_per_token / (bandwidth / concurrent)`, `concurrent` counting
+//! the transfers in flight into that decode instance when it starts (this one included; a
+//! transfer's time is fixed at its start), `tokens` = the prompt tokens the decode instance lacks
+//! (`transfer: missing`) or the whole prompt (`full_prompt`). At its end the prompt's KV is
+//! computed on the decode instance, the first token reaches the user (TTFT includes the
+//! transfer) and the request decodes its remaining tokens there. `DECODE_ONLY`: the decode
+//! instance queues and prefills the request itself (conditional disaggregation). `REJECT`: the
+//! request is counted and never served.
+//!
+//! Metrics added to the cluster's (which then cover served requests, `rejected` excluded):
+//! `tpot_p99_s`; `transfer_time_mean_s` (over transferred requests), `transfer_share` (Σ transfer
+//! time ÷ Σ latency over them); `prefill_utilisation`, `decode_utilisation` (share of
+//! instance-time spent in steps, first arrival → last completion); `prefill_hit_rate` (prompt
+//! tokens cached at prefill admission ÷ prompt tokens, transferred requests) and
+//! `decode_hit_rate` (prompt tokens the decode instance already held, at transfer start or at its
+//! own admission ÷ prompt tokens, every served request); `decode_only_share`; `rejected`.
+
+use std::collections::VecDeque;
+
+use routelab_policy_api::{Completion, PdDecision, Request};
+
+use super::batcher::mark_computed;
+use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
+use super::{ClusterSim, Event, RequestRecord};
+use crate::metrics::{Metrics, quantile};
+use crate::sim::RunError;
+use crate::sim::event_queue::{SimTime, seconds, ticks};
+use crate::workload::cluster::Reservation;
+use crate::workload::disaggregation::{Disaggregation, Link, TransferTokens};
+use crate::workload::generate::RequestStream;
+
+/// The disaggregated cluster's own state.
+pub(super) struct Pd {
+    /// Prefill instances are replicas `0..split`, decode instances `split..`.
+    pub split: usize,
+    link: Link,
+    transfer: TransferTokens,
+    kv_bytes_per_token: f64,
+    /// Per decode instance: transfers in flight into it.
+    active: Vec<u32>,
+    /// Per decode instance: handed-off requests waiting for its KV memory, in hand-off order.
+    waiting: Vec<VecDeque<u32>>,
+    /// Per request: its decode instance (replica index), once decided.
+    decode_of: Vec<u32>,
+    /// Per request: the transfer's duration (NaN when it had none).
+    pub transfer_s: Vec<f64>,
+    /// Per request: prompt tokens its decode instance already held.
+    decode_cached: Vec<u32>,
+    pub rejected: Vec<bool>,
+    decode_only: u64,
+}
+
+impl Pd {
+    pub fn new(d: &Disaggregation, kv_bytes_per_token: f64, requests: usize) -> Self {
+        let decode = d.decode.instances as usize;
+        Self {
+            split: d.prefill.instances as usize,
+            link: d.link.clone(),
+            transfer: d.transfer,
+            kv_bytes_per_token,
+            active: vec![0; decode],
+            waiting: vec![VecDeque::new(); decode],
+            decode_of: vec![u32::MAX; requests],
+            transfer_s: vec![f64::NAN; requests],
+            decode_cached: vec![0; requests],
+            rejected: vec![false; requests],
+            decode_only: 0,
+        }
+    }
+}
+
+impl Replica {
+    /// A handed-off request's KV is about to arrive: reserves its memory as an admission would
+    /// (the prompt's uncached part, pinned, plus the output reservation; the first token, computed
+    /// on the prefill side, is private KV from now). Returns the prompt tokens already cached
+    /// here, or `None` when memory or batch slots are short (the caller retries later).
+    pub(super) fn admit_transfer(
+        &mut self,
+        id: u32,
+        stream: &RequestStream,
+        st: &mut RequestState,
+        cfg: &ReplicaConfig,
+    ) -> Option<u32> {
+        let req = &stream.requests[id as usize];
+        let prompt = stream.prompt(id as usize);
+        if self.running.len() >= cfg.max_batch_requests as usize {
+            return None;
+        }
+        let plan = self.cache.plan(prompt);
+        let reserve = match cfg.reservation {
+            Reservation::Full => req.output_tokens as u64,
+            Reservation::Estimate { output_tokens } => output_tokens.max(1).min(req.output_tokens) as u64,
+        };
+        if self.committed_tokens(cfg) + plan.newly_pinned_tokens + plan.new_tokens + reserve > cfg.kv_capacity_tokens {
+            return None;
+        }
+        let over = (self.kv_used_tokens() + plan.new_tokens + 1).saturating_sub(cfg.kv_capacity_tokens);
+        let events = cfg.report_evictions.then_some(&mut self.evictions);
+        let mut path = std::mem::take(&mut st.path);
+        self.cache.admit(prompt, &mut path, over, events);
+        st.path = path;
+        self.private_tokens += 1;
+        if cfg.reservation == Reservation::Full {
+            self.reserved_output_tokens += req.output_tokens as u64;
+        }
+        st.replica = self.id;
+        st.prefill_target = req.prompt_tokens;
+        st.prefill_done = req.prompt_tokens;
+        self.outstanding_work += (req.output_tokens - st.produced) as u64;
+        self.dispatched += 1;
+        self.blocked = false;
+        self.add_running(id, st);
+        Some(plan.cached_tokens.min(req.prompt_tokens))
+    }
+
+    /// The transfer of `id` ended at `now`: its prompt is computed here and it decodes from the
+    /// next step on. Returns true when it had nothing left to generate (it completed now).
+    pub(super) fn begin_decode(
+        &mut self,
+        id: u32,
+        now: SimTime,
+        stream: &RequestStream,
+        states: &mut [RequestState],
+        cfg: &ReplicaConfig,
+    ) -> bool {
+        let req = &stream.requests[id as usize];
+        let st = &mut states[id as usize];
+        debug_assert_eq!(st.phase, Phase::Transfer);
+        mark_computed(&mut self.cache, stream.prompt(id as usize), &st.path, 0, req.prompt_tokens);
+        st.first_token_at = Some(now);
+        if st.produced >= req.output_tokens {
+            st.phase = Phase::Decode;
+            st.decode_entry_step = self.steps;
+            self.decoding += 1;
+            self.decode_context_tokens += (req.prompt_tokens + st.produced) as u64;
+            self.complete(id, now, stream, states, cfg, true);
+            return true;
+        }
+        // A step running now does not include it: it enters the batch at the next step, whose
+        // number is `steps + 1` if one is running (`produced_now` counts from there).
+        st.phase = Phase::Decode;
+        st.decode_entry_step = self.steps + self.busy as u64;
+        self.decoding += 1;
+        self.decode_context_tokens += (req.prompt_tokens + st.produced) as u64;
+        let at = st.decode_entry_step + (req.output_tokens - st.produced) as u64;
+        self.finishing.push(std::cmp::Reverse((at, id, st.generation)));
+        false
+    }
+}
+
+impl ClusterSim<'_> {
+    /// A request arrives at a disaggregated cluster: the router decides with both pools' views.
+    pub(super) fn on_arrival_pd(&mut self, now: SimTime, id: usize, req: &Request<'_>) -> Result<(), RunError> {
+        let split = self.pd.as_ref().expect("disaggregated").split;
+        let decision = self.router.dispatch_pair(req, &self.views, split)?;
+        let stream = self.stream;
+        let prompt = stream.prompt(id);
+        let output = stream.requests[id].output_tokens;
+        let pd = self.pd.as_mut().expect("disaggregated");
+        let target = match decision.action {
+            PdDecision::DISAGGREGATE => {
+                let (p, d) = (decision.prefill as usize, split + decision.decode as usize);
+                pd.decode_of[id] = d as u32;
+                let cfg = &self.cfgs[0];
+                let out = self.replicas[p].output_here(output);
+                self.replicas[p].enqueue(id as u32, prompt, out, &mut self.states[id], cfg);
+                p
+            }
+            PdDecision::DECODE_ONLY => {
+                let d = split + decision.decode as usize;
+                pd.decode_of[id] = d as u32;
+                pd.decode_only += 1;
+                self.replicas[d].enqueue(id as u32, prompt, output, &mut self.states[id], &self.cfgs[1]);
+                d
+            }
+            _ => {
+                pd.rejected[id] = true;
+                self.states[id].phase = Phase::Done;
+                self.done += 1;
+                return Ok(());
+            }
+        };
+        if !self.replicas[target].busy {
+            self.start_step(target, now)?;
+        }
+        Ok(())
+    }
+
+    /// Prefill instance `p` finished request `id`'s prefill at `now`: the router hears of it and
+    /// the request queues for its decode instance's memory.
+    pub(super) fn on_handoff(&mut self, now: SimTime, p: usize, id: u32) -> Result<(), RunError> {
+        let (q, st) = (&self.stream.requests[id as usize], &self.states[id as usize]);
+        let c = Completion {
+            request_id: id as u64,
+            replica: p as u32,
+            arrived_at: seconds(q.arrived_at),
+            completed_at: seconds(now),
+            ttft: seconds(now - q.arrived_at),
+            prompt_tokens: q.prompt_tokens,
+            cached_tokens: st.cached_tokens,
+            output_tokens: q.output_tokens,
+        };
+        self.router.prefill_complete(&c)?;
+        let pd = self.pd.as_mut().expect("disaggregated");
+        let d = pd.decode_of[id as usize] as usize;
+        pd.waiting[d - pd.split].push_back(id);
+        self.start_transfers(now, d);
+        Ok(())
+    }
+
+    /// Starts the transfers into decode instance `d` that its memory now admits, in hand-off
+    /// order (the first that does not fit stops the rest, as admission does). Nothing for a
+    /// prefill instance or an aggregated cluster.
+    pub(super) fn start_transfers(&mut self, now: SimTime, d: usize) {
+        let Some(pd) = self.pd.as_mut().filter(|pd| d >= pd.split) else { return };
+        let k = d - pd.split;
+        while let Some(&id) = pd.waiting[k].front() {
+            let st = &mut self.states[id as usize];
+            let Some(cached) = self.replicas[d].admit_transfer(id, self.stream, st, &self.cfgs[1]) else { break };
+            pd.waiting[k].pop_front();
+            let prompt = self.stream.requests[id as usize].prompt_tokens;
+            let tokens = match pd.transfer {
+                TransferTokens::Missing => prompt - cached,
+                TransferTokens::FullPrompt => prompt,
+            };
+            pd.active[k] += 1;
+            let dur = pd.link.transfer_time_s(tokens, pd.kv_bytes_per_token, pd.active[k]);
+            pd.transfer_s[id as usize] = dur;
+            pd.decode_cached[id as usize] = cached;
+            self.queue.push(now + ticks(dur).max(1), Event::TransferEnd(id));
+        }
+    }
+
+    /// Request `id`'s KV arrived at its decode instance at `now`.
+    pub(super) fn on_transfer_end(&mut self, now: SimTime, id: u32) -> Result<(), RunError> {
+        let pd = self.pd.as_mut().expect("disaggregated");
+        let d = pd.decode_of[id as usize] as usize;
+        pd.active[d - pd.split] -= 1;
+        let finished = self.replicas[d].begin_decode(id, now, self.stream, &mut self.states, &self.cfgs[1]);
+        if finished {
+            self.report_completion(now, d, id)?;
+            self.start_transfers(now, d);
+        }
+        if !self.replicas[d].busy {
+            self.start_step(d, now)?;
+        }
+        Ok(())
+    }
+
+    /// The disaggregation metrics (see the module docs), from the served requests' records.
+    pub(super) fn pd_metrics(&self, records: &[RequestRecord], m: &mut Metrics) {
+        let pd = self.pd.as_ref().expect("disaggregated");
+        let served = |i: &usize| !pd.rejected[*i];
+        let done: Vec<usize> = (0..records.len()).filter(served).filter(|&i| records[i].completed_at_s.is_finite()).collect();
+        let mut tpot: Vec<f64> = done
+            .iter()
+            .map(|&i| &records[i])
+            .filter(|r| r.output_tokens > 1)
+            .map(|r| (r.completed_at_s - r.first_token_at_s) / (r.output_tokens - 1) as f64)
+            .collect();
+        m.push("tpot_p99_s", quantile(&mut tpot, 0.99));
+        let moved: Vec<usize> = done.iter().copied().filter(|&i| pd.transfer_s[i].is_finite()).collect();
+        let sum = |f: &dyn Fn(usize) -> f64| moved.iter().map(|&i| f(i)).sum::<f64>();
+        let transfer = sum(&|i| pd.transfer_s[i]);
+        let latency = sum(&|i| records[i].completed_at_s - records[i].arrived_at_s);
+        m.push("transfer_time_mean_s", if moved.is_empty() { f64::NAN } else { transfer / moved.len() as f64 });
+        m.push("transfer_share", if latency > 0.0 { transfer / latency } else { f64::NAN });
+        let first = records.first().map_or(0.0, |r| r.arrived_at_s);
+        let last = done.iter().map(|&i| records[i].completed_at_s).fold(first, f64::max);
+        let span = last - first;
+        let util = |pool: &[Replica]| {
+            let busy: f64 = pool.iter().map(|r| r.busy_s).sum();
+            if span > 0.0 { busy / (span * pool.len() as f64) } else { f64::NAN }
+        };
+        m.push("prefill_utilisation", util(&self.replicas[..pd.split]));
+        m.push("decode_utilisation", util(&self.replicas[pd.split..]));
+        let ratio = |idx: &mut dyn Iterator<Item = usize>, cached: &dyn Fn(usize) -> u32| {
+            let (c, p) = idx.fold((0u64, 0u64), |(c, p), i| (c + cached(i) as u64, p + records[i].prompt_tokens as u64));
+            if p > 0 { c as f64 / p as f64 } else { f64::NAN }
+        };
+        m.push("prefill_hit_rate", ratio(&mut moved.iter().copied(), &|i| records[i].cached_tokens));
+        let decode_cached = |i: usize| if pd.transfer_s[i].is_finite() { pd.decode_cached[i] } else { records[i].cached_tokens };
+        m.push("decode_hit_rate", ratio(&mut done.iter().copied(), &decode_cached));
+        let served_n = pd.rejected.iter().filter(|r| !**r).count();
+        m.push("decode_only_share", if served_n > 0 { pd.decode_only as f64 / served_n as f64 } else { f64::NAN });
+        m.push("rejected", pd.rejected.iter().filter(|r| **r).count() as f64);
+    }
+}

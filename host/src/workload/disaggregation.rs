@@ -1,0 +1,170 @@
+//! The cluster world's `disaggregation:` section: prefill and decode pools and the link between
+//! them (prefill/decode disaggregation, xPyD). Absent, the cluster is aggregated (the default).
+//!
+//! ```yaml
+//! cluster:
+//!   replicas: 8                    # = prefill.instances + decode.instances
+//!   disaggregation:
+//!     prefill: {instances: 4}      # optional gpu / tp per pool (default: the cluster's)
+//!     decode: {instances: 4, gpu: h100, tp: 2}
+//!     link: {bandwidth_gbps: 100, base_latency_s: 0.0005}
+//!     transfer: missing            # or full_prompt
+//! ```
+//!
+//! The model is the cluster's: KV moves between pools only within one model.
+
+use serde::{Deserialize, Serialize};
+
+use super::FieldError;
+use super::cluster::ClusterSpec;
+use crate::step_model::{Choice, Gpu, StepModel};
+
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Disaggregation {
+    /// Instances that only prefill (chunked prefill, prefix cache, KV admission); they hand the
+    /// first token and the prompt's KV to a decode instance.
+    pub prefill: Pool,
+    /// Instances that decode (continuous batching bounded by KV memory); they also prefill the
+    /// requests a router sends them directly (conditional disaggregation).
+    pub decode: Pool,
+    /// The network the KV cache crosses from prefill to decode.
+    pub link: Link,
+    /// Which prompt tokens a transfer moves: `missing` (only what the decode instance does not
+    /// have cached, Dynamo's DestinationMissing) or `full_prompt`.
+    #[serde(default)]
+    pub transfer: TransferTokens,
+}
+
+/// One pool of instances.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Pool {
+    /// Number of instances, at least 1.
+    pub instances: u32,
+    /// This pool's GPU (a catalog name or a mapping); default: the cluster's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<Choice<Gpu>>,
+    /// This pool's tensor-parallel degree; default: the cluster's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tp: Option<u32>,
+}
+
+/// Every decode instance's inbound link (decode instances pull the KV, as NIXL reads do in
+/// Dynamo and llm-d): concurrent transfers into one decode instance share its bandwidth.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    /// Bandwidth in Gbit/s, > 0 (RoCE 200G ≈ 160 effective, IB NDR 400, NVLink ≈ 3600).
+    pub bandwidth_gbps: f64,
+    /// Fixed cost of each transfer (RDMA setup, metadata), seconds, ≥ 0.
+    #[serde(default = "default_base_latency")]
+    pub base_latency_s: f64,
+}
+
+fn default_base_latency() -> f64 {
+    0.0005
+}
+
+/// Which prompt tokens a KV transfer moves.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferTokens {
+    /// Only the prompt tokens the decode instance does not have cached.
+    #[default]
+    Missing,
+    /// The whole prompt, whatever the decode side holds.
+    FullPrompt,
+}
+
+impl Link {
+    /// Bytes per second.
+    pub fn bandwidth_bytes_s(&self) -> f64 {
+        self.bandwidth_gbps * 1e9 / 8.0
+    }
+
+    /// Seconds to move `tokens` tokens of `kv_bytes_per_token` bytes when `concurrent` transfers
+    /// (this one included) share the link: `base + tokens · bytes / (bandwidth / concurrent)`.
+    pub fn transfer_time_s(&self, tokens: u32, kv_bytes_per_token: f64, concurrent: u32) -> f64 {
+        self.base_latency_s
+            + tokens as f64 * kv_bytes_per_token / (self.bandwidth_bytes_s() / concurrent.max(1) as f64)
+    }
+}
+
+impl Disaggregation {
+    /// The step models of the prefill and the decode pool.
+    pub fn step_models(&self, cluster: &ClusterSpec) -> Result<(StepModel, StepModel), FieldError> {
+        let pool = |p: &Pool, name: &str| {
+            let mut spec = cluster.clone();
+            if let Some(g) = &p.gpu {
+                spec.gpu = g.clone();
+            }
+            if let Some(tp) = p.tp {
+                spec.tp = tp;
+            }
+            spec.step_model().map_err(|e| e.under(name).under("disaggregation"))
+        };
+        Ok((pool(&self.prefill, "prefill")?, pool(&self.decode, "decode")?))
+    }
+
+    /// Checks the section against its cluster (paths relative to `cluster`).
+    pub fn validate(&self, cluster: &ClusterSpec) -> Result<(), FieldError> {
+        let under = |e: FieldError| e.under("disaggregation");
+        for (name, p) in [("prefill", &self.prefill), ("decode", &self.decode)] {
+            if p.instances == 0 {
+                return Err(under(FieldError::new(
+                    &format!("{name}.instances"),
+                    format!("the {name} pool has no instances"),
+                    "give each pool at least 1 instance, or remove `disaggregation:` for an aggregated cluster",
+                )));
+            }
+            if let Some(tp) = p.tp
+                && ![1, 2, 4, 8].contains(&tp)
+            {
+                return Err(under(FieldError::new(&format!("{name}.tp"), format!("must be 1, 2, 4 or 8 (got {tp})"), "use 1, 2, 4 or 8")));
+            }
+        }
+        let total = self.prefill.instances as u64 + self.decode.instances as u64;
+        if total != cluster.replicas as u64 {
+            return Err(FieldError::new(
+                "replicas",
+                format!(
+                    "is {}, but the pools hold {} prefill + {} decode = {total} instances",
+                    cluster.replicas, self.prefill.instances, self.decode.instances
+                ),
+                format!("set `replicas: {total}`"),
+            ));
+        }
+        let l = &self.link;
+        if !(l.bandwidth_gbps > 0.0 && l.bandwidth_gbps.is_finite() && l.bandwidth_gbps <= 1e6) {
+            return Err(under(FieldError::new(
+                "link.bandwidth_gbps",
+                format!("must be a positive number of Gbit/s (got {:?})", l.bandwidth_gbps),
+                "use e.g. 100 (RoCE) or 400 (InfiniBand NDR)",
+            )));
+        }
+        if !(l.base_latency_s >= 0.0 && l.base_latency_s <= 10.0) {
+            return Err(under(FieldError::new(
+                "link.base_latency_s",
+                format!("must be in [0, 10] s (got {:?})", l.base_latency_s),
+                "use e.g. 0.0005",
+            )));
+        }
+        self.step_models(cluster).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transfer_time_is_base_plus_bytes_over_the_shared_bandwidth() {
+        // 100 Gbit/s = 12.5e9 B/s. 1000 tokens × 131072 B = 131.072 MB → 10.48576 ms alone,
+        // twice that with two transfers on the link; plus 0.5 ms base.
+        let l = Link { bandwidth_gbps: 100.0, base_latency_s: 0.0005 };
+        assert!((l.transfer_time_s(1000, 131_072.0, 1) - 0.010_985_76).abs() < 1e-12);
+        assert!((l.transfer_time_s(1000, 131_072.0, 2) - 0.021_471_52).abs() < 1e-12);
+        assert_eq!(l.transfer_time_s(0, 131_072.0, 3), 0.0005);
+    }
+}

@@ -1,0 +1,37 @@
+//! `pd_least_loaded`: the least-loaded prefill instance and the least-loaded decode instance.
+//!
+//! Algorithm: prefill = argmin `outstanding_work` (remaining prefill tokens queued there: what
+//! delays this prompt), decode = argmin `kv_used_tokens` (decode steps are bound by the KV they
+//! read and admission by the KV left), lowest index on ties; never skips the prefill pool.
+//! Parameters: none. Source: the "load-balancing" prefill scheduling of Mooncake's comparison
+//! (FAST'25 §7) and SGLang's old PD default of least load for decode (`sgl-router` before
+//! PR #8395); the exact load figure is ours.
+
+use routelab_policy_api::*;
+
+use super::argmin_by;
+
+pub struct PdLeastLoaded;
+
+impl Policy for PdLeastLoaded {
+    const NAME: &'static str = "pd_least_loaded";
+    const DESCRIPTION: &'static str = "disaggregated: least outstanding work for prefill, least KV in use for decode";
+    type Config = crate::NoConfig;
+    type Context = RouterContext;
+    fn new(_: Self::Config, _: &RouterContext) -> Result<Self, String> {
+        Ok(Self)
+    }
+}
+
+impl RouterPolicy for PdLeastLoaded {
+    fn capabilities(&self) -> Capabilities {
+        super::PD
+    }
+    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
+        argmin_by(replicas, |v| v.outstanding_work)
+    }
+    fn route_pair(&mut self, _: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdDecision {
+        let p = argmin_by(prefill, |v| v.outstanding_work);
+        PdDecision::pair(p as u32, argmin_by(decode, |v| v.kv_used_tokens) as u32)
+    }
+}
