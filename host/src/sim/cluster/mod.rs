@@ -32,6 +32,8 @@
 
 pub mod batcher;
 mod pd;
+#[cfg(test)]
+mod pd_tests;
 pub mod prefix_cache;
 pub mod replica;
 mod summary;
