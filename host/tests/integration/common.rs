@@ -72,6 +72,8 @@ pub struct Plugins {
     pub faulty_registry: PathBuf,
     pub example: PathBuf,
     pub lru_affinity: PathBuf,
+    /// The example prefill/decode-disaggregation router.
+    pub pd_threshold: PathBuf,
 }
 
 /// Builds (once per test process) the workspace's plugin libraries: the built-ins, the faulty
@@ -87,6 +89,7 @@ pub fn plugins() -> &'static Plugins {
                 "routelab-faulty-registry",
                 "my-router",
                 "lru-affinity",
+                "pd-threshold",
             ],
         );
         Plugins {
@@ -95,6 +98,7 @@ pub fn plugins() -> &'static Plugins {
             faulty_registry: lib_path("routelab_faulty_registry"),
             example: lib_path("my_router"),
             lru_affinity: lib_path("lru_affinity"),
+            pd_threshold: lib_path("pd_threshold"),
         }
     })
 }

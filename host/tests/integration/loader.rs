@@ -264,7 +264,7 @@ fn old_api_plugin() -> &'static PathBuf {
             api.join("Cargo.toml"),
             r#"[package]
 name = "routelab-policy-api"
-version = "0.3.0"
+version = "0.4.0"
 edition = "2024"
 
 [dependencies]
@@ -279,7 +279,7 @@ serde_norway = "0.9"
             .unwrap()
             .replace("name = \"my-router\"", "name = \"other-minor-router\"")
             .replace("../../../policy-api", "../policy-api")
-            // The relabelled copy is 0.2.0: depend on it by path alone.
+            // The relabelled copy is another minor: depend on it by path alone.
             .replace(&format!("version = \"{}\", ", routelab_policy_api::API_VERSION), "")
             + "\n[workspace]\n";
         copy_dir(&workspace().join("policies/examples/my-router/src"), &plugin.join("src"));
@@ -307,7 +307,7 @@ fn plugin_built_against_another_minor_is_refused_with_a_short_message() {
     let lib = old_api_plugin();
     let e = Loader::new().router(&PolicySpec::parse(&lib.display().to_string()).unwrap(), &ctx()).err().unwrap();
     assert_eq!(e.kind, LoadErrorKind::VersionMismatch, "{e}");
-    assert!(e.fix.contains("rebuild the plugin against routelab-policy-api 0.2"), "{e}");
+    assert!(e.fix.contains("rebuild the plugin against routelab-policy-api 0.3"), "{e}");
     let lines = e.to_string().lines().count();
     assert!(lines <= 12, "the message should be trimmed, got {lines} lines:\n{e}");
     // The rest of a comparison still runs.
