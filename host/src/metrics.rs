@@ -22,6 +22,19 @@ pub const CLUSTER_KEYS: &[&str] = &[
     "busiest_replica_share",
 ];
 
+/// The keys a disaggregated cluster run adds (docs/output.md).
+pub const PD_KEYS: &[&str] = &[
+    "tpot_p99_s",
+    "transfer_time_mean_s",
+    "transfer_share",
+    "prefill_utilisation",
+    "decode_utilisation",
+    "prefill_hit_rate",
+    "decode_hit_rate",
+    "decode_only_share",
+    "rejected",
+];
+
 /// Named figures in a fixed order (serialised as a JSON object in that order).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Metrics(pub Vec<(String, f64)>);

@@ -56,6 +56,8 @@ pub fn registry() -> Vec<Entry> {
         router::<pd::pd_round_robin::PdRoundRobin>(),
         router::<pd::pd_least_loaded::PdLeastLoaded>(),
         router::<pd::pd_sglang::PdSglang>(),
+        router::<pd::pd_dynamo::PdDynamo>(),
+        router::<pd::pd_llm_d::PdLlmD>(),
         selector::<llmselector::LlmSelector>(),
         selector::<greedy::Greedy>(),
         selector::<random_search::RandomSearch>(),

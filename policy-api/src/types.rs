@@ -214,7 +214,8 @@ pub struct Completion {
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug)]
 pub struct Eviction<'a> {
-    /// The replica whose cache lost the content.
+    /// The replica whose cache lost the content. On a disaggregated cluster the prefill
+    /// instances come first: `0..prefill_replicas` is the prefill pool, the rest the decode pool.
     pub replica: u32,
     /// Simulated time of the eviction (not of the delivery).
     pub evicted_at: f64,

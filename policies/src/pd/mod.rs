@@ -2,14 +2,19 @@
 //! [`PdDecision`](routelab_policy_api::PdDecision) and sets `Capabilities::DISAGGREGATED`.
 //!
 //! Baselines: `pd_random`, `pd_round_robin`, `pd_least_loaded`. Composition: `pd_sglang`
-//! (prefill and decode chosen independently by any two built-in routers).
+//! (prefill and decode chosen independently by any two built-in routers). The field's decision
+//! orders: `pd_dynamo` (prefill, then decode, optional bypass), `pd_llm_d` (decode, decider,
+//! prefill), `pd_aibrix` (joint over rolesets), `pd_mooncake` (joint, SLO admission, migration).
 
+pub mod pd_dynamo;
 pub mod pd_least_loaded;
+pub mod pd_llm_d;
 pub mod pd_random;
 pub mod pd_round_robin;
 pub mod pd_sglang;
 
-use routelab_policy_api::{Capabilities, ReplicaView};
+use routelab_policy_api::abi_stable::std_types::{ROption, RResult, RSlice};
+use routelab_policy_api::*;
 
 /// What every PD router asks for.
 pub const PD: Capabilities = Capabilities::DISAGGREGATED;
@@ -23,4 +28,143 @@ pub fn argmin_by<K: PartialOrd>(views: &[ReplicaView], key: impl Fn(&ReplicaView
         }
     }
     best
+}
+
+/// A router over one pool (a child of a PD router), with where its signal columns are in the
+/// PD router's table.
+pub struct PoolRouter {
+    pub router: RouterBox,
+    columns: Vec<usize>,
+    scratch: Vec<f64>,
+}
+
+impl PoolRouter {
+    /// Builds the built-in router `spec` (`name` or `name{key: value}`) for one pool.
+    pub fn new(spec: &str, ctx: &RouterContext, role: &str) -> Result<Self, String> {
+        let (name, config) = match spec.find('{') {
+            Some(i) => (spec[..i].trim(), &spec[i..]),
+            None => (spec.trim(), ""),
+        };
+        let entry = crate::registry()
+            .into_iter()
+            .find(|e| e.name == name && e.kind() == PolicyKind::Router)
+            .ok_or_else(|| format!("{role}: no built-in router named '{name}'"))?;
+        let Maker::Router(make) = entry.make else { unreachable!("kind checked") };
+        let router = make(config, ctx).map_err(|e| format!("{role}: {}", e.message))?;
+        let caps = router.capabilities().into_result().map_err(|e| format!("{role}: {}", e.message))?;
+        if caps.disaggregated() {
+            return Err(format!("{role}: '{name}' is itself a PD router; give an aggregated router such as round_robin"));
+        }
+        Ok(Self { router, columns: Vec::new(), scratch: Vec::new() })
+    }
+
+    /// The child's pick among `replicas` (its pool), given the PD router's signal table.
+    pub fn route(&mut self, req: &Request<'_>, replicas: &Replicas<'_>) -> usize {
+        let k = self.columns.len();
+        let view = if k == 0 {
+            Replicas::new(replicas.views())
+        } else {
+            self.scratch.clear();
+            for i in 0..replicas.len() {
+                let row = replicas.signals_of(i);
+                self.scratch.extend(self.columns.iter().map(|&c| row[c]));
+            }
+            Replicas::with_signals(replicas.views(), &self.scratch, k as u32)
+        };
+        // A child's failure is a failure of this policy (the host names it and its method).
+        self.router.route(req, view).into_result().unwrap_or_else(|e| panic!("{}", e.message)) as usize
+    }
+}
+
+/// A prefill-pool router and a decode-pool router, each told only about its own pool: the
+/// plumbing PD routers built from today's routers share (`pd_sglang`, `pd_dynamo`, `pd_llm_d`).
+/// At creation each child gets a context with its pool's size, KV capacity and cost model and a
+/// seed of its own; after a decision, `on_dispatch` with its own pick (the prefill child only
+/// when the request is disaggregated); `on_complete` when the request leaves its pool (the
+/// prefill child at the end of the prefill, the decode child at the end of the request);
+/// `on_evict` for its own instances. The engine signals asked for are the union of the
+/// children's, each child seeing its own columns in its own order; figures are reported as
+/// `prefill_<name>` and `decode_<name>`.
+pub struct Pools {
+    pub prefill: PoolRouter,
+    pub decode: PoolRouter,
+    signals: Vec<String>,
+    /// Prefill instances: evictions from `replica ≥ split` belong to the decode pool.
+    split: u32,
+}
+
+impl Pools {
+    /// The two children; fails unless the cluster is disaggregated.
+    pub fn new(prefill: &str, decode: &str, ctx: &RouterContext) -> Result<Self, String> {
+        let pd = ctx.disaggregation.into_option().ok_or("a PD router runs on a disaggregated cluster")?;
+        let prefill_ctx = RouterContext {
+            replicas: pd.prefill_replicas,
+            seed: ctx.seed ^ 0x9E37_79B9_7F4A_7C15,
+            kv_capacity_tokens: pd.prefill_kv_capacity_tokens,
+            cost: pd.prefill_cost,
+            disaggregation: ROption::RNone,
+            ..*ctx
+        };
+        let decode_ctx = RouterContext { disaggregation: ROption::RNone, ..*ctx };
+        let mut prefill = PoolRouter::new(prefill, &prefill_ctx, "prefill")?;
+        let mut decode = PoolRouter::new(decode, &decode_ctx, "decode")?;
+        let mut signals: Vec<String> = Vec::new();
+        for child in [&mut prefill, &mut decode] {
+            let names = child.router.signals().into_result().map_err(|e| e.message.to_string())?;
+            for n in names.iter() {
+                let at = signals.iter().position(|s| s == n.as_str()).unwrap_or_else(|| {
+                    signals.push(n.to_string());
+                    signals.len() - 1
+                });
+                child.columns.push(at);
+            }
+        }
+        Ok(Self { prefill, decode, signals, split: pd.prefill_replicas })
+    }
+
+    /// [`PD`] plus what either child asks for.
+    pub fn capabilities(&self) -> Capabilities {
+        let known = |c: &PoolRouter| c.router.capabilities().into_result().unwrap_or(Capabilities::NONE);
+        PD | known(&self.prefill) | known(&self.decode)
+    }
+    pub fn signals(&self) -> Vec<String> {
+        self.signals.clone()
+    }
+    pub fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdDecision) {
+        if decision.action == PdDecision::DISAGGREGATE {
+            ok(self.prefill.router.on_dispatch(request, decision.prefill));
+        }
+        if decision.action != PdDecision::REJECT {
+            ok(self.decode.router.on_dispatch(request, decision.decode));
+        }
+    }
+    pub fn on_prefill_complete(&mut self, completion: &Completion) {
+        ok(self.prefill.router.on_complete(completion));
+    }
+    pub fn on_complete(&mut self, completion: &Completion) {
+        ok(self.decode.router.on_complete(completion));
+    }
+    pub fn on_evict(&mut self, eviction: &Eviction<'_>) {
+        if eviction.replica < self.split {
+            ok(self.prefill.router.on_evict(eviction));
+        } else {
+            let path = RSlice::from_slice(eviction.path.as_slice());
+            let e = Eviction { replica: eviction.replica - self.split, path, ..*eviction };
+            ok(self.decode.router.on_evict(&e));
+        }
+    }
+    pub fn report(&self) -> Vec<(String, f64)> {
+        let mut out = Vec::new();
+        for (role, child) in [("prefill", &self.prefill), ("decode", &self.decode)] {
+            for s in ok(child.router.report()) {
+                out.push((format!("{role}_{}", s.name), s.value));
+            }
+        }
+        out
+    }
+}
+
+/// A child's failure is a failure of the PD router (the guard names it and its method).
+fn ok<T>(r: RResult<T, PolicyError>) -> T {
+    r.into_result().unwrap_or_else(|e| panic!("{}", e.message))
 }

@@ -16,9 +16,10 @@
 //! defaulting to `--policy` (`sgl-router/src/routers/http/pd_router.rs`, PR #8395; smg 1.13.0
 //! `src/routers/http/pd_router.rs`).
 
-use routelab_policy_api::abi_stable::std_types::{ROption, RResult, RSlice};
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
+
+use super::Pools;
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(default, deny_unknown_fields)]
@@ -35,55 +36,8 @@ impl Default for Config {
     }
 }
 
-/// One child router and where its signal columns are in the union.
-struct Child {
-    router: RouterBox,
-    columns: Vec<usize>,
-    scratch: Vec<f64>,
-}
-
-impl Child {
-    fn new(spec: &str, ctx: &RouterContext, role: &str) -> Result<Self, String> {
-        let (name, config) = match spec.find('{') {
-            Some(i) => (spec[..i].trim(), &spec[i..]),
-            None => (spec.trim(), ""),
-        };
-        let entry = crate::registry()
-            .into_iter()
-            .find(|e| e.name == name && e.kind() == PolicyKind::Router)
-            .ok_or_else(|| format!("{role}: no built-in router named '{name}'"))?;
-        let Maker::Router(make) = entry.make else { unreachable!("kind checked") };
-        let router = make(config, ctx).map_err(|e| format!("{role}: {}", e.message))?;
-        let caps = router.capabilities().into_result().map_err(|e| format!("{role}: {}", e.message))?;
-        if caps.disaggregated() {
-            return Err(format!("{role}: '{name}' is itself a PD router; give an aggregated router such as round_robin"));
-        }
-        Ok(Self { router, columns: Vec::new(), scratch: Vec::new() })
-    }
-
-    fn route(&mut self, req: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        let k = self.columns.len();
-        let view = if k == 0 {
-            Replicas::new(replicas.views())
-        } else {
-            self.scratch.clear();
-            for i in 0..replicas.len() {
-                let row = replicas.signals_of(i);
-                self.scratch.extend(self.columns.iter().map(|&c| row[c]));
-            }
-            Replicas::with_signals(replicas.views(), &self.scratch, k as u32)
-        };
-        // A child's failure is a failure of this policy (the host names it and its method).
-        self.router.route(req, view).into_result().unwrap_or_else(|e| panic!("{}", e.message)) as usize
-    }
-}
-
 pub struct PdSglang {
-    prefill: Child,
-    decode: Child,
-    signals: Vec<String>,
-    /// Prefill instances: evictions from `replica ≥ split` belong to the decode pool.
-    split: u32,
+    pools: Pools,
 }
 
 impl Policy for PdSglang {
@@ -92,81 +46,37 @@ impl Policy for PdSglang {
     type Config = Config;
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
-        let pd = ctx.disaggregation.into_option().ok_or("pd_sglang runs on a disaggregated cluster")?;
-        let prefill_ctx = RouterContext {
-            replicas: pd.prefill_replicas,
-            seed: ctx.seed ^ 0x9E37_79B9_7F4A_7C15,
-            kv_capacity_tokens: pd.prefill_kv_capacity_tokens,
-            cost: pd.prefill_cost,
-            disaggregation: ROption::RNone,
-            ..*ctx
-        };
-        let decode_ctx = RouterContext { disaggregation: ROption::RNone, ..*ctx };
-        let mut prefill = Child::new(&cfg.prefill, &prefill_ctx, "prefill")?;
-        let mut decode = Child::new(&cfg.decode, &decode_ctx, "decode")?;
-        let mut signals: Vec<String> = Vec::new();
-        for child in [&mut prefill, &mut decode] {
-            let names = child.router.signals().into_result().map_err(|e| e.message.to_string())?;
-            for n in names.iter() {
-                let at = signals.iter().position(|s| s == n.as_str()).unwrap_or_else(|| {
-                    signals.push(n.to_string());
-                    signals.len() - 1
-                });
-                child.columns.push(at);
-            }
-        }
-        Ok(Self { prefill, decode, signals, split: pd.prefill_replicas })
+        Ok(Self { pools: Pools::new(&cfg.prefill, &cfg.decode, ctx)? })
     }
-}
-
-fn ok<T>(r: RResult<T, PolicyError>) -> T {
-    r.into_result().unwrap_or_else(|e| panic!("{}", e.message))
 }
 
 impl RouterPolicy for PdSglang {
     fn capabilities(&self) -> Capabilities {
-        let known = |c: &Child| c.router.capabilities().into_result().unwrap_or(Capabilities::NONE);
-        super::PD | known(&self.prefill) | known(&self.decode)
+        self.pools.capabilities()
     }
     fn signals(&self) -> Vec<String> {
-        self.signals.clone()
+        self.pools.signals()
     }
     fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        self.decode.route(request, replicas)
+        self.pools.decode.route(request, replicas)
     }
     fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdDecision {
-        let p = self.prefill.route(request, prefill);
-        PdDecision::pair(p as u32, self.decode.route(request, decode) as u32)
+        let p = self.pools.prefill.route(request, prefill);
+        PdDecision::pair(p as u32, self.pools.decode.route(request, decode) as u32)
     }
     fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdDecision) {
-        if decision.action == PdDecision::DISAGGREGATE {
-            ok(self.prefill.router.on_dispatch(request, decision.prefill));
-        }
-        if decision.action != PdDecision::REJECT {
-            ok(self.decode.router.on_dispatch(request, decision.decode));
-        }
+        self.pools.on_dispatch_pair(request, decision);
     }
     fn on_prefill_complete(&mut self, completion: &Completion) {
-        ok(self.prefill.router.on_complete(completion));
+        self.pools.on_prefill_complete(completion);
     }
     fn on_complete(&mut self, completion: &Completion) {
-        ok(self.decode.router.on_complete(completion));
+        self.pools.on_complete(completion);
     }
     fn on_evict(&mut self, eviction: &Eviction<'_>) {
-        if eviction.replica < self.split {
-            ok(self.prefill.router.on_evict(eviction));
-        } else {
-            let e = Eviction { replica: eviction.replica - self.split, path: RSlice::from_slice(eviction.path.as_slice()), ..*eviction };
-            ok(self.decode.router.on_evict(&e));
-        }
+        self.pools.on_evict(eviction);
     }
     fn report(&self) -> Vec<(String, f64)> {
-        let mut out = Vec::new();
-        for (role, child) in [("prefill", &self.prefill), ("decode", &self.decode)] {
-            for s in ok(child.router.report()) {
-                out.push((format!("{role}_{}", s.name), s.value));
-            }
-        }
-        out
+        self.pools.report()
     }
 }

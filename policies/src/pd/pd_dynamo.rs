@@ -1,0 +1,123 @@
+//! `pd_dynamo`: NVIDIA Dynamo's disaggregated routing — prefill by Dynamo's KV cost, then decode
+//! by decode-block load, with optional conditional disaggregation (`isl_bounding`).
+//!
+//! Algorithm (per request):
+//! 1. Prefill: the `prefill` router (default `dynamo_kv`: `cost = max(prefill_blocks − overlap, 0)
+//!    + decode_blocks`, lowest cost, ties at random) over the prefill pool.
+//! 2. Decode: the `decode` router (default `dynamo_kv{overlap_score_credit: 0,
+//!    prefill_load_scale: 0}`: cost = the worker's active KV blocks plus this request's, i.e. pure
+//!    decode-block load, as Dynamo's decode router runs with credit 0 and no prefill tracking).
+//! 3. Conditional disaggregation (`conditional_disagg`, off by default as upstream): with
+//!    `eff_isl = prompt − cached on the chosen decode worker`, skip the prefill pool (the decode
+//!    worker prefills) iff `eff_isl < eff_isl_threshold ∧ eff_isl / prompt < eff_isl_ratio_threshold`.
+//!
+//! Parameters (defaults): `prefill` `dynamo_kv`, `decode` `dynamo_kv{overlap_score_credit: 0,
+//! prefill_load_scale: 0}` (any built-in router spec), `conditional_disagg` false,
+//! `eff_isl_threshold` 2048, `eff_isl_ratio_threshold` 0.7.
+//!
+//! Source: crate `dynamo-kv-router` 1.6.1, `src/conditional_disagg.rs` (`IslBoundingPolicy`:
+//! `DEFAULT_CONDITIONAL_DISAGG_EFF_ISL_THRESHOLD` 2048, `..._RATIO_THRESHOLD` 0.7,
+//! `net_new_tokens = prompt − min(decode_chosen_cached, prompt)`, bypass iff `eff < 2048 ∧
+//! eff/max(prompt,1) < 0.7`), `src/scheduling/config.rs` (`conditional_disagg_enabled: false`);
+//! ai-dynamo/dynamo `docs/components/router/router-disaggregated-serving.md` (prefill router with
+//! the KV cost, then the decode router with credit 0).
+//!
+//! Deviations: the decode worker's cached tokens are the host's exact match on that instance
+//! (cached or being computed), where Dynamo reads its KV-event index; `assume_kv_reuse: false`
+//! on the decode router is not modelled (its blocks stay de-duplicated by hash); the
+//! `prefill_load` and `isl_or_load` policies are not offered.
+
+use routelab_policy_api::*;
+use serde::{Deserialize, Serialize};
+
+use super::Pools;
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub prefill: String,
+    pub decode: String,
+    pub conditional_disagg: bool,
+    pub eff_isl_threshold: u32,
+    pub eff_isl_ratio_threshold: f64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            prefill: "dynamo_kv".into(),
+            decode: "dynamo_kv{overlap_score_credit: 0, prefill_load_scale: 0}".into(),
+            conditional_disagg: false,
+            eff_isl_threshold: 2048,
+            eff_isl_ratio_threshold: 0.7,
+        }
+    }
+}
+
+pub struct PdDynamo {
+    pools: Pools,
+    cfg: Config,
+    bypassed: u64,
+}
+
+/// Dynamo's `IslBoundingPolicy::should_bypass_remote_prefill`.
+pub fn isl_bounding(prompt: u32, decode_cached: u32, eff_isl_threshold: u32, ratio_threshold: f64) -> bool {
+    let eff = prompt - decode_cached.min(prompt);
+    eff < eff_isl_threshold && (eff as f64 / prompt.max(1) as f64) < ratio_threshold
+}
+
+impl Policy for PdDynamo {
+    const NAME: &'static str = "pd_dynamo";
+    const DESCRIPTION: &'static str =
+        "disaggregated (Dynamo): prefill by KV cost, decode by block load, optional isl_bounding bypass";
+    type Config = Config;
+    type Context = RouterContext;
+    fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
+        if !(cfg.eff_isl_ratio_threshold >= 0.0 && cfg.eff_isl_ratio_threshold <= 1.0) {
+            return Err(format!("eff_isl_ratio_threshold must be in [0, 1] (got {})", cfg.eff_isl_ratio_threshold));
+        }
+        Ok(Self { pools: Pools::new(&cfg.prefill, &cfg.decode, ctx)?, cfg, bypassed: 0 })
+    }
+}
+
+impl RouterPolicy for PdDynamo {
+    fn capabilities(&self) -> Capabilities {
+        let exact = if self.cfg.conditional_disagg { Capabilities::NEEDS_EXACT_MATCH } else { Capabilities::NONE };
+        self.pools.capabilities() | exact
+    }
+    fn signals(&self) -> Vec<String> {
+        self.pools.signals()
+    }
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
+        self.pools.decode.route(request, replicas)
+    }
+    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdDecision {
+        let p = self.pools.prefill.route(request, prefill);
+        let d = self.pools.decode.route(request, decode);
+        let c = &self.cfg;
+        if c.conditional_disagg
+            && isl_bounding(request.prompt_tokens, decode[d].matched_tokens, c.eff_isl_threshold, c.eff_isl_ratio_threshold)
+        {
+            self.bypassed += 1;
+            return PdDecision::decode_only(d as u32);
+        }
+        PdDecision::pair(p as u32, d as u32)
+    }
+    fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdDecision) {
+        self.pools.on_dispatch_pair(request, decision);
+    }
+    fn on_prefill_complete(&mut self, completion: &Completion) {
+        self.pools.on_prefill_complete(completion);
+    }
+    fn on_complete(&mut self, completion: &Completion) {
+        self.pools.on_complete(completion);
+    }
+    fn on_evict(&mut self, eviction: &Eviction<'_>) {
+        self.pools.on_evict(eviction);
+    }
+    fn report(&self) -> Vec<(String, f64)> {
+        let mut r = self.pools.report();
+        r.push(("bypassed_prefill".into(), self.bypassed as f64));
+        r
+    }
+}
