@@ -102,6 +102,9 @@ impl RouterHandle {
         let (np, nd) = (split as u32, (self.replicas - split) as u32);
         let bad = match d.action {
             PdDecision::DISAGGREGATE if d.prefill >= np => Some(format!("prefill instance {}, but there are {np}", d.prefill)),
+            PdDecision::DISAGGREGATE if d.prefix_from != PdDecision::NO_SOURCE && d.prefix_from >= np => {
+                Some(format!("prefix source {}, but there are {np} prefill instances", d.prefix_from))
+            }
             PdDecision::DISAGGREGATE | PdDecision::DECODE_ONLY if d.decode >= nd => {
                 Some(format!("decode instance {}, but there are {nd}", d.decode))
             }

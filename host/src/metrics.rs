@@ -33,6 +33,7 @@ pub const PD_KEYS: &[&str] = &[
     "decode_hit_rate",
     "decode_only_share",
     "rejected",
+    "prefix_migrations",
 ];
 
 /// Named figures in a fixed order (serialised as a JSON object in that order).

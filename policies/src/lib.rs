@@ -58,6 +58,8 @@ pub fn registry() -> Vec<Entry> {
         router::<pd::pd_sglang::PdSglang>(),
         router::<pd::pd_dynamo::PdDynamo>(),
         router::<pd::pd_llm_d::PdLlmD>(),
+        router::<pd::pd_aibrix::PdAibrix>(),
+        router::<pd::pd_mooncake::PdMooncake>(),
         selector::<llmselector::LlmSelector>(),
         selector::<greedy::Greedy>(),
         selector::<random_search::RandomSearch>(),

@@ -208,6 +208,9 @@ impl<P: RouterPolicy> Router for Guarded<P> {
         let (p_ok, d_ok) = (d.prefill < prefill.len() as u32, d.decode < decode.len() as u32);
         let bad = match d.action {
             PdDecision::DISAGGREGATE if !p_ok => Some(format!("prefill instance {} of {}", d.prefill, prefill.len())),
+            PdDecision::DISAGGREGATE if d.prefix_from != PdDecision::NO_SOURCE && d.prefix_from >= prefill.len() as u32 => {
+                Some(format!("prefix source {} of {} prefill instances", d.prefix_from, prefill.len()))
+            }
             PdDecision::DISAGGREGATE | PdDecision::DECODE_ONLY if !d_ok => {
                 Some(format!("decode instance {} of {}", d.decode, decode.len()))
             }

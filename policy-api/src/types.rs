@@ -136,7 +136,7 @@ impl std::ops::Deref for Replicas<'_> {
 /// The action is a `u8` code, not an enum, so a later minor can add actions without changing the
 /// layout; a host refuses codes it does not know (the run fails naming the policy).
 #[repr(C)]
-#[derive(StableAbi, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PdDecision {
     /// [`PdDecision::DISAGGREGATE`], [`PdDecision::DECODE_ONLY`] or [`PdDecision::REJECT`].
     pub action: u8,
@@ -144,6 +144,10 @@ pub struct PdDecision {
     pub prefill: u32,
     /// Index into the decode candidates (read for `DISAGGREGATE` and `DECODE_ONLY`).
     pub decode: u32,
+    /// `DISAGGREGATE` only: a prefill instance to copy this prompt's cached prefix from before
+    /// the prefill starts (Mooncake's hot-prefix migration: the prefill instance then holds a
+    /// replica of it); [`PdDecision::NO_SOURCE`] for none.
+    pub prefix_from: u32,
 }
 
 impl PdDecision {
@@ -153,18 +157,25 @@ impl PdDecision {
     pub const DECODE_ONLY: u8 = 1;
     /// Turn the request away (admission control, e.g. Mooncake's SLO check); it is counted, not served.
     pub const REJECT: u8 = 2;
+    /// No prefix migration.
+    pub const NO_SOURCE: u32 = u32::MAX;
 
     /// Prefill on `prefill`, decode on `decode`.
     pub const fn pair(prefill: u32, decode: u32) -> Self {
-        Self { action: Self::DISAGGREGATE, prefill, decode }
+        Self { action: Self::DISAGGREGATE, prefill, decode, prefix_from: Self::NO_SOURCE }
     }
     /// Prefill and decode on decode instance `decode`.
     pub const fn decode_only(decode: u32) -> Self {
-        Self { action: Self::DECODE_ONLY, prefill: 0, decode }
+        Self { action: Self::DECODE_ONLY, prefill: 0, decode, prefix_from: Self::NO_SOURCE }
     }
     /// Reject the request.
     pub const fn reject() -> Self {
-        Self { action: Self::REJECT, prefill: 0, decode: 0 }
+        Self { action: Self::REJECT, prefill: 0, decode: 0, prefix_from: Self::NO_SOURCE }
+    }
+    /// This decision, with the prompt's cached prefix first copied from prefill instance `source`
+    /// to the chosen prefill instance (over the same kind of link as the KV transfer).
+    pub const fn with_prefix_from(self, source: u32) -> Self {
+        Self { prefix_from: source, ..self }
     }
 }
 

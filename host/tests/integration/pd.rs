@@ -28,6 +28,11 @@ fn pd_routers_are_bit_identical_from_the_plugin_library() {
         "pd_least_loaded",
         "pd_sglang{prefill: sglang_cache_aware, decode: power_of_two}",
         "pd_sglang{prefill: llm_d, decode: least_requests}",
+        "pd_dynamo{conditional_disagg: true}",
+        "pd_llm_d",
+        "pd_aibrix",
+        "pd_mooncake",
+        "pd_mooncake{scheduling: random, tbt_slo_s: 0.03}",
     ];
     let linked: Vec<String> = names.iter().map(|s| s.to_string()).collect();
     let loaded: Vec<String> = names.iter().map(|s| format!("{}:{s}", lib.display())).collect();
@@ -35,10 +40,14 @@ fn pd_routers_are_bit_identical_from_the_plugin_library() {
     let b = compare_text(&yaml, "pd.yaml", &loaded);
     for (x, y) in a.results.iter().zip(&b.results) {
         assert!(x.error.is_none() && y.error.is_none(), "{:?} {:?}", x.error, y.error);
-        assert_eq!(x.metrics.get("completed"), Some(1200.0), "{}", x.policy);
+        let served = x.metrics.get("completed").unwrap() + x.metrics.get("rejected").unwrap();
+        assert_eq!(served, 1200.0, "{}: every request completes or is rejected", x.policy);
         assert!(x.metrics.get("transfer_share").is_some_and(|s| s > 0.0), "{}", x.policy);
         assert_eq!(x.per_seed, y.per_seed, "{} differs when loaded", x.policy);
     }
+    let tight = a.results.last().unwrap();
+    assert!(tight.metrics.get("rejected").unwrap() > 0.0, "a 30 ms TBT SLO turns requests away");
+    assert!(a.results.iter().any(|r| r.metrics.get("prefix_migrations").unwrap() > 0.0), "pd_mooncake migrates");
 }
 
 #[test]

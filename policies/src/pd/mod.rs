@@ -6,9 +6,11 @@
 //! orders: `pd_dynamo` (prefill, then decode, optional bypass), `pd_llm_d` (decode, decider,
 //! prefill), `pd_aibrix` (joint over rolesets), `pd_mooncake` (joint, SLO admission, migration).
 
+pub mod pd_aibrix;
 pub mod pd_dynamo;
 pub mod pd_least_loaded;
 pub mod pd_llm_d;
+pub mod pd_mooncake;
 pub mod pd_random;
 pub mod pd_round_robin;
 pub mod pd_sglang;

@@ -122,6 +122,8 @@ enum Event {
     StepEnd(u32),
     /// A request's KV cache reached its decode instance (disaggregated clusters).
     TransferEnd(u32),
+    /// A prompt's prefix, copied between prefill instances, landed (disaggregated clusters).
+    MigrationEnd(u32),
     /// The gateway scrapes every replica's engine metrics (only for routers that read them).
     Scrape,
     Evicted {
@@ -287,6 +289,7 @@ impl<'a> ClusterSim<'a> {
                 match event {
                     Event::StepEnd(r) => self.on_step_end(now, r as usize)?,
                     Event::TransferEnd(id) => self.on_transfer_end(now, id)?,
+                    Event::MigrationEnd(id) => self.on_migration_end(now, id)?,
                     Event::Scrape => self.on_scrape(now),
                     Event::Evicted { replica, evicted_at, path, remaining_tokens } => {
                         self.on_evicted(replica, evicted_at, &path, remaining_tokens)?

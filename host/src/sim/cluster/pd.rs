@@ -24,7 +24,14 @@
 //! instance-time spent in steps, first arrival → last completion); `prefill_hit_rate` (prompt
 //! tokens cached at prefill admission ÷ prompt tokens, transferred requests) and
 //! `decode_hit_rate` (prompt tokens the decode instance already held, at transfer start or at its
-//! own admission ÷ prompt tokens, every served request); `decode_only_share`; `rejected`.
+//! own admission ÷ prompt tokens, every served request); `decode_only_share`; `rejected`;
+//! `prefix_migrations`.
+//!
+//! Prefix migration (`PdDecision::prefix_from`, Mooncake): before the prefill, the whole prompt
+//! segments cached on the source prefill instance that the chosen one lacks are copied over one
+//! link (`base + tokens × kv_bytes / bandwidth`, not shared with decode transfers); the request
+//! joins the chosen instance's queue when the copy lands, and the copy is cached there (unpinned;
+//! skipped if pinned memory leaves no room).
 
 use std::collections::VecDeque;
 
@@ -59,6 +66,10 @@ pub(super) struct Pd {
     decode_cached: Vec<u32>,
     pub rejected: Vec<bool>,
     decode_only: u64,
+    /// Per request being migrated: its prefill instance and the prompt segments copied to it.
+    migrating: Vec<(u32, u32)>,
+    /// Prefix copies between prefill instances carried out.
+    migrations: u64,
 }
 
 impl Pd {
@@ -76,6 +87,8 @@ impl Pd {
             decode_cached: vec![0; requests],
             rejected: vec![false; requests],
             decode_only: 0,
+            migrating: vec![(0, 0); requests],
+            migrations: 0,
         }
     }
 }
@@ -122,6 +135,25 @@ impl Replica {
         self.blocked = false;
         self.add_running(id, st);
         Some(plan.cached_tokens.min(req.prompt_tokens))
+    }
+
+    /// Copies the leading `segments` of a prompt into this prefill instance's cache, computed
+    /// (a prefix migrated from another instance), if memory allows after evicting unpinned
+    /// cache; returns whether it did.
+    pub(super) fn insert_prefix(&mut self, segments: &[routelab_policy_api::Segment], cfg: &ReplicaConfig) -> bool {
+        let plan = self.cache.plan(segments);
+        if self.committed_tokens(cfg) + plan.newly_pinned_tokens + plan.new_tokens > cfg.kv_capacity_tokens {
+            return false;
+        }
+        let over = (self.kv_used_tokens() + plan.new_tokens).saturating_sub(cfg.kv_capacity_tokens);
+        let events = cfg.report_evictions.then_some(&mut self.evictions);
+        let mut path = Vec::new();
+        self.cache.admit(segments, &mut path, over, events);
+        let tokens = segments.iter().map(|s| s.tokens).sum();
+        mark_computed(&mut self.cache, segments, &path, 0, tokens);
+        self.cache.release(&path);
+        self.blocked = false;
+        true
     }
 
     /// The transfer of `id` ended at `now`: its prompt is computed here and it decodes from the
@@ -172,6 +204,23 @@ impl ClusterSim<'_> {
             PdDecision::DISAGGREGATE => {
                 let (p, d) = (decision.prefill as usize, split + decision.decode as usize);
                 pd.decode_of[id] = d as u32;
+                let src = decision.prefix_from as usize;
+                if decision.prefix_from != PdDecision::NO_SOURCE && src != p {
+                    // Copy the whole segments of the prompt cached on `src` that `p` lacks.
+                    let have = self.replicas[p].cache.cached_prefix(prompt);
+                    let there = self.replicas[src].cache.cached_prefix(prompt);
+                    let (mut n, mut tokens) = (0, 0);
+                    while n < prompt.len() && tokens + prompt[n].tokens <= there {
+                        tokens += prompt[n].tokens;
+                        n += 1;
+                    }
+                    if tokens > have {
+                        let dur = pd.link.transfer_time_s(tokens - have, pd.kv_bytes_per_token, 1);
+                        pd.migrating[id] = (p as u32, n as u32);
+                        self.queue.push(now + ticks(dur).max(1), Event::MigrationEnd(id as u32));
+                        return Ok(());
+                    }
+                }
                 let cfg = &self.cfgs[0];
                 let out = self.replicas[p].output_here(output);
                 self.replicas[p].enqueue(id as u32, prompt, out, &mut self.states[id], cfg);
@@ -242,6 +291,24 @@ impl ClusterSim<'_> {
         }
     }
 
+    /// The prefix of request `id` reached its prefill instance at `now`: cached there (if memory
+    /// allows), the request joins that instance's queue.
+    pub(super) fn on_migration_end(&mut self, now: SimTime, id: u32) -> Result<(), RunError> {
+        let pd = self.pd.as_mut().expect("disaggregated");
+        let (p, n) = pd.migrating[id as usize];
+        let p = p as usize;
+        let prompt = self.stream.prompt(id as usize);
+        if self.replicas[p].insert_prefix(&prompt[..n as usize], &self.cfgs[0]) {
+            pd.migrations += 1;
+        }
+        let out = self.replicas[p].output_here(self.stream.requests[id as usize].output_tokens);
+        self.replicas[p].enqueue(id, prompt, out, &mut self.states[id as usize], &self.cfgs[0]);
+        if !self.replicas[p].busy {
+            self.start_step(p, now)?;
+        }
+        Ok(())
+    }
+
     /// Request `id`'s KV arrived at its decode instance at `now`.
     pub(super) fn on_transfer_end(&mut self, now: SimTime, id: u32) -> Result<(), RunError> {
         let pd = self.pd.as_mut().expect("disaggregated");
@@ -295,5 +362,6 @@ impl ClusterSim<'_> {
         let served_n = pd.rejected.iter().filter(|r| !**r).count();
         m.push("decode_only_share", if served_n > 0 { pd.decode_only as f64 / served_n as f64 } else { f64::NAN });
         m.push("rejected", pd.rejected.iter().filter(|r| **r).count() as f64);
+        m.push("prefix_migrations", pd.migrations as f64);
     }
 }
