@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod compound;
 pub mod dispatch;
+pub mod pd;
 pub mod routing;
 
 /// (number, title) of every exercise this build answers.
@@ -16,6 +17,7 @@ pub const EXERCISES: &[(u32, &str)] = &[
     (6, "LLMSelector's budget: exhaustive, the minimum, the case study, and how papers count"),
     (7, "adding cost: A+B versus C+C, a price per point, the cost-aware LLMSelector over λ"),
     (8, "where an approximate tree goes wrong: SGLang's trees versus eviction events, with delay"),
+    (9, "prefill/decode disaggregation: which routing decisions change, and does Preble's P/D pairing still help"),
 ];
 
 /// `routelab exercise --list`.
@@ -38,6 +40,7 @@ pub fn run(n: u32) -> Result<String, String> {
         6 => compound::exercise_6(&compound::Exercise6::default()).map_err(|e| e.0),
         7 => compound::exercise_7(&compound::Exercise7::default()).map_err(|e| e.0),
         8 => Ok(routing::exercise8()),
+        9 => Ok(pd::exercise9()),
         _ => Err(format!("no exercise {n} in this build")),
     }
 }
