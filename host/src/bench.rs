@@ -14,7 +14,7 @@ use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RNone, RResult, RSlice, RString, RVec};
 use anyhow::Result;
 use routelab_policy_api::{
-    Capabilities, Completion, Eviction, Policy, PolicyError, ReplicaView, Replicas, Request, Router, Router_TO,
+    Capabilities, Completion, Eviction, PdDecision, Policy, PolicyError, ReplicaView, Replicas, Request, Router, Router_TO,
     RouterBox, RouterContext, RouterPolicy, Stat, World,
 };
 
@@ -166,7 +166,7 @@ pub fn cluster_timing(loader: &mut Loader, spec: &ClusterSpec, policy: &str, req
     if let Some(s) = &policy_spec.scheduler {
         spec.scheduler = s.clone();
     }
-    let inner = loader.router(&policy_spec, &cluster::router_context(&sm, spec.replicas, 1))?;
+    let inner = loader.router(&policy_spec, &cluster::router_context_for(&spec, &sm, 1))?;
     let clock = Arc::new(RouterClock::default());
     let router: RouterBox = Router_TO::from_value(Timed { inner, clock: clock.clone() }, TD_Opaque);
     let scheduler = loader.resolve(&PolicySpec::parse(&spec.scheduler)?, routelab_policy_api::PolicyKind::Scheduler)?;
@@ -245,6 +245,21 @@ impl Router for Timed {
     fn report(&self) -> RResult<RVec<Stat>, PolicyError> {
         self.inner.report()
     }
+    fn route_pair(
+        &mut self,
+        request: &Request<'_>,
+        prefill: Replicas<'_>,
+        decode: Replicas<'_>,
+    ) -> RResult<PdDecision, PolicyError> {
+        self.clock.decisions.fetch_add(1, Ordering::Relaxed);
+        self.time(|r| r.route_pair(request, prefill, decode))
+    }
+    fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdDecision) -> RResult<(), PolicyError> {
+        self.time(|r| r.on_dispatch_pair(request, decision))
+    }
+    fn on_prefill_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError> {
+        self.time(|r| r.on_prefill_complete(completion))
+    }
 }
 
 /// A cluster preset shipped in `workloads/cluster/`, parsed from the text compiled into the binary.
@@ -277,6 +292,18 @@ fn bench_cluster(loader: &mut Loader, out: &mut String) -> Result<()> {
         }
         writeln!(out, "{row}")?;
     }
+    // The same tool_use traffic on 4 prefill + 4 decode instances (the 8 replicas split).
+    let mut pd = preset("tool_use")?;
+    pd.disaggregation = Some(serde_norway::from_str(
+        "{prefill: {instances: 4}, decode: {instances: 4}, link: {bandwidth_gbps: 100}}",
+    )?);
+    let pd_router = "pd_sglang{prefill: sglang_cache_aware, decode: power_of_two}";
+    let mut row = "  tool_use 4P4D, pd_sglang".to_string();
+    for n in [10_000u64, 100_000, 1_000_000] {
+        let t = cluster_timing(loader, &pd, pd_router, n)?;
+        write!(row, " {:>10.0}/s", n as f64 / t.simulate_s)?;
+    }
+    writeln!(out, "{row}   ({pd_router})")?;
     let routers = [
         "round_robin",
         "max_affinity",

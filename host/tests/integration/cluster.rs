@@ -255,3 +255,15 @@ fn exercise_8_measures_phantom_cache_beliefs() {
     assert!(mistakes(0) > mistakes(1) && mistakes(1) > mistakes(2) && mistakes(2) > 0.0, "{rows:?}");
     assert!(mistakes(5) > mistakes(4) && mistakes(4) > 0.0, "longer delays, more mistakes: {rows:?}");
 }
+
+/// Exercise 9 answers from runs: every layout and decision order has a finite figure, and the
+/// Preble comparison counts pairings when on and none when off.
+#[test]
+fn exercise_9_compares_layouts_decision_orders_and_pairing() {
+    let text = routelab::exercises::pd::exercise9();
+    for needle in ["8 aggregated", "4P4D", "6P2D", "pd_llm_d", "pd_dynamo", "pd_aibrix", "pd_mooncake", "Pairing on vs off"] {
+        assert!(text.contains(needle), "{needle}: {text}");
+    }
+    assert!(!text.contains("NaN") && !text.contains("inf"), "{text}");
+    assert!(text.contains("paired 0") && !text.contains("paired NaN"), "{text}");
+}
