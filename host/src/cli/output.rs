@@ -69,7 +69,7 @@ pub fn write(common: &Common, command: &str, results: &[WorkloadResult]) -> Resu
 }
 
 /// Writes through a temporary file so a reader never sees half a document.
-fn write_atomically(path: &Path, text: &str) -> Result<()> {
+pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
     let tmp = partial(path);
     std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
