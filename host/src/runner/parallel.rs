@@ -264,3 +264,26 @@ fn collect(done: Vec<Done>) -> PolicyOutput {
     cells.sort_by_key(|c| c.seed_index);
     PolicyOutput::Cells(cells)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_cell_is_in_exactly_one_shard() {
+        for count in 1..=7 {
+            for cell in 0..50 {
+                let owners = (1..=count).filter(|&index| Shard { index, count }.keeps(cell)).count();
+                assert_eq!(owners, 1, "cell {cell} of {count} shards");
+            }
+        }
+    }
+
+    #[test]
+    fn shards_are_k_of_n() {
+        assert_eq!(Shard::parse("2/8"), Ok(Shard { index: 2, count: 8 }));
+        for bad in ["0/8", "9/8", "8", "a/b", "1/0", "-1/2"] {
+            assert!(Shard::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
