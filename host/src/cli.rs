@@ -20,9 +20,9 @@ pub use args::{Cli, Command, Common, Kind};
 
 use crate::plugin::{Loader, PolicySpec};
 use crate::report;
-use run::{exit_code_of_results, run_prepared};
 use crate::runner::{self, Prepared, RunOptions, WorkloadResult};
 use crate::workload::{self, InputError};
+use run::{exit_code_of_results, run_prepared};
 
 impl Common {
     fn options(&self) -> RunOptions {

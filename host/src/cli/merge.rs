@@ -188,8 +188,10 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, Vec<WorkloadResult>), InputEr
             ));
         }
     }
-    let missing: Vec<String> =
-        (1..=first.shard.count).filter(|k| !seen.contains_key(k)).map(|k| format!("{k}/{}", first.shard.count)).collect();
+    let missing: Vec<String> = (1..=first.shard.count)
+        .filter(|k| !seen.contains_key(k))
+        .map(|k| format!("{k}/{}", first.shard.count))
+        .collect();
     if !missing.is_empty() {
         return Err(bad(
             Path::new("routelab merge"),
@@ -212,9 +214,14 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, Vec<WorkloadResult>), InputEr
             let mut cells: Vec<Option<(&Cell, &PathBuf)>> = vec![None; head.seeds as usize];
             for (doc, file) in docs.iter().zip(files) {
                 for cell in &doc.workloads[w].results[p].cells {
-                    let at = format!("workload {}, policy {}, seed index {}", head.name, policy.policy, cell.seed_index);
+                    let at =
+                        format!("workload {}, policy {}, seed index {}", head.name, policy.policy, cell.seed_index);
                     let slot = cells.get_mut(cell.seed_index as usize).ok_or_else(|| {
-                        bad(file, format!("has a cell beyond the workload's {} seeds ({at})", head.seeds), "give unedited shard files")
+                        bad(
+                            file,
+                            format!("has a cell beyond the workload's {} seeds ({at})", head.seeds),
+                            "give unedited shard files",
+                        )
                     })?;
                     if let Some((_, other)) = slot {
                         return Err(bad(

@@ -122,7 +122,10 @@ pub fn run_prepared(
         )?;
         let cells: usize = shard_done.iter().flat_map(|w| &w.results).map(|r| r.cells.len()).sum();
         let path = common.json.as_deref().expect("checked").display();
-        println!("shard {}/{}: {cells} cells written to {path} (join the shards with routelab merge)", shard.index, shard.count);
+        println!(
+            "shard {}/{}: {cells} cells written to {path} (join the shards with routelab merge)",
+            shard.index, shard.count
+        );
         return Ok((Vec::new(), code));
     }
     output::write(common, command, &done)?;

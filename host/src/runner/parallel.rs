@@ -70,8 +70,11 @@ pub struct Planned<'a> {
     /// Empty under `--isolate` (the child resolves).
     resolved: Vec<Result<ResolvedPolicy, Error>>,
     /// Each seed's input once made, until the workload is done.
-    inputs: Vec<Mutex<Option<Arc<Result<SeedInput, Error>>>>>,
+    inputs: Vec<Mutex<Option<SharedInput>>>,
 }
+
+/// A seed's input, or why it could not be made, shared by the seed's cells.
+type SharedInput = Arc<Result<SeedInput, Error>>;
 
 impl<'a> Planned<'a> {
     /// Resolves `specs` for `prepared` (not under `--isolate`, where each child does).
@@ -85,7 +88,7 @@ impl<'a> Planned<'a> {
         Self { prepared, specs, resolved, inputs }
     }
 
-    fn input(&self, k: u32) -> Arc<Result<SeedInput, Error>> {
+    fn input(&self, k: u32) -> SharedInput {
         let mut slot = self.inputs[k as usize].lock().unwrap_or_else(|e| e.into_inner());
         slot.get_or_insert_with(|| Arc::new(self.prepared.seed_input(k).map_err(Error::from))).clone()
     }
@@ -194,8 +197,7 @@ enum Message {
 /// Runs every job of `plan` on `opts.jobs` threads, telling `on` as they go (see [`Event`]).
 pub fn run(plan: &[Planned], opts: &Options, on: &mut dyn FnMut(Event)) {
     let (jobs, counts) = jobs(plan, opts);
-    let mut outputs: Vec<Vec<Vec<Done>>> =
-        counts.iter().map(|c| c.iter().map(|_| Vec::new()).collect()).collect();
+    let mut outputs: Vec<Vec<Vec<Done>>> = counts.iter().map(|c| c.iter().map(|_| Vec::new()).collect()).collect();
     // The next (workload, policy) to report.
     let mut cursor = (0, 0);
     let mut report = |outputs: &mut Vec<Vec<Vec<Done>>>, on: &mut dyn FnMut(Event)| {

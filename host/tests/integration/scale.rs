@@ -184,8 +184,11 @@ fn diff_finds_a_real_change_and_nothing_in_none() {
     let d = dir("diff");
     let write = |name: &str, rho: f64| {
         let f = d.join(name);
-        std::fs::write(&f, format!("name: d\nseed: 2\nseeds: 4\ndispatch: {{servers: 4, utilisation: {rho}, requests: 4000}}\n"))
-            .unwrap();
+        std::fs::write(
+            &f,
+            format!("name: d\nseed: 2\nseeds: 4\ndispatch: {{servers: 4, utilisation: {rho}, requests: 4000}}\n"),
+        )
+        .unwrap();
         let json = d.join(format!("{name}.json"));
         ok(&routelab(&["compare", s(&f), "--policies", "random,least_requests", "--json", s(&json)]));
         json
