@@ -93,6 +93,25 @@ fn any_number_of_jobs_gives_the_same_bytes_in_every_world() {
     }
 }
 
+/// Under `--isolate`, `-j` is the number of children at once: the figures are those of an
+/// unisolated run either way.
+#[test]
+fn isolated_children_in_parallel_give_the_same_figures() {
+    let d = dir("isolate");
+    let run = |name: &str, extra: &[&str]| {
+        let json = d.join(format!("{name}.json"));
+        let mut a = vec!["compare", "exp_rho09", "--policies", "random,least_requests,power_of_two", "--seeds", "2"];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["--json", s(&json)]);
+        let out = routelab(&a);
+        ok(&out);
+        (std::fs::read(&json).unwrap(), out.stdout)
+    };
+    let plain = run("plain", &["-j", "1"]);
+    assert!(run("isolate-j1", &["--isolate", "-j", "1"]) == plain, "--isolate -j 1 differs from an unisolated run");
+    assert!(run("isolate-j3", &["--isolate", "-j", "3"]) == plain, "--isolate -j 3 differs from an unisolated run");
+}
+
 /// The JSON of the unsharded sweep, and the shards' files of the same command line.
 fn shards(d: &Path, cluster: &Path, count: u32) -> (Vec<u8>, Vec<PathBuf>) {
     let full = d.join("full.json");
