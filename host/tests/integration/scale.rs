@@ -51,6 +51,18 @@ fn cluster_file(d: &Path) -> PathBuf {
     f
 }
 
+/// Redirected, the output is exactly the tables the report module renders, as before `-j`: no
+/// progress bar, nothing interleaved.
+#[test]
+fn redirected_output_is_exactly_the_tables() {
+    let policies = ["random", "least_requests", "power_of_two"];
+    let out = routelab(&["compare", "workloads/dispatch/exp_rho09.yaml", "--policies", &policies.join(","), "-j", "3"]);
+    ok(&out);
+    let w = compare_file("workloads/dispatch/exp_rho09.yaml", &policies);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), routelab::report::table::render(&w, false));
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn any_number_of_jobs_gives_the_same_bytes_in_every_world() {
     let d = dir("jobs");
