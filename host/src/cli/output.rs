@@ -20,8 +20,10 @@ fn bad(flag: &str, path: &Path, message: String, fix: &str) -> InputError {
     }
 }
 
-/// Checks that every output path can be written, and that no two flags name the same file.
+/// Checks that every output path can be written, that no two flags name the same file, and
+/// that `--shard` has what it needs.
 pub fn check(common: &Common) -> Result<(), InputError> {
+    super::merge::check(common)?;
     let files = [("--json", &common.json), ("--csv", &common.csv)];
     if let (Some(j), Some(c)) = (&common.json, &common.csv) {
         if std::path::absolute(j).ok() == std::path::absolute(c).ok() {

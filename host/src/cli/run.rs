@@ -27,7 +27,6 @@ pub fn run_prepared(
     command: &str,
     show: &mut dyn FnMut(&WorkloadResult) -> Result<()>,
 ) -> Result<(Vec<WorkloadResult>, i32)> {
-    merge::check(common)?;
     let mut loader = Loader::new();
     let mut plan = Vec::new();
     for p in &prepared {

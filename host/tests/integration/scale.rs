@@ -204,6 +204,9 @@ fn shard_needs_json_and_refuses_what_cannot_be_merged() {
     let out = routelab(&["compare", "exp_rho09", "--shard", "1/2"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("add --json"));
+    let out = routelab(&["compare", "case_study", "--all-starts", "--shard", "1/2", "--json", "/tmp/x.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--all-starts"));
     for bad in ["0/2", "3/2", "1"] {
         let out = routelab(&["compare", "exp_rho09", "--shard", bad, "--json", "/tmp/x.json"]);
         assert_eq!(out.status.code(), Some(2), "{bad}");
