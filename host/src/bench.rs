@@ -14,8 +14,8 @@ use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RNone, RResult, RSlice, RString, RVec};
 use anyhow::Result;
 use routelab_policy_api::{
-    Capabilities, Completion, Eviction, PdDecision, Policy, PolicyError, ReplicaView, Replicas, Request, Router, Router_TO,
-    RouterBox, RouterContext, RouterPolicy, Stat, World,
+    Capabilities, Completion, Eviction, PdDecision, Policy, PolicyError, ReplicaView, Replicas, Request, Router,
+    Router_TO, RouterBox, RouterContext, RouterPolicy, Stat, World,
 };
 
 use crate::plugin::{Loader, PolicySpec};
@@ -28,7 +28,14 @@ fn dispatch_spec(servers: u32, requests: u64) -> DispatchSpec {
 }
 
 fn ctx(replicas: u32) -> RouterContext {
-    RouterContext { world: World::Dispatch, replicas, seed: 7, kv_capacity_tokens: 0, cost: RNone, disaggregation: RNone }
+    RouterContext {
+        world: World::Dispatch,
+        replicas,
+        seed: 7,
+        kv_capacity_tokens: 0,
+        cost: RNone,
+        disaggregation: RNone,
+    }
 }
 
 /// Simulated requests per wall second for `policy` (a built-in or library spec).
@@ -294,9 +301,8 @@ fn bench_cluster(loader: &mut Loader, out: &mut String) -> Result<()> {
     }
     // The same tool_use traffic on 4 prefill + 4 decode instances (the 8 replicas split).
     let mut pd = preset("tool_use")?;
-    pd.disaggregation = Some(serde_norway::from_str(
-        "{prefill: {instances: 4}, decode: {instances: 4}, link: {bandwidth_gbps: 100}}",
-    )?);
+    pd.disaggregation =
+        Some(serde_norway::from_str("{prefill: {instances: 4}, decode: {instances: 4}, link: {bandwidth_gbps: 100}}")?);
     let pd_router = "pd_sglang{prefill: sglang_cache_aware, decode: power_of_two}";
     let mut row = "  tool_use 4P4D, pd_sglang".to_string();
     for n in [10_000u64, 100_000, 1_000_000] {

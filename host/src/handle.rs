@@ -11,8 +11,7 @@
 
 use abi_stable::std_types::{RSlice, RVec};
 use routelab_policy_api::{
-    Capabilities, Completion, Eviction, PdDecision, ReplicaView, Request, RouterBox, SchedulerBox, Stat,
-    WaitingRequest,
+    Capabilities, Completion, Eviction, PdDecision, ReplicaView, Request, RouterBox, SchedulerBox, Stat, WaitingRequest,
 };
 
 use crate::signals::SignalTable;
@@ -92,16 +91,27 @@ impl RouterHandle {
     /// Disaggregated clusters: asks the router what to do with `req` given every replica's view,
     /// the prefill pool being `views[..split]` and the decode pool `views[split..]`; checks the
     /// answer (a known action, indices within their pool) and tells the router (`on_dispatch_pair`).
-    pub fn dispatch_pair(&mut self, req: &Request<'_>, views: &[ReplicaView], split: usize) -> Result<PdDecision, RunError> {
+    pub fn dispatch_pair(
+        &mut self,
+        req: &Request<'_>,
+        views: &[ReplicaView],
+        split: usize,
+    ) -> Result<PdDecision, RunError> {
         debug_assert_eq!(views.len(), self.replicas);
         if let Some(e) = &self.unusable {
             return Err(e.clone());
         }
         let (prefill, decode) = self.signals.pools(views, split, req.arrived_at);
-        let d = self.router.route_pair(req, prefill, decode).into_result().map_err(|e| self.fail("route_pair", e.into()))?;
+        let d = self
+            .router
+            .route_pair(req, prefill, decode)
+            .into_result()
+            .map_err(|e| self.fail("route_pair", e.into()))?;
         let (np, nd) = (split as u32, (self.replicas - split) as u32);
         let bad = match d.action {
-            PdDecision::DISAGGREGATE if d.prefill >= np => Some(format!("prefill instance {}, but there are {np}", d.prefill)),
+            PdDecision::DISAGGREGATE if d.prefill >= np => {
+                Some(format!("prefill instance {}, but there are {np}", d.prefill))
+            }
             PdDecision::DISAGGREGATE if d.prefix_from != PdDecision::NO_SOURCE && d.prefix_from >= np => {
                 Some(format!("prefix source {}, but there are {np} prefill instances", d.prefix_from))
             }

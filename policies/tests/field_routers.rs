@@ -10,7 +10,14 @@ use routelab_policies::{
 use routelab_policy_api::*;
 
 fn ctx(replicas: u32) -> RouterContext {
-    RouterContext { world: World::Cluster, replicas, seed: 1, kv_capacity_tokens: 100_000, cost: RNone, disaggregation: RNone }
+    RouterContext {
+        world: World::Cluster,
+        replicas,
+        seed: 1,
+        kv_capacity_tokens: 100_000,
+        cost: RNone,
+        disaggregation: RNone,
+    }
 }
 
 fn ctx_seed(replicas: u32, seed: u64) -> RouterContext {

@@ -85,7 +85,8 @@ fn llm_d_decider_counts_whole_blocks_on_the_chosen_decode_instance() {
     // llm_d reads scraped signals: give it the table the host would (all zero here).
     let k = r.signals().len();
     let zeros = vec![0.0; 2 * k];
-    let (p, d) = (Replicas::with_signals(&prefill, &zeros, k as u32), Replicas::with_signals(&decode, &zeros, k as u32));
+    let (p, d) =
+        (Replicas::with_signals(&prefill, &zeros, k as u32), Replicas::with_signals(&decode, &zeros, k as u32));
     let d = r.route_pair(&req(&PROMPT), &p, &d);
     assert_eq!(d.action, PdDecision::DECODE_ONLY);
 }

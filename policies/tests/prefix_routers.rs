@@ -12,7 +12,14 @@ mod common;
 use common::a6000_mistral;
 
 fn ctx(replicas: u32, cost: ROption<CostModel>) -> RouterContext {
-    RouterContext { world: World::Cluster, replicas, seed: 1, kv_capacity_tokens: 219_089, cost, disaggregation: ROption::RNone }
+    RouterContext {
+        world: World::Cluster,
+        replicas,
+        seed: 1,
+        kv_capacity_tokens: 219_089,
+        cost,
+        disaggregation: ROption::RNone,
+    }
 }
 
 fn req<'a>(id: u64, at: f64, segs: &'a [Segment]) -> Request<'a> {

@@ -208,7 +208,9 @@ impl<P: RouterPolicy> Router for Guarded<P> {
         let (p_ok, d_ok) = (d.prefill < prefill.len() as u32, d.decode < decode.len() as u32);
         let bad = match d.action {
             PdDecision::DISAGGREGATE if !p_ok => Some(format!("prefill instance {} of {}", d.prefill, prefill.len())),
-            PdDecision::DISAGGREGATE if d.prefix_from != PdDecision::NO_SOURCE && d.prefix_from >= prefill.len() as u32 => {
+            PdDecision::DISAGGREGATE
+                if d.prefix_from != PdDecision::NO_SOURCE && d.prefix_from >= prefill.len() as u32 =>
+            {
                 Some(format!("prefix source {} of {} prefill instances", d.prefix_from, prefill.len()))
             }
             PdDecision::DISAGGREGATE | PdDecision::DECODE_ONLY if !d_ok => {
@@ -219,7 +221,9 @@ impl<P: RouterPolicy> Router for Guarded<P> {
         };
         match bad {
             None => ROk(d),
-            Some(what) => RErr(PolicyError::failed(format!("policy '{}' failed in route_pair: it returned {what}", P::NAME))),
+            Some(what) => {
+                RErr(PolicyError::failed(format!("policy '{}' failed in route_pair: it returned {what}", P::NAME)))
+            }
         }
     }
     fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdDecision) -> RResult<(), PolicyError> {

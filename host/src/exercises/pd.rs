@@ -79,7 +79,10 @@ pub fn exercise9() -> String {
         "Cluster: 8 A6000s, Mistral-7B, chat-like prompts (~1,500 tokens) and 100-400-token answers \
          (workloads/cluster/pd/aggregated_vs_disaggregated.yaml), {n} requests, seed 1.\n"
     );
-    let _ = writeln!(s, "1. Aggregated (least_work_left, chunked prefill) vs disaggregated (pd_sglang, least_work_left per pool):");
+    let _ = writeln!(
+        s,
+        "1. Aggregated (least_work_left, chunked prefill) vs disaggregated (pd_sglang, least_work_left per pool):"
+    );
     let _ = writeln!(s, "   rate/s | layout | TTFT mean ms | TPOT mean ms | TPOT p99 ms");
     let layouts: [(&str, Option<(u32, u32)>, &str); 3] = [
         ("8 aggregated", None, "least_work_left"),
@@ -137,7 +140,12 @@ pub fn exercise9() -> String {
     for (name, pools, router, key) in [
         ("aggregated", None, "preble", "router.pd_paired_decisions"),
         ("aggregated", None, "preble{pd_pairing: false}", "router.pd_paired_decisions"),
-        ("4P4D", Some((4, 4)), "pd_sglang{prefill: preble, decode: least_work_left}", "router.prefill_pd_paired_decisions"),
+        (
+            "4P4D",
+            Some((4, 4)),
+            "pd_sglang{prefill: preble, decode: least_work_left}",
+            "router.prefill_pd_paired_decisions",
+        ),
         (
             "4P4D",
             Some((4, 4)),
@@ -148,7 +156,11 @@ pub fn exercise9() -> String {
         let o = run(&tool_use(pools, n), router, 1);
         let (ttft, tpot, p99) = figures(&o);
         let paired = o.metrics.get(key).unwrap_or(f64::NAN);
-        let _ = writeln!(s, "   {name:<10} {router}\n{:<14}TTFT {ttft:>7.1} ms, TPOT {tpot:>5.1} / p99 {p99:>5.1} ms, paired {paired}", "");
+        let _ = writeln!(
+            s,
+            "   {name:<10} {router}\n{:<14}TTFT {ttft:>7.1} ms, TPOT {tpot:>5.1} / p99 {p99:>5.1} ms, paired {paired}",
+            ""
+        );
         got.push((ttft, p99));
     }
     let change = |on: (f64, f64), off: (f64, f64)| ((on.0 / off.0 - 1.0) * 100.0, (on.1 / off.1 - 1.0) * 100.0);

@@ -86,8 +86,7 @@ impl Link {
     /// Seconds to move `tokens` tokens of `kv_bytes_per_token` bytes when `concurrent` transfers
     /// (this one included) share the link: `base + tokens · bytes / (bandwidth / concurrent)`.
     pub fn transfer_time_s(&self, tokens: u32, kv_bytes_per_token: f64, concurrent: u32) -> f64 {
-        self.base_latency_s
-            + tokens as f64 * kv_bytes_per_token / (self.bandwidth_bytes_s() / concurrent.max(1) as f64)
+        self.base_latency_s + tokens as f64 * kv_bytes_per_token / (self.bandwidth_bytes_s() / concurrent.max(1) as f64)
     }
 }
 
@@ -121,7 +120,11 @@ impl Disaggregation {
             if let Some(tp) = p.tp
                 && ![1, 2, 4, 8].contains(&tp)
             {
-                return Err(under(FieldError::new(&format!("{name}.tp"), format!("must be 1, 2, 4 or 8 (got {tp})"), "use 1, 2, 4 or 8")));
+                return Err(under(FieldError::new(
+                    &format!("{name}.tp"),
+                    format!("must be 1, 2, 4 or 8 (got {tp})"),
+                    "use 1, 2, 4 or 8",
+                )));
             }
         }
         let total = self.prefill.instances as u64 + self.decode.instances as u64;

@@ -261,7 +261,9 @@ fn exercise_8_measures_phantom_cache_beliefs() {
 #[test]
 fn exercise_9_compares_layouts_decision_orders_and_pairing() {
     let text = routelab::exercises::pd::exercise9();
-    for needle in ["8 aggregated", "4P4D", "6P2D", "pd_llm_d", "pd_dynamo", "pd_aibrix", "pd_mooncake", "Pairing on vs off"] {
+    for needle in
+        ["8 aggregated", "4P4D", "6P2D", "pd_llm_d", "pd_dynamo", "pd_aibrix", "pd_mooncake", "Pairing on vs off"]
+    {
         assert!(text.contains(needle), "{needle}: {text}");
     }
     assert!(!text.contains("NaN") && !text.contains("inf"), "{text}");

@@ -93,7 +93,11 @@ fn bad(file: &str, policy: &str, wanted: &[&str]) {
 fn bad_pd_input_is_refused_with_exit_2() {
     let pd = pd_tool_use(50);
     let f = scratch("pd.yaml", &pd);
-    bad(&f, "round_robin", &["cluster.disaggregation", "not a disaggregation router", "pd_sglang{prefill: round_robin"]);
+    bad(
+        &f,
+        "round_robin",
+        &["cluster.disaggregation", "not a disaggregation router", "pd_sglang{prefill: round_robin"],
+    );
     let agg = std::fs::read_to_string(workspace().join("workloads/cluster/tool_use.yaml")).unwrap();
     let f = scratch("agg.yaml", &agg);
     bad(&f, "pd_least_loaded", &["cluster.disaggregation", "is a disaggregation router", "aggregated"]);

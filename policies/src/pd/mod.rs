@@ -55,7 +55,9 @@ impl PoolRouter {
         let router = make(config, ctx).map_err(|e| format!("{role}: {}", e.message))?;
         let caps = router.capabilities().into_result().map_err(|e| format!("{role}: {}", e.message))?;
         if caps.disaggregated() {
-            return Err(format!("{role}: '{name}' is itself a PD router; give an aggregated router such as round_robin"));
+            return Err(format!(
+                "{role}: '{name}' is itself a PD router; give an aggregated router such as round_robin"
+            ));
         }
         Ok(Self { router, columns: Vec::new(), scratch: Vec::new() })
     }

@@ -39,7 +39,8 @@ pub struct PdAibrix {
 
 impl Policy for PdAibrix {
     const NAME: &'static str = "pd_aibrix";
-    const DESCRIPTION: &'static str = "disaggregated (AIBrix): joint roleset choice by normalised prefill and decode scores";
+    const DESCRIPTION: &'static str =
+        "disaggregated (AIBrix): joint roleset choice by normalised prefill and decode scores";
     type Config = Config;
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
@@ -59,7 +60,8 @@ pub fn prefill_scores(prompt: u32, views: &[ReplicaView]) -> Vec<f64> {
     views
         .iter()
         .map(|v| {
-            let pct = if prompt == 0 { 0.0 } else { (v.matched_tokens.min(prompt) as f64 * 100.0 / prompt as f64).floor() };
+            let pct =
+                if prompt == 0 { 0.0 } else { (v.matched_tokens.min(prompt) as f64 * 100.0 / prompt as f64).floor() };
             let load = if max_req > 0.0 { v.outstanding_requests as f64 / max_req } else { 0.0 };
             (100.0 - pct) * 0.1 + load
         })
@@ -120,7 +122,8 @@ impl RouterPolicy for PdAibrix {
                 _ => 0.0,
             })
             .collect();
-        let (p, d) = joint(&prefill_scores(request.prompt_tokens, prefill), &decode_scores(decode, &tput), self.rolesets);
+        let (p, d) =
+            joint(&prefill_scores(request.prompt_tokens, prefill), &decode_scores(decode, &tput), self.rolesets);
         PdDecision::pair(p as u32, d as u32)
     }
 }

@@ -96,7 +96,12 @@ impl RouterPolicy for PdDynamo {
         let d = self.pools.decode.route(request, decode);
         let c = &self.cfg;
         if c.conditional_disagg
-            && isl_bounding(request.prompt_tokens, decode[d].matched_tokens, c.eff_isl_threshold, c.eff_isl_ratio_threshold)
+            && isl_bounding(
+                request.prompt_tokens,
+                decode[d].matched_tokens,
+                c.eff_isl_threshold,
+                c.eff_isl_ratio_threshold,
+            )
         {
             self.bypassed += 1;
             return PdDecision::decode_only(d as u32);

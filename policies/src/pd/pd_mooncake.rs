@@ -76,8 +76,7 @@ pub struct PdMooncake {
 
 impl Policy for PdMooncake {
     const NAME: &'static str = "pd_mooncake";
-    const DESCRIPTION: &'static str =
-        "disaggregated (Mooncake Conductor): prefill by estimated TTFT with prefix migration, decode by load, SLO admission";
+    const DESCRIPTION: &'static str = "disaggregated (Mooncake Conductor): prefill by estimated TTFT with prefix migration, decode by load, SLO admission";
     type Config = Config;
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {

@@ -42,7 +42,8 @@ pub struct PdSglang {
 
 impl Policy for PdSglang {
     const NAME: &'static str = "pd_sglang";
-    const DESCRIPTION: &'static str = "disaggregated: prefill and decode chosen independently by any two routers (SGLang PD)";
+    const DESCRIPTION: &'static str =
+        "disaggregated: prefill and decode chosen independently by any two routers (SGLang PD)";
     type Config = Config;
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {

@@ -329,7 +329,8 @@ impl ClusterSim<'_> {
     pub(super) fn pd_metrics(&self, records: &[RequestRecord], m: &mut Metrics) {
         let pd = self.pd.as_ref().expect("disaggregated");
         let served = |i: &usize| !pd.rejected[*i];
-        let done: Vec<usize> = (0..records.len()).filter(served).filter(|&i| records[i].completed_at_s.is_finite()).collect();
+        let done: Vec<usize> =
+            (0..records.len()).filter(served).filter(|&i| records[i].completed_at_s.is_finite()).collect();
         let mut tpot: Vec<f64> = done
             .iter()
             .map(|&i| &records[i])
@@ -353,11 +354,13 @@ impl ClusterSim<'_> {
         m.push("prefill_utilisation", util(&self.replicas[..pd.split]));
         m.push("decode_utilisation", util(&self.replicas[pd.split..]));
         let ratio = |idx: &mut dyn Iterator<Item = usize>, cached: &dyn Fn(usize) -> u32| {
-            let (c, p) = idx.fold((0u64, 0u64), |(c, p), i| (c + cached(i) as u64, p + records[i].prompt_tokens as u64));
+            let (c, p) =
+                idx.fold((0u64, 0u64), |(c, p), i| (c + cached(i) as u64, p + records[i].prompt_tokens as u64));
             if p > 0 { c as f64 / p as f64 } else { f64::NAN }
         };
         m.push("prefill_hit_rate", ratio(&mut moved.iter().copied(), &|i| records[i].cached_tokens));
-        let decode_cached = |i: usize| if pd.transfer_s[i].is_finite() { pd.decode_cached[i] } else { records[i].cached_tokens };
+        let decode_cached =
+            |i: usize| if pd.transfer_s[i].is_finite() { pd.decode_cached[i] } else { records[i].cached_tokens };
         m.push("decode_hit_rate", ratio(&mut done.iter().copied(), &decode_cached));
         let served_n = pd.rejected.iter().filter(|r| !**r).count();
         m.push("decode_only_share", if served_n > 0 { pd.decode_only as f64 / served_n as f64 } else { f64::NAN });

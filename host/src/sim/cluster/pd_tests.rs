@@ -126,14 +126,21 @@ fn every_pd_baseline_serves_every_request_once_and_replays() {
     let d = s.disaggregation.as_mut().unwrap();
     d.prefill.instances = 3;
     d.decode.instances = 5;
-    for router in ["pd_random", "pd_round_robin", "pd_least_loaded", "pd_sglang{prefill: sglang_cache_aware, decode: power_of_two}"] {
+    for router in [
+        "pd_random",
+        "pd_round_robin",
+        "pd_least_loaded",
+        "pd_sglang{prefill: sglang_cache_aware, decode: power_of_two}",
+    ] {
         let a = run_named(&s, None, router, 3).unwrap();
         assert_eq!(a.metrics.get("completed"), Some(600.0), "{router}");
         for key in crate::metrics::CLUSTER_KEYS.iter().chain(crate::metrics::PD_KEYS) {
             assert!(a.metrics.get(key).is_some_and(f64::is_finite), "{router}: {key}");
         }
         assert!(a.records.iter().all(|r| r.replica >= 3), "{router}: requests end on decode instances");
-        assert!(a.records.iter().all(|r| r.first_token_at_s > r.arrived_at_s && r.completed_at_s >= r.first_token_at_s));
+        assert!(
+            a.records.iter().all(|r| r.first_token_at_s > r.arrived_at_s && r.completed_at_s >= r.first_token_at_s)
+        );
         let share = a.metrics.get("transfer_share").unwrap();
         assert!(share > 0.0 && share < 1.0, "{router}: {share}");
         assert_eq!(a, run_named(&s, None, router, 3).unwrap(), "{router}: same seed, same numbers");

@@ -28,8 +28,7 @@ pub(crate) fn run_named(
     seed: u64,
 ) -> Result<RunOutcome, crate::error::Error> {
     let sm = spec.step_model().unwrap();
-    let r =
-        Loader::new().router(&PolicySpec::parse(router).unwrap(), &router_context_for(spec, &sm, seed)).unwrap();
+    let r = Loader::new().router(&PolicySpec::parse(router).unwrap(), &router_context_for(spec, &sm, seed)).unwrap();
     let stream = generate(spec, trace, seed).unwrap();
     run_cluster(spec, &stream, r, router, seed)
 }
