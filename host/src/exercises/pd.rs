@@ -56,6 +56,9 @@ fn run(spec: &ClusterSpec, router: &str, seed: u64) -> RunOutcome {
     crate::runner::run_cluster(spec, &stream, r, router, seed).expect("built-in policies do not fail")
 }
 
+/// Prefill and decode instances of a disaggregated layout (`None`: aggregated).
+type Pools = Option<(u32, u32)>;
+
 /// (TTFT mean, TPOT mean, TPOT p99) in ms, from the per-request records.
 fn figures(o: &RunOutcome) -> (f64, f64, f64) {
     let done: Vec<_> = o.records.iter().filter(|r| r.completed_at_s.is_finite()).collect();
@@ -84,8 +87,8 @@ pub fn exercise9() -> String {
         "1. Aggregated (least_work_left, chunked prefill) vs disaggregated (pd_sglang, least_work_left per pool):"
     );
     let _ = writeln!(s, "   rate/s | layout | TTFT mean ms | TPOT mean ms | TPOT p99 ms");
-    let layouts: [(&str, Option<(u32, u32)>, &str); 3] = [
-        ("8 aggregated", None, "least_work_left"),
+    let layouts = [
+        ("8 aggregated", None as Pools, "least_work_left"),
         ("4P4D", Some((4, 4)), "pd_sglang{prefill: least_work_left, decode: least_work_left}"),
         ("6P2D", Some((6, 2)), "pd_sglang{prefill: least_work_left, decode: least_work_left}"),
     ];
