@@ -99,6 +99,7 @@ fn cache_aware_routing_beats_round_robin_on_hit_rate_and_every_stream_completes(
         assert_eq!(r.complete, r.requests, "{name}: {:?}", r.first_error);
         assert!(r.hit_rate.is_finite() && r.hit_rate > 0.0, "{name}: {r:?}");
     }
+    eprintln!("round_robin {rr:?}\nsglang_cache_aware {ca:?}");
     assert!(ca.hit_rate > rr.hit_rate, "cache-aware {} vs round robin {}", ca.hit_rate, rr.hit_rate);
 }
 
@@ -119,6 +120,7 @@ fn a_backend_killed_mid_run_loses_no_request() {
         procs.0[0].wait().unwrap();
         run.await.unwrap()
     });
+    eprintln!("{report:?}");
     assert_eq!(report.complete, report.requests, "{:?}", report.first_error);
     let metrics = rt.block_on(replay::get_text(&replay::client(), &format!("{url}/metrics"))).unwrap();
     let failures = routelab::serve::prom::sum(
