@@ -85,7 +85,12 @@ pub struct EmulateArgs {
 /// Runs the server until Ctrl-C / SIGTERM.
 pub fn main(args: EmulateArgs) -> Result<i32> {
     if !(args.time_scale > 0.0 && args.time_scale <= 1000.0) {
-        return Err(cli_error("--time-scale", format!("{} is out of range", args.time_scale), "give a number in (0, 1000]").into());
+        return Err(cli_error(
+            "--time-scale",
+            format!("{} is out of range", args.time_scale),
+            "give a number in (0, 1000]",
+        )
+        .into());
     }
     if args.max_batch_requests == 0 {
         return Err(cli_error("--max-batch-requests", "0 admits nothing".into(), "give at least 1").into());
@@ -139,9 +144,11 @@ impl Server {
                 StatusCode::OK,
                 &json!({"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "routelab"}]}),
             ),
-            (&Method::GET, "/metrics") => {
-                super::full(StatusCode::OK, "text/plain; version=0.0.4", metrics_text(&self.engine.snapshot().await, &self.model))
-            }
+            (&Method::GET, "/metrics") => super::full(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                metrics_text(&self.engine.snapshot().await, &self.model),
+            ),
             (&Method::POST, p @ ("/v1/completions" | "/v1/chat/completions")) => {
                 let chat = p == "/v1/chat/completions";
                 let body = match super::read_body(req).await {
@@ -228,7 +235,11 @@ impl Chunk {
     fn event(&self, first: bool, last: Option<(u32, u32, u32)>) -> Bytes {
         let finish = if last.is_some() { json!("length") } else { json!(null) };
         let mut v = if self.chat {
-            let delta = if first { json!({"role": "assistant", "content": TOKEN_TEXT}) } else { json!({"content": TOKEN_TEXT}) };
+            let delta = if first {
+                json!({"role": "assistant", "content": TOKEN_TEXT})
+            } else {
+                json!({"content": TOKEN_TEXT})
+            };
             json!({"id": self.id, "object": "chat.completion.chunk", "created": 0, "model": self.model,
                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
         } else {
@@ -268,8 +279,18 @@ pub fn metrics_text(s: &Snapshot, model: &str) -> String {
     put("vllm:num_requests_waiting", "gauge", "Requests waiting for admission.", s.waiting as f64);
     put("vllm:kv_cache_usage_perc", "gauge", "KV cache usage (1 = full).", kv);
     put("vllm:gpu_cache_usage_perc", "gauge", "KV cache usage (1 = full; older name).", kv);
-    put("vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", s.prefix_queries_tokens as f64);
-    put("vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.", s.prefix_hits_tokens as f64);
+    put(
+        "vllm:prefix_cache_queries_total",
+        "counter",
+        "Prompt tokens looked up in the prefix cache.",
+        s.prefix_queries_tokens as f64,
+    );
+    put(
+        "vllm:prefix_cache_hits_total",
+        "counter",
+        "Prompt tokens found in the prefix cache.",
+        s.prefix_hits_tokens as f64,
+    );
     put("vllm:prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", s.prompt_tokens as f64);
     put("vllm:generation_tokens_total", "counter", "Output tokens generated.", s.generation_tokens as f64);
     put("vllm:request_success_total", "counter", "Requests finished.", s.requests_finished as f64);

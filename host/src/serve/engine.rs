@@ -87,7 +87,11 @@ impl Engine {
 
     /// Queues a request; its tokens arrive on the returned channel. `Err` when it can never fit
     /// in KV memory (prompt plus output) or the engine has stopped.
-    pub fn submit(&self, prompt: Vec<Segment>, output_tokens: u32) -> Result<mpsc::UnboundedReceiver<TokenEvent>, String> {
+    pub fn submit(
+        &self,
+        prompt: Vec<Segment>,
+        output_tokens: u32,
+    ) -> Result<mpsc::UnboundedReceiver<TokenEvent>, String> {
         let need = super::text::tokens_of(&prompt) as u64 + output_tokens as u64;
         if need > self.kv_capacity_tokens {
             return Err(format!(
@@ -189,7 +193,8 @@ impl Core {
         for (&id, a) in self.active.iter_mut() {
             let st = &states[id as usize];
             let produced = self.replica.produced_now(st);
-            let done = (st.phase == Phase::Done).then(|| (stream.requests[id as usize].prompt_tokens, st.cached_tokens));
+            let done =
+                (st.phase == Phase::Done).then(|| (stream.requests[id as usize].prompt_tokens, st.cached_tokens));
             if produced > a.sent || done.is_some() {
                 let _ = a.events.send(TokenEvent::Step { tokens: produced - a.sent, done });
                 self.snap.generation_tokens += (produced - a.sent) as u64;

@@ -158,11 +158,17 @@ impl Gateway {
         let sm = args.hardware.step_model()?;
         let mut backends = Vec::new();
         for url in &args.backends {
-            let base: Uri = url.trim_end_matches('/').parse().map_err(|e| {
-                cli_error("--backend", format!("'{url}' is not a URL: {e}"), "give http://host:port")
-            })?;
+            let base: Uri = url
+                .trim_end_matches('/')
+                .parse()
+                .map_err(|e| cli_error("--backend", format!("'{url}' is not a URL: {e}"), "give http://host:port"))?;
             if base.scheme_str() != Some("http") || base.authority().is_none() {
-                return Err(cli_error("--backend", format!("'{url}': only http://host:port is supported"), "give http://host:port").into());
+                return Err(cli_error(
+                    "--backend",
+                    format!("'{url}': only http://host:port is supported"),
+                    "give http://host:port",
+                )
+                .into());
             }
             backends.push(Backend {
                 url: url.trim_end_matches('/').to_string(),
@@ -256,11 +262,12 @@ impl Gateway {
         let request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut guard = self.routing.lock().expect("routing lock");
         let r = &mut *guard;
-        for i in 0..self.backends.len() {
-            r.views[i] = self.view(i, now);
+        for (i, v) in r.views.iter_mut().enumerate() {
+            *v = self.view(i, now);
             if tried[i] {
-                r.views[i].outstanding_requests = u32::MAX / 4;
-                r.views[i].waiting = u32::MAX / 4;
+                // Already failed this request: as good as full.
+                v.outstanding_requests = u32::MAX / 4;
+                v.waiting = u32::MAX / 4;
             }
         }
         if r.exact {
@@ -282,8 +289,7 @@ impl Gateway {
             size_hint: RNone,
             segments: RSlice::from_slice(segments),
         };
-        let eligible =
-            |i: usize| !tried[i] && self.backends[i].breaker.lock().expect("breaker lock").allows(now);
+        let eligible = |i: usize| !tried[i] && self.backends[i].breaker.lock().expect("breaker lock").allows(now);
         let chosen = match r.router.dispatch(&req, &r.views) {
             Ok(i) if eligible(i as usize) => Some(i as usize),
             Ok(_) => {
@@ -297,7 +303,9 @@ impl Gateway {
             }
         };
         let backend = chosen.or_else(|| {
-            (0..self.backends.len()).filter(|&i| eligible(i)).min_by_key(|&i| self.backends[i].in_flight.load(Ordering::Relaxed))
+            (0..self.backends.len())
+                .filter(|&i| eligible(i))
+                .min_by_key(|&i| self.backends[i].in_flight.load(Ordering::Relaxed))
         })?;
         if r.exact {
             let sent = &mut r.sent_paths[backend];
@@ -410,7 +418,8 @@ impl Gateway {
         use std::fmt::Write as _;
         let mut out = String::new();
         let now = Instant::now();
-        let per_backend: [(&str, &str, fn(&Backend) -> i64); 4] = [
+        type Counter = fn(&Backend) -> i64;
+        let per_backend: [(&str, &str, Counter); 4] = [
             ("routelab_gateway_routed_total", "counter", |b| b.dispatched.load(Ordering::Relaxed) as i64),
             ("routelab_gateway_requests_ok_total", "counter", |b| b.ok.load(Ordering::Relaxed) as i64),
             ("routelab_gateway_backend_failures_total", "counter", |b| b.failed.load(Ordering::Relaxed) as i64),
@@ -427,7 +436,10 @@ impl Gateway {
             let open = !b.breaker.lock().expect("breaker lock").allows(now);
             let _ = writeln!(out, "routelab_gateway_circuit_open{{backend=\"{}\"}} {}", b.url, open as u8);
         }
-        for (name, help) in [("routelab_gateway_ttft_seconds", "time to first token"), ("routelab_gateway_latency_seconds", "request latency")] {
+        for (name, help) in [
+            ("routelab_gateway_ttft_seconds", "time to first token"),
+            ("routelab_gateway_latency_seconds", "request latency"),
+        ] {
             let _ = writeln!(out, "# HELP {name} {help} through the gateway\n# TYPE {name} histogram");
             for b in &self.backends {
                 let h = if name.contains("ttft") { &b.ttft } else { &b.latency };

@@ -133,12 +133,19 @@ async fn proxy(gw: Arc<Gateway>, path: String, body: Bytes, auth: Option<HeaderV
                 return super::full(StatusCode::OK, "application/json", bytes);
             }
             Ok(Err(e)) => last_error = format!("{}: {e}", gw.backends[d.backend].url),
-            Err(_) => last_error = format!("{}: the body did not arrive within {} s", gw.backends[d.backend].url, gw.args.timeout_s),
+            Err(_) => {
+                last_error =
+                    format!("{}: the body did not arrive within {} s", gw.backends[d.backend].url, gw.args.timeout_s)
+            }
         }
         gw.failure(d.backend);
         gw.release(&d, (prompt_tokens + orig.max_tokens) as i64);
     }
-    error(StatusCode::BAD_GATEWAY, "server_error", format!("no backend could serve the request; last error: {last_error}"))
+    error(
+        StatusCode::BAD_GATEWAY,
+        "server_error",
+        format!("no backend could serve the request; last error: {last_error}"),
+    )
 }
 
 enum Attempt {
@@ -150,11 +157,19 @@ enum Attempt {
 }
 
 /// Routes (avoiding `tried`) and sends once.
-async fn attempt_once(gw: &Gateway, orig: &Original, tried: &mut [bool], attempt: u32, last_error: &mut String) -> Attempt {
+async fn attempt_once(
+    gw: &Gateway,
+    orig: &Original,
+    tried: &mut [bool],
+    attempt: u32,
+    last_error: &mut String,
+) -> Attempt {
     if attempt > 0 {
         gw.retries.fetch_add(1, Ordering::Relaxed);
     }
-    let Some(d) = gw.route(&orig.segments, orig.prompt_tokens, orig.max_tokens, tried) else { return Attempt::NoBackend };
+    let Some(d) = gw.route(&orig.segments, orig.prompt_tokens, orig.max_tokens, tried) else {
+        return Attempt::NoBackend;
+    };
     tried[d.backend] = true;
     match send(gw, d.backend, Method::POST, &orig.path, orig.body.clone(), orig.auth.as_ref()).await {
         Ok(resp) if !resp.status().is_server_error() => return Attempt::Sent(d, resp),
@@ -223,15 +238,23 @@ async fn relay(
                 gw.failure(d.backend);
                 gw.release(&d, work);
                 let mut last_error = e;
-                if gw.args.resume_streams && resumes < gw.args.retries {
+                let mut resumed = None;
+                while gw.args.resume_streams && resumed.is_none() && resumes < gw.args.retries {
                     resumes += 1;
-                    if let Attempt::Sent(d2, r2) = attempt_once(&gw, &orig, &mut tried, 1, &mut last_error).await
-                        && r2.status().is_success()
-                    {
-                        gw.resumed.fetch_add(1, Ordering::Relaxed);
-                        (d, resp) = (d2, r2);
-                        continue;
+                    match attempt_once(&gw, &orig, &mut tried, 1, &mut last_error).await {
+                        Attempt::Sent(d2, r2) if r2.status().is_success() => resumed = Some((d2, r2)),
+                        Attempt::Sent(d2, r2) => {
+                            last_error = format!("{} answered {}", gw.backends[d2.backend].url, r2.status());
+                            gw.release(&d2, work);
+                        }
+                        Attempt::Failed => {}
+                        Attempt::NoBackend => break,
                     }
+                }
+                if let Some(next) = resumed {
+                    gw.resumed.fetch_add(1, Ordering::Relaxed);
+                    (d, resp) = next;
+                    continue;
                 }
                 let e = serde_json::json!({"error": {"message": format!("the backend failed mid-stream: {last_error}"), "type": "server_error"}});
                 let _ = tx.send(Bytes::from(format!("data: {e}\n\n"))).await;

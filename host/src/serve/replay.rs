@@ -76,8 +76,8 @@ pub struct ReplayReport {
 /// Reads `--set`s into the workload at `file` and generates its first seed's stream.
 pub fn load_stream(file: &std::path::Path, sets: &[String]) -> Result<RequestStream> {
     let file = &crate::builtin::resolve(file)?;
-    let mut doc: serde_norway::Value = serde_norway::from_str(&workload::load_text(file)?)
-        .with_context(|| format!("parsing {}", file.display()))?;
+    let mut doc: serde_norway::Value =
+        serde_norway::from_str(&workload::load_text(file)?).with_context(|| format!("parsing {}", file.display()))?;
     for set in sets {
         let (field, value) = set.split_once('=').ok_or_else(|| InputError {
             file: "--set".into(),
@@ -106,7 +106,9 @@ pub fn load_stream(file: &std::path::Path, sets: &[String]) -> Result<RequestStr
 
 pub fn main(args: ReplayArgs) -> Result<i32> {
     if !(args.time_scale > 0.0 && args.time_scale <= 1000.0) {
-        return Err(super::emulate::cli_error("--time-scale", "out of range".into(), "give a number in (0, 1000]").into());
+        return Err(
+            super::emulate::cli_error("--time-scale", "out of range".into(), "give a number in (0, 1000]").into()
+        );
     }
     let stream = load_stream(&args.workload, &args.set)?;
     let report = super::runtime()?.block_on(replay(
@@ -149,7 +151,13 @@ struct Outcome {
 }
 
 /// Replays `stream` against `url` (see the module doc).
-pub async fn replay(url: &str, stream: &RequestStream, time_scale: f64, engines: &[String], max_wall: Duration) -> ReplayReport {
+pub async fn replay(
+    url: &str,
+    stream: &RequestStream,
+    time_scale: f64,
+    engines: &[String],
+    max_wall: Duration,
+) -> ReplayReport {
     let client = client();
     let before = cache_counters(&client, engines).await;
     let start = Instant::now();
@@ -206,10 +214,11 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
 /// `want` token events.
 async fn one_stream(client: &HttpClient, endpoint: &str, body: String, want: u32, sent: Instant) -> Outcome {
     let fail = |e: String| Outcome { ttft_s: 0.0, latency_s: 0.0, error: Some(e) };
-    let req = match Request::post(endpoint).header("content-type", "application/json").body(Full::new(Bytes::from(body))) {
-        Ok(r) => r,
-        Err(e) => return fail(e.to_string()),
-    };
+    let req =
+        match Request::post(endpoint).header("content-type", "application/json").body(Full::new(Bytes::from(body))) {
+            Ok(r) => r,
+            Err(e) => return fail(e.to_string()),
+        };
     let resp = match client.request(req).await {
         Ok(r) => r,
         Err(e) => return fail(format!("request: {e}")),
@@ -326,7 +335,8 @@ pub async fn closed_loop(url: &str, requests: usize, concurrency: usize) -> Meas
             let mut lat = Vec::new();
             while next.fetch_add(1, Ordering::Relaxed) < requests {
                 let body = Bytes::from_static(br#"{"model":"m","prompt":"hello there","max_tokens":1}"#);
-                let req = Request::post(endpoint.as_str()).header("content-type", "application/json").body(Full::new(body));
+                let req =
+                    Request::post(endpoint.as_str()).header("content-type", "application/json").body(Full::new(body));
                 let t = Instant::now();
                 let resp = client.request(req.expect("request")).await.expect("loopback request");
                 assert!(resp.status().is_success(), "{}", resp.status());

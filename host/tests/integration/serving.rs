@@ -49,6 +49,7 @@ fn start(procs: &mut Procs, args: &[&str]) -> String {
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
+        .env("RUST_BACKTRACE", "0")
         .spawn()
         .expect("spawn routelab");
     let mut line = String::new();
@@ -63,7 +64,8 @@ fn engines(procs: &mut Procs) -> Vec<String> {
 }
 
 fn gateway(procs: &mut Procs, backends: &[String], policy: &str) -> String {
-    let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--policy", policy, "--resume-streams", "--timeout-s", "20"];
+    let mut args =
+        vec!["serve", "--listen", "127.0.0.1:0", "--policy", policy, "--resume-streams", "--timeout-s", "20"];
     for b in backends {
         args.extend(["--backend", b.as_str()]);
     }
@@ -132,4 +134,61 @@ fn a_backend_killed_mid_run_loses_no_request() {
         + routelab::serve::prom::sum(&metrics, "routelab_gateway_resumed_streams_total").unwrap_or(0.0)
         + routelab::serve::prom::sum(&metrics, "routelab_gateway_rerouted_total").unwrap_or(0.0);
     assert!(moved >= 1.0, "the killed backend's requests went nowhere else:\n{metrics}");
+}
+
+/// `n` requests of `prompt_tokens` and `output_tokens`, one every 10 ms of model time.
+fn small_stream(n: usize, prompt_tokens: u32, output_tokens: u32) -> routelab::workload::generate::RequestStream {
+    use routelab::workload::generate::{GeneratedRequest, RequestStream};
+    let mut s = RequestStream::default();
+    for i in 0..n {
+        let from = s.segments.len() as u32;
+        s.segments.push(routelab_policy_api::Segment { id: 1 << 40 | i as u64, tokens: prompt_tokens });
+        s.requests.push(GeneratedRequest {
+            arrived_at: i as u64 * 10_000_000,
+            prompt_tokens,
+            output_tokens,
+            segments: from..from + 1,
+            output_segment: None,
+        });
+    }
+    s
+}
+
+#[test]
+fn a_panicking_policy_is_replaced_by_the_fallback_and_counted() {
+    let lib = crate::common::plugins().faulty.display().to_string();
+    let mut procs = Procs(Vec::new());
+    let engines: Vec<String> = engines(&mut procs).into_iter().take(2).collect();
+    let url = gateway(&mut procs, &engines, &format!("{lib}:panics_in_route{{after: 5}}"));
+    let rt = runtime();
+    let report = rt.block_on(replay::replay(&url, &small_stream(20, 100, 5), TIME_SCALE, &[], Duration::from_secs(60)));
+    assert_eq!(report.complete, 20, "{:?}", report.first_error);
+    let metrics = rt.block_on(replay::get_text(&replay::client(), &format!("{url}/metrics"))).unwrap();
+    let errors = routelab::serve::prom::sum(&metrics, "routelab_gateway_policy_errors_total").unwrap();
+    assert!(errors >= 1.0, "{metrics}");
+}
+
+#[test]
+fn sigterm_stops_new_connections_and_drains_open_streams() {
+    let mut procs = Procs(Vec::new());
+    let engines: Vec<String> = engines(&mut procs).into_iter().take(1).collect();
+    let url = gateway(&mut procs, &engines, "round_robin");
+    let gateway_pid = procs.0.last().unwrap().id() as i32;
+    let rt = runtime();
+    let report = rt.block_on(async {
+        // 100 tokens of 24 ms model time each: about a quarter of a second at TIME_SCALE.
+        let u = url.clone();
+        let run = tokio::spawn(async move {
+            replay::replay(&u, &small_stream(1, 50, 100), 1.0, &[], Duration::from_secs(60)).await
+        });
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        // SAFETY: signalling a child process this test started.
+        assert_eq!(unsafe { libc::kill(gateway_pid, libc::SIGTERM) }, 0);
+        run.await.unwrap()
+    });
+    assert_eq!(report.complete, 1, "the open stream was cut: {:?}", report.first_error);
+    let status = procs.0.last_mut().unwrap().wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let refused = rt.block_on(replay::get_text(&replay::client(), &format!("{url}/health")));
+    assert!(refused.is_err(), "still serving after SIGTERM: {refused:?}");
 }
