@@ -484,3 +484,24 @@ async fn futures_join_all<F: std::future::Future>(futures: impl Iterator<Item = 
     .await;
     out.into_iter().map(|o| o.expect("every future finished")).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_breaker_opens_after_the_threshold_and_closes_on_success() {
+        let (t0, open_for) = (Instant::now(), Duration::from_secs(5));
+        let mut b = Breaker::default();
+        b.failure(t0, 3, open_for);
+        b.failure(t0, 3, open_for);
+        assert!(b.allows(t0), "two failures of three");
+        b.failure(t0, 3, open_for);
+        assert!(!b.allows(t0 + Duration::from_secs(4)));
+        assert!(b.allows(t0 + open_for), "half-open after the cool-down");
+        b.failure(t0 + open_for, 3, open_for);
+        assert!(!b.allows(t0 + open_for + Duration::from_secs(1)), "a failed probe reopens it");
+        b.success();
+        assert!(b.allows(t0));
+    }
+}

@@ -50,11 +50,13 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<OutBod
 /// The first backend that answers `/v1/models` (the backends serve one model).
 async fn models(gw: &Gateway) -> Response<OutBody> {
     for i in 0..gw.backends.len() {
-        if let Ok(resp) = send(gw, i, Method::GET, "/v1/models", Bytes::new(), None).await
-            && resp.status().is_success()
-            && let Ok(body) = resp.into_body().collect().await
-        {
-            return super::full(StatusCode::OK, "application/json", body.to_bytes());
+        // Nested, not a let-chain: the workspace's rust-version is 1.85.
+        if let Ok(resp) = send(gw, i, Method::GET, "/v1/models", Bytes::new(), None).await {
+            if resp.status().is_success() {
+                if let Ok(body) = resp.into_body().collect().await {
+                    return super::full(StatusCode::OK, "application/json", body.to_bytes());
+                }
+            }
         }
     }
     error(StatusCode::BAD_GATEWAY, "server_error", "no backend answered /v1/models")

@@ -130,6 +130,7 @@ pub fn prompt_text(stream: &RequestStream, i: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::generate::GeneratedRequest;
 
     #[test]
     fn shared_leading_text_shares_leading_segments() {
@@ -156,5 +157,32 @@ mod tests {
         assert!(parse_request(br#"{"prompt":"x","max_tokens":0}"#, false).unwrap_err().contains("max_tokens"));
         assert!(parse_request(br#"{"prompt":[1,2]}"#, false).unwrap_err().contains("prompt"));
         assert!(parse_request(br#"{"prompt":"x"}"#, true).unwrap_err().contains("messages"));
+    }
+
+    #[test]
+    fn a_streams_shared_segments_become_shared_leading_blocks() {
+        // Two prompts: the same 64-token system segment, then different 20-token queries.
+        let mut s = RequestStream::default();
+        s.segments = vec![
+            Segment { id: 1, tokens: 64 },
+            Segment { id: 7, tokens: 20 },
+            Segment { id: 1, tokens: 64 },
+            Segment { id: 8, tokens: 20 },
+        ];
+        for k in 0..2u32 {
+            s.requests.push(GeneratedRequest {
+                arrived_at: 0,
+                prompt_tokens: 84,
+                output_tokens: 1,
+                segments: 2 * k..2 * k + 2,
+                output_segment: None,
+            });
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        segments(&prompt_text(&s, 0), &mut a);
+        segments(&prompt_text(&s, 1), &mut b);
+        assert_eq!((tokens_of(&a), tokens_of(&b)), (84, 84), "token counts survive the round trip");
+        assert_eq!(a[..4], b[..4], "the 64 shared tokens are 4 shared blocks");
+        assert_ne!(a[4], b[4]);
     }
 }
