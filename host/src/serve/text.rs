@@ -162,13 +162,15 @@ mod tests {
     #[test]
     fn a_streams_shared_segments_become_shared_leading_blocks() {
         // Two prompts: the same 64-token system segment, then different 20-token queries.
-        let mut s = RequestStream::default();
-        s.segments = vec![
-            Segment { id: 1, tokens: 64 },
-            Segment { id: 7, tokens: 20 },
-            Segment { id: 1, tokens: 64 },
-            Segment { id: 8, tokens: 20 },
-        ];
+        let mut s = RequestStream {
+            requests: Vec::new(),
+            segments: vec![
+                Segment { id: 1, tokens: 64 },
+                Segment { id: 7, tokens: 20 },
+                Segment { id: 1, tokens: 64 },
+                Segment { id: 8, tokens: 20 },
+            ],
+        };
         for k in 0..2u32 {
             s.requests.push(GeneratedRequest {
                 arrived_at: 0,
