@@ -155,6 +155,9 @@ impl Gateway {
         if !(args.timeout_s > 0.0 && args.timeout_s <= 86_400.0) {
             return Err(cli_error("--timeout-s", "out of range".into(), "give seconds in (0, 86400]").into());
         }
+        if !(args.breaker_open_s >= 0.0 && args.breaker_open_s <= 86_400.0) {
+            return Err(cli_error("--breaker-open-s", "out of range".into(), "give seconds in [0, 86400]").into());
+        }
         let sm = args.hardware.step_model()?;
         let mut backends = Vec::new();
         for url in &args.backends {

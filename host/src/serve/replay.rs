@@ -110,6 +110,11 @@ pub fn main(args: ReplayArgs) -> Result<i32> {
             super::emulate::cli_error("--time-scale", "out of range".into(), "give a number in (0, 1000]").into()
         );
     }
+    if !(args.max_wall_s > 0.0 && args.max_wall_s <= 86_400.0) {
+        return Err(
+            super::emulate::cli_error("--max-wall-s", "out of range".into(), "give seconds in (0, 86400]").into()
+        );
+    }
     let stream = load_stream(&args.workload, &args.set)?;
     let report = super::runtime()?.block_on(replay(
         &args.url,
