@@ -195,6 +195,7 @@ impl Gateway {
             seed: args.seed,
             kv_capacity_tokens: sm.kv_capacity_tokens,
             cost: RSome(sm.cost),
+            disaggregation: RNone,
         };
         let router = RouterHandle::new(Loader::new().router(&spec, &ctx)?, n, &spec.label);
         let exact = router.capabilities().needs_exact_match();
