@@ -22,6 +22,22 @@ pub const CLUSTER_KEYS: &[&str] = &[
     "busiest_replica_share",
 ];
 
+/// The keys a cluster run adds when its workload has an `slo:` (docs/output.md).
+pub const SLO_KEYS: &[&str] = &["slo_attainment", "goodput_rps"];
+
+/// The metric keys every queueing-mode dispatch run reports (docs/output.md).
+pub const DISPATCH_KEYS: &[&str] = &[
+    "requests",
+    "response_mean",
+    "response_p50",
+    "response_p90",
+    "response_p99",
+    "wait_mean",
+    "queue_mean",
+    "utilisation",
+    "busiest_server_share",
+];
+
 /// Named figures in a fixed order (serialised as a JSON object in that order).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Metrics(pub Vec<(String, f64)>);
