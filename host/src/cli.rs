@@ -5,6 +5,7 @@
 //! fragments.
 
 mod args;
+mod capacity;
 mod checks;
 mod output;
 
@@ -25,7 +26,13 @@ use crate::workload::{self, InputError};
 
 impl Common {
     fn options(&self) -> RunOptions {
-        RunOptions { seed: self.seed, seeds: self.seeds, start: self.start.clone(), trace: self.trace.clone() }
+        RunOptions {
+            seed: self.seed,
+            seeds: self.seeds,
+            start: self.start.clone(),
+            trace: self.trace.clone(),
+            slo: self.slo.clone(),
+        }
     }
 }
 
@@ -83,6 +90,19 @@ fn execute(command: Command) -> Result<i32> {
                 None => None,
             };
             sweep(&workloads, specs, &set, &common)
+        }
+        Command::Capacity { workload, slo, policies, tolerance, max_loads, seeds, seed, json, plot, markdown } => {
+            capacity::run(capacity::Args {
+                workload,
+                slo,
+                policies,
+                settings: crate::capacity::Settings { tolerance, max_points: max_loads },
+                seeds,
+                seed,
+                json,
+                plot,
+                markdown,
+            })
         }
         Command::Policies { plugin } => list_policies(plugin.as_deref()),
         Command::Workloads => {
