@@ -138,6 +138,17 @@ pub struct Answer {
     pub hi: f64,
     /// In the order they were run.
     pub points: Vec<Point>,
+    /// Why the search stopped short of a bracket, when the workload refused a load.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// What running one load gave.
+pub enum Evaluated {
+    Ran(Point),
+    /// The workload refuses this load (too many requests, a clock overflow, …): the end of the
+    /// range in that direction; the message says why.
+    OutOfRange(String),
 }
 
 /// Brackets then bisects, starting at `start`; `eval` runs one load.
@@ -145,47 +156,60 @@ pub fn search(
     start: f64,
     limit: Option<f64>,
     settings: Settings,
-    eval: &mut dyn FnMut(f64) -> Result<Point, Error>,
+    eval: &mut dyn FnMut(f64) -> Result<Evaluated, Error>,
 ) -> Result<Answer, Error> {
     let mut points = Vec::new();
-    let mut run = |x: f64, points: &mut Vec<Point>| -> Result<bool, Error> {
-        let p = eval(x)?;
-        let holds = p.holds;
-        points.push(p);
-        Ok(holds)
+    let mut note = None;
+    // Some(holds), or None when the load is out of range (the reason kept in `note`).
+    let mut run = |x: f64, points: &mut Vec<Point>, note: &mut Option<String>| -> Result<Option<bool>, Error> {
+        Ok(match eval(x)? {
+            Evaluated::Ran(p) => {
+                let holds = p.holds;
+                points.push(p);
+                Some(holds)
+            }
+            Evaluated::OutOfRange(why) => {
+                *note = Some(why);
+                None
+            }
+        })
     };
     let budget = settings.max_points.max(2) as usize;
     let (mut lo, mut hi) = (0.0, limit.unwrap_or(f64::INFINITY));
-    if run(start, &mut points)? {
-        lo = start;
-        // Up: double (within a limited range: halfway to its top), while it holds.
-        let mut steps = 0;
-        while hi.is_infinite() && steps < MAX_STEPS && points.len() < budget {
-            let x = lo * 2.0;
-            if run(x, &mut points)? {
-                lo = x
-            } else {
-                hi = x
-            }
-            steps += 1;
-        }
+    let Some(first) = run(start, &mut points, &mut note)? else {
+        return Err(Error::Input(InputError {
+            file: "<capacity>".into(),
+            path: String::new(),
+            line: None,
+            message: note.unwrap_or_default(),
+            fix: "check the workload with `routelab validate`".into(),
+        }));
+    };
+    if first {
+        lo = start
     } else {
-        hi = start;
-        let mut steps = 0;
-        while lo == 0.0 && steps < MAX_STEPS && points.len() < budget {
-            let x = hi / 2.0;
-            if run(x, &mut points)? {
-                lo = x
-            } else {
-                hi = x
-            }
-            steps += 1;
+        hi = start
+    }
+    // Double while it holds, or halve while it fails, until one load of each is known (a
+    // limited range already has its top).
+    let mut steps = 0;
+    while (lo == 0.0 || hi.is_infinite()) && steps < MAX_STEPS && points.len() < budget {
+        let x = if lo > 0.0 { lo * 2.0 } else { hi / 2.0 };
+        match run(x, &mut points, &mut note)? {
+            Some(true) => lo = x,
+            Some(false) => hi = x,
+            None => break,
         }
+        steps += 1;
     }
     let bracketed = lo > 0.0 && hi.is_finite();
     while bracketed && hi - lo > settings.tolerance * hi && points.len() < budget {
         let x = (lo + hi) / 2.0;
-        if run(x, &mut points)? { lo = x } else { hi = x }
+        match run(x, &mut points, &mut note)? {
+            Some(true) => lo = x,
+            Some(false) => hi = x,
+            None => break,
+        }
     }
     let status = if lo == 0.0 {
         Status::FailsEverywhere
@@ -196,7 +220,7 @@ pub fn search(
     } else {
         Status::Found
     };
-    Ok(Answer { status, lo, hi, points })
+    Ok(Answer { status, lo, hi, points, note })
 }
 
 /// One policy's capacity.
@@ -230,8 +254,11 @@ fn prepare_at(p: &Problem, x: f64) -> Result<runner::Prepared, InputError> {
 }
 
 /// Runs `spec` on every seed at load `x` and judges the SLO on the mean over seeds.
-pub fn evaluate(loader: &mut Loader, p: &Problem, spec: &PolicySpec, x: f64) -> Result<Point, Error> {
-    let prepared = prepare_at(p, x)?;
+pub fn evaluate(loader: &mut Loader, p: &Problem, spec: &PolicySpec, x: f64) -> Result<Evaluated, Error> {
+    let prepared = match prepare_at(p, x) {
+        Ok(prepared) => prepared,
+        Err(e) => return Ok(Evaluated::OutOfRange(e.to_string())),
+    };
     let resolved = runner::resolve(loader, &prepared, spec)?;
     let mut per_seed = Vec::new();
     for input in prepared.seed_inputs()? {
@@ -246,7 +273,7 @@ pub fn evaluate(loader: &mut Loader, p: &Problem, spec: &PolicySpec, x: f64) -> 
         message: format!("policy {} does not report `{missing}`", spec.label),
         fix: "bound a metric every policy reports (docs/output.md)".into(),
     })? && !unfinished;
-    Ok(Point { load: x, holds, metrics })
+    Ok(Evaluated::Ran(Point { load: x, holds, metrics }))
 }
 
 /// The capacity of one policy. A failing run (exit 1) becomes the policy's error; bad input
@@ -286,8 +313,8 @@ mod tests {
     }
 
     /// A synthetic SLO that holds up to `edge`.
-    fn up_to(edge: f64) -> impl FnMut(f64) -> Result<Point, Error> {
-        move |x| Ok(Point { load: x, holds: x <= edge, metrics: Metrics::new() })
+    fn up_to(edge: f64) -> impl FnMut(f64) -> Result<Evaluated, Error> {
+        move |x| Ok(Evaluated::Ran(Point { load: x, holds: x <= edge, metrics: Metrics::new() }))
     }
 
     #[test]
@@ -320,6 +347,39 @@ mod tests {
         let never = search(1.0, None, settings(0.01), &mut up_to(f64::INFINITY)).unwrap();
         assert_eq!(never.status, Status::HoldsEverywhere);
         assert!(never.hi.is_infinite());
+    }
+
+    #[test]
+    fn the_knob_sets_the_rate_the_trace_speed_or_the_utilisation() {
+        let parse = |y: &str| crate::workload::parse(y, Path::new("w.yaml")).unwrap();
+        let head = "  replicas: 1\n  generator: {output_tokens: 8}\n  requests: 10\n";
+        let gamma = parse(&format!("cluster:\n{head}  arrivals: {{gamma: {{rate: 3, cv: 2}}}}\n"));
+        assert_eq!(Knob::of(&gamma).unwrap(), (Knob::Rate, 3.0));
+        let at = Knob::Rate.set(&gamma, 12.0);
+        assert_eq!(at.cluster.unwrap().arrivals, cluster::Arrivals::Gamma { rate: 12.0, cv: 2.0 });
+        let trace = parse(&format!("cluster:\n{head}  arrivals: {{trace: {{path: t.csv, time_scale: 3}}}}\n"));
+        assert_eq!(Knob::of(&trace).unwrap(), (Knob::TraceSpeed, 1.0));
+        let twice = Knob::TraceSpeed.set(&trace, 2.0);
+        assert!(matches!(twice.cluster.unwrap().arrivals, cluster::Arrivals::Trace { time_scale: 1.5, .. }));
+        let d = parse("dispatch: {servers: 2, requests: 10, utilisation: 0.3}\n");
+        assert_eq!(Knob::of(&d).unwrap(), (Knob::Utilisation, 0.3));
+        assert_eq!(Knob::Utilisation.set(&d, 0.7).dispatch.unwrap().utilisation, 0.7);
+        let balls = parse("dispatch: {servers: 2, requests: 10, mode: balls_into_bins}\n");
+        assert!(Knob::of(&balls).unwrap_err().message.contains("balls-into-bins"));
+    }
+
+    #[test]
+    fn a_load_the_workload_refuses_ends_the_range() {
+        let mut eval = |x: f64| {
+            Ok(if x > 10.0 {
+                Evaluated::OutOfRange(format!("too many requests at {x}"))
+            } else {
+                Evaluated::Ran(Point { load: x, holds: true, metrics: Metrics::new() })
+            })
+        };
+        let a = search(1.0, None, settings(0.01), &mut eval).unwrap();
+        assert_eq!((a.status, a.lo, a.points.len()), (Status::HoldsEverywhere, 8.0, 4));
+        assert_eq!(a.note.as_deref(), Some("too many requests at 16"));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use comfy_table::{Cell, CellAlignment, Table};
 use plotters::prelude::*;
 use serde::Serialize;
 
-use super::expr::Target;
+use super::expr::{Op, Target};
 use super::{Knob, PolicyCapacity, Settings, Status};
 use crate::report::table::fmt_num;
 use crate::workload::Workload;
@@ -87,13 +87,19 @@ pub fn table(r: &Report, target: &Target, markdown: bool) -> String {
     } else {
         format!("seed {}", r.seed)
     };
-    format!(
+    let mut out = format!(
         "{} [{} world, {seeds} at every load]: highest {} with {}\n{t}\n",
         r.workload,
         r.world,
         r.knob.label(),
         r.slo.join(" and "),
-    )
+    );
+    for p in r.results {
+        if let Some(note) = p.answer.as_ref().and_then(|a| a.note.as_ref()) {
+            out.push_str(&format!("note: {}: the search stopped at a load the workload refuses: {note}\n", p.policy));
+        }
+    }
+    out
 }
 
 fn file_name(s: &str) -> String {
@@ -121,7 +127,13 @@ pub fn charts(dir: &Path, r: &Report, target: &Target) -> Result<Vec<PathBuf>> {
             })
             .collect();
         let path = dir.join(format!("{}_capacity_{}.svg", file_name(r.workload), file_name(&c.metric)));
-        chart(&path, &format!("{}: {c}", r.workload), r.knob.label(), &c.metric, c.value, &series)
+        // Curves of an upper bound rise with the load, of a lower bound fall: keep the legend
+        // in the corner they leave empty.
+        let legend = match c.op {
+            Op::Lt | Op::Le => SeriesLabelPosition::UpperLeft,
+            Op::Gt | Op::Ge => SeriesLabelPosition::LowerLeft,
+        };
+        chart(&path, &format!("{}: {c}", r.workload), r.knob.label(), (&c.metric, c.value), legend, &series)
             .with_context(|| format!("drawing {}", path.display()))?;
         files.push(path);
     }
@@ -132,8 +144,8 @@ fn chart(
     path: &Path,
     title: &str,
     x_desc: &str,
-    y_desc: &str,
-    bound: f64,
+    (y_desc, bound): (&str, f64),
+    legend: SeriesLabelPosition,
     series: &[(&str, Vec<(f64, f64)>)],
 ) -> Result<()> {
     let all = || series.iter().flat_map(|s| s.1.iter());
@@ -167,12 +179,7 @@ fn chart(
             _ => Cross::new((x, y), 4, Palette99::pick(i).stroke_width(2)).into_dyn(),
         }))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
+    chart.configure_series_labels().position(legend).background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
     root.present()?;
     Ok(())
 }

@@ -126,3 +126,82 @@ fn bad_slos_are_refused_before_any_run() {
     bad(&["capacity", tool, "--slo", "ttft_p99_s<2", "--policies", "no_such_router"], &["no_such_router"]);
     bad(&["capacity", "case_study", "--slo", "test_accuracy>0.5"], &["compound"]);
 }
+
+/// A cluster search end to end: every load is judged from its own figures, the answer's
+/// bounds are loads that held and failed, and the chart is drawn. A trace replay searches its
+/// speed instead of a rate.
+#[test]
+fn cluster_capacity_is_bracketed_by_loads_that_held_and_failed() {
+    let yaml = scratch("small_cluster.yaml");
+    std::fs::write(
+        &yaml,
+        "name: small\nseeds: 2\ncluster:\n  replicas: 2\n  generator: {system_prompt_tokens: 200, suffix_tokens: 300, output_tokens: 40}\n  arrivals: {poisson: {rate: 5}}\n  requests: 400\n",
+    )
+    .unwrap();
+    let plots = scratch("plots");
+    let v = json_of(
+        &[
+            "capacity",
+            yaml.to_str().unwrap(),
+            "--slo",
+            "ttft_p99<500ms,latency_s=4,attainment>=95%",
+            "--policies",
+            "round_robin,least_requests",
+            "--tolerance",
+            "0.05",
+            "--plot",
+            plots.to_str().unwrap(),
+        ],
+        "small.json",
+    );
+    assert_eq!(v["knob"], "rate");
+    assert_eq!(v["bounds"]["latency_s"], 4.0);
+    for r in v["results"].as_array().unwrap() {
+        assert_eq!(r["status"], "found", "{r}");
+        let (lo, hi) = (r["lo"].as_f64().unwrap(), r["hi"].as_f64().unwrap());
+        assert!(lo < hi && hi - lo <= 0.05 * hi + 1e-12);
+        let points = r["points"].as_array().unwrap();
+        for p in points {
+            let m = &p["metrics"];
+            let want = m["ttft_p99_s"].as_f64().unwrap() < 0.5
+                && m["slo_attainment"].as_f64().unwrap() >= 0.95
+                && m["unfinished"].as_f64().unwrap() == 0.0;
+            assert_eq!(p["holds"].as_bool(), Some(want), "{p}");
+        }
+        let at = |x: f64| points.iter().find(|p| p["load"].as_f64() == Some(x)).unwrap()["holds"].as_bool();
+        assert_eq!((at(lo), at(hi)), (Some(true), Some(false)));
+    }
+    for metric in ["ttft_p99_s", "slo_attainment"] {
+        let svg = std::fs::read_to_string(plots.join(format!("small_capacity_{metric}.svg"))).unwrap();
+        assert!(svg.contains("round_robin") && svg.contains("least_requests"), "{metric}: legend");
+    }
+    let replay = scratch("replay.yaml");
+    let csv = workspace().join("workloads/cluster/traces/sample_conv.csv");
+    std::fs::write(
+        &replay,
+        format!(
+            "cluster:\n  replicas: 1\n  generator: {{output_tokens: 1}}\n  arrivals: {{trace: {{path: {}, time_scale: 2}}}}\n",
+            csv.display()
+        ),
+    )
+    .unwrap();
+    let trace = json_of(
+        &[
+            "capacity",
+            replay.to_str().unwrap(),
+            "--slo",
+            "ttft_p99_s<1",
+            "--policies",
+            "round_robin",
+            "--tolerance",
+            "0.1",
+        ],
+        "trace.json",
+    );
+    assert_eq!(trace["knob"], "trace_speed");
+    assert_eq!(trace["start"], 1.0);
+    let r = &trace["results"][0];
+    assert_eq!(r["status"], "found", "{r}");
+    // Speed x replays the trace at time_scale 2 / x.
+    assert_eq!(trace["resolved"]["cluster"]["arrivals"]["trace"]["time_scale"], 2.0);
+}
