@@ -284,12 +284,17 @@ pub fn of_policy(
     spec: &PolicySpec,
     start: f64,
     s: Settings,
+    progress: &dyn Fn(&Point),
 ) -> Result<PolicyCapacity, Error> {
     let mut runs = 0u64;
     let seeds = p.workload.seeds as u64;
     let answer = search(start, p.knob.limit(), s, &mut |x| {
-        runs += seeds;
-        evaluate(loader, p, spec, x)
+        let e = evaluate(loader, p, spec, x)?;
+        if let Evaluated::Ran(point) = &e {
+            runs += seeds;
+            progress(point);
+        }
+        Ok(e)
     });
     let (answer, error) = match answer {
         Ok(a) => (Some(a), None),

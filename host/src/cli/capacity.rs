@@ -1,6 +1,7 @@
 //! `routelab capacity`: reads and checks everything (exit 2 before any run), runs each policy's
 //! search, prints the table, writes `--json` and `--plot`.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -8,6 +9,7 @@ use anyhow::Result;
 use super::{checks, output};
 use crate::capacity::{self, Knob, Problem, Settings, expr, report};
 use crate::plugin::Loader;
+use crate::report::table::fmt_num;
 use crate::runner::{self, RunOptions};
 use crate::workload::{self, InputError};
 
@@ -74,7 +76,19 @@ pub fn run(a: Args) -> Result<i32> {
     let mut results = Vec::new();
     let mut code = 0;
     for spec in &specs {
-        let r = capacity::of_policy(&mut loader, &problem, spec, start, a.settings)?;
+        // One line per load on a terminal: a search on a long trace takes minutes.
+        let progress = |pt: &capacity::Point| {
+            if std::io::stderr().is_terminal() {
+                let shown: Vec<String> = target
+                    .conditions
+                    .iter()
+                    .map(|c| format!("{} {}", c.metric, pt.metrics.get(&c.metric).map_or("–".into(), fmt_num)))
+                    .collect();
+                let verdict = if pt.holds { "holds" } else { "fails" };
+                eprintln!("{}: {} = {} {verdict} ({})", spec.label, knob.label(), fmt_num(pt.load), shown.join(", "));
+            }
+        };
+        let r = capacity::of_policy(&mut loader, &problem, spec, start, a.settings, &progress)?;
         if let Some(e) = &r.error {
             eprintln!("error: {}: {e}", spec.label);
             code = 1;
