@@ -151,10 +151,14 @@ fn chart(
     let all = || series.iter().flat_map(|s| s.1.iter());
     let (xmin, xmax) = all().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
     let (xmin, xmax) = if xmin > xmax { (0.0, 1.0) } else { (xmin * 0.95, xmax * 1.05) };
-    // The axis spans the bound and the data; a metric far above the bound (an overloaded
-    // load) is clipped at 3× it, so the region that decides the answer stays readable.
-    let ymax = all().map(|p| p.1).fold(bound, f64::max).min(3.0 * bound.abs().max(1e-12)) * 1.05;
-    let ymin = all().map(|p| p.1).fold(bound.min(0.0), f64::min);
+    // The axis spans the bound and the data, with a margin (not from 0: the region near the
+    // bound decides the answer); a metric far above the bound (an overloaded load) is clipped
+    // at 3× it, so that region stays readable.
+    let top = all().map(|p| p.1).fold(bound, f64::max).min(3.0 * bound.abs().max(1e-12));
+    let bottom = all().map(|p| p.1).fold(bound, f64::min);
+    let pad = 0.08 * (top - bottom).max(1e-9);
+    let ymax = top + pad;
+    let ymin = if bottom >= 0.0 { (bottom - pad).max(0.0) } else { bottom - pad };
     let root = SVGBackend::new(path, (820, 500)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
