@@ -140,6 +140,15 @@ pub fn over_seeds(per_seed: &[Metrics]) -> Metrics {
 mod tests {
     use super::*;
 
+    /// Every listed key has a row in docs/output.md (the capacity command's error lists them).
+    #[test]
+    fn every_listed_key_is_documented() {
+        let doc = include_str!("../../docs/output.md");
+        for key in CLUSTER_KEYS.iter().chain(SLO_KEYS).chain(DISPATCH_KEYS) {
+            assert!(doc.contains(&format!("`{key}`")), "docs/output.md does not document `{key}`");
+        }
+    }
+
     #[test]
     fn quantiles_by_nearest_rank() {
         let mut xs: Vec<f64> = (1..=100).map(f64::from).collect();
