@@ -13,5 +13,6 @@ mod dispatch_results;
 mod hardening;
 mod isolate;
 mod loader;
+mod scale;
 mod snapshots;
 mod standalone;
