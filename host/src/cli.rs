@@ -92,19 +92,30 @@ fn execute(command: Command) -> Result<i32> {
             };
             sweep(&workloads, specs, &set, &common)
         }
-        Command::Capacity { workload, slo, policies, tolerance, max_loads, seeds, seed, json, plot, markdown } => {
-            capacity::run(capacity::Args {
-                workload,
-                slo,
-                policies,
-                settings: crate::capacity::Settings { tolerance, max_points: max_loads },
-                seeds,
-                seed,
-                json,
-                plot,
-                markdown,
-            })
-        }
+        Command::Capacity {
+            workload,
+            slo,
+            policies,
+            tolerance,
+            max_loads,
+            seeds,
+            seed,
+            json,
+            plot,
+            jobs,
+            markdown,
+        } => capacity::run(capacity::Args {
+            workload,
+            slo,
+            policies,
+            settings: crate::capacity::Settings { tolerance, max_points: max_loads },
+            seeds,
+            seed,
+            json,
+            plot,
+            markdown,
+            jobs: jobs.map(|j| j as usize),
+        }),
         Command::Merge { files, json, markdown } => {
             let (command, results) = merge::merge(&files)?;
             let common = Common { json, markdown, ..Default::default() };

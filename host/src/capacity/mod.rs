@@ -242,6 +242,8 @@ pub struct Problem<'a> {
     pub file: &'a Path,
     pub knob: Knob,
     pub target: &'a Target,
+    /// Threads running one load's seeds.
+    pub jobs: usize,
 }
 
 /// The workload at load `x`, checked and prepared.
@@ -260,10 +262,7 @@ pub fn evaluate(loader: &mut Loader, p: &Problem, spec: &PolicySpec, x: f64) -> 
         Err(e) => return Ok(Evaluated::OutOfRange(e.to_string())),
     };
     let resolved = runner::resolve(loader, &prepared, spec)?;
-    let mut per_seed = Vec::new();
-    for input in prepared.seed_inputs()? {
-        per_seed.push(runner::run_one(&resolved, &prepared, &input)?.0);
-    }
+    let per_seed = run_seeds(&resolved, &prepared, p.jobs)?;
     let metrics = over_seeds(&per_seed);
     let unfinished = per_seed.iter().any(|m| m.get("unfinished").is_some_and(|u| u > 0.0));
     let holds = p.target.holds(&metrics).map_err(|missing| InputError {
@@ -274,6 +273,37 @@ pub fn evaluate(loader: &mut Loader, p: &Problem, spec: &PolicySpec, x: f64) -> 
         fix: "bound a metric every policy reports (docs/output.md)".into(),
     })? && !unfinished;
     Ok(Evaluated::Ran(Point { load: x, holds, metrics }))
+}
+
+/// Every seed's run at one load, on up to `jobs` threads; in seed order whatever the thread
+/// count (each run is a pure function of policy, workload and seed).
+fn run_seeds(
+    resolved: &runner::ResolvedPolicy,
+    prepared: &runner::Prepared,
+    jobs: usize,
+) -> Result<Vec<Metrics>, Error> {
+    let seeds = prepared.workload.seeds as usize;
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<Result<Metrics, Error>>>> =
+        (0..seeds).map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.clamp(1, seeds.max(1)) {
+            scope.spawn(|| {
+                loop {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if k >= seeds {
+                        break;
+                    }
+                    let run = prepared
+                        .seed_input(k as u32)
+                        .map_err(Error::from)
+                        .and_then(|input| runner::run_one(resolved, prepared, &input).map(|o| o.0));
+                    *slots[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(run);
+                }
+            });
+        }
+    });
+    slots.into_iter().map(|s| s.into_inner().unwrap_or_else(|e| e.into_inner()).expect("every seed ran")).collect()
 }
 
 /// The capacity of one policy. A failing run (exit 1) becomes the policy's error; bad input

@@ -120,6 +120,9 @@ pub enum Command {
         /// Draw each SLO metric against the load, a line per policy, as SVG into this folder.
         #[arg(long)]
         plot: Option<PathBuf>,
+        /// Threads running one load's seeds (default: every core); results do not depend on it.
+        #[arg(short = 'j', long, value_parser = clap::value_parser!(u32).range(1..))]
+        jobs: Option<u32>,
         /// Print the table as Markdown.
         #[arg(long)]
         markdown: bool,

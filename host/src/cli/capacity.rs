@@ -24,6 +24,8 @@ pub struct Args {
     pub json: Option<PathBuf>,
     pub plot: Option<PathBuf>,
     pub markdown: bool,
+    /// Threads for one load's seeds (default: every core).
+    pub jobs: Option<usize>,
 }
 
 fn flag_error(flag: &str, path: String, message: String, fix: &str) -> InputError {
@@ -65,7 +67,8 @@ pub fn run(a: Args) -> Result<i32> {
         .into());
     }
     checks::pairings(&w, &specs)?;
-    let problem = Problem { workload: &w, file: &file, knob, target: &target };
+    let jobs = a.jobs.unwrap_or_else(runner::parallel::all_cores);
+    let problem = Problem { workload: &w, file: &file, knob, target: &target, jobs };
     // Everything that can be refused is refused now: the workload at its own load, and every
     // policy name and config (resolving builds nothing that runs).
     let prepared = capacity::check(&problem, start)?;

@@ -177,6 +177,23 @@ fn cluster_capacity_is_bracketed_by_loads_that_held_and_failed() {
         let at = |x: f64| points.iter().find(|p| p["load"].as_f64() == Some(x)).unwrap()["holds"].as_bool();
         assert_eq!((at(lo), at(hi)), (Some(true), Some(false)));
     }
+    // The seeds of a load run on threads: the answer is the same byte for byte with one.
+    let one = json_of(
+        &[
+            "capacity",
+            yaml.to_str().unwrap(),
+            "--slo",
+            "ttft_p99<500ms,latency_s=4,attainment>=95%",
+            "--policies",
+            "round_robin,least_requests",
+            "--tolerance",
+            "0.05",
+            "-j",
+            "1",
+        ],
+        "small-j1.json",
+    );
+    assert_eq!(one, v, "-j 1 and every core differ");
     for metric in ["ttft_p99_s", "slo_attainment"] {
         let svg = std::fs::read_to_string(plots.join(format!("small_capacity_{metric}.svg"))).unwrap();
         assert!(svg.contains("round_robin") && svg.contains("least_requests"), "{metric}: legend");
