@@ -14,5 +14,6 @@ mod hardening;
 mod isolate;
 mod loader;
 mod scale;
+mod serving;
 mod snapshots;
 mod standalone;
