@@ -91,10 +91,11 @@ pub struct Options {
     pub routers: Option<Vec<String>>,
 }
 
-/// Runs the bench: the text to print and the figures for `--json`.
-pub fn run(opts: &Options) -> Result<(String, Report)> {
+/// Runs the bench, printing its lines as they come when `echo`: the whole text and the figures
+/// for `--json`.
+pub fn run(opts: &Options, echo: bool) -> Result<(String, Report)> {
     let mut loader = Loader::new();
-    let mut rec = Recorder::new(opts.runs, opts.warmup);
+    let mut rec = Recorder::new(opts.runs, opts.warmup, echo);
     rec.line(format!(
         "routelab bench: each figure the median of {} runs after {} warm-up (±: half the min–max range); compared \
          variants alternate run by run.",

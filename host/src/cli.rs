@@ -141,8 +141,7 @@ fn execute(command: Command) -> Result<i32> {
         }
         Command::Bench { requests, plugin, routers, runs, warmup, json } => {
             let opts = crate::bench::Options { requests, plugin, runs, warmup, routers };
-            let (text, report) = crate::bench::run(&opts)?;
-            print!("{text}");
+            let (_, report) = crate::bench::run(&opts, true)?;
             if let Some(path) = json {
                 std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")
                     .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;

@@ -70,22 +70,31 @@ pub struct Recorder {
     pub figures: Vec<Figure>,
     pub text: String,
     section: String,
+    /// Also print each line as it is written (a whole bench takes minutes).
+    echo: bool,
 }
 
 impl Recorder {
-    pub fn new(runs: u32, warmup: u32) -> Self {
-        Self { runs: runs.max(1), warmup, figures: Vec::new(), text: String::new(), section: String::new() }
+    pub fn new(runs: u32, warmup: u32, echo: bool) -> Self {
+        Self { runs: runs.max(1), warmup, figures: Vec::new(), text: String::new(), section: String::new(), echo }
+    }
+
+    fn write(&mut self, text: &str) {
+        let _ = writeln!(self.text, "{text}");
+        if self.echo {
+            println!("{text}");
+        }
     }
 
     /// Starts a section: its title line, and the name its figures are filed under.
     pub fn section(&mut self, key: &str, title: &str) {
         self.section = key.into();
-        let _ = writeln!(self.text, "\n{title}");
+        self.write(&format!("\n{title}"));
     }
 
     /// A line of text in the current section.
     pub fn line(&mut self, text: impl AsRef<str>) {
-        let _ = writeln!(self.text, "{}", text.as_ref());
+        self.write(text.as_ref());
     }
 
     /// Samples variant `i` of `names` with `sample(i)`: `warmup + runs` rounds of one sample each,
@@ -132,7 +141,7 @@ mod tests {
 
     #[test]
     fn compared_variants_alternate_and_warmup_rounds_are_dropped() {
-        let mut rec = Recorder::new(3, 1);
+        let mut rec = Recorder::new(3, 1, false);
         rec.section("s", "title");
         let mut order = Vec::new();
         let mut calls = 0.0;
