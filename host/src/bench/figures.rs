@@ -116,11 +116,8 @@ impl Recorder {
                 }
             }
         }
-        let figures: Vec<Figure> = names
-            .iter()
-            .zip(samples)
-            .map(|(name, s)| Figure::new(&self.section, name.as_ref(), unit, s))
-            .collect();
+        let figures: Vec<Figure> =
+            names.iter().zip(samples).map(|(name, s)| Figure::new(&self.section, name.as_ref(), unit, s)).collect();
         self.figures.extend(figures.iter().cloned());
         Ok(figures)
     }
