@@ -8,7 +8,9 @@
 //! pure function of (resolved policy, prepared workload, seed input) — no loader, no shared
 //! mutable state — so runs may go in any order or in parallel.
 
+mod cells;
 mod fields;
+pub mod parallel;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,9 +18,10 @@ use std::sync::Arc;
 use routelab_policy_api::{PolicyKind, RouterBox, RouterContext, SchedulerBox, World};
 use serde::Serialize;
 
+pub use self::cells::{Cell, CellError, Stage, assemble, run_cell};
 pub use self::fields::{split_policies, with_field};
 use crate::error::Error;
-use crate::metrics::{Metrics, over_seeds};
+use crate::metrics::Metrics;
 use crate::plugin::{Factory, LoadError, Loader, PolicySpec};
 use crate::seeds::{seed_for, stream_seed};
 use crate::sim::cluster::{ClusterSim, RunOutcome};
@@ -62,6 +65,22 @@ pub struct WorkloadResult {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
     pub results: Vec<PolicyResult>,
+}
+
+impl WorkloadResult {
+    /// `prepared`'s result with no policies yet.
+    pub fn empty(prepared: &Prepared) -> Self {
+        let w = &prepared.workload;
+        Self {
+            name: w.name.clone(),
+            world: w.world().as_str(),
+            seed: w.seed,
+            seeds: w.seeds,
+            resolved: w.clone(),
+            notes: prepared.notes.clone(),
+            results: Vec::new(),
+        }
+    }
 }
 
 /// Overrides from the command line.
@@ -155,18 +174,19 @@ impl Prepared {
     /// Every seed's input: in the cluster world the request stream, generated once per
     /// (workload, seed) and shared by every policy.
     pub fn seed_inputs(&self) -> Result<Vec<SeedInput>, InputError> {
+        (0..self.workload.seeds).map(|k| self.seed_input(k)).collect()
+    }
+
+    /// Seed `k`'s input (0-based: the seed is `seed_for(workload.seed, k)`).
+    pub fn seed_input(&self, k: u32) -> Result<SeedInput, InputError> {
         let w = &self.workload;
-        (0..w.seeds)
-            .map(|k| {
-                let seed = seed_for(w.seed, k);
-                let stream = match (&w.cluster, &self.trace_stream) {
-                    (Some(_), Some(s)) => Some(s.clone()),
-                    (Some(c), None) => Some(Arc::new(self.generate(c, seed)?)),
-                    (None, _) => None,
-                };
-                Ok(SeedInput { seed, stream })
-            })
-            .collect()
+        let seed = seed_for(w.seed, k);
+        let stream = match (&w.cluster, &self.trace_stream) {
+            (Some(_), Some(s)) => Some(s.clone()),
+            (Some(c), None) => Some(Arc::new(self.generate(c, seed)?)),
+            (None, _) => None,
+        };
+        Ok(SeedInput { seed, stream })
     }
 
     fn generate(&self, c: &ClusterSpec, seed: u64) -> Result<RequestStream, InputError> {
@@ -175,6 +195,13 @@ impl Prepared {
         let sm = self.step_model.as_ref().expect("cluster world");
         sim::cluster::check_fits(sm, &stream).map_err(|e| self.setup_error(e))?;
         Ok(stream)
+    }
+}
+
+impl SeedInput {
+    /// Cluster world: the request stream (what `routelab replay` sends over HTTP).
+    pub fn stream(&self) -> Option<&RequestStream> {
+        self.stream.as_deref()
     }
 }
 
@@ -457,16 +484,7 @@ pub fn run_workload_by(
     on_result: &dyn Fn(&WorkloadResult),
     run: &mut dyn FnMut(&PolicySpec) -> PolicyResult,
 ) -> WorkloadResult {
-    let w = &prepared.workload;
-    let mut out = WorkloadResult {
-        name: w.name.clone(),
-        world: w.world().as_str(),
-        seed: w.seed,
-        seeds: w.seeds,
-        resolved: w.clone(),
-        notes: prepared.notes.clone(),
-        results: Vec::new(),
-    };
+    let mut out = WorkloadResult::empty(prepared);
     for spec in policies {
         out.results.push(run(spec));
         on_result(&out);
@@ -497,29 +515,30 @@ pub fn run_policy(
     inputs: &Result<Vec<SeedInput>, Error>,
     progress: &dyn Fn(&str),
 ) -> PolicyResult {
-    let mut result = empty_result(spec);
-    let mut runs = || -> Result<(), Error> {
-        let inputs = inputs.as_ref().map_err(Error::clone)?;
-        let resolved = resolve(loader, prepared, spec).inspect_err(|_| progress(&spec.label))?;
-        for input in inputs {
-            let run = run_one(&resolved, prepared, input);
-            progress(&spec.label);
-            let (m, a) = run?;
-            result.per_seed.push(m);
-            if !a.is_empty() {
-                result.allocation.push(a);
+    let seeds = 0..prepared.workload.seeds;
+    let cells: Vec<Cell> = match inputs {
+        Err(e) => seeds.map(|k| Cell::failed(k, Stage::Input, e)).collect(),
+        Ok(inputs) => match resolve(loader, prepared, spec).map_err(Error::from) {
+            Err(e) => {
+                progress(&spec.label);
+                seeds.map(|k| Cell::failed(k, Stage::Policy, &e)).collect()
             }
-        }
-        Ok(())
+            Ok(resolved) => {
+                let mut cells = Vec::new();
+                for (k, input) in seeds.zip(inputs) {
+                    let cell = run_cell(prepared, Ok(&resolved), Ok(input), k);
+                    progress(&spec.label);
+                    let failed = cell.error.is_some();
+                    cells.push(cell);
+                    if failed {
+                        break;
+                    }
+                }
+                cells
+            }
+        },
     };
-    match runs() {
-        Ok(()) => result.metrics = over_seeds(&result.per_seed),
-        Err(e) => {
-            result.input_error = e.exit_code() == 2;
-            result.error = Some(e.to_string());
-        }
-    }
-    result
+    assemble(empty_result(spec), &cells)
 }
 
 #[cfg(test)]

@@ -12,5 +12,7 @@ mod dispatch_results;
 mod hardening;
 mod isolate;
 mod loader;
+mod scale;
+mod serving;
 mod snapshots;
 mod standalone;
