@@ -19,7 +19,14 @@ fn main() {
 }
 
 fn ctx(replicas: u32) -> RouterContext {
-    RouterContext { world: World::Dispatch, replicas, seed: 7, kv_capacity_tokens: 0, cost: RNone }
+    RouterContext {
+        world: World::Dispatch,
+        replicas,
+        seed: 7,
+        kv_capacity_tokens: 0,
+        cost: RNone,
+        disaggregation: RNone,
+    }
 }
 
 /// Replicas with mixed loads: a few idle (ties to break), the rest busy.
