@@ -100,15 +100,36 @@ impl Scale {
 
     /// [`Scale::fit`], never logarithmic unless `log_allowed`.
     fn fit_as(values: impl IntoIterator<Item = f64>, from_zero: bool, log_allowed: bool) -> Self {
+        Self::fit_with(values, [], from_zero, log_allowed)
+    }
+
+    /// The axis for `values`, widened to show `extents` (interval ends) too. Only `values`
+    /// decide whether it is logarithmic: a wide interval around a small mean must not turn the
+    /// axis log; on a log axis an interval's end may reach a tenth of the smallest value.
+    fn fit_with(
+        values: impl IntoIterator<Item = f64>,
+        extents: impl IntoIterator<Item = f64>,
+        from_zero: bool,
+        log_allowed: bool,
+    ) -> Self {
         let vs: Vec<f64> = values.into_iter().filter(|v| v.is_finite()).collect();
-        let max = vs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let min = vs.iter().copied().fold(f64::INFINITY, f64::min);
-        let min_pos = vs.iter().copied().filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min);
         if vs.is_empty() {
             return Self { log: false, lo: 0.0, hi: 1.0 };
         }
-        if log_allowed && min_pos.is_finite() && max / min_pos > LOG_SPAN {
-            return Self { log: true, lo: min_pos.log10() - 0.08, hi: max.log10() + 0.08 };
+        let es: Vec<f64> = extents.into_iter().filter(|v| v.is_finite()).collect();
+        let max_v = vs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let min_pos = vs.iter().copied().filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min);
+        let min_v = vs.iter().copied().fold(f64::INFINITY, f64::min);
+        // Intervals widen the axis by at most half the values' range each way (and not below
+        // zero when every value is positive): two seeds' t-interval must not squash the means.
+        // A longer whisker runs to the edge.
+        let reach = 0.5 * (max_v - min_v.min(0.0)).max(max_v.abs() * 0.1);
+        let floor = if min_v >= 0.0 { 0.0 } else { min_v - reach };
+        let max = es.iter().copied().fold(max_v, f64::max).min(max_v + reach);
+        let min = es.iter().copied().fold(min_v, f64::min).max(floor.max(min_v - reach));
+        if log_allowed && min_pos.is_finite() && max_v / min_pos > LOG_SPAN {
+            let lo = es.iter().copied().filter(|e| *e > 0.0).fold(min_pos, f64::min).max(min_pos / 10.0);
+            return Self { log: true, lo: lo.log10() - 0.08, hi: max.log10() + 0.08 };
         }
         let lo = if from_zero { min.min(0.0) } else { min };
         let pad = ((max - lo) * 0.08).max(max.abs() * 1e-3).max(1e-12);
@@ -278,11 +299,8 @@ fn hatching(x0: i32, y0: i32, x1: i32, y1: i32) -> Vec<Vec<(i32, i32)>> {
 pub fn bars(title: &str, y_desc: &str, bars: &[Bar]) -> Result<String> {
     let on: Vec<&Bar> = bars.iter().filter(|b| !b.off_scale && b.value.is_finite()).collect();
     let fitted = if on.is_empty() { bars.iter().collect::<Vec<_>>() } else { on };
-    let extents = fitted.iter().flat_map(|b| {
-        let ci = if b.ci95.is_finite() { b.ci95 } else { 0.0 };
-        [b.value, b.value + ci, b.value - ci]
-    });
-    let scale = Scale::fit(extents, true);
+    let extents = fitted.iter().filter(|b| b.ci95.is_finite()).flat_map(|b| [b.value + b.ci95, b.value - b.ci95]);
+    let scale = Scale::fit_with(fitted.iter().map(|b| b.value), extents, true, true);
     let width = (150 + 120 * bars.len() as u32).max(520);
     let mut svg = String::new();
     {
@@ -361,12 +379,11 @@ pub fn lines(c: &LineChart) -> Result<String> {
     };
     let ys = match c.y_range {
         Some((lo, hi)) => Scale::fixed(lo, hi),
-        None => Scale::fit(
-            on().flat_map(|p| {
-                let ci = if p.ci95.is_finite() { p.ci95 } else { 0.0 };
-                [p.y, p.y + ci, p.y - ci]
-            }),
+        None => Scale::fit_with(
+            on().map(|p| p.y),
+            on().filter(|p| p.ci95.is_finite()).flat_map(|p| [p.y + p.ci95, p.y - p.ci95]),
             false,
+            true,
         ),
     };
     let any_off = c.series.iter().any(|s| s.points.iter().any(|p| p.off_scale));
@@ -438,7 +455,7 @@ pub fn lines(c: &LineChart) -> Result<String> {
                 }
                 if p.ci95.is_finite() && p.ci95 > 0.0 {
                     let (lo, hi) = (ys.clamped(p.y - p.ci95), ys.clamped(p.y + p.ci95));
-                    chart.draw_series([PathElement::new(vec![(px, lo), (px, hi)], col.stroke_width(1))]).map_err(err)?;
+                    chart.draw_series([PathElement::new(vec![(px, lo), (px, hi)], col.mix(0.6).stroke_width(1))]).map_err(err)?;
                 }
             }
         }
@@ -453,10 +470,10 @@ pub fn lines(c: &LineChart) -> Result<String> {
                 .map_err(err)?;
         }
         if any_off {
-            let (w, _) = c.size;
+            let (w, h) = c.size;
             root.draw(&Text::new(
                 "△ on the top edge: overloaded (off scale)",
-                (w as i32 - 290, 24),
+                (w as i32 - 270, h as i32 - 16),
                 ("sans-serif", 12).into_font().color(&BLACK),
             ))
             .map_err(err)?;
