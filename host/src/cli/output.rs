@@ -77,7 +77,12 @@ pub fn write(common: &Common, command: &str, results: &[WorkloadResult]) -> Resu
 }
 
 /// Writes the `--report` page of a finished command (`sweep`: what it moved).
-pub fn report(common: &Common, command: &str, results: &[WorkloadResult], sweep: Option<report::html::Sweep>) -> Result<()> {
+pub fn report(
+    common: &Common,
+    command: &str,
+    results: &[WorkloadResult],
+    sweep: Option<report::html::Sweep>,
+) -> Result<()> {
     let Some(path) = &common.report else { return Ok(()) };
     let argv: Vec<String> = std::env::args().collect();
     let page = report::html::Page { command, argv: &argv, results, sweep };

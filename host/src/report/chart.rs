@@ -11,8 +11,8 @@
 use anyhow::{Result, anyhow};
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use plotters::element::DashedPathElement;
-use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// Above this ratio of largest to smallest positive value, an axis is logarithmic.
 pub const LOG_SPAN: f64 = 30.0;
@@ -80,7 +80,17 @@ pub struct LineChart<'a> {
 /// A line chart of `series` against x, with markers and dash patterns so that coinciding lines
 /// stay visible: the function the report's sweeps and `routelab capacity` draw with.
 pub fn line_chart(title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> Result<String> {
-    lines(&LineChart { title, x_desc, y_desc, series, y_range: None, marker_every: 1, legend: true, linear_x: false, size: (820, 480) })
+    lines(&LineChart {
+        title,
+        x_desc,
+        y_desc,
+        series,
+        y_range: None,
+        marker_every: 1,
+        legend: true,
+        linear_x: false,
+        size: (820, 480),
+    })
 }
 
 /// How values map to an axis.
@@ -340,7 +350,8 @@ pub fn bars(title: &str, y_desc: &str, bars: &[Bar]) -> Result<String> {
                 for l in lines {
                     root.draw(&PathElement::new(l, c.stroke_width(1))).map_err(err)?;
                 }
-                let note = if b.value.is_finite() { format!("{} overloaded", short(b.value)) } else { "no value".into() };
+                let note =
+                    if b.value.is_finite() { format!("{} overloaded", short(b.value)) } else { "no value".into() };
                 let (tx, ty) = chart.backend_coord(&(i as f64 + 0.5, top));
                 let font = ("sans-serif", 13).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Top));
                 root.draw(&Text::new(note, (tx, ty.max(py0) + 6), font)).map_err(err)?;
@@ -427,8 +438,11 @@ pub fn lines(c: &LineChart) -> Result<String> {
                 let (d, g) = dash(i);
                 let anno = chart.draw_series(DashedLineSeries::new(run, d, g, style)).map_err(err)?;
                 if std::mem::take(&mut first) {
-                    let shape: Vec<(i32, i32)> =
-                        if c.marker_every > 0 { marker(i).into_iter().map(|(x, y)| (x + 12, y)).collect() } else { Vec::new() };
+                    let shape: Vec<(i32, i32)> = if c.marker_every > 0 {
+                        marker(i).into_iter().map(|(x, y)| (x + 12, y)).collect()
+                    } else {
+                        Vec::new()
+                    };
                     anno.label(s.label.clone()).legend(move |at| {
                         let st = colour(i).stroke_width(2);
                         EmptyElement::at(at)
@@ -451,11 +465,15 @@ pub fn lines(c: &LineChart) -> Result<String> {
                 }
                 let py = ys.clamped(p.y);
                 if c.marker_every > 0 && k % c.marker_every == 0 {
-                    chart.draw_series([EmptyElement::at((px, py)) + PathElement::new(marker(i), style)]).map_err(err)?;
+                    chart
+                        .draw_series([EmptyElement::at((px, py)) + PathElement::new(marker(i), style)])
+                        .map_err(err)?;
                 }
                 if p.ci95.is_finite() && p.ci95 > 0.0 {
                     let (lo, hi) = (ys.clamped(p.y - p.ci95), ys.clamped(p.y + p.ci95));
-                    chart.draw_series([PathElement::new(vec![(px, lo), (px, hi)], col.mix(0.6).stroke_width(1))]).map_err(err)?;
+                    chart
+                        .draw_series([PathElement::new(vec![(px, lo), (px, hi)], col.mix(0.6).stroke_width(1))])
+                        .map_err(err)?;
                 }
             }
         }
@@ -553,4 +571,72 @@ pub fn heatmap(title: &str, x_desc: &str, y_desc: &str, times: &[f64], cells: &[
         root.present().map_err(err)?;
     }
     Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bar(label: &str, value: f64, off_scale: bool) -> Bar {
+        Bar { label: label.into(), value, ci95: f64::NAN, off_scale }
+    }
+
+    /// The tick labels of an SVG chart's axes (plotters writes each text on its own line).
+    fn texts(svg: &str) -> Vec<String> {
+        svg.split("</text>").filter_map(|t| t.rsplit('>').next()).map(|t| t.trim().to_string()).collect()
+    }
+
+    #[test]
+    fn an_overloaded_bar_is_hatched_with_its_value_and_does_not_set_the_axis() {
+        let svg = bars("t", "y", &[bar("a", 1.0, false), bar("b", 2.0, false), bar("c", 900.0, true)]).unwrap();
+        let t = texts(&svg);
+        assert!(t.contains(&"900 overloaded".to_string()), "{t:?}");
+        // The axis ends near 2, not 900: its largest tick is 2.
+        let ticks: Vec<f64> = t.iter().filter_map(|s| s.parse().ok()).collect();
+        assert_eq!(ticks.iter().copied().fold(0.0, f64::max), 2.0, "{ticks:?}");
+        assert!(!svg.contains("log scale"));
+    }
+
+    #[test]
+    fn axes_turn_logarithmic_past_30x_and_not_below() {
+        let log = bars("t", "y", &[bar("a", 1.0, false), bar("b", 31.0, false)]).unwrap();
+        assert!(log.contains("y (log scale)"));
+        let linear = bars("t", "y", &[bar("a", 1.0, false), bar("b", 29.0, false)]).unwrap();
+        assert!(!linear.contains("log scale"));
+        // Log ticks are round values (1, 2, 5, 10, 20), not powers like 10^0.5.
+        let ticks: Vec<f64> = texts(&log).iter().filter_map(|s| s.parse().ok()).collect();
+        assert!(ticks.contains(&10.0) && ticks.contains(&2.0), "{ticks:?}");
+    }
+
+    #[test]
+    fn error_bars_are_drawn_only_where_there_is_an_interval() {
+        let count = |ci: f64| {
+            let b = Bar { label: "a".into(), value: 5.0, ci95: ci, off_scale: false };
+            // Error bars are the only black lines 2 pixels wide.
+            bars("t", "y", &[b]).unwrap().matches("stroke=\"#000000\" stroke-width=\"2\"").count()
+        };
+        // Stem and two caps.
+        assert_eq!((count(1.0), count(f64::NAN)), (3, 0));
+    }
+
+    #[test]
+    fn series_differ_in_marker_and_dash_and_off_scale_points_break_the_line() {
+        assert!((0..5).all(|i| (0..5).all(|j| i == j || (dash(i), marker(i)) != (dash(j), marker(j)))));
+        let s = Series {
+            label: "p".into(),
+            points: vec![Point::at(1.0, 1.0), Point::at(2.0, 2.0), Point { off_scale: true, ..Point::at(3.0, 99.0) }],
+        };
+        let svg = line_chart("t", "x", "y", &[s]).unwrap();
+        assert!(svg.contains("overloaded (off scale)"));
+        let ticks: Vec<f64> = texts(&svg).iter().filter_map(|s| s.parse().ok()).collect();
+        assert!(ticks.iter().all(|&t| t < 10.0), "the off-scale point set the axis: {ticks:?}");
+    }
+
+    #[test]
+    fn short_numbers() {
+        assert_eq!(short(0.5), "0.5");
+        assert_eq!(short(1000.0), "1000");
+        assert_eq!(short(12.345), "12.35");
+        assert_eq!(short(2e-6), "2.0e-6");
+    }
 }

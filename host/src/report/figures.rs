@@ -9,8 +9,8 @@
 
 use anyhow::Result;
 
-use super::chart::{self, Bar, LineChart, Point, Series};
 use super::COLUMNS;
+use super::chart::{self, Bar, LineChart, Point, Series};
 use crate::runner::{PolicyResult, WorkloadResult};
 
 /// One chart: a file-name stem (`<workload>_<what>`), a title, and the SVG text.
@@ -149,11 +149,8 @@ fn cdf(w: &WorkloadResult) -> Result<Option<Figure>> {
 
 /// Each policy's per-replica in-flight requests over its first seed, on a shared y axis.
 fn timelines(w: &WorkloadResult) -> Result<Vec<Figure>> {
-    let with: Vec<_> = w
-        .results
-        .iter()
-        .filter_map(|r| Some((r, r.detail.as_ref().filter(|d| !d.times.is_empty())?)))
-        .collect();
+    let with: Vec<_> =
+        w.results.iter().filter_map(|r| Some((r, r.detail.as_ref().filter(|d| !d.times.is_empty())?))).collect();
     let top = with.iter().flat_map(|(_, d)| d.in_flight.iter().flatten()).copied().max().unwrap_or(0).max(1);
     let x_desc = format!("time [{}]", time_unit(w));
     let mut out = Vec::new();
@@ -161,7 +158,8 @@ fn timelines(w: &WorkloadResult) -> Result<Vec<Figure>> {
         let replicas = d.in_flight.first().map_or(0, Vec::len);
         let title = format!("{} — {}: requests in flight per replica (seed {})", w.name, r.policy, w.seed);
         let svg = if replicas > MAX_TIMELINE_LINES {
-            let rows: Vec<Vec<f64>> = (0..replicas).map(|k| d.in_flight.iter().map(|c| c[k] as f64).collect()).collect();
+            let rows: Vec<Vec<f64>> =
+                (0..replicas).map(|k| d.in_flight.iter().map(|c| c[k] as f64).collect()).collect();
             chart::heatmap(&title, &x_desc, "replica", &d.times, &rows, top as f64)?
         } else {
             let series: Vec<Series> = (0..replicas)
@@ -215,7 +213,8 @@ pub fn sweep(name: &str, field: &str, points: &[WorkloadResult]) -> Result<Vec<F
     };
     let policies: Vec<&str> = first.results.iter().map(|r| r.policy.as_str()).collect();
     let mut out = Vec::new();
-    let keys = SWEEP_KEYS.iter().filter(|k| points.iter().any(|w| w.results.iter().any(|r| r.metrics.get(k).is_some())));
+    let keys =
+        SWEEP_KEYS.iter().filter(|k| points.iter().any(|w| w.results.iter().any(|r| r.metrics.get(k).is_some())));
     for key in keys {
         let series: Vec<Series> = policies
             .iter()
@@ -248,4 +247,54 @@ pub fn sweep(name: &str, field: &str, points: &[WorkloadResult]) -> Result<Vec<F
         out.push(Figure { stem: format!("{}_sweep_{}_{key}", file_name(name), file_name(field)), title, svg });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::runner::empty_result;
+
+    fn result(w: &str, policies: &[(&str, f64, f64)]) -> WorkloadResult {
+        let w = crate::workload::parse(w, std::path::Path::new("w.yaml")).unwrap();
+        let results = policies
+            .iter()
+            .map(|&(p, v, overloaded)| {
+                let mut m = Metrics::new();
+                m.push("latency_mean_s", v);
+                m.push("overloaded", overloaded);
+                let spec = crate::plugin::PolicySpec::parse(p).unwrap();
+                crate::runner::PolicyResult { metrics: m, ..empty_result(&spec) }
+            })
+            .collect();
+        WorkloadResult {
+            name: w.name.clone(),
+            world: w.world().as_str(),
+            seed: 1,
+            seeds: 1,
+            resolved: w,
+            notes: Vec::new(),
+            results,
+        }
+    }
+
+    const CLUSTER: &str = "cluster:\n  replicas: 2\n  generator: {output_tokens: 16}\n  arrivals: {poisson: {rate: 1.5}}\n  requests: 50\n";
+
+    /// A sweep's x is the value as run: `x1.5` of rate 1 is drawn at 1.5, found with or without
+    /// the world prefix.
+    #[test]
+    fn the_swept_value_is_read_from_the_workload_as_run() {
+        let w = result(CLUSTER, &[]);
+        assert_eq!(swept_value(&w, "arrivals.poisson.rate"), Some(1.5));
+        assert_eq!(swept_value(&w, "cluster.arrivals.poisson.rate"), Some(1.5));
+        assert_eq!(swept_value(&w, "replicas"), Some(2.0));
+        assert_eq!(swept_value(&w, "no.such.field"), None);
+    }
+
+    #[test]
+    fn overloaded_runs_and_values_far_beyond_the_others_are_off_the_scale() {
+        let w = result(CLUSTER, &[("random", 2.0, 0.0), ("round_robin", 3.0, 1.0), ("least_work_left", 1e4, 0.0)]);
+        let off: Vec<bool> = bars_of(&w, "latency_mean_s").iter().map(|b| b.off_scale).collect();
+        assert_eq!(off, [false, true, true]);
+    }
 }

@@ -51,8 +51,7 @@ pub fn escape(s: &str) -> String {
 /// otherwise split or expand them.
 pub fn command_line(args: &[String]) -> String {
     let quote = |a: &str| {
-        let plain = !a.is_empty()
-            && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+%".contains(c));
+        let plain = !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+%".contains(c));
         if plain { a.to_string() } else { format!("'{}'", a.replace('\'', r"'\''")) }
     };
     std::iter::once("routelab".to_string()).chain(args.iter().skip(1).map(|a| quote(a))).collect::<Vec<_>>().join(" ")
@@ -122,7 +121,8 @@ fn workload(h: &mut String, w: &WorkloadResult) -> Result<()> {
         let _ = write!(h, "<tr><td>{}</td>", escape(policy));
         match cells {
             Err(first) => {
-                let _ = write!(h, "<td class=\"failed\" colspan=\"{}\">FAILED: {}</td>", g.header.len() - 1, escape(first));
+                let _ =
+                    write!(h, "<td class=\"failed\" colspan=\"{}\">FAILED: {}</td>", g.header.len() - 1, escape(first));
             }
             Ok(cells) => {
                 for c in cells {
@@ -134,7 +134,12 @@ fn workload(h: &mut String, w: &WorkloadResult) -> Result<()> {
     }
     h.push_str("</table>\n");
     for r in w.results.iter().filter(|r| r.error.is_some()) {
-        let _ = writeln!(h, "<p class=\"failed\">{} failed:</p><pre>{}</pre>", escape(&r.policy), escape(r.error.as_deref().unwrap_or("")));
+        let _ = writeln!(
+            h,
+            "<p class=\"failed\">{} failed:</p><pre>{}</pre>",
+            escape(&r.policy),
+            escape(r.error.as_deref().unwrap_or(""))
+        );
     }
     for n in &w.notes {
         let _ = writeln!(h, "<p class=\"meta\">note: {}</p>", escape(n));
@@ -168,7 +173,9 @@ fn every_metric(h: &mut String, w: &WorkloadResult) {
     if keys.is_empty() {
         return;
     }
-    h.push_str("<details><summary>Every metric (mean over seeds ± 95% interval)</summary>\n<table>\n<tr><th>metric</th>");
+    h.push_str(
+        "<details><summary>Every metric (mean over seeds ± 95% interval)</summary>\n<table>\n<tr><th>metric</th>",
+    );
     for r in &ok {
         let _ = write!(h, "<th>{}</th>", escape(&r.policy));
     }

@@ -347,7 +347,7 @@ fn dispatch_router_context(servers: u32, run_seed: u64) -> RouterContext {
 
 /// Runs one policy on one seed: a pure function of its arguments.
 pub fn run_one(policy: &ResolvedPolicy, prepared: &Prepared, input: &SeedInput) -> Result<Outcome, Error> {
-    Ok(run_one_detailed(policy, prepared, input)?.0)
+    Ok(run_seed(policy, prepared, input, false)?.0)
 }
 
 /// [`run_one`], with the run's latency distribution and replica timeline (dispatch and cluster
@@ -357,13 +357,27 @@ pub fn run_one_detailed(
     prepared: &Prepared,
     input: &SeedInput,
 ) -> Result<(Outcome, Option<Detail>), Error> {
+    run_seed(policy, prepared, input, true)
+}
+
+/// One run; its [`Detail`] only when asked (it costs a sort of every request's latency).
+fn run_seed(
+    policy: &ResolvedPolicy,
+    prepared: &Prepared,
+    input: &SeedInput,
+    with_detail: bool,
+) -> Result<(Outcome, Option<Detail>), Error> {
     let w = &prepared.workload;
     let (label, run_seed) = (policy.label(), input.seed);
     match w.world() {
         WorldKind::Dispatch => {
             let d = w.dispatch.as_ref().expect("dispatch world");
             let router = policy.policy.router(&dispatch_router_context(d.servers, run_seed))?;
-            let (m, detail) = sim::dispatch::run_detailed(d, prepared.trace.as_deref(), router, label, run_seed)?;
+            let trace = prepared.trace.as_deref();
+            if !with_detail {
+                return Ok(((sim::dispatch::run(d, trace, router, label, run_seed)?, Vec::new()), None));
+            }
+            let (m, detail) = sim::dispatch::run_detailed(d, trace, router, label, run_seed)?;
             Ok(((m, Vec::new()), Some(detail)))
         }
         WorldKind::Cluster => {
@@ -376,8 +390,8 @@ pub fn run_one_detailed(
             let sim =
                 ClusterSim::build(c, sm, stream, router, schedulers, label).map_err(|e| prepared.setup_error(e))?;
             let out = sim.run()?;
-            let detail = cluster_detail(c.replicas as usize, &out.records);
-            Ok(((out.metrics, Vec::new()), Some(detail)))
+            let detail = with_detail.then(|| cluster_detail(c.replicas as usize, &out.records));
+            Ok(((out.metrics, Vec::new()), detail))
         }
         WorldKind::Compound => {
             let c = w.compound.as_ref().expect("compound world");
@@ -390,15 +404,17 @@ pub fn run_one_detailed(
 
 /// A cluster run's latency distribution and each replica's in-flight requests over time.
 fn cluster_detail(replicas: usize, records: &[sim::cluster::RequestRecord]) -> Detail {
-    let mut latency: Vec<f64> = records
-        .iter()
-        .filter(|r| r.completed_at_s.is_finite())
-        .map(|r| r.completed_at_s - r.arrived_at_s)
-        .collect();
+    let mut latency: Vec<f64> =
+        records.iter().filter(|r| r.completed_at_s.is_finite()).map(|r| r.completed_at_s - r.arrived_at_s).collect();
     let finished_share = latency.len() as f64 / records.len().max(1) as f64;
     let spans: Vec<(u32, f64, f64)> = records.iter().map(|r| (r.replica, r.arrived_at_s, r.completed_at_s)).collect();
     let (times, in_flight) = in_flight_timeline(replicas, &spans);
-    Detail { latency_quantiles: quantile_vector(&mut latency, crate::metrics::CDF_POINTS), finished_share, times, in_flight }
+    Detail {
+        latency_quantiles: quantile_vector(&mut latency, crate::metrics::CDF_POINTS),
+        finished_share,
+        times,
+        in_flight,
+    }
 }
 
 /// One scheduler per replica for run `run_seed`.
@@ -532,12 +548,11 @@ pub fn run_policy(
         let inputs = inputs.as_ref().map_err(Error::clone)?;
         let resolved = resolve(loader, prepared, spec).inspect_err(|_| progress(&spec.label))?;
         for (k, input) in inputs.iter().enumerate() {
-            let run = run_one_detailed(&resolved, prepared, input);
+            // The first seed's run keeps its detail for the charts.
+            let run = run_seed(&resolved, prepared, input, k == 0);
             progress(&spec.label);
             let ((m, a), detail) = run?;
-            if k == 0 {
-                result.detail = detail;
-            }
+            result.detail = result.detail.take().or(detail);
             result.per_seed.push(m);
             if !a.is_empty() {
                 result.allocation.push(a);

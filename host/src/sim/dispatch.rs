@@ -130,7 +130,12 @@ pub fn run(
     label: &str,
     run_seed: u64,
 ) -> Result<Metrics, RunError> {
-    Ok(run_detailed(spec, trace, router, label, run_seed)?.0)
+    let mut router = RouterHandle::new(router, spec.servers, label);
+    let (mut m, _) = run_with(spec, trace, &mut router, run_seed, false)?;
+    for (k, v) in router.report()? {
+        m.push(k, v);
+    }
+    Ok(m)
 }
 
 /// [`run`], with the run's response-time distribution and each server's queue over time
@@ -143,7 +148,7 @@ pub fn run_detailed(
     run_seed: u64,
 ) -> Result<(Metrics, Detail), RunError> {
     let mut router = RouterHandle::new(router, spec.servers, label);
-    let (mut m, detail) = run_with(spec, trace, &mut router, run_seed)?;
+    let (mut m, detail) = run_with(spec, trace, &mut router, run_seed, true)?;
     for (k, v) in router.report()? {
         m.push(k, v);
     }
@@ -155,6 +160,7 @@ fn run_with(
     trace: Option<&[TraceRow]>,
     router: &mut RouterHandle,
     run_seed: u64,
+    with_detail: bool,
 ) -> Result<(Metrics, Detail), RunError> {
     let n = spec.servers as usize;
     let (sizes, _) = Sizes::new(&spec.service);
@@ -218,7 +224,7 @@ fn run_with(
             }
         }
         servers.drain(now, router)?;
-        if id % sample_every == 0 {
+        if with_detail && id % sample_every == 0 {
             servers.times.push(t_units);
             servers.in_flight.push(servers.views.iter().map(|v| v.outstanding_requests).collect());
         }
@@ -235,7 +241,7 @@ fn run_with(
         servers.on_dispatch(id, i, now, to_ticks(size));
     }
     servers.drain(SimTime::MAX, router)?;
-    Ok(servers.summary())
+    Ok(servers.summary(with_detail))
 }
 
 /// The queueing mode's servers: FCFS queues known by when each server frees up, the departure
@@ -327,7 +333,7 @@ impl Servers {
         router.complete(&c)
     }
 
-    fn summary(mut self) -> (Metrics, Detail) {
+    fn summary(mut self, with_detail: bool) -> (Metrics, Detail) {
         let n = self.views.len();
         let responses = &mut self.responses;
         let measured = responses.len();
@@ -346,6 +352,9 @@ impl Servers {
         m.push("utilisation", self.busy_ticks as f64 / TICKS / span / n as f64);
         let busiest = self.dispatched_to.iter().copied().max().unwrap_or(0);
         m.push("busiest_server_share", busiest as f64 / measured.max(1) as f64);
+        if !with_detail {
+            return (m, Detail::default());
+        }
         let detail = Detail {
             latency_quantiles: quantile_vector(responses, CDF_POINTS),
             finished_share: 1.0,

@@ -12,5 +12,6 @@ mod dispatch_results;
 mod hardening;
 mod isolate;
 mod loader;
+mod report;
 mod snapshots;
 mod standalone;
