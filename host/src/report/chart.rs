@@ -558,16 +558,16 @@ pub fn heatmap(title: &str, x_desc: &str, y_desc: &str, times: &[f64], cells: &[
             chart.draw_series(rects).map_err(err)?;
         }
         // The colour key: white (0) to darkest (top).
-        let steps = 20;
+        let steps: i32 = 20;
         for k in 0..steps {
             let v = top * (steps - 1 - k) as f64 / (steps - 1) as f64;
-            let y = 40 + k as i32 * 10;
+            let y = 40 + k * 10;
             legend.draw(&Rectangle::new([(10, y), (30, y + 10)], shade(v).filled())).map_err(err)?;
         }
-        legend.draw(&Rectangle::new([(10, 40), (30, 40 + 10 * steps as i32)], BLACK.mix(0.4))).map_err(err)?;
+        legend.draw(&Rectangle::new([(10, 40), (30, 40 + 10 * steps)], BLACK.mix(0.4))).map_err(err)?;
         let font = ("sans-serif", 12).into_font().color(&BLACK);
         legend.draw(&Text::new(short(top), (34, 38), font.clone())).map_err(err)?;
-        legend.draw(&Text::new("0", (34, 30 + 10 * steps as i32), font)).map_err(err)?;
+        legend.draw(&Text::new("0", (34, 30 + 10 * steps), font)).map_err(err)?;
         root.present().map_err(err)?;
     }
     Ok(svg)
