@@ -34,7 +34,9 @@
 //!
 //! Parameters (defaults): `window_s` 180; `decode_estimate` single (the paper: one request's
 //! per-token time), `batched` (marginal cost in the replica's running batch) or `median_tpot`
-//! (the code: `median_tpot_s` 0.15 × output); `include_p` true (the code omits P);
+//! (the code: `median_tpot_s` 0.15 × output); `decode_load` windowed (every request in the
+//! window is charged a decode estimate, the paper's reading) or `running` (only the requests
+//! running on the replica now, as `get_node_cost` in the code does); `include_p` true (the code omits P);
 //! `rebalance` true, `rebalance_threshold` 1.5 (Th_bal), `rebalance_after_per_replica` 0 (the
 //! code: 50); `autoscale` true, `autoscale_factor` 2, `autoscale_min_samples` 10; `pd_pairing`
 //! true, `pd_hit_ratio` 0.7, `pd_window_s` 30; `default_output_tokens` 64 (before any completion is seen).
@@ -79,11 +81,22 @@ pub enum DecodeEstimate {
     MedianTpot,
 }
 
+/// Which requests L charges the decode estimate for.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DecodeLoad {
+    /// Every request dispatched to the replica within the window H (the paper's §3.2 reading).
+    Windowed,
+    /// The requests running on the replica now (Preble's code, `get_node_cost`).
+    Running,
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub window_s: f64,
     pub decode_estimate: DecodeEstimate,
+    pub decode_load: DecodeLoad,
     pub median_tpot_s: f64,
     pub include_p: bool,
     pub rebalance: bool,
@@ -103,6 +116,7 @@ impl Default for Config {
         Self {
             window_s: 180.0,
             decode_estimate: DecodeEstimate::Single,
+            decode_load: DecodeLoad::Windowed,
             median_tpot_s: 0.15,
             include_p: true,
             rebalance: true,
@@ -310,7 +324,11 @@ impl Preble {
             let prefill = w.prefill_s.sum(now);
             let n = w.prefill_s.count(now) as f64;
             let batch = views.get(r).map_or(0, |v| v.running);
-            let l = prefill + n * self.decode_estimate(output, context, batch);
+            let decoding = match self.cfg.decode_load {
+                DecodeLoad::Windowed => n,
+                DecodeLoad::Running => f64::from(batch),
+            };
+            let l = prefill + decoding * self.decode_estimate(output, context, batch);
             let p = if self.cfg.include_p { self.model.prefill_time_s(missed, matched) } else { 0.0 };
             self.needed[r] = missed + output as u64;
             self.costs[r] = Cost { l, m: f64::NAN, p };

@@ -114,3 +114,32 @@ fn pd_pairing_sends_an_explore_to_a_decode_heavy_replica() {
     assert_eq!(decide(false), (2, 0.0, 1.0), "without pairing the idle replica wins");
     assert_eq!(decide(true), (1, 1.0, 1.0));
 }
+
+/// Replica 0 took twenty short prompts in the window but runs nothing now; replica 1 took two and
+/// runs eight. A fresh prompt explores: charging decode for the window's requests (the paper)
+/// makes replica 0 the dear one, charging it for the running requests (the code) replica 1.
+#[test]
+fn decode_load_charges_the_window_or_the_running_batch() {
+    use routelab_policies::preble::DecodeLoad;
+    let mut views = [ReplicaView::default(); 2];
+    views[1].running = 8;
+    let decide = |decode_load: DecodeLoad| {
+        let ctx = RouterContext {
+            world: World::Cluster,
+            replicas: 2,
+            seed: 1,
+            kv_capacity_tokens: 219_089,
+            cost: RSome(a6000_mistral()),
+        };
+        let cfg = Config { rebalance: false, autoscale: false, pd_pairing: false, decode_load, ..Config::default() };
+        let mut p = Preble::new(cfg, &ctx).unwrap();
+        for i in 0..22 {
+            let segs = [question(i)];
+            p.on_dispatch(&req(i, 0.1 * i as f64, &segs), usize::from(i >= 20));
+        }
+        let fresh = [Segment { id: 7, tokens: 10 }];
+        p.route(&req(99, 3.0, &fresh), &Replicas::new(&views))
+    };
+    assert_eq!(decide(DecodeLoad::Windowed), 1);
+    assert_eq!(decide(DecodeLoad::Running), 0);
+}
