@@ -126,8 +126,9 @@ pub const CDF_POINTS: usize = 200;
 pub const TIMELINE_SAMPLES: usize = 240;
 
 /// One run's shape beyond its summary, for charts (not in JSON or CSV): the latency distribution
-/// and each replica's in-flight requests over time. Kept for a policy's first seed only.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// and each replica's in-flight requests over time. Kept for a policy's first seed only. Every
+/// number is finite (serialised between an `--isolate` child and its parent).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Detail {
     /// Latency (cluster, s) or response time (dispatch, mean service times) of the finished
     /// requests at the quantiles 0, 1/N, …, 1 ([`CDF_POINTS`]); empty when none finished.

@@ -75,6 +75,29 @@ fn compare_report_has_every_table_chart_and_workload_and_needs_nothing_else() {
     assert!(html.contains("rep_dispatch [dispatch world, seeds 1..2 (2 runs, mean ± 95% CI)]"));
 }
 
+/// Under `--isolate` the children send their first seed's detail: the page still has the CDF and
+/// the in-flight charts.
+#[test]
+fn isolated_runs_keep_their_cdf_and_timeline() {
+    let w = scratch("isolated.yaml");
+    std::fs::write(&w, CLUSTER.replace("rep_cluster", "rep_isolated")).unwrap();
+    let page = scratch("isolated.html");
+    let html = report(
+        &[
+            "compare",
+            w.to_str().unwrap(),
+            "--policies",
+            "random,round_robin",
+            "--isolate",
+            "--report",
+            page.to_str().unwrap(),
+        ],
+        &page,
+    );
+    assert!(html.contains("id=\"rep_isolated_latency_cdf\""));
+    assert!(html.contains("id=\"rep_isolated_inflight_round_robin\""));
+}
+
 /// A report names the output path checks like the other outputs: a folder is bad input.
 #[test]
 fn report_path_is_checked_before_running() {
