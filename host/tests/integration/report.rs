@@ -198,6 +198,7 @@ fn reports_render_in_chromium_with_every_policy_workload_and_chart() {
         );
         return;
     };
+    let _alone = cores_alone();
     let compare = scratch("browser-compare.html");
     let compare_html = compare_report(&compare);
     let sweep = scratch("browser-sweep.html");
