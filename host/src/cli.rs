@@ -6,22 +6,23 @@
 
 mod args;
 mod checks;
+mod diff;
+mod merge;
 mod output;
+mod run;
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser};
 
 pub use args::{Cli, Command, Common, Kind};
 
-use crate::isolate;
 use crate::plugin::{Loader, PolicySpec};
 use crate::report;
 use crate::runner::{self, Prepared, RunOptions, WorkloadResult};
 use crate::workload::{self, InputError};
+use run::{exit_code_of_results, run_prepared};
 
 impl Common {
     fn options(&self) -> RunOptions {
@@ -84,6 +85,17 @@ fn execute(command: Command) -> Result<i32> {
             };
             sweep(&workloads, specs, &set, &common)
         }
+        Command::Merge { files, json, markdown } => {
+            let (command, results) = merge::merge(&files)?;
+            let common = Common { json, markdown, ..Default::default() };
+            output::check(&common)?;
+            output::write(&common, &command, &results)?;
+            for r in &results {
+                print!("{}", report::table::render(r, markdown));
+            }
+            Ok(exit_code_of_results(&results, &mut Vec::new()))
+        }
+        Command::Diff { before, after, markdown } => diff::main(&before, &after, markdown),
         Command::Policies { plugin } => list_policies(plugin.as_deref()),
         Command::Workloads => {
             let list = crate::builtin::list();
@@ -199,10 +211,11 @@ fn demo() -> Result<i32> {
         println!("{what}\n(rerun: routelab compare {file} --policies {policies})");
         let prepared = vec![runner::prepare(w, path)?];
         let specs = checks::specs(&runner::split_policies(policies))?;
-        let (results, code) = run_prepared(prepared, Some(&specs), &Common::default(), "demo")?;
-        for r in &results {
+        let mut show = |r: &WorkloadResult| -> Result<()> {
             println!("{}", report::table::render(r, false));
-        }
+            Ok(())
+        };
+        let (_, code) = run_prepared(prepared, Some(&specs), &Common::default(), "demo", &mut show)?;
         worst = worst.max(code);
     }
     Ok(worst)
@@ -251,8 +264,7 @@ fn compare_files(
             println!("{}", crate::sim::compound::training_table(c, p.workload.seed));
         }
     }
-    let (results, code) = run_prepared(prepared, policies.as_deref(), common, command)?;
-    for r in &results {
+    let mut show = |r: &WorkloadResult| -> Result<()> {
         if vertical {
             print!("{}", render_vertical(r));
         } else {
@@ -263,7 +275,9 @@ fn compare_files(
                 println!("plot: {}", f.display());
             }
         }
-    }
+        Ok(())
+    };
+    let (results, code) = run_prepared(prepared, policies.as_deref(), common, command, &mut show)?;
     output::report(common, command, &results, None)?;
     Ok(code)
 }
@@ -352,10 +366,11 @@ fn sweep(files: &[PathBuf], policies: Option<Vec<PolicySpec>>, sets: &[String], 
         }
         names.push(base.name);
     }
-    let (results, code) = run_prepared(prepared, policies.as_deref(), common, "sweep")?;
-    for r in &results {
+    let mut show = |r: &WorkloadResult| -> Result<()> {
         print!("{}", report::table::render(r, common.markdown));
-    }
+        Ok(())
+    };
+    let (results, code) = run_prepared(prepared, policies.as_deref(), common, "sweep", &mut show)?;
     if let Some(dir) = &common.plot {
         for (name, chunk) in names.iter().zip(results.chunks(points)) {
             for f in report::plot::sweep(dir, name, fields[0].0, chunk)? {
@@ -366,91 +381,6 @@ fn sweep(files: &[PathBuf], policies: Option<Vec<PolicySpec>>, sets: &[String], 
     let moved = report::html::Sweep { field: fields[0].0, names: &names, points };
     output::report(common, "sweep", &results, Some(moved))?;
     Ok(code)
-}
-
-/// Runs every prepared workload; writes JSON/CSV after each policy; prints failures to stderr.
-fn run_prepared(
-    prepared: Vec<Prepared>,
-    policies: Option<&[PolicySpec]>,
-    common: &Common,
-    command: &str,
-) -> Result<(Vec<WorkloadResult>, i32)> {
-    let mut loader = Loader::new();
-    let mut done: Vec<WorkloadResult> = Vec::new();
-    let mut printed: Vec<String> = Vec::new();
-    let mut code = 0;
-    let total: u64 = prepared
-        .iter()
-        .map(|p| {
-            let n = policies.map_or(p.workload.policies.len(), <[_]>::len);
-            n as u64 * p.workload.seeds as u64
-        })
-        .sum();
-    let bar = progress_bar(total);
-    for p in &prepared {
-        let specs = match policies {
-            Some(s) => s.to_vec(),
-            None => checks::specs(&p.workload.policies).with_context(|| format!("workload {}", p.workload.name))?,
-        };
-        checks::pairings(&p.workload, &specs)?;
-        if specs.is_empty() {
-            return Err(InputError {
-                file: PathBuf::from(&p.workload.name),
-                path: "policies".into(),
-                line: None,
-                message: "no policies to run".into(),
-                fix: "pass --policies a,b,c or list `policies:` in the workload".into(),
-            }
-            .into());
-        }
-        let write_out = |current: &WorkloadResult| {
-            let mut all = done.clone();
-            all.push(current.clone());
-            if let Err(e) = output::write(common, command, &all) {
-                eprintln!("error: {e:#}");
-            }
-        };
-        let progress = |label: &str| {
-            bar.set_message(label.to_string());
-            bar.inc(1)
-        };
-        let result = if common.isolate {
-            let limits = isolate::Limits {
-                timeout: Duration::from_secs(common.policy_timeout),
-                memory_mib: common.policy_memory,
-            };
-            runner::run_workload_by(p, &specs, &write_out, &mut |spec| isolate::run_policy(p, spec, &limits, &progress))
-        } else {
-            runner::run_workload(&mut loader, p, &specs, &progress, &write_out)
-        };
-        for r in &result.results {
-            if let Some(e) = &r.error {
-                // A bad policy fails on every workload of a sweep alike: say it once.
-                if !printed.contains(e) {
-                    eprintln!("error: {}: {e}", result.name);
-                    printed.push(e.clone());
-                }
-                code = code.max(if r.input_error { 2 } else { 1 });
-            }
-        }
-        done.push(result);
-    }
-    bar.finish_and_clear();
-    output::write(common, command, &done)?;
-    Ok((done, code))
-}
-
-fn progress_bar(total: u64) -> indicatif::ProgressBar {
-    if !std::io::stderr().is_terminal() || total < 2 {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} runs, eta {eta} {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar
 }
 
 fn render_vertical(w: &WorkloadResult) -> String {

@@ -66,6 +66,29 @@ impl Serialize for Metrics {
     }
 }
 
+/// Reads what [`Serialize`] wrote, in order: `null` (a non-finite figure) comes back as NaN, so
+/// a summary recomputed from read figures is non-finite exactly where the original was
+/// (`routelab merge`).
+impl<'de> serde::Deserialize<'de> for Metrics {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct InOrder;
+        impl<'de> serde::de::Visitor<'de> for InOrder {
+            type Value = Metrics;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of metric name to number or null")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Metrics, A::Error> {
+                let mut out = Metrics::new();
+                while let Some((k, v)) = map.next_entry::<String, Option<f64>>()? {
+                    out.0.push((k, v.unwrap_or(f64::NAN)));
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(InOrder)
+    }
+}
+
 /// Arithmetic mean (NaN for none).
 pub fn mean(xs: &[f64]) -> f64 {
     if xs.is_empty() { f64::NAN } else { xs.iter().sum::<f64>() / xs.len() as f64 }

@@ -87,6 +87,29 @@ pub enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Join the partial results of `--shard K/N` runs into what one unsharded run writes.
+    Merge {
+        /// The shards' `--json` files, in any order (every shard 1/N..N/N exactly once).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Write the merged results as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Print tables as Markdown.
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// Which metrics of which policies moved beyond their 95% intervals between two `--json` files.
+    /// Exit code 0: nothing moved; 1: something moved or failed differently; 2: bad input.
+    Diff {
+        /// The results before the change (`--json` of compare, sweep, run or merge).
+        before: PathBuf,
+        /// The results after the change.
+        after: PathBuf,
+        /// Print the tables as Markdown.
+        #[arg(long)]
+        markdown: bool,
+    },
     /// List the built-in policies, or what a plugin library exports.
     Policies {
         /// A plugin library (`.so`/`.dylib`/`.dll`) to list instead of the built-ins.
@@ -202,6 +225,14 @@ pub struct Common {
     /// Print tables as Markdown (for docs).
     #[arg(long)]
     pub markdown: bool,
+    /// Cells (workload × sweep point × policy × seed) to run at once (default: every core).
+    /// Results are the same for every value.
+    #[arg(short = 'j', long = "jobs", value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: Option<u32>,
+    /// Run only slice K of N of the cells and write them (`--json`, required) for `routelab
+    /// merge`; run K = 1..N anywhere, in any order (docs/scale.md).
+    #[arg(long, value_name = "K/N", value_parser = crate::runner::parallel::Shard::parse)]
+    pub shard: Option<crate::runner::parallel::Shard>,
     /// Run each policy in a child process, so that a plugin that aborts, exits, crashes,
     /// overflows its stack, runs out of memory or hangs fails only its own row (docs/plugins.md,
     /// "Isolation"). Use it for untrusted or new plugins.

@@ -20,8 +20,10 @@ fn bad(flag: &str, path: &Path, message: String, fix: &str) -> InputError {
     }
 }
 
-/// Checks that every output path can be written, and that no two flags name the same file.
+/// Checks that every output path can be written, that no two flags name the same file, and
+/// that `--shard` has what it needs.
 pub fn check(common: &Common) -> Result<(), InputError> {
+    super::merge::check(common)?;
     let files = [("--json", &common.json), ("--csv", &common.csv), ("--report", &common.report)];
     for (i, (flag, path)) in files.iter().enumerate() {
         for (other, earlier) in &files[..i] {
@@ -90,7 +92,7 @@ pub fn report(
 }
 
 /// Writes through a temporary file so a reader never sees half a document.
-fn write_atomically(path: &Path, text: &str) -> Result<()> {
+pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
     let tmp = partial(path);
     std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))

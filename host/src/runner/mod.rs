@@ -8,7 +8,9 @@
 //! pure function of (resolved policy, prepared workload, seed input) — no loader, no shared
 //! mutable state — so runs may go in any order or in parallel.
 
+mod cells;
 mod fields;
+pub mod parallel;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,9 +18,10 @@ use std::sync::Arc;
 use routelab_policy_api::{PolicyKind, RouterBox, RouterContext, SchedulerBox, World};
 use serde::Serialize;
 
+pub use self::cells::{Cell, CellError, Stage, assemble, run_cell};
 pub use self::fields::{split_policies, with_field};
 use crate::error::Error;
-use crate::metrics::{Detail, Metrics, in_flight_timeline, over_seeds, quantile_vector};
+use crate::metrics::{Detail, Metrics, in_flight_timeline, quantile_vector};
 use crate::plugin::{Factory, LoadError, Loader, PolicySpec};
 use crate::seeds::{seed_for, stream_seed};
 use crate::sim::cluster::{ClusterSim, RunOutcome};
@@ -65,6 +68,22 @@ pub struct WorkloadResult {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
     pub results: Vec<PolicyResult>,
+}
+
+impl WorkloadResult {
+    /// `prepared`'s result with no policies yet.
+    pub fn empty(prepared: &Prepared) -> Self {
+        let w = &prepared.workload;
+        Self {
+            name: w.name.clone(),
+            world: w.world().as_str(),
+            seed: w.seed,
+            seeds: w.seeds,
+            resolved: w.clone(),
+            notes: prepared.notes.clone(),
+            results: Vec::new(),
+        }
+    }
 }
 
 /// Overrides from the command line.
@@ -158,18 +177,19 @@ impl Prepared {
     /// Every seed's input: in the cluster world the request stream, generated once per
     /// (workload, seed) and shared by every policy.
     pub fn seed_inputs(&self) -> Result<Vec<SeedInput>, InputError> {
+        (0..self.workload.seeds).map(|k| self.seed_input(k)).collect()
+    }
+
+    /// Seed `k`'s input (0-based: the seed is `seed_for(workload.seed, k)`).
+    pub fn seed_input(&self, k: u32) -> Result<SeedInput, InputError> {
         let w = &self.workload;
-        (0..w.seeds)
-            .map(|k| {
-                let seed = seed_for(w.seed, k);
-                let stream = match (&w.cluster, &self.trace_stream) {
-                    (Some(_), Some(s)) => Some(s.clone()),
-                    (Some(c), None) => Some(Arc::new(self.generate(c, seed)?)),
-                    (None, _) => None,
-                };
-                Ok(SeedInput { seed, stream })
-            })
-            .collect()
+        let seed = seed_for(w.seed, k);
+        let stream = match (&w.cluster, &self.trace_stream) {
+            (Some(_), Some(s)) => Some(s.clone()),
+            (Some(c), None) => Some(Arc::new(self.generate(c, seed)?)),
+            (None, _) => None,
+        };
+        Ok(SeedInput { seed, stream })
     }
 
     fn generate(&self, c: &ClusterSpec, seed: u64) -> Result<RequestStream, InputError> {
@@ -502,16 +522,7 @@ pub fn run_workload_by(
     on_result: &dyn Fn(&WorkloadResult),
     run: &mut dyn FnMut(&PolicySpec) -> PolicyResult,
 ) -> WorkloadResult {
-    let w = &prepared.workload;
-    let mut out = WorkloadResult {
-        name: w.name.clone(),
-        world: w.world().as_str(),
-        seed: w.seed,
-        seeds: w.seeds,
-        resolved: w.clone(),
-        notes: prepared.notes.clone(),
-        results: Vec::new(),
-    };
+    let mut out = WorkloadResult::empty(prepared);
     for spec in policies {
         out.results.push(run(spec));
         on_result(&out);
@@ -543,31 +554,30 @@ pub fn run_policy(
     inputs: &Result<Vec<SeedInput>, Error>,
     progress: &dyn Fn(&str),
 ) -> PolicyResult {
-    let mut result = empty_result(spec);
-    let mut runs = || -> Result<(), Error> {
-        let inputs = inputs.as_ref().map_err(Error::clone)?;
-        let resolved = resolve(loader, prepared, spec).inspect_err(|_| progress(&spec.label))?;
-        for (k, input) in inputs.iter().enumerate() {
-            // The first seed's run keeps its detail for the charts.
-            let run = run_seed(&resolved, prepared, input, k == 0);
-            progress(&spec.label);
-            let ((m, a), detail) = run?;
-            result.detail = result.detail.take().or(detail);
-            result.per_seed.push(m);
-            if !a.is_empty() {
-                result.allocation.push(a);
+    let seeds = 0..prepared.workload.seeds;
+    let cells: Vec<Cell> = match inputs {
+        Err(e) => seeds.map(|k| Cell::failed(k, Stage::Input, e)).collect(),
+        Ok(inputs) => match resolve(loader, prepared, spec).map_err(Error::from) {
+            Err(e) => {
+                progress(&spec.label);
+                seeds.map(|k| Cell::failed(k, Stage::Policy, &e)).collect()
             }
-        }
-        Ok(())
+            Ok(resolved) => {
+                let mut cells = Vec::new();
+                for (k, input) in seeds.zip(inputs) {
+                    let cell = run_cell(prepared, Ok(&resolved), Ok(input), k);
+                    progress(&spec.label);
+                    let failed = cell.error.is_some();
+                    cells.push(cell);
+                    if failed {
+                        break;
+                    }
+                }
+                cells
+            }
+        },
     };
-    match runs() {
-        Ok(()) => result.metrics = over_seeds(&result.per_seed),
-        Err(e) => {
-            result.input_error = e.exit_code() == 2;
-            result.error = Some(e.to_string());
-        }
-    }
-    result
+    assemble(empty_result(spec), &cells)
 }
 
 #[cfg(test)]

@@ -13,5 +13,6 @@ mod hardening;
 mod isolate;
 mod loader;
 mod report;
+mod scale;
 mod snapshots;
 mod standalone;
