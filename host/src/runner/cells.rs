@@ -50,7 +50,7 @@ pub struct Cell {
     /// Seed index 0 only: the run's latency distribution and replica timeline, for charts. Not
     /// in partial JSON (a merged result has its figures, not its charts' detail).
     #[serde(skip)]
-    pub detail: Option<Detail>,
+    pub detail: Option<Box<Detail>>,
 }
 
 fn is_empty(m: &Metrics) -> bool {
@@ -87,7 +87,9 @@ pub fn run_cell(
         super::run_one(policy, prepared, input).map(|o| (o, None))
     };
     match run {
-        Ok(((metrics, allocation), detail)) => Cell { seed_index, metrics, allocation, error: None, detail },
+        Ok(((metrics, allocation), detail)) => {
+            Cell { seed_index, metrics, allocation, error: None, detail: detail.map(Box::new) }
+        }
         Err(e) => Cell::failed(seed_index, Stage::Run, &e),
     }
 }

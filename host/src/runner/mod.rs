@@ -53,7 +53,7 @@ pub struct PolicyResult {
     pub input_error: bool,
     /// The first seed's latency distribution and replica timeline, for charts (not in JSON).
     #[serde(skip)]
-    pub detail: Option<Detail>,
+    pub detail: Option<Box<Detail>>,
 }
 
 /// One workload's results.
