@@ -160,7 +160,7 @@ fn timelines(w: &WorkloadResult) -> Result<Vec<Figure>> {
         let svg = if replicas > MAX_TIMELINE_LINES {
             let rows: Vec<Vec<f64>> =
                 (0..replicas).map(|k| d.in_flight.iter().map(|c| c[k] as f64).collect()).collect();
-            chart::heatmap(&title, &x_desc, "replica", &d.times, &rows, top as f64)?
+            super::heatmap::heatmap(&title, &x_desc, "replica", &d.times, &rows, top as f64)?
         } else {
             let series: Vec<Series> = (0..replicas)
                 .map(|k| {

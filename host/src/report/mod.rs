@@ -4,6 +4,7 @@
 pub mod chart;
 pub mod csv;
 pub mod figures;
+pub mod heatmap;
 pub mod html;
 pub mod json;
 pub mod plot;
