@@ -160,6 +160,10 @@ fn execute(command: Command) -> Result<i32> {
             print!("{}", crate::bench::run(requests, plugin.as_deref())?);
             Ok(0)
         }
+        Command::Serve(args) => crate::serve::proxy::main(args),
+        Command::Emulate(args) => crate::serve::emulate::main(args),
+        Command::Replay(args) => crate::serve::replay::main(args),
+        Command::GatewayBench(args) => crate::serve::replay::bench(args),
         Command::IsolatedRun { request, result } => crate::isolate::child_main(&request, &result),
     }
 }

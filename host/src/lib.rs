@@ -19,6 +19,7 @@ pub mod runner;
 pub mod scaffold;
 pub mod schema;
 pub mod seeds;
+pub mod serve;
 pub mod signals;
 pub mod sim;
 pub mod step_model;

@@ -181,6 +181,15 @@ pub enum Command {
         #[arg(long, value_delimiter = ',')]
         routers: Option<Vec<String>>,
     },
+    /// An OpenAI-compatible routing gateway in front of real servers (vLLM, SGLang, `emulate`),
+    /// routing with a simulator policy (docs/serving.md).
+    Serve(crate::serve::gateway::ServeArgs),
+    /// One cluster-world replica as an OpenAI-compatible server, in real time (optionally scaled).
+    Emulate(crate::serve::emulate::EmulateArgs),
+    /// Send a cluster workload's request stream to a server over HTTP (a bounded load generator).
+    Replay(crate::serve::replay::ReplayArgs),
+    /// The gateway's added latency and throughput against direct access to a trivial backend.
+    GatewayBench(crate::serve::replay::BenchArgs),
     /// Internal: one policy's runs for a parent running with `--isolate` (host/src/isolate.rs).
     #[command(name = "__isolated-run", hide = true)]
     IsolatedRun {

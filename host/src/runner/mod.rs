@@ -201,6 +201,13 @@ impl Prepared {
     }
 }
 
+impl SeedInput {
+    /// Cluster world: the request stream (what `routelab replay` sends over HTTP).
+    pub fn stream(&self) -> Option<&RequestStream> {
+        self.stream.as_deref()
+    }
+}
+
 /// Resolves files a workload names (relative to the workload's folder) and derived facts.
 pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> {
     // Again: command-line overrides (--seeds) may have changed it since it was loaded.

@@ -14,5 +14,6 @@ mod isolate;
 mod loader;
 mod report;
 mod scale;
+mod serving;
 mod snapshots;
 mod standalone;

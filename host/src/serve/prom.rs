@@ -1,0 +1,108 @@
+//! Prometheus text: reading engines' `/metrics` (vLLM and SGLang names) and writing the
+//! gateway's (counters and fixed-bucket histograms).
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The sum of every sample of metric `name` (over its label sets), or `None` when absent.
+/// Only `name` exactly (with or without labels) counts: `vllm:x` does not match `vllm:x_total`.
+pub fn sum(text: &str, name: &str) -> Option<f64> {
+    let mut total = None;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(name) else { continue };
+        let value = match rest.as_bytes().first() {
+            Some(b'{') => rest.rfind('}').map(|i| &rest[i + 1..]),
+            Some(b' ') => Some(rest),
+            _ => None,
+        };
+        // `value [timestamp]`
+        if let Some(v) = value.and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse::<f64>().ok()) {
+            *total.get_or_insert(0.0) += v;
+        }
+    }
+    total
+}
+
+/// The first of `names` present in `text`.
+pub fn first(text: &str, names: &[&str]) -> Option<f64> {
+    names.iter().find_map(|n| sum(text, n))
+}
+
+/// An engine's load as scraped: vLLM's or SGLang's names, whichever the engine exposes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EngineLoad {
+    pub waiting: f64,
+    pub running: f64,
+    /// KV cache usage in [0, 1].
+    pub kv_usage: f64,
+}
+
+pub fn engine_load(text: &str) -> Option<EngineLoad> {
+    let waiting = first(text, &["vllm:num_requests_waiting", "sglang:num_queue_reqs"])?;
+    let running = first(text, &["vllm:num_requests_running", "sglang:num_running_reqs"]).unwrap_or(0.0);
+    let kv_usage = first(text, &["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"])
+        .unwrap_or(0.0)
+        .clamp(0.0, 1.0);
+    Some(EngineLoad { waiting, running, kv_usage })
+}
+
+/// Upper bounds (s) of the latency histograms' buckets.
+pub const BUCKETS_S: [f64; 16] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+/// A histogram of seconds, updated without locks.
+#[derive(Default)]
+pub struct Histogram {
+    counts: [AtomicU64; BUCKETS_S.len() + 1],
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, seconds: f64) {
+        let i = BUCKETS_S.iter().position(|&b| seconds <= b).unwrap_or(BUCKETS_S.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add((seconds * 1e9) as u64, Ordering::Relaxed);
+    }
+
+    /// Writes the `_bucket`, `_sum` and `_count` lines of `name{labels}`.
+    pub fn write(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            cumulative += c.load(Ordering::Relaxed);
+            let le = BUCKETS_S.get(i).map_or("+Inf".to_string(), |b| b.to_string());
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+        }
+        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}\n{name}_count{{{labels}}} {cumulative}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_vllm_and_sglang_names_summing_label_sets() {
+        let vllm = "# HELP x\nvllm:num_requests_waiting{model_name=\"a\"} 3\nvllm:num_requests_waiting{model_name=\"b\"} 2\n\
+                    vllm:num_requests_running{model_name=\"a\"} 7 1700000000\nvllm:gpu_cache_usage_perc 0.25\n\
+                    vllm:num_requests_waiting_total 99\n";
+        assert_eq!(engine_load(vllm), Some(EngineLoad { waiting: 5.0, running: 7.0, kv_usage: 0.25 }));
+        let sglang = "sglang:num_queue_reqs{tp_rank=\"0\"} 4\nsglang:num_running_reqs 1\nsglang:token_usage 0.5\n";
+        assert_eq!(engine_load(sglang), Some(EngineLoad { waiting: 4.0, running: 1.0, kv_usage: 0.5 }));
+        assert_eq!(engine_load("other_metric 1\n"), None);
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let h = Histogram::default();
+        h.observe(0.003);
+        h.observe(0.003);
+        h.observe(100.0);
+        let mut s = String::new();
+        h.write(&mut s, "t", "b=\"x\"");
+        assert!(s.contains("t_bucket{b=\"x\",le=\"0.0025\"} 0\n"));
+        assert!(s.contains("t_bucket{b=\"x\",le=\"0.005\"} 2\n"));
+        assert!(s.contains("t_bucket{b=\"x\",le=\"+Inf\"} 3\n"));
+        assert!(s.contains("t_count{b=\"x\"} 3"));
+    }
+}

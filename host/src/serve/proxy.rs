@@ -1,0 +1,319 @@
+//! The gateway's request path: parse → route → forward → relay (SSE event by event) → complete.
+//!
+//! Retries: a refused or reset connection, a timeout, or a 5xx before the response starts sends
+//! the request to another backend (at most `--retries` more), then the client gets a 502 with an
+//! OpenAI-style error. A 4xx is the client's error and is passed through. Once a stream has
+//! started, a failing backend ends it with an SSE error event — or, with `--resume-streams`, the
+//! request is re-sent elsewhere and the events the client already has are skipped.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use routelab_policy_api::Segment;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::gateway::{Decision, Gateway};
+use super::{OutBody, error, text};
+
+pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<OutBody> {
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/health") => {
+            let now = Instant::now();
+            if gw.backends.iter().any(|b| b.breaker.lock().expect("breaker lock").allows(now)) {
+                super::full(StatusCode::OK, "text/plain", "ok\n")
+            } else {
+                error(StatusCode::SERVICE_UNAVAILABLE, "server_error", "every backend's circuit is open")
+            }
+        }
+        (&Method::GET, "/metrics") => super::full(StatusCode::OK, "text/plain; version=0.0.4", gw.metrics_text()),
+        (&Method::GET, "/v1/models") => models(&gw).await,
+        (&Method::POST, p @ ("/v1/completions" | "/v1/chat/completions")) => {
+            let path = p.to_string();
+            let auth = req.headers().get(AUTHORIZATION).cloned();
+            let body = match super::read_body(req).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            proxy(gw, path, body, auth).await
+        }
+        (_, p) => error(StatusCode::NOT_FOUND, "not_found_error", format!("no route {p}")),
+    }
+}
+
+/// The first backend that answers `/v1/models` (the backends serve one model).
+async fn models(gw: &Gateway) -> Response<OutBody> {
+    for i in 0..gw.backends.len() {
+        // Nested, not a let-chain: the workspace's rust-version is 1.85.
+        if let Ok(resp) = send(gw, i, Method::GET, "/v1/models", Bytes::new(), None).await {
+            if resp.status().is_success() {
+                if let Ok(body) = resp.into_body().collect().await {
+                    return super::full(StatusCode::OK, "application/json", body.to_bytes());
+                }
+            }
+        }
+    }
+    error(StatusCode::BAD_GATEWAY, "server_error", "no backend answered /v1/models")
+}
+
+/// What a retry needs of the original request.
+struct Original {
+    path: String,
+    body: Bytes,
+    auth: Option<HeaderValue>,
+    segments: Vec<Segment>,
+    prompt_tokens: u32,
+    max_tokens: u32,
+}
+
+async fn send(
+    gw: &Gateway,
+    backend: usize,
+    method: Method,
+    path: &str,
+    body: Bytes,
+    auth: Option<&HeaderValue>,
+) -> Result<Response<Incoming>, String> {
+    let b = &gw.backends[backend];
+    let mut req = Request::builder().method(method).uri(format!("{}{path}", b.url));
+    req = req.header(CONTENT_TYPE, "application/json");
+    if let Some(a) = auth {
+        req = req.header(AUTHORIZATION, a);
+    }
+    let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
+    let timeout = Duration::from_secs_f64(gw.args.timeout_s);
+    match tokio::time::timeout(timeout, gw.client.request(req)).await {
+        Ok(Ok(resp)) => Ok(resp),
+        Ok(Err(e)) => Err(format!("{}: {e}", b.url)),
+        Err(_) => Err(format!("{}: no response within {} s", b.url, gw.args.timeout_s)),
+    }
+}
+
+async fn proxy(gw: Arc<Gateway>, path: String, body: Bytes, auth: Option<HeaderValue>) -> Response<OutBody> {
+    let parsed = match text::parse_request(&body, path.ends_with("/chat/completions")) {
+        Ok(p) => p,
+        Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", m),
+    };
+    let mut segments = Vec::new();
+    text::segments(&parsed.prompt, &mut segments);
+    let prompt_tokens = text::tokens_of(&segments);
+    let orig = Original { path, body, auth, segments, prompt_tokens, max_tokens: parsed.max_tokens };
+    let mut tried = vec![false; gw.backends.len()];
+    let mut last_error = String::from("no healthy backend");
+    for attempt in 0..=gw.args.retries {
+        let (d, resp) = match attempt_once(&gw, &orig, &mut tried, attempt, &mut last_error).await {
+            Attempt::Sent(d, resp) => (d, resp),
+            Attempt::Failed => continue,
+            Attempt::NoBackend => break,
+        };
+        if !resp.status().is_success() {
+            // The client's error (4xx): passed through as the backend wrote it.
+            gw.release(&d, (prompt_tokens + orig.max_tokens) as i64);
+            let status = resp.status();
+            let body = resp.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+            return super::full(status, "application/json", body);
+        }
+        if parsed.stream {
+            let (tx, response) = super::sse();
+            tokio::spawn(relay(gw, d, resp, tx, orig, tried));
+            return response;
+        }
+        let started = Instant::now();
+        let timeout = Duration::from_secs_f64(gw.args.timeout_s);
+        match tokio::time::timeout(timeout, resp.into_body().collect()).await {
+            Ok(Ok(c)) => {
+                let bytes = c.to_bytes();
+                let (p, cached, out) = usage(&bytes).unwrap_or((prompt_tokens, 0, orig.max_tokens));
+                gw.completed(&d, started.elapsed().as_secs_f64(), p, cached, out);
+                gw.release(&d, (prompt_tokens + orig.max_tokens) as i64);
+                return super::full(StatusCode::OK, "application/json", bytes);
+            }
+            Ok(Err(e)) => last_error = format!("{}: {e}", gw.backends[d.backend].url),
+            Err(_) => {
+                last_error =
+                    format!("{}: the body did not arrive within {} s", gw.backends[d.backend].url, gw.args.timeout_s)
+            }
+        }
+        gw.failure(d.backend);
+        gw.release(&d, (prompt_tokens + orig.max_tokens) as i64);
+    }
+    error(
+        StatusCode::BAD_GATEWAY,
+        "server_error",
+        format!("no backend could serve the request; last error: {last_error}"),
+    )
+}
+
+enum Attempt {
+    Sent(Decision, Response<Incoming>),
+    /// Refused, reset, timed out or a 5xx: recorded, and `last_error` says which.
+    Failed,
+    /// Every backend was tried or has its circuit open.
+    NoBackend,
+}
+
+/// Routes (avoiding `tried`) and sends once.
+async fn attempt_once(
+    gw: &Gateway,
+    orig: &Original,
+    tried: &mut [bool],
+    attempt: u32,
+    last_error: &mut String,
+) -> Attempt {
+    if attempt > 0 {
+        gw.retries.fetch_add(1, Ordering::Relaxed);
+    }
+    let Some(d) = gw.route(&orig.segments, orig.prompt_tokens, orig.max_tokens, tried) else {
+        return Attempt::NoBackend;
+    };
+    tried[d.backend] = true;
+    match send(gw, d.backend, Method::POST, &orig.path, orig.body.clone(), orig.auth.as_ref()).await {
+        Ok(resp) if !resp.status().is_server_error() => return Attempt::Sent(d, resp),
+        Ok(resp) => *last_error = format!("{} answered {}", gw.backends[d.backend].url, resp.status()),
+        Err(e) => *last_error = e,
+    }
+    gw.failure(d.backend);
+    gw.release(&d, (orig.prompt_tokens + orig.max_tokens) as i64);
+    Attempt::Failed
+}
+
+/// `usage` of a completion body (or of the SSE event carrying it): prompt, cached and
+/// completion tokens.
+fn usage(json: &[u8]) -> Option<(u32, u32, u32)> {
+    let v: Value = serde_json::from_slice(json).ok()?;
+    let u = v.get("usage")?;
+    let n = |x: Option<&Value>| x.and_then(Value::as_u64).map(|n| n.min(u32::MAX as u64) as u32);
+    Some((
+        n(u.get("prompt_tokens"))?,
+        n(u.pointer("/prompt_tokens_details/cached_tokens")).unwrap_or(0),
+        n(u.get("completion_tokens"))?,
+    ))
+}
+
+enum Pumped {
+    Done,
+    ClientGone,
+    Failed(String),
+}
+
+/// Where a stream is: what the client has been sent.
+struct Progress {
+    started: Instant,
+    delivered: u32,
+    ttft_s: Option<f64>,
+    usage: Option<(u32, u32, u32)>,
+}
+
+/// Relays `resp`'s SSE events to the client, one event per frame; on a backend failure, resumes
+/// elsewhere (with `--resume-streams`) or ends the stream with an error event.
+async fn relay(
+    gw: Arc<Gateway>,
+    mut d: Decision,
+    mut resp: Response<Incoming>,
+    tx: mpsc::Sender<Bytes>,
+    orig: Original,
+    mut tried: Vec<bool>,
+) {
+    let mut p = Progress { started: Instant::now(), delivered: 0, ttft_s: None, usage: None };
+    let work = (orig.prompt_tokens + orig.max_tokens) as i64;
+    let mut resumes = 0;
+    loop {
+        let skip = p.delivered;
+        match pump(&gw, resp.into_body(), &tx, &mut p, skip).await {
+            Pumped::Done => {
+                let (prompt, cached, out) = p.usage.unwrap_or((orig.prompt_tokens, 0, p.delivered));
+                gw.completed(&d, p.ttft_s.unwrap_or(0.0), prompt, cached, out);
+                gw.release(&d, work);
+                return;
+            }
+            Pumped::ClientGone => {
+                gw.release(&d, work);
+                return;
+            }
+            Pumped::Failed(e) => {
+                gw.failure(d.backend);
+                gw.release(&d, work);
+                let mut last_error = e;
+                let mut resumed = None;
+                while gw.args.resume_streams && resumed.is_none() && resumes < gw.args.retries {
+                    resumes += 1;
+                    match attempt_once(&gw, &orig, &mut tried, 1, &mut last_error).await {
+                        Attempt::Sent(d2, r2) if r2.status().is_success() => resumed = Some((d2, r2)),
+                        Attempt::Sent(d2, r2) => {
+                            last_error = format!("{} answered {}", gw.backends[d2.backend].url, r2.status());
+                            gw.release(&d2, work);
+                        }
+                        Attempt::Failed => {}
+                        Attempt::NoBackend => break,
+                    }
+                }
+                if let Some(next) = resumed {
+                    gw.resumed.fetch_add(1, Ordering::Relaxed);
+                    (d, resp) = next;
+                    continue;
+                }
+                let e = serde_json::json!({"error": {"message": format!("the backend failed mid-stream: {last_error}"), "type": "server_error"}});
+                let _ = tx.send(Bytes::from(format!("data: {e}\n\n"))).await;
+                return;
+            }
+        }
+    }
+}
+
+/// Forwards the events of one backend response, skipping its first `skip` data events (already
+/// delivered by a backend that failed).
+async fn pump(gw: &Gateway, mut body: Incoming, tx: &mpsc::Sender<Bytes>, p: &mut Progress, mut skip: u32) -> Pumped {
+    let timeout = Duration::from_secs_f64(gw.args.timeout_s);
+    let mut buf = BytesMut::new();
+    loop {
+        let frame = match tokio::time::timeout(timeout, body.frame()).await {
+            Err(_) => return Pumped::Failed(format!("no event within {} s", gw.args.timeout_s)),
+            Ok(None) => return Pumped::Failed("the stream ended before [DONE]".into()),
+            Ok(Some(Err(e))) => return Pumped::Failed(e.to_string()),
+            Ok(Some(Ok(f))) => f,
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        buf.extend_from_slice(&data);
+        while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
+            let event = buf.split_to(end + 2).freeze();
+            let done = event.starts_with(b"data: [DONE]");
+            if !done {
+                if skip > 0 {
+                    skip -= 1;
+                    continue;
+                }
+                if event.windows(8).any(|w| w == b"\"usage\":") {
+                    p.usage = usage(event.strip_prefix(b"data: ").unwrap_or(&event)).or(p.usage);
+                }
+                p.delivered += 1;
+                p.ttft_s.get_or_insert_with(|| p.started.elapsed().as_secs_f64());
+            }
+            if tx.send(event).await.is_err() {
+                return Pumped::ClientGone;
+            }
+            if done {
+                return Pumped::Done;
+            }
+        }
+    }
+}
+
+/// `routelab serve`: runs the gateway until Ctrl-C / SIGTERM, then drains open streams.
+pub fn main(args: super::gateway::ServeArgs) -> anyhow::Result<i32> {
+    use anyhow::Context as _;
+    let gw = Arc::new(Gateway::new(args)?);
+    super::runtime()?.block_on(async move {
+        let listener = super::bind(gw.args.listen).await.with_context(|| format!("listening on {}", gw.args.listen))?;
+        let g = gw.clone();
+        tokio::spawn(async move { g.scrape_loop().await });
+        let h = move |req| handle(gw.clone(), req);
+        super::serve(listener, h, super::shutdown_signal(), Duration::from_secs(30)).await?;
+        Ok(0)
+    })
+}

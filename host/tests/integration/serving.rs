@@ -1,0 +1,194 @@
+//! `routelab serve` in front of `routelab emulate`, on loopback only: four emulated engines as
+//! child processes of the built binary, the gateway as another, and a bounded open-loop replay
+//! of a short prefix-heavy tool-use stream through a real HTTP client (the engines run ten times
+//! faster than the modelled GPU). Every request is bounded by the replay's wall limit.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use routelab::serve::replay::{self, ReplayReport};
+
+/// A prefix-heavy tool-use stream: few tools, hot ones shared by many requests.
+const WORKLOAD: &str = "\
+name: serving_tool_use
+seed: 7
+seeds: 1
+cluster:
+  replicas: 4
+  generator:
+    system_prompt_tokens: 300
+    contexts:
+      count: 40
+      tokens: {lognormal: {mean: 1300, cv: 0.25, max: 3000}}
+      popularity: {zipf: {s: 1.1}}
+    suffix_tokens: {uniform: {min: 50, max: 150}}
+    output_tokens: {uniform: {min: 5, max: 30}}
+  arrivals:
+    poisson: {rate: 30.0}
+  requests: 240
+";
+
+const TIME_SCALE: f64 = 0.1;
+
+/// Child processes killed when dropped (a failed assertion must not leave servers running).
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Starts `routelab ARGS` and returns its URL, read from its `listening on URL` line.
+fn start(procs: &mut Procs, args: &[&str]) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_routelab"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .env("RUST_BACKTRACE", "0")
+        .spawn()
+        .expect("spawn routelab");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read the listening line");
+    procs.0.push(child);
+    line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}")).to_string()
+}
+
+fn engines(procs: &mut Procs) -> Vec<String> {
+    let scale = TIME_SCALE.to_string();
+    (0..4).map(|_| start(procs, &["emulate", "--listen", "127.0.0.1:0", "--time-scale", &scale])).collect()
+}
+
+fn gateway(procs: &mut Procs, backends: &[String], policy: &str) -> String {
+    let mut args =
+        vec!["serve", "--listen", "127.0.0.1:0", "--policy", policy, "--resume-streams", "--timeout-s", "20"];
+    for b in backends {
+        args.extend(["--backend", b.as_str()]);
+    }
+    start(procs, &args)
+}
+
+fn stream() -> routelab::workload::generate::RequestStream {
+    let dir = std::env::temp_dir().join(format!("routelab-serving-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("tool_use.yaml");
+    std::fs::write(&file, WORKLOAD).unwrap();
+    replay::load_stream(&file, &[]).unwrap()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+fn run(policy: &str) -> ReplayReport {
+    let mut procs = Procs(Vec::new());
+    let engines = engines(&mut procs);
+    let url = gateway(&mut procs, &engines, policy);
+    let stream = stream();
+    runtime().block_on(replay::replay(&url, &stream, TIME_SCALE, &engines, Duration::from_secs(120)))
+}
+
+#[test]
+fn cache_aware_routing_beats_round_robin_on_hit_rate_and_every_stream_completes() {
+    let rr = run("round_robin");
+    let ca = run("sglang_cache_aware");
+    for (name, r) in [("round_robin", &rr), ("sglang_cache_aware", &ca)] {
+        assert_eq!(r.requests, 240, "{name}");
+        assert_eq!(r.complete, r.requests, "{name}: {:?}", r.first_error);
+        assert!(r.hit_rate.is_finite() && r.hit_rate > 0.0, "{name}: {r:?}");
+    }
+    eprintln!("round_robin {rr:?}\nsglang_cache_aware {ca:?}");
+    assert!(ca.hit_rate > rr.hit_rate, "cache-aware {} vs round robin {}", ca.hit_rate, rr.hit_rate);
+}
+
+#[test]
+fn a_backend_killed_mid_run_loses_no_request() {
+    let mut procs = Procs(Vec::new());
+    let engines = engines(&mut procs);
+    let url = gateway(&mut procs, &engines, "round_robin");
+    let stream = stream();
+    let rt = runtime();
+    let report = rt.block_on(async {
+        let s = stream.clone();
+        let (u, e) = (url.clone(), engines.clone());
+        let run = tokio::spawn(async move { replay::replay(&u, &s, TIME_SCALE, &e, Duration::from_secs(120)).await });
+        // A third of the way through the arrivals (240 requests at 30/s model time = 8 s).
+        tokio::time::sleep(Duration::from_secs_f64(8.0 * TIME_SCALE / 3.0)).await;
+        procs.0[0].kill().unwrap();
+        procs.0[0].wait().unwrap();
+        run.await.unwrap()
+    });
+    eprintln!("{report:?}");
+    assert_eq!(report.complete, report.requests, "{:?}", report.first_error);
+    let metrics = rt.block_on(replay::get_text(&replay::client(), &format!("{url}/metrics"))).unwrap();
+    let failures = routelab::serve::prom::sum(
+        &metrics,
+        &format!("routelab_gateway_backend_failures_total{{backend=\"{}\"}}", engines[0]),
+    );
+    assert!(failures.unwrap_or(0.0) >= 1.0, "no failure recorded for the killed backend:\n{metrics}");
+    let moved = routelab::serve::prom::sum(&metrics, "routelab_gateway_retries_total").unwrap_or(0.0)
+        + routelab::serve::prom::sum(&metrics, "routelab_gateway_resumed_streams_total").unwrap_or(0.0)
+        + routelab::serve::prom::sum(&metrics, "routelab_gateway_rerouted_total").unwrap_or(0.0);
+    assert!(moved >= 1.0, "the killed backend's requests went nowhere else:\n{metrics}");
+}
+
+/// `n` requests of `prompt_tokens` and `output_tokens`, one every 10 ms of model time.
+fn small_stream(n: usize, prompt_tokens: u32, output_tokens: u32) -> routelab::workload::generate::RequestStream {
+    use routelab::workload::generate::{GeneratedRequest, RequestStream};
+    let mut s = RequestStream::default();
+    for i in 0..n {
+        let from = s.segments.len() as u32;
+        s.segments.push(routelab_policy_api::Segment { id: 1 << 40 | i as u64, tokens: prompt_tokens });
+        s.requests.push(GeneratedRequest {
+            arrived_at: i as u64 * 10_000_000,
+            prompt_tokens,
+            output_tokens,
+            segments: from..from + 1,
+            output_segment: None,
+        });
+    }
+    s
+}
+
+#[test]
+fn a_panicking_policy_is_replaced_by_the_fallback_and_counted() {
+    let lib = crate::common::plugins().faulty.display().to_string();
+    let mut procs = Procs(Vec::new());
+    let engines: Vec<String> = engines(&mut procs).into_iter().take(2).collect();
+    let url = gateway(&mut procs, &engines, &format!("{lib}:panics_in_route{{after: 5}}"));
+    let rt = runtime();
+    let report = rt.block_on(replay::replay(&url, &small_stream(20, 100, 5), TIME_SCALE, &[], Duration::from_secs(60)));
+    assert_eq!(report.complete, 20, "{:?}", report.first_error);
+    let metrics = rt.block_on(replay::get_text(&replay::client(), &format!("{url}/metrics"))).unwrap();
+    let errors = routelab::serve::prom::sum(&metrics, "routelab_gateway_policy_errors_total").unwrap();
+    assert!(errors >= 1.0, "{metrics}");
+}
+
+#[test]
+fn sigterm_stops_new_connections_and_drains_open_streams() {
+    let mut procs = Procs(Vec::new());
+    let engines: Vec<String> = engines(&mut procs).into_iter().take(1).collect();
+    let url = gateway(&mut procs, &engines, "round_robin");
+    let gateway_pid = procs.0.last().unwrap().id() as i32;
+    let rt = runtime();
+    let report = rt.block_on(async {
+        // 100 tokens of 24 ms model time each: about a quarter of a second at TIME_SCALE.
+        let u = url.clone();
+        let run = tokio::spawn(async move {
+            replay::replay(&u, &small_stream(1, 50, 100), 1.0, &[], Duration::from_secs(60)).await
+        });
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        // SAFETY: signalling a child process this test started.
+        assert_eq!(unsafe { libc::kill(gateway_pid, libc::SIGTERM) }, 0);
+        run.await.unwrap()
+    });
+    assert_eq!(report.complete, 1, "the open stream was cut: {:?}", report.first_error);
+    let status = procs.0.last_mut().unwrap().wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let refused = rt.block_on(replay::get_text(&replay::client(), &format!("{url}/health")));
+    assert!(refused.is_err(), "still serving after SIGTERM: {refused:?}");
+}
