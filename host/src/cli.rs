@@ -5,6 +5,7 @@
 //! fragments.
 
 mod args;
+mod capacity;
 mod checks;
 mod diff;
 mod merge;
@@ -26,7 +27,13 @@ use run::{exit_code_of_results, run_prepared};
 
 impl Common {
     fn options(&self) -> RunOptions {
-        RunOptions { seed: self.seed, seeds: self.seeds, start: self.start.clone(), trace: self.trace.clone() }
+        RunOptions {
+            seed: self.seed,
+            seeds: self.seeds,
+            start: self.start.clone(),
+            trace: self.trace.clone(),
+            slo: self.slo.clone(),
+        }
     }
 }
 
@@ -85,6 +92,30 @@ fn execute(command: Command) -> Result<i32> {
             };
             sweep(&workloads, specs, &set, &common)
         }
+        Command::Capacity {
+            workload,
+            slo,
+            policies,
+            tolerance,
+            max_loads,
+            seeds,
+            seed,
+            json,
+            plot,
+            jobs,
+            markdown,
+        } => capacity::run(capacity::Args {
+            workload,
+            slo,
+            policies,
+            settings: crate::capacity::Settings { tolerance, max_points: max_loads },
+            seeds,
+            seed,
+            json,
+            plot,
+            markdown,
+            jobs: jobs.map(|j| j as usize),
+        }),
         Command::Merge { files, json, markdown } => {
             let (command, results) = merge::merge(&files)?;
             let common = Common { json, markdown, ..Default::default() };

@@ -7,6 +7,7 @@
 
 pub mod bench;
 pub mod builtin;
+pub mod capacity;
 pub mod cli;
 pub mod error;
 pub mod exercises;

@@ -22,6 +22,22 @@ pub const CLUSTER_KEYS: &[&str] = &[
     "busiest_replica_share",
 ];
 
+/// The keys a cluster run adds when its workload has an `slo:` (docs/output.md).
+pub const SLO_KEYS: &[&str] = &["slo_attainment", "goodput_rps"];
+
+/// The metric keys every queueing-mode dispatch run reports (docs/output.md).
+pub const DISPATCH_KEYS: &[&str] = &[
+    "requests",
+    "response_mean",
+    "response_p50",
+    "response_p90",
+    "response_p99",
+    "wait_mean",
+    "queue_mean",
+    "utilisation",
+    "busiest_server_share",
+];
+
 /// Named figures in a fixed order (serialised as a JSON object in that order).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Metrics(pub Vec<(String, f64)>);
@@ -209,6 +225,15 @@ pub fn in_flight_timeline(replicas: usize, spans: &[(u32, f64, f64)]) -> (Vec<f6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every listed key has a row in docs/output.md (the capacity command's error lists them).
+    #[test]
+    fn every_listed_key_is_documented() {
+        let doc = include_str!("../../docs/output.md");
+        for key in CLUSTER_KEYS.iter().chain(SLO_KEYS).chain(DISPATCH_KEYS) {
+            assert!(doc.contains(&format!("`{key}`")), "docs/output.md does not document `{key}`");
+        }
+    }
 
     #[test]
     fn quantiles_by_nearest_rank() {

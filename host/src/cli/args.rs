@@ -87,6 +87,46 @@ pub enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Per policy, the highest load whose SLO holds: bracketing, then bisection, the same seeds
+    /// at every load (docs/output.md, "Capacity").
+    Capacity {
+        #[arg(help = WORKLOAD_ARG)]
+        workload: PathBuf,
+        /// The SLO: comma-separated conditions on summary metrics (`ttft_p99_s<2`, `ttft_p99<2s`,
+        /// `slo_attainment>=0.9`, `response_mean<=5`; operators < <= > >=) and, for cluster
+        /// workloads, per-request bounds (`ttft_s=2,tpot_s=0.1,latency_s=30`) that define
+        /// `slo_attainment` and `goodput_rps`. It holds at a load when every condition holds on
+        /// the mean over seeds and no request was left unfinished.
+        #[arg(long)]
+        slo: String,
+        /// Comma-separated policies (default: the workload's `policies:`); see `compare --help`.
+        #[arg(long, long_help = POLICIES_HELP)]
+        policies: Option<String>,
+        /// Stop bisecting when the interval's width is at most this fraction of its top.
+        #[arg(long, default_value_t = 0.02)]
+        tolerance: f64,
+        /// Most loads run per policy.
+        #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u32).range(2..))]
+        max_loads: u32,
+        /// Number of seeds at every load, at least 1 (overrides the workload's `seeds`).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        seeds: Option<u32>,
+        /// First seed (overrides the workload's `seed`).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Write the answers and every load run (mean metrics over seeds) as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Draw each SLO metric against the load, a line per policy, as SVG into this folder.
+        #[arg(long)]
+        plot: Option<PathBuf>,
+        /// Threads running one load's seeds (default: every core); results do not depend on it.
+        #[arg(short = 'j', long, value_parser = clap::value_parser!(u32).range(1..))]
+        jobs: Option<u32>,
+        /// Print the table as Markdown.
+        #[arg(long)]
+        markdown: bool,
+    },
     /// Join the partial results of `--shard K/N` runs into what one unsharded run writes.
     Merge {
         /// The shards' `--json` files, in any order (every shard 1/N..N/N exactly once).
@@ -231,6 +271,11 @@ pub struct Common {
     /// Replay this trace file (Azure LLM trace CSV) instead of the one the workload names.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Cluster workloads: a per-request SLO, `ttft_s=2,tpot_s=0.1,latency_s=30` (any subset,
+    /// seconds; `500ms` also reads), replacing the workload's `slo:`; adds `slo_attainment` and
+    /// `goodput_rps`.
+    #[arg(long, value_parser = parse_slo)]
+    pub slo: Option<crate::workload::slo::Slo>,
     /// Print tables as Markdown (for docs).
     #[arg(long)]
     pub markdown: bool,
@@ -254,6 +299,13 @@ pub struct Common {
     /// With --isolate: the child's address-space limit in MiB (RLIMIT_AS; 0 for none).
     #[arg(long, default_value_t = 8192, requires = "isolate")]
     pub policy_memory: u64,
+}
+
+fn parse_slo(text: &str) -> Result<crate::workload::slo::Slo, String> {
+    crate::workload::slo::Slo::parse_arg(text).map_err(|e| {
+        let at = if e.path.is_empty() { String::new() } else { format!("`{}` ", e.path) };
+        format!("{at}{}\n  fix: {}", e.message, e.fix)
+    })
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]

@@ -41,6 +41,16 @@ pub fn overrides(w: &Workload, file: &Path, common: &Common) -> Result<(), Input
             "drop --start, or pass a workload with a `compound:` section",
         ));
     }
+    if common.slo.is_some() && w.cluster.is_none() {
+        return Err(flag_error(
+            "--slo",
+            format!(
+                "{shown} is a {} workload; --slo bounds the TTFT, TPOT and latency of a cluster workload's requests",
+                w.world().as_str()
+            ),
+            "drop --slo, or pass a workload with a `cluster:` section",
+        ));
+    }
     if let Some(t) = &common.trace {
         let replays = match (&w.dispatch, &w.cluster) {
             (Some(d), _) => matches!(d.arrivals, crate::workload::dispatch::Arrivals::Trace { .. }),

@@ -36,6 +36,8 @@ pub const COLUMNS: &[Column] = &[
     col("hit_rate", "hit rate"),
     col("replication_factor", "replication"),
     col("busiest_replica_share", "busiest share"),
+    col("slo_attainment", "SLO attained"),
+    col("goodput_rps", "goodput [req/s]"),
     // compound
     col("train_accuracy", "train acc"),
     col("test_accuracy", "test acc"),

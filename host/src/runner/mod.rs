@@ -95,6 +95,8 @@ pub struct RunOptions {
     pub start: Option<Vec<String>>,
     /// Cluster and dispatch worlds: replay this trace file instead of the one the workload names.
     pub trace: Option<PathBuf>,
+    /// Cluster world: this per-request SLO instead of the workload's.
+    pub slo: Option<crate::workload::slo::Slo>,
 }
 
 impl RunOptions {
@@ -108,6 +110,9 @@ impl RunOptions {
         }
         if let (Some(start), Some(c)) = (&self.start, w.compound.as_mut()) {
             c.start = Some(start.clone());
+        }
+        if let (Some(slo), Some(c)) = (&self.slo, w.cluster.as_mut()) {
+            c.slo = Some(slo.clone());
         }
         if let Some(t) = &self.trace {
             // An absolute path, so it is not re-read relative to the workload's folder.

@@ -21,6 +21,7 @@
 //!   generator: {system_prompt_tokens: 13, contexts: {...}, suffix_tokens: ..., output_tokens: ...}
 //!   arrivals: {poisson: {rate: 1.0}}   # or {gamma: {rate, cv}} or {trace: {path, time_scale, format}}
 //!   requests: 2000             # and/or duration_s
+//!   slo: {ttft_s: 2, tpot_s: 0.1}   # optional: adds slo_attainment and goodput_rps (workload/slo.rs)
 //! ```
 //!
 //! Token counts are distributions: a number (constant), `{uniform: {min, max}}` or
@@ -94,6 +95,10 @@ pub struct ClusterSpec {
     /// Seconds of arrivals to generate; with `requests`, whichever ends first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_s: Option<f64>,
+    /// Per-request service-level objective: `{ttft_s, tpot_s, latency_s}`, any subset, seconds.
+    /// Adds `slo_attainment` and `goodput_rps` to the metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<super::slo::Slo>,
 }
 
 fn default_gpu() -> Choice<Gpu> {
@@ -457,6 +462,9 @@ impl ClusterSpec {
             ));
         }
         self.generator.validate().map_err(|e| e.under("generator"))?;
+        if let Some(slo) = &self.slo {
+            slo.validate().map_err(|e| e.under("slo"))?;
+        }
         self.arrivals.validate().map_err(|e| e.under("arrivals"))?;
         match (self.requests, self.duration_s) {
             (None, None) if !matches!(self.arrivals, Arrivals::Trace { .. }) => {

@@ -9,6 +9,7 @@ pub mod dispatch;
 pub mod generate;
 pub mod limits;
 pub mod mooncake;
+pub mod slo;
 pub mod trace;
 
 use std::fmt;

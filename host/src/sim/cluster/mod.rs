@@ -24,6 +24,7 @@
 //! ratios of such runs are not speed-ups). `latency_p99_low_hit_s` = P99 latency over the requests
 //! with less than half their prompt cached at first admission (NaN when there are none). `busiest_replica_share` = the largest share of requests
 //! dispatched to one replica. `preemptions` counts recompute preemptions (`estimate` reservation).
+//! With `slo:`, `slo_attainment` and `goodput_rps` follow ([`push_slo_metrics`]).
 //! A router's own `report()` figures follow the host's as `router.<name>`, then the schedulers'
 //! summed over replicas as `scheduler.<name>`.
 //!
@@ -45,7 +46,7 @@ use routelab_policy_api::{
 
 use self::replica::{Replica, ReplicaConfig, RequestState};
 use self::summary::{Replication, summarize};
-pub use self::summary::{RequestRecord, RunOutcome};
+pub use self::summary::{RequestRecord, RunOutcome, push_slo_metrics};
 use super::event_queue::{EventQueue, SimTime, seconds, ticks};
 use super::{RunError, SetupError};
 use crate::handle::{RouterHandle, SchedulerHandle, scheduler_stats};
@@ -136,6 +137,8 @@ pub struct ClusterSim<'a> {
     next: usize,
     done: usize,
     probes: Probes,
+    /// The workload's per-request SLO, measured at the end.
+    slo: Option<crate::workload::slo::Slo>,
 }
 
 impl<'a> ClusterSim<'a> {
@@ -202,6 +205,7 @@ impl<'a> ClusterSim<'a> {
                 sample_every: (total / 20).max(1),
                 replication: Replication::default(),
             },
+            slo: spec.slo.clone(),
         })
     }
 
@@ -379,6 +383,9 @@ impl<'a> ClusterSim<'a> {
         let p = &self.probes;
         let mut metrics =
             summarize(&records, &self.replicas, p.waiting_at_half, p.waiting_at_end, p.replication.factor());
+        if let Some(slo) = &self.slo {
+            push_slo_metrics(&mut metrics, &records, slo);
+        }
         for (k, v) in self.router.report()?.into_iter().chain(scheduler_stats(&self.schedulers, self.router.label())?) {
             metrics.push(k, v);
         }

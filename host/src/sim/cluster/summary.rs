@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use super::replica::Replica;
 use crate::metrics::{Metrics, quantile};
+use crate::workload::slo::Slo;
 
 /// One request's measured life (times in seconds; NaN where it did not get that far).
 #[derive(Clone, Debug, PartialEq)]
@@ -112,4 +113,74 @@ pub(super) fn summarize(
     m.push("busiest_replica_share", if total > 0 { busiest as f64 / total as f64 } else { f64::NAN });
     m.push("preemptions", replicas.iter().map(|r| r.preemptions).sum::<u64>() as f64);
     m
+}
+
+/// `slo_attainment` (fraction of all requests, unfinished ones included, that met `slo`) and
+/// `goodput_rps` (requests that met it per second between the first and the last arrival; NaN
+/// for a single request). Works from the records alone, so every world that writes them can call it.
+pub fn push_slo_metrics(m: &mut Metrics, records: &[RequestRecord], slo: &Slo) {
+    let met = records
+        .iter()
+        .filter(|r| {
+            let tpot = if r.output_tokens > 1 {
+                (r.completed_at_s - r.first_token_at_s) / (r.output_tokens - 1) as f64
+            } else {
+                f64::NAN
+            };
+            slo.met(r.first_token_at_s - r.arrived_at_s, tpot, r.completed_at_s - r.arrived_at_s)
+        })
+        .count();
+    let (first, last) = records
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), r| (a.min(r.arrived_at_s), b.max(r.arrived_at_s)));
+    let span = last - first;
+    m.push("slo_attainment", if records.is_empty() { f64::NAN } else { met as f64 / records.len() as f64 });
+    m.push("goodput_rps", if span > 0.0 { met as f64 / span } else { f64::NAN });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(arrived: f64, first_token: f64, completed: f64, output_tokens: u32) -> RequestRecord {
+        RequestRecord {
+            replica: 0,
+            arrived_at_s: arrived,
+            admitted_at_s: arrived,
+            first_token_at_s: first_token,
+            completed_at_s: completed,
+            prompt_tokens: 100,
+            cached_tokens: 0,
+            output_tokens,
+            preemptions: 0,
+        }
+    }
+
+    /// Five requests arriving over 8 s, checked by hand against TTFT ≤ 1 s and TPOT ≤ 0.125 s
+    /// (times exact in binary, so the inclusive bounds are tested exactly).
+    #[test]
+    fn attainment_and_goodput_by_hand() {
+        let records = [
+            record(0.0, 0.5, 1.625, 10),   // TTFT 0.5, TPOT 1.125/9 = 0.125: meets (bounds inclusive)
+            record(2.0, 3.5, 3.6, 2),      // TTFT 1.5: misses
+            record(4.0, 4.25, 6.75, 11),   // TPOT 2.5/10 = 0.25: misses
+            record(6.0, 6.9, 6.9, 1),      // one token, no TPOT: meets
+            record(8.0, 8.1, f64::NAN, 5), // unfinished: misses
+        ];
+        let slo = Slo { ttft_s: Some(1.0), tpot_s: Some(0.125), latency_s: None };
+        let mut m = Metrics::new();
+        push_slo_metrics(&mut m, &records, &slo);
+        assert_eq!(m.get("slo_attainment"), Some(2.0 / 5.0));
+        assert_eq!(m.get("goodput_rps"), Some(2.0 / 8.0), "2 met over an arrival span of 8 s");
+        // A latency bound alone: latencies 1.625, 1.6, 2.75, 0.9 and unfinished; ≤ 1.5 s → 1 of 5.
+        let mut m = Metrics::new();
+        push_slo_metrics(&mut m, &records, &Slo { latency_s: Some(1.5), ..Slo::default() });
+        assert_eq!(m.get("slo_attainment"), Some(0.2));
+        assert_eq!(m.get("goodput_rps"), Some(1.0 / 8.0));
+        // Every bound generous: all but the unfinished request.
+        let mut m = Metrics::new();
+        push_slo_metrics(&mut m, &records, &Slo { ttft_s: Some(10.0), tpot_s: Some(1.0), latency_s: Some(10.0) });
+        assert_eq!(m.get("slo_attainment"), Some(0.8));
+        assert_eq!(m.get("goodput_rps"), Some(0.5));
+    }
 }

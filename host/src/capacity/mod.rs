@@ -1,0 +1,427 @@
+//! `routelab capacity`: per policy, the highest load at which an SLO still holds.
+//!
+//! The load is the workload's arrival rate (cluster world, Poisson or gamma arrivals), a
+//! multiplier of a replayed trace's speed (cluster world, trace arrivals: `time_scale` ÷ m), or
+//! the utilisation ρ (dispatch world). Each load is run on the workload's seeds — the same seeds
+//! at every load (common random numbers: arrival gaps and request sizes come from separate
+//! streams, so a higher rate replays the same requests closer together), and the SLO
+//! ([`expr::Target`]) is judged on the mean over seeds. A load also fails when any seed left
+//! requests unfinished: percentiles over the finished ones would hide them.
+//!
+//! [`search`] brackets the answer from the workload's own load — doubling while the SLO holds,
+//! halving while it fails (in the dispatch world ρ < 1, so the bracket starts at [ρ, 1)) — then
+//! bisects until the bracket is narrower than `tolerance` × its top. It assumes the SLO holds
+//! below some load and fails above it; the answer is the highest load seen to hold (`lo`), known
+//! to lie below the lowest load seen to fail (`hi`).
+
+pub mod expr;
+pub mod report;
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::Error;
+use crate::metrics::{Metrics, over_seeds};
+use crate::plugin::{Loader, PolicySpec};
+use crate::runner;
+use crate::workload::{FieldError, InputError, Workload, cluster, dispatch};
+use expr::Target;
+
+/// Doublings or halvings tried before giving up on a bracket (2^20 ≈ a million-fold).
+const MAX_STEPS: u32 = 20;
+
+/// What the search varies.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Knob {
+    /// `cluster.arrivals.{poisson,gamma}.rate`, requests/s.
+    Rate,
+    /// A replayed trace's speed, × its rate at `time_scale` as written.
+    TraceSpeed,
+    /// `dispatch.utilisation`, in (0, 1).
+    Utilisation,
+}
+
+impl Knob {
+    /// The knob a workload's load is set by, and its value in the workload.
+    pub fn of(w: &Workload) -> Result<(Knob, f64), FieldError> {
+        if let Some(d) = &w.dispatch {
+            if d.mode != dispatch::Mode::Queueing {
+                return Err(FieldError::new(
+                    "dispatch.mode",
+                    "balls-into-bins has no load to raise",
+                    "use a queueing dispatch workload or a cluster workload",
+                ));
+            }
+            return Ok((Knob::Utilisation, d.utilisation));
+        }
+        match w.cluster.as_ref().map(|c| &c.arrivals) {
+            Some(cluster::Arrivals::Poisson { rate } | cluster::Arrivals::Gamma { rate, .. }) => {
+                Ok((Knob::Rate, *rate))
+            }
+            Some(cluster::Arrivals::Trace { .. }) => Ok((Knob::TraceSpeed, 1.0)),
+            None => Err(FieldError::new(
+                "",
+                "is a compound workload, which has no arrival rate",
+                "pass a cluster or dispatch workload",
+            )),
+        }
+    }
+
+    /// `base` at load `x`.
+    pub fn set(self, base: &Workload, x: f64) -> Workload {
+        let mut w = base.clone();
+        match (self, w.dispatch.as_mut(), w.cluster.as_mut().map(|c| &mut c.arrivals)) {
+            (Knob::Utilisation, Some(d), _) => d.utilisation = x,
+            (Knob::Rate, _, Some(cluster::Arrivals::Poisson { rate } | cluster::Arrivals::Gamma { rate, .. })) => {
+                *rate = x
+            }
+            (Knob::TraceSpeed, _, Some(cluster::Arrivals::Trace { time_scale, .. })) => *time_scale /= x,
+            _ => unreachable!("the knob was read from this workload"),
+        }
+        w
+    }
+
+    /// The top of the load's range, excluded (the dispatch world's queues are stable below ρ = 1).
+    fn limit(self) -> Option<f64> {
+        (self == Knob::Utilisation).then_some(1.0)
+    }
+
+    /// The axis label, with unit.
+    pub fn label(self) -> &'static str {
+        match self {
+            Knob::Rate => "arrival rate [requests/s]",
+            Knob::TraceSpeed => "trace speed [× the trace's rate]",
+            Knob::Utilisation => "utilisation ρ",
+        }
+    }
+}
+
+/// Search settings.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Settings {
+    /// Stop when `hi − lo ≤ tolerance × hi`.
+    pub tolerance: f64,
+    /// Most loads evaluated per policy.
+    pub max_points: u32,
+}
+
+/// One evaluated load: the mean over seeds and whether the SLO held.
+#[derive(Clone, Debug, Serialize)]
+pub struct Point {
+    pub load: f64,
+    pub holds: bool,
+    pub metrics: Metrics,
+}
+
+/// How a search ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// `lo` holds and `hi` fails, within the tolerance.
+    Found,
+    /// Stopped at `max_points` with the bracket still wider than the tolerance.
+    Unresolved,
+    /// Held at every load tried (`hi` is null: infinite, or the limit of the range).
+    HoldsEverywhere,
+    /// Failed at every load tried (`lo` is 0).
+    FailsEverywhere,
+}
+
+/// A search's answer: the highest load seen to hold (`lo`) and the lowest seen to fail (`hi`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Answer {
+    pub status: Status,
+    pub lo: f64,
+    /// `f64::INFINITY` (null in JSON) when no load failed.
+    pub hi: f64,
+    /// In the order they were run.
+    pub points: Vec<Point>,
+    /// Why the search stopped short of a bracket, when the workload refused a load.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// What running one load gave.
+pub enum Evaluated {
+    Ran(Point),
+    /// The workload refuses this load (too many requests, a clock overflow, …): the end of the
+    /// range in that direction; the message says why.
+    OutOfRange(String),
+}
+
+/// Brackets then bisects, starting at `start`; `eval` runs one load.
+pub fn search(
+    start: f64,
+    limit: Option<f64>,
+    settings: Settings,
+    eval: &mut dyn FnMut(f64) -> Result<Evaluated, Error>,
+) -> Result<Answer, Error> {
+    let mut points = Vec::new();
+    let mut note = None;
+    // Some(holds), or None when the load is out of range (the reason kept in `note`).
+    let mut run = |x: f64, points: &mut Vec<Point>, note: &mut Option<String>| -> Result<Option<bool>, Error> {
+        Ok(match eval(x)? {
+            Evaluated::Ran(p) => {
+                let holds = p.holds;
+                points.push(p);
+                Some(holds)
+            }
+            Evaluated::OutOfRange(why) => {
+                *note = Some(why);
+                None
+            }
+        })
+    };
+    let budget = settings.max_points.max(2) as usize;
+    let (mut lo, mut hi) = (0.0, limit.unwrap_or(f64::INFINITY));
+    let Some(first) = run(start, &mut points, &mut note)? else {
+        return Err(Error::Input(InputError {
+            file: "<capacity>".into(),
+            path: String::new(),
+            line: None,
+            message: note.unwrap_or_default(),
+            fix: "check the workload with `routelab validate`".into(),
+        }));
+    };
+    if first {
+        lo = start
+    } else {
+        hi = start
+    }
+    // Double while it holds, or halve while it fails, until one load of each is known (a
+    // limited range already has its top).
+    let mut steps = 0;
+    while (lo == 0.0 || hi.is_infinite()) && steps < MAX_STEPS && points.len() < budget {
+        let x = if lo > 0.0 { lo * 2.0 } else { hi / 2.0 };
+        match run(x, &mut points, &mut note)? {
+            Some(true) => lo = x,
+            Some(false) => hi = x,
+            None => break,
+        }
+        steps += 1;
+    }
+    let bracketed = lo > 0.0 && hi.is_finite();
+    while bracketed && hi - lo > settings.tolerance * hi && points.len() < budget {
+        let x = (lo + hi) / 2.0;
+        match run(x, &mut points, &mut note)? {
+            Some(true) => lo = x,
+            Some(false) => hi = x,
+            None => break,
+        }
+    }
+    let status = if lo == 0.0 {
+        Status::FailsEverywhere
+    } else if hi.is_infinite() || limit.is_some_and(|l| hi >= l && !points.iter().any(|p| !p.holds)) {
+        Status::HoldsEverywhere
+    } else if hi - lo > settings.tolerance * hi {
+        Status::Unresolved
+    } else {
+        Status::Found
+    };
+    Ok(Answer { status, lo, hi, points, note })
+}
+
+/// One policy's capacity.
+#[derive(Clone, Debug, Serialize)]
+pub struct PolicyCapacity {
+    pub policy: String,
+    pub spec: String,
+    #[serde(flatten)]
+    pub answer: Option<Answer>,
+    /// Simulation runs made: loads × seeds.
+    pub runs: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Everything a capacity search needs besides the policy.
+pub struct Problem<'a> {
+    pub workload: &'a Workload,
+    pub file: &'a Path,
+    pub knob: Knob,
+    pub target: &'a Target,
+    /// Threads running one load's seeds.
+    pub jobs: usize,
+}
+
+/// The workload at load `x`, checked and prepared.
+fn prepare_at(p: &Problem, x: f64) -> Result<runner::Prepared, InputError> {
+    let w = p.knob.set(p.workload, x);
+    runner::prepare(w, p.file).map_err(|mut e| {
+        e.message = format!("at {} = {x}: {}", p.knob.label(), e.message);
+        e
+    })
+}
+
+/// Runs `spec` on every seed at load `x` and judges the SLO on the mean over seeds.
+pub fn evaluate(loader: &mut Loader, p: &Problem, spec: &PolicySpec, x: f64) -> Result<Evaluated, Error> {
+    let prepared = match prepare_at(p, x) {
+        Ok(prepared) => prepared,
+        Err(e) => return Ok(Evaluated::OutOfRange(e.to_string())),
+    };
+    let resolved = runner::resolve(loader, &prepared, spec)?;
+    let per_seed = run_seeds(&resolved, &prepared, p.jobs)?;
+    let metrics = over_seeds(&per_seed);
+    let unfinished = per_seed.iter().any(|m| m.get("unfinished").is_some_and(|u| u > 0.0));
+    let holds = p.target.holds(&metrics).map_err(|missing| InputError {
+        file: "--slo".into(),
+        path: missing.clone(),
+        line: None,
+        message: format!("policy {} does not report `{missing}`", spec.label),
+        fix: "bound a metric every policy reports (docs/output.md)".into(),
+    })? && !unfinished;
+    Ok(Evaluated::Ran(Point { load: x, holds, metrics }))
+}
+
+/// Every seed's run at one load, on up to `jobs` threads; in seed order whatever the thread
+/// count (each run is a pure function of policy, workload and seed).
+fn run_seeds(
+    resolved: &runner::ResolvedPolicy,
+    prepared: &runner::Prepared,
+    jobs: usize,
+) -> Result<Vec<Metrics>, Error> {
+    let seeds = prepared.workload.seeds as usize;
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<Result<Metrics, Error>>>> =
+        (0..seeds).map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.clamp(1, seeds.max(1)) {
+            scope.spawn(|| {
+                loop {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if k >= seeds {
+                        break;
+                    }
+                    let run = prepared
+                        .seed_input(k as u32)
+                        .map_err(Error::from)
+                        .and_then(|input| runner::run_one(resolved, prepared, &input).map(|o| o.0));
+                    *slots[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(run);
+                }
+            });
+        }
+    });
+    slots.into_iter().map(|s| s.into_inner().unwrap_or_else(|e| e.into_inner()).expect("every seed ran")).collect()
+}
+
+/// The capacity of one policy. A failing run (exit 1) becomes the policy's error; bad input
+/// (exit 2) is returned.
+pub fn of_policy(
+    loader: &mut Loader,
+    p: &Problem,
+    spec: &PolicySpec,
+    start: f64,
+    s: Settings,
+    progress: &dyn Fn(&Point),
+) -> Result<PolicyCapacity, Error> {
+    let mut runs = 0u64;
+    let seeds = p.workload.seeds as u64;
+    let answer = search(start, p.knob.limit(), s, &mut |x| {
+        let e = evaluate(loader, p, spec, x)?;
+        if let Evaluated::Ran(point) = &e {
+            runs += seeds;
+            progress(point);
+        }
+        Ok(e)
+    });
+    let (answer, error) = match answer {
+        Ok(a) => (Some(a), None),
+        Err(e) if e.exit_code() == 2 => return Err(e),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    Ok(PolicyCapacity { policy: spec.label.clone(), spec: spec.arg.clone(), answer, runs, error })
+}
+
+/// The workload prepared at its starting load: bad input found before any run.
+pub fn check(p: &Problem, start: f64) -> Result<runner::Prepared, InputError> {
+    prepare_at(p, start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(tolerance: f64) -> Settings {
+        Settings { tolerance, max_points: 60 }
+    }
+
+    /// A synthetic SLO that holds up to `edge`.
+    fn up_to(edge: f64) -> impl FnMut(f64) -> Result<Evaluated, Error> {
+        move |x| Ok(Evaluated::Ran(Point { load: x, holds: x <= edge, metrics: Metrics::new() }))
+    }
+
+    #[test]
+    fn brackets_upward_then_bisects_to_the_tolerance() {
+        let a = search(1.0, None, settings(0.01), &mut up_to(37.3)).unwrap();
+        assert_eq!(a.status, Status::Found);
+        assert!(a.lo <= 37.3 && 37.3 < a.hi && a.hi - a.lo <= 0.01 * a.hi, "{} {}", a.lo, a.hi);
+        // 1, 2, …, 64 (7 points) then bisection of [32, 64] down to 1% (7 more).
+        assert_eq!(a.points.len(), 14);
+        assert!(a.points.iter().all(|p| p.holds == (p.load <= 37.3)));
+    }
+
+    #[test]
+    fn brackets_downward_when_the_start_fails() {
+        let a = search(10.0, None, settings(0.02), &mut up_to(0.7)).unwrap();
+        assert_eq!(a.status, Status::Found);
+        assert!(a.lo <= 0.7 && 0.7 < a.hi && a.hi - a.lo <= 0.02 * a.hi);
+    }
+
+    #[test]
+    fn a_limited_range_starts_bracketed_and_reports_edges() {
+        let a = search(0.5, Some(1.0), settings(0.005), &mut up_to(0.8)).unwrap();
+        assert_eq!(a.status, Status::Found);
+        assert!(a.lo <= 0.8 && 0.8 < a.hi && a.hi - a.lo <= 0.005);
+        assert!(a.points.iter().all(|p| p.load < 1.0), "never runs at the limit");
+        let all = search(0.5, Some(1.0), settings(0.01), &mut up_to(2.0)).unwrap();
+        assert_eq!(all.status, Status::HoldsEverywhere);
+        let none = search(1.0, None, settings(0.01), &mut up_to(0.0)).unwrap();
+        assert_eq!((none.status, none.lo), (Status::FailsEverywhere, 0.0));
+        let never = search(1.0, None, settings(0.01), &mut up_to(f64::INFINITY)).unwrap();
+        assert_eq!(never.status, Status::HoldsEverywhere);
+        assert!(never.hi.is_infinite());
+    }
+
+    #[test]
+    fn the_knob_sets_the_rate_the_trace_speed_or_the_utilisation() {
+        let parse = |y: &str| crate::workload::parse(y, Path::new("w.yaml")).unwrap();
+        let head = "  replicas: 1\n  generator: {output_tokens: 8}\n  requests: 10\n";
+        let gamma = parse(&format!("cluster:\n{head}  arrivals: {{gamma: {{rate: 3, cv: 2}}}}\n"));
+        assert_eq!(Knob::of(&gamma).unwrap(), (Knob::Rate, 3.0));
+        let at = Knob::Rate.set(&gamma, 12.0);
+        assert_eq!(at.cluster.unwrap().arrivals, cluster::Arrivals::Gamma { rate: 12.0, cv: 2.0 });
+        let trace = parse(&format!("cluster:\n{head}  arrivals: {{trace: {{path: t.csv, time_scale: 3}}}}\n"));
+        assert_eq!(Knob::of(&trace).unwrap(), (Knob::TraceSpeed, 1.0));
+        let twice = Knob::TraceSpeed.set(&trace, 2.0);
+        assert!(matches!(twice.cluster.unwrap().arrivals, cluster::Arrivals::Trace { time_scale: 1.5, .. }));
+        let d = parse("dispatch: {servers: 2, requests: 10, utilisation: 0.3}\n");
+        assert_eq!(Knob::of(&d).unwrap(), (Knob::Utilisation, 0.3));
+        assert_eq!(Knob::Utilisation.set(&d, 0.7).dispatch.unwrap().utilisation, 0.7);
+        let balls = parse("dispatch: {servers: 2, requests: 10, mode: balls_into_bins}\n");
+        assert!(Knob::of(&balls).unwrap_err().message.contains("balls-into-bins"));
+    }
+
+    #[test]
+    fn a_load_the_workload_refuses_ends_the_range() {
+        let mut eval = |x: f64| {
+            Ok(if x > 10.0 {
+                Evaluated::OutOfRange(format!("too many requests at {x}"))
+            } else {
+                Evaluated::Ran(Point { load: x, holds: true, metrics: Metrics::new() })
+            })
+        };
+        let a = search(1.0, None, settings(0.01), &mut eval).unwrap();
+        assert_eq!((a.status, a.lo, a.points.len()), (Status::HoldsEverywhere, 8.0, 4));
+        assert_eq!(a.note.as_deref(), Some("too many requests at 16"));
+    }
+
+    #[test]
+    fn the_point_budget_leaves_it_unresolved() {
+        let s = Settings { tolerance: 1e-9, max_points: 9 };
+        let a = search(1.0, None, s, &mut up_to(5.0)).unwrap();
+        assert_eq!((a.status, a.points.len()), (Status::Unresolved, 9));
+        assert!(a.lo <= 5.0 && 5.0 < a.hi);
+    }
+}
