@@ -18,6 +18,10 @@ use routelab_policy_api::{
     RouterBox, RouterContext, RouterPolicy, Stat, World,
 };
 
+mod figures;
+
+pub use figures::{Figure, Recorder, Report};
+
 use crate::plugin::{Loader, PolicySpec};
 use crate::workload::cluster::ClusterSpec;
 use crate::workload::dispatch::DispatchSpec;
@@ -74,83 +78,140 @@ pub fn default_plugin_path() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
-pub fn run(requests: u64, plugin: Option<&Path>) -> Result<String> {
+/// What `routelab bench` measures and how often.
+pub struct Options {
+    /// Requests per dispatch-world measurement.
+    pub requests: u64,
+    pub plugin: Option<PathBuf>,
+    /// Kept samples per figure.
+    pub runs: u32,
+    /// Samples per figure measured first and dropped.
+    pub warmup: u32,
+    /// Only the routing-decisions table, for these routers.
+    pub routers: Option<Vec<String>>,
+}
+
+/// Runs the bench, printing its lines as they come when `echo`: the whole text and the figures
+/// for `--json`.
+pub fn run(opts: &Options, echo: bool) -> Result<(String, Report)> {
     let mut loader = Loader::new();
-    let mut out = String::new();
-    let plugin = plugin.map(Path::to_path_buf).or_else(default_plugin_path);
-    writeln!(out, "dispatch world, 16 servers, ρ 0.9, exponential, {requests} requests (built-in router):")?;
-    for p in ["round_robin", "random", "power_of_two", "least_requests", "least_work_left"] {
-        let r = dispatch_rate(&mut loader, p, 16, requests)?;
-        writeln!(out, "  {p:<16} {:>7.2} M simulated requests/s", r / 1e6)?;
+    let mut rec = Recorder::new(opts.runs, opts.warmup, echo);
+    rec.line(format!(
+        "routelab bench: each figure the median of {} runs after {} warm-up (±: half the min–max range); compared \
+         variants alternate run by run.",
+        rec.runs, rec.warmup
+    ));
+    if let Some(routers) = &opts.routers {
+        decisions_table(&mut loader, &mut rec, routers)?;
+        return Ok(rec.report(opts.requests));
     }
-    if let Some(lib) = &plugin {
-        let r = dispatch_rate(&mut loader, &format!("{}:round_robin", lib.display()), 16, requests)?;
-        writeln!(
-            out,
-            "  {:<16} {:>7.2} M simulated requests/s (loaded from the plugin library)",
-            "round_robin",
-            r / 1e6
-        )?;
+    let requests = opts.requests;
+    let plugin = opts.plugin.clone().or_else(default_plugin_path);
+    dispatch_section(&mut loader, &mut rec, requests, plugin.as_deref())?;
+    per_call_section(&mut loader, &mut rec, plugin.as_deref())?;
+    bench_cluster(&mut loader, &mut rec)?;
+    rec.section("compound", "compound world, debate (6 modules, 5 models), 1,000 training questions:");
+    for accuracy in [1.0, 0.8] {
+        let mut checksum = 0;
+        let f = rec.measure(&format!("diagnoser accuracy {accuracy}"), "allocations/s", || {
+            let (rate, sum) = compound_rate(accuracy, 20_000)?;
+            checksum = sum;
+            Ok(rate)
+        })?;
+        rec.line(format!("  {}: {} allocations evaluated/s (checksum {checksum})", f.name, f.show(1.0, 0)));
+    }
+    Ok(rec.report(requests))
+}
+
+fn dispatch_section(loader: &mut Loader, rec: &mut Recorder, requests: u64, plugin: Option<&Path>) -> Result<()> {
+    rec.section(
+        "dispatch",
+        &format!("dispatch world, 16 servers, ρ 0.9, exponential, {requests} requests (M simulated requests/s):"),
+    );
+    let mut policies: Vec<String> =
+        ["round_robin", "random", "power_of_two", "least_requests", "least_work_left"].map(String::from).to_vec();
+    let mut names = policies.clone();
+    if let Some(lib) = plugin {
+        policies.push(format!("{}:round_robin", lib.display()));
+        names.push("round_robin (loaded)".into());
+    }
+    let figs = rec.compare(&names, "requests/s", |i| dispatch_rate(loader, &policies[i], 16, requests))?;
+    for f in figs {
+        rec.line(format!("  {:<22} {:>14}", f.name, f.show(1e6, 2)));
     }
 
-    writeln!(out, "\nscaling (M simulated requests/s; flat across a row = cost independent of that size):")?;
-    writeln!(out, "  requests: {:>10} {:>10}", requests / 10, requests)?;
+    rec.section(
+        "dispatch_scaling",
+        "scaling (M simulated requests/s; flat across a row = cost independent of that size):",
+    );
+    rec.line(format!("  requests:          {:>14} {:>14}", requests / 10, requests));
     for p in ["round_robin", "power_of_two"] {
-        let a = dispatch_rate(&mut loader, p, 16, requests / 10)?;
-        let b = dispatch_rate(&mut loader, p, 16, requests)?;
-        writeln!(out, "  {p:<16} {:>10.2} {:>10.2}", a / 1e6, b / 1e6)?;
+        let sizes = [requests / 10, requests];
+        let names = sizes.map(|n| format!("{p} {n} requests"));
+        let figs = rec.compare(&names, "requests/s", |i| dispatch_rate(loader, p, 16, sizes[i]))?;
+        rec.line(format!("  {p:<18} {:>14} {:>14}", figs[0].show(1e6, 2), figs[1].show(1e6, 2)));
     }
-    writeln!(out, "  servers:  {:>10} {:>10} {:>10} {:>10}", 16, 64, 256, 1024)?;
-    for p in ["round_robin", "power_of_two", "least_requests"] {
-        let mut row = format!("  {p:<16}");
-        for n in [16, 64, 256, 1024] {
-            let r = dispatch_rate(&mut loader, p, n, requests / 4)?;
-            write!(row, " {:>10.2}", r / 1e6)?;
-        }
-        writeln!(out, "{row}")?;
+    let servers = [16u32, 64, 256, 1024];
+    rec.line(format!("  servers:           {:>14} {:>14} {:>14} {:>14}", 16, 64, 256, 1024));
+    for p in ["round_robin", "power_of_two", "least_requests", "least_work_left"] {
+        let names = servers.map(|n| format!("{p} {n} servers"));
+        let figs = rec.compare(&names, "requests/s", |i| dispatch_rate(loader, p, servers[i], requests / 4))?;
+        let cells: Vec<String> = figs.iter().map(|f| format!("{:>14}", f.show(1e6, 2))).collect();
+        rec.line(format!("  {p:<18} {}", cells.join(" ")));
     }
+    Ok(())
+}
 
-    let calls = 20_000_000u64;
-    writeln!(out, "\nper-call cost of route() over 8 replicas ({calls} calls):")?;
+fn per_call_section(loader: &mut Loader, rec: &mut Recorder, plugin: Option<&Path>) -> Result<()> {
+    let calls = 2_000_000u64;
+    rec.section("per_call", &format!("per-call cost of route() over 8 replicas ({calls} calls per run, ns/call):"));
     let v = views(8);
     let req = Request { id: 0, arrived_at: 0.0, prompt_tokens: 0, size_hint: RNone, segments: RSlice::EMPTY };
     for name in ["least_requests", "round_robin"] {
-        let static_ns = match name {
+        let mut static_router: Box<dyn FnMut() -> u32> = match name {
             "least_requests" => {
                 let mut p =
                     routelab_policies::least_requests::LeastRequests::new(Default::default(), &ctx(8)).expect("builds");
-                ns_per_call(calls, |_| p.route(black_box(&req), black_box(&Replicas::new(&v))) as u32)
+                let v = v.clone();
+                Box::new(move || p.route(black_box(&req), black_box(&Replicas::new(&v))) as u32)
             }
             _ => {
                 let mut p =
                     routelab_policies::round_robin::RoundRobin::new(Default::default(), &ctx(8)).expect("builds");
-                ns_per_call(calls, |_| p.route(black_box(&req), black_box(&Replicas::new(&v))) as u32)
+                let v = v.clone();
+                Box::new(move || p.route(black_box(&req), black_box(&Replicas::new(&v))) as u32)
             }
         };
         let mut linked = loader.router(&PolicySpec::parse(name)?, &ctx(8))?;
-        let linked_ns = ns_per_call(calls, |_| linked.route(black_box(&req), black_box(Replicas::new(&v))).unwrap());
-        let loaded = match &plugin {
-            Some(lib) => {
-                let mut r = loader.router(&PolicySpec::parse(&format!("{}:{name}", lib.display()))?, &ctx(8))?;
-                format!(
-                    "{:>6.2} ns",
+        let mut loaded = match plugin {
+            Some(lib) => Some(loader.router(&PolicySpec::parse(&format!("{}:{name}", lib.display()))?, &ctx(8))?),
+            None => None,
+        };
+        let mut variants = vec![format!("{name} static"), format!("{name} linked-in ABI object")];
+        if loaded.is_some() {
+            variants.push(format!("{name} loaded library"));
+        }
+        let figs = rec.compare(&variants, "ns/call", |i| {
+            Ok(match i {
+                0 => ns_per_call(calls, |_| static_router()),
+                1 => ns_per_call(calls, |_| linked.route(black_box(&req), black_box(Replicas::new(&v))).unwrap()),
+                _ => {
+                    let r = loaded.as_mut().expect("a third variant only with a library");
                     ns_per_call(calls, |_| r.route(black_box(&req), black_box(Replicas::new(&v))).unwrap())
-                )
-            }
+                }
+            })
+        })?;
+        let loaded_text = match figs.get(2) {
+            Some(f) => format!("{} ns", f.show(1.0, 2)),
             None => "(no plugin library: cargo build --release -p routelab-builtin-plugin)".into(),
         };
-        writeln!(
-            out,
-            "  {name:<16} static {static_ns:>6.2} ns | linked-in ABI object {linked_ns:>6.2} ns | loaded library {loaded}"
-        )?;
+        rec.line(format!(
+            "  {name:<16} static {} ns | linked-in ABI object {} ns | loaded library {loaded_text}",
+            figs[0].show(1.0, 2),
+            figs[1].show(1.0, 2)
+        ));
     }
-    bench_cluster(&mut loader, &mut out)?;
-    writeln!(out, "\ncompound world, debate (6 modules, 5 models), 1,000 training questions:")?;
-    for accuracy in [1.0, 0.8] {
-        let (rate, checksum) = compound_rate(accuracy, 20_000)?;
-        writeln!(out, "  diagnoser accuracy {accuracy}: {rate:>9.0} allocations evaluated/s (checksum {checksum})")?;
-    }
-    Ok(out)
+    Ok(())
 }
 
 /// Wall seconds to generate and to simulate `spec` with `requests` requests under `policy`
@@ -262,20 +323,21 @@ fn preset(name: &str) -> Result<ClusterSpec> {
 }
 
 /// The cluster section of `routelab bench`.
-fn bench_cluster(loader: &mut Loader, out: &mut String) -> Result<()> {
-    writeln!(
-        out,
-        "\ncluster world, least_work_left (simulated requests per wall second; linear = flat across a row):"
-    )?;
-    writeln!(out, "  requests:               {:>12} {:>12} {:>12}", "10^4", "10^5", "10^6")?;
+fn bench_cluster(loader: &mut Loader, rec: &mut Recorder) -> Result<()> {
+    rec.section(
+        "cluster_scaling",
+        "cluster world, least_work_left (simulated requests per wall second; linear = flat across a row):",
+    );
+    rec.line(format!("  requests:               {:>16} {:>16} {:>16}", "10^4", "10^5", "10^6"));
     for name in ["tool_use", "long_doc_qa"] {
         let spec = preset(name)?;
-        let mut row = format!("  {name:<10} ({} replicas)", spec.replicas);
-        for n in [10_000u64, 100_000, 1_000_000] {
-            let t = cluster_timing(loader, &spec, "least_work_left", n)?;
-            write!(row, " {:>10.0}/s", n as f64 / t.simulate_s)?;
-        }
-        writeln!(out, "{row}")?;
+        let sizes = [10_000u64, 100_000, 1_000_000];
+        let names = sizes.map(|n| format!("{name} {n} requests"));
+        let figs = rec.compare(&names, "requests/s", |i| {
+            Ok(sizes[i] as f64 / cluster_timing(loader, &spec, "least_work_left", sizes[i])?.simulate_s)
+        })?;
+        let cells: Vec<String> = figs.iter().map(|f| format!("{:>14}/s", f.show(1.0, 0))).collect();
+        rec.line(format!("  {name:<10} ({} replicas) {}", spec.replicas, cells.join(" ")));
     }
     let routers = [
         "round_robin",
@@ -290,7 +352,8 @@ fn bench_cluster(loader: &mut Loader, out: &mut String) -> Result<()> {
         "chwbl",
         "ray_prefix_aware",
     ];
-    decisions_table(loader, &routers, out)?;
+    decisions_table(loader, rec, &routers)?;
+    mooncake_section(loader, rec, &routers)?;
     // The Preble grid's policies on the five presets at their base rate, one seed each.
     let grid = [
         "round_robin@lpm",
@@ -299,42 +362,62 @@ fn bench_cluster(loader: &mut Loader, out: &mut String) -> Result<()> {
         "preble{autoscale: false, pd_pairing: false}@lpm",
         "preble@priority_groups",
     ];
-    let (mut requests, mut seconds) = (0u64, 0.0);
-    for name in ["tool_use", "agent", "programming", "video_qa", "long_doc_qa"] {
-        let spec = preset(name)?;
-        let n = spec.requests.unwrap_or(1000);
-        for policy in grid {
-            let t = cluster_timing(loader, &spec, policy, n)?;
-            requests += n;
-            seconds += t.generate_s + t.simulate_s;
+    let presets = ["tool_use", "agent", "programming", "video_qa", "long_doc_qa"];
+    let specs = presets.iter().map(|p| preset(p)).collect::<Result<Vec<_>>>()?;
+    let requests: u64 = specs.iter().map(|s| s.requests.unwrap_or(1000)).sum::<u64>() * grid.len() as u64;
+    rec.section("preble_grid", "");
+    let f = rec.measure("preble_grid end to end", "requests/s", || {
+        let mut seconds = 0.0;
+        for spec in &specs {
+            for policy in grid {
+                let t = cluster_timing(loader, spec, policy, spec.requests.unwrap_or(1000))?;
+                seconds += t.generate_s + t.simulate_s;
+            }
         }
-    }
-    writeln!(
-        out,
-        "\npreble_grid end to end (5 presets × 5 policies at the base rate, one seed): {requests} requests in {seconds:.2} s = {:.0} simulated requests/s",
-        requests as f64 / seconds
-    )?;
+        Ok(requests as f64 / seconds)
+    })?;
+    rec.line(format!(
+        "preble_grid end to end (5 presets × 5 policies at the base rate, one seed): {requests} requests, {} simulated requests/s",
+        f.show(1.0, 0)
+    ));
     Ok(())
 }
 
-/// `routelab bench --routers a,b`: only the routing-decisions table, for those routers.
-pub fn decisions(routers: &[String]) -> Result<String> {
-    let mut out = String::new();
-    decisions_table(&mut Loader::new(), routers, &mut out)?;
-    Ok(out)
+/// Wall seconds per policy to replay the Mooncake conversation trace (12,031 requests), read from
+/// `workloads/cluster/` under the current folder (skipped when run elsewhere).
+fn mooncake_section(loader: &mut Loader, rec: &mut Recorder, routers: &[&str]) -> Result<()> {
+    let file = Path::new("workloads/cluster/mooncake_conversation.yaml");
+    if !file.exists() {
+        rec.line(format!("\n(Mooncake replay skipped: run from the repository root to find {})", file.display()));
+        return Ok(());
+    }
+    let prepared = crate::runner::prepare(crate::workload::load(file)?, file)?;
+    let input = prepared.seed_inputs()?.remove(0);
+    rec.section("mooncake", "Mooncake conversation trace, whole replay (wall seconds per policy):");
+    for policy in routers {
+        let resolved = crate::runner::resolve(loader, &prepared, &PolicySpec::parse(policy)?)?;
+        let f = rec.measure(policy, "s", || {
+            let t = Instant::now();
+            black_box(crate::runner::run_one(&resolved, &prepared, &input)?);
+            Ok(t.elapsed().as_secs_f64())
+        })?;
+        rec.line(format!("  {policy:<20} {:>14} s", f.show(1.0, 3)));
+    }
+    Ok(())
 }
 
 /// Routing decisions per second of router time inside a tool_use run at 8 and 64 replicas
 /// (the arrival rate scaled with the replicas).
-fn decisions_table(loader: &mut Loader, routers: &[impl AsRef<str>], out: &mut String) -> Result<()> {
-    writeln!(
-        out,
-        "\nrouting decisions per second inside a tool_use run (router time only; Preble's paper: 245–2,931/s in Python):"
-    )?;
-    writeln!(out, "  {:<20} {:>14} {:>14}", "router", "8 replicas", "64 replicas")?;
+fn decisions_table(loader: &mut Loader, rec: &mut Recorder, routers: &[impl AsRef<str>]) -> Result<()> {
+    rec.section(
+        "decisions",
+        "routing decisions per second inside a tool_use run (router time only; Preble's paper: 245–2,931/s in Python):",
+    );
+    rec.line(format!("  {:<20} {:>18} {:>18}", "router", "8 replicas", "64 replicas"));
     for policy in routers {
         let policy = policy.as_ref();
         let mut row = format!("  {policy:<20}");
+        let mut specs = Vec::new();
         for replicas in [8u32, 64] {
             let mut spec = preset("tool_use")?;
             let scale = replicas as f64 / spec.replicas as f64;
@@ -342,11 +425,20 @@ fn decisions_table(loader: &mut Loader, routers: &[impl AsRef<str>], out: &mut S
             if let crate::workload::cluster::Arrivals::Poisson { rate } = &mut spec.arrivals {
                 *rate *= scale;
             }
-            let t = cluster_timing(loader, &spec, policy, 20_000 * replicas as u64 / 8)?;
-            let mark = if t.overloaded { " (overloaded)" } else { "" };
-            write!(row, " {:>12.0}/s{mark}", t.decisions as f64 / t.router_s.max(1e-12))?;
+            specs.push(spec);
         }
-        writeln!(out, "{row}")?;
+        let mut overloaded = [false; 2];
+        let names = [format!("{policy} 8 replicas"), format!("{policy} 64 replicas")];
+        let figs = rec.compare(&names, "decisions/s", |i| {
+            let t = cluster_timing(loader, &specs[i], policy, 20_000 * specs[i].replicas as u64 / 8)?;
+            overloaded[i] = t.overloaded;
+            Ok(t.decisions as f64 / t.router_s.max(1e-12))
+        })?;
+        for (f, o) in figs.iter().zip(overloaded) {
+            let mark = if o { " (overloaded)" } else { "" };
+            write!(row, " {:>16}/s{mark}", f.show(1.0, 0))?;
+        }
+        rec.line(row);
     }
     Ok(())
 }

@@ -182,13 +182,13 @@ fn execute(command: Command) -> Result<i32> {
             print!("{text}");
             Ok(0)
         }
-        Command::Bench { requests, plugin, routers: Some(routers) } => {
-            let _ = (requests, plugin);
-            print!("{}", crate::bench::decisions(&routers)?);
-            Ok(0)
-        }
-        Command::Bench { requests, plugin, routers: None } => {
-            print!("{}", crate::bench::run(requests, plugin.as_deref())?);
+        Command::Bench { requests, plugin, routers, runs, warmup, json } => {
+            let opts = crate::bench::Options { requests, plugin, runs, warmup, routers };
+            let (_, report) = crate::bench::run(&opts, true)?;
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")
+                    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            }
             Ok(0)
         }
         Command::Serve(args) => crate::serve::proxy::main(args),

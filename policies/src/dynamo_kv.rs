@@ -47,7 +47,7 @@ use rand::RngExt;
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
 
-use crate::block_index::{BlockIndex, KeyMap, Stamps, evicted_hashes, pair_key};
+use crate::block_index::{BlockIndex, EvictedHashes, KeyMap, Stamps, pair_key};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -106,6 +106,9 @@ pub struct DynamoKv {
     // Scratch, reused across calls.
     hashes: Vec<u64>,
     hashes_for: Option<u64>,
+    /// Eviction notices' block hashes (precise / KV-event tracking), and their scratch.
+    evicted: EvictedHashes,
+    gone: Vec<u64>,
     /// The request whose overlaps `overlap` holds.
     overlap_for: Option<u64>,
     overlap: Vec<u32>,
@@ -139,6 +142,7 @@ impl Policy for DynamoKv {
             return Err(format!("ttl_s must be positive (got {})", cfg.ttl_s));
         }
         let n = ctx.replicas as usize;
+        let evicted = EvictedHashes::new(cfg.block_tokens);
         Ok(Self {
             hashing: BlockHashing::full_blocks(cfg.block_tokens),
             cfg,
@@ -151,6 +155,8 @@ impl Policy for DynamoKv {
             prefill_cum: vec![vec![0]; n],
             hashes: Vec::new(),
             hashes_for: None,
+            evicted,
+            gone: Vec::new(),
             overlap_for: None,
             overlap: vec![0; n],
             shared: vec![0; n],
@@ -293,9 +299,8 @@ impl RouterPolicy for DynamoKv {
         if self.cfg.prefix_state != PrefixState::Events {
             return;
         }
-        let mut gone = Vec::new();
-        evicted_hashes(&BlockHashing::full_blocks(self.cfg.block_tokens), e, &mut gone);
-        for h in gone {
+        self.evicted.hashes(e, &mut self.gone);
+        for &h in &self.gone {
             self.cached.remove(h, e.replica as usize);
         }
     }

@@ -46,7 +46,7 @@ use rand::RngExt;
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
 
-use crate::block_index::{BlockIndex, Stamps, evicted_hashes};
+use crate::block_index::{BlockIndex, EvictedHashes, Stamps};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -102,6 +102,9 @@ pub struct LlmD {
     clock: u64,
     hashes: Vec<u64>,
     hashes_for: Option<u64>,
+    /// Eviction notices' block hashes (precise / KV-event tracking), and their scratch.
+    evicted: EvictedHashes,
+    gone: Vec<u64>,
     matched: Vec<u32>,
     scores: Vec<f64>,
 }
@@ -146,6 +149,7 @@ impl Policy for LlmD {
             },
             PrefixState::Precise => BlockHashing::full_blocks(cfg.block_tokens),
         };
+        let evicted = EvictedHashes::new(cfg.block_tokens);
         Ok(Self {
             cfg,
             rng: policy_rng(ctx.seed),
@@ -156,6 +160,8 @@ impl Policy for LlmD {
             clock: 0,
             hashes: Vec::new(),
             hashes_for: None,
+            evicted,
+            gone: Vec::new(),
             matched: vec![0; n],
             scores: vec![0.0; n],
         })
@@ -306,9 +312,8 @@ impl RouterPolicy for LlmD {
         if self.cfg.prefix_state != PrefixState::Precise {
             return;
         }
-        let mut gone = Vec::new();
-        evicted_hashes(&BlockHashing::full_blocks(self.cfg.block_tokens), e, &mut gone);
-        for h in gone {
+        self.evicted.hashes(e, &mut self.gone);
+        for &h in &self.gone {
             self.index.remove(h, e.replica as usize);
         }
     }

@@ -220,6 +220,15 @@ pub enum Command {
         /// Only the routing-decisions table, for these routers (comma-separated).
         #[arg(long, value_delimiter = ',')]
         routers: Option<Vec<String>>,
+        /// Kept runs per figure (each figure is their median).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+        runs: u32,
+        /// Runs per figure measured first and dropped.
+        #[arg(long, default_value_t = 1)]
+        warmup: u32,
+        /// Also write every figure (median, min, max, samples) to this JSON file.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// An OpenAI-compatible routing gateway in front of real servers (vLLM, SGLang, `emulate`),
     /// routing with a simulator policy (docs/serving.md).

@@ -292,3 +292,35 @@ fn bad_compound_input_exits_2() {
         assert!(err.contains(what), "{args:?}: {err}");
     }
 }
+
+/// `routelab bench --json`: one figure per router and replica count, each with as many samples as
+/// `--runs`, the median among them (no timing is asserted: only the shape of what was measured).
+#[test]
+fn bench_json_has_every_figure_with_its_runs() {
+    let json = scratch("bench.json");
+    let out = routelab(&[
+        "bench",
+        "--routers",
+        "round_robin",
+        "--runs",
+        "3",
+        "--warmup",
+        "0",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("median of 3 runs"));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["runs"], 3);
+    let figures = v["figures"].as_array().unwrap();
+    let names: Vec<&str> = figures.iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["round_robin 8 replicas", "round_robin 64 replicas"]);
+    for f in figures {
+        let samples: Vec<f64> = f["samples"].as_array().unwrap().iter().map(|s| s.as_f64().unwrap()).collect();
+        assert_eq!(samples.len(), 3);
+        let median = f["median"].as_f64().unwrap();
+        assert!(samples.contains(&median) && samples.iter().all(|s| *s > 0.0), "{f}");
+        assert_eq!(f["section"], "decisions");
+    }
+}

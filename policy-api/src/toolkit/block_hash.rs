@@ -73,29 +73,66 @@ impl BlockHashing {
         let tail = self.partial_tail && total % b as u64 != 0;
         let n = (full + tail as usize).min(self.max_blocks);
         out.reserve(n);
-        let mut chain = BLOCK_HASH_SEED;
-        let (mut seg, mut offset) = (0usize, 0u32);
-        for _ in 0..n {
-            let mut acc = chain;
-            let mut need = b;
-            let mut len = 0u32;
-            while need > 0 && seg < segments.len() {
-                let s = segments[seg];
-                let take = (s.tokens - offset).min(need);
-                if take > 0 {
-                    acc = absorb(acc, s.id, offset, take);
-                    need -= take;
-                    len += take;
-                    offset += take;
-                }
-                if offset == s.tokens {
-                    seg += 1;
-                    offset = 0;
-                }
+        let mut chain = ChainState::START;
+        for &s in segments {
+            if out.len() >= n {
+                break;
             }
-            chain = mix64(acc ^ len as u64);
-            out.push(chain);
+            chain.feed(s, b, out, n);
         }
+        if out.len() < n {
+            out.extend(chain.tail());
+        }
+    }
+}
+
+/// A block-hash chain stopped at a segment boundary, from which it can go on: a router that has
+/// hashed a path once can hash a longer path from where it stopped (the part of an eviction's path
+/// below the evicted node, say) instead of from the root. Feeding segments one by one gives
+/// exactly [`BlockHashing::hashes_into`]'s full-block hashes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainState {
+    /// The last full block's hash (the seed before the first).
+    chain: u64,
+    /// The open block's accumulator, and its tokens so far (< B).
+    acc: u64,
+    len: u32,
+    /// Full blocks hashed so far.
+    blocks: u64,
+}
+
+impl ChainState {
+    /// Before the first token.
+    pub const START: Self = Self { chain: BLOCK_HASH_SEED, acc: BLOCK_HASH_SEED, len: 0, blocks: 0 };
+
+    /// Full blocks hashed so far.
+    pub fn blocks(&self) -> u64 {
+        self.blocks
+    }
+
+    /// Feeds segment `s` in blocks of `block_tokens`, pushing onto `out` the hash of each block it
+    /// completes, until `out` holds `limit` hashes.
+    #[inline]
+    pub fn feed(&mut self, s: Segment, block_tokens: u32, out: &mut Vec<u64>, limit: usize) {
+        let mut offset = 0u32;
+        while offset < s.tokens && out.len() < limit {
+            let take = (s.tokens - offset).min(block_tokens - self.len);
+            self.acc = absorb(self.acc, s.id, offset, take);
+            self.len += take;
+            offset += take;
+            if self.len == block_tokens {
+                self.chain = mix64(self.acc ^ block_tokens as u64);
+                out.push(self.chain);
+                self.acc = self.chain;
+                self.len = 0;
+                self.blocks += 1;
+            }
+        }
+    }
+
+    /// The hash of the open, partial block, if it holds any token.
+    pub fn tail(&self) -> Option<u64> {
+        (self.len > 0).then(|| mix64(self.acc ^ self.len as u64))
     }
 }
 
@@ -183,6 +220,25 @@ mod tests {
         // Zero-token segments contribute nothing.
         let with_empty = [seg(5, 3), seg(99, 0), seg(6, 9), seg(7, 1), seg(8, 11)];
         assert_eq!(h.hashes(&with_empty), a);
+    }
+
+    #[test]
+    fn a_chain_resumed_at_a_segment_boundary_gives_the_whole_paths_hashes() {
+        let h = BlockHashing::full_blocks(4);
+        let s = [seg(5, 3), seg(6, 9), seg(7, 1), seg(8, 11)];
+        let mut state = ChainState::START;
+        let mut first = Vec::new();
+        for &x in &s[..2] {
+            state.feed(x, 4, &mut first, usize::MAX);
+        }
+        assert_eq!(state.blocks(), 3);
+        let mut rest = Vec::new();
+        for &x in &s[2..] {
+            state.feed(x, 4, &mut rest, usize::MAX);
+        }
+        first.extend(rest);
+        assert_eq!(first, h.hashes(&s));
+        assert_eq!(state.tail(), None, "24 tokens: no partial block");
     }
 
     #[test]

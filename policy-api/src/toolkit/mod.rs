@@ -42,7 +42,7 @@ mod block_hash;
 mod prefix_tree;
 mod window;
 
-pub use block_hash::{BLOCK_HASH_SEED, BlockHashing, mix64, prefix_hash};
+pub use block_hash::{BLOCK_HASH_SEED, BlockHashing, ChainState, mix64, prefix_hash};
 
 pub use prefix_tree::{NodeId, PrefixTree, ROOT_PATH_HASH, extend_path_hash};
 pub use window::WindowSum;
