@@ -312,7 +312,8 @@ fn compare_files(
         }
         Ok(())
     };
-    let (_, code) = run_prepared(prepared, policies.as_deref(), common, command, &mut show)?;
+    let (results, code) = run_prepared(prepared, policies.as_deref(), common, command, &mut show)?;
+    output::report(common, command, &results, None)?;
     Ok(code)
 }
 
@@ -366,8 +367,6 @@ fn sweep(files: &[PathBuf], policies: Option<Vec<PolicySpec>>, sets: &[String], 
     if points == 0 || fields.iter().any(|(_, v)| v.len() != points) {
         return Err(bad("every --set needs the same, non-zero number of values".into()).into());
     }
-    let xs: Vec<f64> =
-        fields[0].1.iter().enumerate().map(|(k, v)| v.trim_start_matches('x').parse().unwrap_or(k as f64)).collect();
     let mut prepared = Vec::new();
     let mut names = Vec::new();
     for file in files {
@@ -409,12 +408,13 @@ fn sweep(files: &[PathBuf], policies: Option<Vec<PolicySpec>>, sets: &[String], 
     let (results, code) = run_prepared(prepared, policies.as_deref(), common, "sweep", &mut show)?;
     if let Some(dir) = &common.plot {
         for (name, chunk) in names.iter().zip(results.chunks(points)) {
-            let curve: Vec<(f64, WorkloadResult)> = xs.iter().copied().zip(chunk.iter().cloned()).collect();
-            if let Some(f) = report::plot::sweep(dir, name, fields[0].0, &curve)? {
+            for f in report::plot::sweep(dir, name, fields[0].0, chunk)? {
                 println!("plot: {}", f.display());
             }
         }
     }
+    let moved = report::html::Sweep { field: fields[0].0, names: &names, points };
+    output::report(common, "sweep", &results, Some(moved))?;
     Ok(code)
 }
 

@@ -64,6 +64,9 @@ struct Reply {
     allocation: Vec<Vec<String>>,
     error: Option<String>,
     input_error: bool,
+    /// The first seed's chart detail (latency CDF, replica timeline).
+    #[serde(default)]
+    detail: Option<crate::metrics::Detail>,
 }
 
 /// Runs `spec` on every seed of `prepared` in a child process; whatever becomes of the child,
@@ -81,6 +84,7 @@ pub fn run_policy(prepared: &Prepared, spec: &PolicySpec, limits: &Limits, progr
             result.allocation = reply.allocation;
             result.input_error = reply.input_error;
             result.error = reply.error;
+            result.detail = reply.detail.map(Box::new);
             if result.error.is_none() {
                 result.metrics = over_seeds(&result.per_seed);
             }
@@ -295,6 +299,7 @@ pub fn child_main(request_path: &Path, result_path: &Path) -> anyhow::Result<i32
         allocation: result.allocation,
         error: result.error,
         input_error: result.input_error,
+        detail: result.detail.map(|d| *d),
     };
     // Written whole, then renamed: the parent sees a complete result or none.
     let partial = result_path.with_extension("partial");

@@ -173,6 +173,69 @@ pub fn over_seeds(per_seed: &[Metrics]) -> Metrics {
     out
 }
 
+/// Points of a latency CDF kept per run (the quantiles 0, 1/N, …, 1).
+pub const CDF_POINTS: usize = 200;
+/// Samples of each replica's in-flight requests kept per run.
+pub const TIMELINE_SAMPLES: usize = 240;
+
+/// One run's shape beyond its summary, for charts (not in JSON or CSV): the latency distribution
+/// and each replica's in-flight requests over time. Kept for a policy's first seed only. Every
+/// number is finite (serialised between an `--isolate` child and its parent).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Detail {
+    /// Latency (cluster, s) or response time (dispatch, mean service times) of the finished
+    /// requests at the quantiles 0, 1/N, …, 1 ([`CDF_POINTS`]); empty when none finished.
+    pub latency_quantiles: Vec<f64>,
+    /// Finished ÷ measured requests: where the CDF tops out (below 1 when requests were unfinished).
+    pub finished_share: f64,
+    /// Sample times (the run's time unit) and, at each, every replica's requests dispatched to it
+    /// and not yet finished (waiting or running).
+    pub times: Vec<f64>,
+    pub in_flight: Vec<Vec<u32>>,
+}
+
+/// `xs` sorted, read at the quantiles 0, 1/`points`, …, 1 by nearest rank (reorders `xs`).
+pub fn quantile_vector(xs: &mut [f64], points: usize) -> Vec<f64> {
+    if xs.is_empty() {
+        return Vec::new();
+    }
+    xs.sort_unstable_by(f64::total_cmp);
+    let n = xs.len();
+    (0..=points).map(|i| xs[((i as f64 / points as f64 * n as f64).ceil() as usize).clamp(1, n) - 1]).collect()
+}
+
+/// Each of `replicas` replicas' in-flight requests at [`TIMELINE_SAMPLES`] evenly spaced times
+/// from 0 to the last event, from every request's (replica, dispatched at, finished at — NaN when
+/// it did not finish) span.
+pub fn in_flight_timeline(replicas: usize, spans: &[(u32, f64, f64)]) -> (Vec<f64>, Vec<Vec<u32>>) {
+    let mut events: Vec<(f64, u32, i32)> = Vec::with_capacity(spans.len() * 2);
+    for &(r, start, end) in spans {
+        events.push((start, r, 1));
+        if end.is_finite() {
+            events.push((end, r, -1));
+        }
+    }
+    // At a tie a departure counts before an arrival, as the simulators order them.
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)));
+    let Some(last) = events.last().map(|e| e.0) else { return (Vec::new(), Vec::new()) };
+    let mut now = vec![0i64; replicas];
+    let (mut times, mut counts) = (Vec::new(), Vec::new());
+    let mut next = 0;
+    for k in 0..=TIMELINE_SAMPLES {
+        let t = last * k as f64 / TIMELINE_SAMPLES as f64;
+        while next < events.len() && events[next].0 <= t {
+            let (_, r, d) = events[next];
+            if let Some(c) = now.get_mut(r as usize) {
+                *c += d as i64;
+            }
+            next += 1;
+        }
+        times.push(t);
+        counts.push(now.iter().map(|&c| c.max(0) as u32).collect());
+    }
+    (times, counts)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,5 +276,24 @@ mod tests {
         assert_eq!(s.get("x"), Some(2.0));
         assert!(s.get("x_ci95").unwrap() > 0.0);
         assert_eq!(over_seeds(&[a]).get("x_ci95"), None);
+    }
+    #[test]
+    fn quantile_vector_spans_min_to_max() {
+        let mut xs: Vec<f64> = (1..=1000).rev().map(f64::from).collect();
+        let q = quantile_vector(&mut xs, 10);
+        assert_eq!(q.len(), 11);
+        assert_eq!((q[0], q[5], q[10]), (1.0, 500.0, 1000.0));
+        assert!(quantile_vector(&mut [], 10).is_empty());
+    }
+
+    #[test]
+    fn timeline_counts_requests_between_dispatch_and_finish() {
+        // Replica 0 holds one request from 0 to 10; replica 1 one from 5 that never finishes.
+        let (t, c) = in_flight_timeline(2, &[(0, 0.0, 10.0), (1, 5.0, f64::NAN)]);
+        assert_eq!(t.len(), TIMELINE_SAMPLES + 1);
+        let at = |x: f64| &c[t.iter().position(|&s| s >= x).unwrap()];
+        assert_eq!(at(1.0), &vec![1, 0]);
+        assert_eq!(at(6.0), &vec![1, 1]);
+        assert_eq!(c.last().unwrap(), &vec![0, 1]);
     }
 }

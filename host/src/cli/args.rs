@@ -266,6 +266,10 @@ pub struct Common {
     /// Draw SVG charts into this folder (created if missing).
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Write one self-contained HTML page: every table, the charts, the workloads as run and the
+    /// command that reproduces it (docs/output.md).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
     /// Compound world: start every selector from this allocation (model names, one per module).
     #[arg(long, value_delimiter = ',')]
     pub start: Option<Vec<String>>,

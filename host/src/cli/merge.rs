@@ -250,6 +250,7 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, Vec<WorkloadResult>), InputEr
                 allocation: Vec::new(),
                 error: None,
                 input_error: false,
+                detail: None,
             };
             result.results.push(assemble(empty, &cells));
         }

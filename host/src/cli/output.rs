@@ -1,4 +1,4 @@
-//! Where results go besides the terminal: `--json`, `--csv`, `--plot`. Their paths are checked
+//! Where results go besides the terminal: `--json`, `--csv`, `--plot`, `--report`. Their paths are checked
 //! before any run, so a typo costs a second, not a finished comparison.
 
 use std::path::{Path, PathBuf};
@@ -24,11 +24,19 @@ fn bad(flag: &str, path: &Path, message: String, fix: &str) -> InputError {
 /// that `--shard` has what it needs.
 pub fn check(common: &Common) -> Result<(), InputError> {
     super::merge::check(common)?;
-    let files = [("--json", &common.json), ("--csv", &common.csv)];
-    if let (Some(j), Some(c)) = (&common.json, &common.csv) {
-        if std::path::absolute(j).ok() == std::path::absolute(c).ok() {
-            return Err(bad("--csv", c, "is also the --json file".into(), "give --json and --csv different files"));
+    let files = [("--json", &common.json), ("--csv", &common.csv), ("--report", &common.report)];
+    for (i, (flag, path)) in files.iter().enumerate() {
+        for (other, earlier) in &files[..i] {
+            if let (Some(p), Some(e)) = (path, earlier) {
+                if std::path::absolute(p).ok() == std::path::absolute(e).ok() {
+                    let fix = format!("give {other} and {flag} different files");
+                    return Err(bad(flag, p, format!("is also the {other} file"), &fix));
+                }
+            }
         }
+    }
+    if let (Some(r), true) = (&common.report, common.all_starts) {
+        return Err(bad("--report", r, "--all-starts prints its own table, not a report".into(), "drop --report"));
     }
     for (flag, path) in files {
         let Some(path) = path else { continue };
@@ -68,6 +76,19 @@ pub fn write(common: &Common, command: &str, results: &[WorkloadResult]) -> Resu
         write_atomically(p, &report::csv::render(results))?;
     }
     Ok(())
+}
+
+/// Writes the `--report` page of a finished command (`sweep`: what it moved).
+pub fn report(
+    common: &Common,
+    command: &str,
+    results: &[WorkloadResult],
+    sweep: Option<report::html::Sweep>,
+) -> Result<()> {
+    let Some(path) = &common.report else { return Ok(()) };
+    let argv: Vec<String> = std::env::args().collect();
+    let page = report::html::Page { command, argv: &argv, results, sweep };
+    write_atomically(path, &report::html::render(&page)?)
 }
 
 /// Writes through a temporary file so a reader never sees half a document.

@@ -62,6 +62,7 @@ mod tests {
             allocation: Vec::new(),
             error: error.map(str::to_string),
             input_error: false,
+            detail: None,
         };
         let wr = WorkloadResult {
             name: w.name.clone(),

@@ -1,6 +1,11 @@
-//! Reports: the terminal table, JSON and CSV. Each takes the runner's results; none runs anything.
+//! Reports: the terminal table, JSON, CSV, charts and the HTML page. Each takes the runner's
+//! results; none runs anything.
 
+pub mod chart;
 pub mod csv;
+pub mod figures;
+pub mod heatmap;
+pub mod html;
 pub mod json;
 pub mod plot;
 pub mod table;

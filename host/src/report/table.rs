@@ -39,68 +39,92 @@ pub fn fmt_pm(v: f64, ci: f64) -> String {
     }
 }
 
-/// Renders one workload's comparison: box-drawn for the terminal, or a Markdown table.
-pub fn render(w: &WorkloadResult, markdown: bool) -> String {
+/// One workload's table as text cells, for the terminal and the HTML report alike.
+pub struct Grid {
+    pub header: Vec<String>,
+    /// A row per policy: its cells, or `Err` with the first line of its failure.
+    pub rows: Vec<(String, Result<Vec<String>, String>)>,
+    /// The line above the table: workload, world, seeds.
+    pub caption: String,
+}
+
+/// The cells of one workload's comparison.
+pub fn grid(w: &WorkloadResult) -> Grid {
     let ok: Vec<_> = w.results.iter().filter(|r| r.error.is_none()).collect();
     let cols: Vec<_> = COLUMNS.iter().filter(|c| ok.iter().any(|r| r.metrics.get(c.key).is_some())).collect();
     let ratio_key = RATIO_KEYS.iter().find(|k| ok.iter().any(|r| r.metrics.get(k).is_some()));
     let baseline = w.results.first().and_then(|r| ratio_key.and_then(|k| r.metrics.get(k)));
 
-    let mut t = Table::new();
-    t.load_style(if markdown { ASCII_MARKDOWN } else { UTF8_FULL_CONDENSED });
     let with_allocation = ok.iter().any(|r| !r.allocation.is_empty());
-    let mut header = vec![Cell::new("policy")];
+    let mut header = vec!["policy".to_string()];
     if with_allocation {
-        header.push(Cell::new("allocation"));
+        header.push("allocation".into());
     }
-    header.extend(cols.iter().map(|c| Cell::new(c.header)));
+    header.extend(cols.iter().map(|c| c.header.to_string()));
     if let Some(k) = ratio_key {
         let name = super::COLUMNS.iter().find(|c| c.key == *k).map_or(*k, |c| c.header);
         let name = name.split(" [").next().unwrap_or(name);
-        header.push(Cell::new(format!("{name} ÷ first")));
+        header.push(format!("{name} ÷ first"));
     }
-    t.set_header(header);
+    let mut rows = Vec::new();
     for r in &w.results {
-        let mut row = vec![Cell::new(&r.policy)];
         if let Some(e) = &r.error {
-            let first = e.lines().next().unwrap_or("");
-            row.push(Cell::new(format!("FAILED: {first}")));
-            t.add_row(row);
+            rows.push((r.policy.clone(), Err(e.lines().next().unwrap_or("").to_string())));
             continue;
         }
+        let mut row = Vec::new();
         if with_allocation {
             let first = r.allocation.first().map(|a| a.join("+")).unwrap_or_default();
             let same = r.allocation.iter().all(|a| a.join("+") == first);
-            row.push(Cell::new(if same { first } else { format!("{first} (seed {}; others differ)", w.seed) }));
+            row.push(if same { first } else { format!("{first} (seed {}; others differ)", w.seed) });
         }
         for c in &cols {
             let v = r.metrics.get(c.key).unwrap_or(f64::NAN);
-            let text = match r.metrics.get(&format!("{}_ci95", c.key)) {
+            row.push(match r.metrics.get(&format!("{}_ci95", c.key)) {
                 Some(ci) if ci.is_finite() => fmt_pm(v, ci),
                 _ => fmt_num(v),
-            };
-            row.push(Cell::new(text).set_alignment(CellAlignment::Right));
+            });
         }
         if let Some(k) = ratio_key {
             let overloaded = r.metrics.get("overloaded").is_some_and(|o| o > 0.0);
-            let text = if overloaded {
+            row.push(if overloaded {
                 "overloaded".to_string()
             } else {
                 match (r.metrics.get(k), baseline) {
                     (Some(v), Some(b)) if b != 0.0 => format!("{:.3}", v / b),
                     _ => "–".into(),
                 }
-            };
-            row.push(Cell::new(text).set_alignment(CellAlignment::Right));
+            });
         }
-        t.add_row(row);
+        rows.push((r.policy.clone(), Ok(row)));
     }
     let seeds = if w.seeds > 1 {
         format!("seeds {}..{} ({} runs, mean ± 95% CI)", w.seed, w.seed + w.seeds as u64 - 1, w.seeds)
     } else {
         format!("seed {}", w.seed)
     };
-    let mut out = format!("{} [{} world, {}]\n{t}\n", w.name, w.world, seeds);
+    Grid { header, rows, caption: format!("{} [{} world, {}]", w.name, w.world, seeds) }
+}
+
+/// Renders one workload's comparison: box-drawn for the terminal, or a Markdown table.
+pub fn render(w: &WorkloadResult, markdown: bool) -> String {
+    let g = grid(w);
+    let mut t = Table::new();
+    t.load_style(if markdown { ASCII_MARKDOWN } else { UTF8_FULL_CONDENSED });
+    t.set_header(g.header.iter().map(Cell::new));
+    for (policy, cells) in &g.rows {
+        let mut row = vec![Cell::new(policy)];
+        match cells {
+            Err(first) => row.push(Cell::new(format!("FAILED: {first}"))),
+            // The allocation (text) stays left-aligned; figures are right-aligned.
+            Ok(cells) => row.extend(cells.iter().enumerate().map(|(i, c)| {
+                let text = g.header.get(i + 1).is_some_and(|h| h == "allocation");
+                Cell::new(c).set_alignment(if text { CellAlignment::Left } else { CellAlignment::Right })
+            })),
+        }
+        t.add_row(row);
+    }
+    let mut out = format!("{}\n{t}\n", g.caption);
     for n in &w.notes {
         out.push_str(&format!("note: {n}\n"));
     }

@@ -5,9 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{PolicyResult, Prepared, ResolvedPolicy, SeedInput, run_one};
+use super::{PolicyResult, Prepared, ResolvedPolicy, SeedInput, run_one_detailed};
 use crate::error::Error;
-use crate::metrics::{Metrics, over_seeds};
+use crate::metrics::{Detail, Metrics, over_seeds};
 
 /// Where a cell's error came from; it decides which error a policy reports (see [`assemble`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +47,10 @@ pub struct Cell {
     pub allocation: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<CellError>,
+    /// Seed index 0 only: the run's latency distribution and replica timeline, for charts. Not
+    /// in partial JSON (a merged result has its figures, not its charts' detail).
+    #[serde(skip)]
+    pub detail: Option<Box<Detail>>,
 }
 
 fn is_empty(m: &Metrics) -> bool {
@@ -55,7 +59,8 @@ fn is_empty(m: &Metrics) -> bool {
 
 impl Cell {
     pub fn failed(seed_index: u32, stage: Stage, e: &Error) -> Self {
-        Self { seed_index, metrics: Metrics::new(), allocation: Vec::new(), error: Some(CellError::new(stage, e)) }
+        let error = Some(CellError::new(stage, e));
+        Self { seed_index, metrics: Metrics::new(), allocation: Vec::new(), error, detail: None }
     }
 }
 
@@ -75,8 +80,16 @@ pub fn run_cell(
         Ok(p) => p,
         Err(e) => return Cell::failed(seed_index, Stage::Policy, e),
     };
-    match run_one(policy, prepared, input) {
-        Ok((metrics, allocation)) => Cell { seed_index, metrics, allocation, error: None },
+    // The first seed keeps its chart detail; the others skip the work.
+    let run = if seed_index == 0 {
+        run_one_detailed(policy, prepared, input)
+    } else {
+        super::run_one(policy, prepared, input).map(|o| (o, None))
+    };
+    match run {
+        Ok(((metrics, allocation), detail)) => {
+            Cell { seed_index, metrics, allocation, error: None, detail: detail.map(Box::new) }
+        }
         Err(e) => Cell::failed(seed_index, Stage::Run, &e),
     }
 }
@@ -98,6 +111,9 @@ pub fn assemble(mut result: PolicyResult, cells: &[Cell]) -> PolicyResult {
                     break;
                 }
                 result.per_seed.push(c.metrics.clone());
+                if c.seed_index == 0 {
+                    result.detail = c.detail.clone();
+                }
                 if !c.allocation.is_empty() {
                     result.allocation.push(c.allocation.clone());
                 }

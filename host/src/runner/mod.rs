@@ -21,7 +21,7 @@ use serde::Serialize;
 pub use self::cells::{Cell, CellError, Stage, assemble, run_cell};
 pub use self::fields::{split_policies, with_field};
 use crate::error::Error;
-use crate::metrics::Metrics;
+use crate::metrics::{Detail, Metrics, in_flight_timeline, quantile_vector};
 use crate::plugin::{Factory, LoadError, Loader, PolicySpec};
 use crate::seeds::{seed_for, stream_seed};
 use crate::sim::cluster::{ClusterSim, RunOutcome};
@@ -51,6 +51,9 @@ pub struct PolicyResult {
     /// The error is bad input (exit code 2) rather than a failing policy (exit code 1).
     #[serde(skip)]
     pub input_error: bool,
+    /// The first seed's latency distribution and replica timeline, for charts (not in JSON).
+    #[serde(skip)]
+    pub detail: Option<Box<Detail>>,
 }
 
 /// One workload's results.
@@ -377,13 +380,38 @@ fn dispatch_router_context(servers: u32, run_seed: u64) -> RouterContext {
 
 /// Runs one policy on one seed: a pure function of its arguments.
 pub fn run_one(policy: &ResolvedPolicy, prepared: &Prepared, input: &SeedInput) -> Result<Outcome, Error> {
+    Ok(run_seed(policy, prepared, input, false)?.0)
+}
+
+/// [`run_one`], with the run's latency distribution and replica timeline (dispatch and cluster
+/// worlds) for charts.
+pub fn run_one_detailed(
+    policy: &ResolvedPolicy,
+    prepared: &Prepared,
+    input: &SeedInput,
+) -> Result<(Outcome, Option<Detail>), Error> {
+    run_seed(policy, prepared, input, true)
+}
+
+/// One run; its [`Detail`] only when asked (it costs a sort of every request's latency).
+fn run_seed(
+    policy: &ResolvedPolicy,
+    prepared: &Prepared,
+    input: &SeedInput,
+    with_detail: bool,
+) -> Result<(Outcome, Option<Detail>), Error> {
     let w = &prepared.workload;
     let (label, run_seed) = (policy.label(), input.seed);
     match w.world() {
         WorldKind::Dispatch => {
             let d = w.dispatch.as_ref().expect("dispatch world");
             let router = policy.policy.router(&dispatch_router_context(d.servers, run_seed))?;
-            Ok((sim::dispatch::run(d, prepared.trace.as_deref(), router, label, run_seed)?, Vec::new()))
+            let trace = prepared.trace.as_deref();
+            if !with_detail {
+                return Ok(((sim::dispatch::run(d, trace, router, label, run_seed)?, Vec::new()), None));
+            }
+            let (m, detail) = sim::dispatch::run_detailed(d, trace, router, label, run_seed)?;
+            Ok(((m, Vec::new()), Some(detail)))
         }
         WorldKind::Cluster => {
             let c = w.cluster.as_ref().expect("cluster world");
@@ -394,14 +422,31 @@ pub fn run_one(policy: &ResolvedPolicy, prepared: &Prepared, input: &SeedInput) 
             let stream = input.stream.as_deref().expect("cluster seed input");
             let sim =
                 ClusterSim::build(c, sm, stream, router, schedulers, label).map_err(|e| prepared.setup_error(e))?;
-            Ok((sim.run()?.metrics, Vec::new()))
+            let out = sim.run()?;
+            let detail = with_detail.then(|| cluster_detail(c.replicas as usize, &out.records));
+            Ok(((out.metrics, Vec::new()), detail))
         }
         WorldKind::Compound => {
             let c = w.compound.as_ref().expect("compound world");
             let mut selector = policy.policy.selector(&sim::compound::selector_context(c, run_seed))?;
             let out = sim::compound::run(c, &mut selector, label, run_seed, None)?;
-            Ok((out.metrics, out.allocation))
+            Ok(((out.metrics, out.allocation), None))
         }
+    }
+}
+
+/// A cluster run's latency distribution and each replica's in-flight requests over time.
+fn cluster_detail(replicas: usize, records: &[sim::cluster::RequestRecord]) -> Detail {
+    let mut latency: Vec<f64> =
+        records.iter().filter(|r| r.completed_at_s.is_finite()).map(|r| r.completed_at_s - r.arrived_at_s).collect();
+    let finished_share = latency.len() as f64 / records.len().max(1) as f64;
+    let spans: Vec<(u32, f64, f64)> = records.iter().map(|r| (r.replica, r.arrived_at_s, r.completed_at_s)).collect();
+    let (times, in_flight) = in_flight_timeline(replicas, &spans);
+    Detail {
+        latency_quantiles: quantile_vector(&mut latency, crate::metrics::CDF_POINTS),
+        finished_share,
+        times,
+        in_flight,
     }
 }
 
@@ -509,6 +554,7 @@ pub fn empty_result(spec: &PolicySpec) -> PolicyResult {
         allocation: Vec::new(),
         error: None,
         input_error: false,
+        detail: None,
     }
 }
 

@@ -26,7 +26,7 @@ use routelab_policy_api::{Completion, ReplicaView, Request, RouterBox};
 use super::RunError;
 use super::event_queue::{EventQueue, SimTime, TICKS_PER_S as TICKS, seconds as to_units, ticks as to_ticks};
 use crate::handle::RouterHandle;
-use crate::metrics::{Metrics, quantile};
+use crate::metrics::{CDF_POINTS, Detail, Metrics, TIMELINE_SAMPLES, quantile, quantile_vector};
 use crate::seeds::{SimRng, stream};
 use crate::workload::dispatch::{Arrivals, DispatchSpec, Information, Mode, Service};
 use crate::workload::trace::TraceRow;
@@ -131,11 +131,28 @@ pub fn run(
     run_seed: u64,
 ) -> Result<Metrics, RunError> {
     let mut router = RouterHandle::new(router, spec.servers, label);
-    let mut m = run_with(spec, trace, &mut router, run_seed)?;
+    let (mut m, _) = run_with(spec, trace, &mut router, run_seed, false)?;
     for (k, v) in router.report()? {
         m.push(k, v);
     }
     Ok(m)
+}
+
+/// [`run`], with the run's response-time distribution and each server's queue over time
+/// (sampled every `requests / TIMELINE_SAMPLES` arrivals; empty in balls-into-bins mode).
+pub fn run_detailed(
+    spec: &DispatchSpec,
+    trace: Option<&[TraceRow]>,
+    router: RouterBox,
+    label: &str,
+    run_seed: u64,
+) -> Result<(Metrics, Detail), RunError> {
+    let mut router = RouterHandle::new(router, spec.servers, label);
+    let (mut m, detail) = run_with(spec, trace, &mut router, run_seed, true)?;
+    for (k, v) in router.report()? {
+        m.push(k, v);
+    }
+    Ok((m, detail))
 }
 
 fn run_with(
@@ -143,7 +160,8 @@ fn run_with(
     trace: Option<&[TraceRow]>,
     router: &mut RouterHandle,
     run_seed: u64,
-) -> Result<Metrics, RunError> {
+    with_detail: bool,
+) -> Result<(Metrics, Detail), RunError> {
     let n = spec.servers as usize;
     let (sizes, _) = Sizes::new(&spec.service);
     let mut size_rng = stream(run_seed, "dispatch.sizes");
@@ -177,7 +195,7 @@ fn run_with(
         let mut m = Metrics::new();
         m.push("requests", spec.requests as f64);
         m.push("max_load", views.iter().map(|v| v.outstanding_requests).max().unwrap_or(0) as f64);
-        return Ok(m);
+        return Ok((m, Detail::default()));
     }
 
     let needs_work = router.capabilities().needs_outstanding_work();
@@ -189,6 +207,7 @@ fn run_with(
     let mut snapshot = servers.views.clone();
     let mut next_refresh: SimTime = 0;
     let mut now_units = 0.0;
+    let sample_every = (spec.requests / TIMELINE_SAMPLES as u64).max(1);
     for id in 0..spec.requests {
         let Some(t_units) = arrivals.next_time(now_units) else { break };
         now_units = t_units;
@@ -205,6 +224,10 @@ fn run_with(
             }
         }
         servers.drain(now, router)?;
+        if with_detail && id % sample_every == 0 {
+            servers.times.push(t_units);
+            servers.in_flight.push(servers.views.iter().map(|v| v.outstanding_requests).collect());
+        }
         if stale_every.is_none() && needs_work {
             for (v, f) in servers.views.iter_mut().zip(&servers.free_at) {
                 v.outstanding_work = to_units(f.saturating_sub(now));
@@ -218,7 +241,7 @@ fn run_with(
         servers.on_dispatch(id, i, now, to_ticks(size));
     }
     servers.drain(SimTime::MAX, router)?;
-    Ok(servers.summary())
+    Ok(servers.summary(with_detail))
 }
 
 /// The queueing mode's servers: FCFS queues known by when each server frees up, the departure
@@ -234,6 +257,9 @@ struct Servers {
     dispatched_to: Vec<u64>,
     first_measured_at: Option<SimTime>,
     last_departure: SimTime,
+    /// Sampled for charts: arrival times and each server's requests then (before the arrival).
+    times: Vec<f64>,
+    in_flight: Vec<Vec<u32>>,
 }
 
 impl Servers {
@@ -251,6 +277,8 @@ impl Servers {
             dispatched_to: vec![0; n],
             first_measured_at: None,
             last_departure: 0,
+            times: Vec::new(),
+            in_flight: Vec::new(),
         }
     }
 
@@ -305,7 +333,7 @@ impl Servers {
         router.complete(&c)
     }
 
-    fn summary(mut self) -> Metrics {
+    fn summary(mut self, with_detail: bool) -> (Metrics, Detail) {
         let n = self.views.len();
         let responses = &mut self.responses;
         let measured = responses.len();
@@ -324,6 +352,15 @@ impl Servers {
         m.push("utilisation", self.busy_ticks as f64 / TICKS / span / n as f64);
         let busiest = self.dispatched_to.iter().copied().max().unwrap_or(0);
         m.push("busiest_server_share", busiest as f64 / measured.max(1) as f64);
-        m
+        if !with_detail {
+            return (m, Detail::default());
+        }
+        let detail = Detail {
+            latency_quantiles: quantile_vector(responses, CDF_POINTS),
+            finished_share: 1.0,
+            times: self.times,
+            in_flight: self.in_flight,
+        };
+        (m, detail)
     }
 }

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use routelab::plugin::{Loader, PolicySpec};
 use routelab::runner::{self, WorkloadResult};
@@ -130,4 +130,12 @@ pub fn metric(w: &WorkloadResult, policy: &str, key: &str) -> f64 {
 pub fn per_seed(w: &WorkloadResult, policy: &str, key: &str) -> Vec<f64> {
     let r = w.results.iter().find(|r| r.policy == policy).unwrap();
     r.per_seed.iter().map(|m| m.get(key).unwrap()).collect()
+}
+
+/// Held by tests that must not share the machine's cores with each other: the headless browser
+/// takes every core for seconds, and the hostile-plugin test's 2 s `--policy-timeout` assumes the
+/// child gets to run (its memory hog then times out instead of running out of memory).
+pub fn cores_alone() -> MutexGuard<'static, ()> {
+    static CORES: Mutex<()> = Mutex::new(());
+    CORES.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

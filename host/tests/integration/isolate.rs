@@ -96,6 +96,7 @@ fn isolated_results_are_identical_to_unisolated_ones() {
 /// the built-in reports, and the exit code is 1.
 #[test]
 fn hostile_plugins_fail_only_their_own_row_under_isolate() {
+    let _alone = cores_alone();
     let lib = hostile().display().to_string();
     // Only the endless loop needs the short timeout; the others get room to fail their own way on a
     // loaded machine (filling 1 GiB took over 2 s with both cores busy).

@@ -14,6 +14,7 @@ mod hardening;
 mod isolate;
 mod loader;
 mod pd;
+mod report;
 mod scale;
 mod serving;
 mod snapshots;

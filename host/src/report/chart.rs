@@ -1,0 +1,571 @@
+//! Chart drawing, to SVG text (plotters' SVG backend, no fonts needed): bars with 95% error bars,
+//! lines with markers and dash patterns, and the scales both use. `--plot` writes the text to
+//! files and `--report` puts it inline in the page, so the two always show the same pictures.
+//!
+//! Scales: an axis is logarithmic when its positive values span more than [`LOG_SPAN`]×. A bar or
+//! point marked off-scale (an overloaded run: its latency depends on when the run stopped) does
+//! not set the axis: it is drawn hatched up to the axis top with its value written on it, so one
+//! overloaded policy no longer flattens the others. Values are mapped to the axis by hand
+//! (log10 or identity) so linear and log charts share one coordinate type and tick code. Heat
+//! maps are in [`super::heatmap`].
+
+use anyhow::{Result, anyhow};
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
+use plotters::element::DashedPathElement;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+/// Above this ratio of largest to smallest positive value, an axis is logarithmic.
+pub const LOG_SPAN: f64 = 30.0;
+
+/// One bar: a policy's mean, the half-width of its 95% interval (NaN without one), and whether
+/// it is off the scale (drawn hatched to the top of the axis, its value written on it).
+#[derive(Clone, Debug)]
+pub struct Bar {
+    pub label: String,
+    pub value: f64,
+    pub ci95: f64,
+    pub off_scale: bool,
+}
+
+/// A point of a line: `ci95` is the half-width of its 95% interval (NaN without one); an
+/// off-scale point is drawn as an open triangle at the top edge and breaks its line.
+#[derive(Clone, Copy, Debug)]
+pub struct Point {
+    pub x: f64,
+    pub y: f64,
+    pub ci95: f64,
+    pub off_scale: bool,
+}
+
+impl Point {
+    /// A plain point: no interval, on the scale.
+    pub fn at(x: f64, y: f64) -> Self {
+        Self { x, y, ci95: f64::NAN, off_scale: false }
+    }
+}
+
+/// One line of a line chart, drawn with the series' colour, marker and dash pattern.
+#[derive(Clone, Debug)]
+pub struct Series {
+    pub label: String,
+    pub points: Vec<Point>,
+}
+
+impl Series {
+    /// A series of plain points.
+    pub fn new(label: impl Into<String>, points: impl IntoIterator<Item = (f64, f64)>) -> Self {
+        Self { label: label.into(), points: points.into_iter().map(|(x, y)| Point::at(x, y)).collect() }
+    }
+}
+
+/// What a line chart shows. `y_range` fixes the y axis (e.g. 0..1 for a fraction); otherwise it
+/// is fitted to the on-scale points. Every `marker_every`-th point gets a marker (0: none, for
+/// dense curves); `legend: false` leaves the legend out (many series named by their colour).
+#[derive(Clone, Debug)]
+pub struct LineChart<'a> {
+    pub title: &'a str,
+    pub x_desc: &'a str,
+    pub y_desc: &'a str,
+    pub series: &'a [Series],
+    pub y_range: Option<(f64, f64)>,
+    pub marker_every: usize,
+    pub legend: bool,
+    /// A time axis: linear, exactly the span of the points, even when they span more than
+    /// [`LOG_SPAN`]×.
+    pub linear_x: bool,
+    /// Chart size in pixels.
+    pub size: (u32, u32),
+}
+
+/// A line chart of `series` against x, with markers and dash patterns so that coinciding lines
+/// stay visible: the function the report's sweeps and `routelab capacity` draw with.
+pub fn line_chart(title: &str, x_desc: &str, y_desc: &str, series: &[Series]) -> Result<String> {
+    lines(&LineChart {
+        title,
+        x_desc,
+        y_desc,
+        series,
+        y_range: None,
+        marker_every: 1,
+        legend: true,
+        linear_x: false,
+        size: (820, 480),
+    })
+}
+
+/// How values map to an axis.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Scale {
+    pub(super) log: bool,
+    pub(super) lo: f64,
+    pub(super) hi: f64,
+}
+
+impl Scale {
+    /// The axis for `values` (the finite ones; positive ones only on a log axis), padded a little.
+    /// `from_zero` starts a linear axis at zero (bars).
+    fn fit(values: impl IntoIterator<Item = f64>, from_zero: bool) -> Self {
+        Self::fit_as(values, from_zero, true)
+    }
+
+    /// [`Scale::fit`], never logarithmic unless `log_allowed`.
+    pub(super) fn fit_as(values: impl IntoIterator<Item = f64>, from_zero: bool, log_allowed: bool) -> Self {
+        Self::fit_with(values, [], from_zero, log_allowed)
+    }
+
+    /// The axis for `values`, widened to show `extents` (interval ends) too. Only `values`
+    /// decide whether it is logarithmic: a wide interval around a small mean must not turn the
+    /// axis log; on a log axis an interval's end may reach a tenth of the smallest value.
+    fn fit_with(
+        values: impl IntoIterator<Item = f64>,
+        extents: impl IntoIterator<Item = f64>,
+        from_zero: bool,
+        log_allowed: bool,
+    ) -> Self {
+        let vs: Vec<f64> = values.into_iter().filter(|v| v.is_finite()).collect();
+        if vs.is_empty() {
+            return Self { log: false, lo: 0.0, hi: 1.0 };
+        }
+        let es: Vec<f64> = extents.into_iter().filter(|v| v.is_finite()).collect();
+        let max_v = vs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let min_pos = vs.iter().copied().filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min);
+        let min_v = vs.iter().copied().fold(f64::INFINITY, f64::min);
+        // Intervals widen the axis by at most half the values' range each way (and not below
+        // zero when every value is positive): two seeds' t-interval must not squash the means.
+        // A longer whisker runs to the edge.
+        let reach = 0.5 * (max_v - min_v.min(0.0)).max(max_v.abs() * 0.1);
+        let floor = if min_v >= 0.0 { 0.0 } else { min_v - reach };
+        let max = es.iter().copied().fold(max_v, f64::max).min(max_v + reach);
+        let min = es.iter().copied().fold(min_v, f64::min).max(floor.max(min_v - reach));
+        if log_allowed && min_pos.is_finite() && max_v / min_pos > LOG_SPAN {
+            let lo = es.iter().copied().filter(|e| *e > 0.0).fold(min_pos, f64::min).max(min_pos / 10.0);
+            return Self { log: true, lo: lo.log10() - 0.08, hi: max.log10() + 0.08 };
+        }
+        let lo = if from_zero { min.min(0.0) } else { min };
+        let pad = ((max - lo) * 0.08).max(max.abs() * 1e-3).max(1e-12);
+        let lo = if from_zero || (lo >= 0.0 && lo - pad < 0.0) { lo.min(0.0) } else { lo - pad };
+        Self { log: false, lo, hi: max + pad }
+    }
+
+    pub(super) fn fixed(lo: f64, hi: f64) -> Self {
+        Self { log: false, lo, hi }
+    }
+
+    /// A value's position on the axis (log10 on a log axis; −∞ for non-positive values there).
+    fn at(&self, v: f64) -> f64 {
+        if self.log { v.log10() } else { v }
+    }
+
+    /// `v` on the axis, kept inside it.
+    fn clamped(&self, v: f64) -> f64 {
+        let a = self.at(v);
+        if a.is_nan() { self.lo } else { a.clamp(self.lo, self.hi) }
+    }
+
+    /// Tick positions (on the axis): 1, 2, 5 × 10^k that fall inside it (decades only when a
+    /// log axis spans many).
+    fn ticks(&self) -> Vec<f64> {
+        if self.log {
+            let decades = self.hi - self.lo;
+            let mults: &[f64] = if decades > 4.0 { &[1.0] } else { &[1.0, 2.0, 5.0] };
+            let mut out = Vec::new();
+            for k in (self.lo.floor() as i32)..=(self.hi.ceil() as i32) {
+                for m in mults {
+                    let t = (m * 10f64.powi(k)).log10();
+                    if (self.lo..=self.hi).contains(&t) {
+                        out.push(t);
+                    }
+                }
+            }
+            return out;
+        }
+        let span = (self.hi - self.lo).max(1e-12);
+        let raw = span / 6.0;
+        let mag = 10f64.powf(raw.log10().floor());
+        let step = [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * mag).find(|s| span / s <= 7.0).unwrap_or(10.0 * mag);
+        let first = (self.lo / step).ceil() as i64;
+        let last = (self.hi / step).floor() as i64;
+        (first..=last).map(|i| i as f64 * step).collect()
+    }
+
+    /// A tick's label: the value it stands for, briefly.
+    pub(super) fn label(&self, t: f64) -> String {
+        let v = if self.log { 10f64.powf(t) } else { t };
+        short(v)
+    }
+
+    pub(super) fn coord(&self) -> Ticked {
+        Ticked { lo: self.lo, hi: self.hi.max(self.lo + 1e-12), ticks: self.ticks() }
+    }
+}
+
+/// A linear coordinate with ticks where we put them (plotters' own pick 1-2-5 steps in the
+/// axis's units, which on a log10 axis would be 10^0.5).
+pub(super) struct Ticked {
+    pub(super) lo: f64,
+    pub(super) hi: f64,
+    pub(super) ticks: Vec<f64>,
+}
+
+impl Ranged for Ticked {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        let f = (v - self.lo) / (self.hi - self.lo);
+        limit.0 + (f * (limit.1 - limit.0) as f64).round() as i32
+    }
+
+    fn key_points<H: KeyPointHint>(&self, hint: H) -> Vec<f64> {
+        if hint.max_num_points() == 0 { Vec::new() } else { self.ticks.clone() }
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.lo..self.hi
+    }
+}
+
+/// A number as a tick label: at most 4 significant figures, no trailing zeros.
+pub fn short(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return if v == 0.0 { "0".into() } else { "–".into() };
+    }
+    let a = v.abs();
+    if !(1e-4..1e6).contains(&a) {
+        return format!("{v:.1e}");
+    }
+    let digits = (4 - 1 - a.log10().floor() as i32).max(0) as usize;
+    let s = format!("{v:.digits$}");
+    if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s }
+}
+
+pub(super) fn err(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow!("drawing a chart: {e}")
+}
+
+/// The colour of series or bar `i`.
+pub fn colour(i: usize) -> RGBColor {
+    // Okabe–Ito colours (distinguishable with colour-blindness), then plotters' palette.
+    const OKABE_ITO: [RGBColor; 8] = [
+        RGBColor(0, 114, 178),
+        RGBColor(213, 94, 0),
+        RGBColor(0, 158, 115),
+        RGBColor(204, 121, 167),
+        RGBColor(230, 159, 0),
+        RGBColor(86, 180, 233),
+        RGBColor(0, 0, 0),
+        RGBColor(240, 228, 66),
+    ];
+    OKABE_ITO.get(i).copied().unwrap_or_else(|| {
+        let c = Palette99::pick(i).to_rgba();
+        RGBColor(c.0, c.1, c.2)
+    })
+}
+
+/// Dash pattern of series `i` as (dash, gap) pixels; the first is solid (a dash longer than
+/// any line).
+fn dash(i: usize) -> (u32, u32) {
+    [(100_000, 1), (9, 5), (2, 4), (14, 4), (5, 3)][i % 5]
+}
+
+/// Series `i`'s marker as a pixel path around (0, 0): an open shape, so coinciding markers of
+/// different series stay visible through each other.
+fn marker(i: usize) -> Vec<(i32, i32)> {
+    let s = 5;
+    match i % 6 {
+        0 => (0..=12)
+            .map(|k| {
+                let a = k as f64 * std::f64::consts::PI / 6.0;
+                ((a.cos() * 5.0).round() as i32, (a.sin() * 5.0).round() as i32)
+            })
+            .collect(),
+        1 => vec![(0, -s - 1), (s + 1, s), (-s - 1, s), (0, -s - 1)],
+        2 => vec![(-s, -s), (s, -s), (s, s), (-s, s), (-s, -s)],
+        3 => vec![(0, -s - 2), (s + 1, 0), (0, s + 2), (-s - 1, 0), (0, -s - 2)],
+        4 => vec![(-s, -s), (s, s), (0, 0), (s, -s), (-s, s)],
+        _ => vec![(-s - 1, 0), (s + 1, 0), (0, 0), (0, -s - 1), (0, s + 1)],
+    }
+}
+
+/// 45° hatching lines filling the pixel rectangle (x0, y0)–(x1, y1), 9 pixels apart.
+fn hatching(x0: i32, y0: i32, x1: i32, y1: i32) -> Vec<Vec<(i32, i32)>> {
+    let h = (y1 - y0).max(1);
+    let mut out = Vec::new();
+    let mut k = x0 - h;
+    while k < x1 {
+        // The line (k + t·h, y1 − t·h), t in 0..1, clipped to x0..x1.
+        let t0 = (((x0 - k) as f64) / h as f64).max(0.0);
+        let t1 = (((x1 - k) as f64) / h as f64).min(1.0);
+        if t0 < t1 {
+            let at = |t: f64| (k + (t * h as f64) as i32, y1 - (t * h as f64) as i32);
+            out.push(vec![at(t0), at(t1)]);
+        }
+        k += 9;
+    }
+    out
+}
+
+/// Bars with 95% error bars; off-scale bars hatched to the axis top with their value written.
+pub fn bars(title: &str, y_desc: &str, bars: &[Bar]) -> Result<String> {
+    let on: Vec<&Bar> = bars.iter().filter(|b| !b.off_scale && b.value.is_finite()).collect();
+    let fitted = if on.is_empty() { bars.iter().collect::<Vec<_>>() } else { on };
+    let extents = fitted.iter().filter(|b| b.ci95.is_finite()).flat_map(|b| [b.value + b.ci95, b.value - b.ci95]);
+    let scale = Scale::fit_with(fitted.iter().map(|b| b.value), extents, true, true);
+    let width = (150 + 120 * bars.len() as u32).max(520);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (width, 440)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let n = bars.len().max(1) as f64;
+        let names: Vec<String> = bars.iter().map(|b| b.label.clone()).collect();
+        let x = Ticked { lo: 0.0, hi: n, ticks: (0..bars.len()).map(|i| i as f64 + 0.5).collect() };
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 17))
+            .margin(14)
+            .x_label_area_size(36)
+            .y_label_area_size(72)
+            .build_cartesian_2d(x, scale.coord())
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_label_formatter(&|x| names.get(x.floor() as usize).cloned().unwrap_or_default())
+            .y_label_formatter(&|y| scale.label(*y))
+            .y_desc(if scale.log { format!("{y_desc} (log scale)") } else { y_desc.to_string() })
+            .label_style(("sans-serif", 13))
+            .draw()
+            .map_err(err)?;
+        let base = if scale.log { scale.lo } else { scale.clamped(0.0) };
+        for (i, b) in bars.iter().enumerate() {
+            let (x0, x1) = (i as f64 + 0.18, i as f64 + 0.82);
+            let top = scale.clamped(b.value);
+            let c = colour(i);
+            if b.off_scale || !b.value.is_finite() {
+                chart.draw_series([Rectangle::new([(x0, base), (x1, top)], c.mix(0.25).filled())]).map_err(err)?;
+                // Hatched, so it reads as "not to scale" even in black and white.
+                let (px0, py0) = chart.backend_coord(&(x0, top));
+                let (px1, py1) = chart.backend_coord(&(x1, base));
+                let lines = hatching(px0, py0, px1, py1);
+                root.draw(&Rectangle::new([(px0, py0), (px1, py1)], c.stroke_width(1))).map_err(err)?;
+                for l in lines {
+                    root.draw(&PathElement::new(l, c.stroke_width(1))).map_err(err)?;
+                }
+                let note =
+                    if b.value.is_finite() { format!("{} overloaded", short(b.value)) } else { "no value".into() };
+                let (tx, ty) = chart.backend_coord(&(i as f64 + 0.5, top));
+                let font = ("sans-serif", 13).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Top));
+                root.draw(&Text::new(note, (tx, ty.max(py0) + 6), font)).map_err(err)?;
+                continue;
+            }
+            chart.draw_series([Rectangle::new([(x0, base), (x1, top)], c.filled())]).map_err(err)?;
+            if b.ci95.is_finite() && b.ci95 > 0.0 {
+                let (lo, hi) = (scale.clamped(b.value - b.ci95), scale.clamped(b.value + b.ci95));
+                let xm = i as f64 + 0.5;
+                let style = BLACK.stroke_width(2);
+                chart
+                    .draw_series([
+                        PathElement::new(vec![(xm, lo), (xm, hi)], style),
+                        PathElement::new(vec![(xm - 0.1, lo), (xm + 0.1, lo)], style),
+                        PathElement::new(vec![(xm - 0.1, hi), (xm + 0.1, hi)], style),
+                    ])
+                    .map_err(err)?;
+            }
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+/// A line chart: a colour, marker and dash pattern per series, 95% intervals as whiskers,
+/// off-scale points as open triangles on the top edge (the line breaks there), a legend.
+pub fn lines(c: &LineChart) -> Result<String> {
+    let on = || c.series.iter().flat_map(|s| s.points.iter().filter(|p| !p.off_scale && p.y.is_finite()));
+    let all_x = || c.series.iter().flat_map(|s| s.points.iter().map(|p| p.x)).filter(|x| x.is_finite());
+    let xs = if c.linear_x {
+        // A time axis: exactly the span of the samples.
+        let (lo, hi) = all_x().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(x), b.max(x)));
+        if lo < hi { Scale::fixed(lo, hi) } else { Scale::fit_as(all_x(), false, false) }
+    } else {
+        Scale::fit(all_x(), false)
+    };
+    let ys = match c.y_range {
+        Some((lo, hi)) => Scale::fixed(lo, hi),
+        None => Scale::fit_with(
+            on().map(|p| p.y),
+            on().filter(|p| p.ci95.is_finite()).flat_map(|p| [p.y + p.ci95, p.y - p.ci95]),
+            false,
+            true,
+        ),
+    };
+    let any_off = c.series.iter().any(|s| s.points.iter().any(|p| p.off_scale));
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, c.size).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(c.title, ("sans-serif", 17))
+            .margin(14)
+            .x_label_area_size(44)
+            .y_label_area_size(72)
+            .build_cartesian_2d(xs.coord(), ys.coord())
+            .map_err(err)?;
+        let log_note = |desc: &str, s: &Scale| if s.log { format!("{desc} (log scale)") } else { desc.to_string() };
+        chart
+            .configure_mesh()
+            .x_label_formatter(&|x| xs.label(*x))
+            .y_label_formatter(&|y| ys.label(*y))
+            .x_desc(log_note(c.x_desc, &xs))
+            .y_desc(log_note(c.y_desc, &ys))
+            .label_style(("sans-serif", 13))
+            .light_line_style(WHITE)
+            .bold_line_style(BLACK.mix(0.12))
+            .draw()
+            .map_err(err)?;
+        for (i, s) in c.series.iter().enumerate() {
+            let col = colour(i);
+            let style = col.stroke_width(2);
+            // Runs of consecutive on-scale points are one line each.
+            let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+            for p in &s.points {
+                if p.off_scale || !p.y.is_finite() || !(xs.at(p.x).is_finite() && ys.at(p.y).is_finite()) {
+                    runs.push(Vec::new());
+                } else {
+                    runs.last_mut().expect("one run").push((xs.at(p.x), ys.at(p.y).clamp(ys.lo, ys.hi)));
+                }
+            }
+            let mut first = true;
+            for run in runs.into_iter().filter(|r| !r.is_empty()) {
+                let (d, g) = dash(i);
+                let anno = chart.draw_series(DashedLineSeries::new(run, d, g, style)).map_err(err)?;
+                if std::mem::take(&mut first) {
+                    let shape: Vec<(i32, i32)> = if c.marker_every > 0 {
+                        marker(i).into_iter().map(|(x, y)| (x + 12, y)).collect()
+                    } else {
+                        Vec::new()
+                    };
+                    anno.label(s.label.clone()).legend(move |at| {
+                        let st = colour(i).stroke_width(2);
+                        EmptyElement::at(at)
+                            + DashedPathElement::new(vec![(0, 0), (24, 0)], d, g, st)
+                            + PathElement::new(shape.clone(), st)
+                    });
+                }
+            }
+            for (k, p) in s.points.iter().enumerate() {
+                let (px, ok) = (xs.at(p.x), p.y.is_finite() && !p.off_scale);
+                if !px.is_finite() {
+                    continue;
+                }
+                if !ok {
+                    let tri = vec![(0, -2), (6, 8), (-6, 8), (0, -2)];
+                    chart
+                        .draw_series([EmptyElement::at((px, ys.hi)) + PathElement::new(tri, col.stroke_width(2))])
+                        .map_err(err)?;
+                    continue;
+                }
+                let py = ys.clamped(p.y);
+                if c.marker_every > 0 && k % c.marker_every == 0 {
+                    chart
+                        .draw_series([EmptyElement::at((px, py)) + PathElement::new(marker(i), style)])
+                        .map_err(err)?;
+                }
+                if p.ci95.is_finite() && p.ci95 > 0.0 {
+                    let (lo, hi) = (ys.clamped(p.y - p.ci95), ys.clamped(p.y + p.ci95));
+                    chart
+                        .draw_series([PathElement::new(vec![(px, lo), (px, hi)], col.mix(0.6).stroke_width(1))])
+                        .map_err(err)?;
+                }
+            }
+        }
+        if c.legend && c.series.iter().any(|s| !s.points.is_empty()) {
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK.mix(0.4))
+                .label_font(("sans-serif", 13))
+                .draw()
+                .map_err(err)?;
+        }
+        if any_off {
+            let (w, h) = c.size;
+            root.draw(&Text::new(
+                "△ on the top edge: overloaded (off scale)",
+                (w as i32 - 270, h as i32 - 16),
+                ("sans-serif", 12).into_font().color(&BLACK),
+            ))
+            .map_err(err)?;
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bar(label: &str, value: f64, off_scale: bool) -> Bar {
+        Bar { label: label.into(), value, ci95: f64::NAN, off_scale }
+    }
+
+    /// The tick labels of an SVG chart's axes (plotters writes each text on its own line).
+    fn texts(svg: &str) -> Vec<String> {
+        svg.split("</text>").filter_map(|t| t.rsplit('>').next()).map(|t| t.trim().to_string()).collect()
+    }
+
+    #[test]
+    fn an_overloaded_bar_is_hatched_with_its_value_and_does_not_set_the_axis() {
+        let svg = bars("t", "y", &[bar("a", 1.0, false), bar("b", 2.0, false), bar("c", 900.0, true)]).unwrap();
+        let t = texts(&svg);
+        assert!(t.contains(&"900 overloaded".to_string()), "{t:?}");
+        // The axis ends near 2, not 900: its largest tick is 2.
+        let ticks: Vec<f64> = t.iter().filter_map(|s| s.parse().ok()).collect();
+        assert_eq!(ticks.iter().copied().fold(0.0, f64::max), 2.0, "{ticks:?}");
+        assert!(!svg.contains("log scale"));
+    }
+
+    #[test]
+    fn axes_turn_logarithmic_past_30x_and_not_below() {
+        let log = bars("t", "y", &[bar("a", 1.0, false), bar("b", 31.0, false)]).unwrap();
+        assert!(log.contains("y (log scale)"));
+        let linear = bars("t", "y", &[bar("a", 1.0, false), bar("b", 29.0, false)]).unwrap();
+        assert!(!linear.contains("log scale"));
+        // Log ticks are round values (1, 2, 5, 10, 20), not powers like 10^0.5.
+        let ticks: Vec<f64> = texts(&log).iter().filter_map(|s| s.parse().ok()).collect();
+        assert!(ticks.contains(&10.0) && ticks.contains(&2.0), "{ticks:?}");
+    }
+
+    #[test]
+    fn error_bars_are_drawn_only_where_there_is_an_interval() {
+        let count = |ci: f64| {
+            let b = Bar { label: "a".into(), value: 5.0, ci95: ci, off_scale: false };
+            // Error bars are the only black lines 2 pixels wide.
+            bars("t", "y", &[b]).unwrap().matches("stroke=\"#000000\" stroke-width=\"2\"").count()
+        };
+        // Stem and two caps.
+        assert_eq!((count(1.0), count(f64::NAN)), (3, 0));
+    }
+
+    #[test]
+    fn series_differ_in_marker_and_dash_and_off_scale_points_break_the_line() {
+        assert!((0..5).all(|i| (0..5).all(|j| i == j || (dash(i), marker(i)) != (dash(j), marker(j)))));
+        let s = Series {
+            label: "p".into(),
+            points: vec![Point::at(1.0, 1.0), Point::at(2.0, 2.0), Point { off_scale: true, ..Point::at(3.0, 99.0) }],
+        };
+        let svg = line_chart("t", "x", "y", &[s]).unwrap();
+        assert!(svg.contains("overloaded (off scale)"));
+        let ticks: Vec<f64> = texts(&svg).iter().filter_map(|s| s.parse().ok()).collect();
+        assert!(ticks.iter().all(|&t| t < 10.0), "the off-scale point set the axis: {ticks:?}");
+    }
+
+    #[test]
+    fn short_numbers() {
+        assert_eq!(short(0.5), "0.5");
+        assert_eq!(short(1000.0), "1000");
+        assert_eq!(short(12.345), "12.35");
+        assert_eq!(short(2e-6), "2.0e-6");
+    }
+}
