@@ -6,6 +6,25 @@
 //! orders: `pd_dynamo` (prefill, then decode, optional bypass), `pd_llm_d` (decode, decider,
 //! prefill), `pd_aibrix` (joint over rolesets), `pd_mooncake` (joint, SLO admission, migration).
 
+/// The hooks a PD router built on [`Pools`] forwards unchanged to its two pool routers; used
+/// inside `impl Policy` by `pd_sglang`, `pd_dynamo` and `pd_llm_d`.
+macro_rules! forward_pool_hooks {
+    () => {
+        fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdDecision) {
+            self.pools.on_dispatch_pair(request, decision);
+        }
+        fn on_prefill_complete(&mut self, completion: &Completion) {
+            self.pools.on_prefill_complete(completion);
+        }
+        fn on_complete(&mut self, completion: &Completion) {
+            self.pools.on_complete(completion);
+        }
+        fn on_evict(&mut self, eviction: &Eviction<'_>) {
+            self.pools.on_evict(eviction);
+        }
+    };
+}
+
 pub mod pd_aibrix;
 pub mod pd_dynamo;
 pub mod pd_least_loaded;

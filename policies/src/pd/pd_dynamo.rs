@@ -108,18 +108,7 @@ impl RouterPolicy for PdDynamo {
         }
         PdDecision::pair(p as u32, d as u32)
     }
-    fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdDecision) {
-        self.pools.on_dispatch_pair(request, decision);
-    }
-    fn on_prefill_complete(&mut self, completion: &Completion) {
-        self.pools.on_prefill_complete(completion);
-    }
-    fn on_complete(&mut self, completion: &Completion) {
-        self.pools.on_complete(completion);
-    }
-    fn on_evict(&mut self, eviction: &Eviction<'_>) {
-        self.pools.on_evict(eviction);
-    }
+    forward_pool_hooks!();
     fn report(&self) -> Vec<(String, f64)> {
         let mut r = self.pools.report();
         r.push(("bypassed_prefill".into(), self.bypassed as f64));
