@@ -8,36 +8,15 @@ use std::hint::black_box;
 use std::path::PathBuf;
 
 use divan::Bencher;
+use routelab::bench::{ctx, views};
 use routelab::plugin::{Loader, PolicySpec};
 use routelab::sim::cluster::prefix_cache::PrefixCache;
 use routelab::sim::event_queue::EventQueue;
 use routelab_policy_api::abi_stable::std_types::{RNone, RSlice};
-use routelab_policy_api::{Policy, ReplicaView, Replicas, Request, RouterContext, RouterPolicy, Segment, World};
+use routelab_policy_api::{Policy, Replicas, Request, RouterPolicy, Segment};
 
 fn main() {
     divan::main();
-}
-
-fn ctx(replicas: u32) -> RouterContext {
-    RouterContext {
-        world: World::Dispatch,
-        replicas,
-        seed: 7,
-        kv_capacity_tokens: 0,
-        cost: RNone,
-        disaggregation: RNone,
-    }
-}
-
-/// Replicas with mixed loads: a few idle (ties to break), the rest busy.
-fn views(n: usize) -> Vec<ReplicaView> {
-    (0..n)
-        .map(|i| ReplicaView {
-            outstanding_requests: ((i * 7) % 5) as u32,
-            outstanding_work: ((i * 13) % 11) as f64,
-            ..Default::default()
-        })
-        .collect()
 }
 
 const REQUEST: Request<'static> =

@@ -31,7 +31,8 @@ fn dispatch_spec(servers: u32, requests: u64) -> DispatchSpec {
         .expect("valid bench spec")
 }
 
-fn ctx(replicas: u32) -> RouterContext {
+/// The dispatch-world context every router benchmark creates its router with (also `cargo bench`).
+pub fn ctx(replicas: u32) -> RouterContext {
     RouterContext {
         world: World::Dispatch,
         replicas,
@@ -53,7 +54,8 @@ pub fn dispatch_rate(loader: &mut Loader, policy: &str, servers: u32, requests: 
     Ok(requests as f64 / secs)
 }
 
-fn views(n: usize) -> Vec<ReplicaView> {
+/// Replicas with mixed loads: a few idle (ties to break), the rest busy (also `cargo bench`).
+pub fn views(n: usize) -> Vec<ReplicaView> {
     (0..n)
         .map(|i| ReplicaView {
             outstanding_requests: ((i * 7) % 5) as u32,

@@ -25,10 +25,11 @@ fn long_doc_qa(requests: u64, rate: f64, scheduler: &str) -> ClusterSpec {
     spec
 }
 
-fn run(spec: &ClusterSpec, router: &str, seed: u64) -> RunOutcome {
+/// One run of a built-in `router` on `spec` (aggregated or disaggregated) with `seed`.
+pub(super) fn run(spec: &ClusterSpec, router: &str, seed: u64) -> RunOutcome {
     let sm = spec.step_model().expect("valid");
     let r = Loader::new()
-        .router(&PolicySpec::parse(router).expect("name"), &cluster::router_context(&sm, spec.replicas, seed))
+        .router(&PolicySpec::parse(router).expect("name"), &cluster::router_context_for(spec, &sm, seed))
         .expect("built-in router");
     let stream = generate(spec, None, seed).expect("synthetic stream");
     crate::runner::run_cluster(spec, &stream, r, router, seed).expect("built-in policies do not fail")

@@ -3,11 +3,10 @@
 
 use std::fmt::Write as _;
 
+use super::cluster::run;
 use crate::metrics::quantile;
-use crate::plugin::{Loader, PolicySpec};
-use crate::sim::cluster::{self, RunOutcome};
+use crate::sim::cluster::RunOutcome;
 use crate::workload::cluster::ClusterSpec;
-use crate::workload::generate::generate;
 
 /// workloads/cluster/pd/aggregated_vs_disaggregated.yaml's cluster with `pools` = (P, D), or
 /// aggregated when `None`, at `rate` requests/s.
@@ -45,15 +44,6 @@ fn tool_use(pools: Option<(u32, u32)>, requests: u64) -> ClusterSpec {
     let spec: ClusterSpec = serde_norway::from_str(&yaml).expect("built-in spec parses");
     spec.validate().expect("built-in spec is valid");
     spec
-}
-
-fn run(spec: &ClusterSpec, router: &str, seed: u64) -> RunOutcome {
-    let sm = spec.step_model().expect("valid");
-    let r = Loader::new()
-        .router(&PolicySpec::parse(router).expect("spec"), &cluster::router_context_for(spec, &sm, seed))
-        .expect("built-in router");
-    let stream = generate(spec, None, seed).expect("synthetic stream");
-    crate::runner::run_cluster(spec, &stream, r, router, seed).expect("built-in policies do not fail")
 }
 
 /// Prefill and decode instances of a disaggregated layout (`None`: aggregated).
