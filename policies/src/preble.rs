@@ -47,6 +47,8 @@
 //! for LLM Serving", ICLR 2025, §3.2–3.3 (E2, cost model, load adjustment) and its public code.
 //! Reports the run's mean L, M and P of the chosen replicas and the count of each decision kind.
 
+mod pairing;
+
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -195,6 +197,8 @@ pub struct Preble {
     rebalanced: u64,
     paired: u64,
     autoscaled: u64,
+    /// What pairing did (or, when off, would have done) and how those requests fared.
+    pairing_trace: pairing::PairingTrace,
 }
 
 // The key of a prompt prefix is its path hash in the toolkit's tree (`extend_path_hash` from
@@ -255,6 +259,7 @@ impl Policy for Preble {
             rebalanced: 0,
             paired: 0,
             autoscaled: 0,
+            pairing_trace: Default::default(),
             cfg,
         })
     }
@@ -374,6 +379,20 @@ impl Preble {
         })
     }
 
+    /// The decode-heavy replica and its hit ratio: the highest windowed hit ratio (first on
+    /// ties), if at least `pd_hit_ratio`.
+    fn decode_heavy(&mut self, now: f64) -> Option<(usize, f64)> {
+        let mut best: Option<(usize, f64)> = None;
+        for (r, w) in self.replicas.iter_mut().enumerate() {
+            let prompt = w.prompt_tokens.sum(now);
+            let ratio = if prompt > 0.0 { w.cached_tokens.sum(now) / prompt } else { 0.0 };
+            if best.is_none_or(|(_, b)| ratio > b) {
+                best = Some((r, ratio));
+            }
+        }
+        best.filter(|&(_, ratio)| ratio >= self.cfg.pd_hit_ratio)
+    }
+
     fn prefix_overloaded(&mut self, key: u64, now: f64) -> bool {
         let Some(w) = self.prefix_ttft.get_mut(&key) else { return false };
         let n = w.count(now);
@@ -407,6 +426,7 @@ impl RouterPolicy for Preble {
                 let mut choice = self.cheapest(holders.iter().copied(), now).expect("the longest match has a holder");
                 let key = self.node_key(node).0;
                 prefix_key = Some(key);
+                self.pairing_trace.exploit(request.id, key);
                 if self.cfg.autoscale && self.prefix_overloaded(key, now) {
                     let global = self.cheapest(all.clone(), now).expect("replicas");
                     if self.total(global, now) < self.total(choice, now) && !holders.contains(&global) {
@@ -427,22 +447,31 @@ impl RouterPolicy for Preble {
             }
             _ => {
                 self.explore += 1;
-                let mut decode_heavy: Option<(usize, f64)> = None;
-                if self.cfg.pd_pairing {
-                    for (r, w) in self.replicas.iter_mut().enumerate() {
-                        let prompt = w.prompt_tokens.sum(now);
-                        let ratio = if prompt > 0.0 { w.cached_tokens.sum(now) / prompt } else { 0.0 };
-                        if decode_heavy.is_none_or(|(_, best)| ratio > best) {
-                            decode_heavy = Some((r, ratio));
+                // The decode-heavy test runs with pairing off too, for the trace; so does the
+                // cheapest replica with pairing on. Neither changes the decision.
+                let heavy = self.decode_heavy(now);
+                let cheapest = self.cheapest(all, now).expect("replicas");
+                match heavy {
+                    Some((r, hit_ratio)) => {
+                        let pairable = pairing::Pairable {
+                            request: request.id,
+                            segments,
+                            prompt_tokens: request.prompt_tokens,
+                            cached_tokens: cached,
+                            heavy: r,
+                            hit_ratio,
+                            cheapest,
+                            l_excess_s: self.costs[r].l - self.costs[cheapest].l,
+                        };
+                        self.pairing_trace.pairable(pairable, replicas);
+                        if self.cfg.pd_pairing {
+                            self.paired += 1;
+                            r
+                        } else {
+                            cheapest
                         }
                     }
-                }
-                match decode_heavy.filter(|&(_, ratio)| ratio >= self.cfg.pd_hit_ratio).map(|(r, _)| r) {
-                    Some(r) => {
-                        self.paired += 1;
-                        r
-                    }
-                    None => self.cheapest(all, now).expect("replicas"),
+                    None => cheapest,
                 }
             }
         };
@@ -487,6 +516,7 @@ impl RouterPolicy for Preble {
     fn on_complete(&mut self, c: &Completion) {
         let t = c.completed_at;
         self.outputs.add(t, c.output_tokens as f64);
+        self.pairing_trace.complete(c.request_id, t - c.arrived_at);
         self.ttft.add(t, c.ttft);
         if let Some(k) = self.in_flight_prefix.remove(&c.request_id) {
             self.prefix_ttft.entry(k).or_insert_with(|| WindowSum::new(self.cfg.window_s)).add(t, c.ttft);
@@ -499,7 +529,7 @@ impl RouterPolicy for Preble {
 
     fn report(&self) -> Vec<(String, f64)> {
         let n = (self.exploit + self.explore).max(1) as f64;
-        vec![
+        let mut out = vec![
             ("cost_l_mean_s".into(), self.sums.l / n),
             ("cost_m_mean_s".into(), self.sums.m / n),
             ("cost_p_mean_s".into(), self.sums.p / n),
@@ -508,6 +538,8 @@ impl RouterPolicy for Preble {
             ("rebalanced_decisions".into(), self.rebalanced as f64),
             ("pd_paired_decisions".into(), self.paired as f64),
             ("autoscaled_decisions".into(), self.autoscaled as f64),
-        ]
+        ];
+        self.pairing_trace.report(&mut out);
+        out
     }
 }
