@@ -383,14 +383,20 @@ impl Preble {
     /// ties), if at least `pd_hit_ratio`.
     fn decode_heavy(&mut self, now: f64) -> Option<(usize, f64)> {
         let mut best: Option<(usize, f64)> = None;
-        for (r, w) in self.replicas.iter_mut().enumerate() {
-            let prompt = w.prompt_tokens.sum(now);
-            let ratio = if prompt > 0.0 { w.cached_tokens.sum(now) / prompt } else { 0.0 };
+        for r in 0..self.replicas.len() {
+            let ratio = self.hit_ratio(r, now);
             if best.is_none_or(|(_, b)| ratio > b) {
                 best = Some((r, ratio));
             }
         }
         best.filter(|&(_, ratio)| ratio >= self.cfg.pd_hit_ratio)
+    }
+
+    /// Cached ÷ prompt tokens of the requests dispatched to `r` in the last `pd_window_s`.
+    fn hit_ratio(&mut self, r: usize, now: f64) -> f64 {
+        let w = &mut self.replicas[r];
+        let prompt = w.prompt_tokens.sum(now);
+        if prompt > 0.0 { w.cached_tokens.sum(now) / prompt } else { 0.0 }
     }
 
     fn prefix_overloaded(&mut self, key: u64, now: f64) -> bool {
@@ -461,6 +467,7 @@ impl RouterPolicy for Preble {
                             heavy: r,
                             hit_ratio,
                             cheapest,
+                            cheapest_hit_ratio: self.hit_ratio(cheapest, now),
                             l_excess_s: self.costs[r].l - self.costs[cheapest].l,
                         };
                         self.pairing_trace.pairable(pairable, replicas);

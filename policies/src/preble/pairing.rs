@@ -31,6 +31,7 @@ pub(super) struct Pairable<'a> {
     pub heavy: usize,
     pub hit_ratio: f64,
     pub cheapest: usize,
+    pub cheapest_hit_ratio: f64,
     /// L of the decode-heavy replica minus L of the cheapest one.
     pub l_excess_s: f64,
 }
@@ -42,6 +43,7 @@ pub(super) struct PairingTrace {
     prompt_tokens: f64,
     cached_tokens: f64,
     hit_ratio: f64,
+    cheapest_hit_ratio: f64,
     l_excess_s: f64,
     heavy_waiting: f64,
     heavy_running: f64,
@@ -62,6 +64,7 @@ impl PairingTrace {
         self.prompt_tokens += f64::from(p.prompt_tokens);
         self.cached_tokens += f64::from(p.cached_tokens);
         self.hit_ratio += p.hit_ratio;
+        self.cheapest_hit_ratio += p.cheapest_hit_ratio;
         self.l_excess_s += p.l_excess_s;
         let (heavy, cheapest) = (views.get(p.heavy), views.get(p.cheapest));
         self.heavy_waiting += heavy.map_or(0.0, |v| f64::from(v.waiting));
@@ -102,6 +105,7 @@ impl PairingTrace {
         put("pairable_prompt_tokens_mean", self.prompt_tokens / n);
         put("pairable_cached_tokens_mean", self.cached_tokens / n);
         put("pairable_hit_ratio_mean", self.hit_ratio / n);
+        put("cheapest_hit_ratio_mean", self.cheapest_hit_ratio / n);
         put("heavy_l_excess_mean_s", self.l_excess_s / n);
         put("heavy_waiting_mean", self.heavy_waiting / n);
         put("heavy_running_mean", self.heavy_running / n);
@@ -151,6 +155,7 @@ mod tests {
                 heavy: 1,
                 hit_ratio: 0.9,
                 cheapest: 0,
+                cheapest_hit_ratio: 0.5,
                 l_excess_s: 2.0,
             },
             &views,
