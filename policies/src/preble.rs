@@ -29,8 +29,11 @@
 //!   hit ratios and keeps it if ≥ 0.7; `runtime_selector` in `preble/global_scheduler_with_time.py`
 //!   sends a non-matching request there; the servers' window is `hit_trace_window_size` = 30 s in
 //!   `python/sglang/srt/server_args.py`). A high hit ratio stands for "mostly decoding": its
-//!   prompts cost little prefill. An earlier version here used the load window H (180 s) and the
-//!   cheapest of the qualifying replicas.
+//!   prompts cost little prefill. The code records the ratio when a replica admits a prefill batch
+//!   (`schedule_within_group` in `python/sglang/srt/managers/router/model_rpc.py`), with the
+//!   server's cache; we record it at dispatch with the global tree's match (the router hears of
+//!   admissions only at completion). An earlier version here used the load window H (180 s) and
+//!   the cheapest of the qualifying replicas.
 //!
 //! Parameters (defaults): `window_s` 180; `decode_estimate` single (the paper: one request's
 //! per-token time), `batched` (marginal cost in the replica's running batch) or `median_tpot`
@@ -45,7 +48,9 @@
 //! system also runs the `priority_groups` scheduler on each replica.
 //! Source: Srivatsa, He, Abhyankar, Li, Zhang, "Preble: Efficient Distributed Prompt Scheduling
 //! for LLM Serving", ICLR 2025, §3.2–3.3 (E2, cost model, load adjustment) and its public code.
-//! Reports the run's mean L, M and P of the chosen replicas and the count of each decision kind.
+//! Reports the run's mean L, M and P of the chosen replicas and the count of each decision kind,
+//! and a trace of the P/D pairing decisions (`pd_*`, module `pairing`; recorded with pairing off
+//! too, as what pairing would have done).
 
 mod pairing;
 
