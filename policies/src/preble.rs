@@ -70,6 +70,12 @@ impl Hasher for KeyHasher {
 
 type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<KeyHasher>>;
 
+/// A request id spread over 64 bits for a [`KeyMap`] (ids are consecutive; the map's probe uses
+/// the top bits). An odd multiplier is a bijection, so distinct ids stay distinct.
+fn request_key(id: u64) -> u64 {
+    id.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 /// How many times each prefix was dispatched within the window: one time-ordered log of
 /// (time, key) for all prefixes and a count per key, so a new prefix costs a map entry rather
 /// than a window of its own, and a prefix leaves the map when its last hit leaves the window.
@@ -217,11 +223,11 @@ pub struct Preble {
     replicas: Vec<ReplicaWindow>,
     outputs: WindowSum,
     prompts: WindowSum,
-    dispatches: WindowSum,
     node_hits: NodeHits,
     prefix_ttft: KeyMap<WindowSum>,
     ttft: WindowSum,
-    in_flight_prefix: HashMap<u64, u64>,
+    /// The prefix each exploiting request in flight exploited, by [`request_key`].
+    in_flight_prefix: KeyMap<u64>,
     pending: Option<Pending>,
     matches: Vec<u32>,
     /// Replicas holding the longest match (reused across decisions).
@@ -282,11 +288,10 @@ impl Policy for Preble {
                 .collect(),
             outputs: WindowSum::new(w),
             prompts: WindowSum::new(w),
-            dispatches: WindowSum::new(w),
             node_hits: NodeHits::new(w),
             prefix_ttft: KeyMap::default(),
             ttft: WindowSum::new(w),
-            in_flight_prefix: HashMap::new(),
+            in_flight_prefix: KeyMap::default(),
             pending: None,
             matches: vec![0; n],
             holders: Vec::with_capacity(n),
@@ -362,7 +367,8 @@ impl Preble {
         let now = request.arrived_at;
         let output = self.mean_output(now);
         let context = self.mean_prompt(now).max(request.prompt_tokens as f64);
-        self.window_requests = self.dispatches.count(now).max(1) as f64;
+        // Requests dispatched in the window: `prompts` holds one value per dispatch.
+        self.window_requests = self.prompts.count(now).max(1) as f64;
         // Only the batched estimate depends on the replica; the others are the same for all.
         let same_for_all = (self.cfg.decode_estimate != DecodeEstimate::Batched)
             .then(|| self.decode_estimate(output, context, 0));
@@ -531,7 +537,6 @@ impl RouterPolicy for Preble {
         w.prompt_tokens.add(now, request.prompt_tokens as f64);
         w.cached_tokens.add(now, matched as f64);
         self.prompts.add(now, request.prompt_tokens as f64);
-        self.dispatches.add(now, 1.0);
         self.node_hits.expire(now);
         let mut key = ROOT_PATH_HASH;
         for s in segments {
@@ -539,7 +544,7 @@ impl RouterPolicy for Preble {
             self.node_hits.add(now, key);
         }
         if let Some(k) = pending.and_then(|p| p.prefix_key) {
-            self.in_flight_prefix.insert(request.id, k);
+            self.in_flight_prefix.insert(request_key(request.id), k);
         }
         self.tree.insert(segments, replica);
         self.dispatched += 1;
@@ -553,7 +558,7 @@ impl RouterPolicy for Preble {
         let t = c.completed_at;
         self.outputs.add(t, c.output_tokens as f64);
         self.ttft.add(t, c.ttft);
-        if let Some(k) = self.in_flight_prefix.remove(&c.request_id) {
+        if let Some(k) = self.in_flight_prefix.remove(&request_key(c.request_id)) {
             self.prefix_ttft.entry(k).or_insert_with(|| WindowSum::new(self.cfg.window_s)).add(t, c.ttft);
         }
     }
