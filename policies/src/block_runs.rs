@@ -61,10 +61,12 @@ impl PromptRuns {
         }
     }
 
-    /// The key of a path extended by segment `s`.
+    /// The key of a path extended by segment `s`. Eviction paths run to hundreds of segments
+    /// and each key depends on the one before, so the chain gets one multiply per segment; the
+    /// segment's own mix does not wait for it.
     #[inline]
     fn extend(key: u64, s: Segment) -> u64 {
-        mix64(key.rotate_left(29) ^ s.id.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ s.tokens as u64)
+        key.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ mix64(s.id ^ (s.tokens as u64).rotate_left(40))
     }
 
     /// The chain after the prefix `key` (ending in `s`, following `state`) and `s`'s run.
