@@ -1,5 +1,5 @@
-//! Holders per run of blocks, for the block-hash routers that match prefixes from block 0
-//! (Dynamo's overlap, llm-d's precise scorer). Not a policy.
+//! Holders per run of blocks, for the block-hash routers Dynamo and llm-d (llm-d's approximate
+//! LRU is in [`crate::lru_runs`]). Not a policy.
 //!
 //! A *run* is the blocks one prompt segment completes: the chain state where the segment starts
 //! and the segment's content fix every one of them, so a run is named by its first block's hash
@@ -28,8 +28,9 @@ pub struct Run {
     pub blocks: u32,
 }
 
-/// Cuts prompts and eviction paths into runs of full blocks (Dynamo's and vLLM's rule: a partial
-/// last block is not hashed), memoising the chain state at the end of every path prefix.
+/// Cuts prompts and eviction paths into runs of full blocks (Dynamo's and vLLM's rule; llm-d's
+/// approximate producer adds the partial last block), memoising the chain state at the end of
+/// every path prefix.
 #[derive(Clone, Debug)]
 pub struct PromptRuns {
     block_tokens: u32,
