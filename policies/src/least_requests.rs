@@ -35,25 +35,24 @@ impl Policy for LeastRequests {
     type Config = crate::NoConfig;
     type Context = RouterContext;
     fn new(_: Self::Config, ctx: &RouterContext) -> Result<Self, String> {
-        let index = (ctx.world == World::Dispatch).then(CountIndex::default);
+        let index = (ctx.world == World::Dispatch && ctx.replicas >= INDEX_FROM).then(CountIndex::default);
         Ok(Self { rng: policy_rng(ctx.seed), index })
     }
 }
 
 impl RouterPolicy for LeastRequests {
     fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        let Some(index) = &mut self.index else {
-            return argmin_random_tie(replicas.iter().map(|r| r.outstanding_requests), &mut self.rng)
-                .expect("at least one replica");
+        let scan = |rng: &mut PolicyRng| argmin_random_tie(replicas.iter().map(|r| r.outstanding_requests), rng);
+        let indexed = self.index.as_mut().is_some_and(|index| index.catch_up(replicas));
+        let (true, Some(index)) = (indexed, &self.index) else {
+            return scan(&mut self.rng).expect("at least one replica");
         };
         #[cfg(debug_assertions)]
         let mut scan_rng = self.rng.clone();
-        index.catch_up(replicas);
         let i = index.argmin_random_tie(&mut self.rng);
         #[cfg(debug_assertions)]
         {
-            let scanned = argmin_random_tie(replicas.iter().map(|r| r.outstanding_requests), &mut scan_rng);
-            assert_eq!(Some(i), scanned, "the index chose another replica than the scan");
+            assert_eq!(Some(i), scan(&mut scan_rng), "the index chose another replica than the scan");
             assert!(scan_rng == self.rng, "the index drew differently from the scan");
         }
         i
@@ -69,6 +68,16 @@ impl RouterPolicy for LeastRequests {
         }
     }
 }
+
+/// Below this many replicas the scan is faster than keeping the index (measured: at 16 servers the
+/// index took 0.29 CPU s for 10^6 requests against the scan's 0.18).
+const INDEX_FROM: u32 = 256;
+
+/// When more than `1 / LAGGING_SHARE` of the views lag the router's own counts (stale
+/// information refreshed rarely), re-reading them costs more than a scan: the router then scans
+/// for `SCAN_SPELL` decisions and rebuilds the index after.
+const LAGGING_SHARE: usize = 8;
+const SCAN_SPELL: u32 = 256;
 
 /// `outstanding_requests` per replica as last read from the views, in a tournament tree of
 /// (minimum, how many leaves hold it) per node; plus the router's own count per replica and the
@@ -86,6 +95,9 @@ struct CountIndex {
     /// Replicas to re-read at the next decision, without repeats (`queued` marks them).
     stale: Vec<usize>,
     queued: Vec<bool>,
+    /// Decisions left to answer by scanning, and whether the tree must be rebuilt after them.
+    scan_for: u32,
+    rebuild: bool,
 }
 
 impl CountIndex {
@@ -93,7 +105,9 @@ impl CountIndex {
     fn reported(&mut self, replica: usize, delta: i64) {
         if let Some(own) = self.own.get_mut(replica) {
             *own += delta;
-            self.queue(replica);
+            if self.scan_for == 0 {
+                self.queue(replica);
+            }
         }
     }
 
@@ -105,12 +119,30 @@ impl CountIndex {
     }
 
     /// Brings the tree in step with `views`: the first call (or a change in the number of
-    /// replicas) reads them all; later calls only the queued ones.
-    fn catch_up(&mut self, views: &[ReplicaView]) {
-        if views.len() != self.replicas {
-            self.build(views);
-            return;
+    /// replicas, or the end of a scanning spell) reads them all; later calls only the queued
+    /// ones. False when this decision is to be made by scanning.
+    fn catch_up(&mut self, views: &[ReplicaView]) -> bool {
+        if self.scan_for > 0 {
+            self.scan_for -= 1;
+            return false;
         }
+        if views.len() != self.replicas || self.rebuild {
+            self.build(views);
+        } else {
+            self.reread(views);
+        }
+        if self.stale.len() * LAGGING_SHARE > self.replicas {
+            for &r in &self.stale {
+                self.queued[r] = false;
+            }
+            self.stale.clear();
+            (self.scan_for, self.rebuild) = (SCAN_SPELL, true);
+            return false;
+        }
+        true
+    }
+
+    fn reread(&mut self, views: &[ReplicaView]) {
         let mut stale = std::mem::take(&mut self.stale);
         stale.retain(|&r| {
             let count = views[r].outstanding_requests;
@@ -125,21 +157,31 @@ impl CountIndex {
         self.stale = stale;
     }
 
+    /// Reads every view; the router's own counts survive unless the number of replicas changed.
     fn build(&mut self, views: &[ReplicaView]) {
         let n = views.len();
         let leaves = n.next_power_of_two();
+        let mut own = std::mem::take(&mut self.own);
+        if own.len() != n {
+            own = views.iter().map(|v| v.outstanding_requests as i64).collect();
+        }
         *self = Self {
             replicas: n,
             min: vec![u64::MAX; 2 * leaves],
             holders: vec![0; 2 * leaves],
             leaves,
-            own: views.iter().map(|v| v.outstanding_requests as i64).collect(),
+            own,
             stale: Vec::new(),
             queued: vec![false; n],
+            scan_for: 0,
+            rebuild: false,
         };
         for (i, v) in views.iter().enumerate() {
             self.min[leaves + i] = v.outstanding_requests as u64;
             self.holders[leaves + i] = 1;
+            if v.outstanding_requests as i64 != self.own[i] {
+                self.queue(i);
+            }
         }
         for k in (1..leaves).rev() {
             self.pull(k);
@@ -239,30 +281,46 @@ struct Scan {
 mod tests {
     use super::*;
 
-    /// Random counts with many ties, changed a few at a time: the index matches the scan in
-    /// choice and in generator state at every step.
+    /// The dispatch world's pattern with many ties: true counts change a few at a time and are
+    /// reported; the router sees them either live or as a snapshot refreshed every few decisions.
+    /// Whenever the index answers, it matches the scan in choice and in generator state.
     #[test]
     fn index_replays_the_scan() {
         let mut gen_ = policy_rng(7);
         for n in [1usize, 2, 3, 5, 16, 100, 1024] {
-            let mut views = vec![ReplicaView::default(); n];
-            for v in &mut views {
-                v.outstanding_requests = gen_.random_range(0..4);
-            }
-            let mut index = CountIndex::default();
-            let (mut a, mut b) = (policy_rng(n as u64), policy_rng(n as u64));
-            for _ in 0..300 {
-                for _ in 0..gen_.random_range(0..4) {
-                    let r = gen_.random_range(0..n);
-                    views[r].outstanding_requests = gen_.random_range(0..4);
-                    index.reported(r, 0);
+            for refresh_every in [1, 3, 50] {
+                let mut truth = vec![0u32; n];
+                let mut views = vec![ReplicaView::default(); n];
+                let mut index = CountIndex::default();
+                let (mut a, mut b) = (policy_rng(n as u64), policy_rng(n as u64));
+                let mut indexed = 0;
+                for step in 0..400 {
+                    for _ in 0..gen_.random_range(0..3) {
+                        let r = gen_.random_range(0..n);
+                        let up = truth[r] == 0 || gen_.random_bool(0.5);
+                        truth[r] = if up { truth[r] + 1 } else { truth[r] - 1 };
+                        index.reported(r, if up { 1 } else { -1 });
+                    }
+                    if step % refresh_every == 0 {
+                        for (v, &t) in views.iter_mut().zip(&truth) {
+                            v.outstanding_requests = t;
+                        }
+                    }
+                    let want = argmin_random_tie(views.iter().map(|v| v.outstanding_requests), &mut b);
+                    let got = if index.catch_up(&views) {
+                        indexed += 1;
+                        Some(index.argmin_random_tie(&mut a))
+                    } else {
+                        argmin_random_tie(views.iter().map(|v| v.outstanding_requests), &mut a)
+                    };
+                    assert_eq!(got, want, "n = {n}, refresh every {refresh_every}, step {step}");
+                    assert!(a == b, "generator states differ (n = {n}, refresh every {refresh_every})");
                 }
-                // Mark everything whose own count disagrees, as a snapshot would.
-                index.catch_up(&views);
-                let got = index.argmin_random_tie(&mut a);
-                let want = argmin_random_tie(views.iter().map(|v| v.outstanding_requests), &mut b);
-                assert_eq!(Some(got), want, "n = {n}");
-                assert!(a == b, "generator states differ (n = {n})");
+                // Live views never lag, so the index answers every decision.
+                assert!(
+                    refresh_every > 1 || indexed == 400,
+                    "the index answered only {indexed} of 400 (n = {n}, every {refresh_every})"
+                );
             }
         }
     }
