@@ -407,7 +407,7 @@ mod tests {
         for information in ["fresh", "{stale: {refresh_interval: 0.05}}", "{stale: {refresh_interval: 4}}"] {
             for mode in ["queueing", "balls_into_bins"] {
                 let yaml = format!(
-                    "{{servers: 300, requests: 20000, utilisation: 0.9, information: {information}, mode: {mode}}}"
+                    "{{servers: 1024, requests: 20000, utilisation: 0.9, information: {information}, mode: {mode}}}"
                 );
                 let spec: DispatchSpec = serde_norway::from_str(&yaml).unwrap();
                 let (indexed, scanned) = (run_policy::<LeastRequests>(&spec), run_policy::<ScanJsq>(&spec));
