@@ -73,17 +73,27 @@ const NIL: u32 = u32::MAX;
 /// `next` of a freed slot, so a stale slot number is recognised.
 const FREED: u32 = u32::MAX - 1;
 
+/// One block of the table: 32 bytes, so recording or matching a block touches one cache line.
+#[derive(Clone, Copy)]
+struct Slot {
+    hash: u64,
+    /// When it was last recorded.
+    at: f64,
+    /// Neighbours in recording order (`NIL` at the ends; `next` is `FREED` once freed).
+    prev: u32,
+    next: u32,
+    /// Holders among replicas 0–63 (the rest in `Table::more_holders`).
+    holders: u64,
+}
+
 /// AIBrix's prefix hash table: per block, the replicas it was recorded for and when it was last
 /// recorded, on a list from least to most recently recorded.
 struct Table {
-    /// Words of holder bits per slot (64 replicas a word).
-    words: usize,
+    /// Words of holder bits per slot beyond the first (64 replicas a word).
+    more_words: usize,
     slot_of: KeyMap<u32>,
-    hash: Vec<u64>,
-    at: Vec<f64>,
-    prev: Vec<u32>,
-    next: Vec<u32>,
-    holders: Vec<u64>,
+    slots: Vec<Slot>,
+    more_holders: Vec<u64>,
     free: Vec<u32>,
     head: u32,
     tail: u32,
@@ -93,13 +103,10 @@ struct Table {
 impl Table {
     fn new(replicas: usize) -> Self {
         Self {
-            words: replicas.div_ceil(64).max(1),
+            more_words: replicas.div_ceil(64).max(1) - 1,
             slot_of: KeyMap::default(),
-            hash: Vec::new(),
-            at: Vec::new(),
-            prev: Vec::new(),
-            next: Vec::new(),
-            holders: Vec::new(),
+            slots: Vec::new(),
+            more_holders: Vec::new(),
             free: Vec::new(),
             head: NIL,
             tail: NIL,
@@ -115,66 +122,72 @@ impl Table {
     /// Word `w` of the holders of slot `s` (none for `NIL`).
     #[inline]
     fn holders(&self, s: u32, w: usize) -> u64 {
-        if s == NIL { 0 } else { self.holders[s as usize * self.words + w] }
+        match (s, w) {
+            (NIL, _) => 0,
+            (_, 0) => self.slots[s as usize].holders,
+            _ => self.more_holders[s as usize * self.more_words + w - 1],
+        }
     }
 
     fn unlink(&mut self, s: u32) {
-        let (p, n) = (self.prev[s as usize], self.next[s as usize]);
-        if p == NIL { self.head = n } else { self.next[p as usize] = n }
-        if n == NIL { self.tail = p } else { self.prev[n as usize] = p }
-    }
-
-    fn push_back(&mut self, s: u32) {
-        self.prev[s as usize] = self.tail;
-        self.next[s as usize] = NIL;
-        if self.tail == NIL { self.head = s } else { self.next[self.tail as usize] = s }
-        self.tail = s;
+        let Slot { prev: p, next: n, .. } = self.slots[s as usize];
+        if p == NIL { self.head = n } else { self.slots[p as usize].next = n }
+        if n == NIL { self.tail = p } else { self.slots[n as usize].prev = p }
     }
 
     /// Records `hash` for replica `r` at time `at`, making it the most recent block. `hint` is
     /// the slot a lookup found for it earlier (or `NIL`); it is used only if still `hash`'s.
     fn record(&mut self, hash: u64, hint: u32, r: usize, at: f64) {
-        let s = if hint != NIL && self.next[hint as usize] != FREED && self.hash[hint as usize] == hash {
+        let s = if hint != NIL && self.slots[hint as usize].next != FREED && self.slots[hint as usize].hash == hash {
             self.unlink(hint);
             hint
         } else if let Some(&s) = self.slot_of.get(&hash) {
             self.unlink(s);
             s
         } else {
-            let s = match self.free.pop() {
-                Some(s) => s,
-                None => {
-                    let s = self.hash.len() as u32;
-                    self.hash.push(0);
-                    self.at.push(0.0);
-                    self.prev.push(NIL);
-                    self.next.push(NIL);
-                    self.holders.resize(self.holders.len() + self.words, 0);
-                    s
+            let s = self.free.pop().unwrap_or_else(|| {
+                self.slots.push(Slot { hash: 0, at: 0.0, prev: NIL, next: NIL, holders: 0 });
+                if self.more_words > 0 {
+                    self.more_holders.resize(self.more_holders.len() + self.more_words, 0);
                 }
-            };
+                self.slots.len() as u32 - 1
+            });
             self.slot_of.insert(hash, s);
-            self.hash[s as usize] = hash;
+            self.slots[s as usize].hash = hash;
             self.len += 1;
             s
         };
-        self.push_back(s);
-        self.at[s as usize] = at;
-        self.holders[s as usize * self.words + r / 64] |= 1 << (r % 64);
+        let tail = self.tail;
+        if tail == NIL { self.head = s } else { self.slots[tail as usize].next = s }
+        self.tail = s;
+        let slot = &mut self.slots[s as usize];
+        slot.prev = tail;
+        slot.next = NIL;
+        slot.at = at;
+        if r < 64 {
+            slot.holders |= 1 << r;
+        } else {
+            self.more_holders[s as usize * self.more_words + r / 64 - 1] |= 1 << (r % 64);
+        }
     }
 
     /// The least recently recorded block's time, if any.
     fn oldest_at(&self) -> Option<f64> {
-        (self.head != NIL).then(|| self.at[self.head as usize])
+        (self.head != NIL).then(|| self.slots[self.head as usize].at)
     }
 
     /// Drops the least recently recorded block (from all its replicas).
     fn drop_oldest(&mut self) {
         let s = self.head;
         self.unlink(s);
-        self.slot_of.remove(&self.hash[s as usize]);
-        self.holders[s as usize * self.words..(s as usize + 1) * self.words].fill(0);
-        self.next[s as usize] = FREED;
+        let slot = &mut self.slots[s as usize];
+        self.slot_of.remove(&slot.hash);
+        slot.holders = 0;
+        slot.next = FREED;
+        if self.more_words > 0 {
+            let i = s as usize * self.more_words;
+            self.more_holders[i..i + self.more_words].fill(0);
+        }
         self.free.push(s);
         self.len -= 1;
     }
