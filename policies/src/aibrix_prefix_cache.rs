@@ -193,16 +193,62 @@ impl Table {
     }
 }
 
+/// The block hashes of prompt heads met before (every segment but the last), so a prompt whose
+/// system prompt and context were hashed before hashes only its last segment (hashing was ≈ 20%
+/// of the router's time on tool_use). A pure cache: the hashes are those of
+/// [`BlockHashing::hashes_into`] with full blocks (unless two heads' 64-bit keys collide, as
+/// unlikely as two block hashes colliding); it is emptied past [`Self::MAX_HASHES`].
+#[derive(Default)]
+struct PrefixHashes {
+    /// Head key → chain state after the head, and the head's hashes in `pool`.
+    heads: KeyMap<(ChainState, u32, u32)>,
+    pool: Vec<u64>,
+}
+
+impl PrefixHashes {
+    const MAX_HASHES: usize = 1 << 20;
+
+    fn hashes_into(&mut self, segments: &[Segment], block_tokens: u32, out: &mut Vec<u64>) {
+        out.clear();
+        let Some((&last, head)) = segments.split_last() else { return };
+        let key = head.iter().fold(0x243f_6a88_85a3_08d3u64, |k, s| {
+            mix64(k.rotate_left(29) ^ s.id.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ s.tokens as u64)
+        });
+        let mut state = match self.heads.get(&key) {
+            Some(&(state, start, len)) => {
+                out.extend_from_slice(&self.pool[start as usize..(start + len) as usize]);
+                state
+            }
+            None => {
+                let mut state = ChainState::START;
+                for &s in head {
+                    state.feed(s, block_tokens, out, usize::MAX);
+                }
+                if self.pool.len() + out.len() > Self::MAX_HASHES {
+                    self.pool.clear();
+                    self.heads.clear();
+                }
+                if out.len() <= Self::MAX_HASHES {
+                    self.heads.insert(key, (state, self.pool.len() as u32, out.len() as u32));
+                    self.pool.extend_from_slice(out);
+                }
+                state
+            }
+        };
+        state.feed(last, block_tokens, out, usize::MAX);
+    }
+}
+
 pub struct AibrixPrefixCache {
     cfg: Config,
     rng: PolicyRng,
-    hashing: BlockHashing,
     table: Table,
     capacity_blocks: usize,
     next_idle_check: f64,
     running: Vec<u32>,
     hashes: Vec<u64>,
     hashes_for: Option<u64>,
+    prefixes: PrefixHashes,
     /// The slots `route` found for the leading blocks of request `slots_for` (hints for
     /// `on_dispatch`, which records the same blocks).
     slots: Vec<u32>,
@@ -235,7 +281,6 @@ impl Policy for AibrixPrefixCache {
         }
         let n = ctx.replicas as usize;
         Ok(Self {
-            hashing: BlockHashing::full_blocks(cfg.block_tokens),
             capacity_blocks: (cfg.capacity_tokens / cfg.block_tokens as u64) as usize,
             cfg,
             rng: policy_rng(ctx.seed),
@@ -244,6 +289,7 @@ impl Policy for AibrixPrefixCache {
             running: vec![0; n],
             hashes: Vec::new(),
             hashes_for: None,
+            prefixes: PrefixHashes::default(),
             slots: Vec::new(),
             slots_for: None,
             percent: vec![0; n],
@@ -258,7 +304,7 @@ impl Policy for AibrixPrefixCache {
 impl AibrixPrefixCache {
     fn hash_prompt(&mut self, request: &Request<'_>) {
         if self.hashes_for != Some(request.id) {
-            self.hashing.hashes_into(request.segments.as_slice(), &mut self.hashes);
+            self.prefixes.hashes_into(request.segments.as_slice(), self.cfg.block_tokens, &mut self.hashes);
             self.hashes_for = Some(request.id);
         }
     }
@@ -468,6 +514,31 @@ mod tests {
         // At 16 s everything is idle.
         p.route(&req(6, 16.0, &b), &Replicas::new(&views));
         assert_eq!(metric(&p, "router_table_blocks"), 0.0);
+    }
+
+    /// Cached heads give the hashes of hashing the whole prompt, hit or miss.
+    #[test]
+    fn prefix_hashes_equal_hashing_the_whole_prompt() {
+        let seg = |id, tokens| Segment { id, tokens };
+        let full = BlockHashing::full_blocks(16);
+        let mut cache = PrefixHashes::default();
+        let prompts: [&[Segment]; 6] = [
+            &[seg(1, 300), seg(2, 1300), seg(100, 150)],
+            &[seg(1, 300), seg(2, 1300), seg(101, 250)],
+            &[seg(1, 300), seg(2, 1300)],
+            &[seg(1, 300), seg(3, 7), seg(102, 9)],
+            &[seg(5, 15)],
+            &[],
+        ];
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            for p in prompts {
+                cache.hashes_into(p, 16, &mut out);
+                assert_eq!(out, full.hashes(p), "{p:?}");
+            }
+        }
+        // Heads: [1, 2], [1], [1, 3] and the empty head of a one-segment prompt.
+        assert_eq!(cache.heads.len(), 4);
     }
 
     /// Replicas past the first 64 hold blocks too (holders beyond the first word).
