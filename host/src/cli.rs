@@ -486,7 +486,10 @@ fn export_trace(file: &Path, out: &Path, seed: Option<u64>) -> Result<i32> {
             file: file.into(),
             path: "cluster".into(),
             line: None,
-            message: format!("only cluster workloads have request streams to export (this is a {} workload)", w.world().as_str()),
+            message: format!(
+                "only cluster workloads have request streams to export (this is a {} workload)",
+                w.world().as_str()
+            ),
             fix: "pick a workload with a `cluster:` section (`routelab workloads` lists them)".into(),
         }
         .into());
@@ -497,9 +500,8 @@ fn export_trace(file: &Path, out: &Path, seed: Option<u64>) -> Result<i32> {
     let prepared = runner::prepare(w, file)?;
     let input = prepared.seed_input(0)?;
     let stream = input.stream().expect("cluster world");
-    let mut f = std::io::BufWriter::new(
-        std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?,
-    );
+    let mut f =
+        std::io::BufWriter::new(std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?);
     let blocks = workload::export::write_mooncake(stream, &mut f)
         .and_then(|n| std::io::Write::flush(&mut f).map(|_| n))
         .with_context(|| format!("writing {}", out.display()))?;

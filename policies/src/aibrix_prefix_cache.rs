@@ -131,7 +131,11 @@ impl Table {
 
     fn unlink(&mut self, s: u32) {
         let Slot { prev: p, next: n, .. } = self.slots[s as usize];
-        if p == NIL { self.head = n } else { self.slots[p as usize].next = n }
+        if p == NIL {
+            self.head = n
+        } else {
+            self.slots[p as usize].next = n
+        }
         if n == NIL { self.tail = p } else { self.slots[n as usize].prev = p }
     }
 
@@ -158,7 +162,11 @@ impl Table {
             s
         };
         let tail = self.tail;
-        if tail == NIL { self.head = s } else { self.slots[tail as usize].next = s }
+        if tail == NIL {
+            self.head = s
+        } else {
+            self.slots[tail as usize].next = s
+        }
         self.tail = s;
         let slot = &mut self.slots[s as usize];
         slot.prev = tail;

@@ -72,7 +72,7 @@ impl BlockIds {
     }
 
     /// Distinct blocks numbered so far.
-    pub fn len(&self) -> usize {
+    pub fn distinct(&self) -> usize {
         self.ids.len()
     }
 }
@@ -99,7 +99,7 @@ pub fn write_mooncake(stream: &RequestStream, out: &mut impl Write) -> io::Resul
         line.push_str("]}\n");
         out.write_all(line.as_bytes())?;
     }
-    Ok(ids.len())
+    Ok(ids.distinct())
 }
 
 #[cfg(test)]
