@@ -138,6 +138,9 @@ fn execute(command: Command) -> Result<i32> {
             Ok(0)
         }
         Command::Validate { workload, trace } => validate(&crate::builtin::resolve(&workload)?, trace),
+        Command::ExportTrace { workload, format: args::TraceFormat::Mooncake, out, seed } => {
+            export_trace(&crate::builtin::resolve(&workload)?, &out, seed)
+        }
         Command::Schema => {
             println!("{}", serde_json::to_string_pretty(&crate::schema::workload()).context("writing the schema")?);
             Ok(0)
@@ -472,6 +475,42 @@ fn validate(file: &Path, trace: Option<PathBuf>) -> Result<i32> {
     if let Some(stats) = runner::cluster_stats(&prepared)? {
         println!("# generated stream (seed {}):\n{stats}", prepared.workload.seed);
     }
+    Ok(0)
+}
+
+/// `routelab export-trace`: the stream of the workload's first seed (or `seed`) as Mooncake JSONL.
+fn export_trace(file: &Path, out: &Path, seed: Option<u64>) -> Result<i32> {
+    let mut w = workload::load(file)?;
+    if w.cluster.is_none() {
+        return Err(InputError {
+            file: file.into(),
+            path: "cluster".into(),
+            line: None,
+            message: format!(
+                "only cluster workloads have request streams to export (this is a {} workload)",
+                w.world().as_str()
+            ),
+            fix: "pick a workload with a `cluster:` section (`routelab workloads` lists them)".into(),
+        }
+        .into());
+    }
+    if let Some(s) = seed {
+        w.seed = s;
+    }
+    let prepared = runner::prepare(w, file)?;
+    let input = prepared.seed_input(0)?;
+    let stream = input.stream().expect("cluster world");
+    let mut f =
+        std::io::BufWriter::new(std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?);
+    let blocks = workload::export::write_mooncake(stream, &mut f)
+        .and_then(|n| std::io::Write::flush(&mut f).map(|_| n))
+        .with_context(|| format!("writing {}", out.display()))?;
+    eprintln!(
+        "{}: {} requests (seed {}), {blocks} distinct 512-token blocks",
+        out.display(),
+        stream.requests.len(),
+        input.seed
+    );
     Ok(0)
 }
 

@@ -7,11 +7,14 @@
 //! per block: one map entry per block and 64 replicas; with more replicas, word w of a block
 //! lives under a remixed key (a collision is as unlikely as one between two block hashes, which
 //! every upstream router accepts too).
+//!
+//! Dynamo and llm-d keep holders per run of blocks instead ([`crate::block_runs`],
+//! [`crate::lru_runs`]): the same answers at a cost per prompt segment rather than per block.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use routelab_policy_api::{ChainState, Eviction, Segment, mix64};
+use routelab_policy_api::mix64;
 
 /// Keys are already well-mixed 64-bit hashes: hash them as themselves.
 #[derive(Default)]
@@ -223,80 +226,6 @@ impl Stamps {
     }
 }
 
-/// The full-block hashes evictions take from their replicas: the blocks of the evicted path that
-/// end after the cut (the ones before it are intact). Blocks reaching past the path's last segment
-/// were its children's, reported when those went (a radix cache evicts leaves first).
-///
-/// Hashing each evicted path from its root made evictions cost O(path length) each (56% of
-/// dynamo_kv's time on the Mooncake replay), so the chain state at the end of every path prefix
-/// met so far is kept, keyed by a hash of the prefix's segments, and an eviction hashes only its
-/// last segment. A pure cache: the hashes are those of hashing the whole path (unless two
-/// prefixes' 64-bit keys collide, as likely as two block hashes colliding). A state is dropped
-/// when its node is wholly evicted anywhere (it is rebuilt if needed), and all are dropped past
-/// [`EvictedHashes::MAX_STATES`], so memory stays bounded by the cached paths.
-#[derive(Clone, Debug)]
-pub struct EvictedHashes {
-    block_tokens: u32,
-    states: KeyMap<ChainState>,
-    /// Scratch: the key of each prefix of the current path, and unused hashes.
-    keys: Vec<u64>,
-    skipped: Vec<u64>,
-}
-
-impl EvictedHashes {
-    pub const MAX_STATES: usize = 1 << 20;
-
-    pub fn new(block_tokens: u32) -> Self {
-        assert!(block_tokens > 0, "block_tokens must be at least 1");
-        Self { block_tokens, states: KeyMap::default(), keys: Vec::new(), skipped: Vec::new() }
-    }
-
-    /// The key of a path extended by segment `s` (`ROOT_KEY` for the empty path).
-    #[inline]
-    fn extend(key: u64, s: Segment) -> u64 {
-        mix64(key.rotate_left(29) ^ s.id.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ s.tokens as u64)
-    }
-
-    const ROOT_KEY: u64 = 0x243f_6a88_85a3_08d3;
-
-    /// The hashes `e` took, into `out` (cleared first), oldest block first.
-    pub fn hashes(&mut self, e: &Eviction<'_>, out: &mut Vec<u64>) {
-        out.clear();
-        let Some((&last, above)) = e.path.as_slice().split_last() else { return };
-        let b = self.block_tokens;
-        self.keys.clear();
-        let mut key = Self::ROOT_KEY;
-        for &s in above {
-            key = Self::extend(key, s);
-            self.keys.push(key);
-        }
-        // The deepest prefix whose state is known (none: the root).
-        let (mut done, mut state) = (0, ChainState::START);
-        for j in (0..above.len()).rev() {
-            if let Some(&st) = self.states.get(&self.keys[j]) {
-                (done, state) = (j + 1, st);
-                break;
-            }
-        }
-        for (j, &s) in above.iter().enumerate().skip(done) {
-            self.skipped.clear();
-            state.feed(s, b, &mut self.skipped, usize::MAX);
-            self.states.insert(self.keys[j], state);
-        }
-        let before: u64 = above.iter().map(|s| s.tokens as u64).sum();
-        let first_gone = (before + e.remaining_tokens as u64) / b as u64;
-        let first_here = state.blocks();
-        state.feed(last, b, out, usize::MAX);
-        out.drain(..((first_gone - first_here) as usize).min(out.len()));
-        if e.remaining_tokens == 0 {
-            self.states.remove(&Self::extend(key, last));
-        }
-        if self.states.len() > Self::MAX_STATES {
-            self.states.clear();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,36 +248,6 @@ mod tests {
         assert_eq!(ix.held_blocks(69), 1);
         ix.consecutive(&h, &mut out);
         assert_eq!(out[69], 0);
-    }
-
-    /// Every eviction's hashes equal those of hashing its whole path, whatever the cache holds.
-    #[test]
-    fn evicted_hashes_match_hashing_the_whole_path() {
-        use routelab_policy_api::BlockHashing;
-        use routelab_policy_api::abi_stable::std_types::RSlice;
-        let seg = |id, tokens| Segment { id, tokens };
-        let full = BlockHashing::full_blocks(16);
-        let whole = |path: &[Segment], remaining: u32| {
-            let before: u32 = path[..path.len() - 1].iter().map(|s| s.tokens).sum();
-            let h = full.hashes(path);
-            h[((before + remaining) / 16) as usize..].to_vec()
-        };
-        let mut ev = EvictedHashes::new(16);
-        let mut out = Vec::new();
-        let paths: [(&[Segment], u32); 5] = [
-            (&[seg(1, 40), seg(2, 30), seg(3, 50)], 0),
-            (&[seg(1, 40), seg(2, 30), seg(4, 7)], 0),
-            (&[seg(1, 40), seg(2, 30)], 12),
-            (&[seg(1, 40), seg(2, 30)], 0),
-            (&[seg(1, 40), seg(5, 64)], 0),
-        ];
-        for (path, remaining) in paths {
-            let e =
-                Eviction { replica: 0, evicted_at: 0.0, path: RSlice::from_slice(path), remaining_tokens: remaining };
-            ev.hashes(&e, &mut out);
-            assert_eq!(out, whole(path, remaining), "{path:?} cut at {remaining}");
-        }
-        assert!(!out.is_empty());
     }
 
     #[test]

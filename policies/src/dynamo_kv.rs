@@ -47,7 +47,8 @@ use rand::RngExt;
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
 
-use crate::block_index::{BlockIndex, EvictedHashes, KeyMap, Stamps, pair_key};
+use crate::block_index::KeyMap;
+use crate::block_runs::{ActiveRuns, HeldRuns, PromptRuns, Run};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -87,28 +88,22 @@ const BUCKETS_PER_S: f64 = 10.0;
 
 struct InFlight {
     replica: usize,
-    hashes: Vec<u64>,
+    runs: Vec<Run>,
 }
 
 pub struct DynamoKv {
     cfg: Config,
     rng: PolicyRng,
-    hashing: BlockHashing,
-    /// Blocks believed cached, per replica.
-    cached: BlockIndex,
-    ttl: Stamps,
-    /// Prompt blocks of in-flight requests (the decode load), with a reference count per holder.
-    active: BlockIndex,
-    active_refs: KeyMap<u32>,
+    /// Blocks believed cached, per replica (stamped with their expiry bucket when approximate).
+    cached: HeldRuns,
+    /// Prompt blocks of in-flight requests (the decode load).
+    active: ActiveRuns,
     in_flight: KeyMap<InFlight>,
     /// Per replica: cumulative uncached prompt tokens of the requests dispatched there, in order.
     prefill_cum: Vec<Vec<u64>>,
-    // Scratch, reused across calls.
-    hashes: Vec<u64>,
-    hashes_for: Option<u64>,
-    /// Eviction notices' block hashes (precise / KV-event tracking), and their scratch.
-    evicted: EvictedHashes,
-    gone: Vec<u64>,
+    /// The prompt's blocks as runs (also cuts eviction notices' paths), for request `prompt_for`.
+    prompt: PromptRuns,
+    prompt_for: Option<u64>,
     /// The request whose overlaps `overlap` holds.
     overlap_for: Option<u64>,
     overlap: Vec<u32>,
@@ -142,21 +137,15 @@ impl Policy for DynamoKv {
             return Err(format!("ttl_s must be positive (got {})", cfg.ttl_s));
         }
         let n = ctx.replicas as usize;
-        let evicted = EvictedHashes::new(cfg.block_tokens);
         Ok(Self {
-            hashing: BlockHashing::full_blocks(cfg.block_tokens),
+            prompt: PromptRuns::new(cfg.block_tokens),
             cfg,
             rng: policy_rng(ctx.seed),
-            cached: BlockIndex::new(n),
-            ttl: Stamps::default(),
-            active: BlockIndex::new(n),
-            active_refs: KeyMap::default(),
+            cached: HeldRuns::new(n),
+            active: ActiveRuns::new(n),
             in_flight: KeyMap::default(),
             prefill_cum: vec![vec![0]; n],
-            hashes: Vec::new(),
-            hashes_for: None,
-            evicted,
-            gone: Vec::new(),
+            prompt_for: None,
             overlap_for: None,
             overlap: vec![0; n],
             shared: vec![0; n],
@@ -183,18 +172,15 @@ impl DynamoKv {
     }
 
     fn hash_prompt(&mut self, request: &Request<'_>) {
-        if self.hashes_for != Some(request.id) {
-            self.hashing.hashes_into(request.segments.as_slice(), &mut self.hashes);
-            self.hashes_for = Some(request.id);
+        if self.prompt_for != Some(request.id) {
+            self.prompt.cut(request.segments.as_slice());
+            self.prompt_for = Some(request.id);
         }
     }
 
     fn expire(&mut self, now: f64) {
         if self.cfg.prefix_state == PrefixState::Approximate {
-            let cached = &mut self.cached;
-            self.ttl.expire_before((now * BUCKETS_PER_S).floor() as u64 + 1, |h, r| {
-                cached.remove(h, r);
-            });
+            self.cached.expire_before((now * BUCKETS_PER_S).floor() as u64 + 1);
         }
     }
 
@@ -202,8 +188,9 @@ impl DynamoKv {
     pub fn costs(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> &[f64] {
         self.expire(request.arrived_at);
         self.hash_prompt(request);
-        self.cached.consecutive(&self.hashes, &mut self.overlap);
-        self.active.consecutive(&self.hashes, &mut self.shared);
+        let (runs, blocks) = (&self.prompt.runs, self.prompt.blocks);
+        self.cached.consecutive(runs, blocks, &mut self.overlap);
+        self.active.consecutive(runs, blocks, &mut self.shared);
         self.overlap_for = Some(request.id);
         let b = self.cfg.block_tokens as f64;
         let request_blocks = request.prompt_tokens.div_ceil(self.cfg.block_tokens) as f64;
@@ -256,42 +243,25 @@ impl RouterPolicy for DynamoKv {
 
     fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {
         self.hash_prompt(request);
-        let hashes = std::mem::take(&mut self.hashes);
-        let overlap = if self.overlap_for == Some(request.id) {
-            self.overlap[r] as u64
-        } else {
-            hashes.iter().take_while(|&&h| self.cached.holds(h, r)).count() as u64
-        };
-        let bucket = ((request.arrived_at + self.cfg.ttl_s) * BUCKETS_PER_S).ceil() as u64;
-        for &h in &hashes {
-            self.cached.insert(h, r);
-            if self.cfg.prefix_state == PrefixState::Approximate {
-                self.ttl.stamp(h, r, bucket);
-            }
-            let refs = self.active_refs.entry(pair_key(h, r)).or_insert(0);
-            *refs += 1;
-            if *refs == 1 {
-                self.active.insert(h, r);
-            }
+        let runs = &self.prompt.runs;
+        let overlap =
+            if self.overlap_for == Some(request.id) { self.overlap[r] as u64 } else { self.cached.leading(runs, r) };
+        let bucket = (self.cfg.prefix_state == PrefixState::Approximate)
+            .then(|| ((request.arrived_at + self.cfg.ttl_s) * BUCKETS_PER_S).ceil() as u64);
+        for run in runs {
+            self.cached.insert(run.key, run.blocks, r, bucket);
+            self.active.add(run.key, run.blocks, r);
         }
         let uncached = (request.prompt_tokens as u64).saturating_sub(overlap * self.cfg.block_tokens as u64);
         let cum = &mut self.prefill_cum[r];
         cum.push(cum.last().copied().unwrap_or(0) + uncached);
-        self.in_flight.insert(mix64(request.id), InFlight { replica: r, hashes: hashes.clone() });
-        self.hashes = hashes;
+        self.in_flight.insert(mix64(request.id), InFlight { replica: r, runs: runs.clone() });
     }
 
     fn on_complete(&mut self, c: &Completion) {
         let Some(f) = self.in_flight.remove(&mix64(c.request_id)) else { return };
-        for &h in &f.hashes {
-            let k = pair_key(h, f.replica);
-            if let Some(refs) = self.active_refs.get_mut(&k) {
-                *refs -= 1;
-                if *refs == 0 {
-                    self.active_refs.remove(&k);
-                    self.active.remove(h, f.replica);
-                }
-            }
+        for run in &f.runs {
+            self.active.remove(run.key, run.blocks, f.replica);
         }
     }
 
@@ -299,9 +269,8 @@ impl RouterPolicy for DynamoKv {
         if self.cfg.prefix_state != PrefixState::Events {
             return;
         }
-        self.evicted.hashes(e, &mut self.gone);
-        for &h in &self.gone {
-            self.cached.remove(h, e.replica as usize);
+        if let Some((run, from)) = self.prompt.evicted(e) {
+            self.cached.remove(run.key, from, run.blocks, e.replica as usize);
         }
     }
 

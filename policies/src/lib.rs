@@ -7,6 +7,7 @@
 pub mod aibrix_prefix_cache;
 pub mod best_single;
 pub mod block_index;
+pub mod block_runs;
 pub mod chwbl;
 pub mod dynamo_kv;
 pub mod exhaustive;
@@ -18,6 +19,7 @@ pub mod llm_d;
 pub mod llmselector;
 pub mod llmselector_cost;
 pub mod lpm;
+pub mod lru_runs;
 pub mod max_affinity;
 pub mod pd;
 pub mod power_of_two;

@@ -46,7 +46,8 @@ use rand::RngExt;
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
 
-use crate::block_index::{BlockIndex, EvictedHashes, Stamps};
+use crate::block_runs::{HeldRuns, PromptRuns};
+use crate::lru_runs::LruRuns;
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -94,19 +95,22 @@ impl Default for Config {
 pub struct LlmD {
     cfg: Config,
     rng: PolicyRng,
-    hashing: BlockHashing,
-    index: BlockIndex,
-    /// Per replica, the LRU order of its blocks (approximate mode); stamps count insertions.
-    lru: Vec<Stamps>,
-    capacity: u64,
-    clock: u64,
-    hashes: Vec<u64>,
-    hashes_for: Option<u64>,
-    /// Eviction notices' block hashes (precise / KV-event tracking), and their scratch.
-    evicted: EvictedHashes,
-    gone: Vec<u64>,
+    /// The prompt cut into runs of blocks (also cuts eviction notices' paths), for request
+    /// `prompt_for`.
+    prompt: PromptRuns,
+    prompt_for: Option<u64>,
+    /// Which replicas hold which blocks, per run of blocks.
+    index: Index,
     matched: Vec<u32>,
     scores: Vec<f64>,
+}
+
+enum Index {
+    /// Per replica an LRU of block hashes: it forgets a prompt's first blocks first, so a
+    /// replica's blocks can have gaps.
+    Approximate(LruRuns),
+    /// A replica's blocks are what dispatches added and eviction notices did not take.
+    Precise(HeldRuns),
 }
 
 impl Policy for LlmD {
@@ -141,27 +145,16 @@ impl Policy for LlmD {
             },
         };
         let n = ctx.replicas as usize;
-        let hashing = match cfg.prefix_state {
-            PrefixState::Approximate => BlockHashing {
-                block_tokens: cfg.block_tokens,
-                max_blocks: cfg.max_prefix_blocks as usize,
-                partial_tail: true,
-            },
-            PrefixState::Precise => BlockHashing::full_blocks(cfg.block_tokens),
+        let index = match cfg.prefix_state {
+            PrefixState::Approximate => Index::Approximate(LruRuns::new(n, capacity)),
+            PrefixState::Precise => Index::Precise(HeldRuns::new(n)),
         };
-        let evicted = EvictedHashes::new(cfg.block_tokens);
         Ok(Self {
+            prompt: PromptRuns::new(cfg.block_tokens),
             cfg,
             rng: policy_rng(ctx.seed),
-            hashing,
-            index: BlockIndex::new(n),
-            lru: vec![Stamps::default(); n],
-            capacity,
-            clock: 0,
-            hashes: Vec::new(),
-            hashes_for: None,
-            evicted,
-            gone: Vec::new(),
+            prompt_for: None,
+            index,
             matched: vec![0; n],
             scores: vec![0.0; n],
         })
@@ -184,38 +177,26 @@ impl LlmD {
         if v.kv_capacity_tokens == 0 { 0.0 } else { v.kv_used_tokens as f64 / v.kv_capacity_tokens as f64 }
     }
 
+    /// Cuts the prompt into runs of blocks, once per request: full blocks only when precise,
+    /// the partial last block too and at most `max_prefix_blocks` when approximate (upstream).
     fn hash_prompt(&mut self, request: &Request<'_>) {
-        if self.hashes_for != Some(request.id) {
-            self.hashing.hashes_into(request.segments.as_slice(), &mut self.hashes);
-            self.hashes_for = Some(request.id);
+        if self.prompt_for == Some(request.id) {
+            return;
+        }
+        self.prompt_for = Some(request.id);
+        let segments = request.segments.as_slice();
+        match self.index {
+            Index::Approximate(_) => self.prompt.cut_limited(segments, self.cfg.max_prefix_blocks as usize, true),
+            Index::Precise(_) => self.prompt.cut(segments),
         }
     }
 
     /// Per replica, the prefix scorer's matched blocks.
     fn match_blocks(&mut self) {
-        match self.cfg.prefix_state {
-            PrefixState::Precise => self.index.consecutive(&self.hashes, &mut self.matched),
-            PrefixState::Approximate => {
-                self.matched.fill(0);
-                let n = self.matched.len();
-                for &h in &self.hashes {
-                    let mut any = false;
-                    for w in 0..self.index.words() {
-                        let mut bits = self.index.word(h, w);
-                        any |= bits != 0;
-                        while bits != 0 {
-                            let r = w * 64 + bits.trailing_zeros() as usize;
-                            if r < n {
-                                self.matched[r] += 1;
-                            }
-                            bits &= bits - 1;
-                        }
-                    }
-                    if !any {
-                        break;
-                    }
-                }
-            }
+        let runs = &self.prompt.runs;
+        match &mut self.index {
+            Index::Precise(held) => held.consecutive(runs, self.prompt.blocks, &mut self.matched),
+            Index::Approximate(lru) => lru.matched(runs, &mut self.matched),
         }
     }
 
@@ -246,7 +227,7 @@ impl LlmD {
         if self.cfg.prefix_weight > 0.0 {
             self.hash_prompt(request);
             self.match_blocks();
-            let total = self.hashes.len();
+            let total = self.prompt.blocks;
             if total > 0 {
                 for (s, &m) in self.scores.iter_mut().zip(&self.matched) {
                     *s += self.cfg.prefix_weight * (m as f64 / total as f64).min(1.0);
@@ -257,19 +238,15 @@ impl LlmD {
     }
 
     fn record(&mut self, r: usize) {
-        let hashes = std::mem::take(&mut self.hashes);
-        for &h in &hashes {
-            self.index.insert(h, r);
-            if self.cfg.prefix_state == PrefixState::Approximate {
-                self.clock += 1;
-                self.lru[r].stamp(h, r, self.clock);
+        let runs = &self.prompt.runs;
+        match &mut self.index {
+            Index::Approximate(lru) => lru.record(runs, r),
+            Index::Precise(held) => {
+                for run in runs {
+                    held.insert(run.key, run.blocks, r, None);
+                }
             }
         }
-        while self.lru[r].len() as u64 > self.capacity {
-            let Some((h, _)) = self.lru[r].pop_oldest() else { break };
-            self.index.remove(h, r);
-        }
-        self.hashes = hashes;
     }
 }
 
@@ -309,18 +286,18 @@ impl RouterPolicy for LlmD {
     }
 
     fn on_evict(&mut self, e: &Eviction<'_>) {
-        if self.cfg.prefix_state != PrefixState::Precise {
-            return;
-        }
-        self.evicted.hashes(e, &mut self.gone);
-        for &h in &self.gone {
-            self.index.remove(h, e.replica as usize);
+        let Index::Precise(held) = &mut self.index else { return };
+        if let Some((run, from)) = self.prompt.evicted(e) {
+            held.remove(run.key, from, run.blocks, e.replica as usize);
         }
     }
 
     fn report(&self) -> Vec<(String, f64)> {
-        let n = self.index.replicas().max(1) as f64;
-        let held: u64 = (0..self.index.replicas()).map(|r| self.index.held_blocks(r)).sum();
+        let (replicas, held) = match &self.index {
+            Index::Approximate(lru) => (lru.replicas(), (0..lru.replicas()).map(|r| lru.held_blocks(r)).sum::<u64>()),
+            Index::Precise(held) => (held.replicas(), (0..held.replicas()).map(|r| held.held_blocks(r)).sum()),
+        };
+        let n = replicas.max(1) as f64;
         vec![("router_indexed_blocks_mean".into(), held as f64 / n)]
     }
 }

@@ -380,8 +380,8 @@ impl Preble {
         // Requests dispatched in the window: `prompts` holds one value per dispatch.
         self.window_requests = self.prompts.count(now).max(1) as f64;
         // Only the batched estimate depends on the replica; the others are the same for all.
-        let same_for_all = (self.cfg.decode_estimate != DecodeEstimate::Batched)
-            .then(|| self.decode_estimate(output, context, 0));
+        let same_for_all =
+            (self.cfg.decode_estimate != DecodeEstimate::Batched).then(|| self.decode_estimate(output, context, 0));
         // P for the last matched length seen: most replicas match the same (often none).
         let mut last_p: Option<(u64, f64)> = None;
         for r in 0..self.costs.len() {

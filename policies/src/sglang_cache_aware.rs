@@ -16,6 +16,13 @@
 //! decisions, so this is exactly a scheduled event, with no thread). The trees therefore drift
 //! from the real caches: exercise 8 measures how far.
 //!
+//! Upstream's bound is the same (`sgl-router/src/policies/tree.rs` @ 026f853b,
+//! `evict_tenant_by_size`, called by a thread every `eviction_interval_secs`): LRU leaves per
+//! tenant until it holds at most `max_tree_size` characters. At the default 2^26 a tool_use
+//! replica reaches it after ≈ 300k requests, so memory grows by ≈ 220 bytes per request until then
+//! (docs/performance.md); a smaller `max_tree_tokens` bounds it sooner but changes decisions once
+//! it trims.
+//!
 //! Parameters (defaults): `cache_threshold` 0.5, `balance_abs_threshold` 8,
 //! `balance_rel_threshold` 1.5, `eviction_interval_s` 120, `max_tree_tokens` 67,108,864,
 //! `below_threshold` least_load.

@@ -166,6 +166,23 @@ pub enum Command {
         #[arg(long)]
         trace: Option<PathBuf>,
     },
+    /// Write a cluster workload's request stream as a trace other simulators read: Mooncake JSON
+    /// Lines, one request a line — timestamp (ms), input and output length, and `hash_ids` of
+    /// 512-token blocks, equal for equal prefixes. Replay it with
+    /// `arrivals: {trace: {path: F, format: mooncake}}` (docs/workloads.md: what a replay keeps).
+    ExportTrace {
+        #[arg(help = WORKLOAD_ARG)]
+        workload: PathBuf,
+        /// The trace format (only `mooncake` for now).
+        #[arg(long, value_enum, default_value = "mooncake")]
+        format: TraceFormat,
+        /// The file to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// The run seed whose stream is exported (default: the workload's `seed`).
+        #[arg(long)]
+        seed: Option<u64>,
+    },
     /// Print the JSON Schema of workload files (for editors: `routelab schema > workload.schema.json`).
     Schema,
     /// Print a shell completion script: `routelab completions bash > ~/.local/share/bash-completion/completions/routelab`.
@@ -325,4 +342,11 @@ pub enum Kind {
     Scheduler,
     /// Picks a model for each module of a compound AI system (compound workloads).
     Selector,
+}
+
+/// Formats `routelab export-trace` writes.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceFormat {
+    /// Mooncake (FAST'25) JSON Lines with `hash_ids` of 512-token blocks.
+    Mooncake,
 }

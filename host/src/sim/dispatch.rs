@@ -364,3 +364,55 @@ impl Servers {
         (m, detail)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use abi_stable::sabi_trait::TD_Opaque;
+    use routelab_policies::least_requests::LeastRequests;
+    use routelab_policy_api::*;
+
+    use super::*;
+
+    /// Join the shortest queue by reading every view: what `least_requests` did before its index.
+    struct ScanJsq(PolicyRng);
+
+    impl Policy for ScanJsq {
+        const NAME: &'static str = "scan_jsq";
+        const DESCRIPTION: &'static str = "least_requests by a full scan";
+        type Config = routelab_policies::NoConfig;
+        type Context = RouterContext;
+        fn new(_: Self::Config, ctx: &RouterContext) -> Result<Self, String> {
+            Ok(Self(policy_rng(ctx.seed)))
+        }
+    }
+
+    impl RouterPolicy for ScanJsq {
+        fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
+            argmin_random_tie(replicas.iter().map(|r| r.outstanding_requests), &mut self.0).unwrap()
+        }
+    }
+
+    fn run_policy<P: RouterPolicy<Config = routelab_policies::NoConfig, Context = RouterContext>>(
+        spec: &DispatchSpec,
+    ) -> Metrics {
+        let ctx = crate::bench::ctx(spec.servers);
+        let router = Router_TO::from_value(Guarded::new(P::new(Default::default(), &ctx).unwrap()), TD_Opaque);
+        run(spec, None, router, P::NAME, 3).unwrap()
+    }
+
+    /// `least_requests` at a size where it keeps its index (fresh, stale refreshed often and
+    /// rarely, balls into bins) decides exactly as the scan: every metric equal.
+    #[test]
+    fn least_requests_index_decides_as_the_scan() {
+        for information in ["fresh", "{stale: {refresh_interval: 0.05}}", "{stale: {refresh_interval: 4}}"] {
+            for mode in ["queueing", "balls_into_bins"] {
+                let yaml = format!(
+                    "{{servers: 1024, requests: 20000, utilisation: 0.9, information: {information}, mode: {mode}}}"
+                );
+                let spec: DispatchSpec = serde_norway::from_str(&yaml).unwrap();
+                let (indexed, scanned) = (run_policy::<LeastRequests>(&spec), run_policy::<ScanJsq>(&spec));
+                assert_eq!(indexed, scanned, "{yaml}");
+            }
+        }
+    }
+}

@@ -333,7 +333,8 @@ pub enum Arrivals {
         #[serde(default = "one_f")]
         time_scale: f64,
         /// `azure` (the default: CSV of sizes; prompts share only the system prompt) or `mooncake` (JSONL with
-        /// `hash_ids` of 512-token blocks: real prefix sharing; the generator is not used).
+        /// `hash_ids` of 512-token blocks: real prefix sharing; the generator is not used;
+        /// `routelab export-trace` writes any cluster workload in it).
         #[serde(default, skip_serializing_if = "TraceFormat::is_azure")]
         format: TraceFormat,
     },

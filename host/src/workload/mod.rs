@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod compound;
 pub mod disaggregation;
 pub mod dispatch;
+pub mod export;
 pub mod generate;
 pub mod limits;
 pub mod mooncake;

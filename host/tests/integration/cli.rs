@@ -324,3 +324,23 @@ fn bench_json_has_every_figure_with_its_runs() {
         assert_eq!(f["section"], "decisions");
     }
 }
+
+/// `export-trace` of a Mooncake replay writes the shipped trace back byte for byte (same ids,
+/// numbered in order of first appearance, same timestamps and lengths); a workload without a
+/// request stream is bad input.
+#[test]
+fn export_trace_round_trips_the_shipped_mooncake_traces() {
+    for (workload, trace) in [
+        ("workloads/cluster/mooncake_synthetic.yaml", "workloads/traces/mooncake-fast25/synthetic_trace.jsonl"),
+        ("workloads/cluster/mooncake_conversation.yaml", "workloads/traces/mooncake-fast25/conversation_trace.jsonl"),
+    ] {
+        let out = scratch("export.jsonl");
+        let run = routelab(&["export-trace", workload, "--format", "mooncake", "--out", out.to_str().unwrap()]);
+        assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+        let want = std::fs::read(workspace().join(trace)).unwrap();
+        assert!(std::fs::read(&out).unwrap() == want, "{workload}: the export differs from {trace}");
+    }
+    let run = routelab(&["export-trace", "exp_rho09", "--out", scratch("none.jsonl").to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("only cluster workloads"));
+}

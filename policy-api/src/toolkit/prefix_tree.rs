@@ -96,6 +96,11 @@ impl Node {
             Ok(i) => i,
             Err(i) => {
                 let replica = u32::try_from(r).expect("replica indices fit in u32 (RouterContext::replicas)");
+                // Most nodes (a request's unique tail) are held by one replica: room for one
+                // entry, not the four a first push reserves (72 bytes less per such node).
+                if self.holds.capacity() == 0 {
+                    self.holds.reserve_exact(1);
+                }
                 self.holds.insert(i, Hold { replica, tokens: 0, held_children: 0, used: 0 });
                 i
             }
