@@ -7,7 +7,7 @@
 //!   disaggregation:
 //!     prefill: {instances: 4}      # optional gpu / tp per pool (default: the cluster's)
 //!     decode: {instances: 4, gpu: h100, tp: 2}
-//!     link: {bandwidth_gbps: 100, base_latency_s: 0.0005}
+//!     link: {bandwidth_gbps: 100, base_latency_s: 0.0005, layerwise: false}
 //!     transfer: missing            # or full_prompt
 //! ```
 //!
@@ -60,6 +60,12 @@ pub struct Link {
     /// Fixed cost of each transfer (RDMA setup, metadata), seconds, ≥ 0.
     #[serde(default = "default_base_latency")]
     pub base_latency_s: f64,
+    /// Layer-wise transfer (Mooncake, LMCache, DistServe's pipelining): each layer's KV leaves as
+    /// soon as the prefill has computed it, so the transfer overlaps the prefill and only the
+    /// last layer's share is left after it (see [`Link::layerwise_end`]). Default off: the whole
+    /// transfer starts when the prefill ends.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub layerwise: bool,
 }
 
 fn default_base_latency() -> f64 {
@@ -87,6 +93,22 @@ impl Link {
     /// (this one included) share the link: `base + tokens · bytes / (bandwidth / concurrent)`.
     pub fn transfer_time_s(&self, tokens: u32, kv_bytes_per_token: f64, concurrent: u32) -> f64 {
         self.base_latency_s + tokens as f64 * kv_bytes_per_token / (self.bandwidth_bytes_s() / concurrent.max(1) as f64)
+    }
+
+    /// When a layer-wise transfer of `transfer_s` seconds (base latency included, as from
+    /// [`Link::transfer_time_s`]) over `layers` layers ends, for a prefill that ran from
+    /// `prefill_start` to `prefill_end` (any time unit, the same for all three).
+    ///
+    /// Layer i's KV exists once the prefill has computed layer i; the link moves `bytes / L` per
+    /// layer. Bandwidth-bound, the stream runs flat out from the prefill's start: it ends at
+    /// `prefill_start + transfer_s`. Compute-bound, it keeps up with the prefill and only the last
+    /// layer's bytes are left when the prefill ends: `prefill_end + (transfer_s − base) / L`. The
+    /// end is the later of the two (never before the prefill ends). With `prefill_start =
+    /// prefill_end` (no overlap: the decode side had no memory for it yet) this is the plain
+    /// transfer, `prefill_end + transfer_s`.
+    pub fn layerwise_end(&self, transfer_s: f64, layers: u32, prefill_start: f64, prefill_end: f64) -> f64 {
+        let bytes_s = (transfer_s - self.base_latency_s).max(0.0);
+        (prefill_start + transfer_s).max(prefill_end + bytes_s / layers.max(1) as f64)
     }
 }
 
@@ -165,9 +187,21 @@ mod tests {
     fn transfer_time_is_base_plus_bytes_over_the_shared_bandwidth() {
         // 100 Gbit/s = 12.5e9 B/s. 1000 tokens × 131072 B = 131.072 MB → 10.48576 ms alone,
         // twice that with two transfers on the link; plus 0.5 ms base.
-        let l = Link { bandwidth_gbps: 100.0, base_latency_s: 0.0005 };
+        let l = Link { bandwidth_gbps: 100.0, base_latency_s: 0.0005, layerwise: false };
         assert!((l.transfer_time_s(1000, 131_072.0, 1) - 0.010_985_76).abs() < 1e-12);
         assert!((l.transfer_time_s(1000, 131_072.0, 2) - 0.021_471_52).abs() < 1e-12);
         assert_eq!(l.transfer_time_s(0, 131_072.0, 3), 0.0005);
+    }
+
+    #[test]
+    fn a_layerwise_transfer_ends_after_the_prefill_by_the_larger_of_its_last_layer_and_its_lag() {
+        let l = Link { bandwidth_gbps: 100.0, base_latency_s: 0.0005, layerwise: true };
+        // Bandwidth-bound: 0.5 ms + 100 ms of bytes over 32 layers, prefill 0 → 40 ms: the stream,
+        // started with the prefill, ends at 100.5 ms (60.5 ms after the prefill, not 100.5).
+        assert!((l.layerwise_end(0.1005, 32, 0.0, 0.040) - 0.1005).abs() < 1e-12);
+        // Compute-bound: a 1 s prefill; the last layer's 100/32 ms = 3.125 ms follows its end.
+        assert!((l.layerwise_end(0.1005, 32, 0.0, 1.0) - 1.003_125).abs() < 1e-12);
+        // No overlap (start = end): the plain transfer.
+        assert!((l.layerwise_end(0.1005, 32, 2.0, 2.0) - 2.1005).abs() < 1e-12);
     }
 }

@@ -256,7 +256,7 @@ impl<'a> ClusterSim<'a> {
             stream,
             cfgs: [pool_cfg(psm), pool_cfg(dsm)],
             costs: [psm.cost, dsm.cost],
-            pd: pools.map(|(d, _, dm)| Pd::new(d, dm.cost.kv_bytes_per_token, total)),
+            pd: pools.map(|(d, _, dm)| Pd::new(d, dm.cost.kv_bytes_per_token, dm.model.layers, total)),
             eviction_delay: ticks(spec.eviction_delay_s),
             horizon: last_arrival.saturating_add(ticks(spec.drain_s)),
             router,

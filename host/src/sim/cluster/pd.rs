@@ -54,6 +54,10 @@ pub(super) struct Pd {
     link: Link,
     transfer: TransferTokens,
     kv_bytes_per_token: f64,
+    /// The model's layers (layer-wise transfers move one layer's KV at a time).
+    layers: u32,
+    /// Per request: when its prefill ended (its hand-off), for layer-wise transfers.
+    handoff_at: Vec<SimTime>,
     /// Per decode instance: transfers in flight into it.
     active: Vec<u32>,
     /// Per decode instance: handed-off requests waiting for its KV memory, in hand-off order.
@@ -73,13 +77,15 @@ pub(super) struct Pd {
 }
 
 impl Pd {
-    pub fn new(d: &Disaggregation, kv_bytes_per_token: f64, requests: usize) -> Self {
+    pub fn new(d: &Disaggregation, kv_bytes_per_token: f64, layers: u32, requests: usize) -> Self {
         let decode = d.decode.instances as usize;
         Self {
             split: d.prefill.instances as usize,
             link: d.link.clone(),
             transfer: d.transfer,
             kv_bytes_per_token,
+            layers,
+            handoff_at: if d.link.layerwise { vec![0; requests] } else { Vec::new() },
             active: vec![0; decode],
             waiting: vec![VecDeque::new(); decode],
             decode_of: vec![u32::MAX; requests],
@@ -263,6 +269,9 @@ impl ClusterSim<'_> {
         self.router.prefill_complete(&c)?;
         let pd = self.pd.as_mut().expect("disaggregated");
         let d = pd.decode_of[id as usize] as usize;
+        if pd.link.layerwise {
+            pd.handoff_at[id as usize] = now;
+        }
         pd.waiting[d - pd.split].push_back(id);
         self.start_transfers(now, d);
         Ok(())
@@ -285,9 +294,22 @@ impl ClusterSim<'_> {
             };
             pd.active[k] += 1;
             let dur = pd.link.transfer_time_s(tokens, pd.kv_bytes_per_token, pd.active[k]);
-            pd.transfer_s[id as usize] = dur;
+            let (end, shown) = if pd.link.layerwise {
+                // The stream overlapped the prefill only if the decode side had room at once
+                // (memory is reserved here, at the hand-off: an approximation that holds it for
+                // less time than a real layer-wise transfer, which needs it from the start).
+                let ended = pd.handoff_at[id as usize];
+                let started = if now == ended { self.states[id as usize].admitted_at.unwrap_or(now) } else { now };
+                let end = pd.link.layerwise_end(dur, pd.layers, seconds(started), seconds(ended));
+                let end = ticks(end).max(now + 1);
+                // What the request waits after its prefill: the part the overlap did not hide.
+                (end, seconds(end - now))
+            } else {
+                (now + ticks(dur).max(1), dur)
+            };
+            pd.transfer_s[id as usize] = shown;
             pd.decode_cached[id as usize] = cached;
-            self.queue.push(now + ticks(dur).max(1), Event::TransferEnd(id));
+            self.queue.push(end, Event::TransferEnd(id));
         }
     }
 

@@ -156,3 +156,41 @@ fn pd_routers_and_aggregated_clusters_do_not_mix() {
     let e = run_named(&pd, None, "round_robin", 1).unwrap_err().to_string();
     assert!(e.contains("not a disaggregation router") && e.contains("pd_sglang{prefill: round_robin"), "{e}");
 }
+
+#[test]
+fn a_layerwise_transfer_overlaps_the_prefill_and_leaves_the_larger_of_its_lag_and_last_layer() {
+    // A slow link (1 Gbit/s = 1.25e8 B/s): bandwidth-bound, the stream that started with the
+    // prefill step ends `transfer` after that step's start. A fast one (400 Gbit/s): only the
+    // last layer's bytes follow the prefill.
+    for (gbps, bound) in [(1.0, "bandwidth"), (400.0, "compute")] {
+        let spec = one_to_one("").with_link(gbps, true);
+        let sm = spec.step_model().unwrap();
+        let c: CostModel = sm.cost;
+        let out = run_named(&spec, None, "pd_round_robin", 1).unwrap();
+        let rec = &out.records[0];
+        let t0 = ticks(rec.arrived_at_s);
+        let t1 = t0 + ticks(c.step_time_s(&StepShape::prefill(1000, 0)));
+        let bytes_s = 1000.0 * c.kv_bytes_per_token / (gbps * 1e9 / 8.0);
+        let transfer = 0.0005 + bytes_s;
+        let last_layer = bytes_s / sm.model.layers as f64;
+        let end = (seconds(t0) + transfer).max(seconds(t1) + last_layer);
+        assert_eq!(rec.first_token_at_s, seconds(ticks(end)), "{bound}: {rec:?}");
+        let shown = out.metrics.get("transfer_time_mean_s").unwrap();
+        match bound {
+            "bandwidth" => assert!(shown < transfer - 0.9 * (seconds(t1) - seconds(t0)), "{shown} vs {transfer}"),
+            _ => assert!((shown - last_layer).abs() < 2e-9, "{shown} vs {last_layer}"),
+        }
+        // Without the overlap, the whole transfer follows the prefill.
+        let plain = run_named(&one_to_one("").with_link(gbps, false), None, "pd_round_robin", 1).unwrap();
+        assert_eq!(plain.records[0].first_token_at_s, seconds(t1 + ticks(transfer)));
+    }
+}
+
+impl ClusterSpec {
+    fn with_link(mut self, gbps: f64, layerwise: bool) -> Self {
+        let l = &mut self.disaggregation.as_mut().unwrap().link;
+        l.bandwidth_gbps = gbps;
+        l.layerwise = layerwise;
+        self
+    }
+}
