@@ -9,6 +9,7 @@
 //!     decode: {instances: 4, gpu: h100, tp: 2}
 //!     link: {bandwidth_gbps: 100, base_latency_s: 0.0005, layerwise: false}
 //!     transfer: missing            # or full_prompt
+//!     shared_kv: {capacity_gb: 512, bandwidth_gbps: 100}   # optional shared KV tier
 //! ```
 //!
 //! The model is the cluster's: KV moves between pools only within one model.
@@ -34,6 +35,24 @@ pub struct Disaggregation {
     /// have cached, Dynamo's DestinationMissing) or `full_prompt`.
     #[serde(default)]
     pub transfer: TransferTokens,
+    /// A KV store every instance reads (Mooncake Store, LMCache): prefill instances put the
+    /// prompts they compute; an instance about to prefill a prompt whose prefix the store holds
+    /// beyond its own cache loads that part instead of recomputing it. Absent: no tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_kv: Option<SharedKv>,
+}
+
+/// The shared KV tier (CPU DRAM / SSD pooled over RDMA).
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SharedKv {
+    /// Capacity in GB (1e9 bytes), > 0; least recently used blocks go when full.
+    pub capacity_gb: f64,
+    /// Read bandwidth in Gbit/s, > 0, shared by the loads in flight.
+    pub bandwidth_gbps: f64,
+    /// Fixed cost of each load, seconds, ≥ 0.
+    #[serde(default = "default_base_latency")]
+    pub base_latency_s: f64,
 }
 
 /// One pool of instances.
@@ -174,6 +193,29 @@ impl Disaggregation {
                 format!("must be in [0, 10] s (got {:?})", l.base_latency_s),
                 "use e.g. 0.0005",
             )));
+        }
+        if let Some(t) = &self.shared_kv {
+            if !(t.capacity_gb > 0.0 && t.capacity_gb.is_finite() && t.capacity_gb <= 1e9) {
+                return Err(under(FieldError::new(
+                    "shared_kv.capacity_gb",
+                    format!("must be a positive number of GB (got {:?})", t.capacity_gb),
+                    "use e.g. 512 (a few hosts' DRAM), or remove `shared_kv:` for no tier",
+                )));
+            }
+            if !(t.bandwidth_gbps > 0.0 && t.bandwidth_gbps.is_finite() && t.bandwidth_gbps <= 1e6) {
+                return Err(under(FieldError::new(
+                    "shared_kv.bandwidth_gbps",
+                    format!("must be a positive number of Gbit/s (got {:?})", t.bandwidth_gbps),
+                    "use e.g. 100 (RDMA to a DRAM pool)",
+                )));
+            }
+            if !(t.base_latency_s >= 0.0 && t.base_latency_s <= 10.0) {
+                return Err(under(FieldError::new(
+                    "shared_kv.base_latency_s",
+                    format!("must be in [0, 10] s (got {:?})", t.base_latency_s),
+                    "use e.g. 0.0005",
+                )));
+            }
         }
         self.step_models(cluster).map(|_| ())
     }

@@ -35,6 +35,7 @@ pub mod batcher;
 mod pd;
 #[cfg(test)]
 mod pd_tests;
+mod pd_tier;
 pub mod prefix_cache;
 pub mod replica;
 mod summary;

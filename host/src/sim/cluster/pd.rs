@@ -18,6 +18,16 @@
 //! instance queues and prefills the request itself (conditional disaggregation). `REJECT`: the
 //! request is counted and never served.
 //!
+//! Layer-wise transfers (`link: {layerwise: true}`): a transfer that starts at its hand-off
+//! streamed alongside the prefill, so it ends at [`Link::layerwise_end`] (the later of prefill
+//! start + transfer and prefill end + one layer's share); one that waited for decode memory did
+//! not overlap. Memory is reserved at the hand-off either way.
+//!
+//! Shared KV tier (`shared_kv:`, [`super::pd_tier`]): a prefill instance puts each prompt it
+//! hands off; before a prompt joins a prefill (or decode-only) instance's queue, the part of its
+//! prefix the tier holds beyond that instance's cache is loaded, as a migration is (below), and
+//! the request queues when it lands. A prefix migration, when the router asks for one, goes first.
+//!
 //! Metrics added to the cluster's (which then cover served requests, `rejected` excluded):
 //! `tpot_p99_s`; `transfer_time_mean_s` (over transferred requests), `transfer_share` (Σ transfer
 //! time ÷ Σ latency over them); `prefill_utilisation`, `decode_utilisation` (share of
@@ -25,7 +35,8 @@
 //! tokens cached at prefill admission ÷ prompt tokens, transferred requests) and
 //! `decode_hit_rate` (prompt tokens the decode instance already held, at transfer start or at its
 //! own admission ÷ prompt tokens, every served request); `decode_only_share`; `rejected`;
-//! `prefix_migrations`.
+//! `prefix_migrations`; with a tier, `tier_hit_rate` (tokens loaded ÷ prompt tokens, served
+//! requests) and `tier_tokens_loaded`.
 //!
 //! Prefix migration (`PdDecision::prefix_from`, Mooncake): before the prefill, the whole prompt
 //! segments cached on the source prefill instance that the chosen one lacks are copied over one
@@ -38,6 +49,7 @@ use std::collections::VecDeque;
 use routelab_policy_api::{Completion, PdDecision, Request};
 
 use super::batcher::mark_computed;
+use super::pd_tier::SharedTier;
 use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use super::{ClusterSim, Event, RequestRecord};
 use crate::metrics::{Metrics, quantile};
@@ -74,6 +86,11 @@ pub(super) struct Pd {
     migrating: Vec<(u32, u32)>,
     /// Prefix copies between prefill instances carried out.
     migrations: u64,
+    /// The shared KV tier, if any.
+    tier: Option<SharedTier>,
+    /// Per request: prompt tokens its prefilling instance loaded from the tier (0: none; > 0
+    /// while `migrating` holds its load).
+    tier_loaded: Vec<u32>,
 }
 
 impl Pd {
@@ -95,6 +112,8 @@ impl Pd {
             decode_only: 0,
             migrating: vec![(0, 0); requests],
             migrations: 0,
+            tier: d.shared_kv.as_ref().map(|t| SharedTier::new(t, kv_bytes_per_token)),
+            tier_loaded: if d.shared_kv.is_some() { vec![0; requests] } else { Vec::new() },
         }
     }
 }
@@ -204,7 +223,6 @@ impl ClusterSim<'_> {
         let decision = self.router.dispatch_pair(req, &self.views, split)?;
         let stream = self.stream;
         let prompt = stream.prompt(id);
-        let output = stream.requests[id].output_tokens;
         let pd = self.pd.as_mut().expect("disaggregated");
         let target = match decision.action {
             PdDecision::DISAGGREGATE => {
@@ -227,16 +245,12 @@ impl ClusterSim<'_> {
                         return Ok(());
                     }
                 }
-                let cfg = &self.cfgs[0];
-                let out = self.replicas[p].output_here(output);
-                self.replicas[p].enqueue(id as u32, prompt, out, &mut self.states[id], cfg);
                 p
             }
             PdDecision::DECODE_ONLY => {
                 let d = split + decision.decode as usize;
                 pd.decode_of[id] = d as u32;
                 pd.decode_only += 1;
-                self.replicas[d].enqueue(id as u32, prompt, output, &mut self.states[id], &self.cfgs[1]);
                 d
             }
             _ => {
@@ -246,7 +260,40 @@ impl ClusterSim<'_> {
                 return Ok(());
             }
         };
-        if !self.replicas[target].busy {
+        if self.load_from_tier(now, id, target) {
+            return Ok(());
+        }
+        self.join_queue(now, id as u32, target)
+    }
+
+    /// Request `id` is about to prefill on `target`: if the shared tier holds more of its prompt
+    /// than `target`'s cache, that part is loaded first (the request waits for it, as for a
+    /// migration); returns whether a load started.
+    fn load_from_tier(&mut self, now: SimTime, id: usize, target: usize) -> bool {
+        let Some(tier) = self.pd.as_mut().and_then(|pd| pd.tier.as_mut()) else { return false };
+        let prompt = self.stream.prompt(id);
+        let (n, held) = tier.get(prompt);
+        let have = self.replicas[target].cache.cached_prefix(prompt);
+        if held <= have {
+            return false;
+        }
+        let dur = tier.load_time_s(held - have);
+        tier.loading += 1;
+        let pd = self.pd.as_mut().expect("disaggregated");
+        pd.tier_loaded[id] = held - have;
+        pd.migrating[id] = (target as u32, n as u32);
+        self.queue.push(now + ticks(dur).max(1), Event::MigrationEnd(id as u32));
+        true
+    }
+
+    /// Request `id` joins `target`'s queue at `now` (a prefill instance keeps only its first
+    /// token); an idle instance starts.
+    fn join_queue(&mut self, now: SimTime, id: u32, target: usize) -> Result<(), RunError> {
+        let rep = &mut self.replicas[target];
+        let out = rep.output_here(self.stream.requests[id as usize].output_tokens);
+        let cfg = &self.cfgs[super::pool_of(self.pd.as_ref(), target)];
+        rep.enqueue(id, self.stream.prompt(id as usize), out, &mut self.states[id as usize], cfg);
+        if !rep.busy {
             self.start_step(target, now)?;
         }
         Ok(())
@@ -268,6 +315,9 @@ impl ClusterSim<'_> {
         };
         self.router.prefill_complete(&c)?;
         let pd = self.pd.as_mut().expect("disaggregated");
+        if let Some(tier) = &mut pd.tier {
+            tier.put(self.stream.prompt(id as usize));
+        }
         let d = pd.decode_of[id as usize] as usize;
         if pd.link.layerwise {
             pd.handoff_at[id as usize] = now;
@@ -313,22 +363,30 @@ impl ClusterSim<'_> {
         }
     }
 
-    /// The prefix of request `id` reached its prefill instance at `now`: cached there (if memory
-    /// allows), the request joins that instance's queue.
+    /// The prefix of request `id` (migrated from another prefill instance, or loaded from the
+    /// shared tier) reached its instance at `now`: cached there (if memory allows), the request
+    /// joins that instance's queue.
     pub(super) fn on_migration_end(&mut self, now: SimTime, id: u32) -> Result<(), RunError> {
         let pd = self.pd.as_mut().expect("disaggregated");
         let (p, n) = pd.migrating[id as usize];
         let p = p as usize;
+        let from_tier = pd.tier_loaded.get(id as usize).is_some_and(|&t| t > 0);
         let prompt = self.stream.prompt(id as usize);
-        if self.replicas[p].insert_prefix(&prompt[..n as usize], &self.cfgs[0]) {
-            pd.migrations += 1;
+        let cfg = &self.cfgs[super::pool_of(Some(pd), p)];
+        let landed = self.replicas[p].insert_prefix(&prompt[..n as usize], cfg);
+        match pd.tier.as_mut() {
+            Some(tier) if from_tier => {
+                tier.loading -= 1;
+                if landed {
+                    tier.loads += 1;
+                    tier.loaded_tokens += pd.tier_loaded[id as usize] as u64;
+                } else {
+                    pd.tier_loaded[id as usize] = 0;
+                }
+            }
+            _ => pd.migrations += landed as u64,
         }
-        let out = self.replicas[p].output_here(self.stream.requests[id as usize].output_tokens);
-        self.replicas[p].enqueue(id, prompt, out, &mut self.states[id as usize], &self.cfgs[0]);
-        if !self.replicas[p].busy {
-            self.start_step(p, now)?;
-        }
-        Ok(())
+        self.join_queue(now, id, p)
     }
 
     /// Request `id`'s KV arrived at its decode instance at `now`.
@@ -388,5 +446,11 @@ impl ClusterSim<'_> {
         m.push("decode_only_share", if served_n > 0 { pd.decode_only as f64 / served_n as f64 } else { f64::NAN });
         m.push("rejected", pd.rejected.iter().filter(|r| **r).count() as f64);
         m.push("prefix_migrations", pd.migrations as f64);
+        if let Some(tier) = &pd.tier {
+            let prompts: u64 = done.iter().map(|&i| records[i].prompt_tokens as u64).sum();
+            let loaded: u64 = done.iter().map(|&i| pd.tier_loaded[i] as u64).sum();
+            m.push("tier_hit_rate", if prompts > 0 { loaded as f64 / prompts as f64 } else { f64::NAN });
+            m.push("tier_tokens_loaded", tier.loaded_tokens as f64);
+        }
     }
 }

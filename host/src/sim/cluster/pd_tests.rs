@@ -194,3 +194,31 @@ impl ClusterSpec {
         self
     }
 }
+
+#[test]
+fn a_prefill_instance_loads_from_the_shared_tier_what_another_one_computed() {
+    // 2 prefill instances, round robin: the second request goes to the instance that never saw
+    // the 100-token system prompt; the tier holds it since the first request's hand-off.
+    let two_prefill = |tier: &str| {
+        let mut s = one_to_one(tier);
+        s.replicas = 3;
+        s.requests = Some(2);
+        s.disaggregation.as_mut().unwrap().prefill.instances = 2;
+        s
+    };
+    let s = two_prefill("  shared_kv: {capacity_gb: 1, bandwidth_gbps: 8, base_latency_s: 0.001}");
+    let kv = s.step_model().unwrap().cost.kv_bytes_per_token;
+    let out = run_named(&s, None, "pd_round_robin", 1).unwrap();
+    let r = &out.records[1];
+    // 100 tokens × kv bytes at 1e9 B/s (8 Gbit/s), alone, + 1 ms; then the prefill starts there.
+    let load = 0.001 + 100.0 * kv / 1e9;
+    assert_eq!(r.admitted_at_s, seconds(ticks(r.arrived_at_s) + ticks(load)), "{r:?}");
+    assert_eq!(r.cached_tokens, 100);
+    assert_eq!(out.metrics.get("tier_tokens_loaded"), Some(100.0));
+    assert_eq!(out.metrics.get("tier_hit_rate"), Some(100.0 / 2000.0));
+    // Without the tier it recomputes the whole prompt, at once.
+    let plain = run_named(&two_prefill(""), None, "pd_round_robin", 1).unwrap();
+    assert_eq!(plain.records[1].cached_tokens, 0);
+    assert_eq!(plain.records[1].admitted_at_s, plain.records[1].arrived_at_s);
+    assert_eq!(plain.metrics.get("tier_hit_rate"), None);
+}
