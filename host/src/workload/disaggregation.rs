@@ -3,10 +3,11 @@
 //!
 //! ```yaml
 //! cluster:
-//!   replicas: 8                    # = prefill.instances + decode.instances
+//!   replicas: 10                   # = prefill + mixed + decode instances
 //!   disaggregation:
 //!     prefill: {instances: 4}      # optional gpu / tp per pool (default: the cluster's)
 //!     decode: {instances: 4, gpu: h100, tp: 2}
+//!     mixed: {instances: 2}        # optional: prefill, decode, or both for one request
 //!     link: {bandwidth_gbps: 100, base_latency_s: 0.0005, layerwise: false}
 //!     transfer: missing            # or full_prompt
 //!     shared_kv: {capacity_gb: 512, bandwidth_gbps: 100}   # optional shared KV tier
@@ -29,6 +30,10 @@ pub struct Disaggregation {
     /// Instances that decode (continuous batching bounded by KV memory); they also prefill the
     /// requests a router sends them directly (conditional disaggregation).
     pub decode: Pool,
+    /// Instances that can prefill, decode, or both for one request (then nothing is
+    /// transferred): prefill candidates and decode candidates both. Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixed: Option<Pool>,
     /// The network the KV cache crosses from prefill to decode.
     pub link: Link,
     /// Which prompt tokens a transfer moves: `missing` (only what the decode instance does not
@@ -132,30 +137,47 @@ impl Link {
 }
 
 impl Disaggregation {
+    /// Mixed instances (0 without a `mixed:` pool).
+    pub fn mixed_instances(&self) -> u32 {
+        self.mixed.as_ref().map_or(0, |m| m.instances)
+    }
+
     /// The step models of the prefill and the decode pool.
     pub fn step_models(&self, cluster: &ClusterSpec) -> Result<(StepModel, StepModel), FieldError> {
-        let pool = |p: &Pool, name: &str| {
-            let mut spec = cluster.clone();
-            if let Some(g) = &p.gpu {
-                spec.gpu = g.clone();
-            }
-            if let Some(tp) = p.tp {
-                spec.tp = tp;
-            }
-            spec.step_model().map_err(|e| e.under(name).under("disaggregation"))
-        };
-        Ok((pool(&self.prefill, "prefill")?, pool(&self.decode, "decode")?))
+        Ok((self.pool_step_model(&self.prefill, "prefill", cluster)?, self.pool_step_model(&self.decode, "decode", cluster)?))
+    }
+
+    /// The mixed pool's step model, if it has one.
+    pub fn mixed_step_model(&self, cluster: &ClusterSpec) -> Result<Option<StepModel>, FieldError> {
+        self.mixed.as_ref().map(|m| self.pool_step_model(m, "mixed", cluster)).transpose()
+    }
+
+    fn pool_step_model(&self, p: &Pool, name: &str, cluster: &ClusterSpec) -> Result<StepModel, FieldError> {
+        let mut spec = cluster.clone();
+        if let Some(g) = &p.gpu {
+            spec.gpu = g.clone();
+        }
+        if let Some(tp) = p.tp {
+            spec.tp = tp;
+        }
+        spec.step_model().map_err(|e| e.under(name).under("disaggregation"))
     }
 
     /// Checks the section against its cluster (paths relative to `cluster`).
     pub fn validate(&self, cluster: &ClusterSpec) -> Result<(), FieldError> {
         let under = |e: FieldError| e.under("disaggregation");
-        for (name, p) in [("prefill", &self.prefill), ("decode", &self.decode)] {
+        let pools = [("prefill", Some(&self.prefill)), ("decode", Some(&self.decode)), ("mixed", self.mixed.as_ref())];
+        for (name, p) in pools.into_iter().filter_map(|(n, p)| Some((n, p?))) {
             if p.instances == 0 {
+                let fix = if name == "mixed" {
+                    "give it at least 1 instance, or remove `mixed:`"
+                } else {
+                    "give each pool at least 1 instance, or remove `disaggregation:` for an aggregated cluster"
+                };
                 return Err(under(FieldError::new(
                     &format!("{name}.instances"),
                     format!("the {name} pool has no instances"),
-                    "give each pool at least 1 instance, or remove `disaggregation:` for an aggregated cluster",
+                    fix,
                 )));
             }
             if let Some(tp) = p.tp
@@ -168,12 +190,14 @@ impl Disaggregation {
                 )));
             }
         }
-        let total = self.prefill.instances as u64 + self.decode.instances as u64;
+        let mixed = self.mixed_instances();
+        let total = self.prefill.instances as u64 + mixed as u64 + self.decode.instances as u64;
         if total != cluster.replicas as u64 {
+            let mixed = if mixed > 0 { format!(" + {mixed} mixed") } else { String::new() };
             return Err(FieldError::new(
                 "replicas",
                 format!(
-                    "is {}, but the pools hold {} prefill + {} decode = {total} instances",
+                    "is {}, but the pools hold {} prefill{mixed} + {} decode = {total} instances",
                     cluster.replicas, self.prefill.instances, self.decode.instances
                 ),
                 format!("set `replicas: {total}`"),
@@ -217,7 +241,8 @@ impl Disaggregation {
                 )));
             }
         }
-        self.step_models(cluster).map(|_| ())
+        self.step_models(cluster)?;
+        self.mixed_step_model(cluster).map(|_| ())
     }
 }
 

@@ -61,8 +61,11 @@ use crate::workload::generate::RequestStream;
 
 /// The disaggregated cluster's own state.
 pub(super) struct Pd {
-    /// Prefill instances are replicas `0..split`, decode instances `split..`.
-    pub split: usize,
+    /// Instances are laid out prefill-only `0..decode_start`, mixed `decode_start..prefill_end`,
+    /// decode-only `prefill_end..`: the prefill candidates are `0..prefill_end`, the decode
+    /// candidates `decode_start..` (both include the mixed ones).
+    pub decode_start: usize,
+    pub prefill_end: usize,
     link: Link,
     transfer: TransferTokens,
     kv_bytes_per_token: f64,
@@ -70,9 +73,11 @@ pub(super) struct Pd {
     layers: u32,
     /// Per request: when its prefill ended (its hand-off), for layer-wise transfers.
     handoff_at: Vec<SimTime>,
-    /// Per decode instance: transfers in flight into it.
+    /// Requests prefilled and decoded on one mixed instance (no transfer).
+    local: u64,
+    /// Per decode candidate: transfers in flight into it.
     active: Vec<u32>,
-    /// Per decode instance: handed-off requests waiting for its KV memory, in hand-off order.
+    /// Per decode candidate: handed-off requests waiting for its KV memory, in hand-off order.
     waiting: Vec<VecDeque<u32>>,
     /// Per request: its decode instance (replica index), once decided.
     decode_of: Vec<u32>,
@@ -95,9 +100,11 @@ pub(super) struct Pd {
 
 impl Pd {
     pub fn new(d: &Disaggregation, kv_bytes_per_token: f64, layers: u32, requests: usize) -> Self {
-        let decode = d.decode.instances as usize;
+        let decode = (d.decode.instances + d.mixed_instances()) as usize;
         Self {
-            split: d.prefill.instances as usize,
+            decode_start: d.prefill.instances as usize,
+            prefill_end: (d.prefill.instances + d.mixed_instances()) as usize,
+            local: 0,
             link: d.link.clone(),
             transfer: d.transfer,
             kv_bytes_per_token,
@@ -153,6 +160,7 @@ impl Replica {
             self.reserved_output_tokens += req.output_tokens as u64;
         }
         st.replica = self.id;
+        st.handoff = false;
         st.prefill_target = req.prompt_tokens;
         st.prefill_done = req.prompt_tokens;
         self.outstanding_work += (req.output_tokens - st.produced) as u64;
@@ -219,15 +227,22 @@ impl Replica {
 impl ClusterSim<'_> {
     /// A request arrives at a disaggregated cluster: the router decides with both pools' views.
     pub(super) fn on_arrival_pd(&mut self, now: SimTime, id: usize, req: &Request<'_>) -> Result<(), RunError> {
-        let split = self.pd.as_ref().expect("disaggregated").split;
-        let decision = self.router.dispatch_pair(req, &self.views, split)?;
+        let pd = self.pd.as_ref().expect("disaggregated");
+        let (first, end) = (pd.decode_start, pd.prefill_end);
+        let decision = self.router.dispatch_pair(req, &self.views, end, first)?;
         let stream = self.stream;
         let prompt = stream.prompt(id);
         let pd = self.pd.as_mut().expect("disaggregated");
         let target = match decision.action {
             PdDecision::DISAGGREGATE => {
-                let (p, d) = (decision.prefill as usize, split + decision.decode as usize);
+                let (p, d) = (decision.prefill as usize, first + decision.decode as usize);
                 pd.decode_of[id] = d as u32;
+                if p == d {
+                    // One mixed instance both prefills and decodes: nothing to transfer.
+                    pd.local += 1;
+                    return self.prefill_at(now, id, d);
+                }
+                self.states[id].handoff = true;
                 let src = decision.prefix_from as usize;
                 if decision.prefix_from != PdDecision::NO_SOURCE && src != p {
                     // Copy the whole segments of the prompt cached on `src` that `p` lacks.
@@ -248,7 +263,7 @@ impl ClusterSim<'_> {
                 p
             }
             PdDecision::DECODE_ONLY => {
-                let d = split + decision.decode as usize;
+                let d = first + decision.decode as usize;
                 pd.decode_of[id] = d as u32;
                 pd.decode_only += 1;
                 d
@@ -260,6 +275,12 @@ impl ClusterSim<'_> {
                 return Ok(());
             }
         };
+        self.prefill_at(now, id, target)
+    }
+
+    /// Request `id` prefills on `target`: after a load from the shared tier if it holds more of
+    /// the prompt than `target` does, at once otherwise.
+    fn prefill_at(&mut self, now: SimTime, id: usize, target: usize) -> Result<(), RunError> {
         if self.load_from_tier(now, id, target) {
             return Ok(());
         }
@@ -290,7 +311,7 @@ impl ClusterSim<'_> {
     /// token); an idle instance starts.
     fn join_queue(&mut self, now: SimTime, id: u32, target: usize) -> Result<(), RunError> {
         let rep = &mut self.replicas[target];
-        let out = rep.output_here(self.stream.requests[id as usize].output_tokens);
+        let out = self.states[id as usize].output_here(self.stream.requests[id as usize].output_tokens);
         let cfg = &self.cfgs[super::pool_of(self.pd.as_ref(), target)];
         rep.enqueue(id, self.stream.prompt(id as usize), out, &mut self.states[id as usize], cfg);
         if !rep.busy {
@@ -322,7 +343,7 @@ impl ClusterSim<'_> {
         if pd.link.layerwise {
             pd.handoff_at[id as usize] = now;
         }
-        pd.waiting[d - pd.split].push_back(id);
+        pd.waiting[d - pd.decode_start].push_back(id);
         self.start_transfers(now, d);
         Ok(())
     }
@@ -331,8 +352,8 @@ impl ClusterSim<'_> {
     /// order (the first that does not fit stops the rest, as admission does). Nothing for a
     /// prefill instance or an aggregated cluster.
     pub(super) fn start_transfers(&mut self, now: SimTime, d: usize) {
-        let Some(pd) = self.pd.as_mut().filter(|pd| d >= pd.split) else { return };
-        let k = d - pd.split;
+        let Some(pd) = self.pd.as_mut().filter(|pd| d >= pd.decode_start) else { return };
+        let k = d - pd.decode_start;
         while let Some(&id) = pd.waiting[k].front() {
             let st = &mut self.states[id as usize];
             let Some(cached) = self.replicas[d].admit_transfer(id, self.stream, st, &self.cfgs[1]) else { break };
@@ -393,7 +414,7 @@ impl ClusterSim<'_> {
     pub(super) fn on_transfer_end(&mut self, now: SimTime, id: u32) -> Result<(), RunError> {
         let pd = self.pd.as_mut().expect("disaggregated");
         let d = pd.decode_of[id as usize] as usize;
-        pd.active[d - pd.split] -= 1;
+        pd.active[d - pd.decode_start] -= 1;
         let finished = self.replicas[d].begin_decode(id, now, self.stream, &mut self.states, &self.cfgs[1]);
         if finished {
             self.report_completion(now, d, id)?;
@@ -431,8 +452,8 @@ impl ClusterSim<'_> {
             let busy: f64 = pool.iter().map(|r| r.busy_s).sum();
             if span > 0.0 { busy / (span * pool.len() as f64) } else { f64::NAN }
         };
-        m.push("prefill_utilisation", util(&self.replicas[..pd.split]));
-        m.push("decode_utilisation", util(&self.replicas[pd.split..]));
+        m.push("prefill_utilisation", util(&self.replicas[..pd.decode_start]));
+        m.push("decode_utilisation", util(&self.replicas[pd.prefill_end..]));
         let ratio = |idx: &mut dyn Iterator<Item = usize>, cached: &dyn Fn(usize) -> u32| {
             let (c, p) =
                 idx.fold((0u64, 0u64), |(c, p), i| (c + cached(i) as u64, p + records[i].prompt_tokens as u64));
@@ -446,6 +467,10 @@ impl ClusterSim<'_> {
         m.push("decode_only_share", if served_n > 0 { pd.decode_only as f64 / served_n as f64 } else { f64::NAN });
         m.push("rejected", pd.rejected.iter().filter(|r| **r).count() as f64);
         m.push("prefix_migrations", pd.migrations as f64);
+        if pd.prefill_end > pd.decode_start {
+            m.push("mixed_utilisation", util(&self.replicas[pd.decode_start..pd.prefill_end]));
+            m.push("local_share", if served_n > 0 { pd.local as f64 / served_n as f64 } else { f64::NAN });
+        }
         if let Some(tier) = &pd.tier {
             let prompts: u64 = done.iter().map(|&i| records[i].prompt_tokens as u64).sum();
             let loaded: u64 = done.iter().map(|&i| pd.tier_loaded[i] as u64).sum();
