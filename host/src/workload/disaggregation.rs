@@ -25,10 +25,11 @@ use crate::step_model::{Choice, Gpu, StepModel};
 #[serde(deny_unknown_fields)]
 pub struct Disaggregation {
     /// Instances that only prefill (chunked prefill, prefix cache, KV admission); they hand the
-    /// first token and the prompt's KV to a decode instance.
+    /// first token and the prompt's KV to a decode instance. 0 only with mixed instances.
     pub prefill: Pool,
     /// Instances that decode (continuous batching bounded by KV memory); they also prefill the
-    /// requests a router sends them directly (conditional disaggregation).
+    /// requests a router sends them directly (conditional disaggregation). 0 only with mixed
+    /// instances.
     pub decode: Pool,
     /// Instances that can prefill, decode, or both for one request (then nothing is
     /// transferred): prefill candidates and decode candidates both. Absent: none.
@@ -167,8 +168,10 @@ impl Disaggregation {
     pub fn validate(&self, cluster: &ClusterSpec) -> Result<(), FieldError> {
         let under = |e: FieldError| e.under("disaggregation");
         let pools = [("prefill", Some(&self.prefill)), ("decode", Some(&self.decode)), ("mixed", self.mixed.as_ref())];
+        let mixed = self.mixed_instances();
         for (name, p) in pools.into_iter().filter_map(|(n, p)| Some((n, p?))) {
-            if p.instances == 0 {
+            // Mixed instances can stand in for either pool (all-mixed: `prefill` and `decode` 0).
+            if p.instances == 0 && (name == "mixed" || mixed == 0) {
                 let fix = if name == "mixed" {
                     "give it at least 1 instance, or remove `mixed:`"
                 } else {
@@ -190,7 +193,6 @@ impl Disaggregation {
                 )));
             }
         }
-        let mixed = self.mixed_instances();
         let total = self.prefill.instances as u64 + mixed as u64 + self.decode.instances as u64;
         if total != cluster.replicas as u64 {
             let mixed = if mixed > 0 { format!(" + {mixed} mixed") } else { String::new() };

@@ -222,3 +222,79 @@ fn a_prefill_instance_loads_from_the_shared_tier_what_another_one_computed() {
     assert_eq!(plain.records[1].admitted_at_s, plain.records[1].arrived_at_s);
     assert_eq!(plain.metrics.get("tier_hit_rate"), None);
 }
+
+/// `p` prefill, `m` mixed and `d` decode instances, otherwise as [`one_to_one`].
+fn mixed(p: u32, m: u32, d: u32, requests: u64) -> ClusterSpec {
+    let mut s = one_to_one(&format!("  mixed: {{instances: {m}}}"));
+    s.replicas = p + m + d;
+    s.requests = Some(requests);
+    let dis = s.disaggregation.as_mut().unwrap();
+    dis.prefill.instances = p;
+    dis.decode.instances = d;
+    s
+}
+
+#[test]
+fn a_pair_on_one_mixed_instance_prefills_and_decodes_there_without_a_transfer() {
+    // All mixed: round robin names instance 0 on both sides.
+    let spec = mixed(0, 2, 0, 1);
+    spec.validate().unwrap();
+    let c = spec.step_model().unwrap().cost;
+    let out = run_named(&spec, None, "pd_round_robin", 1).unwrap();
+    let rec = &out.records[0];
+    let t1 = ticks(rec.arrived_at_s) + ticks(c.step_time_s(&StepShape::prefill(1000, 0)));
+    assert_eq!(rec.first_token_at_s, seconds(t1), "no transfer after the prefill step");
+    let t2 = (0..4).fold(t1, |t, k| t + ticks(c.step_time_s(&StepShape::decode(1, 1001 + k))));
+    assert_eq!(rec.completed_at_s, seconds(t2));
+    assert_eq!(rec.replica, 0);
+    let m = |k: &str| out.metrics.get(k).unwrap();
+    assert_eq!(m("local_share"), 1.0);
+    assert!(m("transfer_time_mean_s").is_nan());
+    assert_eq!(m("completed"), 1.0);
+}
+
+#[test]
+fn a_mixed_instance_is_a_decode_target_for_the_prefill_pool_and_a_prefill_source_for_the_decode_pool() {
+    // 1P 1M 1D, round robin: request 0 goes prefill 0 → decode candidate 0 (the mixed instance,
+    // replica 1); request 1 goes prefill candidate 1 (the mixed instance) → decode candidate 1
+    // (replica 2). Both move their whole 1000-token prompt (the 100 shared tokens were never on
+    // either receiving side before).
+    let spec = mixed(1, 1, 1, 2);
+    spec.validate().unwrap();
+    let kv = spec.step_model().unwrap().cost.kv_bytes_per_token;
+    let out = run_named(&spec, None, "pd_round_robin", 1).unwrap();
+    assert_eq!([out.records[0].replica, out.records[1].replica], [1, 2]);
+    let m = |k: &str| out.metrics.get(k).unwrap();
+    assert_eq!(m("transfer_time_mean_s"), 0.0005 + 1000.0 * kv / 12.5e9);
+    assert_eq!(m("local_share"), 0.0);
+    // The mixed instance prefilled request 1 with request 0's system prompt in its cache.
+    assert_eq!(out.records[1].cached_tokens, 100);
+    assert_eq!(m("completed"), 2.0);
+    // pd_least_loaded keeps a mixed prefill local: with 4 mixed instances nothing moves.
+    let mut all = mixed(0, 4, 0, 200);
+    all.arrivals = mixed(0, 4, 0, 1).arrivals;
+    let ll = run_named(&all, None, "pd_least_loaded", 1).unwrap();
+    assert_eq!(ll.metrics.get("local_share"), Some(1.0));
+    assert_eq!(ll.metrics.get("completed"), Some(200.0));
+}
+
+#[test]
+fn mixed_pools_are_checked() {
+    let e = mixed(1, 0, 1, 1).validate().unwrap_err();
+    assert!(e.path.contains("disaggregation.mixed.instances"), "{e:?}");
+    let mut s = mixed(1, 1, 1, 1);
+    s.replicas = 2;
+    let e = s.validate().unwrap_err();
+    assert!(e.message.contains("1 prefill + 1 mixed + 1 decode = 3"), "{e:?}");
+    // Without mixed instances an empty pool is still refused.
+    assert!(one_to_one("").with_pools(0, 1).validate().is_err());
+}
+
+impl ClusterSpec {
+    fn with_pools(mut self, p: u32, d: u32) -> Self {
+        let dis = self.disaggregation.as_mut().unwrap();
+        (dis.prefill.instances, dis.decode.instances) = (p, d);
+        self.replicas = p + d;
+        self
+    }
+}
