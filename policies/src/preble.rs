@@ -47,7 +47,7 @@
 //! for LLM Serving", ICLR 2025, §3.2–3.3 (E2, cost model, load adjustment) and its public code.
 //! Reports the run's mean L, M and P of the chosen replicas and the count of each decision kind.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// Prefix keys are already well-mixed 64-bit hashes: hash them as themselves.
@@ -69,6 +69,54 @@ impl Hasher for KeyHasher {
 }
 
 type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<KeyHasher>>;
+
+/// A request id spread over 64 bits for a [`KeyMap`] (ids are consecutive; the map's probe uses
+/// the top bits). An odd multiplier is a bijection, so distinct ids stay distinct.
+fn request_key(id: u64) -> u64 {
+    id.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// How many times each prefix was dispatched within the window: one time-ordered log of
+/// (time, key) for all prefixes and a count per key, so a new prefix costs a map entry rather
+/// than a window of its own, and a prefix leaves the map when its last hit leaves the window.
+/// Counts equal a [`WindowSum`] per key because dispatch times never decrease.
+struct NodeHits {
+    window: f64,
+    log: VecDeque<(f64, u64)>,
+    counts: KeyMap<u32>,
+}
+
+impl NodeHits {
+    fn new(window: f64) -> Self {
+        Self { window, log: VecDeque::new(), counts: KeyMap::default() }
+    }
+
+    /// Drops the hits that fell out of the window ending at `now` (the same test as `WindowSum`).
+    fn expire(&mut self, now: f64) {
+        while let Some(&(t, key)) = self.log.front() {
+            if t > now - self.window {
+                break;
+            }
+            self.log.pop_front();
+            if let std::collections::hash_map::Entry::Occupied(mut e) = self.counts.entry(key) {
+                *e.get_mut() -= 1;
+                if *e.get() == 0 {
+                    e.remove();
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, now: f64, key: u64) {
+        self.log.push_back((now, key));
+        *self.counts.entry(key).or_insert(0) += 1;
+    }
+
+    /// Hits of `key` in the window as of the last [`NodeHits::expire`].
+    fn count(&self, key: u64) -> u32 {
+        self.counts.get(&key).copied().unwrap_or(0)
+    }
+}
 
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
@@ -175,13 +223,15 @@ pub struct Preble {
     replicas: Vec<ReplicaWindow>,
     outputs: WindowSum,
     prompts: WindowSum,
-    dispatches: WindowSum,
-    node_hits: KeyMap<WindowSum>,
+    node_hits: NodeHits,
     prefix_ttft: KeyMap<WindowSum>,
     ttft: WindowSum,
-    in_flight_prefix: HashMap<u64, u64>,
+    /// The prefix each exploiting request in flight exploited, by [`request_key`].
+    in_flight_prefix: KeyMap<u64>,
     pending: Option<Pending>,
     matches: Vec<u32>,
+    /// Replicas holding the longest match (reused across decisions).
+    holders: Vec<usize>,
     /// This decision's costs; M is NaN until [`Preble::total`] needs it (planning evictions on
     /// every replica is the expensive part, and most decisions are settled by L + P).
     costs: Vec<Cost>,
@@ -238,13 +288,13 @@ impl Policy for Preble {
                 .collect(),
             outputs: WindowSum::new(w),
             prompts: WindowSum::new(w),
-            dispatches: WindowSum::new(w),
-            node_hits: KeyMap::default(),
+            node_hits: NodeHits::new(w),
             prefix_ttft: KeyMap::default(),
             ttft: WindowSum::new(w),
-            in_flight_prefix: HashMap::new(),
+            in_flight_prefix: KeyMap::default(),
             pending: None,
             matches: vec![0; n],
+            holders: Vec::with_capacity(n),
             costs: vec![Cost::default(); n],
             needed: vec![0; n],
             window_requests: 1.0,
@@ -303,12 +353,13 @@ impl Preble {
         if needed <= free {
             return 0.0;
         }
+        self.node_hits.expire(now);
         let mut m = 0.0;
-        for (node, tokens) in self.tree.plan_eviction(r, needed - free) {
-            let (key, context) = self.node_key(node);
-            let hits = self.node_hits.get_mut(&key).map_or(0, |w| w.count(now)) as f64;
-            m += self.model.prefill_time_s(tokens as u64, context) * (hits / window_requests).min(1.0);
-        }
+        let (tree, hits, model) = (&self.tree, &self.node_hits, &self.model);
+        tree.plan_eviction_each(r, needed - free, |node, tokens| {
+            let hits = hits.count(tree.path_hash(node)) as f64;
+            m += model.prefill_time_s(tokens as u64, tree.context_tokens(node)) * (hits / window_requests).min(1.0);
+        });
         m
     }
 
@@ -316,20 +367,37 @@ impl Preble {
         let now = request.arrived_at;
         let output = self.mean_output(now);
         let context = self.mean_prompt(now).max(request.prompt_tokens as f64);
-        self.window_requests = self.dispatches.count(now).max(1) as f64;
+        // Requests dispatched in the window: `prompts` holds one value per dispatch.
+        self.window_requests = self.prompts.count(now).max(1) as f64;
+        // Only the batched estimate depends on the replica; the others are the same for all.
+        let same_for_all = (self.cfg.decode_estimate != DecodeEstimate::Batched)
+            .then(|| self.decode_estimate(output, context, 0));
+        // P for the last matched length seen: most replicas match the same (often none).
+        let mut last_p: Option<(u64, f64)> = None;
         for r in 0..self.costs.len() {
             let matched = self.matches[r] as u64;
             let missed = (request.prompt_tokens as u64).saturating_sub(matched);
             let w = &mut self.replicas[r];
-            let prefill = w.prefill_s.sum(now);
-            let n = w.prefill_s.count(now) as f64;
+            let (prefill, n) = w.prefill_s.sum_count(now);
             let batch = views.get(r).map_or(0, |v| v.running);
             let decoding = match self.cfg.decode_load {
-                DecodeLoad::Windowed => n,
+                DecodeLoad::Windowed => n as f64,
                 DecodeLoad::Running => f64::from(batch),
             };
-            let l = prefill + decoding * self.decode_estimate(output, context, batch);
-            let p = if self.cfg.include_p { self.model.prefill_time_s(missed, matched) } else { 0.0 };
+            let estimate = match same_for_all {
+                Some(e) => e,
+                None => self.decode_estimate(output, context, batch),
+            };
+            let l = prefill + decoding * estimate;
+            let p = match last_p {
+                _ if !self.cfg.include_p => 0.0,
+                Some((m, p)) if m == matched => p,
+                _ => {
+                    let p = self.model.prefill_time_s(missed, matched);
+                    last_p = Some((matched, p));
+                    p
+                }
+            };
             self.needed[r] = missed + output as u64;
             self.costs[r] = Cost { l, m: f64::NAN, p };
         }
@@ -343,23 +411,23 @@ impl Preble {
         self.costs[r].total()
     }
 
-    /// The cheapest replica among `candidates` (lowest index on ties). Candidates are visited by
-    /// lower bound, so M is computed only for those that could still win.
-    fn cheapest(&mut self, candidates: impl Iterator<Item = usize>, now: f64) -> Option<usize> {
-        let mut order: Vec<usize> = candidates.collect();
-        order.sort_by(|&a, &b| self.costs[a].lower_bound().total_cmp(&self.costs[b].lower_bound()).then(a.cmp(&b)));
-        let mut best: Option<(f64, usize)> = None;
-        for r in order {
-            if best.is_some_and(|(t, _)| self.costs[r].lower_bound() > t) {
-                break;
+    /// The cheapest replica among `candidates` (lowest index on ties). The one with the lowest
+    /// lower bound is priced first; its total then rules out every candidate whose lower bound
+    /// exceeds it, so M is computed only for those that could still win.
+    fn cheapest(&mut self, candidates: impl Iterator<Item = usize> + Clone, now: f64) -> Option<usize> {
+        let lb = |s: &Self, r: usize| s.costs[r].lower_bound();
+        let first = candidates.clone().min_by(|&a, &b| lb(self, a).total_cmp(&lb(self, b)).then(a.cmp(&b)))?;
+        let mut best = (self.total(first, now), first);
+        for r in candidates {
+            if r == first || lb(self, r) > best.0 {
+                continue;
             }
             let t = self.total(r, now);
-            match best {
-                Some((bt, bi)) if bt < t || (bt == t && bi < r) => {}
-                _ => best = Some((t, r)),
+            if t < best.0 || (t == best.0 && r < best.1) {
+                best = (t, r);
             }
         }
-        best.map(|(_, r)| r)
+        Some(best.1)
     }
 
     /// Whether `choice` is the most loaded replica (the first one on ties), given its total.
@@ -403,13 +471,16 @@ impl RouterPolicy for Preble {
         let chosen = match deepest {
             Some(node) if cached > missed => {
                 self.exploit += 1;
-                let holders: Vec<usize> = all.clone().filter(|&r| self.matches[r] >= cached).collect();
+                let mut holders = std::mem::take(&mut self.holders);
+                holders.clear();
+                holders.extend(all.clone().filter(|&r| self.matches[r] >= cached));
                 let mut choice = self.cheapest(holders.iter().copied(), now).expect("the longest match has a holder");
+                self.holders = holders;
                 let key = self.node_key(node).0;
                 prefix_key = Some(key);
                 if self.cfg.autoscale && self.prefix_overloaded(key, now) {
                     let global = self.cheapest(all.clone(), now).expect("replicas");
-                    if self.total(global, now) < self.total(choice, now) && !holders.contains(&global) {
+                    if self.total(global, now) < self.total(choice, now) && self.matches[global] < cached {
                         self.autoscaled += 1;
                         choice = global;
                     }
@@ -466,20 +537,19 @@ impl RouterPolicy for Preble {
         w.prompt_tokens.add(now, request.prompt_tokens as f64);
         w.cached_tokens.add(now, matched as f64);
         self.prompts.add(now, request.prompt_tokens as f64);
-        self.dispatches.add(now, 1.0);
+        self.node_hits.expire(now);
         let mut key = ROOT_PATH_HASH;
         for s in segments {
             key = extend_path_hash(key, s.id);
-            self.node_hits.entry(key).or_insert_with(|| WindowSum::new(self.cfg.window_s)).add(now, 1.0);
+            self.node_hits.add(now, key);
         }
         if let Some(k) = pending.and_then(|p| p.prefix_key) {
-            self.in_flight_prefix.insert(request.id, k);
+            self.in_flight_prefix.insert(request_key(request.id), k);
         }
         self.tree.insert(segments, replica);
         self.dispatched += 1;
         if self.dispatched % 4096 == 0 {
-            // Forget prefixes with no traffic left in the window (unique questions, mostly).
-            self.node_hits.retain(|_, w| w.count(now) > 0);
+            // Forget prefixes with no traffic left in the window (`node_hits` forgets by itself).
             self.prefix_ttft.retain(|_, w| w.count(now) > 0);
         }
     }
@@ -488,7 +558,7 @@ impl RouterPolicy for Preble {
         let t = c.completed_at;
         self.outputs.add(t, c.output_tokens as f64);
         self.ttft.add(t, c.ttft);
-        if let Some(k) = self.in_flight_prefix.remove(&c.request_id) {
+        if let Some(k) = self.in_flight_prefix.remove(&request_key(c.request_id)) {
             self.prefix_ttft.entry(k).or_insert_with(|| WindowSum::new(self.cfg.window_s)).add(t, c.ttft);
         }
     }

@@ -447,6 +447,13 @@ impl PrefixTree {
     /// without evicting anything: `(node, tokens)` pairs. For cost estimates (Preble's M).
     pub fn plan_eviction(&self, r: usize, tokens: u64) -> Vec<(NodeId, u32)> {
         let mut out = Vec::new();
+        self.plan_eviction_each(r, tokens, |node, held| out.push((node, held)));
+        out
+    }
+
+    /// [`Self::plan_eviction`] handing each `(node, tokens)` to `visit` instead of collecting
+    /// them (a cost estimate per decision need not allocate the plan).
+    pub fn plan_eviction_each(&self, r: usize, tokens: u64, mut visit: impl FnMut(NodeId, u32)) {
         let mut freed = 0u64;
         let mut leaves = self.leaves[r].iter().copied().peekable();
         // Parents that become leaves as their last held child is planned away.
@@ -468,7 +475,7 @@ impl PrefixTree {
             };
             let Some((_, node)) = next else { break };
             let held = self.nodes[node as usize].held(r);
-            out.push((node, held));
+            visit(node, held);
             freed += held as u64;
             let parent = self.nodes[node as usize].parent;
             if parent != ROOT {
@@ -486,7 +493,6 @@ impl PrefixTree {
                 }
             }
         }
-        out
     }
 
     /// Checks the bookkeeping against a recount (for tests).

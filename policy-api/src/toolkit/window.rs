@@ -48,6 +48,12 @@ impl WindowSum {
         self.expire(now);
         self.events.len()
     }
+
+    /// [`Self::sum`] and [`Self::count`] at once (one expiry check instead of two).
+    pub fn sum_count(&mut self, now: f64) -> (f64, usize) {
+        self.expire(now);
+        (self.sum, self.events.len())
+    }
 }
 
 #[cfg(test)]
@@ -61,6 +67,7 @@ mod tests {
         w.add(5.0, 2.0);
         assert_eq!(w.sum(9.0), 3.0);
         assert_eq!(w.sum(10.0), 2.0);
+        assert_eq!(w.sum_count(14.0), (2.0, 1));
         assert_eq!(w.count(15.0), 0);
         assert_eq!(w.sum(15.0), 0.0);
     }
