@@ -26,7 +26,13 @@
 //! Shared KV tier (`shared_kv:`, [`super::pd_tier`]): a prefill instance puts each prompt it
 //! hands off; before a prompt joins a prefill (or decode-only) instance's queue, the part of its
 //! prefix the tier holds beyond that instance's cache is loaded, as a migration is (below), and
-//! the request queues when it lands. A prefix migration, when the router asks for one, goes first.
+//! the request queues when it lands. A prefix migration, when the router asks for one, replaces
+//! the tier load.
+//!
+//! Mixed instances (`mixed:`) sit between the pools (`decode_start..prefill_end`): prefill
+//! candidates for the router's `prefill` view, decode candidates for its `decode` view. Whether
+//! an instance hands a request off is per request (`RequestState::handoff`): a `DISAGGREGATE`
+//! pair naming one mixed instance on both sides runs there like any aggregated request.
 //!
 //! Metrics added to the cluster's (which then cover served requests, `rejected` excluded):
 //! `tpot_p99_s`; `transfer_time_mean_s` (over transferred requests), `transfer_share` (Σ transfer
