@@ -145,7 +145,10 @@ impl Disaggregation {
 
     /// The step models of the prefill and the decode pool.
     pub fn step_models(&self, cluster: &ClusterSpec) -> Result<(StepModel, StepModel), FieldError> {
-        Ok((self.pool_step_model(&self.prefill, "prefill", cluster)?, self.pool_step_model(&self.decode, "decode", cluster)?))
+        Ok((
+            self.pool_step_model(&self.prefill, "prefill", cluster)?,
+            self.pool_step_model(&self.decode, "decode", cluster)?,
+        ))
     }
 
     /// The mixed pool's step model, if it has one.

@@ -118,7 +118,11 @@ fn bad_pd_input_is_refused_with_exit_2() {
         );
         let line = 1 + tier.lines().position(|l| l.contains("shared_kv")).unwrap();
         let f = scratch("tier.yaml", &tier);
-        bad(&f, "pd_random", &[&format!("tier.yaml:{line}:"), &format!("cluster.disaggregation.shared_kv.{field}"), "fix:"]);
+        bad(
+            &f,
+            "pd_random",
+            &[&format!("tier.yaml:{line}:"), &format!("cluster.disaggregation.shared_kv.{field}"), "fix:"],
+        );
     }
     let f = scratch("sum.yaml", &pd.replace("prefill: {instances: 3}", "prefill: {instances: 4}"));
     bad(&f, "pd_random", &["cluster.replicas", "set `replicas: 9`"]);
