@@ -16,6 +16,7 @@ pub const CLUSTER_KEYS: &[&str] = &[
     "ttft_mean_s",
     "ttft_p99_s",
     "tpot_mean_s",
+    "tpot_p99_s",
     "throughput_rps",
     "hit_rate",
     "replication_factor",
@@ -24,7 +25,6 @@ pub const CLUSTER_KEYS: &[&str] = &[
 
 /// The keys a disaggregated cluster run adds (docs/output.md).
 pub const PD_KEYS: &[&str] = &[
-    "tpot_p99_s",
     "transfer_time_mean_s",
     "transfer_share",
     "prefill_utilisation",

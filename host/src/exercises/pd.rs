@@ -4,7 +4,6 @@
 use std::fmt::Write as _;
 
 use super::cluster::run;
-use crate::metrics::quantile;
 use crate::sim::cluster::RunOutcome;
 use crate::workload::cluster::ClusterSpec;
 
@@ -49,17 +48,10 @@ fn tool_use(pools: Option<(u32, u32)>, requests: u64) -> ClusterSpec {
 /// Prefill and decode instances of a disaggregated layout (`None`: aggregated).
 type Pools = Option<(u32, u32)>;
 
-/// (TTFT mean, TPOT mean, TPOT p99) in ms, from the per-request records.
+/// (TTFT mean, TPOT mean, TPOT p99) in ms, from the run's metrics.
 fn figures(o: &RunOutcome) -> (f64, f64, f64) {
-    let done: Vec<_> = o.records.iter().filter(|r| r.completed_at_s.is_finite()).collect();
-    let ttft = done.iter().map(|r| r.first_token_at_s - r.arrived_at_s).sum::<f64>() / done.len() as f64;
-    let mut tpot: Vec<f64> = done
-        .iter()
-        .filter(|r| r.output_tokens > 1)
-        .map(|r| (r.completed_at_s - r.first_token_at_s) / (r.output_tokens - 1) as f64)
-        .collect();
-    let mean = tpot.iter().sum::<f64>() / tpot.len() as f64;
-    (ttft * 1e3, mean * 1e3, quantile(&mut tpot, 0.99) * 1e3)
+    let ms = |key: &str| o.metrics.get(key).expect("every cluster run reports it") * 1e3;
+    (ms("ttft_mean_s"), ms("tpot_mean_s"), ms("tpot_p99_s"))
 }
 
 /// Exercise 9.

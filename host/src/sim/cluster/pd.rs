@@ -35,7 +35,7 @@
 //! pair naming one mixed instance on both sides runs there like any aggregated request.
 //!
 //! Metrics added to the cluster's (which then cover served requests, `rejected` excluded):
-//! `tpot_p99_s`; `transfer_time_mean_s` (over transferred requests), `transfer_share` (Σ transfer
+//! `transfer_time_mean_s` (over transferred requests), `transfer_share` (Σ transfer
 //! time ÷ Σ latency over them); `prefill_utilisation`, `decode_utilisation` (share of
 //! instance-time spent in steps, first arrival → last completion); `prefill_hit_rate` (prompt
 //! tokens cached at prefill admission ÷ prompt tokens, transferred requests) and
@@ -58,7 +58,7 @@ use super::batcher::mark_computed;
 use super::pd_tier::SharedTier;
 use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use super::{ClusterSim, Event, RequestRecord};
-use crate::metrics::{Metrics, quantile};
+use crate::metrics::Metrics;
 use crate::sim::RunError;
 use crate::sim::event_queue::{SimTime, seconds, ticks};
 use crate::workload::cluster::Reservation;
@@ -438,13 +438,6 @@ impl ClusterSim<'_> {
         let served = |i: &usize| !pd.rejected[*i];
         let done: Vec<usize> =
             (0..records.len()).filter(served).filter(|&i| records[i].completed_at_s.is_finite()).collect();
-        let mut tpot: Vec<f64> = done
-            .iter()
-            .map(|&i| &records[i])
-            .filter(|r| r.output_tokens > 1)
-            .map(|r| (r.completed_at_s - r.first_token_at_s) / (r.output_tokens - 1) as f64)
-            .collect();
-        m.push("tpot_p99_s", quantile(&mut tpot, 0.99));
         let moved: Vec<usize> = done.iter().copied().filter(|&i| pd.transfer_s[i].is_finite()).collect();
         let sum = |f: &dyn Fn(usize) -> f64| moved.iter().map(|&i| f(i)).sum::<f64>();
         let transfer = sum(&|i| pd.transfer_s[i]);

@@ -73,7 +73,7 @@ pub(super) fn summarize(
     let done: Vec<&RequestRecord> = records.iter().filter(|r| r.completed_at_s.is_finite()).collect();
     let mut latency: Vec<f64> = done.iter().map(|r| r.completed_at_s - r.arrived_at_s).collect();
     let mut ttft: Vec<f64> = done.iter().map(|r| r.first_token_at_s - r.arrived_at_s).collect();
-    let tpot: Vec<f64> = done
+    let mut tpot: Vec<f64> = done
         .iter()
         .filter(|r| r.output_tokens > 1)
         .map(|r| (r.completed_at_s - r.first_token_at_s) / (r.output_tokens - 1) as f64)
@@ -107,6 +107,7 @@ pub(super) fn summarize(
     m.push("ttft_mean_s", mean(&ttft));
     m.push("ttft_p99_s", quantile(&mut ttft, 0.99));
     m.push("tpot_mean_s", mean(&tpot));
+    m.push("tpot_p99_s", quantile(&mut tpot, 0.99));
     m.push("throughput_rps", if last_done > first { done.len() as f64 / (last_done - first) } else { f64::NAN });
     m.push("hit_rate", if prompt > 0 { cached as f64 / prompt as f64 } else { 0.0 });
     m.push("replication_factor", replication_factor);
