@@ -208,21 +208,26 @@ impl Disaggregation {
                 format!("set `replicas: {total}`"),
             ));
         }
+        // A link or the shared tier: bandwidth in Gbit/s and a fixed latency per transfer.
+        let check_link = |at: &str, bandwidth_gbps: f64, base_latency_s: f64, fix: &str| {
+            if !(bandwidth_gbps > 0.0 && bandwidth_gbps.is_finite() && bandwidth_gbps <= 1e6) {
+                return Err(under(FieldError::new(
+                    &format!("{at}.bandwidth_gbps"),
+                    format!("must be a positive number of Gbit/s (got {bandwidth_gbps:?})"),
+                    fix,
+                )));
+            }
+            if !(base_latency_s >= 0.0 && base_latency_s <= 10.0) {
+                return Err(under(FieldError::new(
+                    &format!("{at}.base_latency_s"),
+                    format!("must be in [0, 10] s (got {base_latency_s:?})"),
+                    "use e.g. 0.0005",
+                )));
+            }
+            Ok(())
+        };
         let l = &self.link;
-        if !(l.bandwidth_gbps > 0.0 && l.bandwidth_gbps.is_finite() && l.bandwidth_gbps <= 1e6) {
-            return Err(under(FieldError::new(
-                "link.bandwidth_gbps",
-                format!("must be a positive number of Gbit/s (got {:?})", l.bandwidth_gbps),
-                "use e.g. 100 (RoCE) or 400 (InfiniBand NDR)",
-            )));
-        }
-        if !(l.base_latency_s >= 0.0 && l.base_latency_s <= 10.0) {
-            return Err(under(FieldError::new(
-                "link.base_latency_s",
-                format!("must be in [0, 10] s (got {:?})", l.base_latency_s),
-                "use e.g. 0.0005",
-            )));
-        }
+        check_link("link", l.bandwidth_gbps, l.base_latency_s, "use e.g. 100 (RoCE) or 400 (InfiniBand NDR)")?;
         if let Some(t) = &self.shared_kv {
             if !(t.capacity_gb > 0.0 && t.capacity_gb.is_finite() && t.capacity_gb <= 1e9) {
                 return Err(under(FieldError::new(
@@ -231,20 +236,7 @@ impl Disaggregation {
                     "use e.g. 512 (a few hosts' DRAM), or remove `shared_kv:` for no tier",
                 )));
             }
-            if !(t.bandwidth_gbps > 0.0 && t.bandwidth_gbps.is_finite() && t.bandwidth_gbps <= 1e6) {
-                return Err(under(FieldError::new(
-                    "shared_kv.bandwidth_gbps",
-                    format!("must be a positive number of Gbit/s (got {:?})", t.bandwidth_gbps),
-                    "use e.g. 100 (RDMA to a DRAM pool)",
-                )));
-            }
-            if !(t.base_latency_s >= 0.0 && t.base_latency_s <= 10.0) {
-                return Err(under(FieldError::new(
-                    "shared_kv.base_latency_s",
-                    format!("must be in [0, 10] s (got {:?})", t.base_latency_s),
-                    "use e.g. 0.0005",
-                )));
-            }
+            check_link("shared_kv", t.bandwidth_gbps, t.base_latency_s, "use e.g. 100 (RDMA to a DRAM pool)")?;
         }
         self.step_models(cluster)?;
         self.mixed_step_model(cluster).map(|_| ())
