@@ -217,7 +217,7 @@ impl Disaggregation {
                     fix,
                 )));
             }
-            if !(base_latency_s >= 0.0 && base_latency_s <= 10.0) {
+            if !(0.0..=10.0).contains(&base_latency_s) {
                 return Err(under(FieldError::new(
                     &format!("{at}.base_latency_s"),
                     format!("must be in [0, 10] s (got {base_latency_s:?})"),
