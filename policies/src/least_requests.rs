@@ -1,20 +1,23 @@
 //! `least_requests` (join the shortest queue, JSQ): the replica with the fewest outstanding requests.
 //!
-//! Algorithm: scan every replica's `outstanding_requests` (waiting + running); among the minima
-//! pick one uniformly at random (one pass, reservoir sampling), so ties do not all land on the
-//! lowest index.
+//! Algorithm: find the minimum of every replica's `outstanding_requests` (waiting + running) and
+//! how many replicas hold it; when several do, draw one `k` uniform in `[0, ties)` from the
+//! policy's stream and take the `k`-th of them in index order. One draw per decision (none
+//! without a tie), so ties do not all land on the lowest index and the cost does not grow with
+//! their number. (Until issue 14 it drew once per tie, reservoir-style: as uniform, but at 1,024
+//! servers ≈ 100 idle servers meant ≈ 100 draws per decision; per-seed results changed then.)
 //! Parameters: none. Randomness for ties from the host's seed.
 //! Source: JSQ (Winston 1977; Weber 1978); the SGLang router's and Envoy's `least_request`.
 //! Under stale information (a snapshot refreshed every T) every arrival sees the same shortest
 //! queue and herds onto it (Mitzenmacher 2000).
 //!
-//! In the dispatch world the same decision is made without reading every view: a tournament
-//! tree over the counts ([`CountIndex`]) replays the reservoir scan — the same draws in the same
-//! order, so the same replica and the same generator state — visiting only the subtrees that
-//! hold a running minimum, and per decision the router re-reads only the views that can have
-//! changed. That rests on how the dispatch world changes a view: only at a dispatch or a
-//! departure it reports (`on_dispatch`, `on_complete`) or, with stale information, by showing a
-//! server's true count at an earlier moment. So a view that showed the router's own count
+//! In the dispatch world from [`INDEX_FROM`] replicas the same decision is made without reading
+//! every view: a tournament tree over the counts ([`CountIndex`]) holds the minimum and how many
+//! replicas hold it at its root; the same single draw then descends to the `k`-th of them, so
+//! the tree and the scan choose the same replica with the same generator state. Per decision the
+//! router re-reads only the views that can have changed. That rests on how the dispatch world
+//! changes a view: only at a dispatch or a departure it reports (`on_dispatch`, `on_complete`)
+//! or, with stale information, by showing a server's true count at an earlier moment. So a view that showed the router's own count
 //! (dispatches − completions) and has had no report since cannot change; a view that showed
 //! something else (a lagging snapshot) is re-read on every decision until it catches up. The
 //! cluster world and the gateway change views in other ways (queued admissions, unhealthy
