@@ -89,25 +89,26 @@ impl RouterHandle {
     }
 
     /// Disaggregated clusters: asks the router what to do with `req` given every replica's view,
-    /// the prefill pool being `views[..split]` and the decode pool `views[split..]`; checks the
+    /// the prefill candidates being `views[..prefill_end]`, the decode ones `views[decode_start..]`; checks the
     /// answer (a known action, indices within their pool) and tells the router (`on_dispatch_pair`).
     pub fn dispatch_pair(
         &mut self,
         req: &Request<'_>,
         views: &[ReplicaView],
-        split: usize,
+        prefill_end: usize,
+        decode_start: usize,
     ) -> Result<PdDecision, RunError> {
         debug_assert_eq!(views.len(), self.replicas);
         if let Some(e) = &self.unusable {
             return Err(e.clone());
         }
-        let (prefill, decode) = self.signals.pools(views, split, req.arrived_at);
+        let (prefill, decode) = self.signals.pools(views, prefill_end, decode_start, req.arrived_at);
         let d = self
             .router
             .route_pair(req, prefill, decode)
             .into_result()
             .map_err(|e| self.fail("route_pair", e.into()))?;
-        let (np, nd) = (split as u32, (self.replicas - split) as u32);
+        let (np, nd) = (prefill_end as u32, (self.replicas - decode_start) as u32);
         let bad = match d.action {
             PdDecision::DISAGGREGATE if d.prefill >= np => {
                 Some(format!("prefill instance {}, but there are {np}", d.prefill))

@@ -107,16 +107,23 @@ impl SignalTable {
         Replicas::with_signals(views, &self.values, k)
     }
 
-    /// Like [`Self::replicas`] for a disaggregated cluster: the prefill pool `views[..split]` and
-    /// the decode pool `views[split..]`, each with its rows of the one table.
-    pub fn pools<'a>(&'a mut self, views: &'a [ReplicaView], split: usize, now_s: f64) -> (Replicas<'a>, Replicas<'a>) {
-        let (p, d) = views.split_at(split);
+    /// Like [`Self::replicas`] for a disaggregated cluster: the prefill candidates
+    /// `views[..prefill_end]` and the decode candidates `views[decode_start..]` (overlapping at
+    /// the mixed instances), each with its rows of the one table.
+    pub fn pools<'a>(
+        &'a mut self,
+        views: &'a [ReplicaView],
+        prefill_end: usize,
+        decode_start: usize,
+        now_s: f64,
+    ) -> (Replicas<'a>, Replicas<'a>) {
+        let (p, d) = (&views[..prefill_end], &views[decode_start..]);
         if self.columns.is_empty() {
             return (Replicas::new(p), Replicas::new(d));
         }
-        let k = self.fill(views, now_s);
-        let (pv, dv) = self.values.split_at(split * k as usize);
-        (Replicas::with_signals(p, pv, k), Replicas::with_signals(d, dv, k))
+        let k = self.fill(views, now_s) as usize;
+        let (pv, dv) = (&self.values[..prefill_end * k], &self.values[decode_start * k..]);
+        (Replicas::with_signals(p, pv, k as u32), Replicas::with_signals(d, dv, k as u32))
     }
 
     /// Writes every replica's signals into the table; returns the columns per replica.

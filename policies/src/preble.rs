@@ -29,8 +29,11 @@
 //!   hit ratios and keeps it if ≥ 0.7; `runtime_selector` in `preble/global_scheduler_with_time.py`
 //!   sends a non-matching request there; the servers' window is `hit_trace_window_size` = 30 s in
 //!   `python/sglang/srt/server_args.py`). A high hit ratio stands for "mostly decoding": its
-//!   prompts cost little prefill. An earlier version here used the load window H (180 s) and the
-//!   cheapest of the qualifying replicas.
+//!   prompts cost little prefill. The code records the ratio when a replica admits a prefill batch
+//!   (`schedule_within_group` in `python/sglang/srt/managers/router/model_rpc.py`), with the
+//!   server's cache; we record it at dispatch with the global tree's match (the router hears of
+//!   admissions only at completion). An earlier version here used the load window H (180 s) and
+//!   the cheapest of the qualifying replicas.
 //!
 //! Parameters (defaults): `window_s` 180; `decode_estimate` single (the paper: one request's
 //! per-token time), `batched` (marginal cost in the replica's running batch) or `median_tpot`
@@ -45,7 +48,11 @@
 //! system also runs the `priority_groups` scheduler on each replica.
 //! Source: Srivatsa, He, Abhyankar, Li, Zhang, "Preble: Efficient Distributed Prompt Scheduling
 //! for LLM Serving", ICLR 2025, §3.2–3.3 (E2, cost model, load adjustment) and its public code.
-//! Reports the run's mean L, M and P of the chosen replicas and the count of each decision kind.
+//! Reports the run's mean L, M and P of the chosen replicas and the count of each decision kind,
+//! and a trace of the P/D pairing decisions (`pd_*`, module `pairing`; recorded with pairing off
+//! too, as what pairing would have done).
+
+mod pairing;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -245,6 +252,8 @@ pub struct Preble {
     rebalanced: u64,
     paired: u64,
     autoscaled: u64,
+    /// What pairing did (or, when off, would have done) and how those requests fared.
+    pairing_trace: pairing::PairingTrace,
 }
 
 // The key of a prompt prefix is its path hash in the toolkit's tree (`extend_path_hash` from
@@ -305,6 +314,7 @@ impl Policy for Preble {
             rebalanced: 0,
             paired: 0,
             autoscaled: 0,
+            pairing_trace: Default::default(),
             cfg,
         })
     }
@@ -442,6 +452,26 @@ impl Preble {
         })
     }
 
+    /// The decode-heavy replica and its hit ratio: the highest windowed hit ratio (first on
+    /// ties), if at least `pd_hit_ratio`.
+    fn decode_heavy(&mut self, now: f64) -> Option<(usize, f64)> {
+        let mut best: Option<(usize, f64)> = None;
+        for r in 0..self.replicas.len() {
+            let ratio = self.hit_ratio(r, now);
+            if best.is_none_or(|(_, b)| ratio > b) {
+                best = Some((r, ratio));
+            }
+        }
+        best.filter(|&(_, ratio)| ratio >= self.cfg.pd_hit_ratio)
+    }
+
+    /// Cached ÷ prompt tokens of the requests dispatched to `r` in the last `pd_window_s`.
+    fn hit_ratio(&mut self, r: usize, now: f64) -> f64 {
+        let w = &mut self.replicas[r];
+        let prompt = w.prompt_tokens.sum(now);
+        if prompt > 0.0 { w.cached_tokens.sum(now) / prompt } else { 0.0 }
+    }
+
     fn prefix_overloaded(&mut self, key: u64, now: f64) -> bool {
         let Some(w) = self.prefix_ttft.get_mut(&key) else { return false };
         let n = w.count(now);
@@ -478,6 +508,7 @@ impl RouterPolicy for Preble {
                 self.holders = holders;
                 let key = self.node_key(node).0;
                 prefix_key = Some(key);
+                self.pairing_trace.exploit(request.id, key);
                 if self.cfg.autoscale && self.prefix_overloaded(key, now) {
                     let global = self.cheapest(all.clone(), now).expect("replicas");
                     if self.total(global, now) < self.total(choice, now) && self.matches[global] < cached {
@@ -498,22 +529,32 @@ impl RouterPolicy for Preble {
             }
             _ => {
                 self.explore += 1;
-                let mut decode_heavy: Option<(usize, f64)> = None;
-                if self.cfg.pd_pairing {
-                    for (r, w) in self.replicas.iter_mut().enumerate() {
-                        let prompt = w.prompt_tokens.sum(now);
-                        let ratio = if prompt > 0.0 { w.cached_tokens.sum(now) / prompt } else { 0.0 };
-                        if decode_heavy.is_none_or(|(_, best)| ratio > best) {
-                            decode_heavy = Some((r, ratio));
+                // The decode-heavy test runs with pairing off too, for the trace; so does the
+                // cheapest replica with pairing on. Neither changes the decision.
+                let heavy = self.decode_heavy(now);
+                let cheapest = self.cheapest(all, now).expect("replicas");
+                match heavy {
+                    Some((r, hit_ratio)) => {
+                        let pairable = pairing::Pairable {
+                            request: request.id,
+                            segments,
+                            prompt_tokens: request.prompt_tokens,
+                            cached_tokens: cached,
+                            heavy: r,
+                            hit_ratio,
+                            cheapest,
+                            cheapest_hit_ratio: self.hit_ratio(cheapest, now),
+                            l_excess_s: self.costs[r].l - self.costs[cheapest].l,
+                        };
+                        self.pairing_trace.pairable(pairable, replicas);
+                        if self.cfg.pd_pairing {
+                            self.paired += 1;
+                            r
+                        } else {
+                            cheapest
                         }
                     }
-                }
-                match decode_heavy.filter(|&(_, ratio)| ratio >= self.cfg.pd_hit_ratio).map(|(r, _)| r) {
-                    Some(r) => {
-                        self.paired += 1;
-                        r
-                    }
-                    None => self.cheapest(all, now).expect("replicas"),
+                    None => cheapest,
                 }
             }
         };
@@ -557,6 +598,7 @@ impl RouterPolicy for Preble {
     fn on_complete(&mut self, c: &Completion) {
         let t = c.completed_at;
         self.outputs.add(t, c.output_tokens as f64);
+        self.pairing_trace.complete(c.request_id, t - c.arrived_at);
         self.ttft.add(t, c.ttft);
         if let Some(k) = self.in_flight_prefix.remove(&request_key(c.request_id)) {
             self.prefix_ttft.entry(k).or_insert_with(|| WindowSum::new(self.cfg.window_s)).add(t, c.ttft);
@@ -569,7 +611,7 @@ impl RouterPolicy for Preble {
 
     fn report(&self) -> Vec<(String, f64)> {
         let n = (self.exploit + self.explore).max(1) as f64;
-        vec![
+        let mut out = vec![
             ("cost_l_mean_s".into(), self.sums.l / n),
             ("cost_m_mean_s".into(), self.sums.m / n),
             ("cost_p_mean_s".into(), self.sums.p / n),
@@ -578,6 +620,8 @@ impl RouterPolicy for Preble {
             ("rebalanced_decisions".into(), self.rebalanced as f64),
             ("pd_paired_decisions".into(), self.paired as f64),
             ("autoscaled_decisions".into(), self.autoscaled as f64),
-        ]
+        ];
+        self.pairing_trace.report(&mut out);
+        out
     }
 }

@@ -27,6 +27,11 @@ fn ctx(prefill: u32, decode: u32) -> RouterContext {
             kv_bytes_per_token: cost.kv_bytes_per_token,
             link_bandwidth_bytes_s: 12.5e9,
             link_base_latency_s: 0.0005,
+            mixed_replicas: 0,
+            link_layerwise: false,
+            model_layers: 32,
+            shared_kv_bandwidth_bytes_s: 0.0,
+            shared_kv_capacity_tokens: 0,
         }),
     }
 }

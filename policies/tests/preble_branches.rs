@@ -116,6 +116,39 @@ fn pd_pairing_sends_an_explore_to_a_decode_heavy_replica() {
     assert_eq!(decide(true), (1, 1.0, 1.0));
 }
 
+/// The same history with pairing off: the trace still records the explore as pairable (replica 1
+/// would have been chosen, replica 2 was), a later question on the fresh prompt as its follower,
+/// and each one's latency in its own group.
+#[test]
+fn the_pairing_trace_records_what_pairing_would_do_when_it_is_off() {
+    let views = [ReplicaView::default(); 3];
+    let other = Segment { id: 2, tokens: 2_000 };
+    let fresh = Segment { id: 3, tokens: 3_000 };
+    let mut p = preble(3, false, false, false);
+    p.on_dispatch(&req(0, 0.0, &[other]), 0);
+    for i in 1..=10 {
+        p.on_dispatch(&req(i, 0.1 * i as f64, &[DOC]), 1);
+    }
+    let first = [fresh];
+    let r = p.route(&req(11, 2.0, &first), &Replicas::new(&views));
+    p.on_dispatch(&req(11, 2.0, &first), r);
+    let again = [fresh, question(1)];
+    let r2 = p.route(&req(12, 2.5, &again), &Replicas::new(&views));
+    p.on_dispatch(&req(12, 2.5, &again), r2);
+    assert_eq!((r, r2), (2, 2), "pairing off: the cheapest replica, then the fresh prompt's holder");
+    p.on_complete(&completion(11, 2, 5.0, 3.0)); // arrived at 2.0
+    p.on_complete(&completion(12, 2, 6.5, 4.0)); // arrived at 2.5
+    p.on_complete(&completion(1, 1, 7.0, 0.1));
+    assert_eq!(stat(&p, "pd_paired_decisions"), 0.0);
+    assert_eq!(stat(&p, "pd_pairable_decisions"), 1.0);
+    assert_eq!(stat(&p, "pd_pairable_differs_fraction"), 1.0);
+    assert!(stat(&p, "pd_pairable_hit_ratio_mean") >= 0.7);
+    assert_eq!(stat(&p, "pd_pairable_latency_mean_s"), 3.0);
+    assert_eq!(stat(&p, "pd_follower_requests"), 1.0);
+    assert_eq!(stat(&p, "pd_follower_latency_mean_s"), 4.0);
+    assert_eq!(stat(&p, "pd_other_requests"), 1.0);
+}
+
 /// Replica 0 took twenty short prompts in the window but runs nothing now; replica 1 took two and
 /// runs eight. A fresh prompt explores: charging decode for the window's requests (the paper)
 /// makes replica 0 the dear one, charging it for the running requests (the code) replica 1.

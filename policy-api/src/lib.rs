@@ -92,7 +92,13 @@
 //! also keeps one loader path, one handle, one `report`, the same signals and the same
 //! `on_complete` bookkeeping; composing two plain routers (SGLang's independent choice) is itself
 //! a router (`pd_sglang`). The context's [`PdContext`] gives what a real PD router knows: pool
-//! sizes, capacities, cost models and the link.
+//! sizes, capacities, cost models, the link (layer-wise or not) and the shared KV tier.
+//!
+//! Mixed instances (0.4.0) can prefill, decode, or both for one request. Rather than a third
+//! view, the two views overlap: the prefill candidates end with the mixed instances and the
+//! decode candidates start with them, so every router written for two pools keeps working (it
+//! simply has more candidates on each side), and "both on one instance, no transfer" is a
+//! `DISAGGREGATE` pair naming the same mixed instance twice ([`PdContext::as_decode`]).
 //!
 //! ## A router in one page
 //!

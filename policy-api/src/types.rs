@@ -180,11 +180,18 @@ impl PdDecision {
 }
 
 /// What a router on a disaggregated cluster is told at creation besides [`RouterContext`]'s
-/// decode-pool figures: the prefill pool and the link the KV cache crosses.
+/// decode-pool figures: the prefill pool, the link the KV cache crosses and the shared KV tier.
+///
+/// Instances are laid out prefill-only, mixed, decode-only. The prefill candidates (every
+/// `route_pair`'s `prefill` view) are the first `prefill_replicas` instances; the decode
+/// candidates (its `decode` view, [`RouterContext::replicas`] of them) start at instance
+/// `prefill_replicas − mixed_replicas`: the last `mixed_replicas` prefill candidates are the first
+/// `mixed_replicas` decode candidates ([`PdContext::as_decode`], [`PdContext::as_prefill`]). A
+/// `DISAGGREGATE` pair naming one mixed instance on both sides is served there with no transfer.
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug)]
 pub struct PdContext {
-    /// Prefill instances (the prefill candidates of every `route_pair`).
+    /// Prefill candidates: prefill-only instances plus mixed ones (0.4.0: mixed ones included).
     pub prefill_replicas: u32,
     /// KV capacity of one prefill instance in tokens.
     pub prefill_kv_capacity_tokens: u64,
@@ -196,6 +203,30 @@ pub struct PdContext {
     pub link_bandwidth_bytes_s: f64,
     /// Fixed cost of one transfer (setup, metadata), seconds.
     pub link_base_latency_s: f64,
+    /// Instances that can prefill, decode, or both for one request (0.4.0).
+    pub mixed_replicas: u32,
+    /// The link streams the KV layer by layer alongside the prefill (0.4.0): only about one
+    /// layer's share of the transfer follows a prefill that is not bandwidth-bound.
+    pub link_layerwise: bool,
+    /// The model's layers (0.4.0).
+    pub model_layers: u32,
+    /// Read bandwidth of the shared KV tier, bytes/s, shared by concurrent loads; 0 when the
+    /// cluster has none (0.4.0).
+    pub shared_kv_bandwidth_bytes_s: f64,
+    /// Capacity of the shared KV tier in tokens; 0 when the cluster has none (0.4.0).
+    pub shared_kv_capacity_tokens: u64,
+}
+
+impl PdContext {
+    /// The decode-candidate index of prefill candidate `prefill`, when it is a mixed instance.
+    pub const fn as_decode(&self, prefill: u32) -> Option<u32> {
+        let first_mixed = self.prefill_replicas - self.mixed_replicas;
+        if prefill >= first_mixed && prefill < self.prefill_replicas { Some(prefill - first_mixed) } else { None }
+    }
+    /// The prefill-candidate index of decode candidate `decode`, when it is a mixed instance.
+    pub const fn as_prefill(&self, decode: u32) -> Option<u32> {
+        if decode < self.mixed_replicas { Some(self.prefill_replicas - self.mixed_replicas + decode) } else { None }
+    }
 }
 
 /// A finished request, reported to the router that placed it.
@@ -225,8 +256,9 @@ pub struct Completion {
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug)]
 pub struct Eviction<'a> {
-    /// The replica whose cache lost the content. On a disaggregated cluster the prefill
-    /// instances come first: `0..prefill_replicas` is the prefill pool, the rest the decode pool.
+    /// The replica whose cache lost the content. On a disaggregated cluster this is the instance
+    /// index: `0..prefill_replicas` are the prefill candidates, `prefill_replicas −
+    /// mixed_replicas..` the decode candidates (see [`PdContext`]).
     pub replica: u32,
     /// Simulated time of the eviction (not of the delivery).
     pub evicted_at: f64,

@@ -250,7 +250,7 @@ fn non_plugin_library_is_refused_clearly() {
     assert!(e.is_err());
 }
 
-/// A plugin built against another policy-api minor (a copy of policy-api relabelled 0.3.0 and the
+/// A plugin built against another policy-api minor (a copy of policy-api relabelled 0.5.0 and the
 /// example router built against it, in the shared target dir so dependencies are reused).
 fn old_api_plugin() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
@@ -264,7 +264,7 @@ fn old_api_plugin() -> &'static PathBuf {
             api.join("Cargo.toml"),
             r#"[package]
 name = "routelab-policy-api"
-version = "0.4.0"
+version = "0.5.0"
 edition = "2024"
 
 [dependencies]
@@ -307,7 +307,7 @@ fn plugin_built_against_another_minor_is_refused_with_a_short_message() {
     let lib = old_api_plugin();
     let e = Loader::new().router(&PolicySpec::parse(&lib.display().to_string()).unwrap(), &ctx()).err().unwrap();
     assert_eq!(e.kind, LoadErrorKind::VersionMismatch, "{e}");
-    assert!(e.fix.contains("rebuild the plugin against routelab-policy-api 0.3"), "{e}");
+    assert!(e.fix.contains("rebuild the plugin against routelab-policy-api 0.4"), "{e}");
     let lines = e.to_string().lines().count();
     assert!(lines <= 12, "the message should be trimmed, got {lines} lines:\n{e}");
     // The rest of a comparison still runs.

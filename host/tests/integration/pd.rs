@@ -107,6 +107,23 @@ fn bad_pd_input_is_refused_with_exit_2() {
     let line = 1 + bw.lines().position(|l| l.contains("bandwidth_gbps")).unwrap();
     let f = scratch("bw.yaml", &bw);
     bad(&f, "pd_random", &[&format!("bw.yaml:{line}:"), "cluster.disaggregation.link.bandwidth_gbps", "fix:"]);
+    for (field, tier) in [
+        ("capacity_gb", "capacity_gb: 0, bandwidth_gbps: 100"),
+        ("bandwidth_gbps", "capacity_gb: 64, bandwidth_gbps: -5"),
+        ("base_latency_s", "capacity_gb: 64, bandwidth_gbps: 100, base_latency_s: -1"),
+    ] {
+        let tier = pd.replace(
+            "link: {bandwidth_gbps: 100}\n",
+            &format!("link: {{bandwidth_gbps: 100}}\n    shared_kv: {{{tier}}}\n"),
+        );
+        let line = 1 + tier.lines().position(|l| l.contains("shared_kv")).unwrap();
+        let f = scratch("tier.yaml", &tier);
+        bad(
+            &f,
+            "pd_random",
+            &[&format!("tier.yaml:{line}:"), &format!("cluster.disaggregation.shared_kv.{field}"), "fix:"],
+        );
+    }
     let f = scratch("sum.yaml", &pd.replace("prefill: {instances: 3}", "prefill: {instances: 4}"));
     bad(&f, "pd_random", &["cluster.replicas", "set `replicas: 9`"]);
 }

@@ -105,15 +105,17 @@ impl PoolRouter {
 /// seed of its own; after a decision, `on_dispatch` with its own pick (the prefill child only
 /// when the request is disaggregated); `on_complete` when the request leaves its pool (the
 /// prefill child at the end of the prefill, the decode child at the end of the request);
-/// `on_evict` for its own instances. The engine signals asked for are the union of the
+/// `on_evict` for its own instances. A mixed instance belongs to both pools: both children hear
+/// of its evictions, and a pair naming it on both sides (no transfer) is the decode child's alone
+/// (dispatched to it, completed by it). The engine signals asked for are the union of the
 /// children's, each child seeing its own columns in its own order; figures are reported as
 /// `prefill_<name>` and `decode_<name>`.
 pub struct Pools {
     pub prefill: PoolRouter,
     pub decode: PoolRouter,
     signals: Vec<String>,
-    /// Prefill instances: evictions from `replica ≥ split` belong to the decode pool.
-    split: u32,
+    /// The cluster's layout (prefill candidates, mixed instances among them).
+    pd: PdContext,
 }
 
 impl Pools {
@@ -142,7 +144,7 @@ impl Pools {
                 child.columns.push(at);
             }
         }
-        Ok(Self { prefill, decode, signals, split: pd.prefill_replicas })
+        Ok(Self { prefill, decode, signals, pd })
     }
 
     /// [`PD`] plus what either child asks for.
@@ -154,7 +156,8 @@ impl Pools {
         self.signals.clone()
     }
     pub fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdDecision) {
-        if decision.action == PdDecision::DISAGGREGATE {
+        let local = self.pd.as_decode(decision.prefill) == Some(decision.decode);
+        if decision.action == PdDecision::DISAGGREGATE && !local {
             ok(self.prefill.router.on_dispatch(request, decision.prefill));
         }
         if decision.action != PdDecision::REJECT {
@@ -168,11 +171,13 @@ impl Pools {
         ok(self.decode.router.on_complete(completion));
     }
     pub fn on_evict(&mut self, eviction: &Eviction<'_>) {
-        if eviction.replica < self.split {
+        if eviction.replica < self.pd.prefill_replicas {
             ok(self.prefill.router.on_evict(eviction));
-        } else {
+        }
+        let first_decode = self.pd.prefill_replicas - self.pd.mixed_replicas;
+        if eviction.replica >= first_decode {
             let path = RSlice::from_slice(eviction.path.as_slice());
-            let e = Eviction { replica: eviction.replica - self.split, path, ..*eviction };
+            let e = Eviction { replica: eviction.replica - first_decode, path, ..*eviction };
             ok(self.decode.router.on_evict(&e));
         }
     }

@@ -2,7 +2,9 @@
 //!
 //! Algorithm: prefill = argmin `outstanding_work` (remaining prefill tokens queued there: what
 //! delays this prompt), decode = argmin `kv_used_tokens` (decode steps are bound by the KV they
-//! read and admission by the KV left), lowest index on ties; never skips the prefill pool.
+//! read and admission by the KV left), lowest index on ties; never skips the prefill pool. When
+//! the chosen prefill instance is a mixed one, it decodes the request too (no transfer: the
+//! least outstanding work already counts its decode load).
 //! Parameters: none. Source: the "load-balancing" prefill scheduling of Mooncake's comparison
 //! (FAST'25 §7) and SGLang's old PD default of least load for decode (`sgl-router` before
 //! PR #8395); the exact load figure is ours.
@@ -11,15 +13,17 @@ use routelab_policy_api::*;
 
 use super::argmin_by;
 
-pub struct PdLeastLoaded;
+pub struct PdLeastLoaded {
+    pd: Option<PdContext>,
+}
 
 impl Policy for PdLeastLoaded {
     const NAME: &'static str = "pd_least_loaded";
     const DESCRIPTION: &'static str = "disaggregated: least outstanding work for prefill, least KV in use for decode";
     type Config = crate::NoConfig;
     type Context = RouterContext;
-    fn new(_: Self::Config, _: &RouterContext) -> Result<Self, String> {
-        Ok(Self)
+    fn new(_: Self::Config, ctx: &RouterContext) -> Result<Self, String> {
+        Ok(Self { pd: ctx.disaggregation.into_option() })
     }
 }
 
@@ -31,7 +35,8 @@ impl RouterPolicy for PdLeastLoaded {
         argmin_by(replicas, |v| v.outstanding_work)
     }
     fn route_pair(&mut self, _: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdDecision {
-        let p = argmin_by(prefill, |v| v.outstanding_work);
-        PdDecision::pair(p as u32, argmin_by(decode, |v| v.kv_used_tokens) as u32)
+        let p = argmin_by(prefill, |v| v.outstanding_work) as u32;
+        let local = self.pd.and_then(|pd| pd.as_decode(p));
+        PdDecision::pair(p, local.unwrap_or_else(|| argmin_by(decode, |v| v.kv_used_tokens) as u32))
     }
 }

@@ -81,7 +81,7 @@ impl Replica {
                 let plan = self.cache.plan(prompt);
                 let st = &mut states[r as usize];
                 let redo = st.prefill_target - req.prompt_tokens;
-                let output_here = if self.prefill_only { req.output_tokens.min(1) } else { req.output_tokens };
+                let output_here = st.output_here(req.output_tokens);
                 let reserve = match cfg.reservation {
                     Reservation::Full => output_here as u64,
                     Reservation::Estimate { output_tokens } => {
@@ -184,7 +184,7 @@ impl Replica {
             self.unpend(prompt, cfg);
             st.produced += 1;
             self.outstanding_work -= 1;
-            if self.prefill_only {
+            if st.handoff {
                 // Handed off: the first token reaches the user with the KV, at the transfer's end.
                 self.complete(r, now, stream, states, cfg, false);
                 completed.push(r);
@@ -238,7 +238,7 @@ impl Replica {
     ) {
         let req = &stream.requests[r as usize];
         let produced = self.produced_now(&states[r as usize]);
-        let output_here = self.output_here(req.output_tokens);
+        let output_here = states[r as usize].output_here(req.output_tokens);
         debug_assert_eq!(produced, output_here);
         if decoding {
             self.decoding -= 1;
@@ -249,14 +249,14 @@ impl Replica {
             self.reserved_output_tokens -= output_here as u64;
         }
         let st = &mut states[r as usize];
-        if let (Some(seg), Some(&last), false) = (req.output_segment, st.path.last(), self.prefill_only) {
+        if let (Some(seg), Some(&last), false) = (req.output_segment, st.path.last(), st.handoff) {
             self.cache.insert_computed(last, seg);
         }
         self.cache.release(&st.path);
         st.path = Vec::new();
         debug_assert!(st.completed_at.is_none(), "request {r} completed twice");
         st.produced = produced;
-        if self.prefill_only {
+        if st.handoff {
             st.phase = Phase::Transfer;
         } else {
             st.phase = Phase::Done;

@@ -35,6 +35,7 @@ pub mod batcher;
 mod pd;
 #[cfg(test)]
 mod pd_tests;
+mod pd_tier;
 pub mod prefix_cache;
 pub mod replica;
 mod summary;
@@ -73,22 +74,31 @@ pub fn router_context(sm: &StepModel, replicas: u32, run_seed: u64) -> RouterCon
 }
 
 /// What a router is told at creation on `spec`'s cluster (`sm` its resolved step model): on a
-/// disaggregated one, `replicas`, capacity and cost describe the decode pool and
-/// `disaggregation` the prefill pool and the link.
+/// disaggregated one, `replicas` counts the decode candidates (mixed + decode instances),
+/// capacity and cost describe the decode pool, and `disaggregation` the prefill candidates, the
+/// link and the shared tier.
 pub fn router_context_for(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> RouterContext {
     let Some(d) = &spec.disaggregation else { return router_context(sm, spec.replicas, run_seed) };
     // Validated with the workload; a failure here would have stopped it before any run.
     let (p, dm) = d.step_models(spec).unwrap_or_else(|_| (sm.clone(), sm.clone()));
     RouterContext {
         disaggregation: RSome(PdContext {
-            prefill_replicas: d.prefill.instances,
+            prefill_replicas: d.prefill.instances + d.mixed_instances(),
             prefill_kv_capacity_tokens: p.kv_capacity_tokens,
             prefill_cost: RSome(p.cost),
             kv_bytes_per_token: dm.cost.kv_bytes_per_token,
             link_bandwidth_bytes_s: d.link.bandwidth_bytes_s(),
             link_base_latency_s: d.link.base_latency_s,
+            mixed_replicas: d.mixed_instances(),
+            link_layerwise: d.link.layerwise,
+            model_layers: dm.model.layers,
+            shared_kv_bandwidth_bytes_s: d.shared_kv.as_ref().map_or(0.0, |t| t.bandwidth_gbps * 1e9 / 8.0),
+            shared_kv_capacity_tokens: d
+                .shared_kv
+                .as_ref()
+                .map_or(0, |t| (t.capacity_gb * 1e9 / dm.cost.kv_bytes_per_token).floor() as u64),
         }),
-        ..router_context(&dm, d.decode.instances, run_seed)
+        ..router_context(&dm, d.decode.instances + d.mixed_instances(), run_seed)
     }
 }
 
@@ -135,9 +145,14 @@ enum Event {
     },
 }
 
-/// The pool of replica `r`: 0 = prefill, 1 = decode (every replica of an aggregated cluster).
+/// The pool of replica `r`: 0 = prefill, 1 = decode (every replica of an aggregated cluster),
+/// 2 = mixed.
 fn pool_of(pd: Option<&Pd>, r: usize) -> usize {
-    pd.map_or(1, |pd| (r >= pd.split) as usize)
+    match pd {
+        Some(pd) if r < pd.decode_start => 0,
+        Some(pd) if r < pd.prefill_end => 2,
+        _ => 1,
+    }
 }
 
 /// Figures sampled while requests arrive (overload detection, replication factor).
@@ -153,9 +168,9 @@ struct Probes {
 /// event queue, with one handler per event.
 pub struct ClusterSim<'a> {
     stream: &'a RequestStream,
-    /// Per pool: [prefill, decode] on a disaggregated cluster; both the same otherwise.
-    cfgs: [ReplicaConfig; 2],
-    costs: [CostModel; 2],
+    /// Per pool: [prefill, decode, mixed] on a disaggregated cluster; all the same otherwise.
+    cfgs: [ReplicaConfig; 3],
+    costs: [CostModel; 3],
     /// Disaggregation state; `None` on an aggregated cluster.
     pd: Option<Pd>,
     eviction_delay: SimTime,
@@ -213,8 +228,10 @@ impl<'a> ClusterSim<'a> {
                         ),
                     ));
                 }
-                let (p, dm) = d.step_models(spec).map_err(|e| SetupError::new(&e.path, e.message, e.fix))?;
-                Some((d, p, dm))
+                let setup = |e: crate::workload::FieldError| SetupError::new(&e.path, e.message, e.fix);
+                let (p, dm) = d.step_models(spec).map_err(setup)?;
+                let mm = d.mixed_step_model(spec).map_err(setup)?.unwrap_or_else(|| dm.clone());
+                Some((d, p, dm, mm))
             }
             None if caps.disaggregated() => {
                 return Err(SetupError::new(
@@ -225,9 +242,10 @@ impl<'a> ClusterSim<'a> {
             }
             None => None,
         };
-        let (psm, dsm) = pools.as_ref().map_or((sm, sm), |(_, p, d)| (p, d));
+        let (psm, dsm, msm) = pools.as_ref().map_or((sm, sm, sm), |(_, p, d, m)| (p, d, m));
         check_fits(psm, stream)?;
         check_fits(dsm, stream)?;
+        check_fits(msm, stream)?;
         let pool_cfg = |sm: &StepModel| ReplicaConfig {
             kv_capacity_tokens: sm.kv_capacity_tokens,
             step_prefill_budget: if spec.chunk_tokens == 0 { spec.max_step_tokens } else { spec.chunk_tokens },
@@ -238,11 +256,7 @@ impl<'a> ClusterSim<'a> {
             report_evictions: caps.wants_evictions(),
         };
         let total = stream.requests.len();
-        let split = pools.as_ref().map_or(0, |(d, _, _)| d.prefill.instances as usize);
-        let mut replicas: Vec<Replica> = (0..n as u32).map(Replica::new).collect();
-        for r in &mut replicas[..split] {
-            r.prefill_only = true;
-        }
+        let replicas: Vec<Replica> = (0..n as u32).map(Replica::new).collect();
         let last_arrival = stream.requests.last().map_or(0, |r| r.arrived_at);
         let scrape_interval = (router.reads_scrapes() && spec.metrics.scrape_interval_s > 0.0)
             .then(|| ticks(spec.metrics.scrape_interval_s).max(1));
@@ -254,9 +268,9 @@ impl<'a> ClusterSim<'a> {
         Ok(Self {
             scrape_interval,
             stream,
-            cfgs: [pool_cfg(psm), pool_cfg(dsm)],
-            costs: [psm.cost, dsm.cost],
-            pd: pools.map(|(d, _, dm)| Pd::new(d, dm.cost.kv_bytes_per_token, total)),
+            cfgs: [pool_cfg(psm), pool_cfg(dsm), pool_cfg(msm)],
+            costs: [psm.cost, dsm.cost, msm.cost],
+            pd: pools.map(|(d, _, dm, _)| Pd::new(d, dm.cost.kv_bytes_per_token, dm.model.layers, total)),
             eviction_delay: ticks(spec.eviction_delay_s),
             horizon: last_arrival.saturating_add(ticks(spec.drain_s)),
             router,
@@ -377,14 +391,14 @@ impl<'a> ClusterSim<'a> {
     }
 
     /// Request `id` finished on replica `r` at `now`: the router hears of it (on a disaggregated
-    /// cluster, `replica` indexes the decode pool).
+    /// cluster, `replica` indexes the decode candidates).
     fn report_completion(&mut self, now: SimTime, r: usize, id: u32) -> Result<(), RunError> {
         let (q, st) = (&self.stream.requests[id as usize], &self.states[id as usize]);
         self.done += 1;
-        let split = self.pd.as_ref().map_or(0, |pd| pd.split);
+        let first = self.pd.as_ref().map_or(0, |pd| pd.decode_start);
         let c = Completion {
             request_id: id as u64,
-            replica: (r - split) as u32,
+            replica: (r - first) as u32,
             arrived_at: seconds(q.arrived_at),
             completed_at: seconds(now),
             ttft: seconds(st.first_token_at.unwrap_or(now) - q.arrived_at),

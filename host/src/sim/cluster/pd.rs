@@ -18,6 +18,22 @@
 //! instance queues and prefills the request itself (conditional disaggregation). `REJECT`: the
 //! request is counted and never served.
 //!
+//! Layer-wise transfers (`link: {layerwise: true}`): a transfer that starts at its hand-off
+//! streamed alongside the prefill, so it ends at [`Link::layerwise_end`] (the later of prefill
+//! start + transfer and prefill end + one layer's share); one that waited for decode memory did
+//! not overlap. Memory is reserved at the hand-off either way.
+//!
+//! Shared KV tier (`shared_kv:`, [`super::pd_tier`]): a prefill instance puts each prompt it
+//! hands off; before a prompt joins a prefill (or decode-only) instance's queue, the part of its
+//! prefix the tier holds beyond that instance's cache is loaded, as a migration is (below), and
+//! the request queues when it lands. A prefix migration, when the router asks for one, replaces
+//! the tier load.
+//!
+//! Mixed instances (`mixed:`) sit between the pools (`decode_start..prefill_end`): prefill
+//! candidates for the router's `prefill` view, decode candidates for its `decode` view. Whether
+//! an instance hands a request off is per request (`RequestState::handoff`): a `DISAGGREGATE`
+//! pair naming one mixed instance on both sides runs there like any aggregated request.
+//!
 //! Metrics added to the cluster's (which then cover served requests, `rejected` excluded):
 //! `tpot_p99_s`; `transfer_time_mean_s` (over transferred requests), `transfer_share` (Σ transfer
 //! time ÷ Σ latency over them); `prefill_utilisation`, `decode_utilisation` (share of
@@ -25,7 +41,8 @@
 //! tokens cached at prefill admission ÷ prompt tokens, transferred requests) and
 //! `decode_hit_rate` (prompt tokens the decode instance already held, at transfer start or at its
 //! own admission ÷ prompt tokens, every served request); `decode_only_share`; `rejected`;
-//! `prefix_migrations`.
+//! `prefix_migrations`; with a tier, `tier_hit_rate` (tokens loaded ÷ prompt tokens, served
+//! requests) and `tier_tokens_loaded`.
 //!
 //! Prefix migration (`PdDecision::prefix_from`, Mooncake): before the prefill, the whole prompt
 //! segments cached on the source prefill instance that the chosen one lacks are copied over one
@@ -38,6 +55,7 @@ use std::collections::VecDeque;
 use routelab_policy_api::{Completion, PdDecision, Request};
 
 use super::batcher::mark_computed;
+use super::pd_tier::SharedTier;
 use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use super::{ClusterSim, Event, RequestRecord};
 use crate::metrics::{Metrics, quantile};
@@ -49,14 +67,23 @@ use crate::workload::generate::RequestStream;
 
 /// The disaggregated cluster's own state.
 pub(super) struct Pd {
-    /// Prefill instances are replicas `0..split`, decode instances `split..`.
-    pub split: usize,
+    /// Instances are laid out prefill-only `0..decode_start`, mixed `decode_start..prefill_end`,
+    /// decode-only `prefill_end..`: the prefill candidates are `0..prefill_end`, the decode
+    /// candidates `decode_start..` (both include the mixed ones).
+    pub decode_start: usize,
+    pub prefill_end: usize,
     link: Link,
     transfer: TransferTokens,
     kv_bytes_per_token: f64,
-    /// Per decode instance: transfers in flight into it.
+    /// The model's layers (layer-wise transfers move one layer's KV at a time).
+    layers: u32,
+    /// Per request: when its prefill ended (its hand-off), for layer-wise transfers.
+    handoff_at: Vec<SimTime>,
+    /// Requests prefilled and decoded on one mixed instance (no transfer).
+    local: u64,
+    /// Per decode candidate: transfers in flight into it.
     active: Vec<u32>,
-    /// Per decode instance: handed-off requests waiting for its KV memory, in hand-off order.
+    /// Per decode candidate: handed-off requests waiting for its KV memory, in hand-off order.
     waiting: Vec<VecDeque<u32>>,
     /// Per request: its decode instance (replica index), once decided.
     decode_of: Vec<u32>,
@@ -70,16 +97,25 @@ pub(super) struct Pd {
     migrating: Vec<(u32, u32)>,
     /// Prefix copies between prefill instances carried out.
     migrations: u64,
+    /// The shared KV tier, if any.
+    tier: Option<SharedTier>,
+    /// Per request: prompt tokens its prefilling instance loaded from the tier (0: none; > 0
+    /// while `migrating` holds its load).
+    tier_loaded: Vec<u32>,
 }
 
 impl Pd {
-    pub fn new(d: &Disaggregation, kv_bytes_per_token: f64, requests: usize) -> Self {
-        let decode = d.decode.instances as usize;
+    pub fn new(d: &Disaggregation, kv_bytes_per_token: f64, layers: u32, requests: usize) -> Self {
+        let decode = (d.decode.instances + d.mixed_instances()) as usize;
         Self {
-            split: d.prefill.instances as usize,
+            decode_start: d.prefill.instances as usize,
+            prefill_end: (d.prefill.instances + d.mixed_instances()) as usize,
+            local: 0,
             link: d.link.clone(),
             transfer: d.transfer,
             kv_bytes_per_token,
+            layers,
+            handoff_at: if d.link.layerwise { vec![0; requests] } else { Vec::new() },
             active: vec![0; decode],
             waiting: vec![VecDeque::new(); decode],
             decode_of: vec![u32::MAX; requests],
@@ -89,6 +125,8 @@ impl Pd {
             decode_only: 0,
             migrating: vec![(0, 0); requests],
             migrations: 0,
+            tier: d.shared_kv.as_ref().map(|t| SharedTier::new(t, kv_bytes_per_token)),
+            tier_loaded: if d.shared_kv.is_some() { vec![0; requests] } else { Vec::new() },
         }
     }
 }
@@ -128,6 +166,7 @@ impl Replica {
             self.reserved_output_tokens += req.output_tokens as u64;
         }
         st.replica = self.id;
+        st.handoff = false;
         st.prefill_target = req.prompt_tokens;
         st.prefill_done = req.prompt_tokens;
         self.outstanding_work += (req.output_tokens - st.produced) as u64;
@@ -194,16 +233,22 @@ impl Replica {
 impl ClusterSim<'_> {
     /// A request arrives at a disaggregated cluster: the router decides with both pools' views.
     pub(super) fn on_arrival_pd(&mut self, now: SimTime, id: usize, req: &Request<'_>) -> Result<(), RunError> {
-        let split = self.pd.as_ref().expect("disaggregated").split;
-        let decision = self.router.dispatch_pair(req, &self.views, split)?;
+        let pd = self.pd.as_ref().expect("disaggregated");
+        let (first, end) = (pd.decode_start, pd.prefill_end);
+        let decision = self.router.dispatch_pair(req, &self.views, end, first)?;
         let stream = self.stream;
         let prompt = stream.prompt(id);
-        let output = stream.requests[id].output_tokens;
         let pd = self.pd.as_mut().expect("disaggregated");
         let target = match decision.action {
             PdDecision::DISAGGREGATE => {
-                let (p, d) = (decision.prefill as usize, split + decision.decode as usize);
+                let (p, d) = (decision.prefill as usize, first + decision.decode as usize);
                 pd.decode_of[id] = d as u32;
+                if p == d {
+                    // One mixed instance both prefills and decodes: nothing to transfer.
+                    pd.local += 1;
+                    return self.prefill_at(now, id, d);
+                }
+                self.states[id].handoff = true;
                 let src = decision.prefix_from as usize;
                 if decision.prefix_from != PdDecision::NO_SOURCE && src != p {
                     // Copy the whole segments of the prompt cached on `src` that `p` lacks.
@@ -221,16 +266,12 @@ impl ClusterSim<'_> {
                         return Ok(());
                     }
                 }
-                let cfg = &self.cfgs[0];
-                let out = self.replicas[p].output_here(output);
-                self.replicas[p].enqueue(id as u32, prompt, out, &mut self.states[id], cfg);
                 p
             }
             PdDecision::DECODE_ONLY => {
-                let d = split + decision.decode as usize;
+                let d = first + decision.decode as usize;
                 pd.decode_of[id] = d as u32;
                 pd.decode_only += 1;
-                self.replicas[d].enqueue(id as u32, prompt, output, &mut self.states[id], &self.cfgs[1]);
                 d
             }
             _ => {
@@ -240,7 +281,46 @@ impl ClusterSim<'_> {
                 return Ok(());
             }
         };
-        if !self.replicas[target].busy {
+        self.prefill_at(now, id, target)
+    }
+
+    /// Request `id` prefills on `target`: after a load from the shared tier if it holds more of
+    /// the prompt than `target` does, at once otherwise.
+    fn prefill_at(&mut self, now: SimTime, id: usize, target: usize) -> Result<(), RunError> {
+        if self.load_from_tier(now, id, target) {
+            return Ok(());
+        }
+        self.join_queue(now, id as u32, target)
+    }
+
+    /// Request `id` is about to prefill on `target`: if the shared tier holds more of its prompt
+    /// than `target`'s cache, that part is loaded first (the request waits for it, as for a
+    /// migration); returns whether a load started.
+    fn load_from_tier(&mut self, now: SimTime, id: usize, target: usize) -> bool {
+        let Some(tier) = self.pd.as_mut().and_then(|pd| pd.tier.as_mut()) else { return false };
+        let prompt = self.stream.prompt(id);
+        let (n, held) = tier.get(prompt);
+        let have = self.replicas[target].cache.cached_prefix(prompt);
+        if held <= have {
+            return false;
+        }
+        let dur = tier.load_time_s(held - have);
+        tier.loading += 1;
+        let pd = self.pd.as_mut().expect("disaggregated");
+        pd.tier_loaded[id] = held - have;
+        pd.migrating[id] = (target as u32, n as u32);
+        self.queue.push(now + ticks(dur).max(1), Event::MigrationEnd(id as u32));
+        true
+    }
+
+    /// Request `id` joins `target`'s queue at `now` (a prefill instance keeps only its first
+    /// token); an idle instance starts.
+    fn join_queue(&mut self, now: SimTime, id: u32, target: usize) -> Result<(), RunError> {
+        let rep = &mut self.replicas[target];
+        let out = self.states[id as usize].output_here(self.stream.requests[id as usize].output_tokens);
+        let cfg = &self.cfgs[super::pool_of(self.pd.as_ref(), target)];
+        rep.enqueue(id, self.stream.prompt(id as usize), out, &mut self.states[id as usize], cfg);
+        if !rep.busy {
             self.start_step(target, now)?;
         }
         Ok(())
@@ -262,8 +342,14 @@ impl ClusterSim<'_> {
         };
         self.router.prefill_complete(&c)?;
         let pd = self.pd.as_mut().expect("disaggregated");
+        if let Some(tier) = &mut pd.tier {
+            tier.put(self.stream.prompt(id as usize));
+        }
         let d = pd.decode_of[id as usize] as usize;
-        pd.waiting[d - pd.split].push_back(id);
+        if pd.link.layerwise {
+            pd.handoff_at[id as usize] = now;
+        }
+        pd.waiting[d - pd.decode_start].push_back(id);
         self.start_transfers(now, d);
         Ok(())
     }
@@ -272,8 +358,8 @@ impl ClusterSim<'_> {
     /// order (the first that does not fit stops the rest, as admission does). Nothing for a
     /// prefill instance or an aggregated cluster.
     pub(super) fn start_transfers(&mut self, now: SimTime, d: usize) {
-        let Some(pd) = self.pd.as_mut().filter(|pd| d >= pd.split) else { return };
-        let k = d - pd.split;
+        let Some(pd) = self.pd.as_mut().filter(|pd| d >= pd.decode_start) else { return };
+        let k = d - pd.decode_start;
         while let Some(&id) = pd.waiting[k].front() {
             let st = &mut self.states[id as usize];
             let Some(cached) = self.replicas[d].admit_transfer(id, self.stream, st, &self.cfgs[1]) else { break };
@@ -285,35 +371,56 @@ impl ClusterSim<'_> {
             };
             pd.active[k] += 1;
             let dur = pd.link.transfer_time_s(tokens, pd.kv_bytes_per_token, pd.active[k]);
-            pd.transfer_s[id as usize] = dur;
+            let (end, shown) = if pd.link.layerwise {
+                // The stream overlapped the prefill only if the decode side had room at once
+                // (memory is reserved here, at the hand-off: an approximation that holds it for
+                // less time than a real layer-wise transfer, which needs it from the start).
+                let ended = pd.handoff_at[id as usize];
+                let started = if now == ended { self.states[id as usize].admitted_at.unwrap_or(now) } else { now };
+                let end = pd.link.layerwise_end(dur, pd.layers, seconds(started), seconds(ended));
+                let end = ticks(end).max(now + 1);
+                // What the request waits after its prefill: the part the overlap did not hide.
+                (end, seconds(end - now))
+            } else {
+                (now + ticks(dur).max(1), dur)
+            };
+            pd.transfer_s[id as usize] = shown;
             pd.decode_cached[id as usize] = cached;
-            self.queue.push(now + ticks(dur).max(1), Event::TransferEnd(id));
+            self.queue.push(end, Event::TransferEnd(id));
         }
     }
 
-    /// The prefix of request `id` reached its prefill instance at `now`: cached there (if memory
-    /// allows), the request joins that instance's queue.
+    /// The prefix of request `id` (migrated from another prefill instance, or loaded from the
+    /// shared tier) reached its instance at `now`: cached there (if memory allows), the request
+    /// joins that instance's queue.
     pub(super) fn on_migration_end(&mut self, now: SimTime, id: u32) -> Result<(), RunError> {
         let pd = self.pd.as_mut().expect("disaggregated");
         let (p, n) = pd.migrating[id as usize];
         let p = p as usize;
+        let from_tier = pd.tier_loaded.get(id as usize).is_some_and(|&t| t > 0);
         let prompt = self.stream.prompt(id as usize);
-        if self.replicas[p].insert_prefix(&prompt[..n as usize], &self.cfgs[0]) {
-            pd.migrations += 1;
+        let cfg = &self.cfgs[super::pool_of(Some(pd), p)];
+        let landed = self.replicas[p].insert_prefix(&prompt[..n as usize], cfg);
+        match pd.tier.as_mut() {
+            Some(tier) if from_tier => {
+                tier.loading -= 1;
+                if landed {
+                    tier.loads += 1;
+                    tier.loaded_tokens += pd.tier_loaded[id as usize] as u64;
+                } else {
+                    pd.tier_loaded[id as usize] = 0;
+                }
+            }
+            _ => pd.migrations += landed as u64,
         }
-        let out = self.replicas[p].output_here(self.stream.requests[id as usize].output_tokens);
-        self.replicas[p].enqueue(id, prompt, out, &mut self.states[id as usize], &self.cfgs[0]);
-        if !self.replicas[p].busy {
-            self.start_step(p, now)?;
-        }
-        Ok(())
+        self.join_queue(now, id, p)
     }
 
     /// Request `id`'s KV arrived at its decode instance at `now`.
     pub(super) fn on_transfer_end(&mut self, now: SimTime, id: u32) -> Result<(), RunError> {
         let pd = self.pd.as_mut().expect("disaggregated");
         let d = pd.decode_of[id as usize] as usize;
-        pd.active[d - pd.split] -= 1;
+        pd.active[d - pd.decode_start] -= 1;
         let finished = self.replicas[d].begin_decode(id, now, self.stream, &mut self.states, &self.cfgs[1]);
         if finished {
             self.report_completion(now, d, id)?;
@@ -351,8 +458,8 @@ impl ClusterSim<'_> {
             let busy: f64 = pool.iter().map(|r| r.busy_s).sum();
             if span > 0.0 { busy / (span * pool.len() as f64) } else { f64::NAN }
         };
-        m.push("prefill_utilisation", util(&self.replicas[..pd.split]));
-        m.push("decode_utilisation", util(&self.replicas[pd.split..]));
+        m.push("prefill_utilisation", util(&self.replicas[..pd.decode_start]));
+        m.push("decode_utilisation", util(&self.replicas[pd.prefill_end..]));
         let ratio = |idx: &mut dyn Iterator<Item = usize>, cached: &dyn Fn(usize) -> u32| {
             let (c, p) =
                 idx.fold((0u64, 0u64), |(c, p), i| (c + cached(i) as u64, p + records[i].prompt_tokens as u64));
@@ -366,5 +473,15 @@ impl ClusterSim<'_> {
         m.push("decode_only_share", if served_n > 0 { pd.decode_only as f64 / served_n as f64 } else { f64::NAN });
         m.push("rejected", pd.rejected.iter().filter(|r| **r).count() as f64);
         m.push("prefix_migrations", pd.migrations as f64);
+        if pd.prefill_end > pd.decode_start {
+            m.push("mixed_utilisation", util(&self.replicas[pd.decode_start..pd.prefill_end]));
+            m.push("local_share", if served_n > 0 { pd.local as f64 / served_n as f64 } else { f64::NAN });
+        }
+        if let Some(tier) = &pd.tier {
+            let prompts: u64 = done.iter().map(|&i| records[i].prompt_tokens as u64).sum();
+            let loaded: u64 = done.iter().map(|&i| pd.tier_loaded[i] as u64).sum();
+            m.push("tier_hit_rate", if prompts > 0 { loaded as f64 / prompts as f64 } else { f64::NAN });
+            m.push("tier_tokens_loaded", tier.loaded_tokens as f64);
+        }
     }
 }

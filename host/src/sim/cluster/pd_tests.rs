@@ -156,3 +156,145 @@ fn pd_routers_and_aggregated_clusters_do_not_mix() {
     let e = run_named(&pd, None, "round_robin", 1).unwrap_err().to_string();
     assert!(e.contains("not a disaggregation router") && e.contains("pd_sglang{prefill: round_robin"), "{e}");
 }
+
+#[test]
+fn a_layerwise_transfer_overlaps_the_prefill_and_leaves_the_larger_of_its_lag_and_last_layer() {
+    // A slow link (1 Gbit/s = 1.25e8 B/s): bandwidth-bound, the stream that started with the
+    // prefill step ends `transfer` after that step's start. A fast one (400 Gbit/s): only the
+    // last layer's bytes follow the prefill.
+    for (gbps, bound) in [(1.0, "bandwidth"), (400.0, "compute")] {
+        let spec = one_to_one("").with_link(gbps, true);
+        let sm = spec.step_model().unwrap();
+        let c: CostModel = sm.cost;
+        let out = run_named(&spec, None, "pd_round_robin", 1).unwrap();
+        let rec = &out.records[0];
+        let t0 = ticks(rec.arrived_at_s);
+        let t1 = t0 + ticks(c.step_time_s(&StepShape::prefill(1000, 0)));
+        let bytes_s = 1000.0 * c.kv_bytes_per_token / (gbps * 1e9 / 8.0);
+        let transfer = 0.0005 + bytes_s;
+        let last_layer = bytes_s / sm.model.layers as f64;
+        let end = (seconds(t0) + transfer).max(seconds(t1) + last_layer);
+        assert_eq!(rec.first_token_at_s, seconds(ticks(end)), "{bound}: {rec:?}");
+        let shown = out.metrics.get("transfer_time_mean_s").unwrap();
+        match bound {
+            "bandwidth" => assert!(shown < transfer - 0.9 * (seconds(t1) - seconds(t0)), "{shown} vs {transfer}"),
+            _ => assert!((shown - last_layer).abs() < 2e-9, "{shown} vs {last_layer}"),
+        }
+        // Without the overlap, the whole transfer follows the prefill.
+        let plain = run_named(&one_to_one("").with_link(gbps, false), None, "pd_round_robin", 1).unwrap();
+        assert_eq!(plain.records[0].first_token_at_s, seconds(t1 + ticks(transfer)));
+    }
+}
+
+impl ClusterSpec {
+    fn with_link(mut self, gbps: f64, layerwise: bool) -> Self {
+        let l = &mut self.disaggregation.as_mut().unwrap().link;
+        l.bandwidth_gbps = gbps;
+        l.layerwise = layerwise;
+        self
+    }
+}
+
+#[test]
+fn a_prefill_instance_loads_from_the_shared_tier_what_another_one_computed() {
+    // 2 prefill instances, round robin: the second request goes to the instance that never saw
+    // the 100-token system prompt; the tier holds it since the first request's hand-off.
+    let two_prefill = |tier: &str| {
+        let mut s = one_to_one(tier);
+        s.replicas = 3;
+        s.requests = Some(2);
+        s.disaggregation.as_mut().unwrap().prefill.instances = 2;
+        s
+    };
+    let s = two_prefill("  shared_kv: {capacity_gb: 1, bandwidth_gbps: 8, base_latency_s: 0.001}");
+    let kv = s.step_model().unwrap().cost.kv_bytes_per_token;
+    let out = run_named(&s, None, "pd_round_robin", 1).unwrap();
+    let r = &out.records[1];
+    // 100 tokens × kv bytes at 1e9 B/s (8 Gbit/s), alone, + 1 ms; then the prefill starts there.
+    let load = 0.001 + 100.0 * kv / 1e9;
+    assert_eq!(r.admitted_at_s, seconds(ticks(r.arrived_at_s) + ticks(load)), "{r:?}");
+    assert_eq!(r.cached_tokens, 100);
+    assert_eq!(out.metrics.get("tier_tokens_loaded"), Some(100.0));
+    assert_eq!(out.metrics.get("tier_hit_rate"), Some(100.0 / 2000.0));
+    // Without the tier it recomputes the whole prompt, at once.
+    let plain = run_named(&two_prefill(""), None, "pd_round_robin", 1).unwrap();
+    assert_eq!(plain.records[1].cached_tokens, 0);
+    assert_eq!(plain.records[1].admitted_at_s, plain.records[1].arrived_at_s);
+    assert_eq!(plain.metrics.get("tier_hit_rate"), None);
+}
+
+/// `p` prefill, `m` mixed and `d` decode instances, otherwise as [`one_to_one`].
+fn mixed(p: u32, m: u32, d: u32, requests: u64) -> ClusterSpec {
+    let mut s = one_to_one(&format!("  mixed: {{instances: {m}}}"));
+    s.replicas = p + m + d;
+    s.requests = Some(requests);
+    let dis = s.disaggregation.as_mut().unwrap();
+    dis.prefill.instances = p;
+    dis.decode.instances = d;
+    s
+}
+
+#[test]
+fn a_pair_on_one_mixed_instance_prefills_and_decodes_there_without_a_transfer() {
+    // All mixed: round robin names instance 0 on both sides.
+    let spec = mixed(0, 2, 0, 1);
+    spec.validate().unwrap();
+    let c = spec.step_model().unwrap().cost;
+    let out = run_named(&spec, None, "pd_round_robin", 1).unwrap();
+    let rec = &out.records[0];
+    let t1 = ticks(rec.arrived_at_s) + ticks(c.step_time_s(&StepShape::prefill(1000, 0)));
+    assert_eq!(rec.first_token_at_s, seconds(t1), "no transfer after the prefill step");
+    let t2 = (0..4).fold(t1, |t, k| t + ticks(c.step_time_s(&StepShape::decode(1, 1001 + k))));
+    assert_eq!(rec.completed_at_s, seconds(t2));
+    assert_eq!(rec.replica, 0);
+    let m = |k: &str| out.metrics.get(k).unwrap();
+    assert_eq!(m("local_share"), 1.0);
+    assert!(m("transfer_time_mean_s").is_nan());
+    assert_eq!(m("completed"), 1.0);
+}
+
+#[test]
+fn a_mixed_instance_is_a_decode_target_for_the_prefill_pool_and_a_prefill_source_for_the_decode_pool() {
+    // 1P 1M 1D, round robin: request 0 goes prefill 0 → decode candidate 0 (the mixed instance,
+    // replica 1); request 1 goes prefill candidate 1 (the mixed instance) → decode candidate 1
+    // (replica 2). Both move their whole 1000-token prompt (the 100 shared tokens were never on
+    // either receiving side before).
+    let spec = mixed(1, 1, 1, 2);
+    spec.validate().unwrap();
+    let kv = spec.step_model().unwrap().cost.kv_bytes_per_token;
+    let out = run_named(&spec, None, "pd_round_robin", 1).unwrap();
+    assert_eq!([out.records[0].replica, out.records[1].replica], [1, 2]);
+    let m = |k: &str| out.metrics.get(k).unwrap();
+    assert_eq!(m("transfer_time_mean_s"), 0.0005 + 1000.0 * kv / 12.5e9);
+    assert_eq!(m("local_share"), 0.0);
+    // The mixed instance prefilled request 1 with request 0's system prompt in its cache.
+    assert_eq!(out.records[1].cached_tokens, 100);
+    assert_eq!(m("completed"), 2.0);
+    // pd_least_loaded keeps a mixed prefill local: with 4 mixed instances nothing moves.
+    let mut all = mixed(0, 4, 0, 200);
+    all.arrivals = mixed(0, 4, 0, 1).arrivals;
+    let ll = run_named(&all, None, "pd_least_loaded", 1).unwrap();
+    assert_eq!(ll.metrics.get("local_share"), Some(1.0));
+    assert_eq!(ll.metrics.get("completed"), Some(200.0));
+}
+
+#[test]
+fn mixed_pools_are_checked() {
+    let e = mixed(1, 0, 1, 1).validate().unwrap_err();
+    assert!(e.path.contains("disaggregation.mixed.instances"), "{e:?}");
+    let mut s = mixed(1, 1, 1, 1);
+    s.replicas = 2;
+    let e = s.validate().unwrap_err();
+    assert!(e.message.contains("1 prefill + 1 mixed + 1 decode = 3"), "{e:?}");
+    // Without mixed instances an empty pool is still refused.
+    assert!(one_to_one("").with_pools(0, 1).validate().is_err());
+}
+
+impl ClusterSpec {
+    fn with_pools(mut self, p: u32, d: u32) -> Self {
+        let dis = self.disaggregation.as_mut().unwrap();
+        (dis.prefill.instances, dis.decode.instances) = (p, d);
+        self.replicas = p + d;
+        self
+    }
+}

@@ -68,6 +68,16 @@ pub struct RequestState {
     pub first_token_at: Option<SimTime>,
     pub completed_at: Option<SimTime>,
     pub preemptions: u32,
+    /// Disaggregated: the instance it is queued on or running on only prefills it, computes the
+    /// first token, then hands it off (its phase becomes `Transfer`) instead of decoding it.
+    pub handoff: bool,
+}
+
+impl RequestState {
+    /// Output tokens generated where the request runs now: the first only, when it is handed off.
+    pub fn output_here(&self, output_tokens: u32) -> u32 {
+        if self.handoff { output_tokens.min(1) } else { output_tokens }
+    }
 }
 
 /// Static configuration of every replica.
@@ -85,9 +95,6 @@ pub struct ReplicaConfig {
 
 pub struct Replica {
     pub id: u32,
-    /// A prefill instance of a disaggregated cluster: it computes the prompt and the first token,
-    /// then hands the request off (its phase becomes `Transfer`) instead of decoding it.
-    pub prefill_only: bool,
     pub cache: PrefixCache,
     /// Not yet admitted, in arrival order.
     pub waiting: VecDeque<u32>,
@@ -128,7 +135,6 @@ impl Replica {
     pub fn new(id: u32) -> Self {
         Self {
             id,
-            prefill_only: false,
             cache: PrefixCache::new(),
             waiting: VecDeque::new(),
             prefilling: VecDeque::new(),
@@ -174,12 +180,6 @@ impl Replica {
             kv_capacity_tokens: cfg.kv_capacity_tokens,
             matched_tokens: 0,
         }
-    }
-
-    /// Output tokens this replica generates for `output_tokens` requested: a prefill instance
-    /// generates only the first.
-    pub fn output_here(&self, output_tokens: u32) -> u32 {
-        if self.prefill_only { output_tokens.min(1) } else { output_tokens }
     }
 
     pub fn has_work(&self) -> bool {
@@ -287,7 +287,7 @@ impl Replica {
         let v = victim as usize;
         let produced = self.produced_now(&states[v]);
         let prompt_tokens = stream.requests[v].prompt_tokens;
-        let output_tokens = self.output_here(stream.requests[v].output_tokens);
+        let output_tokens = states[v].output_here(stream.requests[v].output_tokens);
         let st = &states[v];
         let remaining_work = (output_tokens - produced) as u64
             + if st.phase == Phase::Prefill { (st.prefill_target - st.prefill_done) as u64 } else { 0 };
