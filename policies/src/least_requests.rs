@@ -334,7 +334,10 @@ mod tests {
             // Tied replicas at every third index, the others busier.
             let n = 3 * ties as usize + 1;
             let views: Vec<ReplicaView> = (0..n)
-                .map(|i| ReplicaView { outstanding_requests: if i % 3 == 1 { 2 } else { 3 + i as u32 % 4 }, ..Default::default() })
+                .map(|i| ReplicaView {
+                    outstanding_requests: if i % 3 == 1 { 2 } else { 3 + i as u32 % 4 },
+                    ..Default::default()
+                })
                 .collect();
             let mut index = CountIndex::default();
             assert!(index.catch_up(&views));
