@@ -1,20 +1,23 @@
 //! `least_requests` (join the shortest queue, JSQ): the replica with the fewest outstanding requests.
 //!
-//! Algorithm: scan every replica's `outstanding_requests` (waiting + running); among the minima
-//! pick one uniformly at random (one pass, reservoir sampling), so ties do not all land on the
-//! lowest index.
+//! Algorithm: find the minimum of every replica's `outstanding_requests` (waiting + running) and
+//! how many replicas hold it; when several do, draw one `k` uniform in `[0, ties)` from the
+//! policy's stream and take the `k`-th of them in index order. One draw per decision (none
+//! without a tie), so ties do not all land on the lowest index and the cost does not grow with
+//! their number. (Until issue 14 it drew once per tie, reservoir-style: as uniform, but at 1,024
+//! servers ≈ 100 idle servers meant ≈ 100 draws per decision; per-seed results changed then.)
 //! Parameters: none. Randomness for ties from the host's seed.
 //! Source: JSQ (Winston 1977; Weber 1978); the SGLang router's and Envoy's `least_request`.
 //! Under stale information (a snapshot refreshed every T) every arrival sees the same shortest
 //! queue and herds onto it (Mitzenmacher 2000).
 //!
-//! In the dispatch world the same decision is made without reading every view: a tournament
-//! tree over the counts ([`CountIndex`]) replays the reservoir scan — the same draws in the same
-//! order, so the same replica and the same generator state — visiting only the subtrees that
-//! hold a running minimum, and per decision the router re-reads only the views that can have
-//! changed. That rests on how the dispatch world changes a view: only at a dispatch or a
-//! departure it reports (`on_dispatch`, `on_complete`) or, with stale information, by showing a
-//! server's true count at an earlier moment. So a view that showed the router's own count
+//! In the dispatch world from [`INDEX_FROM`] replicas the same decision is made without reading
+//! every view: a tournament tree over the counts ([`CountIndex`]) holds the minimum and how many
+//! replicas hold it at its root; the same single draw then descends to the `k`-th of them, so
+//! the tree and the scan choose the same replica with the same generator state. Per decision the
+//! router re-reads only the views that can have changed. That rests on how the dispatch world
+//! changes a view: only at a dispatch or a departure it reports (`on_dispatch`, `on_complete`)
+//! or, with stale information, by showing a server's true count at an earlier moment. So a view that showed the router's own count
 //! (dispatches − completions) and has had no report since cannot change; a view that showed
 //! something else (a lagging snapshot) is re-read on every decision until it catches up. The
 //! cluster world and the gateway change views in other ways (queued admissions, unhealthy
@@ -42,17 +45,16 @@ impl Policy for LeastRequests {
 
 impl RouterPolicy for LeastRequests {
     fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        let scan = |rng: &mut PolicyRng| argmin_random_tie(replicas.iter().map(|r| r.outstanding_requests), rng);
         let indexed = self.index.as_mut().is_some_and(|index| index.catch_up(replicas));
         let (true, Some(index)) = (indexed, &self.index) else {
-            return scan(&mut self.rng).expect("at least one replica");
+            return argmin_one_draw(replicas, &mut self.rng);
         };
         #[cfg(debug_assertions)]
         let mut scan_rng = self.rng.clone();
-        let i = index.argmin_random_tie(&mut self.rng);
+        let i = index.argmin_one_draw(&mut self.rng);
         #[cfg(debug_assertions)]
         {
-            assert_eq!(Some(i), scan(&mut scan_rng), "the index chose another replica than the scan");
+            assert_eq!(i, argmin_one_draw(replicas, &mut scan_rng), "the index chose another replica than the scan");
             assert!(scan_rng == self.rng, "the index drew differently from the scan");
         }
         i
@@ -216,40 +218,11 @@ impl CountIndex {
         };
     }
 
-    /// Exactly [`argmin_random_tie`] over the indexed counts: the scan in index order, where a
-    /// subtree above the running minimum is skipped, a subtree whose minimum equals it
-    /// contributes its holders as ties (one draw each, as the scan would make them), and only a
-    /// subtree below it is entered.
-    fn argmin_random_tie(&self, rng: &mut PolicyRng) -> usize {
-        let mut scan = Scan { best: u64::MAX, ties: 0, chosen: 0 };
-        self.visit(1, &mut scan, rng);
-        scan.chosen
-    }
-
-    fn visit(&self, k: usize, scan: &mut Scan, rng: &mut PolicyRng) {
-        let m = self.min[k];
-        if m > scan.best || self.holders[k] == 0 {
-            return;
-        }
-        if m == scan.best {
-            // On local copies, so the generator's state stays in registers through the draws.
-            let (mut local, mut ties, mut last) = (rng.clone(), scan.ties, 0);
-            for t in 1..=self.holders[k] {
-                ties += 1;
-                if local.random_range(0..ties) == 0 {
-                    last = t;
-                }
-            }
-            (*rng, scan.ties) = (local, ties);
-            if last > 0 {
-                scan.chosen = self.holder(k, last, m);
-            }
-        } else if k >= self.leaves {
-            *scan = Scan { best: m, ties: 1, chosen: k - self.leaves };
-        } else {
-            self.visit(2 * k, scan, rng);
-            self.visit(2 * k + 1, scan, rng);
-        }
+    /// Exactly [`argmin_one_draw`] over the indexed counts: the root holds the minimum and how
+    /// many replicas hold it; one draw picks which of them, found by descending the tree.
+    fn argmin_one_draw(&self, rng: &mut PolicyRng) -> usize {
+        let (min, ties) = (self.min[1], self.holders[1]);
+        self.holder(1, draw_tie(ties, rng) + 1, min)
     }
 
     /// The `nth` (from 1) leaf holding `value` under node `k`, whose minimum is `value`.
@@ -269,12 +242,27 @@ impl CountIndex {
     }
 }
 
-/// The reservoir scan's state: the running minimum, how many replicas hold it so far, and the
-/// one currently kept.
-struct Scan {
-    best: u64,
-    ties: u32,
-    chosen: usize,
+/// The replica with the fewest outstanding requests; among several, the `k`-th in index order
+/// for one uniform draw `k` (see [`draw_tie`]). Two passes: count the minima, then find the `k`-th.
+pub fn argmin_one_draw(replicas: &[ReplicaView], rng: &mut PolicyRng) -> usize {
+    let (mut min, mut ties) = (u32::MAX, 0u32);
+    for r in replicas {
+        let c = r.outstanding_requests;
+        if c < min {
+            (min, ties) = (c, 1);
+        } else if c == min {
+            ties += 1;
+        }
+    }
+    assert!(ties > 0, "at least one replica");
+    let k = draw_tie(ties, rng);
+    replicas.iter().enumerate().filter(|(_, r)| r.outstanding_requests == min).nth(k as usize).unwrap().0
+}
+
+/// Which of `ties` tied replicas (from 0, in index order): one uniform draw from the policy's
+/// stream, none when there is no choice to make.
+fn draw_tie(ties: u32, rng: &mut PolicyRng) -> u32 {
+    if ties > 1 { rng.random_range(0..ties) } else { 0 }
 }
 
 #[cfg(test)]
@@ -306,12 +294,12 @@ mod tests {
                             v.outstanding_requests = t;
                         }
                     }
-                    let want = argmin_random_tie(views.iter().map(|v| v.outstanding_requests), &mut b);
+                    let want = argmin_one_draw(&views, &mut b);
                     let got = if index.catch_up(&views) {
                         indexed += 1;
-                        Some(index.argmin_random_tie(&mut a))
+                        index.argmin_one_draw(&mut a)
                     } else {
-                        argmin_random_tie(views.iter().map(|v| v.outstanding_requests), &mut a)
+                        argmin_one_draw(&views, &mut a)
                     };
                     assert_eq!(got, want, "n = {n}, refresh every {refresh_every}, step {step}");
                     assert!(a == b, "generator states differ (n = {n}, refresh every {refresh_every})");
@@ -322,6 +310,57 @@ mod tests {
                     "the index answered only {indexed} of 400 (n = {n}, every {refresh_every})"
                 );
             }
+        }
+    }
+
+    /// Chi-square statistic of `counts` against a uniform spread of their total.
+    fn chi_square(counts: &[u64]) -> f64 {
+        let expected = counts.iter().sum::<u64>() as f64 / counts.len() as f64;
+        counts.iter().map(|&c| (c as f64 - expected).powi(2) / expected).sum()
+    }
+
+    /// Ties are broken uniformly: over 200,000 decisions with seed 11 among `ties` replicas tied
+    /// at the minimum (scattered among others with more requests), both the scan and the tree
+    /// give each tied replica a share whose chi-square against uniform stays under the 0.999
+    /// quantile (a fixed seed, so the test is deterministic; a fair tie-break fails it with
+    /// probability 0.001 over seeds). The same bound rejects a classic biased tie-break (a draw
+    /// over one value too many folded back with `%`, so the first tied replica is chosen twice as
+    /// often), so it can fail.
+    #[test]
+    fn ties_are_broken_uniformly() {
+        const DECISIONS: u64 = 200_000;
+        // 0.999 quantiles of chi-square with (ties − 1) degrees of freedom.
+        for (ties, bound) in [(2u32, 10.83), (3, 13.82), (7, 22.46), (64, 103.4)] {
+            // Tied replicas at every third index, the others busier.
+            let n = 3 * ties as usize + 1;
+            let views: Vec<ReplicaView> = (0..n)
+                .map(|i| ReplicaView {
+                    outstanding_requests: if i % 3 == 1 { 2 } else { 3 + i as u32 % 4 },
+                    ..Default::default()
+                })
+                .collect();
+            let mut index = CountIndex::default();
+            assert!(index.catch_up(&views));
+            let (mut scan_rng, mut tree_rng) = (policy_rng(11), policy_rng(11));
+            let (mut by_scan, mut by_tree) = (vec![0u64; ties as usize], vec![0u64; ties as usize]);
+            for _ in 0..DECISIONS {
+                let (s, t) = (argmin_one_draw(&views, &mut scan_rng), index.argmin_one_draw(&mut tree_rng));
+                assert_eq!(s, t);
+                assert_eq!(s % 3, 1, "chose replica {s}, not at the minimum");
+                by_scan[s / 3] += 1;
+                by_tree[t / 3] += 1;
+            }
+            assert_eq!(by_scan, by_tree);
+            let x2 = chi_square(&by_scan);
+            assert!(x2 < bound, "{ties} ties: chi-square {x2:.1} ≥ {bound} for {by_scan:?}");
+            // The test has power: the modulo-biased tie-break fails it.
+            let mut biased_rng = policy_rng(11);
+            let mut biased = vec![0u64; ties as usize];
+            for _ in 0..DECISIONS {
+                biased[(biased_rng.random_range(0..ties + 1) % ties) as usize] += 1;
+            }
+            let x2 = chi_square(&biased);
+            assert!(x2 >= bound, "{ties} ties: the modulo-biased tie-break passed (chi-square {x2:.1} < {bound})");
         }
     }
 }

@@ -373,7 +373,7 @@ mod tests {
 
     use super::*;
 
-    /// Join the shortest queue by reading every view: what `least_requests` did before its index.
+    /// Join the shortest queue by reading every view: what `least_requests` does below its index.
     struct ScanJsq(PolicyRng);
 
     impl Policy for ScanJsq {
@@ -388,7 +388,7 @@ mod tests {
 
     impl RouterPolicy for ScanJsq {
         fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-            argmin_random_tie(replicas.iter().map(|r| r.outstanding_requests), &mut self.0).unwrap()
+            routelab_policies::least_requests::argmin_one_draw(replicas, &mut self.0)
         }
     }
 

@@ -1,7 +1,8 @@
 //! `pinned_least_requests`: join-the-shortest-queue with uniformly random ties, the built-in
-//! `least_requests`, written against policy-api 0.2.0 (`testing/policy-api-pinned`). The loader's
-//! tests load it into the current host: it must load, give the built-in's figures bit for bit, and
-//! answer methods added after 0.2.0 with their defaults.
+//! `least_requests` as it was then (one draw per tie; it now makes one per decision), written
+//! against policy-api 0.2.0 (`testing/policy-api-pinned`). The loader's tests loaded it into the
+//! 0.2.x hosts (it had to give the built-in's figures bit for bit and answer methods added after
+//! 0.2.0 with their defaults); the 0.3 host refuses it with the rebuild message.
 
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};

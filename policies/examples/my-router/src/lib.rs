@@ -47,20 +47,12 @@ impl RouterPolicy for MyRouter {
     fn route(&mut self, _request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         let weight = self.config.work_weight;
         let score = |r: &ReplicaView| r.outstanding_requests as f64 + weight * r.outstanding_work;
-        let (mut best, mut ties) = (0, 1u32);
-        for (i, r) in replicas.iter().enumerate().skip(1) {
-            let (s, b) = (score(r), score(&replicas[best]));
-            if s < b {
-                (best, ties) = (i, 1);
-            } else if s == b {
-                // The k-th tie replaces the choice with probability 1/k: uniform over the ties.
-                ties += 1;
-                if self.rng.random_range(0..ties) == 0 {
-                    best = i;
-                }
-            }
-        }
-        best
+        // Count the replicas at the lowest score, then take the k-th of them for one uniform draw
+        // k: uniform over the ties, one draw per decision (as `least_requests` breaks its ties).
+        let best = replicas.iter().map(score).fold(f64::INFINITY, f64::min);
+        let ties = replicas.iter().filter(|r| score(r) == best).count() as u32;
+        let k = if ties > 1 { self.rng.random_range(0..ties) } else { 0 };
+        replicas.iter().enumerate().filter(|(_, r)| score(r) == best).nth(k as usize).map_or(0, |(i, _)| i)
     }
 }
 
