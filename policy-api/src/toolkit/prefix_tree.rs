@@ -262,24 +262,32 @@ impl PrefixTree {
     /// there) and marks it used now. Returns the tokens newly held.
     pub fn insert(&mut self, path: &[Segment], r: usize) -> u64 {
         self.clock += 1;
+        let clock = self.clock;
         let mut added = 0u64;
         let mut node = ROOT;
         for &seg in path {
             let c = self.child(node, seg);
-            let was_leaf = self.is_leaf(c, r).then(|| self.nodes[c as usize].used(r));
-            let parent_was_leaf = (node != ROOT && self.is_leaf(node, r)).then(|| self.nodes[node as usize].used(r));
-            if self.nodes[c as usize].held(r) == 0 {
+            // Every node on the path but the last ends up holding the next one, so only the last
+            // can be r's leaf afterwards: old leaf entries go now, the one new entry is added after
+            // the walk (not inserted and removed again one step later for every segment).
+            let (was_leaf_at, was_held) = match self.nodes[c as usize].hold(r) {
+                Some(h) => ((h.tokens > 0 && h.held_children == 0).then_some(h.used), h.tokens > 0),
+                None => (None, false),
+            };
+            if let Some(t) = was_leaf_at {
+                self.leaves[r].remove(&(t, c));
+            }
+            if !was_held {
                 self.nodes[node as usize].hold_mut(r).held_children += 1;
             }
             let h = self.nodes[c as usize].hold_mut(r);
             added += u64::from(seg.tokens - h.tokens.min(seg.tokens));
             h.tokens = seg.tokens;
-            h.used = self.clock;
-            if node != ROOT {
-                self.set_leaf_entry(node, r, parent_was_leaf);
-            }
-            self.set_leaf_entry(c, r, was_leaf);
+            h.used = clock;
             node = c;
+        }
+        if node != ROOT && self.is_leaf(node, r) {
+            self.leaves[r].insert((clock, node));
         }
         self.held_tokens[r] += added;
         added
