@@ -509,8 +509,12 @@ impl RouterPolicy for Preble {
                 let key = self.node_key(node).0;
                 prefix_key = Some(key);
                 self.pairing_trace.exploit(request.id, key);
+                // The cheapest replica overall, priced at most once per decision (autoscaling
+                // and rebalancing both ask; the costs do not change in between).
+                let mut global_min = None;
                 if self.cfg.autoscale && self.prefix_overloaded(key, now) {
                     let global = self.cheapest(all.clone(), now).expect("replicas");
+                    global_min = Some(global);
                     if self.total(global, now) < self.total(choice, now) && self.matches[global] < cached {
                         self.autoscaled += 1;
                         choice = global;
@@ -518,7 +522,10 @@ impl RouterPolicy for Preble {
                 }
                 let warm = self.dispatched >= self.cfg.rebalance_after_per_replica * self.costs.len() as u64;
                 if self.cfg.rebalance && warm {
-                    let min = self.cheapest(all.clone(), now).expect("replicas");
+                    let min = match global_min {
+                        Some(min) => min,
+                        None => self.cheapest(all.clone(), now).expect("replicas"),
+                    };
                     let (t_choice, t_min) = (self.total(choice, now), self.total(min, now));
                     if t_choice > self.cfg.rebalance_threshold * t_min && self.is_most_loaded(choice, t_choice, now) {
                         self.rebalanced += 1;
