@@ -71,9 +71,10 @@ impl RouterPolicy for LeastRequests {
     }
 }
 
-/// Below this many replicas the scan is as fast or faster than keeping the index. Measured CPU s for
-/// 2·10^5 requests at ρ 0.9, scan → index: 256 servers 0.075 → 0.095, 512 even, 1,024 0.17 → 0.15.
-const INDEX_FROM: u32 = 1024;
+/// Below this many replicas the scan is as fast or faster than keeping the index. Measured with the
+/// one-draw tie-break, CPU s for 4·10^5 requests at ρ 0.9 (`exp_rho09`, one seed), scan → index:
+/// 64 servers 0.09 → 0.11, 128 0.12 → 0.11, 256 0.17 → 0.12, 512 0.30 → 0.13, 1,024 0.13 (index).
+const INDEX_FROM: u32 = 128;
 
 /// When more than `1 / LAGGING_SHARE` of the views lag the router's own counts (stale
 /// information refreshed rarely), re-reading them costs more than a scan: the router then scans
