@@ -192,8 +192,9 @@ impl Default for Config {
 struct ReplicaWindow {
     /// Prefill seconds of the missed tokens of requests dispatched here.
     prefill_s: WindowSum,
-    /// [prompt, cached] tokens of the requests dispatched here in the last `pd_window_s`.
-    tokens: WindowSums<2>,
+    /// Prompt and cached tokens of the requests dispatched here in the last `pd_window_s`.
+    prompt_tokens: WindowSum,
+    cached_tokens: WindowSum,
 }
 
 /// The decision made in `route`, completed in `on_dispatch`.
@@ -290,7 +291,8 @@ impl Policy for Preble {
             replicas: (0..n)
                 .map(|_| ReplicaWindow {
                     prefill_s: WindowSum::new(w),
-                    tokens: WindowSums::new(pd_w),
+                    prompt_tokens: WindowSum::new(pd_w),
+                    cached_tokens: WindowSum::new(pd_w),
                 })
                 .collect(),
             outputs: WindowSum::new(w),
@@ -465,8 +467,9 @@ impl Preble {
 
     /// Cached ÷ prompt tokens of the requests dispatched to `r` in the last `pd_window_s`.
     fn hit_ratio(&mut self, r: usize, now: f64) -> f64 {
-        let [prompt, cached] = self.replicas[r].tokens.sums(now);
-        if prompt > 0.0 { cached / prompt } else { 0.0 }
+        let w = &mut self.replicas[r];
+        let prompt = w.prompt_tokens.sum(now);
+        if prompt > 0.0 { w.cached_tokens.sum(now) / prompt } else { 0.0 }
     }
 
     fn prefix_overloaded(&mut self, key: u64, now: f64) -> bool {
@@ -579,7 +582,8 @@ impl RouterPolicy for Preble {
         let missed = request.prompt_tokens.saturating_sub(matched) as u64;
         let w = &mut self.replicas[replica];
         w.prefill_s.add(now, self.model.prefill_time_s(missed, matched as u64));
-        w.tokens.add(now, [request.prompt_tokens as f64, matched as f64]);
+        w.prompt_tokens.add(now, request.prompt_tokens as f64);
+        w.cached_tokens.add(now, matched as f64);
         self.prompts.add(now, request.prompt_tokens as f64);
         self.node_hits.expire(now);
         let mut key = ROOT_PATH_HASH;

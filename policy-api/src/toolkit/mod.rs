@@ -45,4 +45,4 @@ mod window;
 pub use block_hash::{BLOCK_HASH_SEED, BlockHashing, ChainState, mix64, prefix_hash};
 
 pub use prefix_tree::{NodeId, PrefixTree, ROOT_PATH_HASH, extend_path_hash};
-pub use window::{WindowSum, WindowSums};
+pub use window::WindowSum;
