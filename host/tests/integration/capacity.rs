@@ -10,9 +10,7 @@ fn routelab(args: &[&str]) -> Output {
 }
 
 fn scratch(name: &str) -> std::path::PathBuf {
-    let d = target_dir().join("test-fixtures/capacity");
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    fixture("capacity", name)
 }
 
 fn json_of(args: &[&str], name: &str) -> serde_json::Value {

@@ -10,9 +10,7 @@ fn routelab(args: &[&str]) -> Output {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let d = target_dir().join("test-fixtures/cli");
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    fixture("cli", name)
 }
 
 /// Writes `yaml` to a file and runs `validate` on it; returns (exit code, stderr).

@@ -11,9 +11,7 @@ fn routelab(args: &[&str]) -> Output {
 }
 
 fn scratch(name: &str) -> std::path::PathBuf {
-    let d = target_dir().join("test-fixtures/cli-errors");
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    fixture("cli-errors", name)
 }
 
 /// Runs `args`, expects exit 2, no results printed, and every `wanted` fragment in stderr.

@@ -11,9 +11,7 @@ fn routelab(args: &[&str]) -> std::process::Output {
 }
 
 fn scratch(name: &str) -> std::path::PathBuf {
-    let d = target_dir().join("test-fixtures/cluster");
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    fixture("cluster", name)
 }
 
 /// Issue 3's command: long_doc_qa, three classic routers, three seeds, JSON with the documented keys.

@@ -12,6 +12,13 @@ pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
 }
 
+/// `name` in this test module's scratch folder `target/test-fixtures/<module>/` (created if absent).
+pub fn fixture(module: &str, name: &str) -> PathBuf {
+    let d = target_dir().join("test-fixtures").join(module);
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
 /// The cargo target directory (honours CARGO_TARGET_DIR).
 pub fn target_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {

@@ -14,9 +14,7 @@ fn routelab(args: &[&str]) -> Output {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let d = target_dir().join("test-fixtures/hardening");
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    fixture("hardening", name)
 }
 
 fn write(name: &str, text: &str) -> String {

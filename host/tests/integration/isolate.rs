@@ -21,9 +21,7 @@ fn hostile() -> &'static PathBuf {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let d = target_dir().join("test-fixtures/isolate");
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    fixture("isolate", name)
 }
 
 fn json(path: &PathBuf) -> serde_json::Value {

@@ -68,9 +68,7 @@ fn the_example_pd_crate_skips_the_prefill_pool_when_little_is_uncached() {
 }
 
 fn scratch(name: &str, yaml: &str) -> String {
-    let d = target_dir().join("test-fixtures/pd");
-    std::fs::create_dir_all(&d).unwrap();
-    let p = d.join(name);
+    let p = fixture("pd", name);
     std::fs::write(&p, yaml).unwrap();
     p.display().to_string()
 }

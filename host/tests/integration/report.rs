@@ -11,9 +11,7 @@ fn routelab(args: &[&str]) -> Output {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let d = target_dir().join("test-fixtures/report");
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    fixture("report", name)
 }
 
 const DISPATCH: &str = "name: rep_dispatch\ndispatch: {servers: 4, utilisation: 0.7, requests: 4000}\nseeds: 2\n";
