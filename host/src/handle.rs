@@ -55,6 +55,22 @@ impl RouterHandle {
         self.signals.scrape(views, at_s);
     }
 
+    /// The world reports every change to a view from now on ([`Self::view_changed`]), so the
+    /// router's signal table is refilled only where something changed.
+    pub fn track_view_changes(&mut self) {
+        self.signals.track_changes();
+    }
+
+    /// Replica `replica`'s view changed (after [`Self::track_view_changes`]).
+    pub fn view_changed(&mut self, replica: usize) {
+        self.signals.changed(replica);
+    }
+
+    /// When `replica`'s queued work ends: the `busy_until` signal (0 until a world sets it).
+    pub fn set_busy_until(&mut self, replica: usize, at: f64) {
+        self.signals.set_busy_until(replica, at);
+    }
+
     /// What the router asked for at creation (read once).
     pub fn capabilities(&self) -> Capabilities {
         self.caps

@@ -1,6 +1,12 @@
 //! Engine signals the host provides to routers that ask for them by name
 //! (`routelab_policy_api::signals`): negotiated once per router, then filled into one dense
 //! replicas × signals table before each `route`. Routers that ask for none cost nothing here.
+//!
+//! A world that reports every change to a view ([`SignalTable::track_changes`], then
+//! [`SignalTable::changed`] per changed replica) gets the table refilled only at those rows —
+//! the dispatch world, where a decision changes one server and a departure another, so a
+//! router asking for signals at 1,024 servers does not pay a 1,024-row refill per request.
+//! Rows whose values move with the clock (`scraped.age_s` after a scrape) are refilled every time.
 
 use routelab_policy_api::{ReplicaView, Replicas, RouterBox, signals};
 
@@ -25,24 +31,33 @@ impl Scrape {
     }
 }
 
-/// How the host computes one signal from what it tracks per replica: the live view, the last
-/// scrape of it and the time of the decision.
-type Column = fn(&ReplicaView, &Scrape, f64) -> f64;
+/// What the host knows of one replica when it fills its row: the view, the last scrape of it,
+/// when its queued work ends (0 where the world does not say) and the time of the decision.
+struct Row<'a> {
+    view: &'a ReplicaView,
+    scrape: Scrape,
+    busy_until: f64,
+    now: f64,
+}
+
+/// How the host computes one signal from a [`Row`].
+type Column = fn(&Row) -> f64;
 
 /// The signals this host provides, by name. Adding one here (and to the API's catalogue) is a
 /// compatible change: no layout moves.
 fn column(name: &str) -> Option<Column> {
     Some(match name {
-        signals::WAITING => |v, _, _| v.waiting as f64,
-        signals::RUNNING => |v, _, _| v.running as f64,
-        signals::OUTSTANDING_REQUESTS => |v, _, _| v.outstanding_requests as f64,
-        signals::KV_USED_TOKENS => |v, _, _| v.kv_used_tokens as f64,
-        signals::KV_CAPACITY_TOKENS => |v, _, _| v.kv_capacity_tokens as f64,
-        signals::KV_UTILISATION => |v, _, _| kv_utilisation(v),
-        signals::SCRAPED_WAITING => |_, s, _| s.waiting,
-        signals::SCRAPED_RUNNING => |_, s, _| s.running,
-        signals::SCRAPED_KV_UTILISATION => |_, s, _| s.kv_utilisation,
-        signals::SCRAPED_AGE_S => |_, s, now| (now - s.at_s).max(0.0),
+        signals::WAITING => |r| r.view.waiting as f64,
+        signals::RUNNING => |r| r.view.running as f64,
+        signals::OUTSTANDING_REQUESTS => |r| r.view.outstanding_requests as f64,
+        signals::KV_USED_TOKENS => |r| r.view.kv_used_tokens as f64,
+        signals::KV_CAPACITY_TOKENS => |r| r.view.kv_capacity_tokens as f64,
+        signals::KV_UTILISATION => |r| kv_utilisation(r.view),
+        signals::SCRAPED_WAITING => |r| r.scrape.waiting,
+        signals::SCRAPED_RUNNING => |r| r.scrape.running,
+        signals::SCRAPED_KV_UTILISATION => |r| r.scrape.kv_utilisation,
+        signals::SCRAPED_AGE_S => |r| (r.now - r.scrape.at_s).max(0.0),
+        signals::BUSY_UNTIL => |r| r.busy_until,
         _ => return None,
     })
 }
@@ -57,9 +72,18 @@ pub struct SignalTable {
     values: Vec<f64>,
     /// Whether any column reads a scrape (the world then schedules scrapes).
     reads_scrapes: bool,
+    /// Whether a column moves with the clock once a scrape exists (`scraped.age_s`).
+    reads_age: bool,
     /// The last scrape of every replica; empty until the world scrapes, and then the `scraped.`
     /// signals read the live view (a world that never scrapes is always fresh).
     scraped: Vec<Scrape>,
+    /// Per replica, when its queued work ends, as the world last set it (empty: 0 for all).
+    busy_until: Vec<f64>,
+    /// The world reports every changed view ([`Self::changed`]), so only those rows are refilled.
+    tracked: bool,
+    /// Rows to refill before the next decision (may repeat), or every row.
+    dirty: Vec<usize>,
+    all_dirty: bool,
 }
 
 impl SignalTable {
@@ -84,7 +108,8 @@ impl SignalTable {
             })
             .collect::<Result<_, _>>()?;
         let reads_scrapes = names.iter().any(|n| n.as_str().starts_with("scraped."));
-        Ok(Self { columns, values: Vec::new(), reads_scrapes, scraped: Vec::new() })
+        let reads_age = names.iter().any(|n| n.as_str() == signals::SCRAPED_AGE_S);
+        Ok(Self { columns, reads_scrapes, reads_age, all_dirty: true, ..Self::default() })
     }
 
     /// Whether the router reads scraped metrics (otherwise scraping would be wasted work).
@@ -96,6 +121,40 @@ impl SignalTable {
     pub fn scrape(&mut self, views: &[ReplicaView], at_s: f64) {
         self.scraped.clear();
         self.scraped.extend(views.iter().map(|v| Scrape::of(v, at_s)));
+        self.all_dirty = true;
+    }
+
+    /// From now on the world reports every change to a view through [`Self::changed`] (and
+    /// [`Self::set_busy_until`]), and the table is refilled only at the rows it named.
+    pub fn track_changes(&mut self) {
+        self.tracked = true;
+        self.all_dirty = true;
+    }
+
+    /// Replica `replica`'s view changed since the last decision.
+    pub fn changed(&mut self, replica: usize) {
+        if self.columns.is_empty() || self.all_dirty {
+            return;
+        }
+        // More marks than rows: refilling them all is cheaper (and bounds the list).
+        if self.dirty.len() >= self.values.len() / self.columns.len() {
+            self.all_dirty = true;
+            self.dirty.clear();
+        } else {
+            self.dirty.push(replica);
+        }
+    }
+
+    /// When `replica`'s queued work ends (the `busy_until` signal); also marks it changed.
+    pub fn set_busy_until(&mut self, replica: usize, at: f64) {
+        if self.columns.is_empty() {
+            return;
+        }
+        if self.busy_until.len() <= replica {
+            self.busy_until.resize(replica + 1, 0.0);
+        }
+        self.busy_until[replica] = at;
+        self.changed(replica);
     }
 
     /// `views` with this router's signals filled in, for a decision at `now_s`.
@@ -126,14 +185,41 @@ impl SignalTable {
         (Replicas::with_signals(p, pv, k as u32), Replicas::with_signals(d, dv, k as u32))
     }
 
-    /// Writes every replica's signals into the table; returns the columns per replica.
+    /// Writes the replicas' signals into the table — every row, or with tracked changes only the
+    /// rows that changed; returns the columns per replica.
     fn fill(&mut self, views: &[ReplicaView], now_s: f64) -> u32 {
-        self.values.clear();
-        for (i, v) in views.iter().enumerate() {
-            let s = self.scraped.get(i).copied().unwrap_or_else(|| Scrape::of(v, now_s));
-            self.values.extend(self.columns.iter().map(|c| c(v, &s, now_s)));
+        let k = self.columns.len();
+        let moves_with_clock = self.reads_age && !self.scraped.is_empty();
+        if !self.tracked || self.all_dirty || moves_with_clock || self.values.len() != views.len() * k {
+            self.values.resize(views.len() * k, 0.0);
+            for i in 0..views.len() {
+                self.fill_row(views, i, now_s);
+            }
+            self.all_dirty = false;
+            self.dirty.clear();
+        } else {
+            let mut dirty = std::mem::take(&mut self.dirty);
+            for &i in &dirty {
+                self.fill_row(views, i, now_s);
+            }
+            dirty.clear();
+            self.dirty = dirty;
         }
-        u32::try_from(self.columns.len()).expect("at most MAX_SIGNALS columns")
+        u32::try_from(k).expect("at most MAX_SIGNALS columns")
+    }
+
+    fn fill_row(&mut self, views: &[ReplicaView], i: usize, now_s: f64) {
+        let v = &views[i];
+        let row = Row {
+            view: v,
+            scrape: self.scraped.get(i).copied().unwrap_or_else(|| Scrape::of(v, now_s)),
+            busy_until: self.busy_until.get(i).copied().unwrap_or(0.0),
+            now: now_s,
+        };
+        let k = self.columns.len();
+        for (slot, c) in self.values[i * k..(i + 1) * k].iter_mut().zip(&self.columns) {
+            *slot = c(&row);
+        }
     }
 }
 

@@ -40,6 +40,14 @@ pub const SCRAPED_KV_UTILISATION: &str = "scraped.kv_utilisation";
 /// Seconds since the last scrape of the replica (0 with interval 0).
 pub const SCRAPED_AGE_S: &str = "scraped.age_s";
 
+/// When the replica's queued work ends if nothing more arrives: in the dispatch world the time
+/// (in mean service times, like [`crate::Request::arrived_at`]) its FCFS backlog drains; in
+/// balls into bins, where nothing departs, its total work. Unlike `outstanding_work` it does not
+/// move with the clock, so a router can keep replicas ordered by it and re-read only the ones
+/// it was told changed (`on_dispatch`, `on_complete`). Meaningful only while the replica has
+/// requests outstanding; 0 in the cluster world, where batching makes it unknown.
+pub const BUSY_UNTIL: &str = "busy_until";
+
 /// Every signal name this version of the crate defines, with one line each. A host provides a
 /// subset (routelab provides all of these); a later minor appends names.
 pub const CATALOGUE: &[(&str, &str)] = &[
@@ -53,4 +61,5 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     (SCRAPED_RUNNING, "running at the last metrics scrape"),
     (SCRAPED_KV_UTILISATION, "kv_utilisation at the last metrics scrape"),
     (SCRAPED_AGE_S, "seconds since the last metrics scrape"),
+    (BUSY_UNTIL, "when the queued work ends (dispatch world; 0 in the cluster world)"),
 ];

@@ -83,12 +83,14 @@ pub struct Replicas<'a> {
 
 impl<'a> Replicas<'a> {
     /// Views without signals.
+    #[inline]
     pub fn new(views: &'a [ReplicaView]) -> Self {
         Self { views: RSlice::from_slice(views), signals: RSlice::EMPTY, signal_columns: 0 }
     }
 
     /// Views with a signal table of `columns` values per replica. Panics if the table's length
     /// is not `views.len() × columns` (a host bug, caught where the table is built).
+    #[inline]
     pub fn with_signals(views: &'a [ReplicaView], signals: &'a [f64], columns: u32) -> Self {
         assert_eq!(
             Some(signals.len()),
@@ -99,17 +101,20 @@ impl<'a> Replicas<'a> {
     }
 
     /// The views as a slice, for the lifetime of the data.
+    #[inline]
     pub fn views(&self) -> &'a [ReplicaView] {
         self.views.as_slice()
     }
 
     /// Every negotiated signal of replica `replica`, in the order the router asked for them.
+    #[inline]
     pub fn signals_of(&self, replica: usize) -> &'a [f64] {
         let k = self.signal_columns as usize;
         &self.signals.as_slice()[replica * k..(replica + 1) * k]
     }
 
     /// Signal `column` (the position of its name in the router's list) of replica `replica`.
+    #[inline]
     pub fn signal(&self, replica: usize, column: usize) -> f64 {
         self.signals_of(replica)[column]
     }
@@ -123,6 +128,7 @@ impl<'a> From<&'a [ReplicaView]> for Replicas<'a> {
 
 impl std::ops::Deref for Replicas<'_> {
     type Target = [ReplicaView];
+    #[inline]
     fn deref(&self) -> &[ReplicaView] {
         self.views.as_slice()
     }
