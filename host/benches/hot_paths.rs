@@ -74,8 +74,8 @@ mod route_call {
 #[divan::bench(args = [16, 1024])]
 fn least_requests_scan(b: Bencher, replicas: usize) {
     let v = views(replicas);
-    // In the cluster world: in the dispatch world least_requests keeps an index from 1,024
-    // replicas and, with views that never change, would not scan.
+    // In the cluster world: in the dispatch world least_requests keeps an index from 32
+    // replicas (`min_index::INDEX_FROM`) and, with views that never change, would not scan.
     let ctx = routelab_policy_api::RouterContext { world: routelab_policy_api::World::Cluster, ..ctx(replicas as u32) };
     let mut p = routelab_policies::least_requests::LeastRequests::new(Default::default(), &ctx).unwrap();
     b.bench_local(|| p.route(black_box(&REQUEST), black_box(&Replicas::new(&v))));

@@ -21,6 +21,7 @@ pub mod llmselector_cost;
 pub mod lpm;
 pub mod lru_runs;
 pub mod max_affinity;
+pub mod min_index;
 pub mod pd;
 pub mod power_of_two;
 pub mod preble;

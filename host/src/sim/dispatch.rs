@@ -14,6 +14,11 @@
 //! The queueing mode's state is `Servers`, with one handler per happening (`on_dispatch`,
 //! `on_departure`); arrivals and the stale snapshot stay in the loop of `run`.
 //!
+//! Engine signals: every change to a view is reported to the router's signal table (a dispatch,
+//! a departure, a snapshot), so it is refilled only where something changed. `busy_until` is
+//! when a server's backlog drains (`free_at`; the snapshot's, with stale information, which is
+//! also shown as a scrape at the refresh boundary, so `scraped.age_s` is the snapshot's age).
+//!
 //! Cost per request: O(log jobs in system) for the event queue plus the router's own work; the
 //! O(servers) refresh of remaining work runs only for routers that ask for it
 //! (`Capabilities::needs_outstanding_work`), and stale snapshots cost O(servers) per refresh.
@@ -175,6 +180,8 @@ fn run_with(
         _ => ArrivalSource::Poisson { rate, rng: stream(run_seed, "dispatch.arrivals") },
     };
     let mut views = vec![ReplicaView::default(); n];
+    // Every change to a view below is reported, so signals are refilled only where they changed.
+    router.track_view_changes();
 
     if spec.mode == Mode::BallsIntoBins {
         for id in 0..spec.requests {
@@ -191,6 +198,8 @@ fn run_with(
             v.outstanding_requests += 1;
             v.waiting += 1;
             v.outstanding_work += size;
+            // Nothing departs: the server's work ends after all of it.
+            router.set_busy_until(i, v.outstanding_work);
         }
         let mut m = Metrics::new();
         m.push("requests", spec.requests as f64);
@@ -216,9 +225,15 @@ fn run_with(
             if now >= next_refresh {
                 let boundary = now - now % every;
                 servers.drain(boundary, router)?;
-                for (s, (v, f)) in snapshot.iter_mut().zip(servers.views.iter().zip(&servers.free_at)) {
+                for (i, (s, (v, f))) in snapshot.iter_mut().zip(servers.views.iter().zip(&servers.free_at)).enumerate()
+                {
                     *s = *v;
                     s.outstanding_work = to_units(f.saturating_sub(boundary));
+                    router.set_busy_until(i, to_units(*f));
+                }
+                // The snapshot is what a metrics scrape at the boundary would read.
+                if router.reads_scrapes() {
+                    router.scrape(&snapshot, to_units(boundary));
                 }
                 next_refresh = boundary + every;
             }
@@ -239,6 +254,9 @@ fn run_with(
         let shown = if stale_every.is_some() { &snapshot } else { &servers.views };
         let i = router.dispatch(&req, shown)?;
         servers.on_dispatch(id, i, now, to_ticks(size));
+        if stale_every.is_none() {
+            router.set_busy_until(i as usize, to_units(servers.free_at[i as usize]));
+        }
     }
     servers.drain(SimTime::MAX, router)?;
     Ok(servers.summary(with_detail))
@@ -316,6 +334,7 @@ impl Servers {
         v.running = (v.outstanding_requests > 0) as u32;
         v.waiting = v.outstanding_requests - v.running;
         self.last_departure = at;
+        router.view_changed(server as usize);
         if request >= self.warmup {
             self.responses.push(to_units(at - arrived_at));
             self.waits += to_units(started_at - arrived_at);
@@ -369,6 +388,7 @@ impl Servers {
 mod tests {
     use abi_stable::sabi_trait::TD_Opaque;
     use routelab_policies::least_requests::LeastRequests;
+    use routelab_policies::least_work_left::LeastWorkLeft;
     use routelab_policy_api::*;
 
     use super::*;
@@ -389,6 +409,31 @@ mod tests {
     impl RouterPolicy for ScanJsq {
         fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
             routelab_policies::least_requests::argmin_one_draw(replicas, &mut self.0)
+        }
+    }
+
+    /// Least work left by reading every view's `outstanding_work`, which the host refreshes before
+    /// every arrival for it, with the one-draw tie-break: what `least_work_left` decided before
+    /// it read `busy_until`.
+    struct ScanLwl(PolicyRng);
+
+    impl Policy for ScanLwl {
+        const NAME: &'static str = "scan_lwl";
+        const DESCRIPTION: &'static str = "least_work_left by a full scan of outstanding_work";
+        type Config = routelab_policies::NoConfig;
+        type Context = RouterContext;
+        fn new(_: Self::Config, ctx: &RouterContext) -> Result<Self, String> {
+            Ok(Self(policy_rng(ctx.seed)))
+        }
+    }
+
+    impl RouterPolicy for ScanLwl {
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::NEEDS_OUTSTANDING_WORK
+        }
+        fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
+            let work = |i: usize| replicas[i].outstanding_work.to_bits();
+            routelab_policies::min_index::argmin_one_draw_by(replicas.len(), work, &mut self.0)
         }
     }
 
@@ -413,6 +458,92 @@ mod tests {
                 let (indexed, scanned) = (run_policy::<LeastRequests>(&spec), run_policy::<ScanJsq>(&spec));
                 assert_eq!(indexed, scanned, "{yaml}");
             }
+        }
+    }
+
+    /// `least_work_left`, reading `busy_until` and counts (by scan at 16 servers, from its tree at
+    /// 1,024), decides exactly as a scan of the remaining work the host refreshes per arrival:
+    /// fresh, stale refreshed often and rarely, balls into bins; exponential, heavy-tailed
+    /// and deterministic sizes (the last full of ties among busy servers). Every metric equal.
+    #[test]
+    fn least_work_left_decides_as_a_scan_of_outstanding_work() {
+        for servers in [16, 1024] {
+            for information in ["fresh", "{stale: {refresh_interval: 0.05}}", "{stale: {refresh_interval: 4}}"] {
+                for (mode, service) in [
+                    ("queueing", "exponential"),
+                    ("queueing", "{bounded_pareto: {alpha: 1.1, min: 1, max: 10000}}"),
+                    ("queueing", "deterministic"),
+                    ("balls_into_bins", "exponential"),
+                ] {
+                    let yaml = format!(
+                        "{{servers: {servers}, requests: 20000, utilisation: 0.9, information: {information}, mode: {mode}, service: {service}}}"
+                    );
+                    let spec: DispatchSpec = serde_norway::from_str(&yaml).unwrap();
+                    let (lwl, scanned) = (run_policy::<LeastWorkLeft>(&spec), run_policy::<ScanLwl>(&spec));
+                    assert_eq!(lwl, scanned, "{yaml}");
+                }
+            }
+        }
+    }
+
+    /// Asks for view-derived signals, `busy_until` and the snapshot's age, and checks at every
+    /// decision that the table — refilled only where the world reported a change — says what
+    /// the views say: a busy server's `busy_until` is when its remaining work ends, seen from
+    /// the time the views show (`now − age`).
+    struct ChecksSignals {
+        /// Decisions on a snapshot older than the decision.
+        aged: u32,
+    }
+
+    impl Policy for ChecksSignals {
+        const NAME: &'static str = "checks_signals";
+        const DESCRIPTION: &'static str = "test router";
+        type Config = routelab_policies::NoConfig;
+        type Context = RouterContext;
+        fn new(_: Self::Config, _: &RouterContext) -> Result<Self, String> {
+            Ok(Self { aged: 0 })
+        }
+    }
+
+    impl RouterPolicy for ChecksSignals {
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::NEEDS_OUTSTANDING_WORK
+        }
+        fn signals(&self) -> Vec<String> {
+            [signals::WAITING, signals::OUTSTANDING_REQUESTS, signals::BUSY_UNTIL, signals::SCRAPED_AGE_S]
+                .map(String::from)
+                .to_vec()
+        }
+        fn route(&mut self, req: &Request<'_>, replicas: &Replicas<'_>) -> usize {
+            let age = replicas.signal(0, 3);
+            self.aged += (age > 0.0) as u32;
+            for (i, v) in replicas.iter().enumerate() {
+                let row = replicas.signals_of(i);
+                assert_eq!((row[0], row[1]), (v.waiting as f64, v.outstanding_requests as f64), "replica {i}");
+                assert_eq!(row[3], age, "one scrape for every server");
+                if v.outstanding_requests > 0 {
+                    let seen_at = req.arrived_at - age;
+                    assert!((row[2] - seen_at - v.outstanding_work).abs() < 1e-6, "replica {i}: {row:?} {v:?}");
+                }
+            }
+            (req.id as usize * 7) % replicas.len()
+        }
+        fn report(&self) -> Vec<(String, f64)> {
+            vec![("aged".into(), self.aged as f64)]
+        }
+    }
+
+    /// The dispatch world's incremental signal table against the views, fresh and stale (where
+    /// the snapshot is a scrape: its age is positive between refreshes).
+    #[test]
+    fn signals_follow_the_views() {
+        for information in ["fresh", "{stale: {refresh_interval: 0.3}}"] {
+            let yaml = format!("{{servers: 9, requests: 3000, utilisation: 0.9, information: {information}}}");
+            let spec: DispatchSpec = serde_norway::from_str(&yaml).unwrap();
+            let m = run_policy::<ChecksSignals>(&spec);
+            assert!(m.get("requests").is_some_and(|r| r > 2000.0), "{yaml}");
+            let aged = m.get("router.aged").unwrap();
+            assert_eq!(aged > 2000.0, information != "fresh", "{aged} decisions on an aged snapshot ({yaml})");
         }
     }
 }
