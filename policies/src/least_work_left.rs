@@ -31,7 +31,7 @@
 
 use routelab_policy_api::*;
 
-use crate::min_index::{INDEX_FROM, MinIndex, argmin_one_draw_by, decide};
+use crate::min_index::{INDEX_FROM, MinIndex, argmin_one_draw_by, decide, report};
 
 pub struct LeastWorkLeft {
     rng: PolicyRng,
@@ -86,14 +86,10 @@ impl RouterPolicy for LeastWorkLeft {
         }
     }
     fn on_dispatch(&mut self, _: &Request<'_>, replica: usize) {
-        if let Some(index) = &mut self.index {
-            index.reported(replica, 1);
-        }
+        report(&mut self.index, replica, 1);
     }
     fn on_complete(&mut self, c: &Completion) {
-        if let Some(index) = &mut self.index {
-            index.reported(c.replica as usize, -1);
-        }
+        report(&mut self.index, c.replica as usize, -1);
     }
 }
 

@@ -274,27 +274,11 @@ impl MinIndex {
     /// descending the tree.
     pub fn argmin_one_draw(&mut self, rng: &mut PolicyRng) -> usize {
         if self.zeros > 0 {
-            return self.nth_zero(draw_tie(self.zeros, rng));
+            return nth_set_bit(&self.zero, draw_tie(self.zeros, rng)).expect("as many keys at 0 as counted");
         }
         self.update_tree();
         let (min, ties) = (self.min[1], self.holders[1]);
         self.holder(1, draw_tie(ties, rng) + 1, min)
-    }
-
-    /// The `nth` (from 0) replica whose key is 0, in index order.
-    fn nth_zero(&self, mut nth: u32) -> usize {
-        for (w, &bits) in self.zero.iter().enumerate() {
-            let ones = bits.count_ones();
-            if nth < ones {
-                let mut b = bits;
-                for _ in 0..nth {
-                    b &= b - 1;
-                }
-                return w * 64 + b.trailing_zeros() as usize;
-            }
-            nth -= ones;
-        }
-        unreachable!("fewer keys at 0 than counted")
     }
 
     /// The `nth` (from 1) leaf holding `value` under node `k`, whose minimum is `value`.
@@ -312,6 +296,30 @@ impl MinIndex {
         }
         k - self.leaves
     }
+}
+
+/// A router's report to its index, if it keeps one: `replica`'s count moved by `delta`.
+pub fn report(index: &mut Option<MinIndex>, replica: usize, delta: i64) {
+    if let Some(index) = index {
+        index.reported(replica, delta);
+    }
+}
+
+/// The position of the `nth` (from 0) set bit of a bit set held as 64-bit words (bit `i % 64`
+/// of word `i / 64` is position `i`), in increasing order; `None` past the last.
+pub fn nth_set_bit(words: &[u64], mut nth: u32) -> Option<usize> {
+    for (w, &bits) in words.iter().enumerate() {
+        let ones = bits.count_ones();
+        if nth < ones {
+            let mut b = bits;
+            for _ in 0..nth {
+                b &= b - 1;
+            }
+            return Some(w * 64 + b.trailing_zeros() as usize);
+        }
+        nth -= ones;
+    }
+    None
 }
 
 /// The replica (of `n`) with the smallest `key`; among several, the `k`-th in index order for one

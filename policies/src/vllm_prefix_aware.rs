@@ -188,19 +188,8 @@ impl RouterPolicy for VllmPrefixAware {
             return best;
         }
         let count: u32 = self.in_play.iter().map(|w| w.count_ones()).sum();
-        let mut k = self.rng.random_range(0..count);
-        for (w, &bits) in self.in_play.iter().enumerate() {
-            let c = bits.count_ones();
-            if k < c {
-                let mut b = bits;
-                for _ in 0..k {
-                    b &= b - 1;
-                }
-                return w * 64 + b.trailing_zeros() as usize;
-            }
-            k -= c;
-        }
-        unreachable!("the set in play is never empty")
+        let k = self.rng.random_range(0..count);
+        crate::min_index::nth_set_bit(&self.in_play, k).expect("the set in play is never empty")
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {
