@@ -9,9 +9,9 @@ use std::path::PathBuf;
 
 use divan::Bencher;
 use routelab::bench::{ctx, views};
-use routelab::plugin::{Loader, PolicySpec};
-use routelab::sim::cluster::prefix_cache::PrefixCache;
-use routelab::sim::event_queue::EventQueue;
+use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::sim::cluster::prefix_cache::PrefixCache;
+use routelab_core::sim::event_queue::EventQueue;
 use routelab_policy_api::abi_stable::std_types::{RNone, RSlice};
 use routelab_policy_api::{Policy, Replicas, Request, RouterPolicy, Segment};
 
@@ -150,17 +150,17 @@ fn prefix_cache_admit_release(b: Bencher) {
 #[divan::bench(sample_count = 10, args = ["round_robin", "least_work_left", "dynamo_kv", "preble"])]
 fn cluster_tool_use_2000(b: Bencher, policy: &str) {
     let text = include_str!("../../workloads/cluster/tool_use.yaml");
-    let w = routelab::workload::parse(text, std::path::Path::new("tool_use.yaml")).unwrap();
+    let w = routelab_core::workload::parse(text, std::path::Path::new("tool_use.yaml")).unwrap();
     let mut spec = w.cluster.unwrap();
     spec.requests = Some(2000);
     spec.duration_s = None;
-    let stream = routelab::workload::generate::generate(&spec, None, 1).unwrap();
+    let stream = routelab_core::workload::generate::generate(&spec, None, 1).unwrap();
     let sm = spec.step_model().unwrap();
-    let ctx = routelab::sim::cluster::router_context(&sm, spec.replicas, 1);
+    let ctx = routelab_core::sim::cluster::router_context(&sm, spec.replicas, 1);
     let mut loader = Loader::new();
     let spec_p = PolicySpec::parse(policy).unwrap();
     b.bench_local(|| {
         let router = loader.router(&spec_p, &ctx).unwrap();
-        routelab::runner::run_cluster(&spec, &stream, router, policy, 1).unwrap()
+        routelab_core::runner::run_cluster(&spec, &stream, router, policy, 1).unwrap()
     });
 }

@@ -4,13 +4,13 @@
 
 use std::path::Path;
 
-use routelab::metrics::{Metrics, over_seeds};
-use routelab::plugin::{Loader, PolicySpec};
-use routelab::seeds::seed_for;
-use routelab::sim::compound;
+use routelab_core::metrics::{Metrics, over_seeds};
+use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::seeds::seed_for;
+use routelab_core::sim::compound;
 
 fn compare(file: &str, keys: &[&str]) {
-    let w = routelab::workload::load(Path::new(file)).expect("workload");
+    let w = routelab_core::workload::load(Path::new(file)).expect("workload");
     let spec = w.compound.as_ref().expect("compound workload");
     let mut loader = Loader::new();
     println!("### {} ({} seeds from {})\n", w.name, w.seeds, w.seed);
@@ -48,7 +48,7 @@ fn compare(file: &str, keys: &[&str]) {
 /// self_refine optimum gives generator and critic the same model, and how many distinct models
 /// the debate optimum uses among its three generators.
 fn optimum_shapes(file: &str) {
-    let w = routelab::workload::load(Path::new(file)).expect("workload");
+    let w = routelab_core::workload::load(Path::new(file)).expect("workload");
     let spec = w.compound.as_ref().expect("compound workload");
     println!(
         "| variant | optimum: generator = critic | optimum: distinct generator models (mean) | best single / optimum train accuracy |"
@@ -70,7 +70,7 @@ fn optimum_shapes(file: &str) {
                 .fold(0.0, f64::max);
         }
         let n = w.seeds as f64;
-        let is_refine = variant.system == routelab::workload::compound::System::SelfRefine;
+        let is_refine = variant.system == routelab_core::workload::compound::System::SelfRefine;
         println!(
             "| {label} | {} | {} | {:.3} / {:.3} |",
             if is_refine { format!("{same_critic}/{}", w.seeds) } else { "–".into() },
@@ -86,7 +86,7 @@ fn optimum_shapes(file: &str) {
 /// each selector from all 25 starting allocations.
 fn case_study() {
     let file = "workloads/compound/case_study.yaml";
-    let w = routelab::workload::load(Path::new(file)).expect("workload");
+    let w = routelab_core::workload::load(Path::new(file)).expect("workload");
     let spec = w.compound.as_ref().expect("compound workload");
     println!("```\n{}```\n", compound::training_table(spec, w.seed));
     let mut loader = Loader::new();

@@ -12,13 +12,13 @@
 use std::path::Path;
 use std::time::Instant;
 
-use routelab::plugin::{Loader, PolicySpec};
-use routelab::runner;
-use routelab::workload::cluster::Arrivals;
+use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::runner;
+use routelab_core::workload::cluster::Arrivals;
 
 fn main() {
     let file = Path::new("workloads/cluster/tool_use.yaml");
-    let mut w = routelab::workload::load(file).expect("run from the repository root");
+    let mut w = routelab_core::workload::load(file).expect("run from the repository root");
     w.seeds = 1;
     let policy = PolicySpec::parse("round_robin").expect("built-in");
     let mut loader = Loader::new();

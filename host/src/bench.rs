@@ -15,16 +15,16 @@ use abi_stable::std_types::{RNone, RResult, RSlice, RString, RVec};
 use anyhow::Result;
 use routelab_policy_api::{
     Capabilities, Completion, Eviction, PdDecision, Policy, PolicyError, ReplicaView, Replicas, Request, Router,
-    Router_TO, RouterBox, RouterContext, RouterPolicy, Stat, World,
+    Router_TO, RouterBox, RouterContext, RouterPolicy, Stat,
 };
 
 mod figures;
 
 pub use figures::{Figure, Recorder, Report};
 
-use crate::plugin::{Loader, PolicySpec};
-use crate::workload::cluster::ClusterSpec;
-use crate::workload::dispatch::DispatchSpec;
+use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::workload::cluster::ClusterSpec;
+use routelab_core::workload::dispatch::DispatchSpec;
 
 fn dispatch_spec(servers: u32, requests: u64) -> DispatchSpec {
     serde_norway::from_str(&format!("{{servers: {servers}, requests: {requests}, utilisation: 0.9}}"))
@@ -33,14 +33,7 @@ fn dispatch_spec(servers: u32, requests: u64) -> DispatchSpec {
 
 /// The dispatch-world context every router benchmark creates its router with (also `cargo bench`).
 pub fn ctx(replicas: u32) -> RouterContext {
-    RouterContext {
-        world: World::Dispatch,
-        replicas,
-        seed: 7,
-        kv_capacity_tokens: 0,
-        cost: RNone,
-        disaggregation: RNone,
-    }
+    routelab_core::sim::dispatch::router_context(replicas, 7)
 }
 
 /// Simulated requests per wall second for `policy` (a built-in or library spec).
@@ -48,7 +41,7 @@ pub fn dispatch_rate(loader: &mut Loader, policy: &str, servers: u32, requests: 
     let spec = dispatch_spec(servers, requests);
     let router = loader.router(&PolicySpec::parse(policy)?, &ctx(servers))?;
     let t = Instant::now();
-    let m = crate::sim::dispatch::run(&spec, None, router, policy, 1)?;
+    let m = routelab_core::sim::dispatch::run(&spec, None, router, policy, 1)?;
     let secs = t.elapsed().as_secs_f64();
     black_box(m);
     Ok(requests as f64 / secs)
@@ -227,7 +220,7 @@ fn per_call_section(loader: &mut Loader, rec: &mut Recorder, plugin: Option<&Pat
 /// Seconds to generate and to simulate `requests` requests of a cluster workload with `policy`,
 /// and the router's share of the simulation (its calls, timed one by one).
 pub fn cluster_timing(loader: &mut Loader, spec: &ClusterSpec, policy: &str, requests: u64) -> Result<ClusterTiming> {
-    use crate::sim::cluster;
+    use routelab_core::sim::cluster;
     let mut spec = spec.clone();
     spec.requests = Some(requests);
     spec.duration_s = None;
@@ -240,9 +233,9 @@ pub fn cluster_timing(loader: &mut Loader, spec: &ClusterSpec, policy: &str, req
     let clock = Arc::new(RouterClock::default());
     let router: RouterBox = Router_TO::from_value(Timed { inner, clock: clock.clone() }, TD_Opaque);
     let scheduler = loader.resolve(&PolicySpec::parse(&spec.scheduler)?, routelab_policy_api::PolicyKind::Scheduler)?;
-    let schedulers = crate::runner::make_schedulers(&scheduler, &sm, spec.replicas, 1)?;
+    let schedulers = routelab_core::runner::make_schedulers(&scheduler, &sm, spec.replicas, 1)?;
     let t = Instant::now();
-    let stream = crate::workload::generate::generate(&spec, None, 1).map_err(anyhow::Error::msg)?;
+    let stream = routelab_core::workload::generate::generate(&spec, None, 1).map_err(anyhow::Error::msg)?;
     let generate_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
     let sim =
@@ -342,7 +335,7 @@ fn preset(name: &str) -> Result<ClusterSpec> {
         "video_qa" => include_str!("../../workloads/cluster/video_qa.yaml"),
         _ => anyhow::bail!("no preset {name}"),
     };
-    let w = crate::workload::parse(text, Path::new(name))?;
+    let w = routelab_core::workload::parse(text, Path::new(name))?;
     Ok(w.cluster.expect("a cluster preset"))
 }
 
@@ -427,14 +420,14 @@ fn mooncake_section(loader: &mut Loader, rec: &mut Recorder, routers: &[&str]) -
         rec.line(format!("\n(Mooncake replay skipped: run from the repository root to find {})", file.display()));
         return Ok(());
     }
-    let prepared = crate::runner::prepare(crate::workload::load(file)?, file)?;
+    let prepared = routelab_core::runner::prepare(routelab_core::workload::load(file)?, file)?;
     let input = prepared.seed_inputs()?.remove(0);
     rec.section("mooncake", "Mooncake conversation trace, whole replay (wall seconds per policy):");
     for policy in routers {
-        let resolved = crate::runner::resolve(loader, &prepared, &PolicySpec::parse(policy)?)?;
+        let resolved = routelab_core::runner::resolve(loader, &prepared, &PolicySpec::parse(policy)?)?;
         let f = rec.measure(policy, "s", || {
             let t = Instant::now();
-            black_box(crate::runner::run_one(&resolved, &prepared, &input)?);
+            black_box(routelab_core::runner::run_one(&resolved, &prepared, &input)?);
             Ok(t.elapsed().as_secs_f64())
         })?;
         rec.line(format!("  {policy:<20} {:>14} s", f.show(1.0, 3)));
@@ -458,7 +451,7 @@ fn decisions_table(loader: &mut Loader, rec: &mut Recorder, routers: &[impl AsRe
             let mut spec = preset("tool_use")?;
             let scale = replicas as f64 / spec.replicas as f64;
             spec.replicas = replicas;
-            if let crate::workload::cluster::Arrivals::Poisson { rate } = &mut spec.arrivals {
+            if let routelab_core::workload::cluster::Arrivals::Poisson { rate } = &mut spec.arrivals {
                 *rate *= scale;
             }
             specs.push(spec);
@@ -482,14 +475,14 @@ fn decisions_table(loader: &mut Loader, rec: &mut Recorder, routers: &[impl AsRe
 /// Allocations evaluated per second (with diagnoser verdicts) on `debate` with 1,000 training
 /// questions, and the checksum of correct answers (the same every run).
 pub fn compound_rate(diagnoser_accuracy: f64, allocations: u64) -> Result<(f64, u64)> {
-    use crate::sim::compound::World;
     use rand::RngExt;
+    use routelab_core::sim::compound::World;
     let yaml = format!(
         "system: debate\npool: {{models: 5}}\nquestions: {{train: 1000, test: 1000}}\ndiagnoser_accuracy: {diagnoser_accuracy}\n"
     );
-    let spec: crate::workload::compound::CompoundSpec = serde_norway::from_str(&yaml)?;
+    let spec: routelab_core::workload::compound::CompoundSpec = serde_norway::from_str(&yaml)?;
     let world = World::new(&spec, 1);
-    let mut rng = crate::seeds::stream(1, "bench.compound");
+    let mut rng = routelab_core::seeds::stream(1, "bench.compound");
     let picks: Vec<Vec<u32>> = (0..allocations)
         .map(|_| (0..world.modules()).map(|_| rng.random_range(0..world.models.len() as u32)).collect())
         .collect();

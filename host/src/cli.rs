@@ -19,10 +19,10 @@ use clap::{CommandFactory, Parser};
 
 pub use args::{Cli, Command, Common, Kind};
 
-use crate::plugin::{Loader, PolicySpec};
 use crate::report;
-use crate::runner::{self, Prepared, RunOptions, WorkloadResult};
-use crate::workload::{self, InputError};
+use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::runner::{self, Prepared, RunOptions, WorkloadResult};
+use routelab_core::workload::{self, InputError};
 use run::{exit_code_of_results, run_prepared};
 
 impl Common {
@@ -50,7 +50,7 @@ pub fn main() -> i32 {
     }
 }
 
-use crate::error::exit_code_of;
+use routelab_core::error::exit_code_of;
 
 fn execute(command: Command) -> Result<i32> {
     match command {
@@ -129,7 +129,7 @@ fn execute(command: Command) -> Result<i32> {
         Command::Diff { before, after, markdown } => diff::main(&before, &after, markdown),
         Command::Policies { plugin } => list_policies(plugin.as_deref()),
         Command::Workloads => {
-            let list = crate::builtin::list();
+            let list = routelab_core::builtin::list();
             let width = list.iter().map(|b| b.name.len()).max().unwrap_or(0);
             println!("built-in workloads (routelab compare NAME; the files: routelab validate NAME):");
             for b in list {
@@ -137,12 +137,15 @@ fn execute(command: Command) -> Result<i32> {
             }
             Ok(0)
         }
-        Command::Validate { workload, trace } => validate(&crate::builtin::resolve(&workload)?, trace),
+        Command::Validate { workload, trace } => validate(&routelab_core::builtin::resolve(&workload)?, trace),
         Command::ExportTrace { workload, format: args::TraceFormat::Mooncake, out, seed } => {
-            export_trace(&crate::builtin::resolve(&workload)?, &out, seed)
+            export_trace(&routelab_core::builtin::resolve(&workload)?, &out, seed)
         }
         Command::Schema => {
-            println!("{}", serde_json::to_string_pretty(&crate::schema::workload()).context("writing the schema")?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&routelab_core::schema::workload()).context("writing the schema")?
+            );
             Ok(0)
         }
         Command::Completions { shell } => {
@@ -150,7 +153,7 @@ fn execute(command: Command) -> Result<i32> {
             Ok(0)
         }
         Command::StepModel { gpu, model, tp } => {
-            let text = crate::step_model::describe(&gpu, &model, tp).map_err(|e| InputError {
+            let text = routelab_core::step_model::describe(&gpu, &model, tp).map_err(|e| InputError {
                 file: PathBuf::from("<command line>"),
                 path: "step-model".into(),
                 line: None,
@@ -194,11 +197,11 @@ fn execute(command: Command) -> Result<i32> {
             }
             Ok(0)
         }
-        Command::Serve(args) => crate::serve::proxy::main(args),
-        Command::Emulate(args) => crate::serve::emulate::main(args),
-        Command::Replay(args) => crate::serve::replay::main(args),
-        Command::GatewayBench(args) => crate::serve::replay::bench(args),
-        Command::IsolatedRun { request, result } => crate::isolate::child_main(&request, &result),
+        Command::Serve(args) => routelab_serve::proxy::main(args),
+        Command::Emulate(args) => routelab_serve::emulate::main(args),
+        Command::Replay(args) => routelab_serve::replay::main(args),
+        Command::GatewayBench(args) => routelab_serve::replay::bench(args),
+        Command::IsolatedRun { request, result } => routelab_core::runner::isolate::child_main(&request, &result),
     }
 }
 
@@ -270,7 +273,7 @@ fn compare_files(
     let opts = common.options();
     let mut prepared = Vec::new();
     for f in files {
-        let f = &crate::builtin::resolve(f)?;
+        let f = &routelab_core::builtin::resolve(f)?;
         let mut w = workload::load(f)?;
         checks::overrides(&w, f, common)?;
         if let Some(specs) = &policies {
@@ -299,7 +302,7 @@ fn compare_files(
     }
     for p in &prepared {
         if let Some(c) = p.workload.compound.as_ref().filter(|c| c.print_training_table) {
-            println!("{}", crate::sim::compound::training_table(c, p.workload.seed));
+            println!("{}", routelab_core::sim::compound::training_table(c, p.workload.seed));
         }
     }
     let mut show = |r: &WorkloadResult| -> Result<()> {
@@ -373,7 +376,7 @@ fn sweep(files: &[PathBuf], policies: Option<Vec<PolicySpec>>, sets: &[String], 
     let mut prepared = Vec::new();
     let mut names = Vec::new();
     for file in files {
-        let file = &crate::builtin::resolve(file)?;
+        let file = &routelab_core::builtin::resolve(file)?;
         let base = workload::load(file)?;
         checks::overrides(&base, file, common)?;
         if let Some(specs) = &policies {
@@ -468,7 +471,7 @@ fn validate(file: &Path, trace: Option<PathBuf>) -> Result<i32> {
         "{}",
         serde_norway::to_string(&resolved_paths(&prepared.workload, file)).context("printing the resolved workload")?
     );
-    println!("# estimate: {}", workload::limits::estimate(&prepared.workload));
+    println!("# estimate: {}", workload::estimate::estimate(&prepared.workload));
     for n in &prepared.notes {
         println!("# note: {n}");
     }
@@ -521,10 +524,14 @@ fn resolved_paths(w: &workload::Workload, file: &Path) -> workload::Workload {
         let full = runner::relative_to(file, p);
         *p = std::path::absolute(&full).unwrap_or(full).to_string_lossy().into_owned();
     };
-    if let Some(crate::workload::dispatch::Arrivals::Trace { path }) = w.dispatch.as_mut().map(|d| &mut d.arrivals) {
+    if let Some(routelab_core::workload::dispatch::Arrivals::Trace { path }) =
+        w.dispatch.as_mut().map(|d| &mut d.arrivals)
+    {
         absolute(path);
     }
-    if let Some(crate::workload::cluster::Arrivals::Trace { path, .. }) = w.cluster.as_mut().map(|c| &mut c.arrivals) {
+    if let Some(routelab_core::workload::cluster::Arrivals::Trace { path, .. }) =
+        w.cluster.as_mut().map(|c| &mut c.arrivals)
+    {
         absolute(path);
     }
     w

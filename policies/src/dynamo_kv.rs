@@ -47,8 +47,8 @@ use rand::RngExt;
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
 
-use crate::block_index::KeyMap;
-use crate::block_runs::{ActiveRuns, HeldRuns, PromptRuns, Run};
+use crate::index::block_index::KeyMap;
+use crate::index::block_runs::{ActiveRuns, HeldRuns, PromptRuns, Run};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]

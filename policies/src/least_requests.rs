@@ -19,7 +19,7 @@
 
 use routelab_policy_api::*;
 
-use crate::min_index::{INDEX_FROM, MinIndex, argmin_one_draw_by, decide, report};
+use crate::index::min_index::{INDEX_FROM, MinIndex, argmin_one_draw_by, decide, report};
 
 pub struct LeastRequests {
     rng: PolicyRng,

@@ -31,7 +31,7 @@
 
 use routelab_policy_api::*;
 
-use crate::min_index::{INDEX_FROM, MinIndex, argmin_one_draw_by, decide, report};
+use crate::index::min_index::{INDEX_FROM, MinIndex, argmin_one_draw_by, decide, report};
 
 pub struct LeastWorkLeft {
     rng: PolicyRng,

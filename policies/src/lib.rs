@@ -6,22 +6,19 @@
 
 pub mod aibrix_prefix_cache;
 pub mod best_single;
-pub mod block_index;
-pub mod block_runs;
 pub mod chwbl;
 pub mod dynamo_kv;
 pub mod exhaustive;
 pub mod fcfs;
 pub mod greedy;
+pub mod index;
 pub mod least_requests;
 pub mod least_work_left;
 pub mod llm_d;
 pub mod llmselector;
 pub mod llmselector_cost;
 pub mod lpm;
-pub mod lru_runs;
 pub mod max_affinity;
-pub mod min_index;
 pub mod pd;
 pub mod power_of_two;
 pub mod preble;

@@ -46,8 +46,8 @@ use rand::RngExt;
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
 
-use crate::block_runs::{HeldRuns, PromptRuns};
-use crate::lru_runs::LruRuns;
+use crate::index::block_runs::{HeldRuns, PromptRuns};
+use crate::index::lru_runs::LruRuns;
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]

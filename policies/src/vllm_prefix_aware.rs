@@ -29,7 +29,7 @@ use rand::RngExt;
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
 
-use crate::block_index::BlockIndex;
+use crate::index::block_index::BlockIndex;
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(default, deny_unknown_fields)]
@@ -189,7 +189,7 @@ impl RouterPolicy for VllmPrefixAware {
         }
         let count: u32 = self.in_play.iter().map(|w| w.count_ones()).sum();
         let k = self.rng.random_range(0..count);
-        crate::min_index::nth_set_bit(&self.in_play, k).expect("the set in play is never empty")
+        crate::index::min_index::nth_set_bit(&self.in_play, k).expect("the set in play is never empty")
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {

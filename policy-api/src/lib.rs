@@ -156,7 +156,7 @@ pub use rand;
 /// The traits a policy needs to draw from [`PolicyRng`]: `rng.random::<f64>()`,
 /// `rng.random_range(0..n)`, `rng.random_bool(p)`, `slice.shuffle(&mut rng)`, `slice.choose(&mut rng)`.
 pub use rand::{Rng, RngExt, SeedableRng, seq::IndexedRandom, seq::SliceRandom};
-pub use root::{PolicyInfo, PolicyLib, PolicyLibRef, library};
+pub use root::{PolicyInfo, PolicyKind, PolicyLib, PolicyLibRef, library};
 pub use toolkit::*;
 pub use traits::*;
 pub use types::*;

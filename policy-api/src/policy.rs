@@ -116,9 +116,6 @@ impl EvaluateFn for EvaluatorMut<'_> {
     }
 }
 
-/// The kind of a policy.
-pub use crate::root::PolicyKind;
-
 /// A panic payload as text.
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
@@ -329,15 +326,6 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The kind of policy the entry makes.
-    pub fn kind(&self) -> PolicyKind {
-        match self.make {
-            Maker::Router(_) => PolicyKind::Router,
-            Maker::Scheduler(_) => PolicyKind::Scheduler,
-            Maker::Selector(_) => PolicyKind::Selector,
-        }
-    }
-
     /// The default configuration as YAML, with a panic in the config's `Default` or `Serialize`
     /// turned into an error naming the policy.
     pub fn default_config_checked(&self) -> Result<String, PolicyError> {

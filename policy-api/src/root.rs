@@ -39,6 +39,17 @@ impl PolicyKind {
     }
 }
 
+impl Entry {
+    /// The kind of policy the entry makes.
+    pub fn kind(&self) -> PolicyKind {
+        match self.make {
+            Maker::Router(_) => PolicyKind::Router,
+            Maker::Scheduler(_) => PolicyKind::Scheduler,
+            Maker::Selector(_) => PolicyKind::Selector,
+        }
+    }
+}
+
 /// One exported policy, as `routelab policies --plugin LIB` lists it.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq)]

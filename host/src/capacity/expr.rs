@@ -11,10 +11,10 @@
 
 use std::fmt;
 
-use crate::metrics::{CLUSTER_KEYS, DISPATCH_KEYS, Metrics, SLO_KEYS};
-use crate::workload::FieldError;
-use crate::workload::slo::{BOUNDS, Slo, parse_seconds};
-use crate::workload::{Workload, WorldKind};
+use routelab_core::metrics::{CLUSTER_KEYS, DISPATCH_KEYS, Metrics, SLO_KEYS};
+use routelab_core::workload::FieldError;
+use routelab_core::workload::slo::{BOUNDS, Slo, parse_seconds};
+use routelab_core::workload::{Workload, WorldKind};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -213,11 +213,12 @@ mod tests {
             "cluster:\n  replicas: 1\n  generator: {{output_tokens: 8}}\n  arrivals: {{poisson: {{rate: 1}}}}\n  requests: 10\n{}",
             if slo { "  slo: {ttft_s: 1}\n" } else { "" }
         );
-        crate::workload::parse(&yaml, std::path::Path::new("w.yaml")).unwrap()
+        routelab_core::workload::parse(&yaml, std::path::Path::new("w.yaml")).unwrap()
     }
 
     fn dispatch() -> Workload {
-        crate::workload::parse("dispatch: {servers: 1, requests: 10}\n", std::path::Path::new("d.yaml")).unwrap()
+        routelab_core::workload::parse("dispatch: {servers: 1, requests: 10}\n", std::path::Path::new("d.yaml"))
+            .unwrap()
     }
 
     #[test]

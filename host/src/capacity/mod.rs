@@ -21,12 +21,12 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::error::Error;
-use crate::metrics::{Metrics, over_seeds};
-use crate::plugin::{Loader, PolicySpec};
-use crate::runner;
-use crate::workload::{FieldError, InputError, Workload, cluster, dispatch};
 use expr::Target;
+use routelab_core::error::Error;
+use routelab_core::metrics::{Metrics, over_seeds};
+use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::runner;
+use routelab_core::workload::{FieldError, InputError, Workload, cluster, dispatch};
 
 /// Doublings or halvings tried before giving up on a bracket (2^20 ≈ a million-fold).
 const MAX_STEPS: u32 = 20;
@@ -386,7 +386,7 @@ mod tests {
 
     #[test]
     fn the_knob_sets_the_rate_the_trace_speed_or_the_utilisation() {
-        let parse = |y: &str| crate::workload::parse(y, Path::new("w.yaml")).unwrap();
+        let parse = |y: &str| routelab_core::workload::parse(y, Path::new("w.yaml")).unwrap();
         let head = "  replicas: 1\n  generator: {output_tokens: 8}\n  requests: 10\n";
         let gamma = parse(&format!("cluster:\n{head}  arrivals: {{gamma: {{rate: 3, cv: 2}}}}\n"));
         assert_eq!(Knob::of(&gamma).unwrap(), (Knob::Rate, 3.0));

@@ -12,8 +12,8 @@ use serde::Serialize;
 use super::expr::{Op, Target};
 use super::{Knob, PolicyCapacity, Settings, Status};
 use crate::report::table::fmt_num;
-use crate::workload::Workload;
-use crate::workload::slo::Slo;
+use routelab_core::workload::Workload;
+use routelab_core::workload::slo::Slo;
 
 /// The `--json` document of `routelab capacity`.
 #[derive(Serialize)]

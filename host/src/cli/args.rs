@@ -249,14 +249,14 @@ pub enum Command {
     },
     /// An OpenAI-compatible routing gateway in front of real servers (vLLM, SGLang, `emulate`),
     /// routing with a simulator policy (docs/serving.md).
-    Serve(crate::serve::gateway::ServeArgs),
+    Serve(routelab_serve::gateway::ServeArgs),
     /// One cluster-world replica as an OpenAI-compatible server, in real time (optionally scaled).
-    Emulate(crate::serve::emulate::EmulateArgs),
+    Emulate(routelab_serve::emulate::EmulateArgs),
     /// Send a cluster workload's request stream to a server over HTTP (a bounded load generator).
-    Replay(crate::serve::replay::ReplayArgs),
+    Replay(routelab_serve::replay::ReplayArgs),
     /// The gateway's added latency and throughput against direct access to a trivial backend.
-    GatewayBench(crate::serve::replay::BenchArgs),
-    /// Internal: one policy's runs for a parent running with `--isolate` (host/src/isolate.rs).
+    GatewayBench(routelab_serve::replay::BenchArgs),
+    /// Internal: one policy's runs for a parent running with `--isolate` (core/src/runner/isolate.rs).
     #[command(name = "__isolated-run", hide = true)]
     IsolatedRun {
         /// The request the parent wrote (JSON).
@@ -301,7 +301,7 @@ pub struct Common {
     /// seconds; `500ms` also reads), replacing the workload's `slo:`; adds `slo_attainment` and
     /// `goodput_rps`.
     #[arg(long, value_parser = parse_slo)]
-    pub slo: Option<crate::workload::slo::Slo>,
+    pub slo: Option<routelab_core::workload::slo::Slo>,
     /// Print tables as Markdown (for docs).
     #[arg(long)]
     pub markdown: bool,
@@ -311,8 +311,8 @@ pub struct Common {
     pub jobs: Option<u32>,
     /// Run only slice K of N of the cells and write them (`--json`, required) for `routelab
     /// merge`; run K = 1..N anywhere, in any order (docs/scale.md).
-    #[arg(long, value_name = "K/N", value_parser = crate::runner::parallel::Shard::parse)]
-    pub shard: Option<crate::runner::parallel::Shard>,
+    #[arg(long, value_name = "K/N", value_parser = routelab_core::runner::parallel::Shard::parse)]
+    pub shard: Option<routelab_core::runner::parallel::Shard>,
     /// Run each policy in a child process, so that a plugin that aborts, exits, crashes,
     /// overflows its stack, runs out of memory or hangs fails only its own row (docs/plugins.md,
     /// "Isolation"). Use it for untrusted or new plugins.
@@ -327,8 +327,8 @@ pub struct Common {
     pub policy_memory: u64,
 }
 
-fn parse_slo(text: &str) -> Result<crate::workload::slo::Slo, String> {
-    crate::workload::slo::Slo::parse_arg(text).map_err(|e| {
+fn parse_slo(text: &str) -> Result<routelab_core::workload::slo::Slo, String> {
+    routelab_core::workload::slo::Slo::parse_arg(text).map_err(|e| {
         let at = if e.path.is_empty() { String::new() } else { format!("`{}` ", e.path) };
         format!("{at}{}\n  fix: {}", e.message, e.fix)
     })

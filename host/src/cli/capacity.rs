@@ -8,10 +8,10 @@ use anyhow::Result;
 
 use super::{checks, output};
 use crate::capacity::{self, Knob, Problem, Settings, expr, report};
-use crate::plugin::Loader;
 use crate::report::table::fmt_num;
-use crate::runner::{self, RunOptions};
-use crate::workload::{self, InputError};
+use routelab_core::plugin::Loader;
+use routelab_core::runner::{self, RunOptions};
+use routelab_core::workload::{self, InputError};
 
 /// The `capacity` command's arguments.
 pub struct Args {
@@ -45,7 +45,7 @@ pub fn run(a: Args) -> Result<i32> {
         )
         .into());
     }
-    let file = crate::builtin::resolve(&a.workload)?;
+    let file = routelab_core::builtin::resolve(&a.workload)?;
     let mut w = workload::load(&file)?;
     RunOptions { seed: a.seed, seeds: a.seeds, ..Default::default() }.apply(&mut w);
     let (knob, start) = Knob::of(&w).map_err(|e| InputError::from_field(&file, e))?;

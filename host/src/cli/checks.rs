@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use routelab_policy_api::PolicyKind;
 
 use super::args::Common;
-use crate::plugin::{LoadError, Loader, PolicySpec};
-use crate::workload::{InputError, Workload, WorldKind};
+use routelab_core::plugin::{LoadError, Loader, PolicySpec};
+use routelab_core::workload::{InputError, Workload, WorldKind};
 
 fn flag_error(flag: &str, message: String, fix: &str) -> InputError {
     InputError { file: PathBuf::from(flag), path: String::new(), line: None, message, fix: fix.into() }
@@ -19,7 +19,7 @@ pub fn specs(args: &[String]) -> Result<Vec<PolicySpec>, LoadError> {
     for (i, s) in specs.iter().enumerate() {
         if let Some(other) = specs[..i].iter().find(|o| o.label == s.label) {
             return Err(LoadError::new(
-                crate::plugin::LoadErrorKind::UnknownPolicy,
+                routelab_core::plugin::LoadErrorKind::UnknownPolicy,
                 format!("policies '{}' and '{}' would both be labelled '{}'", other.arg, s.arg, s.label),
                 "give one a label: mine=path/to/lib.so:name",
             ));
@@ -53,8 +53,8 @@ pub fn overrides(w: &Workload, file: &Path, common: &Common) -> Result<(), Input
     }
     if let Some(t) = &common.trace {
         let replays = match (&w.dispatch, &w.cluster) {
-            (Some(d), _) => matches!(d.arrivals, crate::workload::dispatch::Arrivals::Trace { .. }),
-            (_, Some(c)) => matches!(c.arrivals, crate::workload::cluster::Arrivals::Trace { .. }),
+            (Some(d), _) => matches!(d.arrivals, routelab_core::workload::dispatch::Arrivals::Trace { .. }),
+            (_, Some(c)) => matches!(c.arrivals, routelab_core::workload::cluster::Arrivals::Trace { .. }),
             _ => false,
         };
         if !replays {

@@ -16,9 +16,9 @@ use anyhow::Result;
 use comfy_table::{Cell, CellAlignment, Table, presets};
 use serde::Deserialize;
 
-use crate::metrics::Metrics;
 use crate::report::table::{fmt_num, fmt_pm};
-use crate::workload::InputError;
+use routelab_core::metrics::Metrics;
+use routelab_core::workload::InputError;
 
 #[derive(Deserialize)]
 struct Doc {

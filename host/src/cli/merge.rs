@@ -10,9 +10,9 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::args::Common;
-use crate::runner::parallel::Shard;
-use crate::runner::{Cell, PolicyResult, WorkloadResult, assemble};
-use crate::workload::{InputError, Workload};
+use routelab_core::runner::parallel::Shard;
+use routelab_core::runner::{Cell, PolicyResult, WorkloadResult, assemble};
+use routelab_core::workload::{InputError, Workload};
 
 /// A shard's `--json` document.
 #[derive(Serialize, Deserialize)]

@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 
 use super::args::Common;
 use crate::report;
-use crate::runner::WorkloadResult;
-use crate::workload::InputError;
+use routelab_core::runner::WorkloadResult;
+use routelab_core::workload::InputError;
 
 fn bad(flag: &str, path: &Path, message: String, fix: &str) -> InputError {
     InputError {

@@ -10,11 +10,11 @@ use anyhow::{Context, Result};
 
 use super::args::Common;
 use super::{checks, merge, output};
-use crate::isolate;
-use crate::plugin::{Loader, PolicySpec};
-use crate::runner::parallel::{self, Event, Planned, PolicyOutput};
-use crate::runner::{self, Prepared, WorkloadResult};
-use crate::workload::InputError;
+use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::runner::isolate;
+use routelab_core::runner::parallel::{self, Event, Planned, PolicyOutput};
+use routelab_core::runner::{self, Prepared, WorkloadResult};
+use routelab_core::workload::InputError;
 
 /// Runs every prepared workload's cells on `-j` threads (docs/scale.md); writes JSON/CSV after
 /// each policy, and shows each workload (`show`) as soon as it and those before it are done, in

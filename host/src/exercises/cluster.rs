@@ -6,11 +6,11 @@ use std::fmt::Write as _;
 use routelab_policies::priority_groups::{Config as GroupsConfig, PriorityGroups, group_of};
 use routelab_policy_api::{Policy, SchedulerContext, SchedulerPolicy, WaitingRequest};
 
-use crate::plugin::{Loader, PolicySpec};
-use crate::sim::cluster::{self, RunOutcome};
-use crate::step_model::StepModel;
-use crate::workload::cluster::{ClusterSpec, Popularity};
-use crate::workload::generate::{Popular, generate};
+use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::sim::cluster::{self, RunOutcome};
+use routelab_core::step_model::StepModel;
+use routelab_core::workload::cluster::{ClusterSpec, Popularity};
+use routelab_core::workload::generate::{Popular, generate};
 
 /// The long-document preset (the same numbers as workloads/cluster/long_doc_qa.yaml).
 fn long_doc_qa(requests: u64, rate: f64, scheduler: &str) -> ClusterSpec {
@@ -32,7 +32,7 @@ pub(super) fn run(spec: &ClusterSpec, router: &str, seed: u64) -> RunOutcome {
         .router(&PolicySpec::parse(router).expect("name"), &cluster::router_context_for(spec, &sm, seed))
         .expect("built-in router");
     let stream = generate(spec, None, seed).expect("synthetic stream");
-    crate::runner::run_cluster(spec, &stream, r, router, seed).expect("built-in policies do not fail")
+    routelab_core::runner::run_cluster(spec, &stream, r, router, seed).expect("built-in policies do not fail")
 }
 
 /// Exercise 4: KV capacity, documents per replica, distinct documents under round robin versus

@@ -7,17 +7,17 @@ use std::fmt::Write;
 use routelab_policies::selection::coordinate_search;
 use routelab_policy_api::{EvaluateFn, Evaluation};
 
-use crate::plugin::{Loader, PolicySpec};
-use crate::sim::RunError;
-use crate::sim::compound::{self, CompoundOutcome, Split, World, problem};
-use crate::workload::compound::{CompoundSpec, DiagnoserNoise, PoolSpec, QuestionsSpec, System};
+use routelab_core::error::RunError;
+use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::sim::compound::{self, CompoundOutcome, Split, World, problem};
+use routelab_core::workload::compound::{CompoundSpec, DiagnoserNoise, PoolSpec, QuestionsSpec, System};
 
 /// The case-study workload, embedded so the exercises run anywhere.
 pub const CASE_STUDY_YAML: &str = include_str!("../../../workloads/compound/case_study.yaml");
 
 /// The case study's `compound:` section.
 pub fn case_study() -> CompoundSpec {
-    let w = crate::workload::parse(CASE_STUDY_YAML, std::path::Path::new("workloads/compound/case_study.yaml"))
+    let w = routelab_core::workload::parse(CASE_STUDY_YAML, std::path::Path::new("workloads/compound/case_study.yaml"))
         .expect("the embedded case study is valid");
     w.compound.expect("the case study is a compound workload")
 }

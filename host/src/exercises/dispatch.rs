@@ -1,9 +1,9 @@
 //! Exercises 1 and 2: the classic dispatch results, computed by the dispatch world.
 
-use crate::metrics::{Metrics, mean_ci95};
-use crate::plugin::{Loader, PolicySpec};
-use crate::runner;
-use crate::workload::{self, Workload};
+use routelab_core::metrics::{Metrics, mean_ci95};
+use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::runner;
+use routelab_core::workload::{self, Workload};
 
 /// Runs built-in `policies` on a dispatch workload given as YAML text; metrics per policy.
 pub fn run_text(yaml: &str, policies: &[&str]) -> Vec<(String, Metrics, Vec<Metrics>)> {

@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 
 use super::cluster::run;
-use crate::sim::cluster::RunOutcome;
-use crate::workload::cluster::ClusterSpec;
+use routelab_core::sim::cluster::RunOutcome;
+use routelab_core::workload::cluster::ClusterSpec;
 
 /// workloads/cluster/pd/aggregated_vs_disaggregated.yaml's cluster with `pools` = (P, D), or
 /// aggregated when `None`, at `rate` requests/s.

@@ -12,10 +12,10 @@ use routelab_policy_api::{
     Router, Router_TO, RouterBox, RouterPolicy, Segment, Stat,
 };
 
-use crate::sim::cluster;
-use crate::step_model::StepModel;
-use crate::workload::cluster::ClusterSpec;
-use crate::workload::generate::generate;
+use routelab_core::sim::cluster;
+use routelab_core::step_model::StepModel;
+use routelab_core::workload::cluster::ClusterSpec;
+use routelab_core::workload::generate::generate;
 
 /// Exercise 3: Preble's E2 on one long-document request.
 pub fn exercise3() -> String {
@@ -170,7 +170,7 @@ fn audited<P: Believes>(spec: &ClusterSpec, policy: P, seed: u64) -> [f64; 6] {
         TD_Opaque,
     );
     let stream = generate(spec, None, seed).expect("synthetic stream");
-    let out = crate::runner::run_cluster(spec, &stream, router, P::NAME, seed).expect("built-ins do not fail");
+    let out = routelab_core::runner::run_cluster(spec, &stream, router, P::NAME, seed).expect("built-ins do not fail");
     let m = &out.metrics;
     let g = |k: &str| m.get(k).unwrap_or(f64::NAN);
     [
@@ -185,7 +185,7 @@ fn audited<P: Believes>(spec: &ClusterSpec, policy: P, seed: u64) -> [f64; 6] {
 
 /// The long-document preset with a given eviction-notice delay.
 fn long_doc_qa(delay_s: f64) -> ClusterSpec {
-    let w = crate::workload::parse(
+    let w = routelab_core::workload::parse(
         include_str!("../../../workloads/cluster/long_doc_qa.yaml"),
         std::path::Path::new("long_doc_qa.yaml"),
     )

@@ -2,7 +2,7 @@
 //! with the `csv` crate, so labels, errors and policy figures with commas, quotes or newlines
 //! stay in their cell.
 
-use crate::runner::WorkloadResult;
+use routelab_core::runner::WorkloadResult;
 
 pub fn render(workloads: &[WorkloadResult]) -> String {
     let mut keys: Vec<&str> = Vec::new();
@@ -41,12 +41,12 @@ pub fn render(workloads: &[WorkloadResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Metrics;
-    use crate::runner::PolicyResult;
+    use routelab_core::metrics::Metrics;
+    use routelab_core::runner::PolicyResult;
 
     #[test]
     fn commas_quotes_and_newlines_stay_in_their_cell() {
-        let w = crate::workload::parse(
+        let w = routelab_core::workload::parse(
             "dispatch: {servers: 2, requests: 10, utilisation: 0.5}\n",
             std::path::Path::new("w,1.yaml"),
         )

@@ -11,7 +11,7 @@ use anyhow::Result;
 
 use super::COLUMNS;
 use super::chart::{self, Bar, LineChart, Point, Series};
-use crate::runner::{PolicyResult, WorkloadResult};
+use routelab_core::runner::{PolicyResult, WorkloadResult};
 
 /// One chart: a file-name stem (`<workload>_<what>`), a title, and the SVG text.
 #[derive(Clone, Debug)]
@@ -252,19 +252,19 @@ pub fn sweep(name: &str, field: &str, points: &[WorkloadResult]) -> Result<Vec<F
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Metrics;
-    use crate::runner::empty_result;
+    use routelab_core::metrics::Metrics;
+    use routelab_core::runner::empty_result;
 
     fn result(w: &str, policies: &[(&str, f64, f64)]) -> WorkloadResult {
-        let w = crate::workload::parse(w, std::path::Path::new("w.yaml")).unwrap();
+        let w = routelab_core::workload::parse(w, std::path::Path::new("w.yaml")).unwrap();
         let results = policies
             .iter()
             .map(|&(p, v, overloaded)| {
                 let mut m = Metrics::new();
                 m.push("latency_mean_s", v);
                 m.push("overloaded", overloaded);
-                let spec = crate::plugin::PolicySpec::parse(p).unwrap();
-                crate::runner::PolicyResult { metrics: m, ..empty_result(&spec) }
+                let spec = routelab_core::plugin::PolicySpec::parse(p).unwrap();
+                routelab_core::runner::PolicyResult { metrics: m, ..empty_result(&spec) }
             })
             .collect();
         WorkloadResult {

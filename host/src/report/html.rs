@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 
 use super::figures::{self, Figure};
 use super::table::{self, fmt_num};
-use crate::runner::WorkloadResult;
+use routelab_core::runner::WorkloadResult;
 
 /// What a sweep moved, to draw its curves: the `--set` field and how many points each workload has
 /// (its results are `points` consecutive entries, one base workload after another).

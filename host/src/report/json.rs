@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::runner::WorkloadResult;
+use routelab_core::runner::WorkloadResult;
 
 #[derive(Serialize)]
 pub struct Document<'a> {

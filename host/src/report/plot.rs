@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use super::figures::{self, Figure};
-use crate::runner::WorkloadResult;
+use routelab_core::runner::WorkloadResult;
 
 /// Writes `figures` into `dir` (created if missing); returns the files written.
 pub fn write(dir: &Path, figures: &[Figure]) -> Result<Vec<PathBuf>> {

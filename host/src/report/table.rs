@@ -7,7 +7,7 @@ use comfy_table::{
 };
 
 use super::{COLUMNS, RATIO_KEYS};
-use crate::runner::WorkloadResult;
+use routelab_core::runner::WorkloadResult;
 
 /// Decimals that give `v` about four significant figures; `None` where an exponent reads better.
 fn decimals(v: f64) -> Option<usize> {

@@ -73,7 +73,7 @@ fn mm1_capacity_matches_the_closed_form() {
         if (x - 0.8).abs() > 0.02 {
             assert_eq!(holds, x < 0.8, "at ρ = {x}: {p}");
         }
-        for key in routelab::metrics::DISPATCH_KEYS {
+        for key in routelab_core::metrics::DISPATCH_KEYS {
             assert!(p["metrics"][key].is_number(), "{key} missing: {p}");
         }
         let mean = p["metrics"]["response_mean"].as_f64().unwrap();
@@ -90,7 +90,7 @@ fn cluster_slo_metrics_agree_with_the_latency_figures() {
     let loose = json_of(&[&base[..], &["--slo", "latency_s=1e9"]].concat(), "loose.json");
     let m = &loose["workloads"][0]["results"][0]["metrics"];
     let (completed, requests) = (m["completed"].as_f64().unwrap(), m["requests"].as_f64().unwrap());
-    for key in routelab::metrics::SLO_KEYS {
+    for key in routelab_core::metrics::SLO_KEYS {
         assert!(m[key].is_number(), "{key} missing: {m}");
     }
     assert_eq!(m["slo_attainment"].as_f64().unwrap(), completed / requests);

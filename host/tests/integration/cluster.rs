@@ -34,7 +34,7 @@ fn long_doc_qa_json_has_the_cluster_keys() {
     assert_eq!(w["world"], "cluster");
     assert_eq!(w["seeds"], 3);
     for r in w["results"].as_array().unwrap() {
-        for k in routelab::metrics::CLUSTER_KEYS {
+        for k in routelab_core::metrics::CLUSTER_KEYS {
             assert!(r["metrics"][k].is_number(), "{} lacks {k}", r["policy"]);
         }
         assert_eq!(r["per_seed"].as_array().unwrap().len(), 3);

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use routelab::plugin::{Loader, PolicySpec};
-use routelab::runner::{self, WorkloadResult};
-use routelab::workload;
+use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::runner::{self, WorkloadResult};
+use routelab_core::workload;
 
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use routelab::plugin::{LoadErrorKind, Loader, PolicySpec};
+use routelab_core::plugin::{LoadErrorKind, Loader, PolicySpec};
 use routelab_policy_api::{RouterContext, World};
 
 use crate::common::*;

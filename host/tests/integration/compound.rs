@@ -3,10 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use routelab::plugin::{Loader, PolicySpec};
-use routelab::sim::compound::{self, CompoundOutcome, Split, World, evaluator::TrainingEvaluator};
-use routelab::workload::compound::CompoundSpec;
-use routelab::workload::{self, Workload};
+use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::sim::compound::{self, CompoundOutcome, Split, World, evaluator::TrainingEvaluator};
+use routelab_core::workload::compound::CompoundSpec;
+use routelab_core::workload::{self, Workload};
 use routelab_policy_api::{Evaluator, RSlice, SelectorBox, SelectorContext};
 
 fn workload_path(name: &str) -> PathBuf {

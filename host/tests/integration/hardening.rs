@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use routelab::workload::{self, limits};
+use routelab_core::workload::{self, estimate};
 
 use crate::common::*;
 
@@ -138,7 +138,7 @@ fn counts_above_what_a_user_could_mean_are_refused() {
     }
     // What fits in this machine's memory is refused with the estimate (here: a machine of 8 GB).
     let w: workload::Workload = serde_norway::from_str("dispatch: {servers: 1000, requests: 2000000000}\n").unwrap();
-    let e = limits::check_memory_within(&w, 8e9).unwrap_err();
+    let e = estimate::check_memory_within(&w, 8e9).unwrap_err();
     assert_eq!(e.path, "dispatch.requests");
     assert!(e.message.contains("16.0 GB of memory") && e.message.contains("per run"), "{}", e.message);
     // The command line's --seeds is checked like the file's.
@@ -166,7 +166,7 @@ fn validate_prints_an_estimate_of_memory_and_time() {
     // The estimate grows with the requests.
     let w =
         |n: u64| workload::parse(&format!("dispatch: {{servers: 16, requests: {n}}}\n"), Path::new("w.yaml")).unwrap();
-    let (small, large) = (limits::estimate(&w(1_000)), limits::estimate(&w(100_000_000)));
+    let (small, large) = (estimate::estimate(&w(1_000)), estimate::estimate(&w(100_000_000)));
     assert!(large.bytes > 100.0 * small.bytes && large.seconds > 1000.0 * small.seconds, "{small:?} {large:?}");
 }
 
@@ -408,7 +408,7 @@ fn seeded_mutations_of_every_workload_never_panic_or_hang() {
             };
             let Ok(mut w) = parsed else { continue };
             valid += 1;
-            let _ = limits::estimate(&w);
+            let _ = estimate::estimate(&w);
             if shrink(&mut w) && k % 4 == 0 {
                 ran += 1;
                 let policies: Vec<String> = w.policies.iter().take(1).cloned().collect();
@@ -461,9 +461,15 @@ fn shrink(w: &mut workload::Workload) -> bool {
 fn compare_shrunk(yaml: &str, name: &str, policies: &[String]) {
     let file = Path::new(name);
     let Ok(w) = workload::parse(yaml, file) else { return };
-    let Ok(prepared) = routelab::runner::prepare(w, file) else { return };
-    let specs: Vec<_> = policies.iter().filter_map(|p| routelab::plugin::PolicySpec::parse(p).ok()).collect();
-    let r = routelab::runner::run_workload(&mut routelab::plugin::Loader::new(), &prepared, &specs, &|_| {}, &|_| {});
+    let Ok(prepared) = routelab_core::runner::prepare(w, file) else { return };
+    let specs: Vec<_> = policies.iter().filter_map(|p| routelab_core::plugin::PolicySpec::parse(p).ok()).collect();
+    let r = routelab_core::runner::run_workload(
+        &mut routelab_core::plugin::Loader::new(),
+        &prepared,
+        &specs,
+        &|_| {},
+        &|_| {},
+    );
     for p in &r.results {
         for (k, v) in &p.metrics.0 {
             assert!(!(k.contains("latency") && *v < 0.0), "{name}: {k} = {v}");

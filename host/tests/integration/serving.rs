@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use routelab::serve::replay::{self, ReplayReport};
+use routelab_serve::replay::{self, ReplayReport};
 
 /// A prefix-heavy tool-use stream: few tools, hot ones shared by many requests.
 const WORKLOAD: &str = "\
@@ -72,7 +72,7 @@ fn gateway(procs: &mut Procs, backends: &[String], policy: &str) -> String {
     start(procs, &args)
 }
 
-fn stream() -> routelab::workload::generate::RequestStream {
+fn stream() -> routelab_core::workload::generate::RequestStream {
     let dir = std::env::temp_dir().join(format!("routelab-serving-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("tool_use.yaml");
@@ -125,20 +125,20 @@ fn a_backend_killed_mid_run_loses_no_request() {
     eprintln!("{report:?}");
     assert_eq!(report.complete, report.requests, "{:?}", report.first_error);
     let metrics = rt.block_on(replay::get_text(&replay::client(), &format!("{url}/metrics"))).unwrap();
-    let failures = routelab::serve::prom::sum(
+    let failures = routelab_serve::prom::sum(
         &metrics,
         &format!("routelab_gateway_backend_failures_total{{backend=\"{}\"}}", engines[0]),
     );
     assert!(failures.unwrap_or(0.0) >= 1.0, "no failure recorded for the killed backend:\n{metrics}");
-    let moved = routelab::serve::prom::sum(&metrics, "routelab_gateway_retries_total").unwrap_or(0.0)
-        + routelab::serve::prom::sum(&metrics, "routelab_gateway_resumed_streams_total").unwrap_or(0.0)
-        + routelab::serve::prom::sum(&metrics, "routelab_gateway_rerouted_total").unwrap_or(0.0);
+    let moved = routelab_serve::prom::sum(&metrics, "routelab_gateway_retries_total").unwrap_or(0.0)
+        + routelab_serve::prom::sum(&metrics, "routelab_gateway_resumed_streams_total").unwrap_or(0.0)
+        + routelab_serve::prom::sum(&metrics, "routelab_gateway_rerouted_total").unwrap_or(0.0);
     assert!(moved >= 1.0, "the killed backend's requests went nowhere else:\n{metrics}");
 }
 
 /// `n` requests of `prompt_tokens` and `output_tokens`, one every 10 ms of model time.
-fn small_stream(n: usize, prompt_tokens: u32, output_tokens: u32) -> routelab::workload::generate::RequestStream {
-    use routelab::workload::generate::{GeneratedRequest, RequestStream};
+fn small_stream(n: usize, prompt_tokens: u32, output_tokens: u32) -> routelab_core::workload::generate::RequestStream {
+    use routelab_core::workload::generate::{GeneratedRequest, RequestStream};
     let mut s = RequestStream::default();
     for i in 0..n {
         let from = s.segments.len() as u32;
@@ -164,7 +164,7 @@ fn a_panicking_policy_is_replaced_by_the_fallback_and_counted() {
     let report = rt.block_on(replay::replay(&url, &small_stream(20, 100, 5), TIME_SCALE, &[], Duration::from_secs(60)));
     assert_eq!(report.complete, 20, "{:?}", report.first_error);
     let metrics = rt.block_on(replay::get_text(&replay::client(), &format!("{url}/metrics"))).unwrap();
-    let errors = routelab::serve::prom::sum(&metrics, "routelab_gateway_policy_errors_total").unwrap();
+    let errors = routelab_serve::prom::sum(&metrics, "routelab_gateway_policy_errors_total").unwrap();
     assert!(errors >= 1.0, "{metrics}");
 }
 

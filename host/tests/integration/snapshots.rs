@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use routelab::report;
-use routelab::runner::WorkloadResult;
+use routelab_core::runner::WorkloadResult;
 
 use crate::common::compare_text;
 

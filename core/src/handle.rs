@@ -1,0 +1,278 @@
+//! The host's side of the policy contract, written once for every world and front end.
+//!
+//! A [`RouterHandle`] owns a router and the order of its calls: `route` → bounds check →
+//! `on_dispatch`; `on_complete` and `on_evict` as the world reports them; `report` at the end.
+//! A [`SchedulerHandle`] owns one replica's local scheduler and checks its answers (every index
+//! in range, none twice). Both turn a policy's failure into a [`RunError`] that names it, and
+//! namespace what the policy reports (`router.<stat>`, `scheduler.<stat>`, `selector.<stat>`), so
+//! a policy's figures can never overwrite or be mistaken for the host's metrics (host keys have
+//! no dot). Nothing here knows the simulator's events or time: a world (or a gateway) calls these
+//! methods with the policy-api's types.
+
+use abi_stable::std_types::{RSlice, RVec};
+use routelab_policy_api::{
+    Capabilities, Completion, Eviction, PdDecision, ReplicaView, Request, RouterBox, SchedulerBox, Stat, WaitingRequest,
+};
+
+use crate::error::RunError;
+use crate::signals::SignalTable;
+
+/// A router and the contract around it.
+pub struct RouterHandle {
+    router: RouterBox,
+    label: String,
+    replicas: usize,
+    caps: Capabilities,
+    /// The engine signals it negotiated, and the table they are written to.
+    signals: SignalTable,
+    /// Why the router cannot run (its `capabilities` or `signals` failed), reported at the first
+    /// dispatch. The loader checks both at creation already; this covers routers made otherwise.
+    unusable: Option<RunError>,
+}
+
+impl RouterHandle {
+    /// `label` names the policy in errors; `replicas` bounds its answers.
+    pub fn new(router: RouterBox, replicas: u32, label: &str) -> Self {
+        let (caps, mut unusable) = match router.capabilities().into_result() {
+            Ok(c) => (c.known(), None),
+            Err(e) => (Capabilities::NONE, Some(policy_error(label, "capabilities", e.into()))),
+        };
+        let signals = SignalTable::negotiate(&router).unwrap_or_else(|e| {
+            unusable = unusable.take().or(Some(RunError(format!("policy '{label}' {e}"))));
+            SignalTable::default()
+        });
+        Self { router, label: label.to_string(), replicas: replicas as usize, caps, signals, unusable }
+    }
+
+    /// Whether the router reads scraped engine metrics (the world then scrapes them).
+    pub fn reads_scrapes(&self) -> bool {
+        self.signals.reads_scrapes()
+    }
+
+    /// The world scraped every replica's metrics at `at_s`: the `scraped.` signals hold these
+    /// until the next scrape.
+    pub fn scrape(&mut self, views: &[ReplicaView], at_s: f64) {
+        self.signals.scrape(views, at_s);
+    }
+
+    /// The world reports every change to a view from now on ([`Self::view_changed`]), so the
+    /// router's signal table is refilled only where something changed.
+    pub fn track_view_changes(&mut self) {
+        self.signals.track_changes();
+    }
+
+    /// Replica `replica`'s view changed (after [`Self::track_view_changes`]).
+    pub fn view_changed(&mut self, replica: usize) {
+        self.signals.changed(replica);
+    }
+
+    /// When `replica`'s queued work ends: the `busy_until` signal (0 until a world sets it).
+    pub fn set_busy_until(&mut self, replica: usize, at: f64) {
+        self.signals.set_busy_until(replica, at);
+    }
+
+    /// What the router asked for at creation (read once).
+    pub fn capabilities(&self) -> Capabilities {
+        self.caps
+    }
+
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Asks the router where `req` goes among `views` (one per replica), checks the answer and
+    /// tells the router the decision (`on_dispatch`).
+    pub fn dispatch(&mut self, req: &Request<'_>, views: &[ReplicaView]) -> Result<u32, RunError> {
+        debug_assert_eq!(views.len(), self.replicas);
+        if let Some(e) = &self.unusable {
+            return Err(e.clone());
+        }
+        let i = self
+            .router
+            .route(req, self.signals.replicas(views, req.arrived_at))
+            .into_result()
+            .map_err(|e| self.fail("route", e.into()))? as usize;
+        let n = self.replicas;
+        if i >= n {
+            return Err(RunError(format!(
+                "policy '{}' returned replica {i}, but there are only {n} replicas (valid: 0..{})",
+                self.label,
+                n - 1
+            )));
+        }
+        self.router.on_dispatch(req, i as u32).into_result().map_err(|e| self.fail("on_dispatch", e.into()))?;
+        Ok(i as u32)
+    }
+
+    /// Disaggregated clusters: asks the router what to do with `req` given every replica's view,
+    /// the prefill candidates being `views[..prefill_end]`, the decode ones `views[decode_start..]`; checks the
+    /// answer (a known action, indices within their pool) and tells the router (`on_dispatch_pair`).
+    pub fn dispatch_pair(
+        &mut self,
+        req: &Request<'_>,
+        views: &[ReplicaView],
+        prefill_end: usize,
+        decode_start: usize,
+    ) -> Result<PdDecision, RunError> {
+        debug_assert_eq!(views.len(), self.replicas);
+        if let Some(e) = &self.unusable {
+            return Err(e.clone());
+        }
+        let (prefill, decode) = self.signals.pools(views, prefill_end, decode_start, req.arrived_at);
+        let d = self
+            .router
+            .route_pair(req, prefill, decode)
+            .into_result()
+            .map_err(|e| self.fail("route_pair", e.into()))?;
+        let (np, nd) = (prefill_end as u32, (self.replicas - decode_start) as u32);
+        let bad = match d.action {
+            PdDecision::DISAGGREGATE if d.prefill >= np => {
+                Some(format!("prefill instance {}, but there are {np}", d.prefill))
+            }
+            PdDecision::DISAGGREGATE if d.prefix_from != PdDecision::NO_SOURCE && d.prefix_from >= np => {
+                Some(format!("prefix source {}, but there are {np} prefill instances", d.prefix_from))
+            }
+            PdDecision::DISAGGREGATE | PdDecision::DECODE_ONLY if d.decode >= nd => {
+                Some(format!("decode instance {}, but there are {nd}", d.decode))
+            }
+            PdDecision::DISAGGREGATE | PdDecision::DECODE_ONLY | PdDecision::REJECT => None,
+            other => Some(format!("the unknown action {other} (known: 0 disaggregate, 1 decode only, 2 reject)")),
+        };
+        if let Some(what) = bad {
+            return Err(RunError(format!("policy '{}' returned {what} from route_pair", self.label)));
+        }
+        self.router.on_dispatch_pair(req, d).into_result().map_err(|e| self.fail("on_dispatch_pair", e.into()))?;
+        Ok(d)
+    }
+
+    /// Disaggregated clusters: a request finished its prefill (`c.replica` in the prefill pool).
+    pub fn prefill_complete(&mut self, c: &Completion) -> Result<(), RunError> {
+        self.router.on_prefill_complete(c).into_result().map_err(|e| self.fail("on_prefill_complete", e.into()))
+    }
+
+    /// A request dispatched earlier has finished.
+    pub fn complete(&mut self, c: &Completion) -> Result<(), RunError> {
+        self.router.on_complete(c).into_result().map_err(|e| self.fail("on_complete", e.into()))
+    }
+
+    /// A replica's cache dropped a path (delivered only to routers that want evictions).
+    pub fn evicted(&mut self, e: &Eviction<'_>) -> Result<(), RunError> {
+        self.router.on_evict(e).into_result().map_err(|e| self.fail("on_evict", e.into()))
+    }
+
+    /// The router's own figures as `router.<name>`.
+    pub fn report(&self) -> Result<Vec<(String, f64)>, RunError> {
+        let stats = self.router.report().into_result().map_err(|e| self.fail("report", e.into()))?;
+        namespaced("router", stats).map_err(|m| RunError(format!("policy '{}': {m}", self.label)))
+    }
+
+    fn fail(&self, method: &str, e: String) -> RunError {
+        policy_error(&self.label, method, e)
+    }
+}
+
+/// A policy's error message, naming the policy when the policy's own message does not.
+pub fn policy_error(label: &str, method: &str, e: String) -> RunError {
+    if e.starts_with("policy '") { RunError(e) } else { RunError(format!("policy '{label}' failed in {method}: {e}")) }
+}
+
+/// One replica's local scheduler and the checks on its answers.
+pub struct SchedulerHandle {
+    scheduler: SchedulerBox,
+    replica: u32,
+    taken: Vec<bool>,
+}
+
+impl SchedulerHandle {
+    pub fn new(scheduler: SchedulerBox, replica: u32) -> Self {
+        Self { scheduler, replica, taken: Vec::new() }
+    }
+
+    /// The admission order of `waiting` at `now_s`, into `order`: indices into `waiting`, each at
+    /// most once (those left out wait).
+    pub fn order(&mut self, now_s: f64, waiting: &[WaitingRequest], order: &mut RVec<u32>) -> Result<(), String> {
+        let id = self.replica;
+        self.scheduler
+            .order(now_s, RSlice::from_slice(waiting), order)
+            .into_result()
+            .map_err(|e| format!("scheduler of replica {id}: {e}"))?;
+        self.taken.clear();
+        self.taken.resize(waiting.len(), false);
+        for &i in order.iter() {
+            let i = i as usize;
+            if i >= waiting.len() {
+                return Err(format!(
+                    "scheduler of replica {id} returned index {i}, but only {} requests wait (valid: 0..{})",
+                    waiting.len(),
+                    waiting.len().saturating_sub(1)
+                ));
+            }
+            if std::mem::replace(&mut self.taken[i], true) {
+                return Err(format!("scheduler of replica {id} returned index {i} twice"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The scheduler's own figures (not yet namespaced: see [`scheduler_stats`]).
+    fn raw_report(&self) -> Result<RVec<Stat>, String> {
+        self.scheduler.report().into_result().map_err(|e| format!("scheduler of replica {}: {e}", self.replica))
+    }
+}
+
+/// Every replica's scheduler figures, summed over replicas, as `scheduler.<name>` (in the order
+/// the first replica reports them).
+pub fn scheduler_stats(schedulers: &[SchedulerHandle], label: &str) -> Result<Vec<(String, f64)>, RunError> {
+    let mut sum: Vec<(String, f64)> = Vec::new();
+    for s in schedulers {
+        let stats = s.raw_report().map_err(|e| policy_error(label, "report", e))?;
+        for (name, value) in namespaced("scheduler", stats).map_err(|m| RunError(format!("policy '{label}': {m}")))? {
+            match sum.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, v)) => *v += value,
+                None => sum.push((name, value)),
+            }
+        }
+    }
+    Ok(sum)
+}
+
+/// `stats` as `<kind>.<name>`; refuses names that are empty, repeated, or hold anything but ASCII
+/// letters, digits and `_` (they become JSON keys and CSV column headers).
+pub fn namespaced(kind: &str, stats: RVec<Stat>) -> Result<Vec<(String, f64)>, String> {
+    let mut out: Vec<(String, f64)> = Vec::with_capacity(stats.len());
+    for s in stats {
+        let name = s.name.as_str();
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(format!(
+                "its {kind} reported a figure named {name:?}; names are ASCII letters, digits and `_` (e.g. cache_decisions)"
+            ));
+        }
+        let key = format!("{kind}.{name}");
+        if out.iter().any(|(k, _)| *k == key) {
+            return Err(format!("its {kind} reported the figure {name:?} twice"));
+        }
+        out.push((key, s.value));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(names: &[&str]) -> RVec<Stat> {
+        names.iter().map(|n| Stat { name: (*n).into(), value: 1.0 }).collect()
+    }
+
+    #[test]
+    fn stats_are_namespaced_and_bad_names_refused() {
+        assert_eq!(
+            namespaced("router", stats(&["a_1", "B"])).unwrap(),
+            vec![("router.a_1".into(), 1.0), ("router.B".into(), 1.0)]
+        );
+        for bad in ["", "a,b", "a\nb", "a.b", "latency mean"] {
+            assert!(namespaced("router", stats(&[bad])).is_err(), "{bad:?}");
+        }
+        assert!(namespaced("router", stats(&["x", "x"])).unwrap_err().contains("twice"));
+    }
+}

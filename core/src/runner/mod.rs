@@ -1,0 +1,616 @@
+//! Runs workloads × policies × seeds and collects results; the one place that knows how each
+//! world is driven. Nothing here prints: progress goes to a callback, results to the caller.
+//!
+//! The stages, each with its own errors: [`prepare`] reads what a workload names and resolves
+//! what every run shares (the trace, the cluster's step model; bad input is an [`InputError`]);
+//! [`Prepared::seed_inputs`] generates each seed's request stream once, shared by every policy;
+//! [`resolve`] settles each policy through the [`Loader`] once per workload; then [`run_one`] is a
+//! pure function of (resolved policy, prepared workload, seed input) — no loader, no shared
+//! mutable state — so runs may go in any order or in parallel.
+
+mod cells;
+mod fields;
+pub mod isolate;
+pub mod parallel;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use routelab_policy_api::{PolicyKind, RouterBox, SchedulerBox};
+use serde::Serialize;
+
+pub use self::cells::{Cell, CellError, Stage, assemble, run_cell};
+pub use self::fields::{split_policies, with_field};
+use crate::error::Error;
+use crate::metrics::{Detail, Metrics, in_flight_timeline, quantile_vector};
+use crate::plugin::{Factory, LoadError, Loader, PolicySpec};
+use crate::seeds::seed_for;
+use crate::sim::cluster::{ClusterSim, RunOutcome};
+use crate::sim::{self, SetupError};
+use crate::step_model::StepModel;
+use crate::workload::cluster::{ClusterSpec, TraceFormat};
+use crate::workload::generate::{RequestStream, generate};
+use crate::workload::{FieldError, InputError, Workload, WorldKind, mooncake, trace};
+
+/// One policy's results on one workload.
+#[derive(Clone, Debug, Serialize)]
+pub struct PolicyResult {
+    /// The policy's label (`label=` or the argument, a plugin shown by its name).
+    pub policy: String,
+    /// The policy argument as typed (library path included).
+    pub spec: String,
+    pub config: String,
+    /// Mean over seeds, with `<key>_ci95` half-widths when there are several.
+    pub metrics: Metrics,
+    pub per_seed: Vec<Metrics>,
+    /// Compound world: the allocation chosen on each seed, by model name (one per module).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allocation: Vec<Vec<String>>,
+    /// Set when the policy could not be loaded or its run failed; the other policies still report.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The error is bad input (exit code 2) rather than a failing policy (exit code 1).
+    #[serde(skip)]
+    pub input_error: bool,
+    /// The first seed's latency distribution and replica timeline, for charts (not in JSON).
+    #[serde(skip)]
+    pub detail: Option<Box<Detail>>,
+}
+
+/// One workload's results.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkloadResult {
+    pub name: String,
+    pub world: &'static str,
+    pub seed: u64,
+    pub seeds: u32,
+    pub resolved: Workload,
+    /// What the host derived from the workload (e.g. how service sizes were scaled).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    pub results: Vec<PolicyResult>,
+}
+
+impl WorkloadResult {
+    /// `prepared`'s result with no policies yet.
+    pub fn empty(prepared: &Prepared) -> Self {
+        let w = &prepared.workload;
+        Self {
+            name: w.name.clone(),
+            world: w.world().as_str(),
+            seed: w.seed,
+            seeds: w.seeds,
+            resolved: w.clone(),
+            notes: prepared.notes.clone(),
+            results: Vec::new(),
+        }
+    }
+}
+
+/// Overrides from the command line.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    pub seed: Option<u64>,
+    pub seeds: Option<u32>,
+    /// Compound world: the allocation (model names) every selector starts from.
+    pub start: Option<Vec<String>>,
+    /// Cluster and dispatch worlds: replay this trace file instead of the one the workload names.
+    pub trace: Option<PathBuf>,
+    /// Cluster world: this per-request SLO instead of the workload's.
+    pub slo: Option<crate::workload::slo::Slo>,
+}
+
+impl RunOptions {
+    /// Applies the overrides to a loaded workload.
+    pub fn apply(&self, w: &mut Workload) {
+        if let Some(s) = self.seed {
+            w.seed = s;
+        }
+        if let Some(n) = self.seeds {
+            w.seeds = n.max(1);
+        }
+        if let (Some(start), Some(c)) = (&self.start, w.compound.as_mut()) {
+            c.start = Some(start.clone());
+        }
+        if let (Some(slo), Some(c)) = (&self.slo, w.cluster.as_mut()) {
+            c.slo = Some(slo.clone());
+        }
+        if let Some(t) = &self.trace {
+            // An absolute path, so it is not re-read relative to the workload's folder.
+            let abs = std::path::absolute(t).unwrap_or_else(|_| t.clone()).to_string_lossy().into_owned();
+            if let Some(d) = w.dispatch.as_mut() {
+                if let crate::workload::dispatch::Arrivals::Trace { path } = &mut d.arrivals {
+                    *path = abs.clone();
+                }
+            }
+            if let Some(c) = w.cluster.as_mut() {
+                if let crate::workload::cluster::Arrivals::Trace { path, .. } = &mut c.arrivals {
+                    *path = abs;
+                }
+            }
+        }
+    }
+}
+
+/// The runs a workload stands for: itself, or one per compound `variants` entry (named
+/// `name[label]`), each validated.
+pub fn expand(w: Workload, file: &Path) -> Result<Vec<Workload>, InputError> {
+    let Some(c) = &w.compound else { return Ok(vec![w]) };
+    if c.variants.is_empty() {
+        return Ok(vec![w]);
+    }
+    c.variants()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (label, spec))| {
+            let mut v = w.clone();
+            v.name = format!("{}[{}]", w.name, if label.is_empty() { i.to_string() } else { label });
+            v.compound = Some(spec);
+            v.validate().map_err(|e| InputError::from_field(file, e.under(&format!("compound.variants[{i}]"))))?;
+            Ok(v)
+        })
+        .collect()
+}
+
+/// Input the worlds need besides the workload itself, read and resolved once.
+pub struct Prepared {
+    pub workload: Workload,
+    /// The workload file (named in setup errors).
+    pub file: PathBuf,
+    pub notes: Vec<String>,
+    /// The trace the workload replays (its file read once), if any.
+    trace: Option<Vec<trace::TraceRow>>,
+    /// Cluster world: one replica's step model.
+    step_model: Option<StepModel>,
+    /// Cluster world replaying a trace: the stream (the same for every seed), checked to fit.
+    trace_stream: Option<Arc<RequestStream>>,
+}
+
+/// One seed's input, shared by every policy run on it.
+pub struct SeedInput {
+    pub seed: u64,
+    /// Cluster world: the request stream.
+    stream: Option<Arc<RequestStream>>,
+}
+
+impl Prepared {
+    /// Bad input found while setting a world up, in the workload file's terms.
+    fn setup_error(&self, e: SetupError) -> InputError {
+        let section = self.workload.world().as_str();
+        InputError::from_field(&self.file, FieldError::new(&e.field, e.message, e.fix).under(section))
+    }
+
+    /// Every seed's input: in the cluster world the request stream, generated once per
+    /// (workload, seed) and shared by every policy.
+    pub fn seed_inputs(&self) -> Result<Vec<SeedInput>, InputError> {
+        (0..self.workload.seeds).map(|k| self.seed_input(k)).collect()
+    }
+
+    /// Seed `k`'s input (0-based: the seed is `seed_for(workload.seed, k)`).
+    pub fn seed_input(&self, k: u32) -> Result<SeedInput, InputError> {
+        let w = &self.workload;
+        let seed = seed_for(w.seed, k);
+        let stream = match (&w.cluster, &self.trace_stream) {
+            (Some(_), Some(s)) => Some(s.clone()),
+            (Some(c), None) => Some(Arc::new(self.generate(c, seed)?)),
+            (None, _) => None,
+        };
+        Ok(SeedInput { seed, stream })
+    }
+
+    fn generate(&self, c: &ClusterSpec, seed: u64) -> Result<RequestStream, InputError> {
+        let stream = generate(c, self.trace.as_deref(), seed)
+            .map_err(|m| self.setup_error(SetupError::new("arrivals", m, "see the message")))?;
+        let sm = self.step_model.as_ref().expect("cluster world");
+        sim::cluster::check_fits(sm, &stream).map_err(|e| self.setup_error(e))?;
+        Ok(stream)
+    }
+}
+
+impl SeedInput {
+    /// Cluster world: the request stream (what `routelab replay` sends over HTTP).
+    pub fn stream(&self) -> Option<&RequestStream> {
+        self.stream.as_deref()
+    }
+}
+
+/// Resolves files a workload names (relative to the workload's folder) and derived facts.
+pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> {
+    // Again: command-line overrides (--seeds) may have changed it since it was loaded.
+    workload.validate().map_err(|e| InputError::from_field(file, e))?;
+    let mut notes = Vec::new();
+    let mut trace = None;
+    let mut mooncake_rows = None;
+    let mut step_model = None;
+    if let Some(d) = &workload.dispatch {
+        let (_, raw_mean) = crate::workload::dispatch::Sizes::new(&d.service);
+        if raw_mean != 1.0 {
+            notes.push(format!("service sizes divided by {raw_mean:.6} so their mean is 1"));
+        }
+        if let crate::workload::dispatch::Arrivals::Trace { path } = &d.arrivals {
+            let p = relative_to(file, path);
+            let rows = trace::load(&p)?;
+            if rows.len() < 2 {
+                return Err(InputError {
+                    file: p,
+                    path: String::new(),
+                    line: None,
+                    message: "a trace needs at least two rows to give a rate".into(),
+                    fix: "use a longer trace".into(),
+                });
+            }
+            notes.push(format!(
+                "trace arrivals from {} ({} rows) rescaled to utilisation {}",
+                path,
+                rows.len(),
+                d.utilisation
+            ));
+            trace = Some(rows);
+        }
+    }
+    if let Some(c) = &workload.cluster {
+        step_model = Some(c.step_model().map_err(|e| InputError::from_field(file, e.under("cluster")))?);
+        if let crate::workload::cluster::Arrivals::Trace { path, time_scale, format } = &c.arrivals {
+            let p = relative_to(file, path);
+            match format {
+                TraceFormat::Azure => {
+                    let rows = trace::load(&p)?;
+                    trace::check_cluster_rows(&rows, c, &p)?;
+                    notes.push(format!(
+                        "trace replay of {} ({} rows, time scale {time_scale})",
+                        p.display(),
+                        rows.len()
+                    ));
+                    trace = Some(rows);
+                }
+                TraceFormat::Mooncake => {
+                    let rows = mooncake::load(&p)?;
+                    let sizes = rows.iter().map(|r| trace::RowSize {
+                        line: r.line,
+                        prompt: r.input_length,
+                        output: r.output_length,
+                        at_s: r.at_s,
+                    });
+                    trace::check_cluster_sizes(sizes, c, &p)?;
+                    notes.push(format!(
+                        "Mooncake trace replay of {} ({} rows, time scale {time_scale})",
+                        p.display(),
+                        rows.len()
+                    ));
+                    mooncake_rows = Some(rows);
+                }
+            }
+        }
+    }
+    let mut prepared = Prepared { workload, file: file.into(), notes, trace, step_model, trace_stream: None };
+    if let (Some(c), Some(rows)) = (prepared.workload.cluster.as_ref(), mooncake_rows) {
+        // The stream is built from the rows directly (the generator is not used) and checked once.
+        let stream = crate::workload::generate::mooncake_stream(c, &rows);
+        let sm = prepared.step_model.as_ref().expect("cluster world");
+        sim::cluster::check_fits(sm, &stream).map_err(|e| prepared.setup_error(e))?;
+        prepared.trace_stream = Some(Arc::new(stream));
+    } else if let Some(c) = prepared
+        .workload
+        .cluster
+        .as_ref()
+        .filter(|c| matches!(c.arrivals, crate::workload::cluster::Arrivals::Trace { .. }))
+    {
+        // A replayed trace is the same stream for every seed: generate and check it now.
+        prepared.trace_stream = Some(Arc::new(prepared.generate(c, prepared.workload.seed)?));
+    }
+    Ok(prepared)
+}
+
+/// A cluster workload's generated-stream statistics for seed `workload.seed` (`None` elsewhere).
+pub fn cluster_stats(p: &Prepared) -> Result<Option<String>, InputError> {
+    let Some(c) = &p.workload.cluster else { return Ok(None) };
+    let stream = match &p.trace_stream {
+        Some(s) => s.clone(),
+        None => Arc::new(p.generate(c, p.workload.seed)?),
+    };
+    Ok(Some(crate::workload::generate::stats(&stream).to_string()))
+}
+
+/// `path` as written in `workload_file`: relative paths are relative to the workload's folder.
+pub fn relative_to(workload_file: &Path, path: &str) -> PathBuf {
+    let p = Path::new(path);
+    if p.is_absolute() {
+        return p.into();
+    }
+    workload_file.parent().unwrap_or(Path::new(".")).join(p)
+}
+
+/// A policy settled for one workload's world: makes fresh instances for every run, without the
+/// loader.
+#[derive(Clone, Debug)]
+pub struct ResolvedPolicy {
+    pub spec: PolicySpec,
+    /// The router (dispatch, cluster) or selector (compound).
+    policy: Factory,
+    /// Cluster world: every replica's scheduler (the spec's `@scheduler`, else the workload's).
+    scheduler: Option<Factory>,
+}
+
+impl ResolvedPolicy {
+    pub fn label(&self) -> &str {
+        &self.spec.label
+    }
+}
+
+/// Settles `spec` for `prepared`'s world: its name, kind and library, and its paired scheduler.
+/// A selector is built once here with the first seed's context, which carries the problem's
+/// shape: one that refuses the problem (`exhaustive` above its guard) is bad input before any run.
+pub fn resolve(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec) -> Result<ResolvedPolicy, LoadError> {
+    let w = &prepared.workload;
+    match w.world() {
+        WorldKind::Dispatch => Ok(ResolvedPolicy {
+            spec: spec.clone(),
+            policy: loader.resolve(spec, PolicyKind::Router)?,
+            scheduler: None,
+        }),
+        WorldKind::Cluster => {
+            let c = w.cluster.as_ref().expect("cluster world");
+            let policy = loader.resolve(spec, PolicyKind::Router)?;
+            let scheduler = PolicySpec::parse(spec.scheduler.as_deref().unwrap_or(&c.scheduler))?;
+            let scheduler = Some(loader.resolve(&scheduler, PolicyKind::Scheduler)?);
+            Ok(ResolvedPolicy { spec: spec.clone(), policy, scheduler })
+        }
+        WorldKind::Compound => {
+            let c = w.compound.as_ref().expect("compound world");
+            let policy = loader.resolve(spec, PolicyKind::Selector)?;
+            policy.selector(&sim::compound::selector_context(c, w.seed))?;
+            Ok(ResolvedPolicy { spec: spec.clone(), policy, scheduler: None })
+        }
+    }
+}
+
+/// One (policy, seed) run's figures, and the allocation in the compound world.
+pub type Outcome = (Metrics, Vec<String>);
+
+/// Runs one policy on one seed: a pure function of its arguments.
+pub fn run_one(policy: &ResolvedPolicy, prepared: &Prepared, input: &SeedInput) -> Result<Outcome, Error> {
+    Ok(run_seed(policy, prepared, input, false)?.0)
+}
+
+/// [`run_one`], with the run's latency distribution and replica timeline (dispatch and cluster
+/// worlds) for charts.
+pub fn run_one_detailed(
+    policy: &ResolvedPolicy,
+    prepared: &Prepared,
+    input: &SeedInput,
+) -> Result<(Outcome, Option<Detail>), Error> {
+    run_seed(policy, prepared, input, true)
+}
+
+/// One run; its [`Detail`] only when asked (it costs a sort of every request's latency).
+fn run_seed(
+    policy: &ResolvedPolicy,
+    prepared: &Prepared,
+    input: &SeedInput,
+    with_detail: bool,
+) -> Result<(Outcome, Option<Detail>), Error> {
+    let w = &prepared.workload;
+    let (label, run_seed) = (policy.label(), input.seed);
+    match w.world() {
+        WorldKind::Dispatch => {
+            let d = w.dispatch.as_ref().expect("dispatch world");
+            let router = policy.policy.router(&sim::dispatch::router_context(d.servers, run_seed))?;
+            let trace = prepared.trace.as_deref();
+            if !with_detail {
+                return Ok(((sim::dispatch::run(d, trace, router, label, run_seed)?, Vec::new()), None));
+            }
+            let (m, detail) = sim::dispatch::run_detailed(d, trace, router, label, run_seed)?;
+            Ok(((m, Vec::new()), Some(detail)))
+        }
+        WorldKind::Cluster => {
+            let c = w.cluster.as_ref().expect("cluster world");
+            let sm = prepared.step_model.as_ref().expect("prepared cluster world");
+            let router = policy.policy.router(&sim::cluster::router_context_for(c, sm, run_seed))?;
+            let schedulers =
+                make_schedulers(policy.scheduler.as_ref().expect("resolved cluster policy"), sm, c.replicas, run_seed)?;
+            let stream = input.stream.as_deref().expect("cluster seed input");
+            let sim =
+                ClusterSim::build(c, sm, stream, router, schedulers, label).map_err(|e| prepared.setup_error(e))?;
+            let out = sim.run()?;
+            let detail = with_detail.then(|| cluster_detail(c.replicas as usize, &out.records));
+            Ok(((out.metrics, Vec::new()), detail))
+        }
+        WorldKind::Compound => {
+            let c = w.compound.as_ref().expect("compound world");
+            let mut selector = policy.policy.selector(&sim::compound::selector_context(c, run_seed))?;
+            let out = sim::compound::run(c, &mut selector, label, run_seed, None)?;
+            Ok(((out.metrics, out.allocation), None))
+        }
+    }
+}
+
+/// A cluster run's latency distribution and each replica's in-flight requests over time.
+fn cluster_detail(replicas: usize, records: &[sim::cluster::RequestRecord]) -> Detail {
+    let mut latency: Vec<f64> =
+        records.iter().filter(|r| r.completed_at_s.is_finite()).map(|r| r.completed_at_s - r.arrived_at_s).collect();
+    let finished_share = latency.len() as f64 / records.len().max(1) as f64;
+    let spans: Vec<(u32, f64, f64)> = records.iter().map(|r| (r.replica, r.arrived_at_s, r.completed_at_s)).collect();
+    let (times, in_flight) = in_flight_timeline(replicas, &spans);
+    Detail {
+        latency_quantiles: quantile_vector(&mut latency, crate::metrics::CDF_POINTS),
+        finished_share,
+        times,
+        in_flight,
+    }
+}
+
+/// One scheduler per replica for run `run_seed`.
+pub fn make_schedulers(
+    scheduler: &Factory,
+    sm: &StepModel,
+    replicas: u32,
+    run_seed: u64,
+) -> Result<Vec<SchedulerBox>, LoadError> {
+    (0..replicas).map(|r| scheduler.scheduler(&sim::cluster::scheduler_context(sm, r, run_seed))).collect()
+}
+
+/// One cluster run of `router` (any router object, labelled `label`) on `stream`, every replica
+/// running the scheduler `spec.scheduler` names: for exercises, tests and the bench.
+pub fn run_cluster(
+    spec: &ClusterSpec,
+    stream: &RequestStream,
+    router: RouterBox,
+    label: &str,
+    run_seed: u64,
+) -> Result<RunOutcome, Error> {
+    let file = Path::new("<cluster spec>");
+    let sm = spec.step_model().map_err(|e| InputError::from_field(file, e.under("cluster")))?;
+    let scheduler = Loader::new().resolve(&PolicySpec::parse(&spec.scheduler)?, PolicyKind::Scheduler)?;
+    let schedulers = make_schedulers(&scheduler, &sm, spec.replicas, run_seed)?;
+    let setup =
+        |e: SetupError| InputError::from_field(file, FieldError::new(&e.field, e.message, e.fix).under("cluster"));
+    Ok(ClusterSim::build(spec, &sm, stream, router, schedulers, label).map_err(setup)?.run()?)
+}
+
+/// Compound world, `--all-starts`: `policy` from every starting allocation of the workload's
+/// first seed.
+pub fn all_starts(policy: &ResolvedPolicy, prepared: &Prepared) -> Result<sim::compound::AllStarts, Error> {
+    let w = &prepared.workload;
+    let Some(c) = &w.compound else {
+        return Err(InputError {
+            file: prepared.file.clone(),
+            path: String::new(),
+            line: None,
+            message: "--all-starts needs a compound workload".into(),
+            fix: "drop --all-starts, or pass a workload with a `compound:` section".into(),
+        }
+        .into());
+    };
+    // Too large a space is the workload's fault (exit 2), found before any run.
+    let (models, modules) = (c.model_count(), c.system.modules().len());
+    let limit = sim::compound::studies::ALL_STARTS_LIMIT;
+    if (models as u64).checked_pow(modules as u32).is_none_or(|n| n > limit) {
+        return Err(InputError {
+            file: prepared.file.clone(),
+            path: "compound".into(),
+            line: None,
+            message: format!(
+                "{models} models ^ {modules} modules is above {limit} starting allocations for --all-starts"
+            ),
+            fix: "use a smaller pool or system, or drop --all-starts".into(),
+        }
+        .into());
+    }
+    let ctx = sim::compound::selector_context(c, w.seed);
+    let make = || policy.policy.selector(&ctx).map_err(|e| e.to_string());
+    Ok(sim::compound::all_starts(c, &make, w.seed)?)
+}
+
+/// Runs every policy on every seed of a prepared workload, in this process. `progress` is called
+/// after each (policy, seed) run; `on_result` after each policy finishes, so a caller can write
+/// results out as they come and a later failure loses nothing. Each seed's input is generated
+/// once, before the first run; when that fails (bad input), every policy reports it.
+pub fn run_workload(
+    loader: &mut Loader,
+    prepared: &Prepared,
+    policies: &[PolicySpec],
+    progress: &dyn Fn(&str),
+    on_result: &dyn Fn(&WorkloadResult),
+) -> WorkloadResult {
+    let inputs = prepared.seed_inputs().map_err(Error::from);
+    run_workload_by(prepared, policies, on_result, &mut |spec| run_policy(loader, prepared, spec, &inputs, progress))
+}
+
+/// Collects one workload's results, each policy's from `run` (in this process, or in a child
+/// process under `--isolate`); `on_result` is called after each policy.
+pub fn run_workload_by(
+    prepared: &Prepared,
+    policies: &[PolicySpec],
+    on_result: &dyn Fn(&WorkloadResult),
+    run: &mut dyn FnMut(&PolicySpec) -> PolicyResult,
+) -> WorkloadResult {
+    let mut out = WorkloadResult::empty(prepared);
+    for spec in policies {
+        out.results.push(run(spec));
+        on_result(&out);
+    }
+    out
+}
+
+/// A policy's result with no figures yet.
+pub fn empty_result(spec: &PolicySpec) -> PolicyResult {
+    PolicyResult {
+        policy: spec.label.clone(),
+        spec: spec.arg.clone(),
+        config: spec.config.clone(),
+        metrics: Metrics::new(),
+        per_seed: Vec::new(),
+        allocation: Vec::new(),
+        error: None,
+        input_error: false,
+        detail: None,
+    }
+}
+
+/// Runs one policy on every seed's input (`inputs`, or the error that made them); a failure
+/// becomes the result's error. `progress` is called after each seed's run.
+pub fn run_policy(
+    loader: &mut Loader,
+    prepared: &Prepared,
+    spec: &PolicySpec,
+    inputs: &Result<Vec<SeedInput>, Error>,
+    progress: &dyn Fn(&str),
+) -> PolicyResult {
+    let seeds = 0..prepared.workload.seeds;
+    let cells: Vec<Cell> = match inputs {
+        Err(e) => seeds.map(|k| Cell::failed(k, Stage::Input, e)).collect(),
+        Ok(inputs) => match resolve(loader, prepared, spec).map_err(Error::from) {
+            Err(e) => {
+                progress(&spec.label);
+                seeds.map(|k| Cell::failed(k, Stage::Policy, &e)).collect()
+            }
+            Ok(resolved) => {
+                let mut cells = Vec::new();
+                for (k, input) in seeds.zip(inputs) {
+                    let cell = run_cell(prepared, Ok(&resolved), Ok(input), k);
+                    progress(&spec.label);
+                    let failed = cell.error.is_some();
+                    cells.push(cell);
+                    if failed {
+                        break;
+                    }
+                }
+                cells
+            }
+        },
+    };
+    assemble(empty_result(spec), &cells)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a parallel runner would share between threads (a rayon map over (policy, seed)).
+    #[test]
+    fn run_inputs_can_be_shared_across_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<ResolvedPolicy>();
+        shared::<Prepared>();
+        shared::<SeedInput>();
+    }
+
+    /// A trace row larger than a replica's KV memory is bad input found while preparing (exit
+    /// 2, naming the trace file and line), not a failed run.
+    #[test]
+    fn a_trace_row_too_large_for_a_replica_is_bad_input_before_any_run() {
+        let dir = std::env::temp_dir().join(format!("routelab-runner-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("big.csv"), "TIMESTAMP,ContextTokens,GeneratedTokens\n0.0,100,10\n1.0,900000,10\n")
+            .unwrap();
+        let file = dir.join("w.yaml");
+        let yaml = "cluster:\n  replicas: 1\n  generator: {output_tokens: 8}\n  arrivals: {trace: {path: big.csv}}\n";
+        let w = crate::workload::parse(yaml, &file).unwrap();
+        let e = prepare(w, &file).err().expect("the row cannot fit");
+        // Refused as the trace is read: the error names the trace file and the row's line.
+        assert_eq!((e.file.clone(), e.line), (dir.join("big.csv"), Some(3)));
+        assert!(e.message.contains("needs 900000 prompt"), "{e}");
+        assert_eq!(Error::from(e).exit_code(), 2);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -1,0 +1,289 @@
+//! Continuous batching: how a replica forms a step and what finishing it does.
+//!
+//! A step, formed at its start: (1) make KV room for one new token per decoding request and for
+//! prefills that may finish (evicting unpinned cache; under `estimate` reservation, preempting the
+//! newest request if that is not enough); (2) give the prefill budget (`chunk_tokens`, or
+//! `max_step_tokens` unchunked) to requests still in prefill, in admission order; (3) while budget,
+//! batch slots and KV memory last, admit waiting requests in the order the local scheduler returns
+//! (the first that does not fit stops admission: no skipping ahead, as in vLLM and SGLang).
+//! The step costs `CostModel::step_time_s` of the decode batch merged with every prefill chunk.
+//! Finishing it: chunks advance and mark cache nodes computed; a request whose prefill completes
+//! emits its first token (TTFT) and starts decoding; decoders finish after exactly
+//! `output − produced` more steps (a heap keyed by step, so a step costs O(changes), not O(batch)).
+
+use routelab_policy_api::{CostModel, StepShape};
+
+use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
+use crate::handle::SchedulerHandle;
+use crate::time::{SimTime, seconds};
+use crate::workload::cluster::Reservation;
+use crate::workload::generate::RequestStream;
+
+impl Replica {
+    /// Forms the step starting at `now`. Returns its duration in seconds, or `None` when there is
+    /// nothing to run (the replica goes idle until the next arrival).
+    pub fn start_step(
+        &mut self,
+        now: SimTime,
+        stream: &RequestStream,
+        states: &mut [RequestState],
+        cfg: &ReplicaConfig,
+        cost: &CostModel,
+        scheduler: &mut SchedulerHandle,
+    ) -> Result<Option<f64>, String> {
+        self.chunks.clear();
+        // (1) Room for this step's new tokens: one per decoder, one per prefill that may finish.
+        let mut need = self.decoding as u64 + self.prefilling.len() as u64;
+        while self.cache.pinned_tokens() + self.private_tokens + need > cfg.kv_capacity_tokens {
+            debug_assert!(matches!(cfg.reservation, Reservation::Estimate { .. }), "full reservation never runs out");
+            if !self.preempt_newest(stream, states) {
+                break;
+            }
+            need = self.decoding as u64 + self.prefilling.len() as u64;
+        }
+        self.make_room(need, cfg);
+        self.decode_batch = self.decoding;
+        self.private_tokens += self.decoding as u64;
+
+        // (2) Requests already prefilling keep their place.
+        let mut budget = cfg.step_prefill_budget;
+        for &r in &self.prefilling {
+            if budget == 0 {
+                break;
+            }
+            let st = &states[r as usize];
+            let left = st.prefill_target - st.prefill_done;
+            let n = left.min(budget);
+            budget -= n;
+            self.chunks.push((r, n));
+            if n == left {
+                self.private_tokens += 1;
+            }
+        }
+
+        // (3) Admissions in the scheduler's order.
+        if budget > 0
+            && !self.blocked
+            && !self.waiting.is_empty()
+            && self.running.len() < cfg.max_batch_requests as usize
+        {
+            self.fill_views(stream, states, cfg);
+            self.ask_scheduler(scheduler, seconds(now))?;
+            let mut admitted = false;
+            for k in 0..self.order.len() {
+                if budget == 0 || self.running.len() >= cfg.max_batch_requests as usize {
+                    break;
+                }
+                let i = self.order[k] as usize;
+                let r = self.shown[i];
+                let req = &stream.requests[r as usize];
+                let prompt = stream.prompt(r as usize);
+                let plan = self.cache.plan(prompt);
+                let st = &mut states[r as usize];
+                let redo = st.prefill_target - req.prompt_tokens;
+                let output_here = st.output_here(req.output_tokens);
+                let reserve = match cfg.reservation {
+                    Reservation::Full => output_here as u64,
+                    Reservation::Estimate { output_tokens } => {
+                        output_tokens.max(1).min(output_here - st.produced) as u64 + redo as u64
+                    }
+                };
+                if self.committed_tokens(cfg) + plan.newly_pinned_tokens + plan.new_tokens + reserve
+                    > cfg.kv_capacity_tokens
+                {
+                    self.blocked = true;
+                    break;
+                }
+                // At least one token is computed, so the first token has a step; none for an empty prompt.
+                let cached = plan.cached_tokens.min(st.prefill_target.saturating_sub(1));
+                let left = st.prefill_target - cached;
+                let n = left.min(budget);
+                let private = redo as u64 + (n == left) as u64;
+                let over = (self.kv_used_tokens() + plan.new_tokens + private).saturating_sub(cfg.kv_capacity_tokens);
+                let events = cfg.report_evictions.then_some(&mut self.evictions);
+                let mut path = std::mem::take(&mut st.path);
+                self.cache.admit(prompt, &mut path, over, events);
+                st.path = path;
+                self.private_tokens += private;
+                if cfg.reservation == Reservation::Full {
+                    self.reserved_output_tokens += output_here as u64;
+                }
+                debug_assert!(cached <= req.prompt_tokens, "cached tokens exceed the prompt");
+                if st.admitted_at.is_none() {
+                    st.admitted_at = Some(now);
+                    st.cached_tokens = cached;
+                }
+                st.prefill_done = cached;
+                st.phase = Phase::Prefill;
+                self.outstanding_work -= cached as u64;
+                budget -= n;
+                self.chunks.push((r, n));
+                self.prefilling.push_back(r);
+                self.add_running(r, &mut states[r as usize]);
+                admitted = true;
+            }
+            if admitted {
+                self.drop_admitted_from_front(states);
+            }
+        }
+
+        let mut shape = StepShape::decode(self.decode_batch as u64, self.decode_context_tokens);
+        for &(r, n) in &self.chunks {
+            shape = shape.merge(StepShape::prefill(n as u64, states[r as usize].prefill_done as u64));
+        }
+        debug_assert!(self.kv_used_tokens() <= cfg.kv_capacity_tokens, "replica {}: KV used exceeds capacity", self.id);
+        if shape.tokens == 0 {
+            return Ok(None);
+        }
+        Ok(Some(cost.step_time_s(&shape)))
+    }
+
+    /// Removes the requests admitted this step from the waiting queue, keeping its order. Only
+    /// the shown front (`scheduler_window` requests) can have been admitted, so only it is
+    /// scanned: filtering the whole queue every step made an overloaded replica quadratic in
+    /// its backlog.
+    fn drop_admitted_from_front(&mut self, states: &[RequestState]) {
+        let front = self.shown.len();
+        let mut kept = 0;
+        for i in 0..front {
+            let r = self.waiting[i];
+            if states[r as usize].phase == Phase::Waiting {
+                self.waiting[kept] = r;
+                kept += 1;
+            }
+        }
+        self.waiting.drain(kept..front);
+    }
+
+    /// Applies the step that ends at `now`; pushes requests that finished onto `completed`.
+    pub fn finish_step(
+        &mut self,
+        now: SimTime,
+        stream: &RequestStream,
+        states: &mut [RequestState],
+        cfg: &ReplicaConfig,
+        completed: &mut Vec<u32>,
+    ) {
+        self.steps += 1;
+        self.decode_context_tokens += self.decode_batch as u64;
+        self.outstanding_work -= self.decode_batch as u64;
+        let mut prefill_finished = false;
+        for k in 0..self.chunks.len() {
+            let (r, n) = self.chunks[k];
+            let req = &stream.requests[r as usize];
+            let prompt = stream.prompt(r as usize);
+            let st = &mut states[r as usize];
+            let before = st.prefill_done;
+            st.prefill_done += n;
+            self.outstanding_work -= n as u64;
+            mark_computed(&mut self.cache, prompt, &st.path, before, st.prefill_done.min(req.prompt_tokens));
+            if st.prefill_done < st.prefill_target {
+                continue;
+            }
+            prefill_finished = true;
+            self.unpend(prompt, cfg);
+            st.produced += 1;
+            self.outstanding_work -= 1;
+            if st.handoff {
+                // Handed off: the first token reaches the user with the KV, at the transfer's end.
+                self.complete(r, now, stream, states, cfg, false);
+                completed.push(r);
+                continue;
+            }
+            st.first_token_at.get_or_insert(now);
+            if st.produced >= req.output_tokens {
+                st.phase = Phase::Done; // leaves `prefilling` below
+                self.complete(r, now, stream, states, cfg, false);
+                completed.push(r);
+            } else {
+                st.phase = Phase::Decode;
+                st.decode_entry_step = self.steps;
+                self.decoding += 1;
+                self.decode_context_tokens += (req.prompt_tokens + st.produced) as u64;
+                self.finishing.push(std::cmp::Reverse((
+                    self.steps + (req.output_tokens - st.produced) as u64,
+                    r,
+                    st.generation,
+                )));
+            }
+        }
+        if prefill_finished {
+            self.prefilling.retain(|&r| states[r as usize].phase == Phase::Prefill);
+        }
+        while let Some(&std::cmp::Reverse((at, r, generation))) = self.finishing.peek() {
+            if at > self.steps {
+                break;
+            }
+            self.finishing.pop();
+            let st = &states[r as usize];
+            if st.generation != generation || st.phase != Phase::Decode {
+                continue; // preempted since
+            }
+            self.complete(r, now, stream, states, cfg, true);
+            completed.push(r);
+        }
+    }
+
+    /// Frees a finished request: its output KV (kept in the cache when a later turn reuses it)
+    /// and its pins. On a prefill instance "finished" means handed off: the prompt stays cached
+    /// (unpinned), and the request's phase becomes `Transfer`.
+    pub(super) fn complete(
+        &mut self,
+        r: u32,
+        now: SimTime,
+        stream: &RequestStream,
+        states: &mut [RequestState],
+        cfg: &ReplicaConfig,
+        decoding: bool,
+    ) {
+        let req = &stream.requests[r as usize];
+        let produced = self.produced_now(&states[r as usize]);
+        let output_here = states[r as usize].output_here(req.output_tokens);
+        debug_assert_eq!(produced, output_here);
+        if decoding {
+            self.decoding -= 1;
+            self.decode_context_tokens -= (req.prompt_tokens + produced) as u64;
+        }
+        self.private_tokens -= produced as u64;
+        if cfg.reservation == Reservation::Full {
+            self.reserved_output_tokens -= output_here as u64;
+        }
+        let st = &mut states[r as usize];
+        if let (Some(seg), Some(&last), false) = (req.output_segment, st.path.last(), st.handoff) {
+            self.cache.insert_computed(last, seg);
+        }
+        self.cache.release(&st.path);
+        st.path = Vec::new();
+        debug_assert!(st.completed_at.is_none(), "request {r} completed twice");
+        st.produced = produced;
+        if st.handoff {
+            st.phase = Phase::Transfer;
+        } else {
+            st.phase = Phase::Done;
+            st.completed_at = Some(now);
+        }
+        self.remove_running(r, states);
+        self.blocked = false;
+    }
+}
+
+/// Marks the nodes of prompt positions `from..to` computed.
+pub(super) fn mark_computed(
+    cache: &mut super::prefix_cache::PrefixCache,
+    prompt: &[routelab_policy_api::Segment],
+    path: &[u32],
+    from: u32,
+    to: u32,
+) {
+    let mut start = 0;
+    for (s, &node) in prompt.iter().zip(path) {
+        let end = start + s.tokens;
+        if end > from && start < to {
+            cache.mark_computed(node, to.min(end) - start);
+        }
+        if end >= to {
+            break;
+        }
+        start = end;
+    }
+}

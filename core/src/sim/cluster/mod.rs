@@ -1,0 +1,519 @@
+//! The cluster world: N LLM replicas (continuous batching, chunked prefill, a segment-level
+//! prefix cache, KV memory) behind a router, with a local scheduler inside each replica.
+//!
+//! The loop merges the (pre-generated, policy-independent) arrivals with an event queue of step
+//! ends and delayed eviction notices, keyed (time, sequence) in integer nanoseconds; an event at
+//! the same time as an arrival runs first, so the router sees every step that has ended. A replica
+//! that has work runs steps back to back; an idle one starts a step when a request arrives.
+//!
+//! What routers see: [`ReplicaView`] per replica (`outstanding_work` = remaining prefill + output
+//! tokens; `matched_tokens` only for routers whose capabilities ask for exact matches, counting
+//! cached segments and segments of requests dispatched there and not yet computed); `on_dispatch`
+//! after each decision; `on_complete` when a request's last token is out; `on_evict` (only with
+//! `wants_evictions`) `eviction_delay_s` after each cut of a replica's cache.
+//!
+//! Metrics (keys as in docs/output.md): latency = arrival → last token; TTFT = arrival → first token; TPOT =
+//! (latency − TTFT)/(output − 1) over requests with more than one output token. `hit_rate` =
+//! cached prompt tokens / prompt tokens, at each request's first admission. `replication_factor` =
+//! Σ over replicas of cached tokens ÷ tokens of the union of cached content (content = segment
+//! path; a path cached partly on two replicas counts its longer copy once), averaged over 20
+//! samples taken as each successive 5% of the requests arrives (1.0 = no duplication).
+//! `overloaded` = 1 when requests were still unfinished `drain_s` after the last arrival, or when
+//! the cluster's waiting queue grew, between the arrival of the middle request and of the last,
+//! by more than 5% of the requests that arrived in between (the queue was still growing: latency
+//! ratios of such runs are not speed-ups). `latency_p99_low_hit_s` = P99 latency over the requests
+//! with less than half their prompt cached at first admission (NaN when there are none). `busiest_replica_share` = the largest share of requests
+//! dispatched to one replica. `preemptions` counts recompute preemptions (`estimate` reservation).
+//! With `slo:`, `slo_attainment` and `goodput_rps` follow ([`push_slo_metrics`]).
+//! A router's own `report()` figures follow the host's as `router.<name>`, then the schedulers'
+//! summed over replicas as `scheduler.<name>`.
+//!
+//! [`ClusterSim::build`] checks and wires everything (bad input is a [`SetupError`] before the
+//! first event); [`ClusterSim::run`] only runs, one handler per event.
+
+pub mod batcher;
+mod pd;
+#[cfg(test)]
+mod pd_tests;
+mod pd_tier;
+pub mod prefix_cache;
+pub mod replica;
+mod summary;
+#[cfg(test)]
+mod tests;
+
+use abi_stable::std_types::{RNone, RSlice, RSome};
+use routelab_policy_api::{
+    Completion, CostModel, Eviction, PdContext, ReplicaView, Request, RouterBox, RouterContext, SchedulerBox,
+    SchedulerContext, Segment, World,
+};
+
+use self::pd::Pd;
+
+use self::replica::{Phase, Replica, ReplicaConfig, RequestState};
+use self::summary::{Replication, summarize};
+pub use self::summary::{RequestRecord, RunOutcome, push_slo_metrics};
+use super::SetupError;
+use super::event_queue::EventQueue;
+use crate::error::RunError;
+use crate::handle::{RouterHandle, SchedulerHandle, scheduler_stats};
+use crate::seeds::stream_seed;
+use crate::step_model::StepModel;
+use crate::time::{SimTime, seconds, ticks};
+use crate::workload::cluster::ClusterSpec;
+use crate::workload::generate::RequestStream;
+
+/// What a router is told at creation on an aggregated cluster of `replicas` replicas.
+pub fn router_context(sm: &StepModel, replicas: u32, run_seed: u64) -> RouterContext {
+    RouterContext {
+        world: World::Cluster,
+        replicas,
+        seed: stream_seed(run_seed, "policy.router"),
+        kv_capacity_tokens: sm.kv_capacity_tokens,
+        cost: RSome(sm.cost),
+        disaggregation: RNone,
+    }
+}
+
+/// What a router is told at creation on `spec`'s cluster (`sm` its resolved step model): on a
+/// disaggregated one, `replicas` counts the decode candidates (mixed + decode instances),
+/// capacity and cost describe the decode pool, and `disaggregation` the prefill candidates, the
+/// link and the shared tier.
+pub fn router_context_for(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> RouterContext {
+    let Some(d) = &spec.disaggregation else { return router_context(sm, spec.replicas, run_seed) };
+    // Validated with the workload; a failure here would have stopped it before any run.
+    let (p, dm) = d.step_models(spec).unwrap_or_else(|_| (sm.clone(), sm.clone()));
+    RouterContext {
+        disaggregation: RSome(PdContext {
+            prefill_replicas: d.prefill.instances + d.mixed_instances(),
+            prefill_kv_capacity_tokens: p.kv_capacity_tokens,
+            prefill_cost: RSome(p.cost),
+            kv_bytes_per_token: dm.cost.kv_bytes_per_token,
+            link_bandwidth_bytes_s: d.link.bandwidth_bytes_s(),
+            link_base_latency_s: d.link.base_latency_s,
+            mixed_replicas: d.mixed_instances(),
+            link_layerwise: d.link.layerwise,
+            model_layers: dm.model.layers,
+            shared_kv_bandwidth_bytes_s: d.shared_kv.as_ref().map_or(0.0, |t| t.bandwidth_gbps * 1e9 / 8.0),
+            shared_kv_capacity_tokens: d
+                .shared_kv
+                .as_ref()
+                .map_or(0, |t| (t.capacity_gb * 1e9 / dm.cost.kv_bytes_per_token).floor() as u64),
+        }),
+        ..router_context(&dm, d.decode.instances + d.mixed_instances(), run_seed)
+    }
+}
+
+/// What replica `replica`'s scheduler is told at creation.
+pub fn scheduler_context(sm: &StepModel, replica: u32, run_seed: u64) -> SchedulerContext {
+    SchedulerContext {
+        replica,
+        seed: stream_seed(run_seed, &format!("policy.scheduler.{replica}")),
+        kv_capacity_tokens: sm.kv_capacity_tokens,
+    }
+}
+
+/// Every request of `stream` fits in one replica's KV memory (prompt plus output): a trace row
+/// that does not could never be admitted.
+pub fn check_fits(sm: &StepModel, stream: &RequestStream) -> Result<(), SetupError> {
+    for (i, r) in stream.requests.iter().enumerate() {
+        if r.prompt_tokens as u64 + r.output_tokens as u64 > sm.kv_capacity_tokens {
+            return Err(SetupError::new(
+                "arrivals",
+                format!(
+                    "request {i} needs {} prompt + {} output tokens of KV, more than a replica's capacity ({} tokens)",
+                    r.prompt_tokens, r.output_tokens, sm.kv_capacity_tokens
+                ),
+                "raise tp or use a GPU with more memory",
+            ));
+        }
+    }
+    Ok(())
+}
+
+enum Event {
+    StepEnd(u32),
+    /// A request's KV cache reached its decode instance (disaggregated clusters).
+    TransferEnd(u32),
+    /// A prompt's prefix, copied between prefill instances, landed (disaggregated clusters).
+    MigrationEnd(u32),
+    /// The gateway scrapes every replica's engine metrics (only for routers that read them).
+    Scrape,
+    Evicted {
+        replica: u32,
+        evicted_at: SimTime,
+        path: Vec<Segment>,
+        remaining_tokens: u32,
+    },
+}
+
+/// The pool of replica `r`: 0 = prefill, 1 = decode (every replica of an aggregated cluster),
+/// 2 = mixed.
+fn pool_of(pd: Option<&Pd>, r: usize) -> usize {
+    match pd {
+        Some(pd) if r < pd.decode_start => 0,
+        Some(pd) if r < pd.prefill_end => 2,
+        _ => 1,
+    }
+}
+
+/// Figures sampled while requests arrive (overload detection, replication factor).
+struct Probes {
+    half: usize,
+    waiting_at_half: u64,
+    waiting_at_end: u64,
+    sample_every: usize,
+    replication: Replication,
+}
+
+/// One run of the cluster world over a generated stream: the replicas, the policies and the
+/// event queue, with one handler per event.
+pub struct ClusterSim<'a> {
+    stream: &'a RequestStream,
+    /// Per pool: [prefill, decode, mixed] on a disaggregated cluster; all the same otherwise.
+    cfgs: [ReplicaConfig; 3],
+    costs: [CostModel; 3],
+    /// Disaggregation state; `None` on an aggregated cluster.
+    pd: Option<Pd>,
+    eviction_delay: SimTime,
+    /// Between metric scrapes; `None` when the router reads none or they are always fresh.
+    scrape_interval: Option<SimTime>,
+    /// No event after this time runs (`drain_s` after the last arrival).
+    horizon: SimTime,
+    router: RouterHandle,
+    schedulers: Vec<SchedulerHandle>,
+    replicas: Vec<Replica>,
+    states: Vec<RequestState>,
+    queue: EventQueue<Event>,
+    views: Vec<ReplicaView>,
+    /// Scratch: requests finished by the step being handled.
+    completed: Vec<u32>,
+    /// The next request to arrive.
+    next: usize,
+    done: usize,
+    probes: Probes,
+    /// The workload's per-request SLO, measured at the end.
+    slo: Option<crate::workload::slo::Slo>,
+}
+
+impl<'a> ClusterSim<'a> {
+    /// Checks the stream against the replicas (every request must fit in one replica's KV) and
+    /// wires `router` (labelled `label` in errors) and one scheduler per replica. `sm` is `spec`'s
+    /// resolved step model.
+    pub fn build(
+        spec: &ClusterSpec,
+        sm: &StepModel,
+        stream: &'a RequestStream,
+        router: RouterBox,
+        schedulers: Vec<SchedulerBox>,
+        label: &str,
+    ) -> Result<Self, SetupError> {
+        let n = spec.replicas as usize;
+        if schedulers.len() != n {
+            return Err(SetupError::new(
+                "scheduler",
+                format!("{} schedulers for {n} replicas", schedulers.len()),
+                "give one scheduler per replica",
+            ));
+        }
+        let router = RouterHandle::new(router, spec.replicas, label);
+        let caps = router.capabilities();
+        let pools = match &spec.disaggregation {
+            Some(d) => {
+                if !caps.disaggregated() {
+                    return Err(SetupError::new(
+                        "disaggregation",
+                        format!("policy '{label}' is not a disaggregation router, and this cluster is disaggregated"),
+                        format!(
+                            "use a PD router (pd_dynamo, pd_llm_d, pd_aibrix, pd_mooncake, pd_random, pd_round_robin, pd_least_loaded), or compose: \"pd_sglang{{prefill: {0}, decode: {0}}}\"",
+                            label
+                        ),
+                    ));
+                }
+                let setup = |e: crate::workload::FieldError| SetupError::new(&e.path, e.message, e.fix);
+                let (p, dm) = d.step_models(spec).map_err(setup)?;
+                let mm = d.mixed_step_model(spec).map_err(setup)?.unwrap_or_else(|| dm.clone());
+                Some((d, p, dm, mm))
+            }
+            None if caps.disaggregated() => {
+                return Err(SetupError::new(
+                    "disaggregation",
+                    format!("policy '{label}' is a disaggregation router, and this cluster is aggregated"),
+                    "add a `disaggregation:` section (prefill and decode pools, link), or use an aggregated router",
+                ));
+            }
+            None => None,
+        };
+        let (psm, dsm, msm) = pools.as_ref().map_or((sm, sm, sm), |(_, p, d, m)| (p, d, m));
+        check_fits(psm, stream)?;
+        check_fits(dsm, stream)?;
+        check_fits(msm, stream)?;
+        let pool_cfg = |sm: &StepModel| ReplicaConfig {
+            kv_capacity_tokens: sm.kv_capacity_tokens,
+            step_prefill_budget: if spec.chunk_tokens == 0 { spec.max_step_tokens } else { spec.chunk_tokens },
+            max_batch_requests: spec.max_batch_requests,
+            reservation: spec.reservation.clone(),
+            scheduler_window: spec.scheduler_window,
+            track_pending: caps.needs_exact_match(),
+            report_evictions: caps.wants_evictions(),
+        };
+        let total = stream.requests.len();
+        let replicas: Vec<Replica> = (0..n as u32).map(Replica::new).collect();
+        let last_arrival = stream.requests.last().map_or(0, |r| r.arrived_at);
+        let scrape_interval = (router.reads_scrapes() && spec.metrics.scrape_interval_s > 0.0)
+            .then(|| ticks(spec.metrics.scrape_interval_s).max(1));
+        let mut queue = EventQueue::new();
+        if scrape_interval.is_some() {
+            // The first scrape at time 0, before any arrival (events run before arrivals at a tie).
+            queue.push(0, Event::Scrape);
+        }
+        Ok(Self {
+            scrape_interval,
+            stream,
+            cfgs: [pool_cfg(psm), pool_cfg(dsm), pool_cfg(msm)],
+            costs: [psm.cost, dsm.cost, msm.cost],
+            pd: pools.map(|(d, _, dm, _)| Pd::new(d, dm.cost.kv_bytes_per_token, dm.model.layers, total)),
+            eviction_delay: ticks(spec.eviction_delay_s),
+            horizon: last_arrival.saturating_add(ticks(spec.drain_s)),
+            router,
+            schedulers: schedulers.into_iter().enumerate().map(|(r, s)| SchedulerHandle::new(s, r as u32)).collect(),
+            replicas,
+            states: vec![RequestState::default(); total],
+            queue,
+            views: vec![ReplicaView::default(); n],
+            completed: Vec::new(),
+            next: 0,
+            done: 0,
+            probes: Probes {
+                half: total / 2,
+                waiting_at_half: 0,
+                waiting_at_end: 0,
+                sample_every: (total / 20).max(1),
+                replication: Replication::default(),
+            },
+            slo: spec.slo.clone(),
+        })
+    }
+
+    /// Runs every arrival and every event up to the horizon, then summarises. An event at the
+    /// same time as an arrival runs first.
+    pub fn run(mut self) -> Result<RunOutcome, RunError> {
+        loop {
+            let arrival = self.stream.requests.get(self.next).map(|r| r.arrived_at);
+            let due = self.queue.peek_time().filter(|&t| match arrival {
+                Some(a) => t <= a,
+                None => t <= self.horizon,
+            });
+            if due.is_some() {
+                let (now, event) = self.queue.pop().expect("peeked");
+                match event {
+                    Event::StepEnd(r) => self.on_step_end(now, r as usize)?,
+                    Event::TransferEnd(id) => self.on_transfer_end(now, id)?,
+                    Event::MigrationEnd(id) => self.on_migration_end(now, id)?,
+                    Event::Scrape => self.on_scrape(now),
+                    Event::Evicted { replica, evicted_at, path, remaining_tokens } => {
+                        self.on_evicted(replica, evicted_at, &path, remaining_tokens)?
+                    }
+                }
+                continue;
+            }
+            let Some(now) = arrival else { break };
+            self.on_arrival(now)?;
+        }
+        self.finish()
+    }
+
+    /// The next request arrives at `now`: the router places it, and an idle replica starts.
+    fn on_arrival(&mut self, now: SimTime) -> Result<(), RunError> {
+        let id = self.next;
+        self.next += 1;
+        let stream = self.stream;
+        let q = &stream.requests[id];
+        let prompt = stream.prompt(id);
+        let exact = self.router.capabilities().needs_exact_match();
+        for (k, (v, rep)) in self.views.iter_mut().zip(&self.replicas).enumerate() {
+            *v = rep.view(&self.cfgs[pool_of(self.pd.as_ref(), k)]);
+            if exact {
+                v.matched_tokens = rep.cache.cached_or_pending_prefix(prompt, &rep.pending);
+            }
+        }
+        let req = Request {
+            id: id as u64,
+            arrived_at: seconds(now),
+            prompt_tokens: q.prompt_tokens,
+            size_hint: RNone,
+            segments: RSlice::from_slice(prompt),
+        };
+        if self.pd.is_some() {
+            self.on_arrival_pd(now, id, &req)?;
+        } else {
+            let r = self.router.dispatch(&req, &self.views)? as usize;
+            self.replicas[r].enqueue(id as u32, prompt, q.output_tokens, &mut self.states[id], &self.cfgs[1]);
+            if !self.replicas[r].busy {
+                self.start_step(r, now)?;
+            }
+        }
+        let p = &mut self.probes;
+        let waiting = || self.replicas.iter().map(|r| r.waiting.len() as u64).sum();
+        if self.next == p.half.max(1) {
+            p.waiting_at_half = waiting();
+        }
+        if self.next == self.stream.requests.len() {
+            p.waiting_at_end = waiting();
+        }
+        if self.next % p.sample_every == 0 {
+            p.replication.sample(&self.replicas);
+        }
+        Ok(())
+    }
+
+    /// Replica `r`'s step ends at `now`: finished requests complete, and its next step starts.
+    fn on_step_end(&mut self, now: SimTime, r: usize) -> Result<(), RunError> {
+        self.completed.clear();
+        let cfg = &self.cfgs[pool_of(self.pd.as_ref(), r)];
+        self.replicas[r].finish_step(now, self.stream, &mut self.states, cfg, &mut self.completed);
+        for k in 0..self.completed.len() {
+            let id = self.completed[k];
+            if self.states[id as usize].phase == Phase::Transfer {
+                self.on_handoff(now, r, id)?;
+            } else {
+                self.report_completion(now, r, id)?;
+            }
+        }
+        if !self.completed.is_empty() {
+            // Memory freed: handed-off requests waiting for it may start their transfers.
+            self.start_transfers(now, r);
+        }
+        self.start_step(r, now)?;
+        #[cfg(debug_assertions)]
+        if self.replicas[r].steps % 256 == 0 {
+            self.replicas[r].cache.check();
+        }
+        Ok(())
+    }
+
+    /// Request `id` finished on replica `r` at `now`: the router hears of it (on a disaggregated
+    /// cluster, `replica` indexes the decode candidates).
+    fn report_completion(&mut self, now: SimTime, r: usize, id: u32) -> Result<(), RunError> {
+        let (q, st) = (&self.stream.requests[id as usize], &self.states[id as usize]);
+        self.done += 1;
+        let first = self.pd.as_ref().map_or(0, |pd| pd.decode_start);
+        let c = Completion {
+            request_id: id as u64,
+            replica: (r - first) as u32,
+            arrived_at: seconds(q.arrived_at),
+            completed_at: seconds(now),
+            ttft: seconds(st.first_token_at.unwrap_or(now) - q.arrived_at),
+            prompt_tokens: q.prompt_tokens,
+            cached_tokens: st.cached_tokens,
+            output_tokens: q.output_tokens,
+        };
+        self.router.complete(&c)
+    }
+
+    /// The gateway scrapes every replica's metrics at `now`, and the next scrape is due one
+    /// interval later while requests remain (to arrive or to finish).
+    fn on_scrape(&mut self, now: SimTime) {
+        for (k, (v, rep)) in self.views.iter_mut().zip(&self.replicas).enumerate() {
+            *v = rep.view(&self.cfgs[pool_of(self.pd.as_ref(), k)]);
+        }
+        self.router.scrape(&self.views, seconds(now));
+        if self.done < self.states.len() {
+            let interval = self.scrape_interval.expect("scrapes are scheduled only with an interval");
+            self.queue.push(now + interval, Event::Scrape);
+        }
+    }
+
+    /// A cut of `replica`'s cache at `evicted_at` reaches the router (`eviction_delay_s` later).
+    fn on_evicted(
+        &mut self,
+        replica: u32,
+        evicted_at: SimTime,
+        path: &[Segment],
+        remaining_tokens: u32,
+    ) -> Result<(), RunError> {
+        let e = Eviction { replica, evicted_at: seconds(evicted_at), path: RSlice::from_slice(path), remaining_tokens };
+        self.router.evicted(&e)
+    }
+
+    /// Starts replica `r`'s next step at `now` if it has work; queues its end and its evictions.
+    fn start_step(&mut self, r: usize, now: SimTime) -> Result<(), RunError> {
+        let pool = pool_of(self.pd.as_ref(), r);
+        let rep = &mut self.replicas[r];
+        let step = if rep.has_work() {
+            let (cfg, cost) = (&self.cfgs[pool], &self.costs[pool]);
+            rep.start_step(now, self.stream, &mut self.states, cfg, cost, &mut self.schedulers[r])
+                .map_err(|e| RunError(format!("policy '{}': {e}", self.router.label())))?
+        } else {
+            None
+        };
+        rep.busy = step.is_some();
+        if let Some(d) = step {
+            let t = ticks(d).max(1);
+            rep.busy_s += seconds(t);
+            self.queue.push(now + t, Event::StepEnd(r as u32));
+        }
+        for ev in rep.evictions.drain(..) {
+            let event = Event::Evicted {
+                replica: r as u32,
+                evicted_at: now,
+                path: ev.path,
+                remaining_tokens: ev.remaining_tokens,
+            };
+            self.queue.push(now + self.eviction_delay, event);
+        }
+        Ok(())
+    }
+
+    /// Per-request records, the host's metrics, then the policies' own figures.
+    fn finish(self) -> Result<RunOutcome, RunError> {
+        let rejected = self.pd.as_ref().map_or(0, |pd| pd.rejected.iter().filter(|r| **r).count());
+        debug_assert_eq!(
+            self.done,
+            self.states.iter().filter(|s| s.completed_at.is_some()).count() + rejected,
+            "every request completes once (or is rejected)"
+        );
+        let records: Vec<RequestRecord> = self
+            .stream
+            .requests
+            .iter()
+            .zip(&self.states)
+            .map(|(q, st)| {
+                let t = |x: Option<SimTime>| x.map_or(f64::NAN, seconds);
+                RequestRecord {
+                    replica: st.replica,
+                    arrived_at_s: seconds(q.arrived_at),
+                    admitted_at_s: t(st.admitted_at),
+                    first_token_at_s: t(st.first_token_at),
+                    completed_at_s: t(st.completed_at),
+                    prompt_tokens: q.prompt_tokens,
+                    cached_tokens: st.cached_tokens,
+                    output_tokens: q.output_tokens,
+                    preemptions: st.preemptions,
+                }
+            })
+            .collect();
+        let p = &self.probes;
+        // Rejected requests were never served: the cluster's figures cover the others.
+        let served: Vec<RequestRecord> = match &self.pd {
+            Some(pd) if rejected > 0 => {
+                records.iter().zip(&pd.rejected).filter(|(_, r)| !**r).map(|(rec, _)| rec.clone()).collect()
+            }
+            _ => Vec::new(),
+        };
+        let summarized = if served.is_empty() && rejected == 0 { &records } else { &served };
+        let mut metrics =
+            summarize(summarized, &self.replicas, p.waiting_at_half, p.waiting_at_end, p.replication.factor());
+        if self.pd.is_some() {
+            self.pd_metrics(&records, &mut metrics);
+        }
+        // Over every request, rejected ones included: a rejection does not meet the SLO.
+        if let Some(slo) = &self.slo {
+            push_slo_metrics(&mut metrics, &records, slo);
+        }
+        for (k, v) in self.router.report()?.into_iter().chain(scheduler_stats(&self.schedulers, self.router.label())?) {
+            metrics.push(k, v);
+        }
+        Ok(RunOutcome { metrics, records })
+    }
+}

@@ -1,0 +1,480 @@
+//! Prefill/decode disaggregation (xPyD) in the cluster world: the same [`ClusterSim`] with its
+//! replicas split into a prefill pool (`0..split`) and a decode pool (`split..`), one more event
+//! (a KV transfer's end) and the handlers around it.
+//!
+//! A request's life: the router ([`crate::handle::RouterHandle::dispatch_pair`]) returns a
+//! [`PdDecision`]. `DISAGGREGATE`: the prefill instance queues it like any request but generates
+//! only the first token, then hands it off (`Phase::Transfer`; its prompt stays in the prefill
+//! cache, unpinned). The decode instance must then find KV memory for it — the prompt's
+//! uncached part plus the output reservation, exactly as an admission — *before* the transfer
+//! starts (the transfer occupies decode memory from its start); until it does, handed-off
+//! requests wait per decode instance in FIFO order. The transfer takes
+//! `base_latency + tokens × kv_bytes_per_token / (bandwidth / concurrent)`, `concurrent` counting
+//! the transfers in flight into that decode instance when it starts (this one included; a
+//! transfer's time is fixed at its start), `tokens` = the prompt tokens the decode instance lacks
+//! (`transfer: missing`) or the whole prompt (`full_prompt`). At its end the prompt's KV is
+//! computed on the decode instance, the first token reaches the user (TTFT includes the
+//! transfer) and the request decodes its remaining tokens there. `DECODE_ONLY`: the decode
+//! instance queues and prefills the request itself (conditional disaggregation). `REJECT`: the
+//! request is counted and never served.
+//!
+//! Layer-wise transfers (`link: {layerwise: true}`): a transfer that starts at its hand-off
+//! streamed alongside the prefill, so it ends at [`Link::layerwise_end`] (the later of prefill
+//! start + transfer and prefill end + one layer's share); one that waited for decode memory did
+//! not overlap. Memory is reserved at the hand-off either way.
+//!
+//! Shared KV tier (`shared_kv:`, [`super::pd_tier`]): a prefill instance puts each prompt it
+//! hands off; before a prompt joins a prefill (or decode-only) instance's queue, the part of its
+//! prefix the tier holds beyond that instance's cache is loaded, as a migration is (below), and
+//! the request queues when it lands. A prefix migration, when the router asks for one, replaces
+//! the tier load.
+//!
+//! Mixed instances (`mixed:`) sit between the pools (`decode_start..prefill_end`): prefill
+//! candidates for the router's `prefill` view, decode candidates for its `decode` view. Whether
+//! an instance hands a request off is per request (`RequestState::handoff`): a `DISAGGREGATE`
+//! pair naming one mixed instance on both sides runs there like any aggregated request.
+//!
+//! Metrics added to the cluster's (which then cover served requests, `rejected` excluded):
+//! `transfer_time_mean_s` (over transferred requests), `transfer_share` (Σ transfer
+//! time ÷ Σ latency over them); `prefill_utilisation`, `decode_utilisation` (share of
+//! instance-time spent in steps, first arrival → last completion); `prefill_hit_rate` (prompt
+//! tokens cached at prefill admission ÷ prompt tokens, transferred requests) and
+//! `decode_hit_rate` (prompt tokens the decode instance already held, at transfer start or at its
+//! own admission ÷ prompt tokens, every served request); `decode_only_share`; `rejected`;
+//! `prefix_migrations`; with a tier, `tier_hit_rate` (tokens loaded ÷ prompt tokens, served
+//! requests) and `tier_tokens_loaded`.
+//!
+//! Prefix migration (`PdDecision::prefix_from`, Mooncake): before the prefill, the whole prompt
+//! segments cached on the source prefill instance that the chosen one lacks are copied over one
+//! link (`base + tokens × kv_bytes / bandwidth`, not shared with decode transfers); the request
+//! joins the chosen instance's queue when the copy lands, and the copy is cached there (unpinned;
+//! skipped if pinned memory leaves no room).
+
+use std::collections::VecDeque;
+
+use routelab_policy_api::{Completion, PdDecision, Request};
+
+use super::batcher::mark_computed;
+use super::pd_tier::SharedTier;
+use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
+use super::{ClusterSim, Event, RequestRecord};
+use crate::error::RunError;
+use crate::metrics::Metrics;
+use crate::time::{SimTime, seconds, ticks};
+use crate::workload::cluster::Reservation;
+use crate::workload::cluster::disaggregation::{Disaggregation, Link, TransferTokens};
+use crate::workload::generate::RequestStream;
+
+/// The disaggregated cluster's own state.
+pub(super) struct Pd {
+    /// Instances are laid out prefill-only `0..decode_start`, mixed `decode_start..prefill_end`,
+    /// decode-only `prefill_end..`: the prefill candidates are `0..prefill_end`, the decode
+    /// candidates `decode_start..` (both include the mixed ones).
+    pub decode_start: usize,
+    pub prefill_end: usize,
+    link: Link,
+    transfer: TransferTokens,
+    kv_bytes_per_token: f64,
+    /// The model's layers (layer-wise transfers move one layer's KV at a time).
+    layers: u32,
+    /// Per request: when its prefill ended (its hand-off), for layer-wise transfers.
+    handoff_at: Vec<SimTime>,
+    /// Requests prefilled and decoded on one mixed instance (no transfer).
+    local: u64,
+    /// Per decode candidate: transfers in flight into it.
+    active: Vec<u32>,
+    /// Per decode candidate: handed-off requests waiting for its KV memory, in hand-off order.
+    waiting: Vec<VecDeque<u32>>,
+    /// Per request: its decode instance (replica index), once decided.
+    decode_of: Vec<u32>,
+    /// Per request: the transfer's duration (NaN when it had none).
+    pub transfer_s: Vec<f64>,
+    /// Per request: prompt tokens its decode instance already held.
+    decode_cached: Vec<u32>,
+    pub rejected: Vec<bool>,
+    decode_only: u64,
+    /// Per request being migrated: its prefill instance and the prompt segments copied to it.
+    migrating: Vec<(u32, u32)>,
+    /// Prefix copies between prefill instances carried out.
+    migrations: u64,
+    /// The shared KV tier, if any.
+    tier: Option<SharedTier>,
+    /// Per request: prompt tokens its prefilling instance loaded from the tier (0: none; > 0
+    /// while `migrating` holds its load).
+    tier_loaded: Vec<u32>,
+}
+
+impl Pd {
+    pub fn new(d: &Disaggregation, kv_bytes_per_token: f64, layers: u32, requests: usize) -> Self {
+        let decode = (d.decode.instances + d.mixed_instances()) as usize;
+        Self {
+            decode_start: d.prefill.instances as usize,
+            prefill_end: (d.prefill.instances + d.mixed_instances()) as usize,
+            local: 0,
+            link: d.link.clone(),
+            transfer: d.transfer,
+            kv_bytes_per_token,
+            layers,
+            handoff_at: if d.link.layerwise { vec![0; requests] } else { Vec::new() },
+            active: vec![0; decode],
+            waiting: vec![VecDeque::new(); decode],
+            decode_of: vec![u32::MAX; requests],
+            transfer_s: vec![f64::NAN; requests],
+            decode_cached: vec![0; requests],
+            rejected: vec![false; requests],
+            decode_only: 0,
+            migrating: vec![(0, 0); requests],
+            migrations: 0,
+            tier: d.shared_kv.as_ref().map(|t| SharedTier::new(t, kv_bytes_per_token)),
+            tier_loaded: if d.shared_kv.is_some() { vec![0; requests] } else { Vec::new() },
+        }
+    }
+}
+
+impl Replica {
+    /// A handed-off request's KV is about to arrive: reserves its memory as an admission would
+    /// (the prompt's uncached part, pinned, plus the output reservation; the first token, computed
+    /// on the prefill side, is private KV from now). Returns the prompt tokens already cached
+    /// here, or `None` when memory or batch slots are short (the caller retries later).
+    pub(super) fn admit_transfer(
+        &mut self,
+        id: u32,
+        stream: &RequestStream,
+        st: &mut RequestState,
+        cfg: &ReplicaConfig,
+    ) -> Option<u32> {
+        let req = &stream.requests[id as usize];
+        let prompt = stream.prompt(id as usize);
+        if self.running.len() >= cfg.max_batch_requests as usize {
+            return None;
+        }
+        let plan = self.cache.plan(prompt);
+        let reserve = match cfg.reservation {
+            Reservation::Full => req.output_tokens as u64,
+            Reservation::Estimate { output_tokens } => output_tokens.max(1).min(req.output_tokens) as u64,
+        };
+        if self.committed_tokens(cfg) + plan.newly_pinned_tokens + plan.new_tokens + reserve > cfg.kv_capacity_tokens {
+            return None;
+        }
+        let over = (self.kv_used_tokens() + plan.new_tokens + 1).saturating_sub(cfg.kv_capacity_tokens);
+        let events = cfg.report_evictions.then_some(&mut self.evictions);
+        let mut path = std::mem::take(&mut st.path);
+        self.cache.admit(prompt, &mut path, over, events);
+        st.path = path;
+        self.private_tokens += 1;
+        if cfg.reservation == Reservation::Full {
+            self.reserved_output_tokens += req.output_tokens as u64;
+        }
+        st.replica = self.id;
+        st.handoff = false;
+        st.prefill_target = req.prompt_tokens;
+        st.prefill_done = req.prompt_tokens;
+        self.outstanding_work += (req.output_tokens - st.produced) as u64;
+        self.dispatched += 1;
+        self.blocked = false;
+        self.add_running(id, st);
+        Some(plan.cached_tokens.min(req.prompt_tokens))
+    }
+
+    /// Copies the leading `segments` of a prompt into this prefill instance's cache, computed
+    /// (a prefix migrated from another instance), if memory allows after evicting unpinned
+    /// cache; returns whether it did.
+    pub(super) fn insert_prefix(&mut self, segments: &[routelab_policy_api::Segment], cfg: &ReplicaConfig) -> bool {
+        let plan = self.cache.plan(segments);
+        if self.committed_tokens(cfg) + plan.newly_pinned_tokens + plan.new_tokens > cfg.kv_capacity_tokens {
+            return false;
+        }
+        let over = (self.kv_used_tokens() + plan.new_tokens).saturating_sub(cfg.kv_capacity_tokens);
+        let events = cfg.report_evictions.then_some(&mut self.evictions);
+        let mut path = Vec::new();
+        self.cache.admit(segments, &mut path, over, events);
+        let tokens = segments.iter().map(|s| s.tokens).sum();
+        mark_computed(&mut self.cache, segments, &path, 0, tokens);
+        self.cache.release(&path);
+        self.blocked = false;
+        true
+    }
+
+    /// The transfer of `id` ended at `now`: its prompt is computed here and it decodes from the
+    /// next step on. Returns true when it had nothing left to generate (it completed now).
+    pub(super) fn begin_decode(
+        &mut self,
+        id: u32,
+        now: SimTime,
+        stream: &RequestStream,
+        states: &mut [RequestState],
+        cfg: &ReplicaConfig,
+    ) -> bool {
+        let req = &stream.requests[id as usize];
+        let st = &mut states[id as usize];
+        debug_assert_eq!(st.phase, Phase::Transfer);
+        mark_computed(&mut self.cache, stream.prompt(id as usize), &st.path, 0, req.prompt_tokens);
+        st.first_token_at = Some(now);
+        if st.produced >= req.output_tokens {
+            st.phase = Phase::Decode;
+            st.decode_entry_step = self.steps;
+            self.decoding += 1;
+            self.decode_context_tokens += (req.prompt_tokens + st.produced) as u64;
+            self.complete(id, now, stream, states, cfg, true);
+            return true;
+        }
+        // A step running now does not include it: it enters the batch at the next step, whose
+        // number is `steps + 1` if one is running (`produced_now` counts from there).
+        st.phase = Phase::Decode;
+        st.decode_entry_step = self.steps + self.busy as u64;
+        self.decoding += 1;
+        self.decode_context_tokens += (req.prompt_tokens + st.produced) as u64;
+        let at = st.decode_entry_step + (req.output_tokens - st.produced) as u64;
+        self.finishing.push(std::cmp::Reverse((at, id, st.generation)));
+        false
+    }
+}
+
+impl ClusterSim<'_> {
+    /// A request arrives at a disaggregated cluster: the router decides with both pools' views.
+    pub(super) fn on_arrival_pd(&mut self, now: SimTime, id: usize, req: &Request<'_>) -> Result<(), RunError> {
+        let pd = self.pd.as_ref().expect("disaggregated");
+        let (first, end) = (pd.decode_start, pd.prefill_end);
+        let decision = self.router.dispatch_pair(req, &self.views, end, first)?;
+        let stream = self.stream;
+        let prompt = stream.prompt(id);
+        let pd = self.pd.as_mut().expect("disaggregated");
+        let target = match decision.action {
+            PdDecision::DISAGGREGATE => {
+                let (p, d) = (decision.prefill as usize, first + decision.decode as usize);
+                pd.decode_of[id] = d as u32;
+                if p == d {
+                    // One mixed instance both prefills and decodes: nothing to transfer.
+                    pd.local += 1;
+                    return self.prefill_at(now, id, d);
+                }
+                self.states[id].handoff = true;
+                let src = decision.prefix_from as usize;
+                if decision.prefix_from != PdDecision::NO_SOURCE && src != p {
+                    // Copy the whole segments of the prompt cached on `src` that `p` lacks.
+                    let have = self.replicas[p].cache.cached_prefix(prompt);
+                    let there = self.replicas[src].cache.cached_prefix(prompt);
+                    let (mut n, mut tokens) = (0, 0);
+                    while n < prompt.len() && tokens + prompt[n].tokens <= there {
+                        tokens += prompt[n].tokens;
+                        n += 1;
+                    }
+                    if tokens > have {
+                        let dur = pd.link.transfer_time_s(tokens - have, pd.kv_bytes_per_token, 1);
+                        pd.migrating[id] = (p as u32, n as u32);
+                        self.queue.push(now + ticks(dur).max(1), Event::MigrationEnd(id as u32));
+                        return Ok(());
+                    }
+                }
+                p
+            }
+            PdDecision::DECODE_ONLY => {
+                let d = first + decision.decode as usize;
+                pd.decode_of[id] = d as u32;
+                pd.decode_only += 1;
+                d
+            }
+            _ => {
+                pd.rejected[id] = true;
+                self.states[id].phase = Phase::Done;
+                self.done += 1;
+                return Ok(());
+            }
+        };
+        self.prefill_at(now, id, target)
+    }
+
+    /// Request `id` prefills on `target`: after a load from the shared tier if it holds more of
+    /// the prompt than `target` does, at once otherwise.
+    fn prefill_at(&mut self, now: SimTime, id: usize, target: usize) -> Result<(), RunError> {
+        if self.load_from_tier(now, id, target) {
+            return Ok(());
+        }
+        self.join_queue(now, id as u32, target)
+    }
+
+    /// Request `id` is about to prefill on `target`: if the shared tier holds more of its prompt
+    /// than `target`'s cache, that part is loaded first (the request waits for it, as for a
+    /// migration); returns whether a load started.
+    fn load_from_tier(&mut self, now: SimTime, id: usize, target: usize) -> bool {
+        let Some(tier) = self.pd.as_mut().and_then(|pd| pd.tier.as_mut()) else { return false };
+        let prompt = self.stream.prompt(id);
+        let (n, held) = tier.get(prompt);
+        let have = self.replicas[target].cache.cached_prefix(prompt);
+        if held <= have {
+            return false;
+        }
+        let dur = tier.load_time_s(held - have);
+        tier.loading += 1;
+        let pd = self.pd.as_mut().expect("disaggregated");
+        pd.tier_loaded[id] = held - have;
+        pd.migrating[id] = (target as u32, n as u32);
+        self.queue.push(now + ticks(dur).max(1), Event::MigrationEnd(id as u32));
+        true
+    }
+
+    /// Request `id` joins `target`'s queue at `now` (a prefill instance keeps only its first
+    /// token); an idle instance starts.
+    fn join_queue(&mut self, now: SimTime, id: u32, target: usize) -> Result<(), RunError> {
+        let rep = &mut self.replicas[target];
+        let out = self.states[id as usize].output_here(self.stream.requests[id as usize].output_tokens);
+        let cfg = &self.cfgs[super::pool_of(self.pd.as_ref(), target)];
+        rep.enqueue(id, self.stream.prompt(id as usize), out, &mut self.states[id as usize], cfg);
+        if !rep.busy {
+            self.start_step(target, now)?;
+        }
+        Ok(())
+    }
+
+    /// Prefill instance `p` finished request `id`'s prefill at `now`: the router hears of it and
+    /// the request queues for its decode instance's memory.
+    pub(super) fn on_handoff(&mut self, now: SimTime, p: usize, id: u32) -> Result<(), RunError> {
+        let (q, st) = (&self.stream.requests[id as usize], &self.states[id as usize]);
+        let c = Completion {
+            request_id: id as u64,
+            replica: p as u32,
+            arrived_at: seconds(q.arrived_at),
+            completed_at: seconds(now),
+            ttft: seconds(now - q.arrived_at),
+            prompt_tokens: q.prompt_tokens,
+            cached_tokens: st.cached_tokens,
+            output_tokens: q.output_tokens,
+        };
+        self.router.prefill_complete(&c)?;
+        let pd = self.pd.as_mut().expect("disaggregated");
+        if let Some(tier) = &mut pd.tier {
+            tier.put(self.stream.prompt(id as usize));
+        }
+        let d = pd.decode_of[id as usize] as usize;
+        if pd.link.layerwise {
+            pd.handoff_at[id as usize] = now;
+        }
+        pd.waiting[d - pd.decode_start].push_back(id);
+        self.start_transfers(now, d);
+        Ok(())
+    }
+
+    /// Starts the transfers into decode instance `d` that its memory now admits, in hand-off
+    /// order (the first that does not fit stops the rest, as admission does). Nothing for a
+    /// prefill instance or an aggregated cluster.
+    pub(super) fn start_transfers(&mut self, now: SimTime, d: usize) {
+        let Some(pd) = self.pd.as_mut().filter(|pd| d >= pd.decode_start) else { return };
+        let k = d - pd.decode_start;
+        while let Some(&id) = pd.waiting[k].front() {
+            let st = &mut self.states[id as usize];
+            let Some(cached) = self.replicas[d].admit_transfer(id, self.stream, st, &self.cfgs[1]) else { break };
+            pd.waiting[k].pop_front();
+            let prompt = self.stream.requests[id as usize].prompt_tokens;
+            let tokens = match pd.transfer {
+                TransferTokens::Missing => prompt - cached,
+                TransferTokens::FullPrompt => prompt,
+            };
+            pd.active[k] += 1;
+            let dur = pd.link.transfer_time_s(tokens, pd.kv_bytes_per_token, pd.active[k]);
+            let (end, shown) = if pd.link.layerwise {
+                // The stream overlapped the prefill only if the decode side had room at once
+                // (memory is reserved here, at the hand-off: an approximation that holds it for
+                // less time than a real layer-wise transfer, which needs it from the start).
+                let ended = pd.handoff_at[id as usize];
+                let started = if now == ended { self.states[id as usize].admitted_at.unwrap_or(now) } else { now };
+                let end = pd.link.layerwise_end(dur, pd.layers, seconds(started), seconds(ended));
+                let end = ticks(end).max(now + 1);
+                // What the request waits after its prefill: the part the overlap did not hide.
+                (end, seconds(end - now))
+            } else {
+                (now + ticks(dur).max(1), dur)
+            };
+            pd.transfer_s[id as usize] = shown;
+            pd.decode_cached[id as usize] = cached;
+            self.queue.push(end, Event::TransferEnd(id));
+        }
+    }
+
+    /// The prefix of request `id` (migrated from another prefill instance, or loaded from the
+    /// shared tier) reached its instance at `now`: cached there (if memory allows), the request
+    /// joins that instance's queue.
+    pub(super) fn on_migration_end(&mut self, now: SimTime, id: u32) -> Result<(), RunError> {
+        let pd = self.pd.as_mut().expect("disaggregated");
+        let (p, n) = pd.migrating[id as usize];
+        let p = p as usize;
+        let from_tier = pd.tier_loaded.get(id as usize).is_some_and(|&t| t > 0);
+        let prompt = self.stream.prompt(id as usize);
+        let cfg = &self.cfgs[super::pool_of(Some(pd), p)];
+        let landed = self.replicas[p].insert_prefix(&prompt[..n as usize], cfg);
+        match pd.tier.as_mut() {
+            Some(tier) if from_tier => {
+                tier.loading -= 1;
+                if landed {
+                    tier.loads += 1;
+                    tier.loaded_tokens += pd.tier_loaded[id as usize] as u64;
+                } else {
+                    pd.tier_loaded[id as usize] = 0;
+                }
+            }
+            _ => pd.migrations += landed as u64,
+        }
+        self.join_queue(now, id, p)
+    }
+
+    /// Request `id`'s KV arrived at its decode instance at `now`.
+    pub(super) fn on_transfer_end(&mut self, now: SimTime, id: u32) -> Result<(), RunError> {
+        let pd = self.pd.as_mut().expect("disaggregated");
+        let d = pd.decode_of[id as usize] as usize;
+        pd.active[d - pd.decode_start] -= 1;
+        let finished = self.replicas[d].begin_decode(id, now, self.stream, &mut self.states, &self.cfgs[1]);
+        if finished {
+            self.report_completion(now, d, id)?;
+            self.start_transfers(now, d);
+        }
+        if !self.replicas[d].busy {
+            self.start_step(d, now)?;
+        }
+        Ok(())
+    }
+
+    /// The disaggregation metrics (see the module docs), from the served requests' records.
+    pub(super) fn pd_metrics(&self, records: &[RequestRecord], m: &mut Metrics) {
+        let pd = self.pd.as_ref().expect("disaggregated");
+        let served = |i: &usize| !pd.rejected[*i];
+        let done: Vec<usize> =
+            (0..records.len()).filter(served).filter(|&i| records[i].completed_at_s.is_finite()).collect();
+        let moved: Vec<usize> = done.iter().copied().filter(|&i| pd.transfer_s[i].is_finite()).collect();
+        let sum = |f: &dyn Fn(usize) -> f64| moved.iter().map(|&i| f(i)).sum::<f64>();
+        let transfer = sum(&|i| pd.transfer_s[i]);
+        let latency = sum(&|i| records[i].completed_at_s - records[i].arrived_at_s);
+        m.push("transfer_time_mean_s", if moved.is_empty() { f64::NAN } else { transfer / moved.len() as f64 });
+        m.push("transfer_share", if latency > 0.0 { transfer / latency } else { f64::NAN });
+        let first = records.first().map_or(0.0, |r| r.arrived_at_s);
+        let last = done.iter().map(|&i| records[i].completed_at_s).fold(first, f64::max);
+        let span = last - first;
+        let util = |pool: &[Replica]| {
+            let busy: f64 = pool.iter().map(|r| r.busy_s).sum();
+            if span > 0.0 { busy / (span * pool.len() as f64) } else { f64::NAN }
+        };
+        m.push("prefill_utilisation", util(&self.replicas[..pd.decode_start]));
+        m.push("decode_utilisation", util(&self.replicas[pd.prefill_end..]));
+        let ratio = |idx: &mut dyn Iterator<Item = usize>, cached: &dyn Fn(usize) -> u32| {
+            let (c, p) =
+                idx.fold((0u64, 0u64), |(c, p), i| (c + cached(i) as u64, p + records[i].prompt_tokens as u64));
+            if p > 0 { c as f64 / p as f64 } else { f64::NAN }
+        };
+        m.push("prefill_hit_rate", ratio(&mut moved.iter().copied(), &|i| records[i].cached_tokens));
+        let decode_cached =
+            |i: usize| if pd.transfer_s[i].is_finite() { pd.decode_cached[i] } else { records[i].cached_tokens };
+        m.push("decode_hit_rate", ratio(&mut done.iter().copied(), &decode_cached));
+        let served_n = pd.rejected.iter().filter(|r| !**r).count();
+        m.push("decode_only_share", if served_n > 0 { pd.decode_only as f64 / served_n as f64 } else { f64::NAN });
+        m.push("rejected", pd.rejected.iter().filter(|r| **r).count() as f64);
+        m.push("prefix_migrations", pd.migrations as f64);
+        if pd.prefill_end > pd.decode_start {
+            m.push("mixed_utilisation", util(&self.replicas[pd.decode_start..pd.prefill_end]));
+            m.push("local_share", if served_n > 0 { pd.local as f64 / served_n as f64 } else { f64::NAN });
+        }
+        if let Some(tier) = &pd.tier {
+            let prompts: u64 = done.iter().map(|&i| records[i].prompt_tokens as u64).sum();
+            let loaded: u64 = done.iter().map(|&i| pd.tier_loaded[i] as u64).sum();
+            m.push("tier_hit_rate", if prompts > 0 { loaded as f64 / prompts as f64 } else { f64::NAN });
+            m.push("tier_tokens_loaded", tier.loaded_tokens as f64);
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! One replica: a waiting queue, a running batch, a prefix cache and KV memory, stepped by the
+//! batcher. This file owns the state and its accounting; `batcher.rs` forms and finishes steps.
+//!
+//! KV memory (tokens): `cache.total_tokens()` (prompt segments, shared) + `private_tokens`
+//! (each running request's output so far, plus the generated tokens it recomputes after a
+//! preemption). Reservation (`cluster.reservation`):
+//! - `full` (default): admission needs room for the uncached prompt plus the request's whole
+//!   output on top of everything already pinned or reserved, so decoding never runs out and
+//!   nothing is ever preempted;
+//! - `estimate {output_tokens}`: admission needs room for the uncached prompt plus that headroom;
+//!   decoding then allocates one token per step, and when even evicting every unpinned cache node
+//!   leaves too little, the most recently admitted request is preempted: its KV is freed, it
+//!   rejoins the waiting queue in arrival order, and on readmission it recomputes its prompt (minus
+//!   what is still cached) and the tokens it had generated (vLLM's recompute preemption).
+//!
+//! The router's view: `outstanding_work` is remaining prefill plus remaining output tokens of every
+//! request dispatched here (waiting requests count their whole prompt until admission reveals
+//! their cache hit); `pending` counts path hashes of prompts dispatched here and not yet computed,
+//! for routers that ask for exact matches.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+
+use abi_stable::std_types::RVec;
+use routelab_policy_api::{ReplicaView, Segment, WaitingRequest};
+
+use super::prefix_cache::{EvictionEvent, PrefixCache, extend_path_hash};
+use crate::handle::SchedulerHandle;
+use crate::time::SimTime;
+use crate::workload::cluster::Reservation;
+use crate::workload::generate::RequestStream;
+
+/// Where a request is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Phase {
+    #[default]
+    NotArrived,
+    Waiting,
+    Prefill,
+    /// Disaggregated: prefilled and handed off; its KV cache is on the way to (or waiting for
+    /// memory on) a decode instance.
+    Transfer,
+    Decode,
+    Done,
+}
+
+/// Per-request simulation state, indexed by request id.
+#[derive(Clone, Debug, Default)]
+pub struct RequestState {
+    pub phase: Phase,
+    pub replica: u32,
+    /// Cache nodes of the prompt's segments while admitted.
+    pub path: Vec<u32>,
+    /// Prompt tokens found cached at the first admission.
+    pub cached_tokens: u32,
+    /// Tokens to prefill: the prompt, plus the generated tokens recomputed after a preemption.
+    pub prefill_target: u32,
+    /// Tokens of `prefill_target` whose KV exists.
+    pub prefill_done: u32,
+    /// Output tokens generated (while decoding: as of `decode_entry_step`).
+    pub produced: u32,
+    pub decode_entry_step: u64,
+    /// Bumped on preemption, so stale entries of the finish heap are ignored.
+    pub generation: u32,
+    pub admit_seq: u64,
+    pub running_index: u32,
+    pub admitted_at: Option<SimTime>,
+    pub first_token_at: Option<SimTime>,
+    pub completed_at: Option<SimTime>,
+    pub preemptions: u32,
+    /// Disaggregated: the instance it is queued on or running on only prefills it, computes the
+    /// first token, then hands it off (its phase becomes `Transfer`) instead of decoding it.
+    pub handoff: bool,
+}
+
+impl RequestState {
+    /// Output tokens generated where the request runs now: the first only, when it is handed off.
+    pub fn output_here(&self, output_tokens: u32) -> u32 {
+        if self.handoff { output_tokens.min(1) } else { output_tokens }
+    }
+}
+
+/// Static configuration of every replica.
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    pub kv_capacity_tokens: u64,
+    /// Prefill tokens per step (unchunked: `max_step_tokens`).
+    pub step_prefill_budget: u32,
+    pub max_batch_requests: u32,
+    pub reservation: Reservation,
+    pub scheduler_window: u32,
+    pub track_pending: bool,
+    pub report_evictions: bool,
+}
+
+pub struct Replica {
+    pub id: u32,
+    pub cache: PrefixCache,
+    /// Not yet admitted, in arrival order.
+    pub waiting: VecDeque<u32>,
+    /// Admitted and still prefilling, in admission order.
+    pub prefilling: VecDeque<u32>,
+    /// Every admitted request (prefill or decode), unordered.
+    pub running: Vec<u32>,
+    /// (step at which it finishes, request, generation) of decoding requests.
+    pub finishing: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    pub decoding: u32,
+    /// Sum of (prompt + produced) over decoding requests: the KV a decode step reads.
+    pub decode_context_tokens: u64,
+    /// KV of generated tokens (not in the tree).
+    pub private_tokens: u64,
+    /// Sum of whole outputs of running requests (`full` reservation).
+    pub reserved_output_tokens: u64,
+    pub steps: u64,
+    /// Seconds spent in steps (utilisation).
+    pub busy_s: f64,
+    pub busy: bool,
+    /// Admission stopped for lack of memory, and nothing has been freed or added since.
+    pub blocked: bool,
+    pub outstanding_work: u64,
+    pub pending: HashMap<u64, u32>,
+    pub evictions: Vec<EvictionEvent>,
+    pub dispatched: u64,
+    pub preemptions: u64,
+    next_admit_seq: u64,
+    // Scratch, reused every step.
+    pub(super) chunks: Vec<(u32, u32)>,
+    pub(super) decode_batch: u32,
+    pub(super) views: Vec<WaitingRequest>,
+    pub(super) shown: Vec<u32>,
+    pub(super) order: RVec<u32>,
+}
+
+impl Replica {
+    pub fn new(id: u32) -> Self {
+        Self {
+            id,
+            cache: PrefixCache::new(),
+            waiting: VecDeque::new(),
+            prefilling: VecDeque::new(),
+            running: Vec::new(),
+            finishing: BinaryHeap::new(),
+            decoding: 0,
+            decode_context_tokens: 0,
+            private_tokens: 0,
+            reserved_output_tokens: 0,
+            steps: 0,
+            busy_s: 0.0,
+            busy: false,
+            blocked: false,
+            outstanding_work: 0,
+            pending: HashMap::new(),
+            evictions: Vec::new(),
+            dispatched: 0,
+            preemptions: 0,
+            next_admit_seq: 0,
+            chunks: Vec::new(),
+            decode_batch: 0,
+            views: Vec::new(),
+            shown: Vec::new(),
+            order: RVec::new(),
+        }
+    }
+
+    /// KV tokens in use.
+    pub fn kv_used_tokens(&self) -> u64 {
+        self.cache.total_tokens() + self.private_tokens
+    }
+
+    /// What a router sees (without `matched_tokens`).
+    pub fn view(&self, cfg: &ReplicaConfig) -> ReplicaView {
+        let running = self.running.len() as u32;
+        let waiting = self.waiting.len() as u32;
+        ReplicaView {
+            waiting,
+            running,
+            outstanding_requests: waiting + running,
+            outstanding_work: self.outstanding_work as f64,
+            kv_used_tokens: self.kv_used_tokens(),
+            kv_capacity_tokens: cfg.kv_capacity_tokens,
+            matched_tokens: 0,
+        }
+    }
+
+    pub fn has_work(&self) -> bool {
+        !self.running.is_empty() || !self.waiting.is_empty()
+    }
+
+    /// A request routed here joins the waiting queue.
+    pub fn enqueue(
+        &mut self,
+        id: u32,
+        prompt: &[Segment],
+        output_tokens: u32,
+        st: &mut RequestState,
+        cfg: &ReplicaConfig,
+    ) {
+        st.phase = Phase::Waiting;
+        st.replica = self.id;
+        let prompt_tokens: u32 = prompt.iter().map(|s| s.tokens).sum();
+        st.prefill_target = prompt_tokens;
+        self.outstanding_work += prompt_tokens as u64 + output_tokens as u64;
+        self.waiting.push_back(id);
+        self.blocked = false;
+        self.dispatched += 1;
+        if cfg.track_pending {
+            let mut h = 0;
+            for s in prompt {
+                h = extend_path_hash(h, s.id);
+                *self.pending.entry(h).or_default() += 1;
+            }
+        }
+    }
+
+    /// The prompt is computed: it no longer counts as pending.
+    pub(super) fn unpend(&mut self, prompt: &[Segment], cfg: &ReplicaConfig) {
+        if !cfg.track_pending {
+            return;
+        }
+        let mut h = 0;
+        for s in prompt {
+            h = extend_path_hash(h, s.id);
+            if let Some(n) = self.pending.get_mut(&h) {
+                *n -= 1;
+                if *n == 0 {
+                    self.pending.remove(&h);
+                }
+            }
+        }
+    }
+
+    /// KV committed to running requests: pinned prompt nodes plus generated tokens (`estimate`)
+    /// or whole reserved outputs (`full`).
+    pub(super) fn committed_tokens(&self, cfg: &ReplicaConfig) -> u64 {
+        let private = match cfg.reservation {
+            Reservation::Full => self.reserved_output_tokens,
+            Reservation::Estimate { .. } => self.private_tokens,
+        };
+        self.cache.pinned_tokens() + private
+    }
+
+    /// Evicts unpinned cache so that `extra` more tokens fit physically.
+    pub(super) fn make_room(&mut self, extra: u64, cfg: &ReplicaConfig) {
+        let used = self.kv_used_tokens() + extra;
+        if used > cfg.kv_capacity_tokens {
+            let events = cfg.report_evictions.then_some(&mut self.evictions);
+            self.cache.evict(used - cfg.kv_capacity_tokens, events);
+        }
+    }
+
+    pub(super) fn add_running(&mut self, id: u32, st: &mut RequestState) {
+        st.running_index = self.running.len() as u32;
+        st.admit_seq = self.next_admit_seq;
+        self.next_admit_seq += 1;
+        self.running.push(id);
+    }
+
+    pub(super) fn remove_running(&mut self, id: u32, states: &mut [RequestState]) {
+        let i = states[id as usize].running_index as usize;
+        debug_assert_eq!(self.running[i], id);
+        self.running.swap_remove(i);
+        if let Some(&moved) = self.running.get(i) {
+            states[moved as usize].running_index = i as u32;
+        }
+    }
+
+    /// Output tokens generated so far by a decoding request.
+    pub fn produced_now(&self, st: &RequestState) -> u32 {
+        match st.phase {
+            Phase::Decode => st.produced + (self.steps - st.decode_entry_step) as u32,
+            _ => st.produced,
+        }
+    }
+
+    /// Preempts the most recently admitted running request (recompute later). Returns false when
+    /// nothing runs.
+    pub(super) fn preempt_newest(&mut self, stream: &RequestStream, states: &mut [RequestState]) -> bool {
+        // A request whose KV is still arriving is not preempted (its transfer is in flight).
+        let Some(&victim) = self
+            .running
+            .iter()
+            .filter(|&&r| states[r as usize].phase != Phase::Transfer)
+            .max_by_key(|&&r| states[r as usize].admit_seq)
+        else {
+            return false;
+        };
+        let v = victim as usize;
+        let produced = self.produced_now(&states[v]);
+        let prompt_tokens = stream.requests[v].prompt_tokens;
+        let output_tokens = states[v].output_here(stream.requests[v].output_tokens);
+        let st = &states[v];
+        let remaining_work = (output_tokens - produced) as u64
+            + if st.phase == Phase::Prefill { (st.prefill_target - st.prefill_done) as u64 } else { 0 };
+        match states[v].phase {
+            Phase::Decode => {
+                self.decoding -= 1;
+                self.decode_context_tokens -= (prompt_tokens + produced) as u64;
+            }
+            Phase::Prefill => {
+                if let Some(pos) = self.prefilling.iter().position(|&r| r == victim) {
+                    self.prefilling.remove(pos);
+                }
+            }
+            _ => unreachable!("only running requests are preempted"),
+        }
+        self.remove_running(victim, states);
+        let st = &mut states[v];
+        // Private KV: the generated tokens (decoding), or the ones being recomputed (prefill).
+        let private = if st.phase == Phase::Decode { produced } else { st.prefill_target - prompt_tokens };
+        self.private_tokens -= private as u64;
+        let path = std::mem::take(&mut st.path);
+        self.cache.release(&path);
+        st.path = path;
+        st.path.clear();
+        st.produced = produced;
+        st.generation += 1;
+        st.preemptions += 1;
+        st.phase = Phase::Waiting;
+        st.prefill_target = prompt_tokens + produced;
+        st.prefill_done = 0;
+        // Worst case until readmission reveals what is still cached: the whole prompt again.
+        self.outstanding_work = self.outstanding_work - remaining_work + (prompt_tokens + output_tokens) as u64;
+        // Back into the waiting queue in arrival (= id) order.
+        let pos = self.waiting.partition_point(|&r| r < victim);
+        self.waiting.insert(pos, victim);
+        self.preemptions += 1;
+        self.blocked = false;
+        true
+    }
+
+    /// The scheduler's view of the first `scheduler_window` waiting requests.
+    pub(super) fn fill_views(&mut self, stream: &RequestStream, states: &[RequestState], cfg: &ReplicaConfig) {
+        self.views.clear();
+        self.shown.clear();
+        for &r in self.waiting.iter().take(cfg.scheduler_window as usize) {
+            let req = &stream.requests[r as usize];
+            let st = &states[r as usize];
+            let cached = self.cache.cached_prefix(stream.prompt(r as usize)).min(req.prompt_tokens);
+            self.views.push(WaitingRequest {
+                id: r as u64,
+                arrived_at: crate::time::seconds(req.arrived_at),
+                prompt_tokens: req.prompt_tokens,
+                cached_tokens: cached,
+                // An empty prompt (a suffix of 0 tokens and nothing shared) has nothing cached.
+                remaining_prefill_tokens: st.prefill_target - cached.min(st.prefill_target.saturating_sub(1)),
+            });
+            self.shown.push(r);
+        }
+    }
+
+    /// Asks `scheduler` for the admission order of the shown requests (checked by the handle).
+    pub(super) fn ask_scheduler(&mut self, scheduler: &mut SchedulerHandle, now_s: f64) -> Result<(), String> {
+        scheduler.order(now_s, &self.views, &mut self.order)
+    }
+}

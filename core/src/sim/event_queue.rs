@@ -1,0 +1,102 @@
+//! A discrete-event queue keyed by (time, sequence): earliest time first, and among equal times
+//! the event pushed first pops first (FIFO). Time is an integer ([`SimTime`], nanoseconds in the
+//! cluster world), so ordering never depends on floating-point rounding.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::time::SimTime;
+
+struct Keyed<E> {
+    at: SimTime,
+    seq: u64,
+    event: E,
+}
+
+impl<E> PartialEq for Keyed<E> {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl<E> Eq for Keyed<E> {}
+impl<E> PartialOrd for Keyed<E> {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl<E> Ord for Keyed<E> {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(o.at, o.seq))
+    }
+}
+
+/// Min-queue of events ordered by (time, insertion order).
+pub struct EventQueue<E> {
+    heap: BinaryHeap<Reverse<Keyed<E>>>,
+    next_seq: u64,
+}
+
+impl<E> Default for EventQueue<E> {
+    fn default() -> Self {
+        Self { heap: BinaryHeap::new(), next_seq: 0 }
+    }
+}
+
+impl<E> EventQueue<E> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Schedules `event` at `at`; after every event already scheduled at the same time.
+    pub fn push(&mut self, at: SimTime, event: E) {
+        self.heap.push(Reverse(Keyed { at, seq: self.next_seq, event }));
+        self.next_seq += 1;
+    }
+
+    /// The earliest event (FIFO among equal times).
+    pub fn pop(&mut self) -> Option<(SimTime, E)> {
+        self.heap.pop().map(|Reverse(k)| (k.at, k.event))
+    }
+
+    /// Time of the earliest event.
+    pub fn peek_time(&self) -> Option<SimTime> {
+        self.heap.peek().map(|Reverse(k)| k.at)
+    }
+
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_times_pop_in_insertion_order() {
+        let mut q = EventQueue::new();
+        for i in 0..100 {
+            q.push(7, i);
+        }
+        q.push(3, -1);
+        assert_eq!(q.pop(), Some((3, -1)));
+        let order: Vec<i32> = std::iter::from_fn(|| q.pop().map(|(_, e)| e)).collect();
+        assert_eq!(order, (0..100).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn earlier_time_pops_first_regardless_of_insertion() {
+        let mut q = EventQueue::new();
+        q.push(10, "late");
+        q.push(5, "early");
+        q.push(10, "late2");
+        assert_eq!(q.pop().unwrap().1, "early");
+        assert_eq!(q.pop().unwrap().1, "late");
+        assert_eq!(q.pop().unwrap().1, "late2");
+        assert!(q.is_empty());
+    }
+}

@@ -1,0 +1,671 @@
+//! The `cluster:` section: N LLM replicas (a GPU or a tensor-parallel group each, one model) with
+//! prefix caches and a local scheduler, and the generator of their request stream.
+//!
+//! ```yaml
+//! cluster:
+//!   replicas: 4
+//!   gpu: a6000                 # catalog name, or {name, memory_gb, bandwidth_gb_s, tflops}
+//!   model: mistral-7b          # catalog name, or {name, parameters, layers, hidden, heads, kv_heads, head_dim}
+//!   tp: 1                      # tensor-parallel degree: 1, 2, 4 or 8
+//!   memory_fraction: 0.9
+//!   efficiency: {mfu: 0.7235, mbu: 0.8, step_overhead_s: 0.0004, allreduce_latency_s: 1.0e-5}
+//!   chunk_tokens: 512          # prefill tokens per step; 0 = unchunked (bounded by max_step_tokens)
+//!   max_step_tokens: 32768     # most prefill tokens in one unchunked step
+//!   max_batch_requests: 256    # most running requests per replica
+//!   reservation: full          # or {estimate: {output_tokens: 64}} (preempts by recompute)
+//!   scheduler: fcfs            # a scheduler policy: name or "name{key: value}"
+//!   scheduler_window: 512      # waiting requests shown to the scheduler per step (oldest first)
+//!   eviction_delay_s: 0        # delay before routers that want evictions hear of them
+//!   drain_s: 600               # simulated time allowed after the last arrival
+//!   metrics: {scrape_interval_s: 0.05}   # engine metrics scraped for routers; 0 = always fresh
+//!   generator: {system_prompt_tokens: 13, contexts: {...}, suffix_tokens: ..., output_tokens: ...}
+//!   arrivals: {poisson: {rate: 1.0}}   # or {gamma: {rate, cv}} or {trace: {path, time_scale, format}}
+//!   requests: 2000             # and/or duration_s
+//!   slo: {ttft_s: 2, tpot_s: 0.1}   # optional: adds slo_attainment and goodput_rps (workload/slo.rs)
+//! ```
+//!
+//! Token counts are distributions: a number (constant), `{uniform: {min, max}}` or
+//! `{lognormal: {mean, cv, max}}` (resampled above `max`, so every distribution is bounded and the
+//! longest prompt is known before the run).
+
+pub mod disaggregation;
+
+use serde::{Deserialize, Serialize};
+
+use super::FieldError;
+use super::limits::{self, MAX_CV, MAX_HORIZON, at_most, fits_clock};
+use crate::step_model::{Choice, Efficiency, Gpu, Model, StepModel};
+
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSpec {
+    /// Number of replicas, each one GPU or one tensor-parallel group running the model.
+    pub replicas: u32,
+    /// A catalog GPU (a6000, a100-40, a100-80, h100, h200, l40s) or a mapping {name, memory_gb, bandwidth_gb_s, tflops}.
+    #[serde(default = "default_gpu")]
+    pub gpu: Choice<Gpu>,
+    /// A catalog model (mistral-7b, llama-3-8b, llama-3-70b) or a mapping {name, parameters, layers, hidden, heads, kv_heads, head_dim}.
+    #[serde(default = "default_model")]
+    pub model: Choice<Model>,
+    /// Tensor-parallel degree of a replica: 1, 2, 4 or 8.
+    #[serde(default = "one")]
+    pub tp: u32,
+    /// Share of GPU memory for weights and KV cache, in (0, 1]; the model must fit.
+    #[serde(default = "default_memory_fraction")]
+    pub memory_fraction: f64,
+    /// How close the step model gets to the roofline (MFU, MBU, per-step and all-reduce overheads).
+    #[serde(default)]
+    pub efficiency: Efficiency,
+    /// Prefill tokens per step (chunked prefill); 0 = unchunked.
+    #[serde(default = "default_chunk")]
+    pub chunk_tokens: u32,
+    /// Prefill tokens one unchunked step may hold (vLLM's max_num_batched_tokens): with
+    /// `chunk_tokens: 0` every prompt must fit in one step.
+    #[serde(default = "default_max_step_tokens")]
+    pub max_step_tokens: u32,
+    /// Most running requests per replica.
+    #[serde(default = "default_max_batch")]
+    pub max_batch_requests: u32,
+    /// KV memory a request must find free to be admitted: `full` or `{estimate: {output_tokens}}`.
+    #[serde(default, with = "serde_norway::with::singleton_map")]
+    #[schemars(with = "Reservation")]
+    pub reservation: Reservation,
+    /// The local scheduler of every replica: a policy name, optionally with config in braces.
+    #[serde(default = "default_scheduler")]
+    pub scheduler: String,
+    /// Waiting requests shown to the scheduler per step (the oldest first).
+    #[serde(default = "default_window")]
+    pub scheduler_window: u32,
+    /// Delay (s) before routers that want eviction events hear of them.
+    #[serde(default)]
+    pub eviction_delay_s: f64,
+    /// Simulated time (s) allowed after the last arrival; requests unfinished then count as `unfinished`.
+    #[serde(default = "default_drain")]
+    pub drain_s: f64,
+    /// Engine metrics as routers see them: scraped periodically (`scraped.` signals).
+    #[serde(default)]
+    pub metrics: EngineMetrics,
+    /// Prefill/decode disaggregation: prefill and decode pools and the KV link; absent = aggregated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disaggregation: Option<disaggregation::Disaggregation>,
+    /// What the requests look like: shared prompt, contexts, suffix, output, fan-out, turns.
+    pub generator: Generator,
+    /// How requests arrive: `{poisson: {rate}}`, `{gamma: {rate, cv}}` or `{trace: {path, time_scale, format}}`.
+    #[serde(with = "serde_norway::with::singleton_map")]
+    #[schemars(with = "Arrivals")]
+    pub arrivals: Arrivals,
+    /// Requests to generate (counting turns and fan-out); with `duration_s`, whichever ends first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+    /// Seconds of arrivals to generate; with `requests`, whichever ends first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
+    /// Per-request service-level objective: `{ttft_s, tpot_s, latency_s}`, any subset, seconds.
+    /// Adds `slo_attainment` and `goodput_rps` to the metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<super::slo::Slo>,
+}
+
+fn default_gpu() -> Choice<Gpu> {
+    Choice::Name("a6000".into())
+}
+fn default_model() -> Choice<Model> {
+    Choice::Name("mistral-7b".into())
+}
+fn one() -> u32 {
+    1
+}
+fn default_memory_fraction() -> f64 {
+    0.9
+}
+fn default_chunk() -> u32 {
+    512
+}
+fn default_max_step_tokens() -> u32 {
+    32_768
+}
+fn default_max_batch() -> u32 {
+    256
+}
+fn default_scheduler() -> String {
+    "fcfs".into()
+}
+fn default_window() -> u32 {
+    512
+}
+fn default_drain() -> f64 {
+    600.0
+}
+
+/// How often the replicas' engine metrics (waiting, running, KV utilisation) are scraped for the
+/// routers that read them as `scraped.` signals; counters a router keeps itself are always exact.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EngineMetrics {
+    /// Seconds between scrapes (production gateways: tens of ms); 0 = always fresh.
+    #[serde(default = "default_scrape_interval")]
+    pub scrape_interval_s: f64,
+}
+
+impl Default for EngineMetrics {
+    fn default() -> Self {
+        Self { scrape_interval_s: default_scrape_interval() }
+    }
+}
+
+fn default_scrape_interval() -> f64 {
+    0.05
+}
+
+/// How much KV memory a request must find free to be admitted.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Reservation {
+    /// Uncached prompt plus the request's whole output (the simulator knows it; a real server
+    /// reserves max_tokens, at least as much). Memory never runs out mid-decode: no preemption.
+    #[default]
+    Full,
+    /// Uncached prompt plus `output_tokens` of headroom; decoding grows past it, and when memory
+    /// runs out the most recently admitted request is preempted and later recomputed (vLLM).
+    Estimate {
+        /// Output tokens reserved at admission, beyond the uncached prompt.
+        output_tokens: u32,
+    },
+}
+
+/// A bounded token-count distribution.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[serde(untagged)]
+pub enum Tokens {
+    /// A constant number of tokens.
+    Constant(u32),
+    // A one-key mapping (`{lognormal: {...}}`) both ways: serde_norway's default would write a
+    // YAML tag (`!lognormal`) that the untagged enum cannot read back.
+    Shaped(
+        #[serde(with = "serde_norway::with::singleton_map")]
+        #[schemars(with = "TokenShape")]
+        TokenShape,
+    ),
+}
+
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum TokenShape {
+    /// Uniform on [min, max].
+    Uniform { min: u32, max: u32 },
+    /// Lognormal with the given mean and coefficient of variation, redrawn above `max`.
+    Lognormal { mean: f64, cv: f64, max: u32 },
+}
+
+impl Tokens {
+    /// The largest value the distribution can produce.
+    pub fn max(&self) -> u32 {
+        match self {
+            Tokens::Constant(v) => *v,
+            Tokens::Shaped(TokenShape::Uniform { max, .. }) | Tokens::Shaped(TokenShape::Lognormal { max, .. }) => *max,
+        }
+    }
+
+    fn validate(&self, allow_zero: bool) -> Result<(), FieldError> {
+        match self {
+            Tokens::Constant(0) if !allow_zero => Err(FieldError::new("", "must be at least 1 token", "use e.g. 16")),
+            Tokens::Constant(_) => Ok(()),
+            Tokens::Shaped(TokenShape::Uniform { min, max }) => {
+                if min > max || (*max == 0 && !allow_zero) || (*min == 0 && !allow_zero) {
+                    Err(FieldError::new(
+                        "uniform",
+                        format!("needs 1 ≤ min ≤ max (got min {min}, max {max})"),
+                        "use e.g. {min: 8, max: 24}",
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+            Tokens::Shaped(TokenShape::Lognormal { mean, cv, max }) => {
+                if !(*mean >= 1.0 && mean.is_finite() && *cv > 0.0 && *cv <= MAX_CV) {
+                    Err(FieldError::new(
+                        "lognormal",
+                        format!("needs mean ≥ 1 and cv > 0 (got mean {mean:?}, cv {cv:?})"),
+                        "use e.g. {mean: 2000, cv: 0.5, max: 8000}",
+                    ))
+                } else if (*max as f64) < *mean {
+                    Err(FieldError::new(
+                        "lognormal.max",
+                        format!("must be at least the mean {mean} (got {max})"),
+                        "use e.g. 4 × the mean",
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+}
+
+/// What requests look like: a shared system prompt, an optional shared context, a unique suffix.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Generator {
+    /// Shared by every request; short by default (short shared prefixes are what makes naive
+    /// affinity collapse).
+    #[serde(default = "default_system")]
+    pub system_prompt_tokens: u32,
+    /// Shared contexts (documents, tools, videos, environments, problems); none if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contexts: Option<Contexts>,
+    /// The unique part of each prompt (question, user turn); may be 0.
+    #[serde(default = "default_suffix")]
+    pub suffix_tokens: Tokens,
+    /// Tokens each request generates (ignored for trace replay, whose rows give them; a Mooncake
+    /// replay ignores the whole generator).
+    pub output_tokens: Tokens,
+    /// Parallel samples sharing one prompt, arriving together.
+    #[serde(default = "one")]
+    pub fanout: u32,
+    /// Turns per session: turn k's prompt is turn k−1's prompt plus its output plus a new suffix.
+    #[serde(default = "default_turns")]
+    pub turns: Tokens,
+    /// Mean (exponential) time between a session's turns, from the previous turn's arrival.
+    #[serde(default = "default_think")]
+    pub think_time_s: f64,
+}
+
+fn default_system() -> u32 {
+    13
+}
+fn default_suffix() -> Tokens {
+    Tokens::Constant(64)
+}
+fn default_turns() -> Tokens {
+    Tokens::Constant(1)
+}
+fn default_think() -> f64 {
+    5.0
+}
+
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Contexts {
+    /// How many distinct contexts (documents, tools, videos, …).
+    pub count: u32,
+    /// Length of each context in tokens (drawn once per context).
+    pub tokens: Tokens,
+    /// How a request picks its context: `uniform` or `{zipf: {s}}`.
+    #[serde(default, with = "serde_norway::with::singleton_map")]
+    #[schemars(with = "Popularity")]
+    pub popularity: Popularity,
+}
+
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Popularity {
+    /// Every context equally likely.
+    #[default]
+    Uniform,
+    /// Context k (1-based, by rank) is chosen with probability ∝ k^−s.
+    Zipf {
+        /// Exponent, > 0: larger is more skewed.
+        s: f64,
+    },
+}
+
+/// How requests (all of them, counting turns and fanout) arrive.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Arrivals {
+    /// Requests per second; sessions/groups start at rate / (mean turns × fanout).
+    Poisson {
+        /// Requests per second, > 0.
+        rate: f64,
+    },
+    /// Bursty: gamma inter-arrival times with coefficient of variation `cv` (> 1 is burstier).
+    Gamma {
+        /// Requests per second, > 0.
+        rate: f64,
+        /// Coefficient of variation of the gaps, > 0 (1 is Poisson).
+        cv: f64,
+    },
+    /// Arrival times and prompt/output sizes from a trace file; `path` is relative to the
+    /// workload file (the command line may override it); times are multiplied by `time_scale`.
+    Trace {
+        /// The trace file, relative to the workload file: an Azure-LLM-trace CSV (TIMESTAMP,
+        /// ContextTokens, GeneratedTokens) or, with `format: mooncake`, Mooncake JSONL.
+        path: String,
+        /// Multiplies the trace's times: 0.5 replays twice as fast, > 0.
+        #[serde(default = "one_f")]
+        time_scale: f64,
+        /// `azure` (the default: CSV of sizes; prompts share only the system prompt) or `mooncake` (JSONL with
+        /// `hash_ids` of 512-token blocks: real prefix sharing; the generator is not used;
+        /// `routelab export-trace` writes any cluster workload in it).
+        #[serde(default, skip_serializing_if = "TraceFormat::is_azure")]
+        format: TraceFormat,
+    },
+}
+
+/// The file format of a replayed trace.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceFormat {
+    /// Azure LLM inference trace CSV: `TIMESTAMP,ContextTokens,GeneratedTokens`.
+    #[default]
+    Azure,
+    /// Mooncake (FAST'25) JSON Lines: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`.
+    Mooncake,
+}
+
+impl TraceFormat {
+    fn is_azure(&self) -> bool {
+        *self == TraceFormat::Azure
+    }
+}
+
+fn one_f() -> f64 {
+    1.0
+}
+
+impl ClusterSpec {
+    /// The resolved step model of one replica.
+    pub fn step_model(&self) -> Result<StepModel, FieldError> {
+        let gpu =
+            self.gpu.resolve().map_err(|m| FieldError::new("gpu", m, "name a catalog GPU or give a full mapping"))?;
+        let model = self
+            .model
+            .resolve()
+            .map_err(|m| FieldError::new("model", m, "name a catalog model or give a full mapping"))?;
+        StepModel::new(gpu, model, self.tp, self.memory_fraction, self.efficiency.clone())
+            .map_err(|e| FieldError::new("model", e.message, e.fix))
+    }
+
+    /// The longest prompt the generator can produce (trace arrivals: checked per row at run time).
+    pub fn max_prompt_tokens(&self) -> u64 {
+        let g = &self.generator;
+        let ctx = g.contexts.as_ref().map_or(0, |c| c.tokens.max()) as u64;
+        let turns = g.turns.max().max(1) as u64;
+        g.system_prompt_tokens as u64
+            + ctx
+            + turns * g.suffix_tokens.max() as u64
+            + (turns - 1) * g.output_tokens.max() as u64
+    }
+
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if self.replicas == 0 {
+            return Err(FieldError::new("replicas", "must be at least 1 (got 0)", "set `replicas: 4`, say"));
+        }
+        at_most("replicas", self.replicas, limits::MAX_REPLICAS, "simulate at most 10000 replicas")?;
+        if ![1, 2, 4, 8].contains(&self.tp) {
+            return Err(FieldError::new(
+                "tp",
+                format!("must be 1, 2, 4 or 8 (got {})", self.tp),
+                "use a tensor-parallel degree of 1, 2, 4 or 8",
+            ));
+        }
+        if !(self.memory_fraction > 0.0 && self.memory_fraction <= 1.0) {
+            return Err(FieldError::new(
+                "memory_fraction",
+                format!("must be in (0, 1] (got {:?})", self.memory_fraction),
+                "use e.g. 0.9",
+            ));
+        }
+        let e = &self.efficiency;
+        for (name, v) in [("mfu", e.mfu), ("mbu", e.mbu)] {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(FieldError::new(
+                    &format!("efficiency.{name}"),
+                    format!("must be in (0, 1] (got {v:?})"),
+                    "use e.g. 0.7",
+                ));
+            }
+        }
+        if !(e.step_overhead_s >= 0.0
+            && e.allreduce_latency_s >= 0.0
+            && e.step_overhead_s <= 10.0
+            && e.allreduce_latency_s <= 10.0)
+        {
+            return Err(FieldError::new(
+                "efficiency",
+                "overheads must be in [0, 10] s",
+                "use e.g. step_overhead_s: 0.0004",
+            ));
+        }
+        let sm = self.step_model()?;
+        self.check_step_model(&sm)?;
+        if let Some(d) = &self.disaggregation {
+            d.validate(self)?;
+        }
+        if self.max_batch_requests == 0 {
+            return Err(FieldError::new("max_batch_requests", "must be at least 1 (got 0)", "use e.g. 256"));
+        }
+        if self.scheduler_window == 0 {
+            return Err(FieldError::new("scheduler_window", "must be at least 1 (got 0)", "use e.g. 512"));
+        }
+        if self.scheduler.trim().is_empty() {
+            return Err(FieldError::new("scheduler", "is empty", "name a scheduler: fcfs, lpm or priority_groups"));
+        }
+        if !(self.eviction_delay_s >= 0.0 && self.eviction_delay_s.is_finite()) {
+            return Err(FieldError::new(
+                "eviction_delay_s",
+                format!("must be ≥ 0 (got {:?})", self.eviction_delay_s),
+                "use e.g. 0 or 0.05",
+            ));
+        }
+        if !(self.drain_s >= 0.0 && self.drain_s <= MAX_HORIZON) {
+            return Err(FieldError::new(
+                "drain_s",
+                format!("must be in [0, {MAX_HORIZON:.1e}] s (got {:?})", self.drain_s),
+                "use e.g. 600",
+            ));
+        }
+        let scrape = self.metrics.scrape_interval_s;
+        if !(scrape == 0.0 || (1e-6..=MAX_HORIZON).contains(&scrape)) {
+            return Err(FieldError::new(
+                "metrics.scrape_interval_s",
+                format!("must be 0 (always fresh) or in [1e-6, {MAX_HORIZON:.1e}] s (got {scrape:?})"),
+                "use e.g. 0.05 (50 ms, as llm-d scrapes), or 0",
+            ));
+        }
+        if self.eviction_delay_s > MAX_HORIZON {
+            return Err(FieldError::new(
+                "eviction_delay_s",
+                format!("must be at most {MAX_HORIZON:.1e} s"),
+                "use e.g. 0 or 0.05",
+            ));
+        }
+        self.generator.validate().map_err(|e| e.under("generator"))?;
+        if let Some(slo) = &self.slo {
+            slo.validate().map_err(|e| e.under("slo"))?;
+        }
+        self.arrivals.validate().map_err(|e| e.under("arrivals"))?;
+        match (self.requests, self.duration_s) {
+            (None, None) if !matches!(self.arrivals, Arrivals::Trace { .. }) => {
+                return Err(FieldError::new(
+                    "",
+                    "needs `requests` or `duration_s`",
+                    "add `requests: 2000` or `duration_s: 600`",
+                ));
+            }
+            (Some(0), _) => return Err(FieldError::new("requests", "must be at least 1 (got 0)", "use e.g. 2000")),
+            (_, Some(d)) if !(d > 0.0 && d.is_finite()) => {
+                return Err(FieldError::new("duration_s", format!("must be positive (got {d:?})"), "use e.g. 600"));
+            }
+            _ => {}
+        }
+        if let Some(d) = self.duration_s {
+            fits_clock("duration_s", d, "use e.g. 600 (seconds)")?;
+        }
+        if let Some(n) = self.requests {
+            at_most("requests", n, limits::MAX_CLUSTER_REQUESTS, "use e.g. 100000 requests and more seeds")?;
+        }
+        if let Some(rate) = self.arrivals.rate() {
+            let n = self.expected_requests();
+            if n > limits::MAX_CLUSTER_REQUESTS as f64 {
+                return Err(FieldError::new(
+                    "duration_s",
+                    format!(
+                        "at {rate} requests/s gives about {n:.3e} requests, above the limit of {}",
+                        limits::MAX_CLUSTER_REQUESTS
+                    ),
+                    "shorten `duration_s` or cap the run with `requests`",
+                ));
+            }
+            let path = if matches!(self.arrivals, Arrivals::Poisson { .. }) {
+                "arrivals.poisson.rate"
+            } else {
+                "arrivals.gamma.rate"
+            };
+            fits_clock(path, n / rate, "raise the rate, or run fewer requests")?;
+            let session = self.generator.think_time_s * self.generator.turns.max() as f64;
+            fits_clock("generator.think_time_s", n / rate + session, "shorten the think time")?;
+        }
+        if !matches!(self.arrivals, Arrivals::Trace { .. }) {
+            let longest = self.max_prompt_tokens();
+            let reserve = match self.reservation {
+                Reservation::Full => self.generator.output_tokens.max() as u64,
+                Reservation::Estimate { output_tokens } => output_tokens as u64,
+            };
+            if longest + reserve > sm.kv_capacity_tokens {
+                return Err(FieldError::new(
+                    "generator",
+                    format!(
+                        "the longest prompt ({longest} tokens) plus its output reservation ({reserve}) exceeds one replica's KV \
+                         capacity ({} tokens): such a request could never be admitted",
+                        sm.kv_capacity_tokens
+                    ),
+                    "shorten the contexts or turns, raise tp, or use a GPU with more memory",
+                ));
+            }
+            if self.chunk_tokens == 0 && longest > self.max_step_tokens as u64 {
+                return Err(FieldError::new(
+                    "chunk_tokens",
+                    format!(
+                        "0 (unchunked prefill) is invalid here: prompts reach {longest} tokens but one step holds at most \
+                         max_step_tokens = {} prefill tokens, so the longest prompt could never be prefilled",
+                        self.max_step_tokens
+                    ),
+                    "use chunked prefill (`chunk_tokens: 512`) or raise `max_step_tokens` above the longest prompt",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ClusterSpec {
+    /// Requests a synthetic stream will hold, about (`requests`, or rate × `duration_s`); trace
+    /// replays count rows when the trace is read, so here only `requests` (or 0).
+    pub fn expected_requests(&self) -> f64 {
+        let by_time = match (self.arrivals.rate(), self.duration_s) {
+            (Some(rate), Some(d)) => rate * d,
+            _ => f64::INFINITY,
+        };
+        let n = self.requests.map_or(f64::INFINITY, |n| n as f64).min(by_time);
+        if n.is_finite() { n } else { 0.0 }
+    }
+
+    /// Derived quantities of a custom GPU or model must be usable: a KV capacity that sums in
+    /// 64 bits, and a finite, bounded time for the largest step.
+    fn check_step_model(&self, sm: &StepModel) -> Result<(), FieldError> {
+        if sm.kv_capacity_tokens > 1 << 40 || !(sm.cost.kv_bytes_per_token > 0.0) {
+            return Err(FieldError::new(
+                "model",
+                format!("gives a KV capacity of {} tokens per replica, beyond any real GPU", sm.kv_capacity_tokens),
+                "check memory_gb and the model's layers, kv_heads and head_dim (all must be positive)",
+            ));
+        }
+        let budget = if self.chunk_tokens == 0 { self.max_step_tokens } else { self.chunk_tokens } as u64;
+        let worst = routelab_policy_api::StepShape::prefill(budget, sm.kv_capacity_tokens)
+            .merge(routelab_policy_api::StepShape::decode(self.max_batch_requests as u64, sm.kv_capacity_tokens));
+        let t = sm.cost.step_time_s(&worst);
+        if !(t.is_finite() && t <= 3600.0) {
+            return Err(FieldError::new(
+                "gpu",
+                format!("the largest step would take {t:.3e} s (at most an hour is usable)"),
+                "give the GPU a realistic tflops and bandwidth_gb_s (an A6000: 154.8 and 768), and mfu/mbu near 0.7",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Generator {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        self.suffix_tokens.validate(true).map_err(|e| e.under("suffix_tokens"))?;
+        self.output_tokens.validate(false).map_err(|e| e.under("output_tokens"))?;
+        self.turns.validate(false).map_err(|e| e.under("turns"))?;
+        if self.fanout == 0 {
+            return Err(FieldError::new(
+                "fanout",
+                "must be at least 1 (got 0)",
+                "use 1 for independent requests, 8 for 8 parallel samples",
+            ));
+        }
+        at_most("fanout", self.fanout, limits::MAX_FANOUT, "use e.g. 8 parallel samples")?;
+        at_most("turns", self.turns.max(), limits::MAX_TURNS, "use e.g. {uniform: {min: 1, max: 10}} turns")?;
+        if !(self.think_time_s >= 0.0 && self.think_time_s.is_finite()) {
+            return Err(FieldError::new(
+                "think_time_s",
+                format!("must be ≥ 0 (got {:?})", self.think_time_s),
+                "use e.g. 5",
+            ));
+        }
+        if let Some(c) = &self.contexts {
+            if c.count == 0 {
+                return Err(FieldError::new(
+                    "contexts.count",
+                    "must be at least 1 (got 0)",
+                    "use e.g. 300, or drop `contexts`",
+                ));
+            }
+            at_most("contexts.count", c.count, limits::MAX_CONTEXTS, "use e.g. 300 contexts")?;
+            c.tokens.validate(false).map_err(|e| e.under("contexts.tokens"))?;
+            if let Popularity::Zipf { s } = c.popularity {
+                if !(s > 0.0 && s.is_finite()) {
+                    return Err(FieldError::new(
+                        "contexts.popularity.zipf.s",
+                        format!("the Zipf exponent must be > 0 (got {s:?})"),
+                        "use e.g. 1.1 (larger is more skewed), or `popularity: uniform`",
+                    ));
+                }
+            }
+        }
+        if self.system_prompt_tokens == 0 && self.contexts.is_none() && self.suffix_tokens.max() == 0 {
+            return Err(FieldError::new(
+                "",
+                "every prompt would be empty",
+                "give a system prompt, contexts or suffix tokens",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Arrivals {
+    /// Requests per second of a synthetic process (`None` for a trace).
+    pub fn rate(&self) -> Option<f64> {
+        match self {
+            Arrivals::Poisson { rate } | Arrivals::Gamma { rate, .. } => Some(*rate),
+            Arrivals::Trace { .. } => None,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let pos = |v: f64| v > 0.0 && v.is_finite();
+        match self {
+            Arrivals::Poisson { rate } if !pos(*rate) => Err(FieldError::new(
+                "poisson.rate",
+                format!("must be positive (got {rate:?})"),
+                "use requests per second, e.g. 1.0",
+            )),
+            Arrivals::Gamma { rate, cv } if !(pos(*rate) && *cv >= 0.01 && *cv <= MAX_CV) => Err(FieldError::new(
+                "gamma",
+                format!("rate must be positive and cv in [0.01, {MAX_CV}] (got rate {rate:?}, cv {cv:?})"),
+                "use e.g. {rate: 1.0, cv: 2.0}",
+            )),
+            Arrivals::Trace { path, time_scale, .. } if path.is_empty() || !pos(*time_scale) => Err(FieldError::new(
+                "trace",
+                "needs a path and a positive time_scale",
+                "use e.g. {path: traces/sample_conv.csv, time_scale: 1.0}",
+            )),
+            _ => Ok(()),
+        }
+    }
+}

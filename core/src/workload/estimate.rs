@@ -1,0 +1,121 @@
+//! What one run of a workload needs, roughly — peak memory and wall time — so that a run that
+//! cannot fit in this machine's memory is refused before it starts, and a slow one is announced.
+
+use super::dispatch::Information;
+use super::{FieldError, Workload, WorldKind};
+
+/// What one run of a workload needs, roughly: enough to refuse the impossible and warn about the
+/// slow. Constants come from `routelab bench` and the overload_scaling example on a laptop core.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Estimate {
+    /// Peak memory of one (policy, seed) run.
+    pub bytes: f64,
+    /// Wall time of one (policy, seed) run.
+    pub seconds: f64,
+    /// (policy, seed) runs.
+    pub runs: u64,
+}
+
+impl std::fmt::Display for Estimate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "about {} and {} per run, {} run(s) ({} in all; rough, from the sizes alone)",
+            human_bytes(self.bytes),
+            human_seconds(self.seconds),
+            self.runs,
+            human_seconds(self.seconds * self.runs as f64)
+        )
+    }
+}
+
+fn human_bytes(b: f64) -> String {
+    match b {
+        b if b >= 1e9 => format!("{:.1} GB", b / 1e9),
+        b if b >= 1e6 => format!("{:.0} MB", b / 1e6),
+        b => format!("{:.0} KB", (b / 1e3).max(1.0)),
+    }
+}
+
+fn human_seconds(s: f64) -> String {
+    match s {
+        s if s >= 86_400.0 => format!("{:.1} days", s / 86_400.0),
+        s if s >= 3_600.0 => format!("{:.1} h", s / 3_600.0),
+        s if s >= 60.0 => format!("{:.0} min", s / 60.0),
+        s => format!("{s:.1} s"),
+    }
+}
+
+/// The machine's memory in bytes (Linux: MemTotal), or 16 GB where it cannot be read.
+pub fn machine_memory_bytes() -> f64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+            line.split_whitespace().nth(1)?.parse::<f64>().ok().map(|kb| kb * 1024.0)
+        })
+        .unwrap_or(16e9)
+}
+
+/// Rough memory and time of one run of `w` (cluster traces: per row, counted when they are read).
+pub fn estimate(w: &Workload) -> Estimate {
+    let policies = w.policies.len().max(1) as u64;
+    let mut runs = policies * w.seeds as u64;
+    let (bytes, seconds) = if let Some(d) = &w.dispatch {
+        let n = d.requests as f64;
+        let refreshes = match d.information {
+            Information::Stale { refresh_interval } => {
+                n / (d.utilisation.max(1e-9) * d.servers as f64) / refresh_interval
+            }
+            Information::Fresh => 0.0,
+        };
+        // Responses kept for quantiles (8 B each), server state, the event heap.
+        (n * 8.0 + d.servers as f64 * 64.0, n * 150e-9 + refreshes * d.servers as f64 * 2e-9)
+    } else if let Some(c) = &w.cluster {
+        let n = c.expected_requests();
+        let turns = c.generator.turns.max().max(1) as f64;
+        let contexts = c.generator.contexts.as_ref().map_or(0.0, |x| x.count as f64);
+        // Per request: the generated request, its segments, its state and its record.
+        let per_request = 240.0 + (turns + 2.0) * 16.0;
+        (n * per_request + contexts * 40.0 + c.replicas as f64 * 4096.0, n * 25e-6)
+    } else if let Some(c) = &w.compound {
+        runs *= c.variants.len().max(1) as u64;
+        let questions = c.questions.train as f64 + c.questions.test as f64;
+        let cells = questions * c.system.modules().len() as f64 * c.model_count() as f64;
+        // Outcome tables (2 B per question × module × model); a selector evaluates about
+        // modules × models allocations over the training set.
+        let evaluations = (c.system.modules().len() * c.model_count()) as f64 * 4.0;
+        let eval_cost = c.questions.train as f64 * c.system.modules().len() as f64 * 20e-9;
+        (cells * 2.0 + questions * 8.0, cells * 10e-9 + evaluations * eval_cost)
+    } else {
+        (0.0, 0.0)
+    };
+    Estimate { bytes: bytes + 4e6, seconds, runs }
+}
+
+/// Refuses a workload whose estimated run cannot fit in this machine's memory.
+pub fn check_memory(w: &Workload) -> Result<(), FieldError> {
+    check_memory_within(w, machine_memory_bytes())
+}
+
+/// [`check_memory`] on a machine with `have` bytes.
+pub fn check_memory_within(w: &Workload, have: f64) -> Result<(), FieldError> {
+    let e = estimate(w);
+    if e.bytes > have * 0.8 {
+        let field = match w.world() {
+            WorldKind::Dispatch => "dispatch.requests",
+            WorldKind::Cluster => "cluster.requests",
+            WorldKind::Compound => "compound.questions",
+        };
+        return Err(FieldError::new(
+            field,
+            format!(
+                "a run would need {} of memory, more than this machine's {} ({e})",
+                human_bytes(e.bytes),
+                human_bytes(have)
+            ),
+            "run fewer requests (or questions) per seed and more seeds",
+        ));
+    }
+    Ok(())
+}

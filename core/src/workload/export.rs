@@ -1,0 +1,193 @@
+//! `routelab export-trace`: a cluster workload's request stream as a Mooncake-format trace
+//! (JSON Lines, the format [`super::mooncake`] replays), so a workload moves between routelab and
+//! other simulators that read `hash_ids` block traces.
+//!
+//! Each request becomes one line, `{"timestamp": ms, "input_length": tokens, "output_length":
+//! tokens, "hash_ids": [...]}`: the prompt is cut into 512-token blocks (the last one partial) and
+//! each block gets an id that names its whole prefix — the chain of every (segment, offset,
+//! length) piece from the prompt's start to the block's end, hashed to 64 bits, then numbered
+//! 0, 1, 2, … in order of first appearance. Equal prefixes therefore give equal ids, and a partial
+//! block never shares an id with a block of another length. Timestamps are the arrivals rounded
+//! to the millisecond.
+//!
+//! What a replay of the file keeps and loses: arrivals (to 1 ms, measured from the first
+//! request), prompt and output lengths exactly, and prefix sharing at 512-token granularity —
+//! two prompts that agree on 1,600 tokens share 3 blocks (1,536 tokens) in the replay. A
+//! multi-turn conversation's earlier answers appear in later prompts as blocks like any other,
+//! but the replay does not know they were generated (routelab keeps an answer cached after a turn
+//! completes; a replayed trace has no such link).
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use routelab_policy_api::{Segment, mix64};
+
+use super::generate::RequestStream;
+use super::mooncake::BLOCK_TOKENS;
+use crate::time::seconds;
+
+/// The chain key of the empty prefix.
+const ROOT_KEY: u64 = 0x6a09_e667_f3bc_c908;
+
+/// Extends a prefix key by `take` tokens of segment `s` starting at `offset`.
+#[inline]
+fn extend(key: u64, s: Segment, offset: u32, take: u32) -> u64 {
+    mix64(key.rotate_left(23) ^ mix64(s.id.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ((offset as u64) << 32 | take as u64)))
+}
+
+/// Numbers prefix keys in order of first appearance.
+#[derive(Default)]
+pub struct BlockIds {
+    ids: HashMap<u64, u64>,
+}
+
+impl BlockIds {
+    /// The `hash_ids` of a prompt, into `out` (cleared first).
+    pub fn of(&mut self, prompt: &[Segment], out: &mut Vec<u64>) {
+        out.clear();
+        let mut key = ROOT_KEY;
+        let mut fill = 0;
+        for &s in prompt {
+            let mut offset = 0;
+            while offset < s.tokens {
+                let take = (BLOCK_TOKENS - fill).min(s.tokens - offset);
+                key = extend(key, s, offset, take);
+                fill += take;
+                offset += take;
+                if fill == BLOCK_TOKENS {
+                    out.push(self.id(key));
+                    fill = 0;
+                }
+            }
+        }
+        if fill > 0 {
+            // A partial block: marked, so it never takes the id of a full block.
+            out.push(self.id(mix64(key ^ 0x5a5a_0000 ^ fill as u64)));
+        }
+    }
+
+    fn id(&mut self, key: u64) -> u64 {
+        let next = self.ids.len() as u64;
+        *self.ids.entry(key).or_insert(next)
+    }
+
+    /// Distinct blocks numbered so far.
+    pub fn distinct(&self) -> usize {
+        self.ids.len()
+    }
+}
+
+/// Writes `stream` as Mooncake JSON Lines; returns the number of distinct blocks.
+pub fn write_mooncake(stream: &RequestStream, out: &mut impl Write) -> io::Result<usize> {
+    let mut ids = BlockIds::default();
+    let mut hash_ids = Vec::new();
+    let mut line = String::new();
+    for (i, r) in stream.requests.iter().enumerate() {
+        ids.of(stream.prompt(i), &mut hash_ids);
+        let ms = (seconds(r.arrived_at) * 1000.0).round() as u64;
+        line.clear();
+        line.push_str(&format!(
+            "{{\"timestamp\": {ms}, \"input_length\": {}, \"output_length\": {}, \"hash_ids\": [",
+            r.prompt_tokens, r.output_tokens
+        ));
+        for (k, id) in hash_ids.iter().enumerate() {
+            if k > 0 {
+                line.push_str(", ");
+            }
+            line.push_str(&id.to_string());
+        }
+        line.push_str("]}\n");
+        out.write_all(line.as_bytes())?;
+    }
+    Ok(ids.distinct())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::workload::cluster::ClusterSpec;
+    use crate::workload::generate::{generate, mooncake_stream};
+    use crate::workload::mooncake;
+
+    fn seg(id: u64, tokens: u32) -> Segment {
+        Segment { id, tokens }
+    }
+
+    /// The prompt token by token, each token named by (segment id, position in the segment).
+    fn tokens(prompt: &[Segment]) -> Vec<(u64, u32)> {
+        prompt.iter().flat_map(|s| (0..s.tokens).map(move |k| (s.id, k))).collect()
+    }
+
+    /// Blocks `k` of two prompts get the same id exactly when the prompts agree token for token
+    /// up to the end of block `k` (and the block has the same length in both).
+    #[test]
+    fn equal_ids_exactly_for_equal_prefixes() {
+        let prompts: Vec<Vec<Segment>> = vec![
+            vec![seg(1, 300), seg(2, 1300), seg(100, 150)],
+            vec![seg(1, 300), seg(2, 1300), seg(101, 250)],
+            vec![seg(1, 300), seg(3, 1300), seg(102, 150)],
+            vec![seg(1, 300), seg(2, 212)],
+            vec![seg(1, 512), seg(2, 512)],
+            vec![seg(1, 300), seg(2, 1300), seg(100, 150), seg(103, 40)],
+            vec![seg(1, 100)],
+        ];
+        let mut ids = BlockIds::default();
+        let all: Vec<Vec<u64>> = prompts
+            .iter()
+            .map(|p| {
+                let mut out = Vec::new();
+                ids.of(p, &mut out);
+                out
+            })
+            .collect();
+        for (a, pa) in prompts.iter().enumerate() {
+            let (ta, ia) = (tokens(pa), &all[a]);
+            assert_eq!(ia.len(), ta.len().div_ceil(512), "prompt {a}: one id per block");
+            for (b, pb) in prompts.iter().enumerate() {
+                let (tb, ib) = (tokens(pb), &all[b]);
+                for k in 0..ia.len().min(ib.len()) {
+                    let end_a = ((k + 1) * 512).min(ta.len());
+                    let end_b = ((k + 1) * 512).min(tb.len());
+                    let same = end_a == end_b && ta[..end_a] == tb[..end_b];
+                    assert_eq!(ia[k] == ib[k], same, "prompts {a} and {b}, block {k}");
+                }
+            }
+        }
+        // Prompts 0 and 1 agree on 1,600 tokens: 3 blocks (1,536 tokens) shared.
+        assert_eq!(all[0][..3], all[1][..3]);
+        assert_ne!(all[0][3], all[1][3]);
+    }
+
+    /// Exporting a generated stream and replaying the file gives the same arrivals (to the
+    /// millisecond, from the first), the same lengths, and prompts whose segments are the blocks.
+    #[test]
+    fn an_exported_stream_replays_with_the_same_arrivals_and_lengths() {
+        let spec: ClusterSpec = serde_norway::from_str(
+            "{replicas: 2, gpu: a6000, model: mistral-7b, generator: {system_prompt_tokens: 300, contexts: {count: 20, \
+             tokens: {lognormal: {mean: 1300, cv: 0.25, max: 4000}}, popularity: {zipf: {s: 1.5}}}, suffix_tokens: \
+             {uniform: {min: 100, max: 300}}, output_tokens: {uniform: {min: 10, max: 76}}, turns: {uniform: {min: 1, \
+             max: 3}}}, arrivals: {poisson: {rate: 5.0}}, requests: 300}",
+        )
+        .unwrap();
+        let stream = generate(&spec, None, 7).unwrap();
+        let mut text = Vec::new();
+        let blocks = write_mooncake(&stream, &mut text).unwrap();
+        let rows = mooncake::parse(std::str::from_utf8(&text).unwrap(), Path::new("export.jsonl")).unwrap();
+        let replay = mooncake_stream(&spec, &rows);
+        assert_eq!(replay.requests.len(), stream.requests.len());
+        let t0 = seconds(stream.requests[0].arrived_at);
+        let mut ids = BlockIds::default();
+        let mut want = Vec::new();
+        for (i, (a, b)) in stream.requests.iter().zip(&replay.requests).enumerate() {
+            let shift = seconds(a.arrived_at) - t0;
+            assert!((seconds(b.arrived_at) - shift).abs() <= 0.001, "request {i}: arrival");
+            assert_eq!((a.prompt_tokens, a.output_tokens), (b.prompt_tokens, b.output_tokens), "request {i}");
+            ids.of(stream.prompt(i), &mut want);
+            let got: Vec<u64> = replay.prompt(i).iter().map(|s| s.id - mooncake::HASH_ID_BASE).collect();
+            assert_eq!(got, want, "request {i}: one segment per block, named by its id");
+        }
+        assert!(blocks < stream.requests.len() * 4, "shared prefixes share blocks ({blocks} blocks)");
+    }
+}

@@ -1,0 +1,338 @@
+//! Workload files: one YAML schema for every world, validation that names file, field and fix.
+//!
+//! A workload names itself, its seeds, optionally the policies to compare, and exactly one world
+//! section (`dispatch:`, `cluster:` or `compound:`). Unknown fields are errors everywhere.
+
+pub mod cluster;
+pub mod compound;
+pub mod dispatch;
+pub mod estimate;
+pub mod export;
+pub mod generate;
+pub mod limits;
+pub mod mooncake;
+pub mod slo;
+pub mod trace;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// A parsed, validated workload.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    /// Defaults to the file's stem.
+    #[serde(default)]
+    pub name: String,
+    /// First seed; seed `k` of a multi-seed run is derived from it (see [`crate::seeds::seed_for`]).
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// How many seeds to run; mean and 95% interval are reported over them.
+    #[serde(default = "one")]
+    pub seeds: u32,
+    /// Policies to compare when the command line names none: `name`, `name{key: value}` (quote
+    /// it in YAML) or `path/to/lib.so:name`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<String>,
+    /// The classic load-balancing world: FCFS servers (routers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch: Option<dispatch::DispatchSpec>,
+    /// The LLM world: replicas with prefix caches (routers and schedulers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<cluster::ClusterSpec>,
+    /// Model selection for a compound AI system (selectors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compound: Option<compound::CompoundSpec>,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+fn one() -> u32 {
+    1
+}
+
+/// The world a workload runs in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorldKind {
+    Dispatch,
+    Cluster,
+    Compound,
+}
+
+impl WorldKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorldKind::Dispatch => "dispatch",
+            WorldKind::Cluster => "cluster",
+            WorldKind::Compound => "compound",
+        }
+    }
+}
+
+impl Workload {
+    pub fn world(&self) -> WorldKind {
+        if self.dispatch.is_some() {
+            WorldKind::Dispatch
+        } else if self.cluster.is_some() {
+            WorldKind::Cluster
+        } else {
+            WorldKind::Compound
+        }
+    }
+
+    /// Checks values serde cannot: ranges, consistency. Paths are relative to the file's root.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let sections = [self.dispatch.is_some(), self.cluster.is_some(), self.compound.is_some()];
+        match sections.iter().filter(|s| **s).count() {
+            1 => {}
+            0 => {
+                return Err(FieldError::new(
+                    "",
+                    "no world section",
+                    "add exactly one of `dispatch:`, `cluster:` or `compound:`",
+                ));
+            }
+            _ => {
+                return Err(FieldError::new(
+                    "",
+                    "more than one world section",
+                    "keep exactly one of `dispatch:`, `cluster:` or `compound:`",
+                ));
+            }
+        }
+        if self.seeds == 0 {
+            return Err(FieldError::new("seeds", "must be at least 1", "set `seeds: 1` or more"));
+        }
+        limits::at_most(
+            "seeds",
+            self.seeds,
+            limits::MAX_SEEDS,
+            "use e.g. 10 seeds; the 95% interval narrows slowly beyond",
+        )?;
+        if let Some(d) = &self.dispatch {
+            d.validate().map_err(|e| e.under("dispatch"))?;
+        }
+        if let Some(c) = &self.cluster {
+            c.validate().map_err(|e| e.under("cluster"))?;
+        }
+        if let Some(c) = &self.compound {
+            c.validate().map_err(|e| e.under("compound"))?;
+        }
+        estimate::check_memory(self)
+    }
+}
+
+/// A value that parsed but cannot be used: where, what, and what would be valid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    pub path: String,
+    pub message: String,
+    pub fix: String,
+}
+
+impl FieldError {
+    pub fn new(path: &str, message: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self { path: path.into(), message: message.into(), fix: fix.into() }
+    }
+
+    /// Prefixes the path with the enclosing field.
+    pub fn under(mut self, parent: &str) -> Self {
+        self.path = if self.path.is_empty() { parent.into() } else { format!("{parent}.{}", self.path) };
+        self
+    }
+}
+
+/// Bad input: a workload (or trace, or config) that cannot be run. Exit code 2.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputError {
+    pub file: PathBuf,
+    /// Dotted field path (`dispatch.servers`), empty for the whole file.
+    pub path: String,
+    pub line: Option<usize>,
+    pub message: String,
+    pub fix: String,
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        if !self.path.is_empty() {
+            write!(f, ": field `{}`", self.path)?;
+        }
+        write!(f, ": {}", self.message)?;
+        if !self.fix.is_empty() {
+            write!(f, "\n  fix: {}", self.fix)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for InputError {}
+
+impl InputError {
+    pub fn from_field(file: &Path, e: FieldError) -> Self {
+        Self { file: file.into(), path: e.path, line: None, message: e.message, fix: e.fix }
+    }
+}
+
+/// Parses and validates workload YAML text; `file` names it in errors.
+pub fn parse(text: &str, file: &Path) -> Result<Workload, InputError> {
+    limits::check_nesting(text, file)?;
+    let de = serde_norway::Deserializer::from_str(text);
+    let mut w: Workload = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let line = inner.location().map(|l| l.line());
+        let msg = inner.to_string();
+        // serde_norway appends " at line L column C"; we print the line ourselves.
+        let msg = match msg.find(" at line ") {
+            Some(i) => msg[..i].to_string(),
+            None => msg,
+        };
+        // ... and may start with the field path, which we print ourselves too.
+        let parts: Vec<&str> = path.split('.').collect();
+        let msg = (1..=parts.len())
+            .rev()
+            .find_map(|k| msg.strip_prefix(&format!("{}: ", parts[..k].join("."))))
+            .map(str::to_string)
+            .unwrap_or(msg);
+        let fix = if msg.contains("unknown field") {
+            "remove or rename the field (the message lists the expected ones)".to_string()
+        } else if msg.contains("invalid type") {
+            "give the field a value of the expected type".to_string()
+        } else if msg.contains("unknown variant") {
+            "use one of the listed variants".to_string()
+        } else {
+            "see the workload format in README.md".to_string()
+        };
+        InputError { file: file.into(), path: if path == "." { String::new() } else { path }, line, message: msg, fix }
+    })?;
+    if w.name.is_empty() {
+        w.name = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "workload".into());
+    }
+    w.validate().map_err(|e| InputError { line: field_line(text, &e.path), ..InputError::from_field(file, e) })?;
+    Ok(w)
+}
+
+/// The line of the field at dotted `path` (`cluster.generator.fanout`, `models[2].price`) in
+/// YAML `text`: each key is looked for after the previous one, so the answer is the line of the
+/// deepest key the text spells out (flow mappings keep a parent's line). `None` if none is found.
+pub fn field_line(text: &str, path: &str) -> Option<usize> {
+    let mut at = 0;
+    let mut line = None;
+    for key in path.split('.').map(|k| k.split('[').next().unwrap_or(k)).filter(|k| !k.is_empty()) {
+        let found = text[at..].match_indices(key).map(|(i, _)| at + i).find(|&i| {
+            let before = text[..i].chars().next_back();
+            let after = text[i + key.len()..].trim_start_matches([' ', '"', '\'']);
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '_') && after.starts_with(':')
+        });
+        let Some(i) = found else { break };
+        at = i + key.len();
+        line = Some(1 + text[..i].matches('\n').count());
+    }
+    line
+}
+
+/// Reads, parses and validates a workload file.
+pub fn load(path: &Path) -> Result<Workload, InputError> {
+    let text = load_text(path)?;
+    parse(&text, path).map_err(|mut e| {
+        // Lines of a merged (`base:`) text are not the file's: look the field up in the file.
+        if e.line.is_some() && !e.path.is_empty() {
+            if let Ok(own) = limits::read_capped(path, limits::MAX_WORKLOAD_BYTES, "workload", "") {
+                if own != text {
+                    e.line = field_line(&own, &e.path);
+                }
+            }
+        }
+        e
+    })
+}
+
+/// The workload file's YAML text with its `base:` (if any) merged in: a workload may start from
+/// another file (`base: ../tool_use.yaml`, relative to itself) and override any of its fields;
+/// mappings merge key by key, anything else is replaced. Paths inside the result (a trace) are
+/// read relative to the file that is run. A chain of bases that returns to a file is an error.
+pub fn load_text(path: &Path) -> Result<String, InputError> {
+    load_text_from(path, &mut Vec::new())
+}
+
+/// `load_text` for `path`, reached through the files in `chain` (outermost first).
+fn load_text_from(path: &Path, chain: &mut Vec<PathBuf>) -> Result<String, InputError> {
+    let text = limits::read_capped(path, limits::MAX_WORKLOAD_BYTES, "workload", "check the path")?;
+    limits::check_nesting(&text, path)?;
+    let doc: serde_norway::Value = match serde_norway::from_str(&text) {
+        Ok(v) => v,
+        Err(_) => return Ok(text), // parse() reports it with its line
+    };
+    let Some(base) = doc.get("base").and_then(|b| b.as_str()) else { return Ok(text) };
+    let base_path = path.parent().unwrap_or(Path::new(".")).join(base);
+    let here = path.canonicalize().unwrap_or_else(|_| path.into());
+    let line = text.lines().position(|l| l.trim_start().starts_with("base:")).map(|i| i + 1);
+    let base_error = |message: String, fix: &str| InputError {
+        file: path.into(),
+        path: "base".into(),
+        line,
+        message,
+        fix: fix.into(),
+    };
+    chain.push(here);
+    let there = base_path.canonicalize().unwrap_or_else(|_| base_path.clone());
+    if let Some(k) = chain.iter().position(|p| *p == there) {
+        if k + 1 == chain.len() {
+            return Err(base_error("names the file itself".into(), "name another workload"));
+        }
+        let cycle: Vec<String> = chain[k..].iter().chain([&there]).map(|p| p.display().to_string()).collect();
+        return Err(base_error(
+            format!("makes a cycle of bases: {}", cycle.join(" → ")),
+            "let one file of the cycle start from no base (or from a file outside the cycle)",
+        ));
+    }
+    if chain.len() >= limits::MAX_BASE_CHAIN {
+        return Err(base_error(
+            format!("the chain of bases is longer than {} files", limits::MAX_BASE_CHAIN),
+            "start from a file nearer the root workload",
+        ));
+    }
+    let base_text = load_text_from(&base_path, chain)?;
+    let mut merged: serde_norway::Value = serde_norway::from_str(&base_text).map_err(|e| InputError {
+        file: base_path.clone(),
+        path: String::new(),
+        line: e.location().map(|l| l.line()),
+        message: e.to_string(),
+        fix: "fix the base workload".into(),
+    })?;
+    let mut overrides = doc;
+    if let Some(m) = overrides.as_mapping_mut() {
+        m.remove("base");
+        // The derived file names itself unless it says otherwise.
+        if !m.contains_key("name") {
+            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            m.insert("name".into(), stem.into());
+        }
+    }
+    merge(&mut merged, overrides);
+    Ok(serde_norway::to_string(&merged).expect("a YAML value serialises"))
+}
+
+fn merge(into: &mut serde_norway::Value, from: serde_norway::Value) {
+    match (into, from) {
+        (serde_norway::Value::Mapping(a), serde_norway::Value::Mapping(b)) => {
+            for (k, v) in b {
+                match a.get_mut(&k) {
+                    Some(slot) => merge(slot, v),
+                    None => {
+                        a.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}

@@ -1,0 +1,299 @@
+//! `routelab emulate`: one cluster-world replica behind an OpenAI-compatible HTTP API.
+//!
+//! `/v1/completions` and `/v1/chat/completions` (streamed as SSE, one event per token, at the
+//! step model's step ends; or whole), `/v1/models`, `/health`, and vLLM-style `/metrics`. The
+//! engine generates exactly `max_tokens` tokens (it has no EOS), each the text `"tok "`; the last
+//! event carries `finish_reason: "length"` and `usage` (with `prompt_tokens_details.cached_tokens`,
+//! the prompt tokens found in the prefix cache at admission).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use routelab_policy_api::{SchedulerContext, Segment};
+use serde_json::json;
+
+use super::engine::{Engine, Snapshot, TokenEvent};
+use super::{OutBody, error, text};
+use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::sim::cluster::replica::ReplicaConfig;
+use routelab_core::step_model::StepModel;
+use routelab_core::workload::InputError;
+use routelab_core::workload::cluster::Reservation;
+
+/// The replica's hardware, as in a cluster workload (`gpu`, `model`, `tp`, `memory_fraction`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct HardwareArgs {
+    /// GPU: a6000, a100-40, a100-80, h100, h200, l40s.
+    #[arg(long, default_value = "a6000")]
+    pub gpu: String,
+    /// Model: mistral-7b, llama-3-8b, llama-3-70b.
+    #[arg(long, default_value = "mistral-7b")]
+    pub model: String,
+    /// Tensor-parallel degree (1, 2, 4 or 8).
+    #[arg(long, default_value_t = 1)]
+    pub tp: u32,
+    /// Share of GPU memory for weights and KV cache, in (0, 1].
+    #[arg(long, default_value_t = 0.9)]
+    pub memory_fraction: f64,
+}
+
+impl HardwareArgs {
+    pub fn step_model(&self) -> Result<StepModel, InputError> {
+        StepModel::from_catalog(&self.gpu, &self.model, self.tp, self.memory_fraction).map_err(|e| InputError {
+            file: "<command line>".into(),
+            path: "gpu/model".into(),
+            line: None,
+            message: e.message,
+            fix: e.fix,
+        })
+    }
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct EmulateArgs {
+    /// Address to listen on (port 0: any free port; the chosen one is printed).
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub hardware: HardwareArgs,
+    /// Prefill tokens per step (chunked prefill); 0 = unchunked.
+    #[arg(long, default_value_t = 512)]
+    pub chunk_tokens: u32,
+    /// Prefill tokens one unchunked step may hold.
+    #[arg(long, default_value_t = 32_768)]
+    pub max_step_tokens: u32,
+    /// Most running requests.
+    #[arg(long, default_value_t = 256)]
+    pub max_batch_requests: u32,
+    /// The local scheduler (a scheduler policy, e.g. fcfs, or lib.so:name).
+    #[arg(long, default_value = "fcfs")]
+    pub scheduler: String,
+    /// Wall-clock seconds per model second: 0.1 runs ten times faster than the modelled GPU.
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// The model name `/v1/models` lists (default: --model).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+}
+
+/// Runs the server until Ctrl-C / SIGTERM.
+pub fn main(args: EmulateArgs) -> Result<i32> {
+    if !(args.time_scale > 0.0 && args.time_scale <= 1000.0) {
+        return Err(cli_error(
+            "--time-scale",
+            format!("{} is out of range", args.time_scale),
+            "give a number in (0, 1000]",
+        )
+        .into());
+    }
+    if args.max_batch_requests == 0 {
+        return Err(cli_error("--max-batch-requests", "0 admits nothing".into(), "give at least 1").into());
+    }
+    let sm = args.hardware.step_model()?;
+    let spec = PolicySpec::parse(&args.scheduler)?;
+    let ctx = SchedulerContext { replica: 0, seed: 0, kv_capacity_tokens: sm.kv_capacity_tokens };
+    let scheduler = Loader::new().scheduler(&spec, &ctx)?;
+    let cfg = ReplicaConfig {
+        kv_capacity_tokens: sm.kv_capacity_tokens,
+        step_prefill_budget: if args.chunk_tokens == 0 { args.max_step_tokens } else { args.chunk_tokens },
+        max_batch_requests: args.max_batch_requests,
+        reservation: Reservation::Full,
+        scheduler_window: 512,
+        track_pending: false,
+        report_evictions: false,
+    };
+    let model = args.served_model_name.clone().unwrap_or_else(|| sm.model.name.clone());
+    super::runtime()?.block_on(async move {
+        let engine = Engine::start(cfg, sm.cost, scheduler, args.time_scale);
+        let listener = super::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
+        let server = Arc::new(Server { engine, model, next_id: AtomicU64::new(0) });
+        let handle = move |req| {
+            let s = server.clone();
+            async move { s.handle(req).await }
+        };
+        super::serve(listener, handle, super::shutdown_signal(), Duration::from_secs(30)).await?;
+        Ok(0)
+    })
+}
+
+pub fn cli_error(flag: &str, message: String, fix: &str) -> InputError {
+    InputError { file: "<command line>".into(), path: flag.into(), line: None, message, fix: fix.into() }
+}
+
+pub struct Server {
+    pub engine: Engine,
+    pub model: String,
+    next_id: AtomicU64,
+}
+
+impl Server {
+    pub fn new(engine: Engine, model: String) -> Self {
+        Self { engine, model, next_id: AtomicU64::new(0) }
+    }
+
+    pub async fn handle(&self, req: Request<Incoming>) -> Response<OutBody> {
+        match (req.method(), req.uri().path()) {
+            (&Method::GET, "/health") => super::full(StatusCode::OK, "text/plain", "ok\n"),
+            (&Method::GET, "/v1/models") => super::json(
+                StatusCode::OK,
+                &json!({"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "routelab"}]}),
+            ),
+            (&Method::GET, "/metrics") => super::full(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                metrics_text(&self.engine.snapshot().await, &self.model),
+            ),
+            (&Method::POST, p @ ("/v1/completions" | "/v1/chat/completions")) => {
+                let chat = p == "/v1/chat/completions";
+                let body = match super::read_body(req).await {
+                    Ok(b) => b,
+                    Err(r) => return r,
+                };
+                self.complete(&body, chat).await
+            }
+            (_, p) => error(StatusCode::NOT_FOUND, "not_found_error", format!("no route {p}")),
+        }
+    }
+
+    async fn complete(&self, body: &[u8], chat: bool) -> Response<OutBody> {
+        let parsed = match text::parse_request(body, chat) {
+            Ok(p) => p,
+            Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", m),
+        };
+        let mut prompt: Vec<Segment> = Vec::new();
+        text::segments(&parsed.prompt, &mut prompt);
+        let mut events = match self.engine.submit(prompt, parsed.max_tokens) {
+            Ok(rx) => rx,
+            Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", m),
+        };
+        let id = format!("cmpl-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        let chunk = Chunk { id, model: self.model.clone(), chat };
+        if !parsed.stream {
+            let mut produced = 0;
+            while let Some(ev) = events.recv().await {
+                match ev {
+                    TokenEvent::Step { tokens, done } => {
+                        produced += tokens;
+                        if let Some((prompt_tokens, cached_tokens)) = done {
+                            return super::json(StatusCode::OK, &chunk.whole(produced, prompt_tokens, cached_tokens));
+                        }
+                    }
+                    TokenEvent::Failed => break,
+                }
+            }
+            return error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "the engine failed the request");
+        }
+        let (tx, response) = super::sse();
+        tokio::spawn(async move {
+            let mut produced = 0;
+            while let Some(ev) = events.recv().await {
+                let TokenEvent::Step { tokens, done } = ev else {
+                    let e = json!({"error": {"message": "the engine failed the request", "type": "server_error"}});
+                    let _ = tx.send(Bytes::from(format!("data: {e}\n\n"))).await;
+                    return;
+                };
+                // One event per token; the request's last token carries the usage.
+                for k in 0..tokens {
+                    produced += 1;
+                    let last = done.filter(|_| k + 1 == tokens).map(|(p, c)| (produced, p, c));
+                    if tx.send(chunk.event(produced == 1, last)).await.is_err() {
+                        return; // the client left; the engine finishes the request anyway
+                    }
+                }
+                if done.is_some() {
+                    let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+                    return;
+                }
+            }
+        });
+        response
+    }
+}
+
+/// One completion's response shapes.
+struct Chunk {
+    id: String,
+    model: String,
+    chat: bool,
+}
+
+const TOKEN_TEXT: &str = "tok ";
+
+fn usage(completion: u32, prompt: u32, cached: u32) -> serde_json::Value {
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+           "prompt_tokens_details": {"cached_tokens": cached}})
+}
+
+impl Chunk {
+    /// One SSE event holding one token; `last` = (completion, prompt, cached tokens) on the last.
+    fn event(&self, first: bool, last: Option<(u32, u32, u32)>) -> Bytes {
+        let finish = if last.is_some() { json!("length") } else { json!(null) };
+        let mut v = if self.chat {
+            let delta = if first {
+                json!({"role": "assistant", "content": TOKEN_TEXT})
+            } else {
+                json!({"content": TOKEN_TEXT})
+            };
+            json!({"id": self.id, "object": "chat.completion.chunk", "created": 0, "model": self.model,
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        } else {
+            json!({"id": self.id, "object": "text_completion", "created": 0, "model": self.model,
+                   "choices": [{"index": 0, "text": TOKEN_TEXT, "logprobs": null, "finish_reason": finish}]})
+        };
+        if let Some((c, p, k)) = last {
+            v["usage"] = usage(c, p, k);
+        }
+        Bytes::from(format!("data: {v}\n\n"))
+    }
+
+    fn whole(&self, produced: u32, prompt: u32, cached: u32) -> serde_json::Value {
+        let text = TOKEN_TEXT.repeat(produced as usize);
+        if self.chat {
+            json!({"id": self.id, "object": "chat.completion", "created": 0, "model": self.model,
+                   "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
+                   "usage": usage(produced, prompt, cached)})
+        } else {
+            json!({"id": self.id, "object": "text_completion", "created": 0, "model": self.model,
+                   "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": "length"}],
+                   "usage": usage(produced, prompt, cached)})
+        }
+    }
+}
+
+/// vLLM's metric names (v1 engine), with the older `gpu_cache_usage_perc` beside
+/// `kv_cache_usage_perc` (both a fraction in [0, 1], as vLLM reports them).
+pub fn metrics_text(s: &Snapshot, model: &str) -> String {
+    let kv = if s.kv_capacity_tokens == 0 { 0.0 } else { s.kv_used_tokens as f64 / s.kv_capacity_tokens as f64 };
+    let l = format!("{{model_name=\"{model}\"}}");
+    let mut out = String::new();
+    let mut put = |name: &str, kind: &str, help: &str, v: f64| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{l} {v}\n"));
+    };
+    put("vllm:num_requests_running", "gauge", "Requests in the running batch.", s.running as f64);
+    put("vllm:num_requests_waiting", "gauge", "Requests waiting for admission.", s.waiting as f64);
+    put("vllm:kv_cache_usage_perc", "gauge", "KV cache usage (1 = full).", kv);
+    put("vllm:gpu_cache_usage_perc", "gauge", "KV cache usage (1 = full; older name).", kv);
+    put(
+        "vllm:prefix_cache_queries_total",
+        "counter",
+        "Prompt tokens looked up in the prefix cache.",
+        s.prefix_queries_tokens as f64,
+    );
+    put(
+        "vllm:prefix_cache_hits_total",
+        "counter",
+        "Prompt tokens found in the prefix cache.",
+        s.prefix_hits_tokens as f64,
+    );
+    put("vllm:prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", s.prompt_tokens as f64);
+    put("vllm:generation_tokens_total", "counter", "Output tokens generated.", s.generation_tokens as f64);
+    put("vllm:request_success_total", "counter", "Requests finished.", s.requests_finished as f64);
+    put("routelab:engine_steps_total", "counter", "Batcher steps run.", s.steps as f64);
+    out
+}

@@ -1,0 +1,253 @@
+//! One emulated engine: the cluster world's [`Replica`] (continuous batching, chunked prefill, KV
+//! admission, the segment-level prefix cache, the local scheduler) stepped in real time.
+//!
+//! One task owns the replica. Requests arrive as commands; a step formed by the batcher at model
+//! time `t` with duration `d` (the step model's price) ends at model time `t + d`, which is wall
+//! time `start + (t + d) × time_scale`. Step ends are scheduled on model time, not on when the
+//! task woke, so timer lateness never accumulates: a late task runs the overdue steps back to
+//! back. An idle replica starts a step when a request arrives (model time read from the wall
+//! clock). After each step every active request hears how many tokens it has produced so far.
+//!
+//! Requests live for the engine's lifetime in one growing [`RequestStream`] (the replica indexes
+//! requests by id); a few hundred bytes each, fine for tests and benchmarks, not for weeks.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use routelab_policy_api::{CostModel, SchedulerBox, Segment};
+use tokio::sync::{mpsc, oneshot};
+
+use routelab_core::handle::SchedulerHandle;
+use routelab_core::sim::cluster::replica::{Phase, Replica, ReplicaConfig, RequestState};
+use routelab_core::time::{SimTime, seconds, ticks};
+use routelab_core::workload::generate::{GeneratedRequest, RequestStream};
+
+/// What an active request hears from the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenEvent {
+    /// A step produced `tokens` more output tokens for this request; `done` when the last is out:
+    /// (prompt tokens, prompt tokens found cached at admission).
+    Step { tokens: u32, done: Option<(u32, u32)> },
+    /// The engine failed the request (a scheduler error).
+    Failed,
+}
+
+/// What `/metrics` shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    pub waiting: u64,
+    pub running: u64,
+    pub kv_used_tokens: u64,
+    pub kv_capacity_tokens: u64,
+    /// Prompt tokens of admitted requests, and of those the tokens found cached (vLLM's
+    /// prefix_cache_queries / prefix_cache_hits, counted at a request's first admission).
+    pub prefix_queries_tokens: u64,
+    pub prefix_hits_tokens: u64,
+    pub prompt_tokens: u64,
+    pub generation_tokens: u64,
+    pub requests_finished: u64,
+    pub steps: u64,
+}
+
+enum Command {
+    Submit { prompt: Vec<Segment>, output_tokens: u32, events: mpsc::UnboundedSender<TokenEvent> },
+    Snapshot(oneshot::Sender<Snapshot>),
+}
+
+/// The handle the HTTP front end holds (cheap to clone).
+#[derive(Clone)]
+pub struct Engine {
+    commands: mpsc::UnboundedSender<Command>,
+    pub kv_capacity_tokens: u64,
+}
+
+impl Engine {
+    /// Starts the engine task on the current tokio runtime.
+    pub fn start(cfg: ReplicaConfig, cost: CostModel, scheduler: SchedulerBox, time_scale: f64) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let kv_capacity_tokens = cfg.kv_capacity_tokens;
+        let core = Core {
+            stream: RequestStream::default(),
+            states: Vec::new(),
+            replica: Replica::new(0),
+            cfg,
+            cost,
+            scheduler: SchedulerHandle::new(scheduler, 0),
+            active: HashMap::new(),
+            completed: Vec::new(),
+            start: Instant::now(),
+            time_scale,
+            step_end: None,
+            last_end: 0,
+            snap: Snapshot { kv_capacity_tokens, ..Snapshot::default() },
+        };
+        tokio::spawn(core.run(rx));
+        Self { commands: tx, kv_capacity_tokens }
+    }
+
+    /// Queues a request; its tokens arrive on the returned channel. `Err` when it can never fit
+    /// in KV memory (prompt plus output) or the engine has stopped.
+    pub fn submit(
+        &self,
+        prompt: Vec<Segment>,
+        output_tokens: u32,
+    ) -> Result<mpsc::UnboundedReceiver<TokenEvent>, String> {
+        let need = super::text::tokens_of(&prompt) as u64 + output_tokens as u64;
+        if need > self.kv_capacity_tokens {
+            return Err(format!(
+                "this request needs {need} tokens of KV (prompt plus max_tokens), more than the engine's {} tokens",
+                self.kv_capacity_tokens
+            ));
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.commands
+            .send(Command::Submit { prompt, output_tokens, events: tx })
+            .map_err(|_| "the engine has stopped".to_string())?;
+        Ok(rx)
+    }
+
+    pub async fn snapshot(&self) -> Snapshot {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.commands.send(Command::Snapshot(tx));
+        rx.await.unwrap_or_default()
+    }
+}
+
+struct Active {
+    events: mpsc::UnboundedSender<TokenEvent>,
+    sent: u32,
+    counted: bool,
+}
+
+struct Core {
+    stream: RequestStream,
+    states: Vec<RequestState>,
+    replica: Replica,
+    cfg: ReplicaConfig,
+    cost: CostModel,
+    scheduler: SchedulerHandle,
+    active: HashMap<u32, Active>,
+    completed: Vec<u32>,
+    start: Instant,
+    time_scale: f64,
+    /// Model time the running step ends; `None` when idle.
+    step_end: Option<SimTime>,
+    last_end: SimTime,
+    snap: Snapshot,
+}
+
+impl Core {
+    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+        loop {
+            let deadline = self.step_end.map(|t| self.wall(t));
+            tokio::select! {
+                biased;
+                _ = sleep_until(deadline), if deadline.is_some() => self.on_step_end(),
+                cmd = commands.recv() => match cmd {
+                    Some(Command::Submit { prompt, output_tokens, events }) => self.on_arrival(prompt, output_tokens, events),
+                    Some(Command::Snapshot(reply)) => {
+                        let _ = reply.send(self.snapshot());
+                    }
+                    None => break,
+                },
+            }
+        }
+    }
+
+    fn wall(&self, t: SimTime) -> tokio::time::Instant {
+        (self.start + Duration::from_secs_f64(seconds(t) * self.time_scale)).into()
+    }
+
+    fn model_now(&self) -> SimTime {
+        ticks(self.start.elapsed().as_secs_f64() / self.time_scale).max(self.last_end)
+    }
+
+    fn on_arrival(&mut self, prompt: Vec<Segment>, output_tokens: u32, events: mpsc::UnboundedSender<TokenEvent>) {
+        let now = self.model_now();
+        let id = self.stream.requests.len() as u32;
+        let from = self.stream.segments.len() as u32;
+        let prompt_tokens = super::text::tokens_of(&prompt);
+        self.stream.segments.extend_from_slice(&prompt);
+        self.stream.requests.push(GeneratedRequest {
+            arrived_at: now,
+            prompt_tokens,
+            output_tokens: output_tokens.max(1),
+            segments: from..self.stream.segments.len() as u32,
+            output_segment: None,
+        });
+        self.states.push(RequestState::default());
+        let (stream, st) = (&self.stream, &mut self.states[id as usize]);
+        self.replica.enqueue(id, stream.prompt(id as usize), output_tokens.max(1), st, &self.cfg);
+        self.active.insert(id, Active { events, sent: 0, counted: false });
+        if self.step_end.is_none() {
+            self.start_step(now);
+        }
+    }
+
+    fn on_step_end(&mut self) {
+        let now = self.step_end.take().expect("a step runs");
+        self.last_end = now;
+        self.completed.clear();
+        self.replica.finish_step(now, &self.stream, &mut self.states, &self.cfg, &mut self.completed);
+        let (stream, states) = (&self.stream, &self.states);
+        for (&id, a) in self.active.iter_mut() {
+            let st = &states[id as usize];
+            let produced = self.replica.produced_now(st);
+            let done =
+                (st.phase == Phase::Done).then(|| (stream.requests[id as usize].prompt_tokens, st.cached_tokens));
+            if produced > a.sent || done.is_some() {
+                let _ = a.events.send(TokenEvent::Step { tokens: produced - a.sent, done });
+                self.snap.generation_tokens += (produced - a.sent) as u64;
+                a.sent = produced;
+            }
+        }
+        self.active.retain(|&id, _| states[id as usize].phase != Phase::Done);
+        self.snap.requests_finished += self.completed.len() as u64;
+        self.start_step(now);
+    }
+
+    fn start_step(&mut self, now: SimTime) {
+        let step =
+            self.replica.start_step(now, &self.stream, &mut self.states, &self.cfg, &self.cost, &mut self.scheduler);
+        match step {
+            Ok(step) => self.step_end = step.map(|d| now + ticks(d).max(1)),
+            Err(e) => {
+                // A failing scheduler cannot order the queue: fail every request it holds.
+                eprintln!("emulate: {e}");
+                for (_, a) in self.active.drain() {
+                    let _ = a.events.send(TokenEvent::Failed);
+                }
+                self.replica = Replica::new(0);
+                self.step_end = None;
+            }
+        }
+        self.replica.busy = self.step_end.is_some();
+        self.replica.evictions.clear();
+        for (&id, a) in self.active.iter_mut().filter(|(_, a)| !a.counted) {
+            let st = &self.states[id as usize];
+            if st.admitted_at.is_some() {
+                a.counted = true;
+                let prompt = self.stream.requests[id as usize].prompt_tokens as u64;
+                self.snap.prefix_queries_tokens += prompt;
+                self.snap.prefix_hits_tokens += st.cached_tokens as u64;
+                self.snap.prompt_tokens += prompt;
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            waiting: self.replica.waiting.len() as u64,
+            running: self.replica.running.len() as u64,
+            kv_used_tokens: self.replica.kv_used_tokens(),
+            steps: self.replica.steps,
+            ..self.snap
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    if let Some(d) = deadline {
+        tokio::time::sleep_until(d).await;
+    }
+}

@@ -1,0 +1,511 @@
+//! `routelab serve`: the gateway's state — backends, the policy, what the policy sees, scrapes,
+//! the circuit breaker and `/metrics`. The request path is in [`super::proxy`].
+//!
+//! The request view is built as in the cluster world: the prompt's segments and token count
+//! ([`super::text`]), and one [`ReplicaView`] per backend: `outstanding_requests` and
+//! `outstanding_work` (prompt + max_tokens − tokens streamed, of requests in flight) are the
+//! gateway's own exact counters; `waiting`, `running` and KV use are the last scrape of the
+//! backend's `/metrics` (vLLM or SGLang names), as are the `scraped.` signals; `matched_tokens`
+//! (for routers that ask for exact matches) counts leading segments the gateway has sent to that
+//! backend before — the gateway cannot see the engine's cache, so this ignores evictions.
+//! Completions reach the policy through `on_complete` (TTFT, tokens, cached tokens when the
+//! engine reports them in `usage`); no engine publishes KV events here, so `on_evict` is never
+//! called and prefix-aware routers run in their approximate mode.
+//!
+//! Robustness: a policy that fails or panics (a panic is caught at the ABI boundary) does not
+//! stop the gateway: that request is routed by the fallback (fewest requests in flight among
+//! healthy backends) and `routelab_gateway_policy_errors_total` counts it. A backend whose
+//! circuit is open shows the policy an overloaded view, and is replaced by the fallback's choice
+//! if picked anyway.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use abi_stable::std_types::{RNone, RSlice, RSome};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Uri;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use routelab_policy_api::{Completion, ReplicaView, Request, RouterContext, Segment, World};
+
+use super::emulate::{HardwareArgs, cli_error};
+use super::prom::{self, EngineLoad, Histogram};
+use routelab_core::handle::RouterHandle;
+use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::sim::cluster::prefix_cache::extend_path_hash;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0: any free port; the chosen one is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// A backend's base URL (http://host:port), repeated; the policy's replica i is the i-th.
+    #[arg(long = "backend", required = true)]
+    pub backends: Vec<String>,
+    /// The routing policy: a built-in (`least_requests`, `sglang_cache_aware{...}`) or
+    /// `./lib.so:name` (as in `routelab compare`).
+    #[arg(long, default_value = "least_requests")]
+    pub policy: String,
+    /// The backends' hardware, for routers that price steps or read KV capacity.
+    #[command(flatten)]
+    pub hardware: HardwareArgs,
+    /// Seconds between scrapes of every backend's /metrics (also the health check).
+    #[arg(long, default_value_t = 0.05)]
+    pub scrape_interval_s: f64,
+    /// Seconds to wait for a backend's response headers, and between two chunks of a stream.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout_s: f64,
+    /// Other backends tried after a failure before the client gets an error.
+    #[arg(long, default_value_t = 2)]
+    pub retries: u32,
+    /// Consecutive failures that open a backend's circuit, and how long it stays open (s).
+    #[arg(long, default_value_t = 3)]
+    pub breaker_failures: u32,
+    #[arg(long, default_value_t = 5.0)]
+    pub breaker_open_s: f64,
+    /// When a backend dies mid-stream, re-send the request elsewhere and skip the events the
+    /// client already has. Only sound for deterministic (greedy) decoding on identical engines.
+    #[arg(long)]
+    pub resume_streams: bool,
+    /// Seed handed to the policy.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+pub struct Backend {
+    pub url: String,
+    pub base: Uri,
+    pub in_flight: AtomicI64,
+    /// prompt + max_tokens − streamed tokens, of requests in flight.
+    pub outstanding_work: AtomicI64,
+    pub dispatched: AtomicU64,
+    pub ok: AtomicU64,
+    pub failed: AtomicU64,
+    pub ttft: Histogram,
+    pub latency: Histogram,
+    pub scraped: Mutex<EngineLoad>,
+    pub breaker: Mutex<Breaker>,
+}
+
+/// Consecutive failures open the circuit for a while; after that one request may try again
+/// (a success, or a successful scrape, closes it).
+#[derive(Debug, Default)]
+pub struct Breaker {
+    failures: u32,
+    open_until: Option<Instant>,
+}
+
+impl Breaker {
+    pub fn allows(&self, now: Instant) -> bool {
+        self.open_until.is_none_or(|t| now >= t)
+    }
+    pub fn success(&mut self) {
+        *self = Self::default();
+    }
+    pub fn failure(&mut self, now: Instant, threshold: u32, open_for: Duration) {
+        self.failures += 1;
+        if self.failures >= threshold {
+            self.open_until = Some(now + open_for);
+        }
+    }
+}
+
+/// The policy and what it is shown, behind one lock (a decision takes microseconds).
+pub struct Routing {
+    pub router: RouterHandle,
+    exact: bool,
+    views: Vec<ReplicaView>,
+    /// Path hashes sent to each backend (for `matched_tokens`); cleared when it grows past a bound.
+    sent_paths: Vec<HashSet<u64>>,
+}
+
+const MAX_SENT_PATHS: usize = 1 << 20;
+
+pub struct Gateway {
+    pub args: ServeArgs,
+    pub backends: Vec<Backend>,
+    pub routing: Mutex<Routing>,
+    pub client: Client<HttpConnector, Full<Bytes>>,
+    pub kv_capacity_tokens: u64,
+    start: Instant,
+    next_id: AtomicU64,
+    pub retries: AtomicU64,
+    pub policy_errors: AtomicU64,
+    pub rerouted: AtomicU64,
+    pub resumed: AtomicU64,
+}
+
+/// A routing decision.
+pub struct Decision {
+    pub backend: usize,
+    pub request_id: u64,
+    pub arrived_at: f64,
+}
+
+impl Gateway {
+    pub fn new(args: ServeArgs) -> Result<Self, routelab_core::error::Error> {
+        if !(args.scrape_interval_s > 0.0 && args.scrape_interval_s <= 3600.0) {
+            return Err(cli_error("--scrape-interval-s", "out of range".into(), "give seconds in (0, 3600]").into());
+        }
+        if !(args.timeout_s > 0.0 && args.timeout_s <= 86_400.0) {
+            return Err(cli_error("--timeout-s", "out of range".into(), "give seconds in (0, 86400]").into());
+        }
+        if !(args.breaker_open_s >= 0.0 && args.breaker_open_s <= 86_400.0) {
+            return Err(cli_error("--breaker-open-s", "out of range".into(), "give seconds in [0, 86400]").into());
+        }
+        let sm = args.hardware.step_model()?;
+        let mut backends = Vec::new();
+        for url in &args.backends {
+            let base: Uri = url
+                .trim_end_matches('/')
+                .parse()
+                .map_err(|e| cli_error("--backend", format!("'{url}' is not a URL: {e}"), "give http://host:port"))?;
+            if base.scheme_str() != Some("http") || base.authority().is_none() {
+                return Err(cli_error(
+                    "--backend",
+                    format!("'{url}': only http://host:port is supported"),
+                    "give http://host:port",
+                )
+                .into());
+            }
+            backends.push(Backend {
+                url: url.trim_end_matches('/').to_string(),
+                base,
+                in_flight: AtomicI64::new(0),
+                outstanding_work: AtomicI64::new(0),
+                dispatched: AtomicU64::new(0),
+                ok: AtomicU64::new(0),
+                failed: AtomicU64::new(0),
+                ttft: Histogram::default(),
+                latency: Histogram::default(),
+                scraped: Mutex::new(EngineLoad::default()),
+                breaker: Mutex::new(Breaker::default()),
+            });
+        }
+        let n = backends.len() as u32;
+        let spec = PolicySpec::parse(&args.policy)?;
+        let ctx = RouterContext {
+            world: World::Cluster,
+            replicas: n,
+            seed: args.seed,
+            kv_capacity_tokens: sm.kv_capacity_tokens,
+            cost: RSome(sm.cost),
+            disaggregation: RNone,
+        };
+        let router = RouterHandle::new(Loader::new().router(&spec, &ctx)?, n, &spec.label);
+        let exact = router.capabilities().needs_exact_match();
+        let routing = Routing {
+            router,
+            exact,
+            views: vec![ReplicaView::default(); n as usize],
+            sent_paths: vec![HashSet::new(); if exact { n as usize } else { 0 }],
+        };
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1024).build(connector);
+        Ok(Self {
+            args,
+            backends,
+            routing: Mutex::new(routing),
+            client,
+            kv_capacity_tokens: sm.kv_capacity_tokens,
+            start: Instant::now(),
+            next_id: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            policy_errors: AtomicU64::new(0),
+            rerouted: AtomicU64::new(0),
+            resumed: AtomicU64::new(0),
+        })
+    }
+
+    fn now_s(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    fn view(&self, i: usize, now: Instant) -> ReplicaView {
+        let b = &self.backends[i];
+        let load = *b.scraped.lock().expect("scrape lock");
+        let healthy = b.breaker.lock().expect("breaker lock").allows(now);
+        let in_flight = b.in_flight.load(Ordering::Relaxed).max(0) as u32;
+        let kv = self.kv_capacity_tokens;
+        if !healthy {
+            // An open circuit looks full to load-aware policies.
+            let busy = u32::MAX / 4;
+            return ReplicaView {
+                waiting: busy,
+                running: busy,
+                outstanding_requests: busy,
+                outstanding_work: f64::MAX / 4.0,
+                kv_used_tokens: kv,
+                kv_capacity_tokens: kv,
+                matched_tokens: 0,
+            };
+        }
+        ReplicaView {
+            waiting: load.waiting as u32,
+            running: load.running as u32,
+            outstanding_requests: in_flight,
+            outstanding_work: b.outstanding_work.load(Ordering::Relaxed).max(0) as f64,
+            kv_used_tokens: (load.kv_usage * kv as f64) as u64,
+            kv_capacity_tokens: kv,
+            matched_tokens: 0,
+        }
+    }
+
+    /// Picks a backend for a request with `segments`, skipping those in `tried` (a retry).
+    /// `None` when no healthy backend is left.
+    pub fn route(&self, segments: &[Segment], prompt_tokens: u32, max_tokens: u32, tried: &[bool]) -> Option<Decision> {
+        let now = Instant::now();
+        let arrived_at = self.now_s();
+        let request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut guard = self.routing.lock().expect("routing lock");
+        let r = &mut *guard;
+        for (i, v) in r.views.iter_mut().enumerate() {
+            *v = self.view(i, now);
+            if tried[i] {
+                // Already failed this request: as good as full.
+                v.outstanding_requests = u32::MAX / 4;
+                v.waiting = u32::MAX / 4;
+            }
+        }
+        if r.exact {
+            for (v, sent) in r.views.iter_mut().zip(&r.sent_paths) {
+                let mut h = 0;
+                for s in segments {
+                    h = extend_path_hash(h, s.id);
+                    if !sent.contains(&h) {
+                        break;
+                    }
+                    v.matched_tokens += s.tokens;
+                }
+            }
+        }
+        let req = Request {
+            id: request_id,
+            arrived_at,
+            prompt_tokens,
+            size_hint: RNone,
+            segments: RSlice::from_slice(segments),
+        };
+        let eligible = |i: usize| !tried[i] && self.backends[i].breaker.lock().expect("breaker lock").allows(now);
+        let chosen = match r.router.dispatch(&req, &r.views) {
+            Ok(i) if eligible(i as usize) => Some(i as usize),
+            Ok(_) => {
+                self.rerouted.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Err(e) => {
+                self.policy_errors.fetch_add(1, Ordering::Relaxed);
+                eprintln!("serve: {e}; routing request {request_id} by the fallback");
+                None
+            }
+        };
+        let backend = chosen.or_else(|| {
+            (0..self.backends.len())
+                .filter(|&i| eligible(i))
+                .min_by_key(|&i| self.backends[i].in_flight.load(Ordering::Relaxed))
+        })?;
+        if r.exact {
+            let sent = &mut r.sent_paths[backend];
+            if sent.len() > MAX_SENT_PATHS {
+                sent.clear();
+            }
+            let mut h = 0;
+            for s in segments {
+                h = extend_path_hash(h, s.id);
+                sent.insert(h);
+            }
+        }
+        drop(guard);
+        let b = &self.backends[backend];
+        b.dispatched.fetch_add(1, Ordering::Relaxed);
+        b.in_flight.fetch_add(1, Ordering::Relaxed);
+        b.outstanding_work.fetch_add(prompt_tokens as i64 + max_tokens as i64, Ordering::Relaxed);
+        Some(Decision { backend, request_id, arrived_at })
+    }
+
+    /// A request sent by `d` has left `d.backend` (finished, failed or moved elsewhere);
+    /// `work_left` is what of its outstanding work was not streamed.
+    pub fn release(&self, d: &Decision, work_left: i64) {
+        let b = &self.backends[d.backend];
+        b.in_flight.fetch_sub(1, Ordering::Relaxed);
+        b.outstanding_work.fetch_sub(work_left, Ordering::Relaxed);
+    }
+
+    /// A request to `backend` failed (refused, reset, timed out, or a 5xx).
+    pub fn failure(&self, backend: usize) {
+        self.backends[backend].failed.fetch_add(1, Ordering::Relaxed);
+        self.trip(backend);
+    }
+
+    fn trip(&self, backend: usize) {
+        let b = &self.backends[backend];
+        let open_for = Duration::from_secs_f64(self.args.breaker_open_s);
+        b.breaker.lock().expect("breaker lock").failure(Instant::now(), self.args.breaker_failures, open_for);
+    }
+
+    /// The request finished on `d.backend`: counters, histograms, and the policy's `on_complete`.
+    pub fn completed(&self, d: &Decision, ttft_s: f64, prompt_tokens: u32, cached_tokens: u32, output_tokens: u32) {
+        let b = &self.backends[d.backend];
+        b.ok.fetch_add(1, Ordering::Relaxed);
+        b.breaker.lock().expect("breaker lock").success();
+        let now = self.now_s();
+        b.ttft.observe(ttft_s);
+        b.latency.observe(now - d.arrived_at);
+        let c = Completion {
+            request_id: d.request_id,
+            replica: d.backend as u32,
+            arrived_at: d.arrived_at,
+            completed_at: now,
+            ttft: ttft_s,
+            prompt_tokens,
+            cached_tokens: cached_tokens.min(prompt_tokens),
+            output_tokens,
+        };
+        if let Err(e) = self.routing.lock().expect("routing lock").router.complete(&c) {
+            self.policy_errors.fetch_add(1, Ordering::Relaxed);
+            eprintln!("serve: {e}");
+        }
+    }
+
+    /// Scrapes every backend's `/metrics` every `scrape_interval_s`, forever: the scraped load
+    /// feeds the views and the `scraped.` signals; a failed scrape counts against the circuit, a
+    /// good one closes it.
+    pub async fn scrape_loop(&self) {
+        let every = Duration::from_secs_f64(self.args.scrape_interval_s);
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let scrapes = self.backends.iter().map(|b| self.scrape(b, every.max(Duration::from_millis(500))));
+            let results = futures_join_all(scrapes).await;
+            for (i, r) in results.into_iter().enumerate() {
+                match r {
+                    Some(load) => {
+                        *self.backends[i].scraped.lock().expect("scrape lock") = load;
+                        self.backends[i].breaker.lock().expect("breaker lock").success();
+                    }
+                    None => self.trip(i),
+                }
+            }
+            let mut r = self.routing.lock().expect("routing lock");
+            if r.router.reads_scrapes() {
+                let now = Instant::now();
+                let views: Vec<ReplicaView> = (0..self.backends.len()).map(|i| self.view(i, now)).collect();
+                r.router.scrape(&views, self.now_s());
+            }
+        }
+    }
+
+    async fn scrape(&self, b: &Backend, timeout: Duration) -> Option<EngineLoad> {
+        let uri: Uri = format!("{}/metrics", b.url).parse().ok()?;
+        let req = hyper::Request::get(uri).body(Full::new(Bytes::new())).ok()?;
+        let fetch = async {
+            let resp = self.client.request(req).await.ok()?;
+            if !resp.status().is_success() {
+                return None;
+            }
+            let body = resp.into_body().collect().await.ok()?.to_bytes();
+            prom::engine_load(std::str::from_utf8(&body).ok()?)
+        };
+        tokio::time::timeout(timeout, fetch).await.ok().flatten()
+    }
+
+    /// The gateway's Prometheus text.
+    pub fn metrics_text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let now = Instant::now();
+        type Counter = fn(&Backend) -> i64;
+        let per_backend: [(&str, &str, Counter); 4] = [
+            ("routelab_gateway_routed_total", "counter", |b| b.dispatched.load(Ordering::Relaxed) as i64),
+            ("routelab_gateway_requests_ok_total", "counter", |b| b.ok.load(Ordering::Relaxed) as i64),
+            ("routelab_gateway_backend_failures_total", "counter", |b| b.failed.load(Ordering::Relaxed) as i64),
+            ("routelab_gateway_in_flight", "gauge", |b| b.in_flight.load(Ordering::Relaxed)),
+        ];
+        for (name, kind, get) in per_backend {
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for b in &self.backends {
+                let _ = writeln!(out, "{name}{{backend=\"{}\"}} {}", b.url, get(b));
+            }
+        }
+        let _ = writeln!(out, "# TYPE routelab_gateway_circuit_open gauge");
+        for b in &self.backends {
+            let open = !b.breaker.lock().expect("breaker lock").allows(now);
+            let _ = writeln!(out, "routelab_gateway_circuit_open{{backend=\"{}\"}} {}", b.url, open as u8);
+        }
+        for (name, help) in [
+            ("routelab_gateway_ttft_seconds", "time to first token"),
+            ("routelab_gateway_latency_seconds", "request latency"),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help} through the gateway\n# TYPE {name} histogram");
+            for b in &self.backends {
+                let h = if name.contains("ttft") { &b.ttft } else { &b.latency };
+                h.write(&mut out, name, &format!("backend=\"{}\"", b.url));
+            }
+        }
+        for (name, v) in [
+            ("routelab_gateway_retries_total", &self.retries),
+            ("routelab_gateway_policy_errors_total", &self.policy_errors),
+            ("routelab_gateway_rerouted_total", &self.rerouted),
+            ("routelab_gateway_resumed_streams_total", &self.resumed),
+        ] {
+            let _ = writeln!(out, "# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));
+        }
+        let r = self.routing.lock().expect("routing lock");
+        if let Ok(stats) = r.router.report() {
+            let _ = writeln!(out, "# TYPE routelab_gateway_policy_stat gauge");
+            for (name, v) in stats {
+                let _ = writeln!(out, "routelab_gateway_policy_stat{{name=\"{name}\"}} {v}");
+            }
+        }
+        out
+    }
+}
+
+/// Awaits every future, concurrently (a handful of scrapes; not worth a crate).
+async fn futures_join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut pinned: Vec<_> = futures.map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = (0..pinned.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in pinned.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *o = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending { std::task::Poll::Pending } else { std::task::Poll::Ready(()) }
+    })
+    .await;
+    out.into_iter().map(|o| o.expect("every future finished")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_breaker_opens_after_the_threshold_and_closes_on_success() {
+        let (t0, open_for) = (Instant::now(), Duration::from_secs(5));
+        let mut b = Breaker::default();
+        b.failure(t0, 3, open_for);
+        b.failure(t0, 3, open_for);
+        assert!(b.allows(t0), "two failures of three");
+        b.failure(t0, 3, open_for);
+        assert!(!b.allows(t0 + Duration::from_secs(4)));
+        assert!(b.allows(t0 + open_for), "half-open after the cool-down");
+        b.failure(t0 + open_for, 3, open_for);
+        assert!(!b.allows(t0 + open_for + Duration::from_secs(1)), "a failed probe reopens it");
+        b.success();
+        assert!(b.allows(t0));
+    }
+}

@@ -1,0 +1,190 @@
+//! From an OpenAI-style request body to the cluster world's request view: the prompt text, its
+//! token count, and its segments (the blocks a prefix cache shares), plus the inverse used by the
+//! load generator (a generated request stream written out as text with the same prefix structure).
+//!
+//! Tokenisation is the documented byte-level fallback, the same in the gateway and the emulated
+//! engine: every [`BYTES_PER_TOKEN`] bytes of the prompt's UTF-8 are one token (≈ what BPE
+//! tokenisers average on English text), and every [`BLOCK_TOKENS`] tokens form one segment whose
+//! id chains the previous block's id with this block's bytes — vLLM's block hashing, so two
+//! prompts share exactly the segments of their common leading blocks. The last, partial block is
+//! its own segment. A real tokenizer (`tokenizers` with a tokenizer.json) is not wired in: it
+//! would change token counts, not the structure a router sees.
+//!
+//! Chat requests are flattened to `role: content\n` lines in order, so conversations that extend
+//! the same history share its blocks.
+
+use routelab_policy_api::Segment;
+use serde_json::Value;
+
+use routelab_core::seeds::mix;
+use routelab_core::workload::generate::RequestStream;
+
+/// Bytes of UTF-8 per token in the byte-level fallback.
+pub const BYTES_PER_TOKEN: usize = 4;
+/// Tokens per segment (vLLM's default KV block is 16 tokens).
+pub const BLOCK_TOKENS: usize = 16;
+/// Output tokens when a request gives no `max_tokens` (as vLLM's completions default).
+pub const DEFAULT_MAX_TOKENS: u32 = 16;
+
+/// What the gateway and the engine need of a completion request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Parsed {
+    pub chat: bool,
+    pub model: Option<String>,
+    pub stream: bool,
+    pub max_tokens: u32,
+    pub prompt: String,
+}
+
+/// Parses a `/v1/completions` (`chat` false) or `/v1/chat/completions` body. Errors are the
+/// message of an OpenAI-style `invalid_request_error`.
+pub fn parse_request(body: &[u8], chat: bool) -> Result<Parsed, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("request body is not JSON: {e}"))?;
+    let obj = v.as_object().ok_or("request body must be a JSON object")?;
+    let prompt = if chat {
+        let msgs = obj.get("messages").and_then(Value::as_array).ok_or("'messages' must be an array of messages")?;
+        let mut text = String::new();
+        for m in msgs {
+            let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
+            text.push_str(role);
+            text.push_str(": ");
+            match m.get("content") {
+                Some(Value::String(s)) => text.push_str(s),
+                // Content parts: the text parts in order.
+                Some(Value::Array(parts)) => {
+                    for p in parts {
+                        if let Some(t) = p.get("text").and_then(Value::as_str) {
+                            text.push_str(t);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            text.push('\n');
+        }
+        text
+    } else {
+        match obj.get("prompt") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => a[0].as_str().unwrap_or_default().to_string(),
+            Some(_) => return Err("'prompt' must be a string (batched and token-id prompts are not supported)".into()),
+            None => return Err("'prompt' is required".into()),
+        }
+    };
+    let max_tokens = match obj.get("max_tokens").or_else(|| obj.get("max_completion_tokens")) {
+        None | Some(Value::Null) => DEFAULT_MAX_TOKENS,
+        Some(n) => match n.as_u64() {
+            Some(n) if (1..=1_000_000).contains(&n) => n as u32,
+            _ => return Err("'max_tokens' must be an integer from 1 to 1000000".into()),
+        },
+    };
+    Ok(Parsed {
+        chat,
+        model: obj.get("model").and_then(Value::as_str).map(str::to_string),
+        stream: obj.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        max_tokens,
+        prompt,
+    })
+}
+
+/// The prompt's segments: one per block of [`BLOCK_TOKENS`] tokens (the last may be shorter), ids
+/// chained over the blocks' bytes. An empty prompt has no segment.
+pub fn segments(prompt: &str, out: &mut Vec<Segment>) {
+    out.clear();
+    let block_bytes = BLOCK_TOKENS * BYTES_PER_TOKEN;
+    let mut id = 0u64;
+    for block in prompt.as_bytes().chunks(block_bytes) {
+        id = mix(id ^ fnv1a(block));
+        out.push(Segment { id, tokens: block.len().div_ceil(BYTES_PER_TOKEN) as u32 });
+    }
+}
+
+/// Tokens of a prompt (the sum of its segments' tokens).
+pub fn tokens_of(segments: &[Segment]) -> u32 {
+    segments.iter().map(|s| s.tokens).sum()
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &b in bytes {
+        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+/// Request `i` of a generated stream as prompt text: each segment becomes
+/// `tokens × BYTES_PER_TOKEN` bytes of lowercase letters drawn from its id, so requests that share
+/// leading segments share leading text (and hence, block-aligned, leading cache blocks).
+pub fn prompt_text(stream: &RequestStream, i: usize) -> String {
+    let mut text = String::new();
+    for s in stream.prompt(i) {
+        let mut x = s.id;
+        for _ in 0..s.tokens as usize * BYTES_PER_TOKEN {
+            x = mix(x.wrapping_add(0x9e37_79b9_7f4a_7c15));
+            text.push((b'a' + (x % 26) as u8) as char);
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use routelab_core::workload::generate::GeneratedRequest;
+
+    #[test]
+    fn shared_leading_text_shares_leading_segments() {
+        let shared = "s".repeat(200);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        segments(&format!("{shared}first question"), &mut a);
+        segments(&format!("{shared}second one, longer"), &mut b);
+        // 200 shared bytes = 3 whole 64-byte blocks; the fourth block differs.
+        assert_eq!(a[..3], b[..3]);
+        assert_ne!(a[3], b[3]);
+        assert_eq!(tokens_of(&a), (200 + 14usize).div_ceil(4) as u32);
+        segments("", &mut a);
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn requests_parse_and_bad_ones_say_why() {
+        let p = parse_request(br#"{"model":"m","prompt":"hi","max_tokens":5,"stream":true}"#, false).unwrap();
+        assert_eq!((p.stream, p.max_tokens, p.prompt.as_str(), p.model.as_deref()), (true, 5, "hi", Some("m")));
+        let c = parse_request(br#"{"messages":[{"role":"system","content":"a"},{"role":"user","content":"b"}]}"#, true)
+            .unwrap();
+        assert_eq!((c.prompt.as_str(), c.max_tokens, c.stream), ("system: a\nuser: b\n", DEFAULT_MAX_TOKENS, false));
+        assert!(parse_request(b"{", false).unwrap_err().contains("not JSON"));
+        assert!(parse_request(br#"{"prompt":"x","max_tokens":0}"#, false).unwrap_err().contains("max_tokens"));
+        assert!(parse_request(br#"{"prompt":[1,2]}"#, false).unwrap_err().contains("prompt"));
+        assert!(parse_request(br#"{"prompt":"x"}"#, true).unwrap_err().contains("messages"));
+    }
+
+    #[test]
+    fn a_streams_shared_segments_become_shared_leading_blocks() {
+        // Two prompts: the same 64-token system segment, then different 20-token queries.
+        let mut s = RequestStream {
+            requests: Vec::new(),
+            segments: vec![
+                Segment { id: 1, tokens: 64 },
+                Segment { id: 7, tokens: 20 },
+                Segment { id: 1, tokens: 64 },
+                Segment { id: 8, tokens: 20 },
+            ],
+        };
+        for k in 0..2u32 {
+            s.requests.push(GeneratedRequest {
+                arrived_at: 0,
+                prompt_tokens: 84,
+                output_tokens: 1,
+                segments: 2 * k..2 * k + 2,
+                output_segment: None,
+            });
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        segments(&prompt_text(&s, 0), &mut a);
+        segments(&prompt_text(&s, 1), &mut b);
+        assert_eq!((tokens_of(&a), tokens_of(&b)), (84, 84), "token counts survive the round trip");
+        assert_eq!(a[..4], b[..4], "the 64 shared tokens are 4 shared blocks");
+        assert_ne!(a[4], b[4]);
+    }
+}
