@@ -12,6 +12,7 @@ mod compound;
 mod dispatch_results;
 mod hardening;
 mod isolate;
+mod layers;
 mod loader;
 mod pd;
 mod report;
