@@ -4,13 +4,15 @@
 
 use std::path::{Path, PathBuf};
 
-/// Files shipped in workloads/ that the simulator reads (YAML, CSV and Mooncake JSONL traces) or
+/// Files shipped in workloads/ that the simulator reads (YAML, CSV and JSONL traces, measured runs) or
 /// that must travel with them (licence and attribution).
 fn embedded(path: &Path) -> bool {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     name.ends_with(".yaml")
         || name.ends_with(".csv")
         || name.ends_with(".jsonl")
+        || name.ends_with(".json")
+        || name.ends_with(".txt")
         || name == "README.md"
         || name == "LICENSE"
 }

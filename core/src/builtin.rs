@@ -23,8 +23,14 @@ pub struct Builtin {
     pub summary: String,
 }
 
+/// A workload file: YAML outside the data folders (`profiles/` holds step-model profiles and
+/// their measurements, `ground-truth/` measured runs).
+fn is_workload(path: &str) -> bool {
+    path.ends_with(".yaml") && !path.starts_with("profiles/") && !path.starts_with("ground-truth/")
+}
+
 fn yaml_files() -> impl Iterator<Item = &'static str> {
-    FILES.iter().map(|(p, _)| *p).filter(|p| p.ends_with(".yaml"))
+    FILES.iter().map(|(p, _)| *p).filter(|p| is_workload(p))
 }
 
 fn stem(path: &str) -> &str {
@@ -84,7 +90,7 @@ fn summary(text: &str) -> String {
 pub fn list() -> Vec<Builtin> {
     FILES
         .iter()
-        .filter(|(p, _)| p.ends_with(".yaml"))
+        .filter(|(p, _)| is_workload(p))
         .map(|(p, bytes)| Builtin { name: short_name(p), path: p, summary: summary(&String::from_utf8_lossy(bytes)) })
         .collect()
 }

@@ -14,6 +14,7 @@
 //! - [`sim`]
 //! - [`runner`]
 
+pub mod accuracy;
 pub mod builtin;
 pub mod error;
 pub mod handle;

@@ -4,6 +4,7 @@
 //! library, policy name or config, output path). Errors are printed as `error: ` + lowercase
 //! fragments.
 
+mod accuracy;
 mod args;
 mod capacity;
 mod checks;
@@ -152,16 +153,10 @@ fn execute(command: Command) -> Result<i32> {
             clap_complete::generate(shell, &mut Cli::command(), "routelab", &mut std::io::stdout());
             Ok(0)
         }
-        Command::StepModel { gpu, model, tp } => {
-            let text = routelab_core::step_model::describe(&gpu, &model, tp).map_err(|e| InputError {
-                file: PathBuf::from("<command line>"),
-                path: "step-model".into(),
-                line: None,
-                message: e.message,
-                fix: e.fix,
-            })?;
-            print!("{text}");
-            Ok(0)
+        Command::StepModel { gpu, model, tp, calibration } => accuracy::step_model(&gpu, &model, tp, calibration),
+        Command::Calibrate { profile, runs, name, out } => accuracy::calibrate(&profile, &runs, name, out.as_deref()),
+        Command::Accuracy { runs, stream, gpu, model, tp, calibration, json } => {
+            accuracy::accuracy(&runs, stream.as_deref(), gpu, model, tp, calibration, json.as_deref())
         }
         Command::NewPolicy { dir, kind, name, api_path } => {
             if let Some(n) = &name {

@@ -102,6 +102,7 @@ pub fn main(args: EmulateArgs) -> Result<i32> {
     let cfg = ReplicaConfig {
         kv_capacity_tokens: sm.kv_capacity_tokens,
         step_prefill_budget: if args.chunk_tokens == 0 { args.max_step_tokens } else { args.chunk_tokens },
+        budget_counts_decode: false,
         max_batch_requests: args.max_batch_requests,
         reservation: Reservation::Full,
         scheduler_window: 512,

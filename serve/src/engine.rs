@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use routelab_core::handle::SchedulerHandle;
 use routelab_core::sim::cluster::replica::{Phase, Replica, ReplicaConfig, RequestState};
+use routelab_core::step_model::Pricer;
 use routelab_core::time::{SimTime, seconds, ticks};
 use routelab_core::workload::generate::{GeneratedRequest, RequestStream};
 
@@ -207,8 +208,14 @@ impl Core {
     }
 
     fn start_step(&mut self, now: SimTime) {
-        let step =
-            self.replica.start_step(now, &self.stream, &mut self.states, &self.cfg, &self.cost, &mut self.scheduler);
+        let step = self.replica.start_step(
+            now,
+            &self.stream,
+            &mut self.states,
+            &self.cfg,
+            &Pricer::Roofline(self.cost),
+            &mut self.scheduler,
+        );
         match step {
             Ok(step) => self.step_end = step.map(|d| now + ticks(d).max(1)),
             Err(e) => {

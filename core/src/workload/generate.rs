@@ -182,6 +182,18 @@ pub fn mooncake_stream(spec: &ClusterSpec, rows: &[MooncakeRow]) -> RequestStrea
         Arrivals::Trace { time_scale, .. } => *time_scale,
         _ => 1.0,
     };
+    block_stream(rows, super::mooncake::BLOCK_TOKENS, time_scale, spec.requests, spec.duration_s.map(ticks))
+}
+
+/// Rows whose `hash_ids` name `block`-token blocks (the last one partial) as a stream, in row
+/// order (arrival times must not decrease), cut at `limit` requests and `horizon`.
+pub fn block_stream(
+    rows: &[MooncakeRow],
+    block: u32,
+    time_scale: f64,
+    limit: Option<u64>,
+    horizon: Option<SimTime>,
+) -> RequestStream {
     let mut b = Builder { stream: RequestStream::default(), next_unique: FIRST_UNIQUE_ID };
     let mut prompt = Vec::new();
     for row in rows {
@@ -190,15 +202,15 @@ pub fn mooncake_stream(spec: &ClusterSpec, rows: &[MooncakeRow]) -> RequestStrea
             row.hash_ids
                 .iter()
                 .enumerate()
-                .map(|(k, &h)| Segment { id: HASH_ID_BASE + h, tokens: row.block_tokens(k) }),
+                .map(|(k, &h)| Segment { id: HASH_ID_BASE + h, tokens: row.block_tokens_of(k, block) }),
         );
-        let rest = row.uncovered_tokens();
+        let rest = row.uncovered_tokens_of(block);
         if rest > 0 {
             prompt.push(b.unique(rest));
         }
         b.push(ticks(row.at_s * time_scale), &prompt, row.output_length.max(1), None);
     }
-    b.finish(spec.requests, spec.duration_s.map(ticks))
+    b.finish(limit, horizon)
 }
 
 /// The stream of `spec` for `run_seed`. `trace` must hold the trace rows when arrivals come from

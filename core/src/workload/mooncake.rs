@@ -44,12 +44,22 @@ pub struct MooncakeRow {
 impl MooncakeRow {
     /// Tokens of block `i` of the row's prompt (only the last block may be short).
     pub fn block_tokens(&self, i: usize) -> u32 {
-        (self.input_length - BLOCK_TOKENS * i as u32).min(BLOCK_TOKENS)
+        self.block_tokens_of(i, BLOCK_TOKENS)
     }
 
     /// Prompt tokens the hash ids do not cover (a unique suffix; 0 in the shipped traces).
     pub fn uncovered_tokens(&self) -> u32 {
-        self.input_length.saturating_sub(BLOCK_TOKENS.saturating_mul(self.hash_ids.len() as u32))
+        self.uncovered_tokens_of(BLOCK_TOKENS)
+    }
+
+    /// [`Self::block_tokens`] for blocks of `block` tokens.
+    pub fn block_tokens_of(&self, i: usize, block: u32) -> u32 {
+        (self.input_length - block * i as u32).min(block)
+    }
+
+    /// [`Self::uncovered_tokens`] for blocks of `block` tokens.
+    pub fn uncovered_tokens_of(&self, block: u32) -> u32 {
+        self.input_length.saturating_sub(block.saturating_mul(self.hash_ids.len() as u32))
     }
 }
 

@@ -193,15 +193,62 @@ pub enum Command {
     },
     /// The step model of one replica: KV capacity, prefill and decode times.
     StepModel {
-        /// GPU: a6000, a100-40, a100-80, h100, h200, l40s.
+        /// GPU: a6000, a100-40, a100-80, h100, h200, l40s, rtx-pro-6000, rtx4090.
         #[arg(long, default_value = "a6000")]
         gpu: String,
-        /// Model: mistral-7b, llama-3-8b, llama-3-70b.
+        /// Model: mistral-7b, llama-3-8b, llama-3-70b, llama-3.1-8b, llama-3.1-70b, llama-2-70b,
+        /// qwen3-32b, qwen3-30b-a3b.
         #[arg(long, default_value = "mistral-7b")]
         model: String,
         /// Tensor-parallel degree (1, 2, 4 or 8).
         #[arg(long, default_value_t = 1)]
         tp: u32,
+        /// Price steps by a measured profile (a shipped name: rtx-pro-6000, rtx4090) instead of
+        /// the roofline, and show its terms with their fit errors.
+        #[arg(long)]
+        calibration: Option<String>,
+    },
+    /// Fit a step-model profile to per-layer timings measured inside vLLM (and, with --runs, its
+    /// per-step overhead to measured runs); print each term with its fit error (docs/accuracy.md).
+    Calibrate {
+        /// A folder of layer timings: dense.csv, attention.csv, per_sequence.csv, meta.yaml
+        /// (workloads/profiles/measured/ has two).
+        profile: PathBuf,
+        /// Measured run folders to fit the per-step overhead on (see `routelab accuracy`).
+        #[arg(long, num_args = 1..)]
+        runs: Vec<PathBuf>,
+        /// The profile's name (default: the catalog GPU).
+        #[arg(long)]
+        name: Option<String>,
+        /// Write the profile (YAML) here instead of printing it.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Replay measured runs exactly and print, per run and figure, measured vs simulated and the
+    /// signed error; then the median and mean absolute error across runs (docs/accuracy.md).
+    Accuracy {
+        /// Run folders (requests.jsonl, meta.json, stream.jsonl); default: every shipped run
+        /// (workloads/ground-truth/).
+        runs: Vec<PathBuf>,
+        /// The request stream, when not the run folder's stream.jsonl (one run only).
+        #[arg(long)]
+        stream: Option<PathBuf>,
+        /// Catalog GPU (default: from the run's device).
+        #[arg(long)]
+        gpu: Option<String>,
+        /// Catalog model (default: from meta.json's model).
+        #[arg(long)]
+        model: Option<String>,
+        /// Tensor-parallel degree (default: meta.json's tensor_parallel_size).
+        #[arg(long)]
+        tp: Option<u32>,
+        /// The step model: a shipped profile name, or `roofline` (default: the shipped profile of
+        /// the run's GPU when there is one, else the roofline).
+        #[arg(long)]
+        calibration: Option<String>,
+        /// Also write the comparison as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// Scaffold a policy crate that builds with `cargo build --release` and loads by path.
     NewPolicy {

@@ -2,6 +2,7 @@
 //! Plugin libraries are built by the tests themselves (`common::plugins`), so a clean clone
 //! passes with `cargo test --release --workspace` and nothing prebuilt.
 
+mod accuracy;
 mod capacity;
 mod cli;
 mod cli_errors;

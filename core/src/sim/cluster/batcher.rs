@@ -11,10 +11,9 @@
 //! emits its first token (TTFT) and starts decoding; decoders finish after exactly
 //! `output − produced` more steps (a heap keyed by step, so a step costs O(changes), not O(batch)).
 
-use routelab_policy_api::{CostModel, StepShape};
-
 use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use crate::handle::SchedulerHandle;
+use crate::step_model::{Pricer, Step};
 use crate::time::{SimTime, seconds};
 use crate::workload::cluster::Reservation;
 use crate::workload::generate::RequestStream;
@@ -28,7 +27,7 @@ impl Replica {
         stream: &RequestStream,
         states: &mut [RequestState],
         cfg: &ReplicaConfig,
-        cost: &CostModel,
+        pricer: &Pricer,
         scheduler: &mut SchedulerHandle,
     ) -> Result<Option<f64>, String> {
         self.chunks.clear();
@@ -46,7 +45,10 @@ impl Replica {
         self.private_tokens += self.decoding as u64;
 
         // (2) Requests already prefilling keep their place.
-        let mut budget = cfg.step_prefill_budget;
+        let mut budget = match cfg.budget_counts_decode {
+            true => cfg.step_prefill_budget.saturating_sub(self.decode_batch),
+            false => cfg.step_prefill_budget,
+        };
         for &r in &self.prefilling {
             if budget == 0 {
                 break;
@@ -127,15 +129,18 @@ impl Replica {
             }
         }
 
-        let mut shape = StepShape::decode(self.decode_batch as u64, self.decode_context_tokens);
-        for &(r, n) in &self.chunks {
-            shape = shape.merge(StepShape::prefill(n as u64, states[r as usize].prefill_done as u64));
-        }
         debug_assert!(self.kv_used_tokens() <= cfg.kv_capacity_tokens, "replica {}: KV used exceeds capacity", self.id);
-        if shape.tokens == 0 {
+        if self.decode_batch == 0 && self.chunks.iter().all(|&(_, n)| n == 0) {
             return Ok(None);
         }
-        Ok(Some(cost.step_time_s(&shape)))
+        self.step_chunks.clear();
+        self.step_chunks.extend(self.chunks.iter().map(|&(r, n)| (n as u64, states[r as usize].prefill_done as u64)));
+        let step = Step {
+            decodes: self.decode_batch as u64,
+            decode_context_tokens: self.decode_context_tokens,
+            chunks: &self.step_chunks,
+        };
+        Ok(Some(pricer.step_time_s(&step)))
     }
 
     /// Removes the requests admitted this step from the waiting queue, keeping its order. Only

@@ -44,8 +44,8 @@ mod tests;
 
 use abi_stable::std_types::{RNone, RSlice, RSome};
 use routelab_policy_api::{
-    Completion, CostModel, Eviction, PdContext, ReplicaView, Request, RouterBox, RouterContext, SchedulerBox,
-    SchedulerContext, Segment, World,
+    Completion, Eviction, PdContext, ReplicaView, Request, RouterBox, RouterContext, SchedulerBox, SchedulerContext,
+    Segment, World,
 };
 
 use self::pd::Pd;
@@ -58,7 +58,7 @@ use super::event_queue::EventQueue;
 use crate::error::RunError;
 use crate::handle::{RouterHandle, SchedulerHandle, scheduler_stats};
 use crate::seeds::stream_seed;
-use crate::step_model::StepModel;
+use crate::step_model::{Pricer, StepModel};
 use crate::time::{SimTime, seconds, ticks};
 use crate::workload::cluster::ClusterSpec;
 use crate::workload::generate::RequestStream;
@@ -172,7 +172,7 @@ pub struct ClusterSim<'a> {
     stream: &'a RequestStream,
     /// Per pool: [prefill, decode, mixed] on a disaggregated cluster; all the same otherwise.
     cfgs: [ReplicaConfig; 3],
-    costs: [CostModel; 3],
+    pricers: [Pricer; 3],
     /// Disaggregation state; `None` on an aggregated cluster.
     pd: Option<Pd>,
     eviction_delay: SimTime,
@@ -251,6 +251,7 @@ impl<'a> ClusterSim<'a> {
         let pool_cfg = |sm: &StepModel| ReplicaConfig {
             kv_capacity_tokens: sm.kv_capacity_tokens,
             step_prefill_budget: if spec.chunk_tokens == 0 { spec.max_step_tokens } else { spec.chunk_tokens },
+            budget_counts_decode: spec.budget_counts_decode,
             max_batch_requests: spec.max_batch_requests,
             reservation: spec.reservation.clone(),
             scheduler_window: spec.scheduler_window,
@@ -271,7 +272,7 @@ impl<'a> ClusterSim<'a> {
             scrape_interval,
             stream,
             cfgs: [pool_cfg(psm), pool_cfg(dsm), pool_cfg(msm)],
-            costs: [psm.cost, dsm.cost, msm.cost],
+            pricers: [psm.pricer, dsm.pricer, msm.pricer],
             pd: pools.map(|(d, _, dm, _)| Pd::new(d, dm.cost.kv_bytes_per_token, dm.model.layers, total)),
             eviction_delay: ticks(spec.eviction_delay_s),
             horizon: last_arrival.saturating_add(ticks(spec.drain_s)),
@@ -441,8 +442,8 @@ impl<'a> ClusterSim<'a> {
         let pool = pool_of(self.pd.as_ref(), r);
         let rep = &mut self.replicas[r];
         let step = if rep.has_work() {
-            let (cfg, cost) = (&self.cfgs[pool], &self.costs[pool]);
-            rep.start_step(now, self.stream, &mut self.states, cfg, cost, &mut self.schedulers[r])
+            let (cfg, pricer) = (&self.cfgs[pool], &self.pricers[pool]);
+            rep.start_step(now, self.stream, &mut self.states, cfg, pricer, &mut self.schedulers[r])
                 .map_err(|e| RunError(format!("policy '{}': {e}", self.router.label())))?
         } else {
             None
@@ -480,12 +481,16 @@ impl<'a> ClusterSim<'a> {
             .zip(&self.states)
             .map(|(q, st)| {
                 let t = |x: Option<SimTime>| x.map_or(f64::NAN, seconds);
+                // Per-request costs outside the engine's steps (a calibration's API and
+                // detokenisation time), charged where the request's tokens come out.
+                let (first, per_token) = self.pricers[pool_of(self.pd.as_ref(), st.replica as usize)].per_request_s();
+                let later = per_token * q.output_tokens.saturating_sub(1) as f64;
                 RequestRecord {
                     replica: st.replica,
                     arrived_at_s: seconds(q.arrived_at),
                     admitted_at_s: t(st.admitted_at),
-                    first_token_at_s: t(st.first_token_at),
-                    completed_at_s: t(st.completed_at),
+                    first_token_at_s: t(st.first_token_at) + first,
+                    completed_at_s: t(st.completed_at) + first + later,
                     prompt_tokens: q.prompt_tokens,
                     cached_tokens: st.cached_tokens,
                     output_tokens: q.output_tokens,

@@ -79,6 +79,7 @@ fn config(capacity: u64) -> ReplicaConfig {
     ReplicaConfig {
         kv_capacity_tokens: capacity,
         step_prefill_budget: 512,
+        budget_counts_decode: false,
         max_batch_requests: 256,
         reservation: Reservation::Full,
         scheduler_window: 512,

@@ -86,6 +86,8 @@ pub struct ReplicaConfig {
     pub kv_capacity_tokens: u64,
     /// Prefill tokens per step (unchunked: `max_step_tokens`).
     pub step_prefill_budget: u32,
+    /// Decoding requests' tokens count against the budget (vLLM's `max_num_batched_tokens`).
+    pub budget_counts_decode: bool,
     pub max_batch_requests: u32,
     pub reservation: Reservation,
     pub scheduler_window: u32,
@@ -125,6 +127,8 @@ pub struct Replica {
     next_admit_seq: u64,
     // Scratch, reused every step.
     pub(super) chunks: Vec<(u32, u32)>,
+    /// Scratch: this step's chunks as (new tokens, tokens already computed), for pricing.
+    pub(super) step_chunks: Vec<(u64, u64)>,
     pub(super) decode_batch: u32,
     pub(super) views: Vec<WaitingRequest>,
     pub(super) shown: Vec<u32>,
@@ -155,6 +159,7 @@ impl Replica {
             preemptions: 0,
             next_admit_seq: 0,
             chunks: Vec::new(),
+            step_chunks: Vec::new(),
             decode_batch: 0,
             views: Vec::new(),
             shown: Vec::new(),

@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use super::FieldError;
 use super::limits::{self, MAX_CV, MAX_HORIZON, at_most, fits_clock};
-use crate::step_model::{Choice, Efficiency, Gpu, Model, StepModel};
+use crate::step_model::{Calibration, Choice, Efficiency, Gpu, Model, StepModel};
 
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -56,9 +56,18 @@ pub struct ClusterSpec {
     /// How close the step model gets to the roofline (MFU, MBU, per-step and all-reduce overheads).
     #[serde(default)]
     pub efficiency: Efficiency,
+    /// Price steps by a profile measured on this GPU instead of the roofline: a shipped profile
+    /// (`rtx-pro-6000`, `rtx4090`) or the mapping `routelab calibrate` prints (docs/accuracy.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Choice<Calibration>>,
     /// Prefill tokens per step (chunked prefill); 0 = unchunked.
     #[serde(default = "default_chunk")]
     pub chunk_tokens: u32,
+    /// Whether each decoding request's token counts against `chunk_tokens`, as in vLLM, whose
+    /// `max_num_batched_tokens` bounds a step's tokens (decodes first, prefill chunks in the
+    /// rest); false: `chunk_tokens` bounds prefill tokens alone, as SGLang's chunked prefill size.
+    #[serde(default)]
+    pub budget_counts_decode: bool,
     /// Prefill tokens one unchunked step may hold (vLLM's max_num_batched_tokens): with
     /// `chunk_tokens: 0` every prompt must fit in one step.
     #[serde(default = "default_max_step_tokens")]
@@ -372,8 +381,20 @@ impl ClusterSpec {
             .model
             .resolve()
             .map_err(|m| FieldError::new("model", m, "name a catalog model or give a full mapping"))?;
-        StepModel::new(gpu, model, self.tp, self.memory_fraction, self.efficiency.clone())
-            .map_err(|e| FieldError::new("model", e.message, e.fix))
+        let sm = StepModel::new(gpu, model, self.tp, self.memory_fraction, self.efficiency.clone())
+            .map_err(|e| FieldError::new("model", e.message, e.fix))?;
+        let Some(choice) = &self.calibration else { return Ok(sm) };
+        let fix = "name a shipped profile (rtx-pro-6000, rtx4090) or paste the mapping `routelab calibrate` prints";
+        let c = choice.resolve().map_err(|m| FieldError::new("calibration", m, fix))?;
+        c.check().map_err(|(field, m)| FieldError::new(&format!("calibration.{field}"), m, fix))?;
+        if c.gpu != sm.gpu.name {
+            return Err(FieldError::new(
+                "calibration",
+                format!("the profile '{}' was measured on {}, but the cluster's GPU is {}", c.name, c.gpu, sm.gpu.name),
+                format!("set `gpu: {}`, or calibrate on {} (routelab calibrate)", c.gpu, sm.gpu.name),
+            ));
+        }
+        Ok(sm.calibrated(c))
     }
 
     /// The longest prompt the generator can produce (trace arrivals: checked per row at run time).

@@ -19,10 +19,17 @@
 //! all-reduce (activations, ∝ tokens) is ignored: it is small next to the weight reads at the batch
 //! sizes we simulate, and the ABI's cost model has no per-token overhead field.
 
-use std::fmt::Write as _;
-
 use routelab_policy_api::CostModel;
 use serde::{Deserialize, Serialize};
+
+pub mod calibrated;
+pub mod catalog;
+mod describe;
+pub mod fit;
+
+pub use calibrated::{Calibration, Pricer, Step};
+pub use catalog::{GPU_NAMES, MODEL_NAMES, gpu, model};
+pub use describe::{describe, describe_model};
 
 /// One GPU type. Units: bytes are 10^9 per GB.
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
@@ -59,6 +66,27 @@ pub struct Model {
     /// Bytes per weight and per KV element (2 for fp16/bf16).
     #[serde(default = "two")]
     pub bytes_per_element: u32,
+    /// Vocabulary size (the embedding and the LM head; 0 = unknown, counted as layer weights).
+    #[serde(default)]
+    pub vocab: u32,
+    /// Parameters one token computes with, for a mixture of experts (absent = all of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_parameters: Option<u64>,
+}
+
+impl Model {
+    /// Weights of one decoder layer: all parameters but the embedding and the LM head, per layer.
+    pub fn layer_weight_params(&self) -> f64 {
+        (self.parameters as f64 - 2.0 * self.vocab as f64 * self.hidden as f64).max(0.0) / self.layers.max(1) as f64
+    }
+
+    /// Parameters one token computes with in one decoder layer.
+    pub fn layer_active_params(&self) -> f64 {
+        match self.active_parameters {
+            Some(a) => (a as f64 - 2.0 * self.vocab as f64 * self.hidden as f64).max(0.0) / self.layers.max(1) as f64,
+            None => self.layer_weight_params(),
+        }
+    }
 }
 
 fn two() -> u32 {
@@ -121,34 +149,6 @@ impl Choice<Model> {
     }
 }
 
-pub const GPU_NAMES: [&str; 6] = ["a6000", "a100-40", "a100-80", "h100", "h200", "l40s"];
-pub const MODEL_NAMES: [&str; 3] = ["mistral-7b", "llama-3-8b", "llama-3-70b"];
-
-/// A catalog GPU by name (datasheet peaks: dense fp16 tensor FLOP/s, HBM/GDDR bandwidth).
-pub fn gpu(name: &str) -> Option<Gpu> {
-    let (memory_gb, bandwidth_gb_s, tflops) = match name {
-        "a6000" => (48.0, 768.0, 154.8),
-        "a100-40" => (40.0, 1555.0, 312.0),
-        "a100-80" => (80.0, 2039.0, 312.0),
-        "h100" => (80.0, 3350.0, 989.5),
-        "h200" => (141.0, 4800.0, 989.5),
-        "l40s" => (48.0, 864.0, 362.05),
-        _ => return None,
-    };
-    Some(Gpu { name: name.into(), memory_gb, bandwidth_gb_s, tflops })
-}
-
-/// A catalog model by name (shapes from the published configs).
-pub fn model(name: &str) -> Option<Model> {
-    let (parameters, layers, hidden, heads, kv_heads) = match name {
-        "mistral-7b" => (7_241_732_096, 32, 4096, 32, 8),
-        "llama-3-8b" => (8_030_261_248, 32, 4096, 32, 8),
-        "llama-3-70b" => (70_553_706_496, 80, 8192, 64, 8),
-        _ => return None,
-    };
-    Some(Model { name: name.into(), parameters, layers, hidden, heads, kv_heads, head_dim: 128, bytes_per_element: 2 })
-}
-
 /// A model that does not fit: the numbers and what to change.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DoesNotFit {
@@ -170,9 +170,14 @@ pub struct StepModel {
     pub tp: u32,
     pub memory_fraction: f64,
     pub efficiency: Efficiency,
-    /// The roofline, shared with routers through [`routelab_policy_api::RouterContext::cost`].
+    /// The roofline, shared with routers through [`routelab_policy_api::RouterContext::cost`]
+    /// (with a calibration: its effective rates and per-step constants in the roofline's form).
     pub cost: CostModel,
     pub kv_capacity_tokens: u64,
+    /// The measured profile the steps are priced by, if any (else the roofline).
+    pub calibration: Option<Calibration>,
+    /// How the replica prices its steps.
+    pub pricer: Pricer,
 }
 
 impl StepModel {
@@ -223,13 +228,28 @@ impl StepModel {
         let cost = CostModel {
             flops_per_s: gpu.tflops * 1e12 * efficiency.mfu * tpf,
             bytes_per_s: gpu.bandwidth_gb_s * 1e9 * efficiency.mbu * tpf,
-            linear_flops_per_token: 2.0 * model.parameters as f64,
+            linear_flops_per_token: 2.0 * model.active_parameters.unwrap_or(model.parameters) as f64,
             attention_flops_per_pair: 4.0 * model.layers as f64 * model.heads as f64 * model.head_dim as f64,
             weight_bytes,
             kv_bytes_per_token,
             step_overhead_s: efficiency.step_overhead_s + comm,
         };
-        Ok(Self { gpu, model, tp, memory_fraction, efficiency, cost, kv_capacity_tokens })
+        let pricer = Pricer::Roofline(cost);
+        Ok(Self { gpu, model, tp, memory_fraction, efficiency, cost, kv_capacity_tokens, calibration: None, pricer })
+    }
+
+    /// Prices the steps by `calibration` (measured on this GPU) instead of the roofline; routers
+    /// see its effective rates and per-step constants in their cost model.
+    pub fn calibrated(mut self, calibration: Calibration) -> Self {
+        let c = calibration.for_model(&self.model, self.tp);
+        let tpf = self.tp.max(1) as f64;
+        self.cost.flops_per_s = calibration.dense_tflops * 1e12 * tpf;
+        self.cost.bytes_per_s = calibration.dense_gb_s * 1e9 * tpf;
+        self.cost.step_overhead_s =
+            c.step_overhead_s + c.layers * (c.dense_base_s + c.attention_base_s + c.comm_base_s) + c.head_base_s;
+        self.pricer = Pricer::Calibrated(c);
+        self.calibration = Some(calibration);
+        self
     }
 
     /// Catalog names with default efficiency.
@@ -244,88 +264,6 @@ impl StepModel {
         })?;
         Self::new(g, m, tp, memory_fraction, Efficiency::default())
     }
-}
-
-/// The `routelab step-model` text: KV bytes per token, KV capacity, prefill times for a few
-/// lengths, decode step times for a few batch sizes and contexts (memory_fraction 0.9, default
-/// efficiency). Fails for unknown names or a model that does not fit.
-pub fn describe(gpu_name: &str, model_name: &str, tp: u32) -> Result<String, DoesNotFit> {
-    if ![1, 2, 4, 8].contains(&tp) {
-        return Err(DoesNotFit {
-            message: format!("tp must be 1, 2, 4 or 8 (got {tp})"),
-            fix: "pass --tp 1, 2, 4 or 8".into(),
-        });
-    }
-    let sm = StepModel::from_catalog(gpu_name, model_name, tp, 0.9)?;
-    Ok(describe_model(&sm))
-}
-
-/// [`describe`] for an already resolved model.
-pub fn describe_model(sm: &StepModel) -> String {
-    let (g, m, e, c) = (&sm.gpu, &sm.model, &sm.efficiency, &sm.cost);
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "step model: {} on {} × {} (tp {}), memory_fraction {}",
-        m.name, sm.tp, g.name, sm.tp, sm.memory_fraction
-    );
-    let _ = writeln!(
-        s,
-        "  compute   {:.1} TFLOP/s effective = {} TFLOP/s peak × mfu {} × tp {}",
-        c.flops_per_s / 1e12,
-        g.tflops,
-        e.mfu,
-        sm.tp
-    );
-    let _ = writeln!(
-        s,
-        "  bandwidth {:.1} GB/s effective = {} GB/s peak × mbu {} × tp {}",
-        c.bytes_per_s / 1e9,
-        g.bandwidth_gb_s,
-        e.mbu,
-        sm.tp
-    );
-    let _ = writeln!(
-        s,
-        "  step overhead {:.3} ms{}",
-        c.step_overhead_s * 1e3,
-        if sm.tp > 1 { " (includes 2 all-reduces per layer)" } else { "" }
-    );
-    let _ = writeln!(
-        s,
-        "  weights {:.2} GB ({} parameters × {} bytes)",
-        c.weight_bytes / 1e9,
-        m.parameters,
-        m.bytes_per_element
-    );
-    let _ = writeln!(
-        s,
-        "  KV per token {} bytes = 2 × {} layers × {} kv heads × {} head dim × {} bytes",
-        c.kv_bytes_per_token, m.layers, m.kv_heads, m.head_dim, m.bytes_per_element
-    );
-    let _ = writeln!(
-        s,
-        "  KV capacity {} tokens = floor(({} GB × {} × {} − {:.2} GB) / {} bytes)",
-        sm.kv_capacity_tokens,
-        g.memory_gb,
-        sm.tp,
-        sm.memory_fraction,
-        c.weight_bytes / 1e9,
-        c.kv_bytes_per_token
-    );
-    let _ = writeln!(s, "\nprefill, alone in one step (no cached context)");
-    let _ = writeln!(s, "  {:>8}  {:>10}  {:>12}", "tokens", "time [s]", "tokens/s");
-    for n in [512u64, 2_100, 8_000, 21_000] {
-        let t = c.prefill_time_s(n, 0);
-        let _ = writeln!(s, "  {:>8}  {:>10.4}  {:>12.0}", n, t, n as f64 / t);
-    }
-    let _ = writeln!(s, "\ndecode step (one token per running request)");
-    let _ = writeln!(s, "  {:>6}  {:>9}  {:>10}  {:>16}", "batch", "context", "step [ms]", "per request [ms]");
-    for (batch, ctx) in [(1u64, 100u64), (1, 2_000), (8, 2_000), (32, 2_000), (64, 2_000), (32, 8_000)] {
-        let t = c.decode_step_time_s(batch, batch * ctx);
-        let _ = writeln!(s, "  {:>6}  {:>9}  {:>10.2}  {:>16.2}", batch, ctx, t * 1e3, t * 1e3 / batch as f64);
-    }
-    s
 }
 
 #[cfg(test)]

@@ -1,0 +1,198 @@
+//! Replaying a measured run in the cluster world and comparing every figure.
+//!
+//! The engine as vLLM 0.19's v1 scheduler runs it (vllm/v1/core/sched/scheduler.py,
+//! `Scheduler.schedule`): running requests first — each decode takes one token of the step's
+//! `max_num_batched_tokens`, chunked prefills continue with the rest — then waiting requests in
+//! arrival order (FCFS) while the token budget and `max_num_seqs` allow, a waiting request that
+//! does not fit in KV memory stopping admission; prefix caching at 16-token blocks (full blocks
+//! only); preemption by recomputation of the newest running request when KV blocks run out.
+//! In routelab's terms: `chunk_tokens: max_num_batched_tokens`, `budget_counts_decode: true`,
+//! `max_batch_requests: max_num_seqs`, scheduler `fcfs`, KV reserved for the prompt and one
+//! output token at admission (`reservation: {estimate: {output_tokens: 1}}`), the replica's KV
+//! capacity from `gpu_memory_utilization` 0.9 (vLLM's default). With `data_parallel_size` > 1,
+//! one replica per engine behind `least_requests` (vLLM's DP coordinator sends each request to
+//! the engine with the fewest waiting and running requests).
+
+use std::path::Path;
+
+use routelab_policy_api::PolicyKind;
+
+use super::{Bundle, Compared, METRICS, figures};
+use crate::error::Error;
+use crate::plugin::{Loader, PolicySpec};
+use crate::sim;
+use crate::step_model::catalog::{gpu_for_device, model_for_name};
+use crate::step_model::{Calibration, Choice};
+use crate::workload::cluster::ClusterSpec;
+use crate::workload::generate::block_stream;
+use crate::workload::{FieldError, InputError};
+
+use super::bundle::STREAM_BLOCK_TOKENS;
+
+/// How to replay: the catalog names (from the bundle unless given) and the step model.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Replay {
+    pub gpu: Option<String>,
+    pub model: Option<String>,
+    pub tp: Option<u32>,
+    /// `None`: the roofline; else a calibration.
+    pub calibration: Option<Calibration>,
+}
+
+/// One run replayed: per figure, measured vs simulated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunAccuracy {
+    pub run: String,
+    pub gpu: String,
+    pub model: String,
+    pub tp: u32,
+    pub figures: Vec<(&'static str, Compared)>,
+}
+
+impl RunAccuracy {
+    pub fn get(&self, key: &str) -> Option<Compared> {
+        self.figures.iter().find(|(k, _)| *k == key).map(|(_, c)| *c)
+    }
+}
+
+/// The cluster `bundle` ran on, as routelab's engine (see the module docs).
+pub fn engine_spec(bundle: &Bundle, how: &Replay) -> Result<ClusterSpec, InputError> {
+    let meta_file = bundle.dir.join("meta.json");
+    let bad = |field: &str, message: String, fix: String| InputError {
+        file: meta_file.clone(),
+        path: field.into(),
+        line: None,
+        message,
+        fix,
+    };
+    let gpu = match (&how.gpu, &bundle.meta.device) {
+        (Some(g), _) => g.clone(),
+        (None, Some(d)) => gpu_for_device(d)
+            .ok_or_else(|| {
+                bad(
+                    "device",
+                    format!("unknown device '{d}'"),
+                    "pass --gpu with a catalog GPU (routelab step-model --help)".into(),
+                )
+            })?
+            .to_string(),
+        (None, None) => {
+            return Err(bad(
+                "device",
+                "the run does not name its device".into(),
+                "pass --gpu with a catalog GPU, or add \"device\" to meta.json".into(),
+            ));
+        }
+    };
+    let model = match &how.model {
+        Some(m) => m.clone(),
+        None => model_for_name(&bundle.meta.model)
+            .ok_or_else(|| {
+                bad(
+                    "model",
+                    format!("unknown model '{}'", bundle.meta.model),
+                    "pass --model with a catalog model".into(),
+                )
+            })?
+            .to_string(),
+    };
+    let m = &bundle.meta;
+    let tp = how.tp.unwrap_or(m.tp);
+    let yaml = format!(
+        "{{replicas: {}, gpu: {gpu}, model: {model}, tp: {tp}, memory_fraction: 0.9, chunk_tokens: {}, \
+         budget_counts_decode: true, max_batch_requests: {}, reservation: {{estimate: {{output_tokens: 1}}}}, \
+         scheduler: fcfs, drain_s: 100000, generator: {{suffix_tokens: 1, output_tokens: 1}}, \
+         arrivals: {{poisson: {{rate: 1}}}}, requests: {}}}",
+        m.dp,
+        m.max_num_batched_tokens,
+        m.max_num_seqs,
+        bundle.rows.len()
+    );
+    let mut spec: ClusterSpec = serde_norway::from_str(&yaml).map_err(|e| bad("", e.to_string(), String::new()))?;
+    spec.calibration = how.calibration.clone().map(Choice::Custom);
+    let as_input = |e: FieldError| InputError::from_field(&meta_file, e.under("(replayed cluster)"));
+    spec.validate().map_err(as_input)?;
+    spec.step_model().map_err(as_input)?;
+    Ok(spec)
+}
+
+/// Replays `bundle` and compares each figure.
+pub fn replay(bundle: &Bundle, how: &Replay) -> Result<RunAccuracy, Error> {
+    let spec = engine_spec(bundle, how)?;
+    let stream = block_stream(&bundle.rows, STREAM_BLOCK_TOKENS, 1.0, None, None);
+    let router = if spec.replicas > 1 { "least_requests" } else { "round_robin" };
+    let sm = spec.step_model().map_err(|e| InputError::from_field(Path::new("<replay>"), e))?;
+    let ctx = sim::cluster::router_context(&sm, spec.replicas, 1);
+    let router = Loader::new().resolve(&PolicySpec::parse(router)?, PolicyKind::Router)?.router(&ctx)?;
+    let outcome = crate::runner::run_cluster(&spec, &stream, router, "replay", 1)?;
+    // Records are in the stream's (arrival) order; `order` maps them back to requests.
+    let mut sim_figs = Vec::with_capacity(outcome.records.len());
+    for rec in &outcome.records {
+        let ttft = rec.first_token_at_s - rec.arrived_at_s;
+        let tpot = (rec.output_tokens > 1)
+            .then(|| (rec.completed_at_s - rec.first_token_at_s) / (rec.output_tokens - 1) as f64);
+        sim_figs.push((ttft, tpot, rec.completed_at_s - rec.arrived_at_s));
+    }
+    let real: Vec<_> = bundle.measured.iter().map(|r| r.figures()).collect();
+    let (real, sim) = (figures(&real), figures(&sim_figs));
+    let figures = real.iter().zip(&sim).map(|(&(k, r), &(_, s))| (k, Compared::new(r, s))).collect();
+    Ok(RunAccuracy {
+        run: bundle.name.clone(),
+        gpu: sm.gpu.name.clone(),
+        model: sm.model.name.clone(),
+        tp: sm.tp,
+        figures,
+    })
+}
+
+/// Median and mean of the absolute errors of `key` across runs.
+pub fn across(runs: &[RunAccuracy], key: &str) -> (f64, f64) {
+    let mut e: Vec<f64> = runs.iter().filter_map(|r| r.get(key)).map(|c| c.error.abs()).collect();
+    if e.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let mean = e.iter().sum::<f64>() / e.len() as f64;
+    e.sort_by(f64::total_cmp);
+    let n = e.len();
+    let median = if n % 2 == 1 { e[n / 2] } else { (e[n / 2 - 1] + e[n / 2]) / 2.0 };
+    (median, mean)
+}
+
+/// Fits `calibration.step_overhead_s` (what kernel timings cannot see) so that the mean TPOT of
+/// `runs` replayed matches the measured one on average: bisection on the mean signed error,
+/// which grows with the overhead. Returns the fitted profile and the remaining mean signed error.
+pub fn fit_step_overhead(runs: &[Bundle], how: &Replay) -> Result<(Calibration, f64), Error> {
+    let base = how.calibration.clone().expect("a calibration to fit");
+    let error_at = |overhead: f64| -> Result<f64, Error> {
+        let mut c = base.clone();
+        c.step_overhead_s = overhead;
+        let h = Replay { calibration: Some(c), ..how.clone() };
+        let mut sum = 0.0;
+        for b in runs {
+            sum += replay(b, &h)?.get("tpot_mean_s").map_or(0.0, |c| c.error);
+        }
+        Ok(sum / runs.len().max(1) as f64)
+    };
+    let (mut lo, mut hi) = (0.0, 0.05);
+    if error_at(lo)? < 0.0 {
+        for _ in 0..24 {
+            let mid = (lo + hi) / 2.0;
+            if error_at(mid)? < 0.0 {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+    }
+    // Already too slow with no overhead: none.
+    let overhead = (lo * 1e7).round() / 1e7;
+    let e = error_at(overhead)?;
+    let mut c = base.clone();
+    c.step_overhead_s = overhead;
+    Ok((c, e))
+}
+
+/// Metric keys in table order, for callers that print.
+pub fn keys() -> &'static [&'static str] {
+    &METRICS
+}

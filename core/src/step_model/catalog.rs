@@ -1,0 +1,136 @@
+//! The catalog: GPUs by their datasheet peaks and models by their published configs.
+//!
+//! GPUs: dense fp16/bf16 tensor throughput (FP32 accumulate, no sparsity) and memory bandwidth.
+//! `rtx-pro-6000` is the Blackwell Server Edition as measured in the shipped vLLM runs
+//! (`workloads/ground-truth/`): 96 GB at 1,597 GB/s (the workstation card is listed at
+//! 1,792 GB/s), 503.8 TFLOP/s dense bf16 (its 4,000 sparse FP4 TOPS halved for density and
+//! twice more for FP8 and bf16).
+//! `rtx4090`: 24 GB, 1,008 GB/s, 165.2 TFLOP/s (FP32 accumulate).
+//!
+//! Models: parameters, layers, hidden size, heads, KV heads, head dimension and vocabulary from
+//! each model's `config.json`. A mixture of experts (`qwen3-30b-a3b`) is described by its
+//! weights and KV shape plus `active_parameters` (what one token computes with); what the step
+//! model lacks for it: which experts a batch touches (all weights are read every step), expert
+//! parallelism and its all-to-all, and load imbalance between experts.
+
+use super::{Gpu, Model};
+
+pub const GPU_NAMES: [&str; 8] = ["a6000", "a100-40", "a100-80", "h100", "h200", "l40s", "rtx-pro-6000", "rtx4090"];
+pub const MODEL_NAMES: [&str; 8] = [
+    "mistral-7b",
+    "llama-3-8b",
+    "llama-3-70b",
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "llama-2-70b",
+    "qwen3-32b",
+    "qwen3-30b-a3b",
+];
+
+/// A catalog GPU by name (datasheet peaks: dense fp16 tensor FLOP/s, HBM/GDDR bandwidth).
+pub fn gpu(name: &str) -> Option<Gpu> {
+    let (memory_gb, bandwidth_gb_s, tflops) = match name {
+        "a6000" => (48.0, 768.0, 154.8),
+        "a100-40" => (40.0, 1555.0, 312.0),
+        "a100-80" => (80.0, 2039.0, 312.0),
+        "h100" => (80.0, 3350.0, 989.5),
+        "h200" => (141.0, 4800.0, 989.5),
+        "l40s" => (48.0, 864.0, 362.05),
+        "rtx-pro-6000" => (96.0, 1597.0, 503.8),
+        "rtx4090" => (24.0, 1008.0, 165.2),
+        _ => return None,
+    };
+    Some(Gpu { name: name.into(), memory_gb, bandwidth_gb_s, tflops })
+}
+
+/// A catalog model by name (shapes from the published configs).
+pub fn model(name: &str) -> Option<Model> {
+    // (parameters, layers, hidden, heads, kv_heads, vocab, active parameters of a mixture of experts)
+    let (parameters, layers, hidden, heads, kv_heads, vocab, active) = match name {
+        "mistral-7b" => (7_241_732_096, 32, 4096, 32, 8, 32_000, None),
+        "llama-3-8b" | "llama-3.1-8b" => (8_030_261_248, 32, 4096, 32, 8, 128_256, None),
+        "llama-3-70b" | "llama-3.1-70b" => (70_553_706_496, 80, 8192, 64, 8, 128_256, None),
+        "llama-2-70b" => (68_976_648_192, 80, 8192, 64, 8, 32_000, None),
+        "qwen3-32b" => (32_762_123_264, 64, 5120, 64, 8, 151_936, None),
+        "qwen3-30b-a3b" => (30_532_122_624, 48, 2048, 32, 4, 151_936, Some(3_340_000_000)),
+        _ => return None,
+    };
+    Some(Model {
+        name: name.into(),
+        parameters,
+        layers,
+        hidden,
+        heads,
+        kv_heads,
+        head_dim: 128,
+        bytes_per_element: 2,
+        vocab,
+        active_parameters: active,
+    })
+}
+
+/// The catalog names of a device or model as an engine reports it (`meta.json`, `/v1/models`):
+/// "NVIDIA RTX PRO 6000 Blackwell Server Edition" → `rtx-pro-6000`,
+/// "meta-llama/Llama-3.1-8B" → `llama-3.1-8b`. `None` when nothing matches.
+pub fn gpu_for_device(device: &str) -> Option<&'static str> {
+    let d = device.to_ascii_lowercase().replace([' ', '_'], "-");
+    let table: [(&str, &str); 9] = [
+        ("rtx-pro-6000", "rtx-pro-6000"),
+        ("rtxpro6000", "rtx-pro-6000"),
+        ("rtx-4090", "rtx4090"),
+        ("rtx4090", "rtx4090"),
+        ("h200", "h200"),
+        ("h100", "h100"),
+        ("l40s", "l40s"),
+        ("a6000", "a6000"),
+        ("a100", "a100-80"),
+    ];
+    table.iter().find(|(k, _)| d.contains(k)).map(|(_, v)| *v)
+}
+
+/// See [`gpu_for_device`].
+pub fn model_for_name(name: &str) -> Option<&'static str> {
+    let n = name.rsplit('/').next().unwrap_or(name).to_ascii_lowercase();
+    let table: [(&str, &str); 8] = [
+        ("qwen3-30b-a3b", "qwen3-30b-a3b"),
+        ("qwen3-32b", "qwen3-32b"),
+        ("llama-3.1-70b", "llama-3.1-70b"),
+        ("llama-3.1-8b", "llama-3.1-8b"),
+        ("meta-llama-3-70b", "llama-3-70b"),
+        ("meta-llama-3-8b", "llama-3-8b"),
+        ("llama-2-70b", "llama-2-70b"),
+        ("mistral-7b", "mistral-7b"),
+    ];
+    table.iter().find(|(k, _)| n.starts_with(k)).map(|(_, v)| *v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_catalog_name_resolves() {
+        assert!(GPU_NAMES.iter().all(|n| gpu(n).is_some()));
+        assert!(MODEL_NAMES.iter().all(|n| model(n).is_some()));
+    }
+
+    #[test]
+    fn engine_names_map_to_the_catalog() {
+        assert_eq!(gpu_for_device("NVIDIA RTX PRO 6000 Blackwell Server Edition"), Some("rtx-pro-6000"));
+        assert_eq!(gpu_for_device("NVIDIA GeForce RTX 4090"), Some("rtx4090"));
+        assert_eq!(gpu_for_device("RTXPRO6000"), Some("rtx-pro-6000"));
+        assert_eq!(gpu_for_device("a toaster"), None);
+        assert_eq!(model_for_name("meta-llama/Llama-3.1-8B"), Some("llama-3.1-8b"));
+        assert_eq!(model_for_name("Qwen/Qwen3-32B"), Some("qwen3-32b"));
+        assert_eq!(model_for_name("Qwen/Qwen3-30B-A3B-Instruct-2507"), Some("qwen3-30b-a3b"));
+        assert_eq!(model_for_name("gpt-2"), None);
+    }
+
+    #[test]
+    fn per_layer_weights_of_llama_3_1_8b_match_its_shapes() {
+        // q/k/v/o/gate/up/down of Llama-3.1-8B: 218,103,808 parameters per layer.
+        let m = model("llama-3.1-8b").unwrap();
+        let per_layer = (m.parameters - 2 * m.vocab as u64 * m.hidden as u64) / m.layers as u64;
+        assert!((per_layer as f64 / 218_103_808.0 - 1.0).abs() < 0.001, "{per_layer}");
+    }
+}

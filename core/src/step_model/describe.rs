@@ -1,0 +1,88 @@
+//! `routelab step-model`: what the step model is made of, and what it predicts for a few prefills
+//! and decode steps.
+
+use std::fmt::Write as _;
+
+use super::{DoesNotFit, StepModel};
+
+/// The `routelab step-model` text: KV bytes per token, KV capacity, prefill times for a few
+/// lengths, decode step times for a few batch sizes and contexts (memory_fraction 0.9, default
+/// efficiency). Fails for unknown names or a model that does not fit.
+pub fn describe(gpu_name: &str, model_name: &str, tp: u32) -> Result<String, DoesNotFit> {
+    if ![1, 2, 4, 8].contains(&tp) {
+        return Err(DoesNotFit {
+            message: format!("tp must be 1, 2, 4 or 8 (got {tp})"),
+            fix: "pass --tp 1, 2, 4 or 8".into(),
+        });
+    }
+    let sm = StepModel::from_catalog(gpu_name, model_name, tp, 0.9)?;
+    Ok(describe_model(&sm))
+}
+
+/// [`describe`] for an already resolved model.
+pub fn describe_model(sm: &StepModel) -> String {
+    let (g, m, e, c) = (&sm.gpu, &sm.model, &sm.efficiency, &sm.cost);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "step model: {} on {} × {} (tp {}), memory_fraction {}",
+        m.name, sm.tp, g.name, sm.tp, sm.memory_fraction
+    );
+    let _ = writeln!(
+        s,
+        "  compute   {:.1} TFLOP/s effective = {} TFLOP/s peak × mfu {} × tp {}",
+        c.flops_per_s / 1e12,
+        g.tflops,
+        e.mfu,
+        sm.tp
+    );
+    let _ = writeln!(
+        s,
+        "  bandwidth {:.1} GB/s effective = {} GB/s peak × mbu {} × tp {}",
+        c.bytes_per_s / 1e9,
+        g.bandwidth_gb_s,
+        e.mbu,
+        sm.tp
+    );
+    let _ = writeln!(
+        s,
+        "  step overhead {:.3} ms{}",
+        c.step_overhead_s * 1e3,
+        if sm.tp > 1 { " (includes 2 all-reduces per layer)" } else { "" }
+    );
+    let _ = writeln!(
+        s,
+        "  weights {:.2} GB ({} parameters × {} bytes)",
+        c.weight_bytes / 1e9,
+        m.parameters,
+        m.bytes_per_element
+    );
+    let _ = writeln!(
+        s,
+        "  KV per token {} bytes = 2 × {} layers × {} kv heads × {} head dim × {} bytes",
+        c.kv_bytes_per_token, m.layers, m.kv_heads, m.head_dim, m.bytes_per_element
+    );
+    let _ = writeln!(
+        s,
+        "  KV capacity {} tokens = floor(({} GB × {} × {} − {:.2} GB) / {} bytes)",
+        sm.kv_capacity_tokens,
+        g.memory_gb,
+        sm.tp,
+        sm.memory_fraction,
+        c.weight_bytes / 1e9,
+        c.kv_bytes_per_token
+    );
+    let _ = writeln!(s, "\nprefill, alone in one step (no cached context)");
+    let _ = writeln!(s, "  {:>8}  {:>10}  {:>12}", "tokens", "time [s]", "tokens/s");
+    for n in [512u64, 2_100, 8_000, 21_000] {
+        let t = c.prefill_time_s(n, 0);
+        let _ = writeln!(s, "  {:>8}  {:>10.4}  {:>12.0}", n, t, n as f64 / t);
+    }
+    let _ = writeln!(s, "\ndecode step (one token per running request)");
+    let _ = writeln!(s, "  {:>6}  {:>9}  {:>10}  {:>16}", "batch", "context", "step [ms]", "per request [ms]");
+    for (batch, ctx) in [(1u64, 100u64), (1, 2_000), (8, 2_000), (32, 2_000), (64, 2_000), (32, 8_000)] {
+        let t = c.decode_step_time_s(batch, batch * ctx);
+        let _ = writeln!(s, "  {:>6}  {:>9}  {:>10.2}  {:>16.2}", batch, ctx, t * 1e3, t * 1e3 / batch as f64);
+    }
+    s
+}

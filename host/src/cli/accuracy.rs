@@ -1,0 +1,280 @@
+//! `routelab step-model`, `calibrate` and `accuracy`: the step model, fitted to measurements and
+//! held against measured runs.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use comfy_table::{Cell, CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
+use routelab_core::accuracy::replay::{self, Replay, RunAccuracy};
+use routelab_core::accuracy::{self as acc, METRICS};
+use routelab_core::step_model::catalog::{gpu_for_device, model_for_name};
+use routelab_core::step_model::{self, Calibration, Choice, StepModel, fit};
+use routelab_core::workload::InputError;
+
+use super::output::write_atomically;
+
+fn input_error(file: &Path, path: &str, message: String, fix: &str) -> InputError {
+    InputError { file: file.into(), path: path.into(), line: None, message, fix: fix.into() }
+}
+
+fn command_line(path: &str, message: String, fix: &str) -> InputError {
+    input_error(Path::new("<command line>"), path, message, fix)
+}
+
+/// A shipped profile by name, or a profile file (what `routelab calibrate --out` writes).
+fn shipped(name: &str) -> Result<Calibration, InputError> {
+    let path = Path::new(name);
+    if path.is_file() {
+        let fix = "give a file written by `routelab calibrate --out`";
+        let text =
+            std::fs::read_to_string(path).map_err(|e| input_error(path, "", format!("cannot read it: {e}"), fix))?;
+        let c: Calibration =
+            serde_norway::from_str(&text).map_err(|e| input_error(path, "", format!("not a profile: {e}"), fix))?;
+        c.check().map_err(|(field, m)| input_error(path, &field, m, fix))?;
+        return Ok(c);
+    }
+    Choice::<Calibration>::Name(name.into()).resolve().map_err(|m| {
+        command_line(
+            "--calibration",
+            m,
+            "name a shipped profile (rtx-pro-6000, rtx4090), a profile file, or `roofline`",
+        )
+    })
+}
+
+pub fn step_model(gpu: &str, model: &str, tp: u32, calibration: Option<String>) -> Result<i32> {
+    let bad = |e: step_model::DoesNotFit| command_line("step-model", e.message, &e.fix);
+    let text = match calibration {
+        None => step_model::describe(gpu, model, tp).map_err(bad)?,
+        Some(name) => {
+            let c = shipped(&name)?;
+            if c.gpu != gpu {
+                let fix = format!("pass --gpu {}", c.gpu);
+                return Err(command_line("--calibration", format!("'{name}' was measured on {}", c.gpu), &fix).into());
+            }
+            let sm = StepModel::from_catalog(gpu, model, tp, 0.9).map_err(bad)?.calibrated(c);
+            step_model::describe_model(&sm)
+        }
+    };
+    print!("{text}");
+    Ok(0)
+}
+
+/// The catalog GPU and model a profile folder's `meta.yaml` names.
+fn profile_meta(dir: &Path) -> Result<(String, String), InputError> {
+    let file = dir.join("meta.yaml");
+    let fix = "meta.yaml must name `gpu:` (the device) and `model:` (the engine's model name)";
+    let text =
+        std::fs::read_to_string(&file).map_err(|e| input_error(&file, "", format!("cannot read it: {e}"), fix))?;
+    let v: serde_norway::Value =
+        serde_norway::from_str(&text).map_err(|e| input_error(&file, "", format!("not YAML: {e}"), fix))?;
+    let field = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+    let device =
+        field("gpu").or_else(|| field("hardware")).ok_or_else(|| input_error(&file, "gpu", "missing".into(), fix))?;
+    let model = field("model").ok_or_else(|| input_error(&file, "model", "missing".into(), fix))?;
+    let gpu = gpu_for_device(&device)
+        .ok_or_else(|| input_error(&file, "gpu", format!("unknown device '{device}'"), "add the GPU to the catalog"))?;
+    let model = model_for_name(&model).ok_or_else(|| {
+        input_error(&file, "model", format!("unknown model '{model}'"), "add the model to the catalog")
+    })?;
+    Ok((gpu.into(), model.into()))
+}
+
+pub fn calibrate(profile: &Path, runs: &[PathBuf], name: Option<String>, out: Option<&Path>) -> Result<i32> {
+    let (gpu, model_name) = profile_meta(profile)?;
+    let model = step_model::model(&model_name).expect("a catalog name");
+    let name = name.unwrap_or_else(|| gpu.clone());
+    let bundles = runs.iter().map(|r| acc::load(r, None)).collect::<Result<Vec<_>, _>>()?;
+    let source = format!(
+        "kernel terms: layer timings of {model_name} measured inside vLLM ({}); per-step overhead: {}",
+        profile.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+        if bundles.is_empty() {
+            "not fitted (0)".to_string()
+        } else {
+            format!("fitted to mean TPOT of {}", bundles.iter().map(|b| b.name.as_str()).collect::<Vec<_>>().join(", "))
+        }
+    );
+    let base = Calibration::unfitted(&name, &gpu, &source);
+    let mut c = fit::fit_kernels(profile, &model, &base).map_err(|e| {
+        let file = PathBuf::from(&e.file);
+        InputError {
+            file,
+            path: e.field,
+            line: e.line,
+            message: e.message,
+            fix: "see docs/accuracy.md for the layout".into(),
+        }
+    })?;
+    let mut overhead_error = None;
+    if !bundles.is_empty() {
+        let how = Replay { calibration: Some(c.clone()), ..Replay::default() };
+        let (fitted, e) = replay::fit_step_overhead(&bundles, &how)?;
+        c = fitted;
+        overhead_error = Some(e);
+    }
+    eprintln!("fitted {} on {gpu} from {model_name}:", c.name);
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED).set_header(["term", "value", "points", "median error", "P90 error"]);
+    let row = |t: &mut Table, term: &str, value: String, fit: Option<&step_model::calibrated::TermFit>| {
+        let f = |x: f64| format!("{:.1}%", x * 100.0);
+        t.add_row(vec![
+            Cell::new(term),
+            Cell::new(value).set_alignment(CellAlignment::Right),
+            Cell::new(fit.map_or("-".into(), |f| f.points.to_string())),
+            Cell::new(fit.map_or("-".into(), |x| f(x.median_error))),
+            Cell::new(fit.map_or("-".into(), |x| f(x.p90_error))),
+        ]);
+    };
+    let (d, a, h) = (c.fit.get("dense"), c.fit.get("attention"), c.fit.get("head"));
+    row(
+        &mut t,
+        "dense (per layer)",
+        format!("{:.0} GB/s, {:.0} TFLOP/s, {:.1} µs", c.dense_gb_s, c.dense_tflops, c.dense_base_s * 1e6),
+        d,
+    );
+    row(
+        &mut t,
+        "attention (per layer)",
+        format!(
+            "{:.0} TFLOP/s, {:.0} GB/s ({:.0} mixed), {:.1} µs + {:.2} µs/decode",
+            c.attention_tflops,
+            c.attention_gb_s,
+            c.attention_mixed_gb_s,
+            c.attention_base_s * 1e6,
+            c.attention_per_decode_s * 1e6
+        ),
+        a,
+    );
+    row(
+        &mut t,
+        "LM head + sampler",
+        format!("{:.0} GB/s + {:.2} µs/sequence", c.head_gb_s, c.head_per_sequence_s * 1e6),
+        h,
+    );
+    let oh = format!(
+        "{:.3} ms{}",
+        c.step_overhead_s * 1e3,
+        overhead_error.map_or(" (not fitted)".into(), |e| format!(" (mean TPOT error after fit {:+.1}%)", e * 100.0))
+    );
+    row(&mut t, "per-step overhead", oh, None);
+    row(
+        &mut t,
+        "all-reduce (tp > 1)",
+        format!("{:.0} µs, {:.0} GB/s (default)", c.allreduce_s * 1e6, c.allreduce_gb_s),
+        None,
+    );
+    eprintln!("{t}");
+    let yaml = serde_norway::to_string(&c).context("writing the profile")?;
+    match out {
+        Some(p) => {
+            write_atomically(p, &yaml)?;
+            eprintln!("wrote {}", p.display());
+        }
+        None => print!("{yaml}"),
+    }
+    Ok(0)
+}
+
+/// The shipped run folders (written out with the built-in workloads).
+fn shipped_runs() -> Result<Vec<PathBuf>> {
+    let root = routelab_core::builtin::extracted().context("writing out the shipped runs")?.join("ground-truth");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .with_context(|| format!("reading {}", root.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    Ok(dirs)
+}
+
+fn pct(x: f64) -> String {
+    if x.is_finite() { format!("{:+.1}%", x * 100.0) } else { "-".into() }
+}
+
+fn abs_pct(x: f64) -> String {
+    if x.is_finite() { format!("{:.1}%", x * 100.0) } else { "-".into() }
+}
+
+pub fn accuracy(
+    runs: &[PathBuf],
+    stream: Option<&Path>,
+    gpu: Option<String>,
+    model: Option<String>,
+    tp: Option<u32>,
+    calibration: Option<String>,
+    json: Option<&Path>,
+) -> Result<i32> {
+    if stream.is_some() && runs.len() != 1 {
+        return Err(command_line("--stream", "goes with exactly one run folder".into(), "name one run folder").into());
+    }
+    let dirs = if runs.is_empty() { shipped_runs()? } else { runs.to_vec() };
+    // Every bundle read and checked before any replay.
+    let bundles = dirs.iter().map(|d| acc::load(d, stream)).collect::<Result<Vec<_>, _>>()?;
+    let mut results: Vec<(RunAccuracy, String)> = Vec::new();
+    for b in &bundles {
+        let mut how = Replay { gpu: gpu.clone(), model: model.clone(), tp, calibration: None };
+        let g = replay::engine_spec(b, &how)?.step_model().map_err(|e| InputError::from_field(&b.dir, e))?.gpu.name;
+        let label = match calibration.as_deref() {
+            Some("roofline") => "roofline".to_string(),
+            Some(name) => {
+                let c = shipped(name)?;
+                let label = c.name.clone();
+                how.calibration = Some(c);
+                label
+            }
+            None => match shipped(&g) {
+                Ok(c) => {
+                    how.calibration = Some(c);
+                    g.clone()
+                }
+                Err(_) => "roofline".to_string(),
+            },
+        };
+        results.push((replay::replay(b, &how)?, label));
+    }
+    for (r, label) in &results {
+        println!("{} — {} on {} (tp {}), step model: {label}", r.run, r.model, r.gpu, r.tp);
+        let mut t = Table::new();
+        t.load_style(UTF8_FULL_CONDENSED).set_header(["figure", "measured [s]", "simulated [s]", "error"]);
+        for (k, c) in &r.figures {
+            t.add_row(vec![
+                Cell::new(k),
+                Cell::new(format!("{:.4}", c.real)).set_alignment(CellAlignment::Right),
+                Cell::new(format!("{:.4}", c.sim)).set_alignment(CellAlignment::Right),
+                Cell::new(pct(c.error)).set_alignment(CellAlignment::Right),
+            ]);
+        }
+        println!("{t}\n");
+    }
+    let runs_only: Vec<RunAccuracy> = results.iter().map(|(r, _)| r.clone()).collect();
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED).set_header(["figure", "median |error|", "mean |error|"]);
+    for k in METRICS {
+        let (median, mean) = replay::across(&runs_only, k);
+        t.add_row(vec![Cell::new(k), Cell::new(abs_pct(median)), Cell::new(abs_pct(mean))]);
+    }
+    println!("across {} runs\n{t}", runs_only.len());
+    if let Some(path) = json {
+        let runs_json: Vec<serde_json::Value> = results
+            .iter()
+            .map(|(r, label)| {
+                let figs: serde_json::Map<String, serde_json::Value> = r
+                    .figures
+                    .iter()
+                    .map(|(k, c)| (k.to_string(), serde_json::json!({"real": c.real, "sim": c.sim, "error": c.error})))
+                    .collect();
+                serde_json::json!({"run": r.run, "gpu": r.gpu, "model": r.model, "tp": r.tp, "step_model": label, "figures": figs})
+            })
+            .collect();
+        let across: serde_json::Map<String, serde_json::Value> = METRICS
+            .iter()
+            .map(|k| {
+                let (median, mean) = replay::across(&runs_only, k);
+                (k.to_string(), serde_json::json!({"median_abs_error": median, "mean_abs_error": mean}))
+            })
+            .collect();
+        let doc = serde_json::json!({"routelab": env!("CARGO_PKG_VERSION"), "runs": runs_json, "across": across});
+        write_atomically(path, &serde_json::to_string_pretty(&doc)?)?;
+    }
+    Ok(0)
+}
