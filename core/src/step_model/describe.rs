@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{DoesNotFit, StepModel};
+use super::{DoesNotFit, Step, StepModel};
 
 /// The `routelab step-model` text: KV bytes per token, KV capacity, prefill times for a few
 /// lengths, decode step times for a few batch sizes and contexts (memory_fraction 0.9, default
@@ -28,28 +28,75 @@ pub fn describe_model(sm: &StepModel) -> String {
         "step model: {} on {} × {} (tp {}), memory_fraction {}",
         m.name, sm.tp, g.name, sm.tp, sm.memory_fraction
     );
-    let _ = writeln!(
-        s,
-        "  compute   {:.1} TFLOP/s effective = {} TFLOP/s peak × mfu {} × tp {}",
-        c.flops_per_s / 1e12,
-        g.tflops,
-        e.mfu,
-        sm.tp
-    );
-    let _ = writeln!(
-        s,
-        "  bandwidth {:.1} GB/s effective = {} GB/s peak × mbu {} × tp {}",
-        c.bytes_per_s / 1e9,
-        g.bandwidth_gb_s,
-        e.mbu,
-        sm.tp
-    );
-    let _ = writeln!(
-        s,
-        "  step overhead {:.3} ms{}",
-        c.step_overhead_s * 1e3,
-        if sm.tp > 1 { " (includes 2 all-reduces per layer)" } else { "" }
-    );
+    match &sm.calibration {
+        None => {
+            let _ = writeln!(
+                s,
+                "  compute   {:.1} TFLOP/s effective = {} TFLOP/s peak × mfu {} × tp {}",
+                c.flops_per_s / 1e12,
+                g.tflops,
+                e.mfu,
+                sm.tp
+            );
+            let _ = writeln!(
+                s,
+                "  bandwidth {:.1} GB/s effective = {} GB/s peak × mbu {} × tp {}",
+                c.bytes_per_s / 1e9,
+                g.bandwidth_gb_s,
+                e.mbu,
+                sm.tp
+            );
+            let _ = writeln!(
+                s,
+                "  step overhead {:.3} ms{}",
+                c.step_overhead_s * 1e3,
+                if sm.tp > 1 { " (includes 2 all-reduces per layer)" } else { "" }
+            );
+        }
+        Some(cal) => {
+            let _ = writeln!(s, "  priced by the calibration '{}' ({})", cal.name, cal.source);
+            let fit = |k: &str| {
+                cal.fit.get(k).map_or(String::new(), |f| {
+                    format!("  [fit: median {:.1}%, P90 {:.1}% over {} points]", f.median_error * 100.0, f.p90_error * 100.0, f.points)
+                })
+            };
+            let _ = writeln!(
+                s,
+                "  dense, per layer      {:.0} GB/s reading weights, {:.0} TFLOP/s, {:.1} µs base{}",
+                cal.dense_gb_s,
+                cal.dense_tflops,
+                cal.dense_base_s * 1e6,
+                fit("dense")
+            );
+            let _ = writeln!(
+                s,
+                "  attention, per layer  {:.0} TFLOP/s prefill, {:.0} GB/s decode ({:.0} beside a prefill), {:.1} µs + {:.2} µs/decode{}",
+                cal.attention_tflops,
+                cal.attention_gb_s,
+                cal.attention_mixed_gb_s,
+                cal.attention_base_s * 1e6,
+                cal.attention_per_decode_s * 1e6,
+                fit("attention")
+            );
+            let _ = writeln!(
+                s,
+                "  LM head + sampler     {:.0} GB/s + {:.2} µs/sequence{}",
+                cal.head_gb_s,
+                cal.head_per_sequence_s * 1e6,
+                fit("head")
+            );
+            let _ = writeln!(s, "  per step              {:.3} ms", cal.step_overhead_s * 1e3);
+            if sm.tp > 1 {
+                let _ = writeln!(s, "  all-reduce            {:.0} µs + activations at {:.0} GB/s, 2 per layer", cal.allreduce_s * 1e6, cal.allreduce_gb_s);
+            }
+            let _ = writeln!(
+                s,
+                "  per request           {:.1} ms to the first token, {:.1} µs per later token",
+                cal.request_overhead_s * 1e3,
+                cal.output_token_s * 1e6
+            );
+        }
+    }
     let _ = writeln!(
         s,
         "  weights {:.2} GB ({} parameters × {} bytes)",
@@ -75,13 +122,13 @@ pub fn describe_model(sm: &StepModel) -> String {
     let _ = writeln!(s, "\nprefill, alone in one step (no cached context)");
     let _ = writeln!(s, "  {:>8}  {:>10}  {:>12}", "tokens", "time [s]", "tokens/s");
     for n in [512u64, 2_100, 8_000, 21_000] {
-        let t = c.prefill_time_s(n, 0);
+        let t = sm.pricer.step_time_s(&Step { decodes: 0, decode_context_tokens: 0, chunks: &[(n, 0)] });
         let _ = writeln!(s, "  {:>8}  {:>10.4}  {:>12.0}", n, t, n as f64 / t);
     }
     let _ = writeln!(s, "\ndecode step (one token per running request)");
     let _ = writeln!(s, "  {:>6}  {:>9}  {:>10}  {:>16}", "batch", "context", "step [ms]", "per request [ms]");
     for (batch, ctx) in [(1u64, 100u64), (1, 2_000), (8, 2_000), (32, 2_000), (64, 2_000), (32, 8_000)] {
-        let t = c.decode_step_time_s(batch, batch * ctx);
+        let t = sm.pricer.step_time_s(&Step { decodes: batch, decode_context_tokens: batch * ctx, chunks: &[] });
         let _ = writeln!(s, "  {:>6}  {:>9}  {:>10.2}  {:>16.2}", batch, ctx, t * 1e3, t * 1e3 / batch as f64);
     }
     s
