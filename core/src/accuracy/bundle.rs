@@ -40,6 +40,8 @@ pub struct Meta {
     pub dp: u32,
     pub max_num_seqs: u32,
     pub max_num_batched_tokens: u32,
+    /// `kv_cache_dtype` as the engine was given it (`auto`, `fp8`, `fp8_e4m3`, …).
+    pub kv_cache_dtype: String,
 }
 
 /// A measured run: its engine, its requests as measured, and its request stream.
@@ -131,6 +133,7 @@ fn read_meta(dir: &Path) -> Result<Meta, InputError> {
         dp: knob("data_parallel_size", 1)?,
         max_num_seqs: knob("max_num_seqs", 256)?,
         max_num_batched_tokens: knob("max_num_batched_tokens", 8192)?,
+        kv_cache_dtype: kw.get("kv_cache_dtype").and_then(Value::as_str).unwrap_or("auto").to_string(),
         model,
     };
     Ok(meta)

@@ -98,8 +98,18 @@ pub fn engine_spec(bundle: &Bundle, how: &Replay) -> Result<ClusterSpec, InputEr
     };
     let m = &bundle.meta;
     let tp = how.tp.unwrap_or(m.tp);
+    let kv = match m.kv_cache_dtype.as_str() {
+        d if d.starts_with("fp8") => "fp8",
+        "bfloat16" | "bf16" => "bf16",
+        "float16" | "fp16" | "half" => "fp16",
+        "auto" => "auto",
+        other => {
+            let fix = "use auto, fp8, bf16 or fp16".to_string();
+            return Err(bad("engine_kwargs.kv_cache_dtype", format!("unknown KV cache dtype '{other}'"), fix));
+        }
+    };
     let yaml = format!(
-        "{{replicas: {}, gpu: {gpu}, model: {model}, tp: {tp}, memory_fraction: 0.9, chunk_tokens: {}, \
+        "{{replicas: {}, gpu: {gpu}, model: {model}, tp: {tp}, kv_cache_dtype: {kv}, memory_fraction: 0.9, chunk_tokens: {}, \
          budget_counts_decode: true, max_batch_requests: {}, reservation: {{estimate: {{output_tokens: 1}}}}, \
          scheduler: fcfs, drain_s: 100000, generator: {{suffix_tokens: 1, output_tokens: 1}}, \
          arrivals: {{poisson: {{rate: 1}}}}, requests: {}}}",

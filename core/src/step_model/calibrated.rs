@@ -182,6 +182,7 @@ impl Calibration {
     pub fn for_model(&self, model: &Model, tp: u32) -> Calibrated {
         let tp = tp.max(1) as f64;
         let bpe = model.bytes_per_element as f64;
+        let kv_bpe = model.kv_bytes() as f64;
         let heads = (model.heads as f64 / tp).max(1.0);
         let kv_heads = (model.kv_heads as f64 / tp).max(1.0);
         let d = model.head_dim as f64;
@@ -195,8 +196,8 @@ impl Calibration {
             dense_per_token_s: 2.0 * model.layer_active_params() / tp / (self.dense_tflops * tf),
             attention_base_s: self.attention_base_s,
             attention_per_pair_s: 4.0 * heads * d / (self.attention_tflops * tf),
-            attention_per_kv_token_s: 2.0 * kv_heads * d * bpe / (self.attention_gb_s * gb),
-            attention_mixed_per_kv_token_s: 2.0 * kv_heads * d * bpe / (self.attention_mixed_gb_s * gb),
+            attention_per_kv_token_s: 2.0 * kv_heads * d * kv_bpe / (self.attention_gb_s * gb),
+            attention_mixed_per_kv_token_s: 2.0 * kv_heads * d * kv_bpe / (self.attention_mixed_gb_s * gb),
             attention_per_decode_s: self.attention_per_decode_s,
             comm_base_s: if comm { 2.0 * self.allreduce_s } else { 0.0 },
             comm_per_token_s: if comm { 2.0 * model.hidden as f64 * bpe / (self.allreduce_gb_s * gb) } else { 0.0 },

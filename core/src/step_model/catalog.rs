@@ -66,6 +66,7 @@ pub fn model(name: &str) -> Option<Model> {
         bytes_per_element: 2,
         vocab,
         active_parameters: active,
+        kv_bytes_per_element: None,
     })
 }
 

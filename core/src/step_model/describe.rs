@@ -57,7 +57,12 @@ pub fn describe_model(sm: &StepModel) -> String {
             let _ = writeln!(s, "  priced by the calibration '{}' ({})", cal.name, cal.source);
             let fit = |k: &str| {
                 cal.fit.get(k).map_or(String::new(), |f| {
-                    format!("  [fit: median {:.1}%, P90 {:.1}% over {} points]", f.median_error * 100.0, f.p90_error * 100.0, f.points)
+                    format!(
+                        "  [fit: median {:.1}%, P90 {:.1}% over {} points]",
+                        f.median_error * 100.0,
+                        f.p90_error * 100.0,
+                        f.points
+                    )
                 })
             };
             let _ = writeln!(
@@ -87,7 +92,12 @@ pub fn describe_model(sm: &StepModel) -> String {
             );
             let _ = writeln!(s, "  per step              {:.3} ms", cal.step_overhead_s * 1e3);
             if sm.tp > 1 {
-                let _ = writeln!(s, "  all-reduce            {:.0} µs + activations at {:.0} GB/s, 2 per layer", cal.allreduce_s * 1e6, cal.allreduce_gb_s);
+                let _ = writeln!(
+                    s,
+                    "  all-reduce            {:.0} µs + activations at {:.0} GB/s, 2 per layer",
+                    cal.allreduce_s * 1e6,
+                    cal.allreduce_gb_s
+                );
             }
             let _ = writeln!(
                 s,

@@ -72,9 +72,18 @@ pub struct Model {
     /// Parameters one token computes with, for a mixture of experts (absent = all of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_parameters: Option<u64>,
+    /// Bytes per KV-cache element when the cache has its own dtype (1 for FP8 KV beside bf16
+    /// weights); absent = `bytes_per_element`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_bytes_per_element: Option<u32>,
 }
 
 impl Model {
+    /// Bytes per KV-cache element.
+    pub fn kv_bytes(&self) -> u32 {
+        self.kv_bytes_per_element.unwrap_or(self.bytes_per_element)
+    }
+
     /// Weights of one decoder layer: all parameters but the embedding and the LM head, per layer.
     pub fn layer_weight_params(&self) -> f64 {
         (self.parameters as f64 - 2.0 * self.vocab as f64 * self.hidden as f64).max(0.0) / self.layers.max(1) as f64
@@ -192,7 +201,7 @@ impl StepModel {
         let tpf = tp.max(1) as f64;
         let weight_bytes = model.parameters as f64 * model.bytes_per_element as f64;
         let kv_bytes_per_token =
-            2.0 * model.layers as f64 * model.kv_heads as f64 * model.head_dim as f64 * model.bytes_per_element as f64;
+            2.0 * model.layers as f64 * model.kv_heads as f64 * model.head_dim as f64 * model.kv_bytes() as f64;
         let usable = gpu.memory_gb * 1e9 * tpf * memory_fraction;
         let free = usable - weight_bytes;
         if free < kv_bytes_per_token {
@@ -284,6 +293,17 @@ mod tests {
         assert_eq!(sm.cost.kv_bytes_per_token, 131_072.0);
         assert_eq!(sm.cost.weight_bytes, 14_483_464_192.0);
         assert_eq!(sm.kv_capacity_tokens, 219_089);
+    }
+
+    #[test]
+    fn an_fp8_kv_cache_halves_kv_bytes_and_keeps_the_weights() {
+        let bf16 = mistral_a6000();
+        let mut m = model("mistral-7b").unwrap();
+        m.kv_bytes_per_element = Some(1);
+        let fp8 = StepModel::new(gpu("a6000").unwrap(), m, 1, 0.9, Efficiency::default()).unwrap();
+        assert_eq!(fp8.cost.kv_bytes_per_token, bf16.cost.kv_bytes_per_token / 2.0);
+        assert_eq!(fp8.cost.weight_bytes, bf16.cost.weight_bytes);
+        assert_eq!(fp8.kv_capacity_tokens, 2 * bf16.kv_capacity_tokens + 1);
     }
 
     #[test]

@@ -379,9 +379,11 @@ fn seeded_mutations_of_every_workload_never_panic_or_hang() {
     while let Some(d) = dirs.pop() {
         for e in std::fs::read_dir(&d).unwrap() {
             let p = e.unwrap().path();
-            if p.is_dir() {
+            // Step-model profiles and measured runs are data beside the workloads, not workloads.
+            let data = p.file_name().is_some_and(|n| n == "profiles" || n == "ground-truth");
+            if p.is_dir() && !data {
                 dirs.push(p);
-            } else if p.extension().is_some_and(|x| x == "yaml") {
+            } else if p.extension().is_some_and(|x| x == "yaml") && !data {
                 files.push(p);
             }
         }

@@ -105,8 +105,12 @@ pub(super) fn summarize(
         .collect();
     m.push("latency_p99_low_hit_s", quantile(&mut low_hit, 0.99));
     m.push("ttft_mean_s", mean(&ttft));
+    m.push("ttft_p50_s", quantile(&mut ttft, 0.50));
+    m.push("ttft_p90_s", quantile(&mut ttft, 0.90));
     m.push("ttft_p99_s", quantile(&mut ttft, 0.99));
     m.push("tpot_mean_s", mean(&tpot));
+    m.push("tpot_p50_s", quantile(&mut tpot, 0.50));
+    m.push("tpot_p90_s", quantile(&mut tpot, 0.90));
     m.push("tpot_p99_s", quantile(&mut tpot, 0.99));
     m.push("throughput_rps", if last_done > first { done.len() as f64 / (last_done - first) } else { f64::NAN });
     m.push("hit_rate", if prompt > 0 { cached as f64 / prompt as f64 } else { 0.0 });

@@ -29,6 +29,9 @@
 //! longest prompt is known before the run).
 
 pub mod disaggregation;
+mod generator;
+
+pub use generator::{Contexts, Generator, Popularity, TokenShape, Tokens};
 
 use serde::{Deserialize, Serialize};
 
@@ -50,6 +53,9 @@ pub struct ClusterSpec {
     /// Tensor-parallel degree of a replica: 1, 2, 4 or 8.
     #[serde(default = "one")]
     pub tp: u32,
+    /// The KV cache's element type: `auto` (the weights'), `fp8` (1 byte) or `bf16`/`fp16` (2 bytes).
+    #[serde(default)]
+    pub kv_cache_dtype: KvCacheDtype,
     /// Share of GPU memory for weights and KV cache, in (0, 1]; the model must fit.
     #[serde(default = "default_memory_fraction")]
     pub memory_fraction: f64,
@@ -113,6 +119,19 @@ pub struct ClusterSpec {
     /// Adds `slo_attainment` and `goodput_rps` to the metrics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo: Option<super::slo::Slo>,
+}
+
+/// The KV cache's element type (vLLM's `kv_cache_dtype`).
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum KvCacheDtype {
+    /// The weights' type.
+    #[default]
+    Auto,
+    /// One byte per element (FP8 KV beside bf16 weights).
+    Fp8,
+    Bf16,
+    Fp16,
 }
 
 fn default_gpu() -> Choice<Gpu> {
@@ -182,142 +201,6 @@ pub enum Reservation {
     },
 }
 
-/// A bounded token-count distribution.
-#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
-#[serde(untagged)]
-pub enum Tokens {
-    /// A constant number of tokens.
-    Constant(u32),
-    // A one-key mapping (`{lognormal: {...}}`) both ways: serde_norway's default would write a
-    // YAML tag (`!lognormal`) that the untagged enum cannot read back.
-    Shaped(
-        #[serde(with = "serde_norway::with::singleton_map")]
-        #[schemars(with = "TokenShape")]
-        TokenShape,
-    ),
-}
-
-#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum TokenShape {
-    /// Uniform on [min, max].
-    Uniform { min: u32, max: u32 },
-    /// Lognormal with the given mean and coefficient of variation, redrawn above `max`.
-    Lognormal { mean: f64, cv: f64, max: u32 },
-}
-
-impl Tokens {
-    /// The largest value the distribution can produce.
-    pub fn max(&self) -> u32 {
-        match self {
-            Tokens::Constant(v) => *v,
-            Tokens::Shaped(TokenShape::Uniform { max, .. }) | Tokens::Shaped(TokenShape::Lognormal { max, .. }) => *max,
-        }
-    }
-
-    fn validate(&self, allow_zero: bool) -> Result<(), FieldError> {
-        match self {
-            Tokens::Constant(0) if !allow_zero => Err(FieldError::new("", "must be at least 1 token", "use e.g. 16")),
-            Tokens::Constant(_) => Ok(()),
-            Tokens::Shaped(TokenShape::Uniform { min, max }) => {
-                if min > max || (*max == 0 && !allow_zero) || (*min == 0 && !allow_zero) {
-                    Err(FieldError::new(
-                        "uniform",
-                        format!("needs 1 ≤ min ≤ max (got min {min}, max {max})"),
-                        "use e.g. {min: 8, max: 24}",
-                    ))
-                } else {
-                    Ok(())
-                }
-            }
-            Tokens::Shaped(TokenShape::Lognormal { mean, cv, max }) => {
-                if !(*mean >= 1.0 && mean.is_finite() && *cv > 0.0 && *cv <= MAX_CV) {
-                    Err(FieldError::new(
-                        "lognormal",
-                        format!("needs mean ≥ 1 and cv > 0 (got mean {mean:?}, cv {cv:?})"),
-                        "use e.g. {mean: 2000, cv: 0.5, max: 8000}",
-                    ))
-                } else if (*max as f64) < *mean {
-                    Err(FieldError::new(
-                        "lognormal.max",
-                        format!("must be at least the mean {mean} (got {max})"),
-                        "use e.g. 4 × the mean",
-                    ))
-                } else {
-                    Ok(())
-                }
-            }
-        }
-    }
-}
-
-/// What requests look like: a shared system prompt, an optional shared context, a unique suffix.
-#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Generator {
-    /// Shared by every request; short by default (short shared prefixes are what makes naive
-    /// affinity collapse).
-    #[serde(default = "default_system")]
-    pub system_prompt_tokens: u32,
-    /// Shared contexts (documents, tools, videos, environments, problems); none if absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub contexts: Option<Contexts>,
-    /// The unique part of each prompt (question, user turn); may be 0.
-    #[serde(default = "default_suffix")]
-    pub suffix_tokens: Tokens,
-    /// Tokens each request generates (ignored for trace replay, whose rows give them; a Mooncake
-    /// replay ignores the whole generator).
-    pub output_tokens: Tokens,
-    /// Parallel samples sharing one prompt, arriving together.
-    #[serde(default = "one")]
-    pub fanout: u32,
-    /// Turns per session: turn k's prompt is turn k−1's prompt plus its output plus a new suffix.
-    #[serde(default = "default_turns")]
-    pub turns: Tokens,
-    /// Mean (exponential) time between a session's turns, from the previous turn's arrival.
-    #[serde(default = "default_think")]
-    pub think_time_s: f64,
-}
-
-fn default_system() -> u32 {
-    13
-}
-fn default_suffix() -> Tokens {
-    Tokens::Constant(64)
-}
-fn default_turns() -> Tokens {
-    Tokens::Constant(1)
-}
-fn default_think() -> f64 {
-    5.0
-}
-
-#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Contexts {
-    /// How many distinct contexts (documents, tools, videos, …).
-    pub count: u32,
-    /// Length of each context in tokens (drawn once per context).
-    pub tokens: Tokens,
-    /// How a request picks its context: `uniform` or `{zipf: {s}}`.
-    #[serde(default, with = "serde_norway::with::singleton_map")]
-    #[schemars(with = "Popularity")]
-    pub popularity: Popularity,
-}
-
-#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq, Default)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum Popularity {
-    /// Every context equally likely.
-    #[default]
-    Uniform,
-    /// Context k (1-based, by rank) is chosen with probability ∝ k^−s.
-    Zipf {
-        /// Exponent, > 0: larger is more skewed.
-        s: f64,
-    },
-}
-
 /// How requests (all of them, counting turns and fanout) arrive.
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -377,10 +260,15 @@ impl ClusterSpec {
     pub fn step_model(&self) -> Result<StepModel, FieldError> {
         let gpu =
             self.gpu.resolve().map_err(|m| FieldError::new("gpu", m, "name a catalog GPU or give a full mapping"))?;
-        let model = self
+        let mut model = self
             .model
             .resolve()
             .map_err(|m| FieldError::new("model", m, "name a catalog model or give a full mapping"))?;
+        match self.kv_cache_dtype {
+            KvCacheDtype::Auto => {}
+            KvCacheDtype::Fp8 => model.kv_bytes_per_element = Some(1),
+            KvCacheDtype::Bf16 | KvCacheDtype::Fp16 => model.kv_bytes_per_element = Some(2),
+        }
         let sm = StepModel::new(gpu, model, self.tp, self.memory_fraction, self.efficiency.clone())
             .map_err(|e| FieldError::new("model", e.message, e.fix))?;
         let Some(choice) = &self.calibration else { return Ok(sm) };
@@ -601,58 +489,6 @@ impl ClusterSpec {
                 "gpu",
                 format!("the largest step would take {t:.3e} s (at most an hour is usable)"),
                 "give the GPU a realistic tflops and bandwidth_gb_s (an A6000: 154.8 and 768), and mfu/mbu near 0.7",
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl Generator {
-    pub fn validate(&self) -> Result<(), FieldError> {
-        self.suffix_tokens.validate(true).map_err(|e| e.under("suffix_tokens"))?;
-        self.output_tokens.validate(false).map_err(|e| e.under("output_tokens"))?;
-        self.turns.validate(false).map_err(|e| e.under("turns"))?;
-        if self.fanout == 0 {
-            return Err(FieldError::new(
-                "fanout",
-                "must be at least 1 (got 0)",
-                "use 1 for independent requests, 8 for 8 parallel samples",
-            ));
-        }
-        at_most("fanout", self.fanout, limits::MAX_FANOUT, "use e.g. 8 parallel samples")?;
-        at_most("turns", self.turns.max(), limits::MAX_TURNS, "use e.g. {uniform: {min: 1, max: 10}} turns")?;
-        if !(self.think_time_s >= 0.0 && self.think_time_s.is_finite()) {
-            return Err(FieldError::new(
-                "think_time_s",
-                format!("must be ≥ 0 (got {:?})", self.think_time_s),
-                "use e.g. 5",
-            ));
-        }
-        if let Some(c) = &self.contexts {
-            if c.count == 0 {
-                return Err(FieldError::new(
-                    "contexts.count",
-                    "must be at least 1 (got 0)",
-                    "use e.g. 300, or drop `contexts`",
-                ));
-            }
-            at_most("contexts.count", c.count, limits::MAX_CONTEXTS, "use e.g. 300 contexts")?;
-            c.tokens.validate(false).map_err(|e| e.under("contexts.tokens"))?;
-            if let Popularity::Zipf { s } = c.popularity {
-                if !(s > 0.0 && s.is_finite()) {
-                    return Err(FieldError::new(
-                        "contexts.popularity.zipf.s",
-                        format!("the Zipf exponent must be > 0 (got {s:?})"),
-                        "use e.g. 1.1 (larger is more skewed), or `popularity: uniform`",
-                    ));
-                }
-            }
-        }
-        if self.system_prompt_tokens == 0 && self.contexts.is_none() && self.suffix_tokens.max() == 0 {
-            return Err(FieldError::new(
-                "",
-                "every prompt would be empty",
-                "give a system prompt, contexts or suffix tokens",
             ));
         }
         Ok(())
