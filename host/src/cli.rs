@@ -154,7 +154,9 @@ fn execute(command: Command) -> Result<i32> {
             Ok(0)
         }
         Command::StepModel { gpu, model, tp, calibration } => accuracy::step_model(&gpu, &model, tp, calibration),
-        Command::Calibrate { profile, runs, name, out } => accuracy::calibrate(&profile, &runs, name, out.as_deref()),
+        Command::Calibrate { profile, runs, allreduce, name, out } => {
+            accuracy::calibrate(&profile, &runs, allreduce.as_deref(), name, out.as_deref())
+        }
         Command::Accuracy { runs, stream, gpu, model, tp, calibration, json } => {
             accuracy::accuracy(&runs, stream.as_deref(), gpu, model, tp, calibration, json.as_deref())
         }

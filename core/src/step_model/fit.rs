@@ -256,6 +256,47 @@ pub fn fit_kernels(dir: &Path, model: &Model, base: &Calibration) -> Result<Cali
     Ok(c)
 }
 
+/// Fits `allreduce_s` and `allreduce_gb_s` to measured all-reduce times of a `tp`-GPU group
+/// (AIConfigurator's `custom_allreduce` layout: `num_gpus,message_size,latency_ms` with
+/// `message_size` in elements of `bytes_per_element` bytes, `backend` `vllm_graph` rows when the
+/// file has both): `latency = allreduce_s + bytes / allreduce_gb_s`, least squares on relative
+/// error. Returns the profile with both set and their fit.
+pub fn fit_allreduce(
+    file: &Path,
+    tp: u32,
+    bytes_per_element: u32,
+    base: &Calibration,
+) -> Result<Calibration, MeasurementError> {
+    let text = std::fs::read_to_string(file).map_err(|e| MeasurementError {
+        file: file.display().to_string(),
+        line: None,
+        field: String::new(),
+        message: format!("cannot read it: {e}"),
+    })?;
+    let header: Vec<&str> = text.lines().next().unwrap_or("").split(',').collect();
+    let backend = header.iter().position(|h| *h == "backend");
+    let rows = read_csv(file, &["num_gpus", "message_size", "latency_ms"])?;
+    let lines: Vec<&str> = text.lines().collect();
+    let graph = |line: usize| backend.is_none_or(|b| lines[line - 1].split(',').nth(b) == Some("vllm_graph"));
+    let points: Vec<(f64, f64)> = rows
+        .iter()
+        .filter(|(line, _, v)| v[0] == tp as f64 && graph(*line))
+        .map(|(_, _, v)| (v[1] * bytes_per_element as f64, v[2] * 1e-3))
+        .collect();
+    let rows_ls: Vec<_> = points.iter().map(|&(b, t)| (vec![1.0, b], t, 1.0 / (t * t))).collect();
+    let x = least_squares(&rows_ls).filter(|x| x[1] > 0.0).ok_or_else(|| MeasurementError {
+        file: file.display().to_string(),
+        line: None,
+        field: "num_gpus".into(),
+        message: format!("too few all-reduce measurements on {tp} GPUs to fit latency and bandwidth"),
+    })?;
+    let mut c = base.clone();
+    c.allreduce_s = x[0].max(0.0);
+    c.allreduce_gb_s = 1.0 / x[1] / 1e9;
+    c.fit.insert("allreduce".into(), term_fit(points.iter().map(|&(b, t)| (c.allreduce_s + b * x[1], t))));
+    Ok(c)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,5 +415,27 @@ mod tests {
         let e = fit_kernels(&dir, &m, &Calibration::unfitted("x", "a6000", "")).unwrap_err();
         assert_eq!(e.field, "tokens", "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_all_reduce_fit_recovers_latency_and_bandwidth() {
+        let dir = std::env::temp_dir().join(format!("routelab-ar-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut text = String::from("gpu,backend,num_gpus,message_size,latency_ms\n");
+        for k in 7..28 {
+            let elems = 1u64 << k;
+            let ms = (12e-6 + elems as f64 * 2.0 / 15e9) * 1e3;
+            text.push_str(&format!(
+                "x,vllm_graph,2,{elems},{ms}\nx,vllm_eager,2,{elems},{}\nx,vllm_graph,4,{elems},1.0\n",
+                ms * 3.0
+            ));
+        }
+        let file = dir.join("custom_allreduce.csv");
+        std::fs::write(&file, text).unwrap();
+        let c = fit_allreduce(&file, 2, 2, &Calibration::unfitted("x", "a6000", "")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!((c.allreduce_s - 12e-6).abs() < 1e-12, "{}", c.allreduce_s);
+        assert!((c.allreduce_gb_s - 15.0).abs() < 1e-6, "{}", c.allreduce_gb_s);
+        assert_eq!(c.fit["allreduce"].points, 21);
     }
 }

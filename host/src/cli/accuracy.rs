@@ -80,7 +80,13 @@ fn profile_meta(dir: &Path) -> Result<(String, String), InputError> {
     Ok((gpu.into(), model.into()))
 }
 
-pub fn calibrate(profile: &Path, runs: &[PathBuf], name: Option<String>, out: Option<&Path>) -> Result<i32> {
+pub fn calibrate(
+    profile: &Path,
+    runs: &[PathBuf],
+    allreduce: Option<&Path>,
+    name: Option<String>,
+    out: Option<&Path>,
+) -> Result<i32> {
     let (gpu, model_name) = profile_meta(profile)?;
     let model = step_model::model(&model_name).expect("a catalog name");
     let name = name.unwrap_or_else(|| gpu.clone());
@@ -95,16 +101,18 @@ pub fn calibrate(profile: &Path, runs: &[PathBuf], name: Option<String>, out: Op
         }
     );
     let base = Calibration::unfitted(&name, &gpu, &source);
-    let mut c = fit::fit_kernels(profile, &model, &base).map_err(|e| {
-        let file = PathBuf::from(&e.file);
-        InputError {
-            file,
-            path: e.field,
-            line: e.line,
-            message: e.message,
-            fix: "see docs/accuracy.md for the layout".into(),
-        }
-    })?;
+    let measurement = |e: fit::MeasurementError| InputError {
+        file: PathBuf::from(&e.file),
+        path: e.field,
+        line: e.line,
+        message: e.message,
+        fix: "see docs/accuracy.md for the layout".into(),
+    };
+    let mut c = fit::fit_kernels(profile, &model, &base).map_err(measurement)?;
+    if let Some(f) = allreduce {
+        c = fit::fit_allreduce(f, 2, model.bytes_per_element, &c).map_err(measurement)?;
+        c.source.push_str(&format!("; all-reduce: fitted to {}", f.display()));
+    }
     let mut overhead_error = None;
     if !bundles.is_empty() {
         let how = Replay { calibration: Some(c.clone()), ..Replay::default() };
@@ -157,12 +165,10 @@ pub fn calibrate(profile: &Path, runs: &[PathBuf], name: Option<String>, out: Op
         overhead_error.map_or(" (not fitted)".into(), |e| format!(" (mean TPOT error after fit {:+.1}%)", e * 100.0))
     );
     row(&mut t, "per-step overhead", oh, None);
-    row(
-        &mut t,
-        "all-reduce (tp > 1)",
-        format!("{:.0} µs, {:.0} GB/s (default)", c.allreduce_s * 1e6, c.allreduce_gb_s),
-        None,
-    );
+    let ar = c.fit.get("allreduce");
+    let how = if ar.is_some() { "two GPUs, measured" } else { "default, not fitted" };
+    let value = format!("{:.1} µs, {:.1} GB/s ({how})", c.allreduce_s * 1e6, c.allreduce_gb_s);
+    row(&mut t, "all-reduce (tp > 1)", value, ar);
     eprintln!("{t}");
     let yaml = serde_norway::to_string(&c).context("writing the profile")?;
     match out {

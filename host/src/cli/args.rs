@@ -217,6 +217,10 @@ pub enum Command {
         /// Measured run folders to fit the per-step overhead on (see `routelab accuracy`).
         #[arg(long, num_args = 1..)]
         runs: Vec<PathBuf>,
+        /// Measured all-reduce times (AIConfigurator's custom_allreduce CSV) to fit the two-GPU
+        /// all-reduce latency and bandwidth from (default: 15 µs and 50 GB/s, not fitted).
+        #[arg(long)]
+        allreduce: Option<PathBuf>,
         /// The profile's name (default: the catalog GPU).
         #[arg(long)]
         name: Option<String>,

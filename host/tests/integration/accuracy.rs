@@ -39,14 +39,14 @@ fn the_calibrated_model_matches_the_llama_run_and_the_roofline_does_not() {
     assert!(roofline < -0.15, "the roofline's TTFT error: {roofline}");
 }
 
-/// Held out: Qwen3-32B on two GPUs was fitted on nothing. Its error is pinned where it stands
-/// (docs/accuracy.md explains it: the all-reduce over PCIe is priced from defaults, not fitted).
+/// Held out: Qwen3-32B on two GPUs was fitted on nothing (its all-reduce comes from measured
+/// kernel times, not from the run). Its errors are pinned where they stand (docs/accuracy.md).
 #[test]
 fn the_held_out_tp2_run_stays_in_its_documented_band() {
-    let e = errors(&[QWEN], "tpot_mean_s")[0];
-    assert!((-0.35..-0.15).contains(&e), "Qwen3-32B TPOT error {e}");
-    let e = errors(&[QWEN], "latency_mean_s")[0];
-    assert!((-0.40..-0.20).contains(&e), "Qwen3-32B latency error {e}");
+    for key in ["ttft_mean_s", "tpot_mean_s", "latency_mean_s", "tpot_p99_s", "latency_p99_s"] {
+        let e = errors(&[QWEN], key)[0];
+        assert!((-0.12..-0.05).contains(&e), "Qwen3-32B {key} error {e}");
+    }
 }
 
 /// A copy of the Llama run to break, in a fresh folder.
