@@ -308,41 +308,36 @@ mod tests {
         assert_eq!((r.len(), r.signal_columns, r.signals.len()), (3, 0, 0));
     }
 
-    /// Scraped signals hold the last scrape and its age; without a scrape they are the live view.
-    struct ReadsScraped;
+    /// Asks for `names` and always routes to replica 0.
+    struct Asks(&'static [&'static str]);
 
-    impl Policy for ReadsScraped {
-        const NAME: &'static str = "reads_scraped";
+    impl Policy for Asks {
+        const NAME: &'static str = "asks";
         const DESCRIPTION: &'static str = "test router";
         type Config = routelab_policies::NoConfig;
         type Context = RouterContext;
         fn new(_: Self::Config, _: &RouterContext) -> Result<Self, String> {
-            Ok(Self)
+            Ok(Self(&[]))
         }
     }
 
-    impl RouterPolicy for ReadsScraped {
+    impl RouterPolicy for Asks {
         fn signals(&self) -> Vec<String> {
-            vec![signals::SCRAPED_WAITING.into(), signals::SCRAPED_AGE_S.into(), signals::WAITING.into()]
+            self.0.iter().map(|n| n.to_string()).collect()
         }
         fn route(&mut self, _: &Request<'_>, _: &Replicas<'_>) -> usize {
             0
         }
     }
 
+    fn table_for(names: &'static [&'static str]) -> SignalTable {
+        SignalTable::negotiate(&Router_TO::from_value(Guarded::new(Asks(names)), TD_Opaque)).unwrap()
+    }
+
     #[test]
     fn scraped_signals_are_the_last_scrape_with_its_age() {
-        let ctx = RouterContext {
-            world: World::Cluster,
-            replicas: 1,
-            seed: 1,
-            kv_capacity_tokens: 100,
-            cost: RNone,
-            disaggregation: RNone,
-        };
-        let router =
-            Router_TO::from_value(Guarded::new(ReadsScraped::new(Default::default(), &ctx).unwrap()), TD_Opaque);
-        let mut table = SignalTable::negotiate(&router).unwrap();
+        // Scraped signals hold the last scrape and its age; without a scrape they are the live view.
+        let mut table = table_for(&[signals::SCRAPED_WAITING, signals::SCRAPED_AGE_S, signals::WAITING]);
         assert!(table.reads_scrapes());
         let live = |waiting| [ReplicaView { waiting, ..Default::default() }];
         assert_eq!(table.replicas(&live(4), 1.0).signals.as_slice(), &[4.0, 0.0, 4.0], "never scraped: fresh");
@@ -354,34 +349,7 @@ mod tests {
 
     #[test]
     fn world_figures_fill_their_signals_and_default_to_zero() {
-        struct Asks;
-        impl Policy for Asks {
-            const NAME: &'static str = "asks";
-            const DESCRIPTION: &'static str = "test router";
-            type Config = routelab_policies::NoConfig;
-            type Context = RouterContext;
-            fn new(_: Self::Config, _: &RouterContext) -> Result<Self, String> {
-                Ok(Self)
-            }
-        }
-        impl RouterPolicy for Asks {
-            fn signals(&self) -> Vec<String> {
-                vec![signals::PREFILLING.into(), signals::BUSY_UNTIL.into()]
-            }
-            fn route(&mut self, _: &Request<'_>, _: &Replicas<'_>) -> usize {
-                0
-            }
-        }
-        let ctx = RouterContext {
-            world: World::Cluster,
-            replicas: 3,
-            seed: 1,
-            kv_capacity_tokens: 100,
-            cost: RNone,
-            disaggregation: RNone,
-        };
-        let router = Router_TO::from_value(Guarded::new(Asks::new(Default::default(), &ctx).unwrap()), TD_Opaque);
-        let mut table = SignalTable::negotiate(&router).unwrap();
+        let mut table = table_for(&[signals::PREFILLING, signals::BUSY_UNTIL]);
         table.set_prefilling(1, 4);
         table.set_busy_until(1, 2.5);
         let views = [ReplicaView::default(); 3];

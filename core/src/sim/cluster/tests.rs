@@ -368,14 +368,21 @@ impl RouterPolicy for ScrapedLeastWaiting {
     }
 }
 
-fn run_scraped(spec: &ClusterSpec) -> RunOutcome {
+/// Runs test router `P` (built from its default config) on `spec`, seed 1.
+fn run_test_router<P>(spec: &ClusterSpec) -> RunOutcome
+where
+    P: RouterPolicy + Policy<Config = routelab_policies::NoConfig, Context = RouterContext> + 'static,
+{
     use abi_stable::sabi_trait::TD_Opaque;
     let sm = spec.step_model().unwrap();
     let ctx = router_context(&sm, spec.replicas, 1);
-    let router =
-        Router_TO::from_value(Guarded::new(ScrapedLeastWaiting::new(Default::default(), &ctx).unwrap()), TD_Opaque);
+    let router = Router_TO::from_value(Guarded::new(P::new(Default::default(), &ctx).unwrap()), TD_Opaque);
     let stream = generate(spec, None, 1).unwrap();
-    run_cluster(spec, &stream, router, "scraped_least_waiting", 1).unwrap()
+    run_cluster(spec, &stream, router, P::NAME, 1).unwrap()
+}
+
+fn run_scraped(spec: &ClusterSpec) -> RunOutcome {
+    run_test_router::<ScrapedLeastWaiting>(spec)
 }
 
 #[test]
@@ -443,15 +450,9 @@ impl RouterPolicy for ReadsPrefilling {
 
 #[test]
 fn the_prefilling_signal_counts_admitted_requests_before_their_first_token() {
-    use abi_stable::sabi_trait::TD_Opaque;
     let mut spec = preset("tool_use");
     spec.requests = Some(400);
-    let sm = spec.step_model().unwrap();
-    let ctx = router_context(&sm, spec.replicas, 1);
-    let router =
-        Router_TO::from_value(Guarded::new(ReadsPrefilling::new(Default::default(), &ctx).unwrap()), TD_Opaque);
-    let stream = generate(&spec, None, 1).unwrap();
-    let o = run_cluster(&spec, &stream, router, "reads_prefilling", 1).unwrap();
+    let o = run_test_router::<ReadsPrefilling>(&spec);
     assert!(m(&o, "router.max") >= 1.0, "{:?}", o.metrics);
     assert!(m(&o, "router.unseen_by_waiting") > 0.0, "{:?}", o.metrics);
 }
