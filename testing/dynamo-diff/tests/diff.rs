@@ -470,3 +470,39 @@ fn dynamo_kv_matches_dynamo_kv_router_1_6_1() {
     assert_eq!(counts.decisions, scenarios * decisions);
     assert!(counts.ties > 0 && counts.softmax_decisions > 0 && counts.evicted_paths > 0 && counts.first_tokens > 0);
 }
+
+/// `pd_dynamo`'s bypass rule against upstream's `IslBoundingPolicy` (`src/conditional_disagg.rs`)
+/// on random prompts, decode-side hits and thresholds, edges included (empty prompts, hits
+/// longer than the prompt, thresholds 0 and 1).
+#[test]
+fn isl_bounding_matches_upstreams_policy() {
+    use dynamo_kv_router::conditional_disagg::{
+        ConditionalDisaggDecisionInput, ConditionalDisaggPolicy, IslBoundingPolicy,
+    };
+    use routelab_policies::pd::pd_dynamo::isl_bounding;
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    let mut rng = fastrand::Rng::with_seed(7);
+    let (mut bypassed, mut cases) = (0, 0);
+    for _ in 0..200_000 {
+        let prompt = if rng.bool() { pick(&mut rng, &[0, 1, 511, 512, 2048, 4000, 30_000]) } else { rng.u32(0..8_000) };
+        let cached = match rng.u32(0..4) {
+            0 => prompt,
+            1 => prompt + rng.u32(0..100),
+            _ => rng.u32(0..=prompt),
+        };
+        let threshold = pick(&mut rng, &[0, 1, 2048, 2048, 10_000]);
+        let ratio = pick(&mut rng, &[0.0, 0.3, 0.7, 0.7, 1.0]);
+        let policy = IslBoundingPolicy::new(true, threshold as usize, ratio);
+        let input = ConditionalDisaggDecisionInput::new(prompt as usize, cached as usize);
+        let mut future = policy.should_bypass_remote_prefill(input);
+        let Poll::Ready(theirs) = future.as_mut().poll(&mut Context::from_waker(Waker::noop())) else {
+            panic!("upstream's rule is synchronous")
+        };
+        assert_eq!(isl_bounding(prompt, cached, threshold, ratio), theirs, "{prompt} {cached} {threshold} {ratio}");
+        bypassed += u32::from(theirs);
+        cases += 1;
+    }
+    assert!(bypassed > 1_000 && bypassed < cases - 1_000, "both outcomes occur: {bypassed} of {cases}");
+}
