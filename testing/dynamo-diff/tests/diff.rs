@@ -480,7 +480,6 @@ fn isl_bounding_matches_upstreams_policy() {
         ConditionalDisaggDecisionInput, ConditionalDisaggPolicy, IslBoundingPolicy,
     };
     use routelab_policies::pd::pd_dynamo::isl_bounding;
-    use std::future::Future;
     use std::task::{Context, Poll, Waker};
 
     let mut rng = fastrand::Rng::with_seed(7);
