@@ -27,8 +27,8 @@
 //! conditional disagg leaves a positive overlap credit in place, prefer cache-hot decode workers
 //! while still charging decode backlog": `max(0, decode_blocks − overlap_credit_blocks)`);
 //! ai-dynamo/dynamo `docs/components/router/router-disaggregated-serving.md` (prefill router with
-//! the KV cost, then the decode router). `testing/dynamo-diff` checks the decode formula against
-//! the crate.
+//! the KV cost, then the decode router). `testing/dynamo-diff` checks the decode formula and the
+//! bypass rule against the crate.
 //!
 //! Deviations: the decode worker's cached tokens for the bypass are the host's exact match on
 //! that instance (cached or being computed), where Dynamo reads its KV-event index;
