@@ -71,6 +71,11 @@ impl RouterHandle {
         self.signals.set_busy_until(replica, at);
     }
 
+    /// Requests admitted to `replica` whose first token is not out yet: the `prefilling` signal.
+    pub fn set_prefilling(&mut self, replica: usize, requests: u32) {
+        self.signals.set_prefilling(replica, requests);
+    }
+
     /// What the router asked for at creation (read once).
     pub fn capabilities(&self) -> Capabilities {
         self.caps

@@ -31,12 +31,21 @@ impl Scrape {
     }
 }
 
+/// Per-replica figures a world sets that are not in the view (0 until it sets them).
+#[derive(Clone, Copy, Debug, Default)]
+struct Figures {
+    /// When its queued work ends (dispatch world).
+    busy_until: f64,
+    /// Requests admitted whose first token is not out yet (cluster world).
+    prefilling: f64,
+}
+
 /// What the host knows of one replica when it fills its row: the view, the last scrape of it,
-/// when its queued work ends (0 where the world does not say) and the time of the decision.
+/// the figures the world set and the time of the decision.
 struct Row<'a> {
     view: &'a ReplicaView,
     scrape: Scrape,
-    busy_until: f64,
+    figures: Figures,
     now: f64,
 }
 
@@ -57,7 +66,8 @@ fn column(name: &str) -> Option<Column> {
         signals::SCRAPED_RUNNING => |r| r.scrape.running,
         signals::SCRAPED_KV_UTILISATION => |r| r.scrape.kv_utilisation,
         signals::SCRAPED_AGE_S => |r| (r.now - r.scrape.at_s).max(0.0),
-        signals::BUSY_UNTIL => |r| r.busy_until,
+        signals::BUSY_UNTIL => |r| r.figures.busy_until,
+        signals::PREFILLING => |r| r.figures.prefilling,
         _ => return None,
     })
 }
@@ -77,8 +87,8 @@ pub struct SignalTable {
     /// The last scrape of every replica; empty until the world scrapes, and then the `scraped.`
     /// signals read the live view (a world that never scrapes is always fresh).
     scraped: Vec<Scrape>,
-    /// Per replica, when its queued work ends, as the world last set it (empty: 0 for all).
-    busy_until: Vec<f64>,
+    /// Per replica, the figures the world last set (empty: 0 for all).
+    figures: Vec<Figures>,
     /// The world reports every changed view ([`Self::changed`]), so only those rows are refilled.
     tracked: bool,
     /// Rows to refill before the next decision (may repeat), or every row.
@@ -147,13 +157,23 @@ impl SignalTable {
 
     /// When `replica`'s queued work ends (the `busy_until` signal); also marks it changed.
     pub fn set_busy_until(&mut self, replica: usize, at: f64) {
+        self.set_figure(replica, |f| f.busy_until = at);
+    }
+
+    /// Requests admitted to `replica` whose first token is not out yet (the `prefilling`
+    /// signal); also marks it changed.
+    pub fn set_prefilling(&mut self, replica: usize, requests: u32) {
+        self.set_figure(replica, |f| f.prefilling = requests as f64);
+    }
+
+    fn set_figure(&mut self, replica: usize, set: impl FnOnce(&mut Figures)) {
         if self.columns.is_empty() {
             return;
         }
-        if self.busy_until.len() <= replica {
-            self.busy_until.resize(replica + 1, 0.0);
+        if self.figures.len() <= replica {
+            self.figures.resize(replica + 1, Figures::default());
         }
-        self.busy_until[replica] = at;
+        set(&mut self.figures[replica]);
         self.changed(replica);
     }
 
@@ -213,7 +233,7 @@ impl SignalTable {
         let row = Row {
             view: v,
             scrape: self.scraped.get(i).copied().unwrap_or_else(|| Scrape::of(v, now_s)),
-            busy_until: self.busy_until.get(i).copied().unwrap_or(0.0),
+            figures: self.figures.get(i).copied().unwrap_or_default(),
             now: now_s,
         };
         let k = self.columns.len();
@@ -288,41 +308,36 @@ mod tests {
         assert_eq!((r.len(), r.signal_columns, r.signals.len()), (3, 0, 0));
     }
 
-    /// Scraped signals hold the last scrape and its age; without a scrape they are the live view.
-    struct ReadsScraped;
+    /// Asks for `names` and always routes to replica 0.
+    struct Asks(&'static [&'static str]);
 
-    impl Policy for ReadsScraped {
-        const NAME: &'static str = "reads_scraped";
+    impl Policy for Asks {
+        const NAME: &'static str = "asks";
         const DESCRIPTION: &'static str = "test router";
         type Config = routelab_policies::NoConfig;
         type Context = RouterContext;
         fn new(_: Self::Config, _: &RouterContext) -> Result<Self, String> {
-            Ok(Self)
+            Ok(Self(&[]))
         }
     }
 
-    impl RouterPolicy for ReadsScraped {
+    impl RouterPolicy for Asks {
         fn signals(&self) -> Vec<String> {
-            vec![signals::SCRAPED_WAITING.into(), signals::SCRAPED_AGE_S.into(), signals::WAITING.into()]
+            self.0.iter().map(|n| n.to_string()).collect()
         }
         fn route(&mut self, _: &Request<'_>, _: &Replicas<'_>) -> usize {
             0
         }
     }
 
+    fn table_for(names: &'static [&'static str]) -> SignalTable {
+        SignalTable::negotiate(&Router_TO::from_value(Guarded::new(Asks(names)), TD_Opaque)).unwrap()
+    }
+
     #[test]
     fn scraped_signals_are_the_last_scrape_with_its_age() {
-        let ctx = RouterContext {
-            world: World::Cluster,
-            replicas: 1,
-            seed: 1,
-            kv_capacity_tokens: 100,
-            cost: RNone,
-            disaggregation: RNone,
-        };
-        let router =
-            Router_TO::from_value(Guarded::new(ReadsScraped::new(Default::default(), &ctx).unwrap()), TD_Opaque);
-        let mut table = SignalTable::negotiate(&router).unwrap();
+        // Scraped signals hold the last scrape and its age; without a scrape they are the live view.
+        let mut table = table_for(&[signals::SCRAPED_WAITING, signals::SCRAPED_AGE_S, signals::WAITING]);
         assert!(table.reads_scrapes());
         let live = |waiting| [ReplicaView { waiting, ..Default::default() }];
         assert_eq!(table.replicas(&live(4), 1.0).signals.as_slice(), &[4.0, 0.0, 4.0], "never scraped: fresh");
@@ -330,5 +345,14 @@ mod tests {
         assert_eq!(table.replicas(&live(9), 2.03).signals.as_slice()[0], 3.0);
         assert!((table.replicas(&live(9), 2.03).signals.as_slice()[1] - 0.03).abs() < 1e-12);
         assert_eq!(table.replicas(&live(9), 2.03).signals.as_slice()[2], 9.0, "unscraped signals stay live");
+    }
+
+    #[test]
+    fn world_figures_fill_their_signals_and_default_to_zero() {
+        let mut table = table_for(&[signals::PREFILLING, signals::BUSY_UNTIL]);
+        table.set_prefilling(1, 4);
+        table.set_busy_until(1, 2.5);
+        let views = [ReplicaView::default(); 3];
+        assert_eq!(table.replicas(&views, 0.0).signals.as_slice(), &[0.0, 0.0, 4.0, 2.5, 0.0, 0.0]);
     }
 }

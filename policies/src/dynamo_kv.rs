@@ -3,16 +3,20 @@
 //! Algorithm (per request, for every replica w; block = `block_tokens` tokens):
 //! 1. `overlap_w` = leading blocks of the prompt the router believes w has cached (chained block
 //!    hashes, full blocks only, matched from block 0 without a gap).
-//! 2. `prefill_blocks_w = (active_prefill_tokens_w + prompt_tokens) / block_tokens`, where
-//!    `active_prefill_tokens_w` is the uncached prompt tokens of w's requests still waiting for
-//!    their prefill.
-//! 3. `decode_blocks_w` = the distinct prompt blocks of w's in-flight requests plus the blocks of
-//!    this prompt not among them (KV blocks de-duplicated by hash: `router_assume_kv_reuse`).
-//! 4. `cost_w = prefill_load_scale · max(prefill_blocks_w − overlap_score_credit · overlap_w, 0)
-//!    + decode_blocks_w`.
+//! 2. `prefill_blocks_w = (active_prefill_tokens_w + prompt_tokens) / block_tokens` (a fraction),
+//!    where `active_prefill_tokens_w` is the uncached prompt tokens (`prompt − overlap · block`
+//!    at dispatch) of w's requests whose first token is not out yet.
+//! 3. `decode_blocks_w` = the distinct prompt blocks of w's in-flight requests plus the full
+//!    blocks of this prompt (`prompt_tokens / block_tokens`, rounded down) not among them (KV
+//!    blocks de-duplicated by hash: `router_assume_kv_reuse`).
+//! 4. `role: aggregated` (default; also the prefill pool): `cost_w = prefill_load_scale ·
+//!    max(prefill_blocks_w − overlap_score_credit · overlap_w, 0) + decode_blocks_w`.
+//!    `role: decode` (a decode pool: no prefill tracking): `cost_w = max(0, decode_blocks_w −
+//!    overlap_score_credit · overlap_w)`, which is `decode_blocks_w` at credit 0.
 //! 5. `temperature` 0: the lowest cost, ties uniformly at random (reservoir sampling). Above 0:
 //!    sample w with probability ∝ `exp(−(cost_w − min) / ((max − min) · temperature))`
-//!    (uniform when all costs are equal).
+//!    (uniform when all costs are equal), computed as upstream computes it
+//!    ([`softmax_sample_index`]), so one draw picks the same replica in both.
 //! 6. At dispatch the prompt's blocks are recorded for w. Prefix state (`prefix_state`):
 //!    `events` — kept until the replica reports evicting them (`on_evict`, which the host
 //!    delivers after the workload's `eviction_delay_s`: Dynamo's KV events); `approximate` —
@@ -20,27 +24,44 @@
 //!    (`--no-router-kv-events`), expiry rounded up to 100 ms buckets as upstream does.
 //!
 //! Parameters (defaults): `block_tokens` 16, `overlap_score_credit` 1.0, `prefill_load_scale`
-//! 1.0, `temperature` 0, `prefix_state` events, `ttl_s` 120.
+//! 1.0, `temperature` 0, `prefix_state` events, `ttl_s` 120, `role` aggregated.
 //! `block_tokens` 16: Dynamo takes the block size from the engine, and 16 is vLLM's default KV
 //! block on CUDA (SGLang pages are 1 token, TensorRT-LLM's default 32): the common deployment.
 //!
 //! Source: ai-dynamo/dynamo `lib/kv-router`, read in the published crate `dynamo-kv-router`
-//! 1.6.1: `src/scheduling/selector/reference.rs` (`worker_logit`, `softmax_sample_index`,
-//! reservoir ties), `src/scheduling/config.rs` (defaults), `src/indexer/pruning.rs` (TTL 120 s,
-//! 100 ms buckets, refreshed by every routing decision), `src/protocols.rs` (full blocks only),
-//! `src/sequences/prefill_tracker.rs` (active prefill tokens).
+//! 1.6.1 (crates.io), paths inside it:
+//! - `src/scheduling/selector/reference.rs`: `worker_logit` (l. 286–422: the decode-pool branch
+//!   `max(0, decode_blocks − overlap_credit_blocks)` at l. 340–363 when `worker_type ==
+//!   "decode"`, no prefill tracking and a positive credit; otherwise `raw_prefill_tokens =
+//!   active_prefill_tokens + isl` at l. 366–378), `softmax_sample_index` (l. 40–89),
+//!   reservoir ties (`pick_default_worker`, l. 526–543);
+//! - `src/scheduling/selector/mod.rs` l. 247–256: `decode_cost_blocks =
+//!   potential_decode_blocks()`; `src/sequences/prompt_registry.rs` l. 41 and l. 312–318:
+//!   `active_decode_blocks + additional_active_blocks`, the latter `query_len − overlap_depth`
+//!   over the request's block hashes, which `src/protocols.rs` l. 114–129
+//!   (`complete_block_count`: `tokens / block_size`) makes full blocks only;
+//! - `src/sequences/prefill_tracker.rs` and `src/scheduling/prefill_load.rs` l. 17
+//!   (`effective_prefill_tokens = isl − cached`, no decay without a duration estimate);
+//!   `src/sequences/multi_worker.rs` l. 1057 (`mark_prefill_completed`, called on the first
+//!   token, drops a request's prefill tokens);
+//! - `src/scheduling/config.rs` (defaults), `src/indexer/pruning.rs` (TTL 120 s, 100 ms
+//!   buckets, refreshed by every routing decision).
+//!
+//! `testing/dynamo-diff` runs this router and the crate's on the same states and asserts equal
+//! costs, cheapest sets and softmax picks.
 //!
 //! Deviations, and why:
-//! - Dynamo learns a request's prefill is done from its first streamed token; the host gives a
-//!   router no first-token hook, so the requests still waiting are taken as the last
-//!   `waiting_w` dispatched to w (FIFO admission) — an engine metric, read in
-//!   [`DynamoKv::queued_requests`] only. A request mid-prefill (chunked) counts as done. It is
-//!   the live count, not the `scraped.waiting` signal: it stands in for Dynamo's own tracking,
-//!   which is exact, not for a scrape.
+//! - Dynamo learns a request's prefill is done from its first streamed token. Here the
+//!   requests that still owe theirs are the last `waiting_w + prefilling_w` dispatched to w
+//!   (FIFO admission and first tokens; `prefilling` is the engine signal for requests admitted
+//!   whose first token is not out, chunked prefill included) — read in
+//!   [`DynamoKv::prefill_pending`] only. Out-of-order first tokens (a short prompt admitted
+//!   beside a long one) are attributed to the newest requests.
 //! - Events mode records blocks at dispatch (the simulator emits no "stored" events), so a
 //!   block counts as cached a prefill earlier than Dynamo would see it.
 //! - Host and disk tiers, the credit decay (default 0), the queue threshold (default off),
-//!   per-request overrides, DP ranks and the 2^20-node pruning are not modelled.
+//!   `decode_active_request_weight` (default 0), per-request overrides, DP ranks and the
+//!   2^20-node pruning are not modelled.
 //! - Blocks are hashed from segments (toolkit `BlockHashing`), not XXH3 over token ids.
 
 use rand::RngExt;
@@ -68,6 +89,19 @@ pub struct Config {
     pub temperature: f64,
     pub prefix_state: PrefixState,
     pub ttl_s: f64,
+    pub role: Role,
+}
+
+/// Which of upstream's two cost formulas the router uses.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Prefill load (tracked) minus the overlap credit, plus decode blocks: an aggregated
+    /// worker or the prefill pool.
+    Aggregated,
+    /// A decode pool's router: no prefill tracking; `max(0, decode_blocks − credit · overlap)`
+    /// while the credit is positive (conditional disaggregation keeps it), else `decode_blocks`.
+    Decode,
 }
 
 impl Default for Config {
@@ -79,6 +113,7 @@ impl Default for Config {
             temperature: 0.0,
             prefix_state: PrefixState::Events,
             ttl_s: 120.0,
+            role: Role::Aggregated,
         }
     }
 }
@@ -109,6 +144,7 @@ pub struct DynamoKv {
     overlap: Vec<u32>,
     shared: Vec<u32>,
     costs: Vec<f64>,
+    probabilities: Vec<f64>,
     chosen_overlap_blocks: u64,
     decisions: u64,
 }
@@ -150,6 +186,7 @@ impl Policy for DynamoKv {
             overlap: vec![0; n],
             shared: vec![0; n],
             costs: vec![0.0; n],
+            probabilities: Vec::with_capacity(n),
             chosen_overlap_blocks: 0,
             decisions: 0,
         })
@@ -157,17 +194,19 @@ impl Policy for DynamoKv {
 }
 
 impl DynamoKv {
-    /// Requests queued at the replica and not yet admitted: the one engine metric this router
-    /// reads (see the module docs).
-    fn queued_requests(v: &ReplicaView) -> u32 {
-        v.waiting
+    /// Requests on replica `r` whose prefill is not done: queued (`waiting`) plus admitted with
+    /// the first token not yet out (the `prefilling` signal) — the engine metrics this router
+    /// reads in place of Dynamo's own prefill tracking (see the module docs).
+    fn prefill_pending(replicas: &Replicas<'_>, r: usize) -> u64 {
+        let prefilling = if replicas.signal_columns > 0 { replicas.signal(r, 0) as u64 } else { 0 };
+        replicas[r].waiting as u64 + prefilling
     }
 
-    /// Uncached prompt tokens of the requests still waiting on replica `r`.
-    fn active_prefill_tokens(&self, r: usize, view: &ReplicaView) -> u64 {
+    /// Uncached prompt tokens of the requests on replica `r` whose first token is not out yet.
+    fn active_prefill_tokens(&self, r: usize, replicas: &Replicas<'_>) -> u64 {
         let cum = &self.prefill_cum[r];
         let last = cum.len() - 1;
-        let k = (Self::queued_requests(view) as usize).min(last);
+        let k = (Self::prefill_pending(replicas, r) as usize).min(last);
         cum[last] - cum[last - k]
     }
 
@@ -185,7 +224,7 @@ impl DynamoKv {
     }
 
     /// Every replica's cost for `request` (fills `self.costs`).
-    pub fn costs(&mut self, request: &Request<'_>, replicas: &[ReplicaView]) -> &[f64] {
+    pub fn costs(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> &[f64] {
         self.expire(request.arrived_at);
         self.hash_prompt(request);
         let (runs, blocks) = (&self.prompt.runs, self.prompt.blocks);
@@ -193,38 +232,71 @@ impl DynamoKv {
         self.active.consecutive(runs, blocks, &mut self.shared);
         self.overlap_for = Some(request.id);
         let b = self.cfg.block_tokens as f64;
-        let request_blocks = request.prompt_tokens.div_ceil(self.cfg.block_tokens) as f64;
-        for (r, view) in replicas.iter().enumerate() {
-            let prefill_blocks = (self.active_prefill_tokens(r, view) + request.prompt_tokens as u64) as f64 / b;
+        // Full blocks only: upstream's decode load counts the request's block hashes, and a
+        // partial last block has none.
+        let request_blocks = (request.prompt_tokens / self.cfg.block_tokens) as f64;
+        for r in 0..replicas.len() {
             let credit = self.cfg.overlap_score_credit * self.overlap[r] as f64;
             let decode_blocks = self.active.held_blocks(r) as f64 + request_blocks - self.shared[r] as f64;
-            self.costs[r] = self.cfg.prefill_load_scale * (prefill_blocks - credit).max(0.0) + decode_blocks;
+            self.costs[r] = match self.cfg.role {
+                Role::Decode if credit > 0.0 => (decode_blocks - credit).max(0.0),
+                Role::Decode => decode_blocks,
+                Role::Aggregated => {
+                    let prefill_blocks =
+                        (self.active_prefill_tokens(r, replicas) + request.prompt_tokens as u64) as f64 / b;
+                    self.cfg.prefill_load_scale * (prefill_blocks - credit).max(0.0) + decode_blocks
+                }
+            };
         }
         &self.costs
     }
 
-    /// Upstream's softmax sampling over normalised costs.
+    /// Upstream's softmax sampling over normalised costs at draw `u`.
     fn softmax_pick(&mut self) -> usize {
-        let (lo, hi) = self.costs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &c| (a.min(c), b.max(c)));
-        let n = self.costs.len();
         let u: f64 = self.rng.random();
-        if lo == hi {
-            return ((u * n as f64) as usize).min(n - 1);
-        }
-        let scale = (hi - lo) * self.cfg.temperature;
-        let sum: f64 = self.costs.iter().map(|&c| (-(c - lo) / scale).exp()).sum();
-        let mut acc = 0.0;
-        for (i, &c) in self.costs.iter().enumerate() {
-            acc += (-(c - lo) / scale).exp() / sum;
-            if u <= acc {
-                return i;
-            }
-        }
-        n - 1
+        softmax_sample_index(&self.costs, self.cfg.temperature, u, &mut self.probabilities)
     }
 }
 
+/// Dynamo's `softmax_sample_index` (`scheduling/selector/reference.rs`), operation for operation
+/// so that the same draw `sample` ∈ [0, 1) picks the same row: probabilities
+/// `exp(c/m · s − min/m · s)` with `s = −1 / ((max − min)/m · temperature)` (`m` = 1 unless the
+/// range overflows), normalised, then the first row whose cumulative probability reaches
+/// `sample`; uniform when all costs are equal. `probabilities` is scratch.
+pub fn softmax_sample_index(costs: &[f64], temperature: f64, sample: f64, probabilities: &mut Vec<f64>) -> usize {
+    assert!(!costs.is_empty(), "softmax over no replicas");
+    let (min_cost, max_cost) =
+        costs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &c| (lo.min(c), hi.max(c)));
+    probabilities.clear();
+    if min_cost == max_cost {
+        probabilities.resize(costs.len(), 1.0 / costs.len() as f64);
+    } else {
+        let range = max_cost - min_cost;
+        let magnitude = if range.is_finite() { 1.0 } else { min_cost.abs().max(max_cost.abs()) };
+        let min_normalized = min_cost / magnitude;
+        let scale = -1.0 / ((max_cost / magnitude - min_normalized) * temperature);
+        let max_scaled = min_normalized * scale;
+        probabilities.extend(costs.iter().map(|&c| (c / magnitude * scale - max_scaled).exp()));
+    }
+    let sum: f64 = probabilities.iter().sum();
+    for p in probabilities.iter_mut() {
+        *p /= sum;
+    }
+    let mut cumulative = 0.0;
+    for (row, p) in probabilities.iter().enumerate() {
+        cumulative += p;
+        if sample <= cumulative {
+            return row;
+        }
+    }
+    costs.len() - 1
+}
+
 impl RouterPolicy for DynamoKv {
+    fn signals(&self) -> Vec<String> {
+        vec![signals::PREFILLING.into()]
+    }
+
     fn capabilities(&self) -> Capabilities {
         if self.cfg.prefix_state == PrefixState::Events { Capabilities::WANTS_EVICTIONS } else { Capabilities::NONE }
     }

@@ -62,12 +62,12 @@ fn dynamo_cost_is_uncached_prefill_blocks_plus_decode_blocks() {
     let b = [seg(1, 64), seg(2, 32)]; // 96 tokens = 6 blocks, the first 4 shared with A
     // r0: prefill (0 + 96)/16 = 6, credit 1·4 → 2; decode 4 active + 6 − 4 shared = 6; cost 8.
     // r1: prefill 6 − 0 = 6; decode 0 + 6 = 6; cost 12.
-    assert_eq!(d.costs(&req(1, 0.1, &b), &views), &[8.0, 12.0]);
+    assert_eq!(d.costs(&req(1, 0.1, &b), &Replicas::new(&views)), &[8.0, 12.0]);
     assert_eq!(d.route(&req(1, 0.1, &b), &Replicas::new(&views)), 0);
     // A still waits on r0 (waiting = 1): its 64 uncached tokens join r0's prefill:
     // (64 + 96)/16 − 4 = 6, + 6 decode = 12 = r1's cost: a tie, broken at random.
     let busy = [ReplicaView { waiting: 1, ..Default::default() }, ReplicaView::default()];
-    assert_eq!(d.costs(&req(1, 0.1, &b), &busy), &[12.0, 12.0]);
+    assert_eq!(d.costs(&req(1, 0.1, &b), &Replicas::new(&busy)), &[12.0, 12.0]);
     let picks: std::collections::BTreeSet<usize> = (0..40)
         .map(|s| {
             let mut d = DynamoKv::new(Default::default(), &ctx_seed(2, s)).unwrap();
@@ -78,7 +78,44 @@ fn dynamo_cost_is_uncached_prefill_blocks_plus_decode_blocks() {
     assert_eq!(picks.len(), 2, "ties go either way");
     // A completes: its active blocks go, the cached ones stay (r0: 6 − 4 + 0 + 6 − 0 = 8).
     d.on_complete(&done(0, 0));
-    assert_eq!(d.costs(&req(1, 0.1, &b), &views), &[8.0, 12.0]);
+    assert_eq!(d.costs(&req(1, 0.1, &b), &Replicas::new(&views)), &[8.0, 12.0]);
+}
+
+#[test]
+fn dynamo_counts_full_blocks_only_and_requests_still_prefilling() {
+    // Upstream's decode load counts the prompt's block hashes: full blocks only. 100 tokens =
+    // 6 full blocks (+ 4 tokens): prefill 100/16 = 6.25, decode 6 (not 7) → 12.25.
+    let mut d = DynamoKv::new(Default::default(), &ctx(2)).unwrap();
+    let views = [ReplicaView::default(); 2];
+    let c = [seg(3, 100)];
+    assert_eq!(d.costs(&req(0, 0.0, &c), &Replicas::new(&views)), &[12.25, 12.25]);
+    // A admitted on r0 and still in (chunked) prefill: not waiting, but the `prefilling` signal
+    // counts it, so its 64 uncached tokens stay in r0's prefill load, as upstream keeps them
+    // until the first token: r0 (64 + 100)/16 = 10.25 + 4 active + 6 = 20.25.
+    d.on_dispatch(&req(1, 0.0, &[seg(1, 64)]), 0);
+    assert_eq!(d.signals(), vec![signals::PREFILLING.to_string()]);
+    let admitted = [ReplicaView { running: 1, ..Default::default() }, ReplicaView::default()];
+    let prefilling = [1.0, 0.0];
+    let r = Replicas::with_signals(&admitted, &prefilling, 1);
+    assert_eq!(d.costs(&req(2, 0.1, &c), &r), &[20.25, 12.25]);
+    // Its first token is out (prefilling 0): only its decode blocks remain: 6.25 + 4 + 6.
+    let r = Replicas::with_signals(&admitted, &[0.0, 0.0], 1);
+    assert_eq!(d.costs(&req(2, 0.1, &c), &r), &[16.25, 12.25]);
+}
+
+#[test]
+fn dynamo_softmax_matches_upstreams_arithmetic_at_a_draw() {
+    // Costs [8, 12] at temperature 1: p = [1, e^−1] / (1 + e^−1) = [0.7311, 0.2689].
+    let mut scratch = Vec::new();
+    let pick = |u, s: &mut Vec<f64>| dynamo_kv::softmax_sample_index(&[8.0, 12.0], 1.0, u, s);
+    assert_eq!((pick(0.7310, &mut scratch), pick(0.7312, &mut scratch)), (0, 1));
+    // Equal costs: uniform, the first row whose cumulative 1/n reaches the draw.
+    let equal = [5.0; 4];
+    let picks: Vec<usize> = [0.0, 0.25, 0.26, 0.99]
+        .iter()
+        .map(|&u| dynamo_kv::softmax_sample_index(&equal, 2.0, u, &mut scratch))
+        .collect();
+    assert_eq!(picks, [0, 0, 1, 3]);
 }
 
 #[test]
@@ -105,15 +142,15 @@ fn dynamo_forgets_blocks_on_eviction_or_after_the_ttl() {
     let mut d = DynamoKv::new(Default::default(), &ctx(2)).unwrap();
     d.on_dispatch(&req(0, 0.0, &a), 0);
     d.on_evict(&Eviction { replica: 0, evicted_at: 1.0, path: RSlice::from_slice(&a), remaining_tokens: 20 });
-    assert_eq!(d.costs(&req(1, 2.0, &b), &views), &[11.0, 12.0]);
+    assert_eq!(d.costs(&req(1, 2.0, &b), &Replicas::new(&views)), &[11.0, 12.0]);
     // Approximate: the blocks expire 120 s after they were routed (the eviction is ignored).
     let cfg = dynamo_kv::Config { prefix_state: dynamo_kv::PrefixState::Approximate, ..Default::default() };
     let mut d = DynamoKv::new(cfg, &ctx(2)).unwrap();
     d.on_dispatch(&req(0, 0.0, &a), 0);
     d.on_complete(&done(0, 0));
-    assert_eq!(d.costs(&req(1, 119.0, &b), &views), &[8.0, 12.0]);
+    assert_eq!(d.costs(&req(1, 119.0, &b), &Replicas::new(&views)), &[8.0, 12.0]);
     // At 120.1 s: r0 prefill 6, decode 0 + 6 → 12.
-    assert_eq!(d.costs(&req(2, 120.1, &b), &views), &[12.0, 12.0]);
+    assert_eq!(d.costs(&req(2, 120.1, &b), &Replicas::new(&views)), &[12.0, 12.0]);
 }
 
 #[test]

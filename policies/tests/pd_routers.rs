@@ -71,9 +71,35 @@ fn dynamo_isl_bounding_bypasses_only_small_mostly_cached_prompts() {
     let prefill = [view(0, 0, 0, 0); 2];
     let decode = [view(900, 0, 0, 0); 2];
     let r = req(&PROMPT);
-    let (p, d) = (Replicas::new(&prefill), Replicas::new(&decode));
+    // One signal column (dynamo_kv's `prefilling`), 0 on both instances.
+    let (p, d) = (Replicas::with_signals(&prefill, &[0.0; 2], 1), Replicas::with_signals(&decode, &[0.0; 2], 1));
     assert_eq!(on.route_pair(&r, &p, &d).action, PdDecision::DECODE_ONLY);
     assert_eq!(off.route_pair(&r, &p, &d).action, PdDecision::DISAGGREGATE);
+}
+
+#[test]
+fn dynamo_decode_router_keeps_the_overlap_credit_under_conditional_disaggregation() {
+    // Upstream's decode router: credit 0 (load only) unless conditional disaggregation leaves
+    // it in place, then max(0, decode_blocks − overlap). Decode instance 0 holds the prompt
+    // (62 blocks of 1000 tokens) and one other request's 10 blocks; instance 1 is empty.
+    let held = [Segment { id: 7, tokens: 1000 }];
+    let other = [Segment { id: 9, tokens: 160 }];
+    let prefill = [view(0, 0, 0, 0); 2];
+    let decode = [view(0, 0, 0, 0); 2];
+    let (p, d) = (Replicas::with_signals(&prefill, &[0.0; 2], 1), Replicas::with_signals(&decode, &[0.0; 2], 1));
+    let decisions = |conditional: bool| {
+        let cfg = pd_dynamo::Config { conditional_disagg: conditional, ..Default::default() };
+        let mut router = PdDynamo::new(cfg, &ctx(2, 2)).unwrap();
+        for (id, prompt) in [(100, &held[..]), (101, &other[..])] {
+            let r = Request { id, ..req(prompt) };
+            router.on_dispatch_pair(&r, PdDecision::pair(0, 0));
+        }
+        // Off: r0 62 + 10 active + 62 − 62 shared = 72 > r1 62: the empty instance.
+        // On: r0 max(0, 72 − 62) = 10 < r1 62: the cache-hot one.
+        (0..20).map(|_| router.route_pair(&req(&held), &p, &d).decode).collect::<std::collections::BTreeSet<u32>>()
+    };
+    assert_eq!(decisions(false), [1].into());
+    assert_eq!(decisions(true), [0].into());
 }
 
 #[test]

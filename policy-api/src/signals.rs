@@ -48,6 +48,12 @@ pub const SCRAPED_AGE_S: &str = "scraped.age_s";
 /// requests outstanding; 0 in the cluster world, where batching makes it unknown.
 pub const BUSY_UNTIL: &str = "busy_until";
 
+/// Requests admitted to the replica whose first token is not out yet: in prefill, chunked or
+/// not (cluster world; on a disaggregated cluster, an instance's requests it prefills). With
+/// `waiting` it says which requests still owe their prefill, as a router that tracks each
+/// request's first token (Dynamo) knows. 0 in the dispatch world.
+pub const PREFILLING: &str = "prefilling";
+
 /// Every signal name this version of the crate defines, with one line each. A host provides a
 /// subset (routelab provides all of these); a later minor appends names.
 pub const CATALOGUE: &[(&str, &str)] = &[
@@ -62,4 +68,5 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     (SCRAPED_KV_UTILISATION, "kv_utilisation at the last metrics scrape"),
     (SCRAPED_AGE_S, "seconds since the last metrics scrape"),
     (BUSY_UNTIL, "when the queued work ends (dispatch world; 0 in the cluster world)"),
+    (PREFILLING, "requests admitted, first token not yet out (cluster world)"),
 ];

@@ -342,3 +342,14 @@ fn export_trace_round_trips_the_shipped_mooncake_traces() {
     assert_eq!(run.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&run.stderr).contains("only cluster workloads"));
 }
+
+/// The Mooncake conversation trace's reuse with an infinite cache, counted as Dynamo counts it
+/// (block references whose `hash_id` an earlier request had): Dynamo publishes 36.64%, 105,710
+/// of 288,500; the replay's segments are the trace's blocks, so the counts are the same.
+#[test]
+fn validate_prints_the_mooncake_traces_block_reuse_as_dynamo_counts_it() {
+    let out = routelab(&["validate", "workloads/cluster/mooncake_conversation.yaml"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("repeated segments     36.64% (105710 of 288500 segment references"), "{stdout}");
+}

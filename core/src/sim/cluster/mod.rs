@@ -337,6 +337,7 @@ impl<'a> ClusterSim<'a> {
             if exact {
                 v.matched_tokens = rep.cache.cached_or_pending_prefix(prompt, &rep.pending);
             }
+            self.router.set_prefilling(k, rep.prefilling.len() as u32);
         }
         let req = Request {
             id: id as u64,

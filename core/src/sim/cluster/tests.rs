@@ -368,14 +368,21 @@ impl RouterPolicy for ScrapedLeastWaiting {
     }
 }
 
-fn run_scraped(spec: &ClusterSpec) -> RunOutcome {
+/// Runs test router `P` (built from its default config) on `spec`, seed 1.
+fn run_test_router<P>(spec: &ClusterSpec) -> RunOutcome
+where
+    P: RouterPolicy + Policy<Config = routelab_policies::NoConfig, Context = RouterContext> + 'static,
+{
     use abi_stable::sabi_trait::TD_Opaque;
     let sm = spec.step_model().unwrap();
     let ctx = router_context(&sm, spec.replicas, 1);
-    let router =
-        Router_TO::from_value(Guarded::new(ScrapedLeastWaiting::new(Default::default(), &ctx).unwrap()), TD_Opaque);
+    let router = Router_TO::from_value(Guarded::new(P::new(Default::default(), &ctx).unwrap()), TD_Opaque);
     let stream = generate(spec, None, 1).unwrap();
-    run_cluster(spec, &stream, router, "scraped_least_waiting", 1).unwrap()
+    run_cluster(spec, &stream, router, P::NAME, 1).unwrap()
+}
+
+fn run_scraped(spec: &ClusterSpec) -> RunOutcome {
+    run_test_router::<ScrapedLeastWaiting>(spec)
 }
 
 #[test]
@@ -404,4 +411,48 @@ fn a_negative_scrape_interval_is_refused() {
         "  replicas: 2\n  metrics: {scrape_interval_s: -0.1}\n  generator: {output_tokens: 8}\n  arrivals: {poisson: {rate: 1}}\n  requests: 10\n",
     );
     assert!(e.to_string().contains("cluster.metrics.scrape_interval_s"), "{e}");
+}
+
+/// Reports the largest `prefilling` it saw, and how often a replica had requests in prefill
+/// while none waited (what `waiting` alone misses).
+struct ReadsPrefilling {
+    max: f64,
+    unseen_by_waiting: u32,
+}
+
+impl Policy for ReadsPrefilling {
+    const NAME: &'static str = "reads_prefilling";
+    const DESCRIPTION: &'static str = "test router";
+    type Config = routelab_policies::NoConfig;
+    type Context = RouterContext;
+    fn new(_: Self::Config, _: &RouterContext) -> Result<Self, String> {
+        Ok(Self { max: 0.0, unseen_by_waiting: 0 })
+    }
+}
+
+impl RouterPolicy for ReadsPrefilling {
+    fn signals(&self) -> Vec<String> {
+        vec![signals::PREFILLING.into()]
+    }
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
+        for (i, v) in replicas.iter().enumerate() {
+            let p = replicas.signal(i, 0);
+            assert!(p <= v.running as f64, "prefilling requests are admitted: {p} > {}", v.running);
+            self.max = self.max.max(p);
+            self.unseen_by_waiting += u32::from(p > 0.0 && v.waiting == 0);
+        }
+        request.id as usize % replicas.len()
+    }
+    fn report(&self) -> Vec<(String, f64)> {
+        vec![("max".into(), self.max), ("unseen_by_waiting".into(), self.unseen_by_waiting as f64)]
+    }
+}
+
+#[test]
+fn the_prefilling_signal_counts_admitted_requests_before_their_first_token() {
+    let mut spec = preset("tool_use");
+    spec.requests = Some(400);
+    let o = run_test_router::<ReadsPrefilling>(&spec);
+    assert!(m(&o, "router.max") >= 1.0, "{:?}", o.metrics);
+    assert!(m(&o, "router.unseen_by_waiting") > 0.0, "{:?}", o.metrics);
 }

@@ -1,0 +1,1 @@
+//! Nothing here: the differential test is `tests/diff.rs`.
