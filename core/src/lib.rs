@@ -12,7 +12,7 @@
 //! - [`workload`] (with [`builtin`] and [`schema`] above it), [`plugin`]
 //! - [`error`], [`handle`]
 //! - [`sim`]
-//! - [`runner`]
+//! - [`runner`], [`accuracy`]
 
 pub mod accuracy;
 pub mod builtin;
