@@ -23,6 +23,7 @@ mod figures;
 pub use figures::{Figure, Recorder, Report};
 
 use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::step_model::Choice;
 use routelab_core::workload::cluster::ClusterSpec;
 use routelab_core::workload::dispatch::DispatchSpec;
 
@@ -368,6 +369,22 @@ fn bench_cluster(loader: &mut Loader, rec: &mut Recorder) -> Result<()> {
     })?;
     let cells: Vec<String> = figs.iter().map(|f| format!("{:>14}/s", f.show(1.0, 0))).collect();
     rec.line(format!("  tool_use 4P4D (pd_sglang) {}   ({pd_router})", cells.join(" ")));
+    // The calibrated step model against the roofline: the same traffic on the same GPU and model.
+    let mut roofline = preset("tool_use")?;
+    roofline.gpu = Choice::Name("rtx-pro-6000".into());
+    roofline.model = Choice::Name("llama-3.1-8b".into());
+    let mut calibrated = roofline.clone();
+    calibrated.calibration = Some(Choice::Name("rtx-pro-6000".into()));
+    let specs = [roofline, calibrated];
+    let names = ["roofline", "calibrated"].map(|m| format!("tool_use rtx-pro-6000 {m} 100000 requests"));
+    let figs = rec.compare(&names, "requests/s", |i| {
+        Ok(100_000.0 / cluster_timing(loader, &specs[i], "least_work_left", 100_000)?.simulate_s)
+    })?;
+    rec.line(format!(
+        "  tool_use on rtx-pro-6000 / llama-3.1-8b, 10^5 requests: roofline {}/s, calibrated {}/s",
+        figs[0].show(1.0, 0),
+        figs[1].show(1.0, 0)
+    ));
     let routers = [
         "round_robin",
         "max_affinity",
