@@ -84,42 +84,68 @@ pub struct EmulateArgs {
 
 /// Runs the server until Ctrl-C / SIGTERM.
 pub fn main(args: EmulateArgs) -> Result<i32> {
-    if !(args.time_scale > 0.0 && args.time_scale <= 1000.0) {
-        return Err(cli_error(
-            "--time-scale",
-            format!("{} is out of range", args.time_scale),
-            "give a number in (0, 1000]",
-        )
-        .into());
-    }
-    if args.max_batch_requests == 0 {
-        return Err(cli_error("--max-batch-requests", "0 admits nothing".into(), "give at least 1").into());
-    }
-    let sm = args.hardware.step_model()?;
-    let spec = PolicySpec::parse(&args.scheduler)?;
-    let ctx = SchedulerContext { replica: 0, seed: 0, kv_capacity_tokens: sm.kv_capacity_tokens };
-    let scheduler = Loader::new().scheduler(&spec, &ctx)?;
-    let cfg = ReplicaConfig {
-        kv_capacity_tokens: sm.kv_capacity_tokens,
-        step_prefill_budget: if args.chunk_tokens == 0 { args.max_step_tokens } else { args.chunk_tokens },
-        max_batch_requests: args.max_batch_requests,
-        reservation: Reservation::Full,
-        scheduler_window: 512,
-        track_pending: false,
-        report_evictions: false,
-    };
-    let model = args.served_model_name.clone().unwrap_or_else(|| sm.model.name.clone());
+    let engine = Prepared::new(&args)?;
     super::runtime()?.block_on(async move {
-        let engine = Engine::start(cfg, sm.cost, scheduler, args.time_scale);
         let listener = super::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
-        let server = Arc::new(Server { engine, model, next_id: AtomicU64::new(0) });
+        engine.run(listener, super::shutdown_signal()).await?;
+        Ok(0)
+    })
+}
+
+/// An engine's checked arguments, ready to start (before any runtime).
+pub struct Prepared {
+    cfg: ReplicaConfig,
+    cost: routelab_policy_api::CostModel,
+    scheduler: routelab_policy_api::SchedulerBox,
+    time_scale: f64,
+    model: String,
+}
+
+impl Prepared {
+    /// Checks the arguments (exit 2 on a bad one) and loads the scheduler.
+    pub fn new(args: &EmulateArgs) -> Result<Self> {
+        if !(args.time_scale > 0.0 && args.time_scale <= 1000.0) {
+            return Err(cli_error(
+                "--time-scale",
+                format!("{} is out of range", args.time_scale),
+                "give a number in (0, 1000]",
+            )
+            .into());
+        }
+        if args.max_batch_requests == 0 {
+            return Err(cli_error("--max-batch-requests", "0 admits nothing".into(), "give at least 1").into());
+        }
+        let sm = args.hardware.step_model()?;
+        let spec = PolicySpec::parse(&args.scheduler)?;
+        let ctx = SchedulerContext { replica: 0, seed: 0, kv_capacity_tokens: sm.kv_capacity_tokens };
+        let scheduler = Loader::new().scheduler(&spec, &ctx)?;
+        let cfg = ReplicaConfig {
+            kv_capacity_tokens: sm.kv_capacity_tokens,
+            step_prefill_budget: if args.chunk_tokens == 0 { args.max_step_tokens } else { args.chunk_tokens },
+            max_batch_requests: args.max_batch_requests,
+            reservation: Reservation::Full,
+            scheduler_window: 512,
+            track_pending: false,
+            report_evictions: false,
+        };
+        let model = args.served_model_name.clone().unwrap_or_else(|| sm.model.name.clone());
+        Ok(Self { cfg, cost: sm.cost, scheduler, time_scale: args.time_scale, model })
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, then lets open streams finish (30 s at most).
+    pub async fn run(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        let engine = Engine::start(self.cfg, self.cost, self.scheduler, self.time_scale);
+        let server = Arc::new(Server { engine, model: self.model, next_id: AtomicU64::new(0) });
         let handle = move |req| {
             let s = server.clone();
             async move { s.handle(req).await }
         };
-        super::serve(listener, handle, super::shutdown_signal(), Duration::from_secs(30)).await?;
-        Ok(0)
-    })
+        super::serve(listener, handle, shutdown, Duration::from_secs(30)).await
+    }
 }
 
 pub fn cli_error(flag: &str, message: String, fix: &str) -> InputError {

@@ -310,10 +310,21 @@ pub fn main(args: super::gateway::ServeArgs) -> anyhow::Result<i32> {
     let gw = Arc::new(Gateway::new(args)?);
     super::runtime()?.block_on(async move {
         let listener = super::bind(gw.args.listen).await.with_context(|| format!("listening on {}", gw.args.listen))?;
-        let g = gw.clone();
-        tokio::spawn(async move { g.scrape_loop().await });
-        let h = move |req| handle(gw.clone(), req);
-        super::serve(listener, h, super::shutdown_signal(), Duration::from_secs(30)).await?;
+        run(gw, listener, super::shutdown_signal()).await?;
         Ok(0)
     })
+}
+
+/// Serves the gateway on `listener` (scrapes included) until `shutdown` resolves, then drains.
+pub async fn run(
+    gw: Arc<Gateway>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let g = gw.clone();
+    let scrapes = tokio::spawn(async move { g.scrape_loop().await });
+    let h = move |req| handle(gw.clone(), req);
+    let served = super::serve(listener, h, shutdown, Duration::from_secs(30)).await;
+    scrapes.abort();
+    served
 }

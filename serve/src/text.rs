@@ -71,6 +71,11 @@ pub fn parse_request(body: &[u8], chat: bool) -> Result<Parsed, String> {
             None => return Err("'prompt' is required".into()),
         }
     };
+    // An engine cannot schedule a request with no prompt token (vLLM refuses it too): it would
+    // hold a batch slot and never finish.
+    if prompt.is_empty() {
+        return Err(if chat { "'messages' must not be empty" } else { "'prompt' must not be empty" }.into());
+    }
     let max_tokens = match obj.get("max_tokens").or_else(|| obj.get("max_completion_tokens")) {
         None | Some(Value::Null) => DEFAULT_MAX_TOKENS,
         Some(n) => match n.as_u64() {

@@ -17,6 +17,7 @@ mod loader;
 mod pd;
 mod report;
 mod scale;
+mod serve_faults;
 mod serving;
 mod snapshots;
 mod standalone;

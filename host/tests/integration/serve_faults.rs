@@ -1,0 +1,242 @@
+//! `routelab serve` and `routelab emulate` against hostile clients and failing backends
+//! (issue 26), in process and on loopback only: scripted fake backends on raw TCP, a raw TCP
+//! client (so a test can stall, half-close or give up exactly where it wants), and every wait
+//! bounded in time. The helpers are here; the tests are in `serve_faults_*` modules.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use routelab_serve::emulate::{EmulateArgs, HardwareArgs, Prepared};
+use routelab_serve::gateway::{Gateway, ServeArgs};
+
+/// What a fake backend does with one request.
+pub enum Reply {
+    /// Writes these bytes, then closes.
+    Bytes(Vec<u8>),
+    /// Writes each chunk after its pause; then closes, or with `hang` holds the connection open.
+    Chunks { chunks: Vec<(Duration, Vec<u8>)>, hang: bool },
+    /// Never answers (the connection stays open until the runtime stops).
+    Hang,
+}
+
+/// (method, path, body) → what to do.
+pub type Script = Arc<dyn Fn(&str, &str, &[u8]) -> Reply + Send + Sync>;
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+/// A response with `status`, `content_type` and `body`, closing the connection.
+pub fn response(status: u16, content_type: &str, body: &str) -> Reply {
+    Reply::Bytes(
+        format!(
+            "HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes(),
+    )
+}
+
+pub const METRICS: &str = "vllm:num_requests_waiting 0\nvllm:num_requests_running 0\nvllm:kv_cache_usage_perc 0\n";
+pub const COMPLETION: &str = r#"{"id":"c","object":"text_completion","choices":[{"index":0,"text":"ok","finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+
+/// The usual answers: `/metrics` with vLLM's gauges, a completion to every POST.
+pub fn healthy(method: &str, path: &str, _body: &[u8]) -> Reply {
+    match (method, path) {
+        ("GET", "/metrics") => response(200, "text/plain", METRICS),
+        ("GET", "/v1/models") => response(200, "application/json", r#"{"object":"list","data":[]}"#),
+        _ => response(200, "application/json", COMPLETION),
+    }
+}
+
+/// Starts a fake backend on 127.0.0.1 that answers every request by `script`; its base URL.
+pub async fn backend(script: Script) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let script = script.clone();
+            tokio::spawn(async move {
+                let Some((method, path, body)) = read_request(&mut s).await else { return };
+                match script(&method, &path, &body) {
+                    Reply::Bytes(b) => {
+                        let _ = s.write_all(&b).await;
+                    }
+                    Reply::Chunks { chunks, hang } => {
+                        for (pause, c) in chunks {
+                            tokio::time::sleep(pause).await;
+                            if s.write_all(&c).await.is_err() {
+                                return;
+                            }
+                        }
+                        if hang {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                    Reply::Hang => std::future::pending::<()>().await,
+                }
+            });
+        }
+    });
+    url
+}
+
+/// One request's method, path and body (Content-Length framing, as hyper's client sends).
+async fn read_request(s: &mut TcpStream) -> Option<(String, String, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 || buf.len() > 1 << 20 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut words = head.split_whitespace();
+    let (method, path) = (words.next()?.to_string(), words.next()?.to_string());
+    let len = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>()))
+        .and_then(Result::ok)
+        .unwrap_or(0);
+    while buf.len() < head_end + len {
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Some((method, path, buf[head_end..head_end + len].to_vec()))
+}
+
+/// The gateway's arguments for `backends` (round_robin, short timeouts for tests).
+pub fn serve_args(backends: &[String]) -> ServeArgs {
+    ServeArgs {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        backends: backends.to_vec(),
+        policy: "round_robin".into(),
+        hardware: hardware(),
+        scrape_interval_s: 0.05,
+        timeout_s: 5.0,
+        retries: 2,
+        breaker_failures: 3,
+        breaker_open_s: 5.0,
+        resume_streams: false,
+        seed: 1,
+    }
+}
+
+fn hardware() -> HardwareArgs {
+    HardwareArgs { gpu: "a6000".into(), model: "mistral-7b".into(), tp: 1, memory_fraction: 0.9 }
+}
+
+/// Starts a gateway in this runtime; its address.
+pub async fn gateway(args: ServeArgs) -> SocketAddr {
+    let gw = Arc::new(Gateway::new(args).unwrap());
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(routelab_serve::proxy::run(gw, l, std::future::pending()));
+    addr
+}
+
+/// The emulator's arguments (ten times faster than the modelled GPU).
+pub fn emulate_args() -> EmulateArgs {
+    EmulateArgs {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        hardware: hardware(),
+        chunk_tokens: 512,
+        max_step_tokens: 32_768,
+        max_batch_requests: 256,
+        scheduler: "fcfs".into(),
+        time_scale: 0.1,
+        served_model_name: None,
+    }
+}
+
+/// Starts an emulated engine in this runtime; its address.
+pub async fn emulator(args: EmulateArgs) -> SocketAddr {
+    let prepared = Prepared::new(&args).unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(prepared.run(l, std::future::pending()));
+    addr
+}
+
+/// A POST of a JSON body, closing the connection after the response.
+pub fn post(path: &str, body: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+pub fn get(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+}
+
+/// Sends `raw` and reads the whole response (until the server closes), within `within`.
+pub async fn exchange(addr: SocketAddr, raw: &str, within: Duration) -> Result<String, String> {
+    let run = async {
+        let mut s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        s.write_all(raw.as_bytes()).await.map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.map_err(|e| e.to_string())?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    };
+    tokio::time::timeout(within, run).await.map_err(|_| format!("no complete response within {within:?}"))?
+}
+
+/// The status code of a raw response (0 when there is none).
+pub fn status(resp: &str) -> u16 {
+    resp.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// The gateway's metric `name` summed over its label sets (0 when absent).
+pub async fn metric(addr: SocketAddr, name: &str) -> f64 {
+    let text = exchange(addr, &get("/metrics"), Duration::from_secs(10)).await.unwrap_or_default();
+    routelab_serve::prom::sum(&text, name).unwrap_or(0.0)
+}
+
+/// Polls `metric(name)` every 20 ms until it equals `want`, for at most `within`; the last value.
+pub async fn metric_becomes(addr: SocketAddr, name: &str, want: f64, within: Duration) -> f64 {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let v = metric(addr, name).await;
+        if v == want || tokio::time::Instant::now() >= deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[test]
+fn an_empty_prompt_is_refused_and_cannot_wedge_the_emulator() {
+    runtime().block_on(async {
+        let mut args = emulate_args();
+        args.max_batch_requests = 2;
+        let engine = emulator(args).await;
+        let second = Duration::from_secs(5);
+        for (path, body) in [
+            ("/v1/completions", r#"{"prompt":""}"#),
+            ("/v1/completions", r#"{"prompt":[""]}"#),
+            ("/v1/chat/completions", r#"{"messages":[]}"#),
+            ("/v1/completions", r#"{"prompt":"","stream":true}"#),
+        ] {
+            let r = exchange(engine, &post(path, body), second).await;
+            let r = r.unwrap_or_else(|e| panic!("{body}: {e}"));
+            assert_eq!(status(&r), 400, "{body}: {r}");
+            assert!(r.contains("empty"), "{body}: {r}");
+        }
+        // The batch slots are free: a real request is served.
+        let r = exchange(engine, &post("/v1/completions", r#"{"prompt":"hello","max_tokens":3}"#), second).await;
+        assert_eq!(status(&r.clone().unwrap()), 200, "{r:?}");
+    });
+}
