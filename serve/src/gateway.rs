@@ -20,8 +20,8 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use abi_stable::std_types::{RNone, RSlice, RSome};
@@ -140,11 +140,24 @@ pub struct Gateway {
     pub resumed: AtomicU64,
 }
 
-/// A routing decision.
+/// A routing decision, and the request's hold on its backend's `in_flight` and
+/// `outstanding_work`: released exactly once, when the decision is dropped — after the response,
+/// on a failure, on a retry elsewhere, or when hyper drops the handler's future because the client
+/// gave up (a release at the end of the handler would never run then).
 pub struct Decision {
     pub backend: usize,
     pub request_id: u64,
     pub arrived_at: f64,
+    gw: Arc<Gateway>,
+    work: i64,
+}
+
+impl Drop for Decision {
+    fn drop(&mut self) {
+        let b = &self.gw.backends[self.backend];
+        b.in_flight.fetch_sub(1, Ordering::Relaxed);
+        b.outstanding_work.fetch_sub(self.work, Ordering::Relaxed);
+    }
 }
 
 impl Gateway {
@@ -260,7 +273,13 @@ impl Gateway {
 
     /// Picks a backend for a request with `segments`, skipping those in `tried` (a retry).
     /// `None` when no healthy backend is left.
-    pub fn route(&self, segments: &[Segment], prompt_tokens: u32, max_tokens: u32, tried: &[bool]) -> Option<Decision> {
+    pub fn route(
+        self: &Arc<Self>,
+        segments: &[Segment],
+        prompt_tokens: u32,
+        max_tokens: u32,
+        tried: &[bool],
+    ) -> Option<Decision> {
         let now = Instant::now();
         let arrived_at = self.now_s();
         let request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -325,17 +344,10 @@ impl Gateway {
         drop(guard);
         let b = &self.backends[backend];
         b.dispatched.fetch_add(1, Ordering::Relaxed);
+        let work = prompt_tokens as i64 + max_tokens as i64;
         b.in_flight.fetch_add(1, Ordering::Relaxed);
-        b.outstanding_work.fetch_add(prompt_tokens as i64 + max_tokens as i64, Ordering::Relaxed);
-        Some(Decision { backend, request_id, arrived_at })
-    }
-
-    /// A request sent by `d` has left `d.backend` (finished, failed or moved elsewhere);
-    /// `work_left` is what of its outstanding work was not streamed.
-    pub fn release(&self, d: &Decision, work_left: i64) {
-        let b = &self.backends[d.backend];
-        b.in_flight.fetch_sub(1, Ordering::Relaxed);
-        b.outstanding_work.fetch_sub(work_left, Ordering::Relaxed);
+        b.outstanding_work.fetch_add(work, Ordering::Relaxed);
+        Some(Decision { backend, request_id, arrived_at, gw: self.clone(), work })
     }
 
     /// A request to `backend` failed (refused, reset, timed out, or a 5xx).

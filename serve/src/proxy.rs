@@ -114,7 +114,7 @@ async fn proxy(gw: Arc<Gateway>, path: String, body: Bytes, auth: Option<HeaderV
         };
         if !resp.status().is_success() {
             // The client's error (4xx): passed through as the backend wrote it.
-            gw.release(&d, (prompt_tokens + orig.max_tokens) as i64);
+            drop(d);
             let status = resp.status();
             let body = resp.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
             return super::full(status, "application/json", body);
@@ -131,7 +131,7 @@ async fn proxy(gw: Arc<Gateway>, path: String, body: Bytes, auth: Option<HeaderV
                 let bytes = c.to_bytes();
                 let (p, cached, out) = usage(&bytes).unwrap_or((prompt_tokens, 0, orig.max_tokens));
                 gw.completed(&d, started.elapsed().as_secs_f64(), p, cached, out);
-                gw.release(&d, (prompt_tokens + orig.max_tokens) as i64);
+                drop(d);
                 return super::full(StatusCode::OK, "application/json", bytes);
             }
             Ok(Err(e)) => last_error = format!("{}: {e}", gw.backends[d.backend].url),
@@ -141,7 +141,7 @@ async fn proxy(gw: Arc<Gateway>, path: String, body: Bytes, auth: Option<HeaderV
             }
         }
         gw.failure(d.backend);
-        gw.release(&d, (prompt_tokens + orig.max_tokens) as i64);
+        drop(d);
     }
     error(
         StatusCode::BAD_GATEWAY,
@@ -160,7 +160,7 @@ enum Attempt {
 
 /// Routes (avoiding `tried`) and sends once.
 async fn attempt_once(
-    gw: &Gateway,
+    gw: &Arc<Gateway>,
     orig: &Original,
     tried: &mut [bool],
     attempt: u32,
@@ -179,7 +179,7 @@ async fn attempt_once(
         Err(e) => *last_error = e,
     }
     gw.failure(d.backend);
-    gw.release(&d, (orig.prompt_tokens + orig.max_tokens) as i64);
+    drop(d);
     Attempt::Failed
 }
 
@@ -221,7 +221,6 @@ async fn relay(
     mut tried: Vec<bool>,
 ) {
     let mut p = Progress { started: Instant::now(), delivered: 0, ttft_s: None, usage: None };
-    let work = (orig.prompt_tokens + orig.max_tokens) as i64;
     let mut resumes = 0;
     loop {
         let skip = p.delivered;
@@ -229,16 +228,11 @@ async fn relay(
             Pumped::Done => {
                 let (prompt, cached, out) = p.usage.unwrap_or((orig.prompt_tokens, 0, p.delivered));
                 gw.completed(&d, p.ttft_s.unwrap_or(0.0), prompt, cached, out);
-                gw.release(&d, work);
                 return;
             }
-            Pumped::ClientGone => {
-                gw.release(&d, work);
-                return;
-            }
+            Pumped::ClientGone => return,
             Pumped::Failed(e) => {
                 gw.failure(d.backend);
-                gw.release(&d, work);
                 let mut last_error = e;
                 let mut resumed = None;
                 while gw.args.resume_streams && resumed.is_none() && resumes < gw.args.retries {
@@ -247,7 +241,6 @@ async fn relay(
                         Attempt::Sent(d2, r2) if r2.status().is_success() => resumed = Some((d2, r2)),
                         Attempt::Sent(d2, r2) => {
                             last_error = format!("{} answered {}", gw.backends[d2.backend].url, r2.status());
-                            gw.release(&d2, work);
                         }
                         Attempt::Failed => {}
                         Attempt::NoBackend => break,

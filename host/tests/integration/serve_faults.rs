@@ -217,6 +217,26 @@ pub async fn metric_becomes(addr: SocketAddr, name: &str, want: f64, within: Dur
     }
 }
 
+const IN_FLIGHT: &str = "routelab_gateway_in_flight";
+
+#[test]
+fn a_client_that_gives_up_on_a_non_streamed_request_releases_its_backend() {
+    runtime().block_on(async {
+        let hang: Script = Arc::new(|m, p, b| if m == "POST" { Reply::Hang } else { healthy(m, p, b) });
+        let backends = vec![backend(hang.clone()).await, backend(hang).await];
+        let gw = gateway(serve_args(&backends)).await;
+        for _ in 0..3 {
+            let mut client = TcpStream::connect(gw).await.unwrap();
+            client.write_all(post("/v1/completions", r#"{"prompt":"hello","max_tokens":4}"#).as_bytes()).await.unwrap();
+            let held = metric_becomes(gw, IN_FLIGHT, 1.0, Duration::from_secs(10)).await;
+            assert_eq!(held, 1.0, "the request never reached a backend");
+            drop(client); // the impatient client
+            let left = metric_becomes(gw, IN_FLIGHT, 0.0, Duration::from_secs(10)).await;
+            assert_eq!(left, 0.0, "a request the client abandoned is still counted in flight");
+        }
+    });
+}
+
 #[test]
 fn an_empty_prompt_is_refused_and_cannot_wedge_the_emulator() {
     runtime().block_on(async {
