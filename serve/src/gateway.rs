@@ -57,9 +57,14 @@ pub struct ServeArgs {
     /// Seconds between scrapes of every backend's /metrics (also the health check).
     #[arg(long, default_value_t = 0.05)]
     pub scrape_interval_s: f64,
-    /// Seconds to wait for a backend's response headers, and between two chunks of a stream.
+    /// Seconds to wait for a streamed response's headers, and between two of its events.
     #[arg(long, default_value_t = 60.0)]
     pub timeout_s: f64,
+    /// Seconds a non-streamed completion may take, headers and body (engines send its headers
+    /// only when the whole answer is ready); past it the client gets a 504, and the request is
+    /// not re-run elsewhere.
+    #[arg(long, default_value_t = 600.0)]
+    pub generation_timeout_s: f64,
     /// Other backends tried after a failure before the client gets an error.
     #[arg(long, default_value_t = 2)]
     pub retries: u32,
@@ -167,6 +172,9 @@ impl Gateway {
         }
         if !(args.timeout_s > 0.0 && args.timeout_s <= 86_400.0) {
             return Err(cli_error("--timeout-s", "out of range".into(), "give seconds in (0, 86400]").into());
+        }
+        if !(args.generation_timeout_s > 0.0 && args.generation_timeout_s <= 86_400.0) {
+            return Err(cli_error("--generation-timeout-s", "out of range".into(), "give seconds in (0, 86400]").into());
         }
         if !(args.breaker_open_s >= 0.0 && args.breaker_open_s <= 86_400.0) {
             return Err(cli_error("--breaker-open-s", "out of range".into(), "give seconds in [0, 86400]").into());

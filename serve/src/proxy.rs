@@ -51,7 +51,8 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<OutBod
 async fn models(gw: &Gateway) -> Response<OutBody> {
     for i in 0..gw.backends.len() {
         // Nested, not a let-chain: the workspace's rust-version is 1.85.
-        if let Ok(resp) = send(gw, i, Method::GET, "/v1/models", Bytes::new(), None).await {
+        let timeout = Duration::from_secs_f64(gw.args.timeout_s);
+        if let Ok(resp) = send(gw, i, Method::GET, "/v1/models", Bytes::new(), None, timeout).await {
             if resp.status().is_success() {
                 if let Ok(body) = resp.into_body().collect().await {
                     return super::full(StatusCode::OK, "application/json", body.to_bytes());
@@ -70,6 +71,7 @@ struct Original {
     segments: Vec<Segment>,
     prompt_tokens: u32,
     max_tokens: u32,
+    stream: bool,
 }
 
 async fn send(
@@ -79,19 +81,35 @@ async fn send(
     path: &str,
     body: Bytes,
     auth: Option<&HeaderValue>,
-) -> Result<Response<Incoming>, String> {
+    timeout: Duration,
+) -> Result<Response<Incoming>, Sent> {
     let b = &gw.backends[backend];
     let mut req = Request::builder().method(method).uri(format!("{}{path}", b.url));
     req = req.header(CONTENT_TYPE, "application/json");
     if let Some(a) = auth {
         req = req.header(AUTHORIZATION, a);
     }
-    let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
-    let timeout = Duration::from_secs_f64(gw.args.timeout_s);
+    let req = req.body(Full::new(body)).map_err(|e| Sent::Failed(e.to_string()))?;
     match tokio::time::timeout(timeout, gw.client.request(req)).await {
         Ok(Ok(resp)) => Ok(resp),
-        Ok(Err(e)) => Err(format!("{}: {e}", b.url)),
-        Err(_) => Err(format!("{}: no response within {} s", b.url, gw.args.timeout_s)),
+        Ok(Err(e)) => Err(Sent::Failed(format!("{}: {e}", b.url))),
+        Err(_) => Err(Sent::TimedOut(format!("{}: no response within {} s", b.url, timeout.as_secs_f64()))),
+    }
+}
+
+/// Why a request to a backend got no response.
+enum Sent {
+    /// Refused, reset, or not a valid response.
+    Failed(String),
+    /// No response headers within the timeout.
+    TimedOut(String),
+}
+
+impl Sent {
+    fn message(self) -> String {
+        match self {
+            Sent::Failed(m) | Sent::TimedOut(m) => m,
+        }
     }
 }
 
@@ -103,14 +121,17 @@ async fn proxy(gw: Arc<Gateway>, path: String, body: Bytes, auth: Option<HeaderV
     let mut segments = Vec::new();
     text::segments(&parsed.prompt, &mut segments);
     let prompt_tokens = text::tokens_of(&segments);
-    let orig = Original { path, body, auth, segments, prompt_tokens, max_tokens: parsed.max_tokens };
+    let orig =
+        Original { path, body, auth, segments, prompt_tokens, max_tokens: parsed.max_tokens, stream: parsed.stream };
     let mut tried = vec![false; gw.backends.len()];
     let mut last_error = String::from("no healthy backend");
     for attempt in 0..=gw.args.retries {
+        let sent_at = Instant::now();
         let (d, resp) = match attempt_once(&gw, &orig, &mut tried, attempt, &mut last_error).await {
             Attempt::Sent(d, resp) => (d, resp),
             Attempt::Failed => continue,
             Attempt::NoBackend => break,
+            Attempt::GenerationTimeout => return generation_timeout(&gw),
         };
         if !resp.status().is_success() {
             // The client's error (4xx): passed through as the backend wrote it.
@@ -124,9 +145,10 @@ async fn proxy(gw: Arc<Gateway>, path: String, body: Bytes, auth: Option<HeaderV
             tokio::spawn(relay(gw, d, resp, tx, orig, tried));
             return response;
         }
+        // The body of a non-streamed completion: within what is left of the generation timeout.
         let started = Instant::now();
-        let timeout = Duration::from_secs_f64(gw.args.timeout_s);
-        match tokio::time::timeout(timeout, resp.into_body().collect()).await {
+        let left = Duration::from_secs_f64(gw.args.generation_timeout_s).saturating_sub(sent_at.elapsed());
+        match tokio::time::timeout(left, resp.into_body().collect()).await {
             Ok(Ok(c)) => {
                 let bytes = c.to_bytes();
                 let (p, cached, out) = usage(&bytes).unwrap_or((prompt_tokens, 0, orig.max_tokens));
@@ -136,8 +158,8 @@ async fn proxy(gw: Arc<Gateway>, path: String, body: Bytes, auth: Option<HeaderV
             }
             Ok(Err(e)) => last_error = format!("{}: {e}", gw.backends[d.backend].url),
             Err(_) => {
-                last_error =
-                    format!("{}: the body did not arrive within {} s", gw.backends[d.backend].url, gw.args.timeout_s)
+                gw.failure(d.backend);
+                return generation_timeout(&gw);
             }
         }
         gw.failure(d.backend);
@@ -150,8 +172,20 @@ async fn proxy(gw: Arc<Gateway>, path: String, body: Bytes, auth: Option<HeaderV
     )
 }
 
+/// A non-streamed completion that did not finish within `--generation-timeout-s`: the backend
+/// may just be slow, so the request is not re-run elsewhere (that would multiply the load).
+fn generation_timeout(gw: &Gateway) -> Response<OutBody> {
+    error(
+        StatusCode::GATEWAY_TIMEOUT,
+        "server_error",
+        format!("the completion did not finish within --generation-timeout-s {} s", gw.args.generation_timeout_s),
+    )
+}
+
 enum Attempt {
     Sent(Decision, Response<Incoming>),
+    /// A non-streamed request got no response within the generation timeout.
+    GenerationTimeout,
     /// Refused, reset, timed out or a 5xx: recorded, and `last_error` says which.
     Failed,
     /// Every backend was tried or has its circuit open.
@@ -173,10 +207,15 @@ async fn attempt_once(
         return Attempt::NoBackend;
     };
     tried[d.backend] = true;
-    match send(gw, d.backend, Method::POST, &orig.path, orig.body.clone(), orig.auth.as_ref()).await {
+    let timeout = Duration::from_secs_f64(if orig.stream { gw.args.timeout_s } else { gw.args.generation_timeout_s });
+    match send(gw, d.backend, Method::POST, &orig.path, orig.body.clone(), orig.auth.as_ref(), timeout).await {
         Ok(resp) if !resp.status().is_server_error() => return Attempt::Sent(d, resp),
         Ok(resp) => *last_error = format!("{} answered {}", gw.backends[d.backend].url, resp.status()),
-        Err(e) => *last_error = e,
+        Err(Sent::TimedOut(_)) if !orig.stream => {
+            gw.failure(d.backend);
+            return Attempt::GenerationTimeout;
+        }
+        Err(e) => *last_error = e.message(),
     }
     gw.failure(d.backend);
     drop(d);
@@ -243,7 +282,7 @@ async fn relay(
                             last_error = format!("{} answered {}", gw.backends[d2.backend].url, r2.status());
                         }
                         Attempt::Failed => {}
-                        Attempt::NoBackend => break,
+                        Attempt::NoBackend | Attempt::GenerationTimeout => break,
                     }
                 }
                 if let Some(next) = resumed {

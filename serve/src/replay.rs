@@ -287,6 +287,7 @@ pub fn bench(args: BenchArgs) -> Result<i32> {
             hardware: super::emulate::HardwareArgs { gpu: "a6000".into(), model: "mistral-7b".into(), tp: 1, memory_fraction: 0.9 },
             scrape_interval_s: 1.0,
             timeout_s: 60.0,
+            generation_timeout_s: 600.0,
             retries: 2,
             breaker_failures: 3,
             breaker_open_s: 5.0,

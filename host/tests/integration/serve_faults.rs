@@ -126,6 +126,7 @@ pub fn serve_args(backends: &[String]) -> ServeArgs {
         hardware: hardware(),
         scrape_interval_s: 0.05,
         timeout_s: 5.0,
+        generation_timeout_s: 30.0,
         retries: 2,
         breaker_failures: 3,
         breaker_open_s: 5.0,
@@ -258,5 +259,54 @@ fn an_empty_prompt_is_refused_and_cannot_wedge_the_emulator() {
         // The batch slots are free: a real request is served.
         let r = exchange(engine, &post("/v1/completions", r#"{"prompt":"hello","max_tokens":3}"#), second).await;
         assert_eq!(status(&r.clone().unwrap()), 200, "{r:?}");
+    });
+}
+
+/// Counts the POSTs a script sees.
+fn counting(script: Script) -> (Script, Arc<std::sync::atomic::AtomicUsize>) {
+    let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let m = n.clone();
+    let counted: Script = Arc::new(move |method, path, body| {
+        if method == "POST" {
+            m.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        script(method, path, body)
+    });
+    (counted, n)
+}
+
+#[test]
+fn a_slow_non_streamed_completion_is_not_a_failed_backend() {
+    runtime().block_on(async {
+        // Engines send a non-streamed completion's headers only when it is done: 1.5 s here.
+        let slow: Script = Arc::new(|m, p, b| {
+            if m != "POST" {
+                return healthy(m, p, b);
+            }
+            let whole = match response(200, "application/json", COMPLETION) {
+                Reply::Bytes(b) => b,
+                _ => unreachable!(),
+            };
+            Reply::Chunks { chunks: vec![(Duration::from_millis(1500), whole)], hang: false }
+        });
+        let (slow, sent) = counting(slow);
+        let backends = vec![backend(slow.clone()).await, backend(slow).await];
+        let mut args = serve_args(&backends);
+        args.timeout_s = 0.5; // headers of streams, not generation time
+        let gw = gateway(args).await;
+        let r = exchange(gw, &post("/v1/completions", r#"{"prompt":"hello"}"#), Duration::from_secs(20)).await.unwrap();
+        assert_eq!(status(&r), 200, "{r}");
+        assert_eq!(sent.load(std::sync::atomic::Ordering::Relaxed), 1, "re-run on another backend");
+        assert_eq!(metric(gw, "routelab_gateway_backend_failures_total").await, 0.0);
+
+        // Past --generation-timeout-s: a 504, and still sent once.
+        let (hang, sent) = counting(Arc::new(|m, p, b| if m == "POST" { Reply::Hang } else { healthy(m, p, b) }));
+        let backends = vec![backend(hang.clone()).await, backend(hang).await];
+        let mut args = serve_args(&backends);
+        args.generation_timeout_s = 0.5;
+        let gw = gateway(args).await;
+        let r = exchange(gw, &post("/v1/completions", r#"{"prompt":"hello"}"#), Duration::from_secs(20)).await.unwrap();
+        assert_eq!(status(&r), 504, "{r}");
+        assert_eq!(sent.load(std::sync::atomic::Ordering::Relaxed), 1, "a slow generation re-run elsewhere");
     });
 }
