@@ -20,13 +20,13 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use abi_stable::std_types::{RNone, RSlice, RSome};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::Uri;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -85,6 +85,7 @@ pub struct ServeArgs {
 pub struct Backend {
     pub url: String,
     pub base: Uri,
+    metrics_uri: Uri,
     pub in_flight: AtomicI64,
     /// prompt + max_tokens − streamed tokens, of requests in flight.
     pub outstanding_work: AtomicI64,
@@ -94,7 +95,13 @@ pub struct Backend {
     pub ttft: Histogram,
     pub latency: Histogram,
     pub scraped: Mutex<EngineLoad>,
+    /// Opened by request failures only; closed by a request's success (or probed after the
+    /// cool-down). Scrapes never touch it.
     pub breaker: Mutex<Breaker>,
+    /// Consecutive scrapes that got no HTTP answer at all (refused, reset, timed out): at
+    /// `--breaker-failures` the backend is unreachable until a scrape is answered again. A scrape
+    /// answered badly (404, no gauge, not text) only leaves the load unknown.
+    pub unanswered_scrapes: AtomicU32,
 }
 
 /// Consecutive failures open the circuit for a while; after that one request may try again
@@ -143,6 +150,18 @@ pub struct Gateway {
     pub policy_errors: AtomicU64,
     pub rerouted: AtomicU64,
     pub resumed: AtomicU64,
+}
+
+/// Largest `/metrics` body read from a backend.
+pub const MAX_SCRAPE_BYTES: usize = 4 << 20;
+
+/// What a scrape of a backend's `/metrics` got.
+enum Scraped {
+    Load(EngineLoad),
+    /// An answer without a usable load: not 2xx, too large, or without the waiting gauge.
+    Unusable,
+    /// No answer: refused, reset or timed out.
+    Unanswered,
 }
 
 /// A routing decision, and the request's hold on its backend's `in_flight` and
@@ -194,9 +213,13 @@ impl Gateway {
                 )
                 .into());
             }
+            let metrics_uri = format!("{}/metrics", url.trim_end_matches('/'))
+                .parse()
+                .map_err(|e| cli_error("--backend", format!("'{url}' is not a URL: {e}"), "give http://host:port"))?;
             backends.push(Backend {
                 url: url.trim_end_matches('/').to_string(),
                 base,
+                metrics_uri,
                 in_flight: AtomicI64::new(0),
                 outstanding_work: AtomicI64::new(0),
                 dispatched: AtomicU64::new(0),
@@ -206,6 +229,7 @@ impl Gateway {
                 latency: Histogram::default(),
                 scraped: Mutex::new(EngineLoad::default()),
                 breaker: Mutex::new(Breaker::default()),
+                unanswered_scrapes: AtomicU32::new(0),
             });
         }
         let n = backends.len() as u32;
@@ -249,10 +273,18 @@ impl Gateway {
         self.start.elapsed().as_secs_f64()
     }
 
+    /// Whether backend `i` may be sent requests: its request circuit is closed (or half-open)
+    /// and its `/metrics` still answers (a bad answer counts as an answer).
+    pub fn healthy(&self, i: usize, now: Instant) -> bool {
+        let b = &self.backends[i];
+        b.unanswered_scrapes.load(Ordering::Relaxed) < self.args.breaker_failures
+            && b.breaker.lock().expect("breaker lock").allows(now)
+    }
+
     fn view(&self, i: usize, now: Instant) -> ReplicaView {
         let b = &self.backends[i];
         let load = *b.scraped.lock().expect("scrape lock");
-        let healthy = b.breaker.lock().expect("breaker lock").allows(now);
+        let healthy = self.healthy(i, now);
         let in_flight = b.in_flight.load(Ordering::Relaxed).max(0) as u32;
         let kv = self.kv_capacity_tokens;
         if !healthy {
@@ -320,7 +352,7 @@ impl Gateway {
             size_hint: RNone,
             segments: RSlice::from_slice(segments),
         };
-        let eligible = |i: usize| !tried[i] && self.backends[i].breaker.lock().expect("breaker lock").allows(now);
+        let eligible = |i: usize| !tried[i] && self.healthy(i, now);
         let chosen = match r.router.dispatch(&req, &r.views) {
             Ok(i) if eligible(i as usize) => Some(i as usize),
             Ok(_) => {
@@ -395,8 +427,9 @@ impl Gateway {
     }
 
     /// Scrapes every backend's `/metrics` every `scrape_interval_s`, forever: the scraped load
-    /// feeds the views and the `scraped.` signals; a failed scrape counts against the circuit, a
-    /// good one closes it.
+    /// feeds the views and the `scraped.` signals. Scrapes and requests are counted apart: a
+    /// scrape without an answer counts towards `unanswered_scrapes`, a badly answered one leaves
+    /// the load unknown (zero), and neither opens or closes the request circuit.
     pub async fn scrape_loop(&self) {
         let every = Duration::from_secs_f64(self.args.scrape_interval_s);
         let mut tick = tokio::time::interval(every);
@@ -405,14 +438,16 @@ impl Gateway {
             tick.tick().await;
             let scrapes = self.backends.iter().map(|b| self.scrape(b, every.max(Duration::from_millis(500))));
             let results = futures_join_all(scrapes).await;
-            for (i, r) in results.into_iter().enumerate() {
+            for (b, r) in self.backends.iter().zip(results) {
                 match r {
-                    Some(load) => {
-                        *self.backends[i].scraped.lock().expect("scrape lock") = load;
-                        self.backends[i].breaker.lock().expect("breaker lock").success();
+                    Scraped::Load(load) => *b.scraped.lock().expect("scrape lock") = load,
+                    Scraped::Unusable => *b.scraped.lock().expect("scrape lock") = EngineLoad::default(),
+                    Scraped::Unanswered => {
+                        b.unanswered_scrapes.fetch_add(1, Ordering::Relaxed);
+                        continue;
                     }
-                    None => self.trip(i),
                 }
+                b.unanswered_scrapes.store(0, Ordering::Relaxed);
             }
             let mut r = self.routing.lock().expect("routing lock");
             if r.router.reads_scrapes() {
@@ -423,18 +458,23 @@ impl Gateway {
         }
     }
 
-    async fn scrape(&self, b: &Backend, timeout: Duration) -> Option<EngineLoad> {
-        let uri: Uri = format!("{}/metrics", b.url).parse().ok()?;
-        let req = hyper::Request::get(uri).body(Full::new(Bytes::new())).ok()?;
-        let fetch = async {
-            let resp = self.client.request(req).await.ok()?;
-            if !resp.status().is_success() {
-                return None;
-            }
-            let body = resp.into_body().collect().await.ok()?.to_bytes();
-            prom::engine_load(std::str::from_utf8(&body).ok()?)
+    async fn scrape(&self, b: &Backend, timeout: Duration) -> Scraped {
+        let Ok(req) = hyper::Request::get(&b.metrics_uri).body(Full::new(Bytes::new())) else {
+            return Scraped::Unusable;
         };
-        tokio::time::timeout(timeout, fetch).await.ok().flatten()
+        let fetch = async {
+            let Ok(resp) = self.client.request(req).await else { return Scraped::Unanswered };
+            if !resp.status().is_success() {
+                return Scraped::Unusable;
+            }
+            // At most MAX_SCRAPE_BYTES of it: an engine's /metrics is a few tens of KB.
+            let Ok(body) = Limited::new(resp.into_body(), MAX_SCRAPE_BYTES).collect().await else {
+                return Scraped::Unusable;
+            };
+            // One stray byte does not void the scrape.
+            prom::engine_load(&String::from_utf8_lossy(&body.to_bytes())).map_or(Scraped::Unusable, Scraped::Load)
+        };
+        tokio::time::timeout(timeout, fetch).await.unwrap_or(Scraped::Unanswered)
     }
 
     /// The gateway's Prometheus text.
@@ -456,8 +496,8 @@ impl Gateway {
             }
         }
         let _ = writeln!(out, "# TYPE routelab_gateway_circuit_open gauge");
-        for b in &self.backends {
-            let open = !b.breaker.lock().expect("breaker lock").allows(now);
+        for (i, b) in self.backends.iter().enumerate() {
+            let open = !self.healthy(i, now);
             let _ = writeln!(out, "routelab_gateway_circuit_open{{backend=\"{}\"}} {}", b.url, open as u8);
         }
         for (name, help) in [

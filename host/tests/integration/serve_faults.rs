@@ -310,3 +310,60 @@ fn a_slow_non_streamed_completion_is_not_a_failed_backend() {
         assert_eq!(sent.load(std::sync::atomic::Ordering::Relaxed), 1, "a slow generation re-run elsewhere");
     });
 }
+
+#[test]
+fn request_failures_open_the_circuit_whatever_the_scrapes_say() {
+    runtime().block_on(async {
+        let failing: Script = Arc::new(|m, p, b| {
+            if m == "POST" { response(500, "application/json", r#"{"error":"boom"}"#) } else { healthy(m, p, b) }
+        });
+        let backends = vec![backend(failing).await, backend(Arc::new(healthy)).await];
+        let gw = gateway(serve_args(&backends)).await;
+        for _ in 0..8 {
+            let r = exchange(gw, &post("/v1/completions", r#"{"prompt":"hello"}"#), Duration::from_secs(10)).await;
+            assert_eq!(status(&r.clone().unwrap()), 200, "the retry on the healthy backend: {r:?}");
+        }
+        // Many good scrapes later (every 50 ms), the failing backend's circuit is still open.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let open = format!("routelab_gateway_circuit_open{{backend=\"{}\"}}", backends[0]);
+        assert_eq!(metric(gw, &open).await, 1.0, "scrapes closed the circuit of a backend whose completions fail");
+    });
+}
+
+#[test]
+fn a_backend_with_bad_metrics_but_good_completions_is_used() {
+    runtime().block_on(async {
+        let bad_metrics: [(&str, Script); 3] = [
+            (
+                "404",
+                Arc::new(|m, p, b| if p == "/metrics" { response(404, "text/plain", "no") } else { healthy(m, p, b) }),
+            ),
+            (
+                "non-UTF-8",
+                Arc::new(|m, p, b| {
+                    if p == "/metrics" {
+                        let mut r = b"HTTP/1.1 200 OK\r\ncontent-length: 29\r\nconnection: close\r\n\r\n".to_vec();
+                        r.extend_from_slice(b"vllm:num_requests_waiting 0\n\xff");
+                        Reply::Bytes(r)
+                    } else {
+                        healthy(m, p, b)
+                    }
+                }),
+            ),
+            (
+                "no gauge",
+                Arc::new(
+                    |m, p, b| if p == "/metrics" { response(200, "text/plain", "other 1\n") } else { healthy(m, p, b) },
+                ),
+            ),
+        ];
+        for (what, script) in bad_metrics {
+            let gw = gateway(serve_args(&[backend(script).await])).await;
+            tokio::time::sleep(Duration::from_millis(400)).await; // several scrapes
+            let health = exchange(gw, &get("/health"), Duration::from_secs(10)).await.unwrap();
+            assert_eq!(status(&health), 200, "{what}: {health}");
+            let r = exchange(gw, &post("/v1/completions", r#"{"prompt":"hello"}"#), Duration::from_secs(10)).await;
+            assert_eq!(status(&r.clone().unwrap()), 200, "{what}: {r:?}");
+        }
+    });
+}
