@@ -80,6 +80,8 @@ pub struct EmulateArgs {
     /// The model name `/v1/models` lists (default: --model).
     #[arg(long)]
     pub served_model_name: Option<String>,
+    #[command(flatten)]
+    pub limits: super::ConnLimits,
 }
 
 /// Runs the server until Ctrl-C / SIGTERM.
@@ -99,6 +101,7 @@ pub struct Prepared {
     scheduler: routelab_policy_api::SchedulerBox,
     time_scale: f64,
     model: String,
+    limits: super::ConnLimits,
 }
 
 impl Prepared {
@@ -115,6 +118,7 @@ impl Prepared {
         if args.max_batch_requests == 0 {
             return Err(cli_error("--max-batch-requests", "0 admits nothing".into(), "give at least 1").into());
         }
+        args.limits.check()?;
         let sm = args.hardware.step_model()?;
         let spec = PolicySpec::parse(&args.scheduler)?;
         let ctx = SchedulerContext { replica: 0, seed: 0, kv_capacity_tokens: sm.kv_capacity_tokens };
@@ -129,7 +133,7 @@ impl Prepared {
             report_evictions: false,
         };
         let model = args.served_model_name.clone().unwrap_or_else(|| sm.model.name.clone());
-        Ok(Self { cfg, cost: sm.cost, scheduler, time_scale: args.time_scale, model })
+        Ok(Self { cfg, cost: sm.cost, scheduler, time_scale: args.time_scale, model, limits: args.limits })
     }
 
     /// Serves on `listener` until `shutdown` resolves, then lets open streams finish (30 s at most).
@@ -139,12 +143,13 @@ impl Prepared {
         shutdown: impl std::future::Future<Output = ()>,
     ) -> std::io::Result<()> {
         let engine = Engine::start(self.cfg, self.cost, self.scheduler, self.time_scale);
-        let server = Arc::new(Server { engine, model: self.model, next_id: AtomicU64::new(0) });
+        let body_timeout = Duration::from_secs_f64(self.limits.body_timeout_s);
+        let server = Arc::new(Server { engine, model: self.model, next_id: AtomicU64::new(0), body_timeout });
         let handle = move |req| {
             let s = server.clone();
             async move { s.handle(req).await }
         };
-        super::serve(listener, handle, shutdown, Duration::from_secs(30)).await
+        super::serve(listener, handle, shutdown, Duration::from_secs(30), self.limits).await
     }
 }
 
@@ -156,11 +161,13 @@ pub struct Server {
     pub engine: Engine,
     pub model: String,
     next_id: AtomicU64,
+    body_timeout: Duration,
 }
 
 impl Server {
     pub fn new(engine: Engine, model: String) -> Self {
-        Self { engine, model, next_id: AtomicU64::new(0) }
+        let body_timeout = Duration::from_secs_f64(super::ConnLimits::default().body_timeout_s);
+        Self { engine, model, next_id: AtomicU64::new(0), body_timeout }
     }
 
     pub async fn handle(&self, req: Request<Incoming>) -> Response<OutBody> {
@@ -177,7 +184,7 @@ impl Server {
             ),
             (&Method::POST, p @ ("/v1/completions" | "/v1/chat/completions")) => {
                 let chat = p == "/v1/chat/completions";
-                let body = match super::read_body(req).await {
+                let body = match super::read_body(req, self.body_timeout).await {
                     Ok(b) => b,
                     Err(r) => return r,
                 };

@@ -80,6 +80,8 @@ pub struct ServeArgs {
     /// Seed handed to the policy.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    #[command(flatten)]
+    pub limits: super::ConnLimits,
 }
 
 pub struct Backend {
@@ -198,6 +200,7 @@ impl Gateway {
         if !(args.breaker_open_s >= 0.0 && args.breaker_open_s <= 86_400.0) {
             return Err(cli_error("--breaker-open-s", "out of range".into(), "give seconds in [0, 86400]").into());
         }
+        args.limits.check()?;
         let sm = args.hardware.step_model()?;
         let mut backends = Vec::new();
         for url in &args.backends {

@@ -37,7 +37,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<OutBod
         (&Method::POST, p @ ("/v1/completions" | "/v1/chat/completions")) => {
             let path = p.to_string();
             let auth = req.headers().get(AUTHORIZATION).cloned();
-            let body = match super::read_body(req).await {
+            let body = match super::read_body(req, Duration::from_secs_f64(gw.args.limits.body_timeout_s)).await {
                 Ok(b) => b,
                 Err(r) => return r,
             };
@@ -355,8 +355,9 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let g = gw.clone();
     let scrapes = tokio::spawn(async move { g.scrape_loop().await });
+    let limits = gw.args.limits;
     let h = move |req| handle(gw.clone(), req);
-    let served = super::serve(listener, h, shutdown, Duration::from_secs(30)).await;
+    let served = super::serve(listener, h, shutdown, Duration::from_secs(30), limits).await;
     scrapes.abort();
     served
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use routelab_serve::ConnLimits;
 use routelab_serve::emulate::{EmulateArgs, HardwareArgs, Prepared};
 use routelab_serve::gateway::{Gateway, ServeArgs};
 
@@ -132,6 +133,7 @@ pub fn serve_args(backends: &[String]) -> ServeArgs {
         breaker_open_s: 5.0,
         resume_streams: false,
         seed: 1,
+        limits: ConnLimits::default(),
     }
 }
 
@@ -159,6 +161,7 @@ pub fn emulate_args() -> EmulateArgs {
         scheduler: "fcfs".into(),
         time_scale: 0.1,
         served_model_name: None,
+        limits: ConnLimits::default(),
     }
 }
 
@@ -364,6 +367,72 @@ fn a_backend_with_bad_metrics_but_good_completions_is_used() {
             assert_eq!(status(&health), 200, "{what}: {health}");
             let r = exchange(gw, &post("/v1/completions", r#"{"prompt":"hello"}"#), Duration::from_secs(10)).await;
             assert_eq!(status(&r.clone().unwrap()), 200, "{what}: {r:?}");
+        }
+    });
+}
+
+/// A gateway (in front of a healthy fake backend) and an emulated engine, both with `limits`.
+async fn both_servers(limits: ConnLimits) -> [(&'static str, SocketAddr); 2] {
+    let mut args = serve_args(&[backend(Arc::new(healthy)).await]);
+    args.limits = limits;
+    let mut e = emulate_args();
+    e.limits = limits;
+    [("serve", gateway(args).await), ("emulate", emulator(e).await)]
+}
+
+/// Reads until the server closes `s` (what it wrote before), for at most 10 s.
+async fn until_closed(s: &mut TcpStream) -> Result<String, String> {
+    let mut out = Vec::new();
+    match tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await {
+        Ok(_) => Ok(String::from_utf8_lossy(&out).into_owned()),
+        Err(_) => Err(format!("still open after 10 s, having sent {:?}", String::from_utf8_lossy(&out))),
+    }
+}
+
+#[test]
+fn silent_stalled_and_idle_clients_are_disconnected() {
+    runtime().block_on(async {
+        let limits = ConnLimits { header_timeout_s: 0.3, body_timeout_s: 0.3, max_connections: 64 };
+        for (name, addr) in both_servers(limits).await {
+            // Connected, and silent.
+            let mut silent = TcpStream::connect(addr).await.unwrap();
+            until_closed(&mut silent).await.unwrap_or_else(|e| panic!("{name}, silent client: {e}"));
+            // Half a request head.
+            let mut half = TcpStream::connect(addr).await.unwrap();
+            half.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: t\r\n").await.unwrap();
+            until_closed(&mut half).await.unwrap_or_else(|e| panic!("{name}, half a head: {e}"));
+            // A body that stops: a 408.
+            let mut stalled = TcpStream::connect(addr).await.unwrap();
+            let head = "POST /v1/completions HTTP/1.1\r\nhost: t\r\ncontent-length: 100\r\n\r\n{\"prompt\":";
+            stalled.write_all(head.as_bytes()).await.unwrap();
+            let r = until_closed(&mut stalled).await.unwrap_or_else(|e| panic!("{name}, stalled body: {e}"));
+            assert_eq!(status(&r), 408, "{name}: {r}");
+            // Idle after a keep-alive exchange.
+            let mut idle = TcpStream::connect(addr).await.unwrap();
+            idle.write_all(b"GET /health HTTP/1.1\r\nhost: t\r\n\r\n").await.unwrap();
+            let r = until_closed(&mut idle).await.unwrap_or_else(|e| panic!("{name}, idle keep-alive: {e}"));
+            assert_eq!(status(&r), 200, "{name}: {r}");
+        }
+    });
+}
+
+#[test]
+fn connections_past_the_limit_wait_for_a_free_one() {
+    runtime().block_on(async {
+        let limits = ConnLimits { header_timeout_s: 60.0, body_timeout_s: 60.0, max_connections: 4 };
+        for (name, addr) in both_servers(limits).await {
+            let mut held = Vec::new();
+            for _ in 0..4 {
+                held.push(TcpStream::connect(addr).await.unwrap());
+            }
+            // Give the server time to take all four, then a fifth client waits in the backlog.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let fifth = tokio::spawn(async move { exchange(addr, &get("/health"), Duration::from_secs(20)).await });
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(!fifth.is_finished(), "{name}: a fifth connection was served past --max-connections 4");
+            held.pop();
+            let r = fifth.await.unwrap().unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(status(&r), 200, "{name}: {r}");
         }
     });
 }
