@@ -303,6 +303,8 @@ async fn relay(
 async fn pump(gw: &Gateway, mut body: Incoming, tx: &mpsc::Sender<Bytes>, p: &mut Progress, mut skip: u32) -> Pumped {
     let timeout = Duration::from_secs_f64(gw.args.timeout_s);
     let mut buf = BytesMut::new();
+    // Bytes of `buf` already searched for an event's end (each byte is looked at about once).
+    let mut scanned = 0;
     loop {
         let frame = match tokio::time::timeout(timeout, body.frame()).await {
             Err(_) => return Pumped::Failed(format!("no event within {} s", gw.args.timeout_s)),
@@ -312,16 +314,18 @@ async fn pump(gw: &Gateway, mut body: Incoming, tx: &mpsc::Sender<Bytes>, p: &mu
         };
         let Ok(data) = frame.into_data() else { continue };
         buf.extend_from_slice(&data);
-        while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
-            let event = buf.split_to(end + 2).freeze();
-            let done = event.starts_with(b"data: [DONE]");
+        while let Some(end) = event_end(&buf, scanned) {
+            scanned = 0;
+            let event = buf.split_to(end).freeze();
+            let payload = sse_data(&event);
+            let done = payload.starts_with(b"[DONE]");
             if !done {
                 if skip > 0 {
                     skip -= 1;
                     continue;
                 }
-                if event.windows(8).any(|w| w == b"\"usage\":") {
-                    p.usage = usage(event.strip_prefix(b"data: ").unwrap_or(&event)).or(p.usage);
+                if payload.windows(8).any(|w| w == b"\"usage\":") {
+                    p.usage = usage(payload).or(p.usage);
                 }
                 p.delivered += 1;
                 p.ttft_s.get_or_insert_with(|| p.started.elapsed().as_secs_f64());
@@ -333,7 +337,40 @@ async fn pump(gw: &Gateway, mut body: Incoming, tx: &mpsc::Sender<Bytes>, p: &mu
                 return Pumped::Done;
             }
         }
+        scanned = buf.len();
+        if buf.len() > MAX_EVENT_BYTES {
+            return Pumped::Failed(format!("an event longer than {MAX_EVENT_BYTES} bytes"));
+        }
     }
+}
+
+/// Longest SSE event relayed (a token's event is a few hundred bytes).
+const MAX_EVENT_BYTES: usize = 1 << 20;
+
+/// Where the first SSE event of `buf` ends (just past its blank line), searching from `from`
+/// (bytes before it were searched already). Lines end in LF or CRLF, as the SSE format allows.
+fn event_end(buf: &[u8], from: usize) -> Option<usize> {
+    // Back up over a line end that a previous search may have seen only half of.
+    let start = from.saturating_sub(3);
+    let mut i = start;
+    while let Some(k) = buf[i..].iter().position(|&b| b == b'\n') {
+        let lf = i + k;
+        // This line ended at `lf`; the next line is blank if it is "\n" or "\r\n".
+        match &buf[lf + 1..] {
+            [b'\n', ..] => return Some(lf + 2),
+            [b'\r', b'\n', ..] => return Some(lf + 3),
+            _ => i = lf + 1,
+        }
+    }
+    None
+}
+
+/// The payload of an event's `data:` field (without the optional space and the line end).
+fn sse_data(event: &[u8]) -> &[u8] {
+    let Some(rest) = event.strip_prefix(b"data:") else { return &[] };
+    let rest = rest.strip_prefix(b" ").unwrap_or(rest);
+    let end = rest.iter().position(|&b| b == b'\r' || b == b'\n').unwrap_or(rest.len());
+    &rest[..end]
 }
 
 /// `routelab serve`: runs the gateway until Ctrl-C / SIGTERM, then drains open streams.
@@ -360,4 +397,21 @@ pub async fn run(
     let served = super::serve(listener, h, shutdown, Duration::from_secs(30), limits).await;
     scrapes.abort();
     served
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_end_at_a_blank_line_of_lf_or_crlf() {
+        assert_eq!(event_end(b"data: a\n\ndata: b", 0), Some(9));
+        assert_eq!(event_end(b"data: a\r\n\r\ndata: b", 0), Some(11));
+        assert_eq!(event_end(b"data: a\r\n\n", 0), Some(10));
+        assert_eq!(event_end(b"data: a\r\n", 0), None);
+        // Resumed where the last search stopped, mid line end.
+        assert_eq!(event_end(b"data: a\r\n\r\n", 9), Some(11));
+        assert_eq!(sse_data(b"data:[DONE]\r\n\r\n"), b"[DONE]");
+        assert_eq!(sse_data(b"data: {}\n\n"), b"{}");
+    }
 }

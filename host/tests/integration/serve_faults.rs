@@ -436,3 +436,38 @@ fn connections_past_the_limit_wait_for_a_free_one() {
         }
     });
 }
+
+/// A streamed completion as an engine would send it, `eol` ending every line, one event per
+/// chunk, split mid-event too.
+fn sse_reply(eol: &str) -> Reply {
+    let ev = |t: &str| format!("data: {{\"choices\":[{{\"index\":0,\"text\":\"{t}\"}}]}}{eol}{eol}");
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n".to_string();
+    let (a, b) = (ev("a"), ev("b"));
+    let pause = Duration::from_millis(20);
+    let chunks = vec![
+        (Duration::ZERO, head.into_bytes()),
+        (pause, a.into_bytes()),
+        (pause, b.as_bytes()[..10].to_vec()),
+        (pause, b.as_bytes()[10..].to_vec()),
+        (pause, format!("{}data: [DONE]{eol}{eol}", ev("c")).into_bytes()),
+    ];
+    Reply::Chunks { chunks, hang: false }
+}
+
+#[test]
+fn sse_framed_with_crlf_is_relayed_event_by_event() {
+    runtime().block_on(async {
+        for eol in ["\r\n", "\n"] {
+            let script: Script = Arc::new(move |m, p, b| if m == "POST" { sse_reply(eol) } else { healthy(m, p, b) });
+            let gw = gateway(serve_args(&[backend(script).await])).await;
+            let body = r#"{"prompt":"hello","stream":true}"#;
+            let r = exchange(gw, &post("/v1/completions", body), Duration::from_secs(10)).await.unwrap();
+            assert_eq!(status(&r), 200, "{eol:?}: {r}");
+            for t in ["\"a\"", "\"b\"", "\"c\"", "[DONE]"] {
+                assert!(r.contains(t), "{eol:?}: {t} not relayed: {r}");
+            }
+            assert!(!r.contains("error"), "{eol:?}: {r}");
+            assert_eq!(metric(gw, "routelab_gateway_requests_ok_total").await, 1.0, "{eol:?}");
+        }
+    });
+}
