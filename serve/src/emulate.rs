@@ -143,8 +143,8 @@ impl Prepared {
         shutdown: impl std::future::Future<Output = ()>,
     ) -> std::io::Result<()> {
         let engine = Engine::start(self.cfg, self.cost, self.scheduler, self.time_scale);
-        let body_timeout = Duration::from_secs_f64(self.limits.body_timeout_s);
-        let server = Arc::new(Server { engine, model: self.model, next_id: AtomicU64::new(0), body_timeout });
+        let buffers = self.limits.buffers();
+        let server = Arc::new(Server { engine, model: self.model, next_id: AtomicU64::new(0), buffers });
         let handle = move |req| {
             let s = server.clone();
             async move { s.handle(req).await }
@@ -161,13 +161,12 @@ pub struct Server {
     pub engine: Engine,
     pub model: String,
     next_id: AtomicU64,
-    body_timeout: Duration,
+    buffers: super::bounded::Buffers,
 }
 
 impl Server {
     pub fn new(engine: Engine, model: String) -> Self {
-        let body_timeout = Duration::from_secs_f64(super::ConnLimits::default().body_timeout_s);
-        Self { engine, model, next_id: AtomicU64::new(0), body_timeout }
+        Self { engine, model, next_id: AtomicU64::new(0), buffers: super::ConnLimits::default().buffers() }
     }
 
     pub async fn handle(&self, req: Request<Incoming>) -> Response<OutBody> {
@@ -184,11 +183,11 @@ impl Server {
             ),
             (&Method::POST, p @ ("/v1/completions" | "/v1/chat/completions")) => {
                 let chat = p == "/v1/chat/completions";
-                let body = match super::read_body(req, self.body_timeout).await {
+                let body = match super::read_body(req, &self.buffers).await {
                     Ok(b) => b,
                     Err(r) => return r,
                 };
-                self.complete(&body, chat).await
+                self.complete(&body.bytes, chat).await
             }
             (_, p) => error(StatusCode::NOT_FOUND, "not_found_error", format!("no route {p}")),
         }

@@ -145,6 +145,8 @@ pub struct Gateway {
     pub backends: Vec<Backend>,
     pub routing: Mutex<Routing>,
     pub client: Client<HttpConnector, Full<Bytes>>,
+    /// Request and response bodies in memory, over every request.
+    pub buffers: super::bounded::Buffers,
     pub kv_capacity_tokens: u64,
     start: Instant,
     next_id: AtomicU64,
@@ -257,11 +259,13 @@ impl Gateway {
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
         let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1024).build(connector);
+        let buffers = args.limits.buffers();
         Ok(Self {
             args,
             backends,
             routing: Mutex::new(routing),
             client,
+            buffers,
             kv_capacity_tokens: sm.kv_capacity_tokens,
             start: Instant::now(),
             next_id: AtomicU64::new(0),

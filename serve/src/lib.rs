@@ -9,6 +9,7 @@
 //! the `routelab` binary, which parses the arguments and calls [`proxy::main`],
 //! [`emulate::main`] and [`replay::main`].
 
+pub mod bounded;
 pub mod emulate;
 pub mod engine;
 pub mod gateway;
@@ -101,11 +102,15 @@ pub struct ConnLimits {
     /// Most client connections open at once; more wait in the listen backlog until one closes.
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
+    /// MiB of request and response bodies held in memory at once, over every request; a body
+    /// past it is refused with a 503.
+    #[arg(long, default_value_t = 256)]
+    pub max_buffered_mb: usize,
 }
 
 impl Default for ConnLimits {
     fn default() -> Self {
-        Self { header_timeout_s: 10.0, body_timeout_s: 30.0, max_connections: 1024 }
+        Self { header_timeout_s: 10.0, body_timeout_s: 30.0, max_connections: 1024, max_buffered_mb: 256 }
     }
 }
 
@@ -117,6 +122,13 @@ impl ConnLimits {
                 return Err(cli_error(flag, format!("{v} is out of range"), "give seconds in [0.001, 86400]"));
             }
         }
+        if !(1..=1 << 20).contains(&self.max_buffered_mb) {
+            return Err(cli_error(
+                "--max-buffered-mb",
+                format!("{} is out of range", self.max_buffered_mb),
+                "give MiB from 1 to 1048576, above the largest request body",
+            ));
+        }
         if !(1..=1 << 20).contains(&self.max_connections) {
             return Err(cli_error(
                 "--max-connections",
@@ -126,21 +138,26 @@ impl ConnLimits {
         }
         Ok(())
     }
+
+    /// The server's budget of bodies in memory.
+    pub fn buffers(&self) -> bounded::Buffers {
+        bounded::Buffers::new(self.max_buffered_mb << 20, Duration::from_secs_f64(self.body_timeout_s))
+    }
 }
 
-/// Reads a request body, at most [`MAX_BODY_BYTES`], within `timeout` (a stalled client gets a
-/// 408 and its connection is not held).
-pub async fn read_body(req: Request<Incoming>, timeout: Duration) -> Result<Bytes, Response<OutBody>> {
-    use http_body_util::{BodyExt, Limited};
-    match tokio::time::timeout(timeout, Limited::new(req.into_body(), MAX_BODY_BYTES).collect()).await {
-        Ok(Ok(c)) => Ok(c.to_bytes()),
-        Ok(Err(e)) => Err(error(StatusCode::BAD_REQUEST, "invalid_request_error", format!("reading the body: {e}"))),
-        Err(_) => Err(error(
-            StatusCode::REQUEST_TIMEOUT,
-            "invalid_request_error",
-            format!("the body did not arrive within {} s", timeout.as_secs_f64()),
-        )),
-    }
+/// Reads a request body: at most [`MAX_BODY_BYTES`], within the body timeout (a stalled client
+/// gets a 408 and its connection is not held) and the server's budget (else a 503).
+pub async fn read_body(req: Request<Incoming>, buffers: &bounded::Buffers) -> Result<bounded::Held, Response<OutBody>> {
+    use bounded::Refused;
+    buffers.collect(req.into_body(), MAX_BODY_BYTES, buffers.body_timeout).await.map_err(|e| {
+        let status = match e {
+            Refused::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Refused::OverBudget(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Refused::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
+            Refused::Failed(_) => StatusCode::BAD_REQUEST,
+        };
+        error(status, "invalid_request_error", e.to_string())
+    })
 }
 
 /// Serves `handle` on `listener` until `shutdown` resolves; then stops accepting and lets open

@@ -19,6 +19,7 @@ use routelab_policy_api::Segment;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use super::bounded::{Held, Refused};
 use super::gateway::{Decision, Gateway};
 use super::{OutBody, error, text};
 
@@ -37,7 +38,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<OutBod
         (&Method::POST, p @ ("/v1/completions" | "/v1/chat/completions")) => {
             let path = p.to_string();
             let auth = req.headers().get(AUTHORIZATION).cloned();
-            let body = match super::read_body(req, Duration::from_secs_f64(gw.args.limits.body_timeout_s)).await {
+            let body = match super::read_body(req, &gw.buffers).await {
                 Ok(b) => b,
                 Err(r) => return r,
             };
@@ -54,8 +55,9 @@ async fn models(gw: &Gateway) -> Response<OutBody> {
         let timeout = Duration::from_secs_f64(gw.args.timeout_s);
         if let Ok(resp) = send(gw, i, Method::GET, "/v1/models", Bytes::new(), None, timeout).await {
             if resp.status().is_success() {
-                if let Ok(body) = resp.into_body().collect().await {
-                    return super::full(StatusCode::OK, "application/json", body.to_bytes());
+                // Bounded: a body that stalls after its headers must not hold the client.
+                if let Ok(body) = gw.buffers.collect(resp.into_body(), MAX_RESPONSE_BYTES, timeout).await {
+                    return super::full(StatusCode::OK, "application/json", body.bytes);
                 }
             }
         }
@@ -63,10 +65,14 @@ async fn models(gw: &Gateway) -> Response<OutBody> {
     error(StatusCode::BAD_GATEWAY, "server_error", "no backend answered /v1/models")
 }
 
+/// Largest non-streamed response body relayed.
+pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
+
 /// What a retry needs of the original request.
 struct Original {
     path: String,
-    body: Bytes,
+    /// The request body, and its share of the gateway's budget of bodies.
+    body: Held,
     auth: Option<HeaderValue>,
     segments: Vec<Segment>,
     prompt_tokens: u32,
@@ -113,8 +119,8 @@ impl Sent {
     }
 }
 
-async fn proxy(gw: Arc<Gateway>, path: String, body: Bytes, auth: Option<HeaderValue>) -> Response<OutBody> {
-    let parsed = match text::parse_request(&body, path.ends_with("/chat/completions")) {
+async fn proxy(gw: Arc<Gateway>, path: String, body: Held, auth: Option<HeaderValue>) -> Response<OutBody> {
+    let parsed = match text::parse_request(&body.bytes, path.ends_with("/chat/completions")) {
         Ok(p) => p,
         Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", m),
     };
@@ -134,11 +140,15 @@ async fn proxy(gw: Arc<Gateway>, path: String, body: Bytes, auth: Option<HeaderV
             Attempt::GenerationTimeout => return generation_timeout(&gw),
         };
         if !resp.status().is_success() {
-            // The client's error (4xx): passed through as the backend wrote it.
+            // The client's error (4xx): passed through as the backend wrote it, if it arrives in
+            // time (a body that stalls after its headers must not hold the client).
             drop(d);
             let status = resp.status();
-            let body = resp.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
-            return super::full(status, "application/json", body);
+            let timeout = Duration::from_secs_f64(gw.args.timeout_s);
+            return match gw.buffers.collect(resp.into_body(), MAX_RESPONSE_BYTES, timeout).await {
+                Ok(body) => super::full(status, "application/json", body.bytes),
+                Err(e) => error(StatusCode::BAD_GATEWAY, "server_error", format!("the backend answered {status}; {e}")),
+            };
         }
         if parsed.stream {
             let (tx, response) = super::sse();
@@ -148,18 +158,20 @@ async fn proxy(gw: Arc<Gateway>, path: String, body: Bytes, auth: Option<HeaderV
         // The body of a non-streamed completion: within what is left of the generation timeout.
         let started = Instant::now();
         let left = Duration::from_secs_f64(gw.args.generation_timeout_s).saturating_sub(sent_at.elapsed());
-        match tokio::time::timeout(left, resp.into_body().collect()).await {
-            Ok(Ok(c)) => {
-                let bytes = c.to_bytes();
-                let (p, cached, out) = usage(&bytes).unwrap_or((prompt_tokens, 0, orig.max_tokens));
+        match gw.buffers.collect(resp.into_body(), MAX_RESPONSE_BYTES, left).await {
+            Ok(held) => {
+                let (p, cached, out) = usage(&held.bytes).unwrap_or((prompt_tokens, 0, orig.max_tokens));
                 gw.completed(&d, started.elapsed().as_secs_f64(), p, cached, out);
                 drop(d);
-                return super::full(StatusCode::OK, "application/json", bytes);
+                return super::full(StatusCode::OK, "application/json", held.bytes);
             }
-            Ok(Err(e)) => last_error = format!("{}: {e}", gw.backends[d.backend].url),
-            Err(_) => {
+            Err(Refused::Failed(e)) => last_error = format!("{}: {e}", gw.backends[d.backend].url),
+            Err(Refused::TimedOut(_)) => {
                 gw.failure(d.backend);
                 return generation_timeout(&gw);
+            }
+            Err(e @ (Refused::TooLarge(_) | Refused::OverBudget(_))) => {
+                return error(StatusCode::SERVICE_UNAVAILABLE, "server_error", format!("the response: {e}"));
             }
         }
         gw.failure(d.backend);
@@ -208,7 +220,7 @@ async fn attempt_once(
     };
     tried[d.backend] = true;
     let timeout = Duration::from_secs_f64(if orig.stream { gw.args.timeout_s } else { gw.args.generation_timeout_s });
-    match send(gw, d.backend, Method::POST, &orig.path, orig.body.clone(), orig.auth.as_ref(), timeout).await {
+    match send(gw, d.backend, Method::POST, &orig.path, orig.body.bytes.clone(), orig.auth.as_ref(), timeout).await {
         Ok(resp) if !resp.status().is_server_error() => return Attempt::Sent(d, resp),
         Ok(resp) => *last_error = format!("{} answered {}", gw.backends[d.backend].url, resp.status()),
         Err(Sent::TimedOut(_)) if !orig.stream => {

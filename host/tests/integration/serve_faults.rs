@@ -392,7 +392,7 @@ async fn until_closed(s: &mut TcpStream) -> Result<String, String> {
 #[test]
 fn silent_stalled_and_idle_clients_are_disconnected() {
     runtime().block_on(async {
-        let limits = ConnLimits { header_timeout_s: 0.3, body_timeout_s: 0.3, max_connections: 64 };
+        let limits = ConnLimits { header_timeout_s: 0.3, body_timeout_s: 0.3, ..ConnLimits::default() };
         for (name, addr) in both_servers(limits).await {
             // Connected, and silent.
             let mut silent = TcpStream::connect(addr).await.unwrap();
@@ -419,7 +419,7 @@ fn silent_stalled_and_idle_clients_are_disconnected() {
 #[test]
 fn connections_past_the_limit_wait_for_a_free_one() {
     runtime().block_on(async {
-        let limits = ConnLimits { header_timeout_s: 60.0, body_timeout_s: 60.0, max_connections: 4 };
+        let limits = ConnLimits { max_connections: 4, ..ConnLimits::default() };
         for (name, addr) in both_servers(limits).await {
             let mut held = Vec::new();
             for _ in 0..4 {
@@ -469,5 +469,65 @@ fn sse_framed_with_crlf_is_relayed_event_by_event() {
             assert!(!r.contains("error"), "{eol:?}: {r}");
             assert_eq!(metric(gw, "routelab_gateway_requests_ok_total").await, 1.0, "{eol:?}");
         }
+    });
+}
+
+#[test]
+fn a_4xx_or_models_body_that_stalls_after_its_headers_does_not_hold_the_client() {
+    runtime().block_on(async {
+        let stall = |status: u16| Reply::Chunks {
+            chunks: vec![(
+                Duration::ZERO,
+                format!("HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"err")
+                    .into_bytes(),
+            )],
+            hang: true,
+        };
+        let script: Script = Arc::new(move |m, p, b| match (m, p) {
+            ("POST", _) | ("GET", "/v1/models") => stall(if m == "POST" { 400 } else { 200 }),
+            _ => healthy(m, p, b),
+        });
+        let mut args = serve_args(&[backend(script).await]);
+        args.timeout_s = 0.5;
+        let gw = gateway(args).await;
+        for req in [post("/v1/completions", r#"{"prompt":"hello"}"#), get("/v1/models")] {
+            let r = exchange(gw, &req, Duration::from_secs(10)).await;
+            assert_eq!(status(&r.clone().unwrap_or_default()), 502, "{req}: {r:?}");
+        }
+    });
+}
+
+#[test]
+fn request_bodies_share_one_memory_budget() {
+    runtime().block_on(async {
+        let mut args = serve_args(&[backend(Arc::new(healthy)).await]);
+        args.limits.max_buffered_mb = 8;
+        args.limits.body_timeout_s = 60.0;
+        let gw = gateway(args).await;
+        // Three clients each send 3 MiB of a 30 MiB body, then stall: 9 MiB > 8 MiB.
+        let mut clients = Vec::new();
+        for _ in 0..3 {
+            clients.push(tokio::spawn(async move {
+                let mut s = TcpStream::connect(gw).await.unwrap();
+                let head = format!("POST /v1/completions HTTP/1.1\r\nhost: t\r\ncontent-length: {}\r\n\r\n", 30 << 20);
+                let _ = s.write_all(head.as_bytes()).await;
+                let _ = s.write_all(&vec![b' '; 3 << 20]).await;
+                let mut out = Vec::new();
+                match tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await {
+                    Err(_) => None,                                            // still held
+                    Ok(_) => Some(String::from_utf8_lossy(&out).into_owned()), // answered or reset
+                }
+            }));
+        }
+        let mut ended = Vec::new();
+        for c in clients {
+            ended.extend(c.await.unwrap());
+        }
+        assert!(!ended.is_empty(), "every 3 MiB body was held past the 8 MiB budget");
+        for r in &ended {
+            assert!(r.is_empty() || status(r) == 503, "{r}");
+        }
+        let health = exchange(gw, &get("/health"), Duration::from_secs(10)).await.unwrap();
+        assert_eq!(status(&health), 200, "{health}");
     });
 }
