@@ -117,6 +117,9 @@ fn execute(command: Command) -> Result<i32> {
             jobs: jobs.map(|j| j as usize),
         }),
         Command::Merge { files, json, markdown } => {
+            if let Some(out) = &json {
+                output::not_an_input("--json", out, &files)?;
+            }
             let (command, results) = merge::merge(&files)?;
             let common = Common { json, markdown, ..Default::default() };
             output::check(&common)?;
