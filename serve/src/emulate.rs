@@ -45,6 +45,16 @@ pub struct HardwareArgs {
 
 impl HardwareArgs {
     pub fn step_model(&self) -> Result<StepModel, InputError> {
+        if ![1, 2, 4, 8].contains(&self.tp) {
+            return Err(cli_error("--tp", format!("must be 1, 2, 4 or 8 (got {})", self.tp), "use 1, 2, 4 or 8"));
+        }
+        if !(self.memory_fraction > 0.0 && self.memory_fraction <= 1.0) {
+            return Err(cli_error(
+                "--memory-fraction",
+                format!("must be in (0, 1] (got {})", self.memory_fraction),
+                "use e.g. 0.9",
+            ));
+        }
         StepModel::from_catalog(&self.gpu, &self.model, self.tp, self.memory_fraction).map_err(|e| InputError {
             file: "<command line>".into(),
             path: "gpu/model".into(),
@@ -117,6 +127,14 @@ impl Prepared {
         }
         if args.max_batch_requests == 0 {
             return Err(cli_error("--max-batch-requests", "0 admits nothing".into(), "give at least 1").into());
+        }
+        if args.chunk_tokens == 0 && args.max_step_tokens == 0 {
+            return Err(cli_error(
+                "--max-step-tokens",
+                "0 with --chunk-tokens 0 lets no step prefill anything: every request would hang".into(),
+                "give --chunk-tokens 512, or --max-step-tokens above the longest prompt",
+            )
+            .into());
         }
         args.limits.check()?;
         let sm = args.hardware.step_model()?;

@@ -190,8 +190,14 @@ impl Drop for Decision {
 
 impl Gateway {
     pub fn new(args: ServeArgs) -> Result<Self, routelab_core::error::Error> {
-        if !(args.scrape_interval_s > 0.0 && args.scrape_interval_s <= 3600.0) {
-            return Err(cli_error("--scrape-interval-s", "out of range".into(), "give seconds in (0, 3600]").into());
+        // Below a millisecond the interval rounds to 0 ns, which panicked the scrape task.
+        if !(args.scrape_interval_s >= 0.001 && args.scrape_interval_s <= 3600.0) {
+            return Err(cli_error(
+                "--scrape-interval-s",
+                format!("{} is out of range", args.scrape_interval_s),
+                "give seconds in [0.001, 3600]",
+            )
+            .into());
         }
         if !(args.timeout_s > 0.0 && args.timeout_s <= 86_400.0) {
             return Err(cli_error("--timeout-s", "out of range".into(), "give seconds in (0, 86400]").into());

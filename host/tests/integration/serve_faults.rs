@@ -531,3 +531,27 @@ fn request_bodies_share_one_memory_budget() {
         assert_eq!(status(&health), 200, "{health}");
     });
 }
+
+#[test]
+fn impossible_emulate_and_serve_arguments_are_refused() {
+    let refused = |mutate: &dyn Fn(&mut EmulateArgs), flag: &str| {
+        let mut a = emulate_args();
+        mutate(&mut a);
+        let e = Prepared::new(&a).err().unwrap_or_else(|| panic!("{flag}: accepted")).to_string();
+        assert!(e.contains(flag), "{flag}: {e}");
+    };
+    refused(&|a| a.hardware.memory_fraction = f64::NAN, "--memory-fraction");
+    refused(&|a| a.hardware.memory_fraction = 2.0, "--memory-fraction");
+    refused(&|a| a.hardware.tp = 3, "--tp");
+    refused(
+        &|a| {
+            a.chunk_tokens = 0;
+            a.max_step_tokens = 0;
+        },
+        "--max-step-tokens",
+    );
+    let mut s = serve_args(&["http://127.0.0.1:9".into()]);
+    s.scrape_interval_s = 1e-10;
+    let e = Gateway::new(s).err().expect("a 1e-10 s scrape interval was accepted").to_string();
+    assert!(e.contains("--scrape-interval-s"), "{e}");
+}
