@@ -207,7 +207,8 @@ impl Server {
                 };
                 self.complete(&body.bytes, chat).await
             }
-            (_, p) => error(StatusCode::NOT_FOUND, "not_found_error", format!("no route {p}")),
+            (_, p) => super::method_not_allowed(p)
+                .unwrap_or_else(|| error(StatusCode::NOT_FOUND, "not_found_error", format!("no route {p}"))),
         }
     }
 
@@ -323,6 +324,7 @@ pub fn metrics_text(s: &Snapshot, model: &str) -> String {
     let l = format!("{{model_name=\"{model}\"}}");
     let mut out = String::new();
     let mut put = |name: &str, kind: &str, help: &str, v: f64| {
+        let v = super::prom::value(v);
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{l} {v}\n"));
     };
     put("vllm:num_requests_running", "gauge", "Requests in the running batch.", s.running as f64);

@@ -535,7 +535,7 @@ impl Gateway {
         if let Ok(stats) = r.router.report() {
             let _ = writeln!(out, "# TYPE routelab_gateway_policy_stat gauge");
             for (name, v) in stats {
-                let _ = writeln!(out, "routelab_gateway_policy_stat{{name=\"{name}\"}} {v}");
+                let _ = writeln!(out, "routelab_gateway_policy_stat{{name=\"{name}\"}} {}", prom::value(v));
             }
         }
         out

@@ -80,6 +80,18 @@ pub fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Resp
     )
 }
 
+/// A 405 for a wrong method on a path both servers serve (`None`: an unknown path, a 404).
+pub fn method_not_allowed(path: &str) -> Option<Response<OutBody>> {
+    let allow = match path {
+        "/health" | "/metrics" | "/v1/models" => "GET",
+        "/v1/completions" | "/v1/chat/completions" => "POST",
+        _ => return None,
+    };
+    let mut r = error(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", format!("{path} takes {allow}"));
+    r.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static(allow));
+    Some(r)
+}
+
 /// A streamed response (`text/event-stream`) fed by the returned sender.
 pub fn sse() -> (mpsc::Sender<Bytes>, Response<OutBody>) {
     let (tx, rx) = mpsc::channel(64);

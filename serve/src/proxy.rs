@@ -44,7 +44,8 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<OutBod
             };
             proxy(gw, path, body, auth).await
         }
-        (_, p) => error(StatusCode::NOT_FOUND, "not_found_error", format!("no route {p}")),
+        (_, p) => super::method_not_allowed(p)
+            .unwrap_or_else(|| error(StatusCode::NOT_FOUND, "not_found_error", format!("no route {p}"))),
     }
 }
 

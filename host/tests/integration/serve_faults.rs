@@ -555,3 +555,21 @@ fn impossible_emulate_and_serve_arguments_are_refused() {
     let e = Gateway::new(s).err().expect("a 1e-10 s scrape interval was accepted").to_string();
     assert!(e.contains("--scrape-interval-s"), "{e}");
 }
+
+#[test]
+fn a_wrong_method_on_a_known_path_is_405_not_404() {
+    runtime().block_on(async {
+        for (name, addr) in both_servers(ConnLimits::default()).await {
+            for (req, allow) in [(get("/v1/completions"), "POST"), (post("/health", "{}"), "GET")] {
+                let r = exchange(addr, &req, Duration::from_secs(10)).await.unwrap();
+                assert_eq!(status(&r), 405, "{name}: {r}");
+                assert!(
+                    r.to_ascii_lowercase().contains(&format!("allow: {}", allow.to_ascii_lowercase())),
+                    "{name}: {r}"
+                );
+            }
+            let r = exchange(addr, &get("/nowhere"), Duration::from_secs(10)).await.unwrap();
+            assert_eq!(status(&r), 404, "{name}: {r}");
+        }
+    });
+}
