@@ -18,6 +18,7 @@ mod pd;
 mod report;
 mod scale;
 mod serve_faults;
+mod serve_soak;
 mod serving;
 mod snapshots;
 mod standalone;
