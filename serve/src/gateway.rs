@@ -107,7 +107,7 @@ pub struct Backend {
 }
 
 /// Consecutive failures open the circuit for a while; after that one request may try again
-/// (a success, or a successful scrape, closes it).
+/// (a request's success closes it; scrapes never touch it).
 #[derive(Debug, Default)]
 pub struct Breaker {
     failures: u32,

@@ -130,7 +130,7 @@ impl ConnLimits {
     pub fn check(&self) -> Result<(), routelab_core::workload::InputError> {
         use emulate::cli_error;
         for (flag, v) in [("--header-timeout-s", self.header_timeout_s), ("--body-timeout-s", self.body_timeout_s)] {
-            if !(v >= 0.001 && v <= 86_400.0) {
+            if !(0.001..=86_400.0).contains(&v) {
                 return Err(cli_error(flag, format!("{v} is out of range"), "give seconds in [0.001, 86400]"));
             }
         }
