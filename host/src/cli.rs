@@ -503,6 +503,7 @@ fn export_trace(file: &Path, out: &Path, seed: Option<u64>) -> Result<i32> {
     if let Some(s) = seed {
         w.seed = s;
     }
+    output::check_writable("--out", out)?;
     let prepared = runner::prepare(w, file)?;
     let input = prepared.seed_input(0)?;
     let stream = input.stream().expect("cluster world");

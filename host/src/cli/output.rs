@@ -66,6 +66,22 @@ pub fn check(common: &Common) -> Result<(), InputError> {
     Ok(())
 }
 
+/// Checks that `path` can be written (for outputs written directly, not through `.partial`),
+/// without truncating what is there; FIFOs and devices are not probed.
+pub fn check_writable(flag: &str, path: &Path) -> Result<(), InputError> {
+    let fail = |e: std::io::Error| {
+        bad(flag, path, format!("cannot be written: {e}"), "check that the folder exists and is writable")
+    };
+    if path.is_dir() {
+        return Err(bad(flag, path, "is a folder".into(), "give a file name"));
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => std::fs::OpenOptions::new().append(true).open(path).map(|_| ()).map_err(fail),
+        Ok(_) => Ok(()),
+        Err(_) => std::fs::File::create(path).and_then(|_| std::fs::remove_file(path)).map_err(fail),
+    }
+}
+
 fn partial(path: &Path) -> PathBuf {
     let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(".partial");

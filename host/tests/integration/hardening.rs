@@ -522,3 +522,15 @@ fn outputs_replace_only_regular_files_and_never_an_input() {
     refused(&["merge", &s, "--json", &s], &["--json", "is one of this command's inputs"]);
     assert_eq!(std::fs::read(&shard).unwrap(), before, "merge overwrote its input");
 }
+
+/// Issue 26: `--shard --report` wrote an empty page with exit 0; export-trace to an unwritable
+/// file exited 1 with no fix line.
+#[test]
+fn a_shard_report_and_an_unwritable_trace_are_bad_input() {
+    let w = write("shard_report.yaml", CLUSTER);
+    let (json, page) = (scratch("shard-r.json"), scratch("shard-r.html"));
+    let (json, page) = (json.to_string_lossy(), page.to_string_lossy());
+    let args = ["compare", &w, "--policies", "round_robin", "--shard", "1/2", "--json", &json, "--report", &page];
+    refused(&args, &["--shard", "--report"]);
+    refused(&["export-trace", &w, "--out", "/nonexistent-dir/trace.jsonl"], &["--out", "/nonexistent-dir/trace.jsonl"]);
+}
