@@ -118,6 +118,9 @@ fn execute(command: Command) -> Result<i32> {
             jobs: jobs.map(|j| j as usize),
         }),
         Command::Merge { files, json, markdown } => {
+            if let Some(out) = &json {
+                output::not_an_input("--json", out, &files)?;
+            }
             let (command, results) = merge::merge(&files)?;
             let common = Common { json, markdown, ..Default::default() };
             output::check(&common)?;
@@ -497,6 +500,7 @@ fn export_trace(file: &Path, out: &Path, seed: Option<u64>) -> Result<i32> {
     if let Some(s) = seed {
         w.seed = s;
     }
+    output::check_writable("--out", out)?;
     let prepared = runner::prepare(w, file)?;
     let input = prepared.seed_input(0)?;
     let stream = input.stream().expect("cluster world");

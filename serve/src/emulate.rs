@@ -45,6 +45,16 @@ pub struct HardwareArgs {
 
 impl HardwareArgs {
     pub fn step_model(&self) -> Result<StepModel, InputError> {
+        if ![1, 2, 4, 8].contains(&self.tp) {
+            return Err(cli_error("--tp", format!("must be 1, 2, 4 or 8 (got {})", self.tp), "use 1, 2, 4 or 8"));
+        }
+        if !(self.memory_fraction > 0.0 && self.memory_fraction <= 1.0) {
+            return Err(cli_error(
+                "--memory-fraction",
+                format!("must be in (0, 1] (got {})", self.memory_fraction),
+                "use e.g. 0.9",
+            ));
+        }
         StepModel::from_catalog(&self.gpu, &self.model, self.tp, self.memory_fraction).map_err(|e| InputError {
             file: "<command line>".into(),
             path: "gpu/model".into(),
@@ -80,47 +90,86 @@ pub struct EmulateArgs {
     /// The model name `/v1/models` lists (default: --model).
     #[arg(long)]
     pub served_model_name: Option<String>,
+    #[command(flatten)]
+    pub limits: super::ConnLimits,
 }
 
 /// Runs the server until Ctrl-C / SIGTERM.
 pub fn main(args: EmulateArgs) -> Result<i32> {
-    if !(args.time_scale > 0.0 && args.time_scale <= 1000.0) {
-        return Err(cli_error(
-            "--time-scale",
-            format!("{} is out of range", args.time_scale),
-            "give a number in (0, 1000]",
-        )
-        .into());
-    }
-    if args.max_batch_requests == 0 {
-        return Err(cli_error("--max-batch-requests", "0 admits nothing".into(), "give at least 1").into());
-    }
-    let sm = args.hardware.step_model()?;
-    let spec = PolicySpec::parse(&args.scheduler)?;
-    let ctx = SchedulerContext { replica: 0, seed: 0, kv_capacity_tokens: sm.kv_capacity_tokens };
-    let scheduler = Loader::new().scheduler(&spec, &ctx)?;
-    let cfg = ReplicaConfig {
-        kv_capacity_tokens: sm.kv_capacity_tokens,
-        step_prefill_budget: if args.chunk_tokens == 0 { args.max_step_tokens } else { args.chunk_tokens },
-        budget_counts_decode: false,
-        max_batch_requests: args.max_batch_requests,
-        reservation: Reservation::Full,
-        scheduler_window: 512,
-        track_pending: false,
-        report_evictions: false,
-    };
-    let model = args.served_model_name.clone().unwrap_or_else(|| sm.model.name.clone());
+    let engine = Prepared::new(&args)?;
     super::runtime()?.block_on(async move {
-        let engine = Engine::start(cfg, sm.cost, scheduler, args.time_scale);
         let listener = super::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
-        let server = Arc::new(Server { engine, model, next_id: AtomicU64::new(0) });
+        engine.run(listener, super::shutdown_signal()).await?;
+        Ok(0)
+    })
+}
+
+/// An engine's checked arguments, ready to start (before any runtime).
+pub struct Prepared {
+    cfg: ReplicaConfig,
+    cost: routelab_policy_api::CostModel,
+    scheduler: routelab_policy_api::SchedulerBox,
+    time_scale: f64,
+    model: String,
+    limits: super::ConnLimits,
+}
+
+impl Prepared {
+    /// Checks the arguments (exit 2 on a bad one) and loads the scheduler.
+    pub fn new(args: &EmulateArgs) -> Result<Self> {
+        if !(args.time_scale > 0.0 && args.time_scale <= 1000.0) {
+            return Err(cli_error(
+                "--time-scale",
+                format!("{} is out of range", args.time_scale),
+                "give a number in (0, 1000]",
+            )
+            .into());
+        }
+        if args.max_batch_requests == 0 {
+            return Err(cli_error("--max-batch-requests", "0 admits nothing".into(), "give at least 1").into());
+        }
+        if args.chunk_tokens == 0 && args.max_step_tokens == 0 {
+            return Err(cli_error(
+                "--max-step-tokens",
+                "0 with --chunk-tokens 0 lets no step prefill anything: every request would hang".into(),
+                "give --chunk-tokens 512, or --max-step-tokens above the longest prompt",
+            )
+            .into());
+        }
+        args.limits.check()?;
+        let sm = args.hardware.step_model()?;
+        let spec = PolicySpec::parse(&args.scheduler)?;
+        let ctx = SchedulerContext { replica: 0, seed: 0, kv_capacity_tokens: sm.kv_capacity_tokens };
+        let scheduler = Loader::new().scheduler(&spec, &ctx)?;
+        let cfg = ReplicaConfig {
+            kv_capacity_tokens: sm.kv_capacity_tokens,
+            step_prefill_budget: if args.chunk_tokens == 0 { args.max_step_tokens } else { args.chunk_tokens },
+            budget_counts_decode: false,
+            max_batch_requests: args.max_batch_requests,
+            reservation: Reservation::Full,
+            scheduler_window: 512,
+            track_pending: false,
+            report_evictions: false,
+        };
+        let model = args.served_model_name.clone().unwrap_or_else(|| sm.model.name.clone());
+        Ok(Self { cfg, cost: sm.cost, scheduler, time_scale: args.time_scale, model, limits: args.limits })
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, then lets open streams finish (30 s at most).
+    pub async fn run(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        let engine = Engine::start(self.cfg, self.cost, self.scheduler, self.time_scale);
+        let buffers = self.limits.buffers();
+        let server = Arc::new(Server { engine, model: self.model, next_id: AtomicU64::new(0), buffers });
         let handle = move |req| {
             let s = server.clone();
             async move { s.handle(req).await }
         };
-        super::serve(listener, handle, super::shutdown_signal(), Duration::from_secs(30)).await?;
-        Ok(0)
-    })
+        super::serve(listener, handle, shutdown, Duration::from_secs(30), self.limits).await
+    }
 }
 
 pub fn cli_error(flag: &str, message: String, fix: &str) -> InputError {
@@ -131,11 +180,12 @@ pub struct Server {
     pub engine: Engine,
     pub model: String,
     next_id: AtomicU64,
+    buffers: super::bounded::Buffers,
 }
 
 impl Server {
     pub fn new(engine: Engine, model: String) -> Self {
-        Self { engine, model, next_id: AtomicU64::new(0) }
+        Self { engine, model, next_id: AtomicU64::new(0), buffers: super::ConnLimits::default().buffers() }
     }
 
     pub async fn handle(&self, req: Request<Incoming>) -> Response<OutBody> {
@@ -152,13 +202,14 @@ impl Server {
             ),
             (&Method::POST, p @ ("/v1/completions" | "/v1/chat/completions")) => {
                 let chat = p == "/v1/chat/completions";
-                let body = match super::read_body(req).await {
+                let body = match super::read_body(req, &self.buffers).await {
                     Ok(b) => b,
                     Err(r) => return r,
                 };
-                self.complete(&body, chat).await
+                self.complete(&body.bytes, chat).await
             }
-            (_, p) => error(StatusCode::NOT_FOUND, "not_found_error", format!("no route {p}")),
+            (_, p) => super::method_not_allowed(p)
+                .unwrap_or_else(|| error(StatusCode::NOT_FOUND, "not_found_error", format!("no route {p}"))),
         }
     }
 
@@ -274,6 +325,7 @@ pub fn metrics_text(s: &Snapshot, model: &str) -> String {
     let l = format!("{{model_name=\"{model}\"}}");
     let mut out = String::new();
     let mut put = |name: &str, kind: &str, help: &str, v: f64| {
+        let v = super::prom::value(v);
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{l} {v}\n"));
     };
     put("vllm:num_requests_running", "gauge", "Requests in the running batch.", s.running as f64);

@@ -86,14 +86,19 @@ impl Engine {
         Self { commands: tx, kv_capacity_tokens }
     }
 
-    /// Queues a request; its tokens arrive on the returned channel. `Err` when it can never fit
-    /// in KV memory (prompt plus output) or the engine has stopped.
+    /// Queues a request; its tokens arrive on the returned channel. `Err` when its prompt is empty,
+    /// it can never fit in KV memory (prompt plus output), or the engine has stopped.
     pub fn submit(
         &self,
         prompt: Vec<Segment>,
         output_tokens: u32,
     ) -> Result<mpsc::UnboundedReceiver<TokenEvent>, String> {
-        let need = super::text::tokens_of(&prompt) as u64 + output_tokens as u64;
+        let prompt_tokens = super::text::tokens_of(&prompt);
+        if prompt_tokens == 0 {
+            // The batcher never finishes a request without a prompt token: it would hold a slot.
+            return Err("the prompt is empty: a request needs at least one prompt token".into());
+        }
+        let need = prompt_tokens as u64 + output_tokens as u64;
         if need > self.kv_capacity_tokens {
             return Err(format!(
                 "this request needs {need} tokens of KV (prompt plus max_tokens), more than the engine's {} tokens",

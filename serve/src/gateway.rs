@@ -20,13 +20,13 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use abi_stable::std_types::{RNone, RSlice, RSome};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::Uri;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -57,9 +57,14 @@ pub struct ServeArgs {
     /// Seconds between scrapes of every backend's /metrics (also the health check).
     #[arg(long, default_value_t = 0.05)]
     pub scrape_interval_s: f64,
-    /// Seconds to wait for a backend's response headers, and between two chunks of a stream.
+    /// Seconds to wait for a streamed response's headers, and between two of its events.
     #[arg(long, default_value_t = 60.0)]
     pub timeout_s: f64,
+    /// Seconds a non-streamed completion may take, headers and body (engines send its headers
+    /// only when the whole answer is ready); past it the client gets a 504, and the request is
+    /// not re-run elsewhere.
+    #[arg(long, default_value_t = 600.0)]
+    pub generation_timeout_s: f64,
     /// Other backends tried after a failure before the client gets an error.
     #[arg(long, default_value_t = 2)]
     pub retries: u32,
@@ -75,11 +80,14 @@ pub struct ServeArgs {
     /// Seed handed to the policy.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    #[command(flatten)]
+    pub limits: super::ConnLimits,
 }
 
 pub struct Backend {
     pub url: String,
     pub base: Uri,
+    metrics_uri: Uri,
     pub in_flight: AtomicI64,
     /// prompt + max_tokens − streamed tokens, of requests in flight.
     pub outstanding_work: AtomicI64,
@@ -89,11 +97,17 @@ pub struct Backend {
     pub ttft: Histogram,
     pub latency: Histogram,
     pub scraped: Mutex<EngineLoad>,
+    /// Opened by request failures only; closed by a request's success (or probed after the
+    /// cool-down). Scrapes never touch it.
     pub breaker: Mutex<Breaker>,
+    /// Consecutive scrapes that got no HTTP answer at all (refused, reset, timed out): at
+    /// `--breaker-failures` the backend is unreachable until a scrape is answered again. A scrape
+    /// answered badly (404, no gauge, not text) only leaves the load unknown.
+    pub unanswered_scrapes: AtomicU32,
 }
 
 /// Consecutive failures open the circuit for a while; after that one request may try again
-/// (a success, or a successful scrape, closes it).
+/// (a request's success closes it; scrapes never touch it).
 #[derive(Debug, Default)]
 pub struct Breaker {
     failures: u32,
@@ -131,6 +145,8 @@ pub struct Gateway {
     pub backends: Vec<Backend>,
     pub routing: Mutex<Routing>,
     pub client: Client<HttpConnector, Full<Bytes>>,
+    /// Request and response bodies in memory, over every request.
+    pub buffers: super::bounded::Buffers,
     pub kv_capacity_tokens: u64,
     start: Instant,
     next_id: AtomicU64,
@@ -140,24 +156,59 @@ pub struct Gateway {
     pub resumed: AtomicU64,
 }
 
-/// A routing decision.
+/// Largest `/metrics` body read from a backend.
+pub const MAX_SCRAPE_BYTES: usize = 4 << 20;
+
+/// What a scrape of a backend's `/metrics` got.
+enum Scraped {
+    Load(EngineLoad),
+    /// An answer without a usable load: not 2xx, too large, or without the waiting gauge.
+    Unusable,
+    /// No answer: refused, reset or timed out.
+    Unanswered,
+}
+
+/// A routing decision, and the request's hold on its backend's `in_flight` and
+/// `outstanding_work`: released exactly once, when the decision is dropped — after the response,
+/// on a failure, on a retry elsewhere, or when hyper drops the handler's future because the client
+/// gave up (a release at the end of the handler would never run then).
 pub struct Decision {
     pub backend: usize,
     pub request_id: u64,
     pub arrived_at: f64,
+    gw: Arc<Gateway>,
+    work: i64,
+}
+
+impl Drop for Decision {
+    fn drop(&mut self) {
+        let b = &self.gw.backends[self.backend];
+        b.in_flight.fetch_sub(1, Ordering::Relaxed);
+        b.outstanding_work.fetch_sub(self.work, Ordering::Relaxed);
+    }
 }
 
 impl Gateway {
     pub fn new(args: ServeArgs) -> Result<Self, routelab_core::error::Error> {
-        if !(args.scrape_interval_s > 0.0 && args.scrape_interval_s <= 3600.0) {
-            return Err(cli_error("--scrape-interval-s", "out of range".into(), "give seconds in (0, 3600]").into());
+        // Below a millisecond the interval rounds to 0 ns, which panicked the scrape task.
+        if !(args.scrape_interval_s >= 0.001 && args.scrape_interval_s <= 3600.0) {
+            return Err(cli_error(
+                "--scrape-interval-s",
+                format!("{} is out of range", args.scrape_interval_s),
+                "give seconds in [0.001, 3600]",
+            )
+            .into());
         }
         if !(args.timeout_s > 0.0 && args.timeout_s <= 86_400.0) {
             return Err(cli_error("--timeout-s", "out of range".into(), "give seconds in (0, 86400]").into());
         }
+        if !(args.generation_timeout_s > 0.0 && args.generation_timeout_s <= 86_400.0) {
+            return Err(cli_error("--generation-timeout-s", "out of range".into(), "give seconds in (0, 86400]").into());
+        }
         if !(args.breaker_open_s >= 0.0 && args.breaker_open_s <= 86_400.0) {
             return Err(cli_error("--breaker-open-s", "out of range".into(), "give seconds in [0, 86400]").into());
         }
+        args.limits.check()?;
         let sm = args.hardware.step_model()?;
         let mut backends = Vec::new();
         for url in &args.backends {
@@ -173,9 +224,13 @@ impl Gateway {
                 )
                 .into());
             }
+            let metrics_uri = format!("{}/metrics", url.trim_end_matches('/'))
+                .parse()
+                .map_err(|e| cli_error("--backend", format!("'{url}' is not a URL: {e}"), "give http://host:port"))?;
             backends.push(Backend {
                 url: url.trim_end_matches('/').to_string(),
                 base,
+                metrics_uri,
                 in_flight: AtomicI64::new(0),
                 outstanding_work: AtomicI64::new(0),
                 dispatched: AtomicU64::new(0),
@@ -185,6 +240,7 @@ impl Gateway {
                 latency: Histogram::default(),
                 scraped: Mutex::new(EngineLoad::default()),
                 breaker: Mutex::new(Breaker::default()),
+                unanswered_scrapes: AtomicU32::new(0),
             });
         }
         let n = backends.len() as u32;
@@ -209,11 +265,13 @@ impl Gateway {
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
         let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1024).build(connector);
+        let buffers = args.limits.buffers();
         Ok(Self {
             args,
             backends,
             routing: Mutex::new(routing),
             client,
+            buffers,
             kv_capacity_tokens: sm.kv_capacity_tokens,
             start: Instant::now(),
             next_id: AtomicU64::new(0),
@@ -228,10 +286,18 @@ impl Gateway {
         self.start.elapsed().as_secs_f64()
     }
 
+    /// Whether backend `i` may be sent requests: its request circuit is closed (or half-open)
+    /// and its `/metrics` still answers (a bad answer counts as an answer).
+    pub fn healthy(&self, i: usize, now: Instant) -> bool {
+        let b = &self.backends[i];
+        b.unanswered_scrapes.load(Ordering::Relaxed) < self.args.breaker_failures
+            && b.breaker.lock().expect("breaker lock").allows(now)
+    }
+
     fn view(&self, i: usize, now: Instant) -> ReplicaView {
         let b = &self.backends[i];
         let load = *b.scraped.lock().expect("scrape lock");
-        let healthy = b.breaker.lock().expect("breaker lock").allows(now);
+        let healthy = self.healthy(i, now);
         let in_flight = b.in_flight.load(Ordering::Relaxed).max(0) as u32;
         let kv = self.kv_capacity_tokens;
         if !healthy {
@@ -260,7 +326,13 @@ impl Gateway {
 
     /// Picks a backend for a request with `segments`, skipping those in `tried` (a retry).
     /// `None` when no healthy backend is left.
-    pub fn route(&self, segments: &[Segment], prompt_tokens: u32, max_tokens: u32, tried: &[bool]) -> Option<Decision> {
+    pub fn route(
+        self: &Arc<Self>,
+        segments: &[Segment],
+        prompt_tokens: u32,
+        max_tokens: u32,
+        tried: &[bool],
+    ) -> Option<Decision> {
         let now = Instant::now();
         let arrived_at = self.now_s();
         let request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -293,7 +365,7 @@ impl Gateway {
             size_hint: RNone,
             segments: RSlice::from_slice(segments),
         };
-        let eligible = |i: usize| !tried[i] && self.backends[i].breaker.lock().expect("breaker lock").allows(now);
+        let eligible = |i: usize| !tried[i] && self.healthy(i, now);
         let chosen = match r.router.dispatch(&req, &r.views) {
             Ok(i) if eligible(i as usize) => Some(i as usize),
             Ok(_) => {
@@ -325,17 +397,10 @@ impl Gateway {
         drop(guard);
         let b = &self.backends[backend];
         b.dispatched.fetch_add(1, Ordering::Relaxed);
+        let work = prompt_tokens as i64 + max_tokens as i64;
         b.in_flight.fetch_add(1, Ordering::Relaxed);
-        b.outstanding_work.fetch_add(prompt_tokens as i64 + max_tokens as i64, Ordering::Relaxed);
-        Some(Decision { backend, request_id, arrived_at })
-    }
-
-    /// A request sent by `d` has left `d.backend` (finished, failed or moved elsewhere);
-    /// `work_left` is what of its outstanding work was not streamed.
-    pub fn release(&self, d: &Decision, work_left: i64) {
-        let b = &self.backends[d.backend];
-        b.in_flight.fetch_sub(1, Ordering::Relaxed);
-        b.outstanding_work.fetch_sub(work_left, Ordering::Relaxed);
+        b.outstanding_work.fetch_add(work, Ordering::Relaxed);
+        Some(Decision { backend, request_id, arrived_at, gw: self.clone(), work })
     }
 
     /// A request to `backend` failed (refused, reset, timed out, or a 5xx).
@@ -375,8 +440,9 @@ impl Gateway {
     }
 
     /// Scrapes every backend's `/metrics` every `scrape_interval_s`, forever: the scraped load
-    /// feeds the views and the `scraped.` signals; a failed scrape counts against the circuit, a
-    /// good one closes it.
+    /// feeds the views and the `scraped.` signals. Scrapes and requests are counted apart: a
+    /// scrape without an answer counts towards `unanswered_scrapes`, a badly answered one leaves
+    /// the load unknown (zero), and neither opens or closes the request circuit.
     pub async fn scrape_loop(&self) {
         let every = Duration::from_secs_f64(self.args.scrape_interval_s);
         let mut tick = tokio::time::interval(every);
@@ -385,14 +451,16 @@ impl Gateway {
             tick.tick().await;
             let scrapes = self.backends.iter().map(|b| self.scrape(b, every.max(Duration::from_millis(500))));
             let results = futures_join_all(scrapes).await;
-            for (i, r) in results.into_iter().enumerate() {
+            for (b, r) in self.backends.iter().zip(results) {
                 match r {
-                    Some(load) => {
-                        *self.backends[i].scraped.lock().expect("scrape lock") = load;
-                        self.backends[i].breaker.lock().expect("breaker lock").success();
+                    Scraped::Load(load) => *b.scraped.lock().expect("scrape lock") = load,
+                    Scraped::Unusable => *b.scraped.lock().expect("scrape lock") = EngineLoad::default(),
+                    Scraped::Unanswered => {
+                        b.unanswered_scrapes.fetch_add(1, Ordering::Relaxed);
+                        continue;
                     }
-                    None => self.trip(i),
                 }
+                b.unanswered_scrapes.store(0, Ordering::Relaxed);
             }
             let mut r = self.routing.lock().expect("routing lock");
             if r.router.reads_scrapes() {
@@ -403,18 +471,23 @@ impl Gateway {
         }
     }
 
-    async fn scrape(&self, b: &Backend, timeout: Duration) -> Option<EngineLoad> {
-        let uri: Uri = format!("{}/metrics", b.url).parse().ok()?;
-        let req = hyper::Request::get(uri).body(Full::new(Bytes::new())).ok()?;
-        let fetch = async {
-            let resp = self.client.request(req).await.ok()?;
-            if !resp.status().is_success() {
-                return None;
-            }
-            let body = resp.into_body().collect().await.ok()?.to_bytes();
-            prom::engine_load(std::str::from_utf8(&body).ok()?)
+    async fn scrape(&self, b: &Backend, timeout: Duration) -> Scraped {
+        let Ok(req) = hyper::Request::get(&b.metrics_uri).body(Full::new(Bytes::new())) else {
+            return Scraped::Unusable;
         };
-        tokio::time::timeout(timeout, fetch).await.ok().flatten()
+        let fetch = async {
+            let Ok(resp) = self.client.request(req).await else { return Scraped::Unanswered };
+            if !resp.status().is_success() {
+                return Scraped::Unusable;
+            }
+            // At most MAX_SCRAPE_BYTES of it: an engine's /metrics is a few tens of KB.
+            let Ok(body) = Limited::new(resp.into_body(), MAX_SCRAPE_BYTES).collect().await else {
+                return Scraped::Unusable;
+            };
+            // One stray byte does not void the scrape.
+            prom::engine_load(&String::from_utf8_lossy(&body.to_bytes())).map_or(Scraped::Unusable, Scraped::Load)
+        };
+        tokio::time::timeout(timeout, fetch).await.unwrap_or(Scraped::Unanswered)
     }
 
     /// The gateway's Prometheus text.
@@ -436,8 +509,8 @@ impl Gateway {
             }
         }
         let _ = writeln!(out, "# TYPE routelab_gateway_circuit_open gauge");
-        for b in &self.backends {
-            let open = !b.breaker.lock().expect("breaker lock").allows(now);
+        for (i, b) in self.backends.iter().enumerate() {
+            let open = !self.healthy(i, now);
             let _ = writeln!(out, "routelab_gateway_circuit_open{{backend=\"{}\"}} {}", b.url, open as u8);
         }
         for (name, help) in [
@@ -462,7 +535,7 @@ impl Gateway {
         if let Ok(stats) = r.router.report() {
             let _ = writeln!(out, "# TYPE routelab_gateway_policy_stat gauge");
             for (name, v) in stats {
-                let _ = writeln!(out, "routelab_gateway_policy_stat{{name=\"{name}\"}} {v}");
+                let _ = writeln!(out, "routelab_gateway_policy_stat{{name=\"{name}\"}} {}", prom::value(v));
             }
         }
         out

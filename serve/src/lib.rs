@@ -9,6 +9,7 @@
 //! the `routelab` binary, which parses the arguments and calls [`proxy::main`],
 //! [`emulate::main`] and [`replay::main`].
 
+pub mod bounded;
 pub mod emulate;
 pub mod engine;
 pub mod gateway;
@@ -30,7 +31,7 @@ use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -79,6 +80,18 @@ pub fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Resp
     )
 }
 
+/// A 405 for a wrong method on a path both servers serve (`None`: an unknown path, a 404).
+pub fn method_not_allowed(path: &str) -> Option<Response<OutBody>> {
+    let allow = match path {
+        "/health" | "/metrics" | "/v1/models" => "GET",
+        "/v1/completions" | "/v1/chat/completions" => "POST",
+        _ => return None,
+    };
+    let mut r = error(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", format!("{path} takes {allow}"));
+    r.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static(allow));
+    Some(r)
+}
+
 /// A streamed response (`text/event-stream`) fed by the returned sender.
 pub fn sse() -> (mpsc::Sender<Bytes>, Response<OutBody>) {
     let (tx, rx) = mpsc::channel(64);
@@ -88,44 +101,126 @@ pub fn sse() -> (mpsc::Sender<Bytes>, Response<OutBody>) {
     (tx, r)
 }
 
-/// Reads a request body, at most [`MAX_BODY_BYTES`].
-pub async fn read_body(req: Request<Incoming>) -> Result<Bytes, Response<OutBody>> {
-    use http_body_util::{BodyExt, Limited};
-    match Limited::new(req.into_body(), MAX_BODY_BYTES).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) => Err(error(StatusCode::BAD_REQUEST, "invalid_request_error", format!("reading the body: {e}"))),
+/// What one client may hold of a server (`routelab serve` and `routelab emulate`).
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct ConnLimits {
+    /// Seconds a client may take to send a request's headers, and to send its next request on an
+    /// idle keep-alive connection; then the connection is closed.
+    #[arg(long, default_value_t = 10.0)]
+    pub header_timeout_s: f64,
+    /// Seconds a client may take to send a request's body (then a 408).
+    #[arg(long, default_value_t = 30.0)]
+    pub body_timeout_s: f64,
+    /// Most client connections open at once; more wait in the listen backlog until one closes.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// MiB of request and response bodies held in memory at once, over every request; a body
+    /// past it is refused with a 503.
+    #[arg(long, default_value_t = 256)]
+    pub max_buffered_mb: usize,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        Self { header_timeout_s: 10.0, body_timeout_s: 30.0, max_connections: 1024, max_buffered_mb: 256 }
     }
 }
 
-/// Binds `addr` (prints `listening on http://ADDR`, the line tests and scripts wait for) and
-/// serves `handle` until `shutdown` resolves; then stops accepting and lets open connections —
-/// streams included — finish, for at most `drain`.
+impl ConnLimits {
+    pub fn check(&self) -> Result<(), routelab_core::workload::InputError> {
+        use emulate::cli_error;
+        for (flag, v) in [("--header-timeout-s", self.header_timeout_s), ("--body-timeout-s", self.body_timeout_s)] {
+            if !(0.001..=86_400.0).contains(&v) {
+                return Err(cli_error(flag, format!("{v} is out of range"), "give seconds in [0.001, 86400]"));
+            }
+        }
+        if !(1..=1 << 20).contains(&self.max_buffered_mb) {
+            return Err(cli_error(
+                "--max-buffered-mb",
+                format!("{} is out of range", self.max_buffered_mb),
+                "give MiB from 1 to 1048576, above the largest request body",
+            ));
+        }
+        if !(1..=1 << 20).contains(&self.max_connections) {
+            return Err(cli_error(
+                "--max-connections",
+                format!("{} is out of range", self.max_connections),
+                "give a number from 1 to 1048576 (and a file-descriptor limit above it)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The server's budget of bodies in memory.
+    pub fn buffers(&self) -> bounded::Buffers {
+        bounded::Buffers::new(self.max_buffered_mb << 20, Duration::from_secs_f64(self.body_timeout_s))
+    }
+}
+
+/// Reads a request body: at most [`MAX_BODY_BYTES`], within the body timeout (a stalled client
+/// gets a 408 and its connection is not held) and the server's budget (else a 503).
+pub async fn read_body(req: Request<Incoming>, buffers: &bounded::Buffers) -> Result<bounded::Held, Response<OutBody>> {
+    use bounded::Refused;
+    buffers.collect(req.into_body(), MAX_BODY_BYTES, buffers.body_timeout).await.map_err(|e| {
+        let status = match e {
+            Refused::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Refused::OverBudget(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Refused::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
+            Refused::Failed(_) => StatusCode::BAD_REQUEST,
+        };
+        error(status, "invalid_request_error", e.to_string())
+    })
+}
+
+/// Serves `handle` on `listener` until `shutdown` resolves; then stops accepting and lets open
+/// connections — streams included — finish, for at most `drain`. At most
+/// `limits.max_connections` connections are open at once (the next waits in the backlog); a
+/// client that does not send its request's headers within `limits.header_timeout_s` (or leaves
+/// a keep-alive connection idle that long) is disconnected; a failed accept (at the
+/// file-descriptor limit, say) is retried after a pause instead of spinning.
 pub async fn serve<H, F>(
     listener: TcpListener,
     handle: H,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
+    limits: ConnLimits,
 ) -> std::io::Result<()>
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<OutBody>> + Send + 'static,
 {
     let graceful = GracefulShutdown::new();
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let header_timeout = Duration::from_secs_f64(limits.header_timeout_s);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
+            accepted = async {
+                let slot = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
+                (slot, listener.accept().await)
+            } => {
+                let stream = match accepted {
+                    (slot, Ok((stream, _))) => (slot, stream),
+                    (_, Err(_)) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let (slot, stream) = stream;
                 let _ = stream.set_nodelay(true);
                 let h = handle.clone();
                 let service = service_fn(move |req| {
                     let f = h(req);
                     async move { Ok::<_, Infallible>(f.await) }
                 });
-                let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                let conn = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(header_timeout)
+                    .serve_connection(TokioIo::new(stream), service);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     let _ = conn.await;
+                    drop(slot);
                 });
             }
             _ = &mut shutdown => break,

@@ -46,6 +46,20 @@ pub fn engine_load(text: &str) -> Option<EngineLoad> {
     Some(EngineLoad { waiting, running, kv_usage })
 }
 
+/// A sample value as Prometheus writes it: `+Inf`, `-Inf` and `NaN` for the non-finite ones
+/// (Rust's `inf` is not valid exposition text).
+pub fn value(v: f64) -> String {
+    if v == f64::INFINITY {
+        "+Inf".into()
+    } else if v == f64::NEG_INFINITY {
+        "-Inf".into()
+    } else if v.is_nan() {
+        "NaN".into()
+    } else {
+        v.to_string()
+    }
+}
+
 /// Upper bounds (s) of the latency histograms' buckets.
 pub const BUCKETS_S: [f64; 16] =
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
@@ -90,6 +104,16 @@ mod tests {
         let sglang = "sglang:num_queue_reqs{tp_rank=\"0\"} 4\nsglang:num_running_reqs 1\nsglang:token_usage 0.5\n";
         assert_eq!(engine_load(sglang), Some(EngineLoad { waiting: 4.0, running: 1.0, kv_usage: 0.5 }));
         assert_eq!(engine_load("other_metric 1\n"), None);
+    }
+
+    #[test]
+    fn non_finite_values_are_written_as_prometheus_reads_them() {
+        assert_eq!(
+            (value(f64::INFINITY), value(f64::NEG_INFINITY), value(f64::NAN)),
+            ("+Inf".into(), "-Inf".into(), "NaN".into())
+        );
+        assert_eq!(value(0.25), "0.25");
+        assert_eq!(sum(&format!("x {}\n", value(f64::INFINITY)), "x"), Some(f64::INFINITY));
     }
 
     #[test]

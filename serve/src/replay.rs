@@ -279,7 +279,7 @@ pub fn bench(args: BenchArgs) -> Result<i32> {
         let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };
-        tokio::spawn(super::serve(backend, |_req| async { trivial() }, stopped(stop_rx.clone()), Duration::from_secs(1)));
+        tokio::spawn(super::serve(backend, |_req| async { trivial() }, stopped(stop_rx.clone()), Duration::from_secs(1), super::ConnLimits::default()));
         let gw_args = super::gateway::ServeArgs {
             listen: "127.0.0.1:0".parse()?,
             backends: vec![backend_url.clone()],
@@ -287,6 +287,8 @@ pub fn bench(args: BenchArgs) -> Result<i32> {
             hardware: super::emulate::HardwareArgs { gpu: "a6000".into(), model: "mistral-7b".into(), tp: 1, memory_fraction: 0.9 },
             scrape_interval_s: 1.0,
             timeout_s: 60.0,
+            generation_timeout_s: 600.0,
+            limits: super::ConnLimits::default(),
             retries: 2,
             breaker_failures: 3,
             breaker_open_s: 5.0,
@@ -299,7 +301,7 @@ pub fn bench(args: BenchArgs) -> Result<i32> {
         let g = gw.clone();
         tokio::spawn(async move { g.scrape_loop().await });
         let handle = move |req| super::proxy::handle(gw.clone(), req);
-        tokio::spawn(super::serve(gw_listener, handle, stopped(stop_rx), Duration::from_secs(1)));
+        tokio::spawn(super::serve(gw_listener, handle, stopped(stop_rx), Duration::from_secs(1), super::ConnLimits::default()));
         // Warm-up of both paths (connections, allocator), then the measured runs.
         closed_loop(&backend_url, requests / 10 + 1, concurrency).await;
         closed_loop(&gw_url, requests / 10 + 1, concurrency).await;

@@ -45,7 +45,14 @@ pub fn parse_request(body: &[u8], chat: bool) -> Result<Parsed, String> {
         let msgs = obj.get("messages").and_then(Value::as_array).ok_or("'messages' must be an array of messages")?;
         let mut text = String::new();
         for m in msgs {
-            let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
+            let Some(m) = m.as_object() else {
+                return Err("each of 'messages' must be an object {\"role\", \"content\"}".into());
+            };
+            let role = match m.get("role") {
+                None => "user",
+                Some(Value::String(r)) => r,
+                Some(_) => return Err("a message's 'role' must be a string".into()),
+            };
             text.push_str(role);
             text.push_str(": ");
             match m.get("content") {
@@ -58,7 +65,8 @@ pub fn parse_request(body: &[u8], chat: bool) -> Result<Parsed, String> {
                         }
                     }
                 }
-                _ => {}
+                None | Some(Value::Null) => {}
+                Some(_) => return Err("a message's 'content' must be a string or an array of parts".into()),
             }
             text.push('\n');
         }
@@ -71,6 +79,11 @@ pub fn parse_request(body: &[u8], chat: bool) -> Result<Parsed, String> {
             None => return Err("'prompt' is required".into()),
         }
     };
+    // An engine cannot schedule a request with no prompt token (vLLM refuses it too): it would
+    // hold a batch slot and never finish.
+    if prompt.is_empty() {
+        return Err(if chat { "'messages' must not be empty" } else { "'prompt' must not be empty" }.into());
+    }
     let max_tokens = match obj.get("max_tokens").or_else(|| obj.get("max_completion_tokens")) {
         None | Some(Value::Null) => DEFAULT_MAX_TOKENS,
         Some(n) => match n.as_u64() {
@@ -78,13 +91,17 @@ pub fn parse_request(body: &[u8], chat: bool) -> Result<Parsed, String> {
             _ => return Err("'max_tokens' must be an integer from 1 to 1000000".into()),
         },
     };
-    Ok(Parsed {
-        chat,
-        model: obj.get("model").and_then(Value::as_str).map(str::to_string),
-        stream: obj.get("stream").and_then(Value::as_bool).unwrap_or(false),
-        max_tokens,
-        prompt,
-    })
+    let model = match obj.get("model") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(m)) => Some(m.clone()),
+        Some(_) => return Err("'model' must be a string".into()),
+    };
+    let stream = match obj.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err("'stream' must be true or false".into()),
+    };
+    Ok(Parsed { chat, model, stream, max_tokens, prompt })
 }
 
 /// The prompt's segments: one per block of [`BLOCK_TOKENS`] tokens (the last may be shorter), ids
@@ -157,6 +174,16 @@ mod tests {
         assert!(parse_request(br#"{"prompt":"x","max_tokens":0}"#, false).unwrap_err().contains("max_tokens"));
         assert!(parse_request(br#"{"prompt":[1,2]}"#, false).unwrap_err().contains("prompt"));
         assert!(parse_request(br#"{"prompt":"x"}"#, true).unwrap_err().contains("messages"));
+    }
+
+    #[test]
+    fn fields_of_the_wrong_type_are_refused() {
+        assert!(parse_request(br#"{"messages":[1,2]}"#, true).unwrap_err().contains("messages"));
+        assert!(parse_request(br#"{"messages":[{"role":5,"content":"a"}]}"#, true).unwrap_err().contains("role"));
+        assert!(parse_request(br#"{"messages":[{"content":7}]}"#, true).unwrap_err().contains("content"));
+        assert!(parse_request(br#"{"prompt":"x","stream":"yes"}"#, false).unwrap_err().contains("stream"));
+        assert!(parse_request(br#"{"prompt":"x","model":5}"#, false).unwrap_err().contains("model"));
+        assert!(parse_request(br#"{"prompt":"x","model":null,"stream":null}"#, false).is_ok());
     }
 
     #[test]

@@ -34,11 +34,13 @@ impl<E> Ord for Keyed<E> {
 pub struct EventQueue<E> {
     heap: BinaryHeap<Reverse<Keyed<E>>>,
     next_seq: u64,
+    /// The time of the last event popped: nothing may be scheduled before it.
+    now: SimTime,
 }
 
 impl<E> Default for EventQueue<E> {
     fn default() -> Self {
-        Self { heap: BinaryHeap::new(), next_seq: 0 }
+        Self { heap: BinaryHeap::new(), next_seq: 0, now: 0 }
     }
 }
 
@@ -48,14 +50,25 @@ impl<E> EventQueue<E> {
     }
 
     /// Schedules `event` at `at`; after every event already scheduled at the same time.
+    ///
+    /// In the checked profile, asserts that `at` is on the clock: neither the clock's last tick
+    /// (where a saturated `seconds → ticks` lands) nor before the current time (where a wrapped
+    /// `now + duration` lands).
     pub fn push(&mut self, at: SimTime, event: E) {
+        debug_assert!(
+            at >= self.now && at < SimTime::MAX,
+            "an event scheduled at tick {at}, off the clock (now {}): a duration overflowed it",
+            self.now
+        );
         self.heap.push(Reverse(Keyed { at, seq: self.next_seq, event }));
         self.next_seq += 1;
     }
 
     /// The earliest event (FIFO among equal times).
     pub fn pop(&mut self) -> Option<(SimTime, E)> {
-        self.heap.pop().map(|Reverse(k)| (k.at, k.event))
+        let (at, event) = self.heap.pop().map(|Reverse(k)| (k.at, k.event))?;
+        self.now = at;
+        Some((at, event))
     }
 
     /// Time of the earliest event.
@@ -75,6 +88,17 @@ impl<E> EventQueue<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "off the clock")]
+    fn an_event_before_the_current_time_is_caught_in_the_checked_profile() {
+        let mut q = EventQueue::new();
+        q.push(10, ());
+        q.pop();
+        // What `now + ticks(huge)` wraps to.
+        q.push(10u64.wrapping_add(u64::MAX), ());
+    }
 
     #[test]
     fn equal_times_pop_in_insertion_order() {

@@ -204,7 +204,8 @@ impl StepModel {
             2.0 * model.layers as f64 * model.kv_heads as f64 * model.head_dim as f64 * model.kv_bytes() as f64;
         let usable = gpu.memory_gb * 1e9 * tpf * memory_fraction;
         let free = usable - weight_bytes;
-        if free < kv_bytes_per_token {
+        // Negated so that a NaN (memory_gb or memory_fraction) does not fit either.
+        if !(free >= kv_bytes_per_token) {
             let per_gpu_weights = weight_bytes / tpf / 1e9;
             let min_tp = [1u32, 2, 4, 8].into_iter().find(|&t| {
                 gpu.memory_gb * 1e9 * t as f64 * memory_fraction - weight_bytes >= kv_bytes_per_token * 1024.0

@@ -115,8 +115,8 @@ pub fn check(common: &Common) -> Result<(), InputError> {
     if common.all_starts {
         return refuse("--all-starts", "drop --all-starts or --shard");
     }
-    if common.csv.is_some() || common.plot.is_some() {
-        return refuse("--csv or --plot (a shard has part of the results)", "merge the shards, then report");
+    if common.csv.is_some() || common.plot.is_some() || common.report.is_some() {
+        return refuse("--csv, --plot or --report (a shard has part of the results)", "merge the shards, then report");
     }
     Ok(())
 }

@@ -43,8 +43,13 @@ pub fn check(common: &Common) -> Result<(), InputError> {
         if path.is_dir() {
             return Err(bad(flag, path, "is a folder".into(), "give a file name, e.g. out.json"));
         }
+        let Destination::Replace(target) = destination(path) else {
+            // A FIFO, a device, /dev/stdout: written in place, never replaced. (Opening a FIFO
+            // to probe it would wait for a reader, so it is not probed.)
+            continue;
+        };
         // Results are written through `<file>.partial` then renamed: try exactly that.
-        let probe = partial(path);
+        let probe = partial(&target);
         std::fs::write(&probe, "").map_err(|e| {
             bad(flag, path, format!("cannot be written: {e}"), "check that the folder exists and is writable")
         })?;
@@ -61,6 +66,22 @@ pub fn check(common: &Common) -> Result<(), InputError> {
     Ok(())
 }
 
+/// Checks that `path` can be written (for outputs written directly, not through `.partial`),
+/// without truncating what is there; FIFOs and devices are not probed.
+pub fn check_writable(flag: &str, path: &Path) -> Result<(), InputError> {
+    let fail = |e: std::io::Error| {
+        bad(flag, path, format!("cannot be written: {e}"), "check that the folder exists and is writable")
+    };
+    if path.is_dir() {
+        return Err(bad(flag, path, "is a folder".into(), "give a file name"));
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => std::fs::OpenOptions::new().append(true).open(path).map(|_| ()).map_err(fail),
+        Ok(_) => Ok(()),
+        Err(_) => std::fs::File::create(path).and_then(|_| std::fs::remove_file(path)).map_err(fail),
+    }
+}
+
 fn partial(path: &Path) -> PathBuf {
     let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(".partial");
@@ -69,13 +90,36 @@ fn partial(path: &Path) -> PathBuf {
 
 /// Writes the JSON and CSV documents for `results`.
 pub fn write(common: &Common, command: &str, results: &[WorkloadResult]) -> Result<()> {
+    write_with(common, command, results, write_atomically)
+}
+
+/// Writes the results so far (after each policy), into regular files only: a FIFO or a device
+/// gets one document, the final one.
+pub fn write_interim(common: &Common, command: &str, results: &[WorkloadResult]) -> Result<()> {
+    write_with(common, command, results, write_progress)
+}
+
+fn write_with(
+    common: &Common,
+    command: &str,
+    results: &[WorkloadResult],
+    put: fn(&Path, &str) -> Result<()>,
+) -> Result<()> {
     if let Some(p) = &common.json {
-        write_atomically(p, &report::json::render(command, results))?;
+        put(p, &report::json::render(command, results))?;
     }
     if let Some(p) = &common.csv {
-        write_atomically(p, &report::csv::render(results))?;
+        put(p, &report::csv::render(results))?;
     }
     Ok(())
+}
+
+/// [`write_atomically`] for a document still growing: nothing unless the path is a regular file.
+pub fn write_progress(path: &Path, text: &str) -> Result<()> {
+    match destination(path) {
+        Destination::Replace(_) => write_atomically(path, text),
+        Destination::InPlace => Ok(()),
+    }
 }
 
 /// Writes the `--report` page of a finished command (`sweep`: what it moved).
@@ -91,11 +135,55 @@ pub fn report(
     write_atomically(path, &report::html::render(&page)?)
 }
 
-/// Writes through a temporary file so a reader never sees half a document.
+/// How an output path is written.
+enum Destination {
+    /// A regular file, or nothing yet: through `<file>.partial`, renamed onto this path (a
+    /// symlink's target, so the link stays a link).
+    Replace(PathBuf),
+    /// Anything else at the path (a FIFO, a device such as /dev/stdout or /dev/null): written in
+    /// place. Renaming onto it would replace the node itself (as root, /dev/full was clobbered).
+    InPlace,
+}
+
+fn destination(path: &Path) -> Destination {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => Destination::Replace(std::fs::canonicalize(path).unwrap_or_else(|_| path.into())),
+        Ok(_) => Destination::InPlace,
+        // Nothing there; or a dangling symlink, which writing in place follows.
+        Err(_) if std::fs::symlink_metadata(path).is_ok() => Destination::InPlace,
+        Err(_) => Destination::Replace(path.into()),
+    }
+}
+
+/// Writes a regular file through a temporary file so a reader never sees half a document;
+/// anything else (a FIFO, a device) in place.
 pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
-    let tmp = partial(path);
+    let Destination::Replace(target) = destination(path) else {
+        return std::fs::write(path, text).with_context(|| format!("writing {}", path.display()));
+    };
+    let tmp = partial(&target);
     std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+    std::fs::rename(&tmp, &target).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Refuses an output path that names one of the command's `inputs` (the same file, by any name).
+pub fn not_an_input(flag: &str, out: &Path, inputs: &[PathBuf]) -> Result<(), InputError> {
+    let Ok(o) = std::fs::metadata(out) else { return Ok(()) };
+    for i in inputs {
+        let Ok(m) = std::fs::metadata(i) else { continue };
+        #[cfg(unix)]
+        let same = {
+            use std::os::unix::fs::MetadataExt;
+            (o.dev(), o.ino()) == (m.dev(), m.ino())
+        };
+        #[cfg(not(unix))]
+        let same = o.is_file() && m.is_file() && std::fs::canonicalize(out).ok() == std::fs::canonicalize(i).ok();
+        if same && o.is_file() {
+            let fix = format!("give {flag} a new file; {} is read by this command", i.display());
+            return Err(bad(flag, out, "is one of this command's inputs: writing it would overwrite it".into(), &fix));
+        }
+    }
+    Ok(())
 }
 
 /// Lets a closed pipe end the process quietly, as other command-line tools do (`routelab demo |

@@ -85,14 +85,14 @@ pub fn run_prepared(
                         cells: std::mem::take(cells),
                     });
                     let path = common.json.as_deref().expect("checked: --shard needs --json");
-                    output::write_atomically(path, &merge::render(command, shard, &shard_done))
+                    output::write_progress(path, &merge::render(command, shard, &shard_done))
                 }
                 (output, _) => {
                     current.results.push(match output {
                         PolicyOutput::Cells(cells) => runner::assemble(runner::empty_result(spec), cells),
                         PolicyOutput::Whole(r) => std::mem::replace(r, runner::empty_result(spec)),
                     });
-                    output::write(common, command, &done)
+                    output::write_interim(common, command, &done)
                 }
             };
             if let Err(e) = written {

@@ -478,3 +478,61 @@ fn compare_shrunk(yaml: &str, name: &str, policies: &[String]) {
         }
     }
 }
+
+/// Issue 26: outputs were written by rename, which replaced whatever was at the path — a
+/// symlink, a FIFO, a device node — and `merge --json` onto one of its inputs overwrote it.
+#[cfg(unix)]
+#[test]
+fn outputs_replace_only_regular_files_and_never_an_input() {
+    use std::os::unix::fs::FileTypeExt;
+    let w = write("outputs.yaml", CLUSTER);
+    let compare = |json: &Path| {
+        let out = routelab(&["compare", &w, "--policies", "round_robin", "--json", &json.to_string_lossy()]);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        out
+    };
+    // A symlink stays a symlink; its target gets the results.
+    let (target, link) = (scratch("target.json"), scratch("link.json"));
+    let _ = std::fs::remove_file(&link);
+    std::fs::write(&target, "old").unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    compare(&link);
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the symlink was replaced");
+    assert!(std::fs::read_to_string(&target).unwrap().contains("round_robin"));
+    // A FIFO stays a FIFO, and its reader gets the results.
+    let fifo = scratch("results.fifo");
+    let _ = std::fs::remove_file(&fifo);
+    let c = std::ffi::CString::new(fifo.to_string_lossy().as_bytes()).unwrap();
+    // SAFETY: creating a FIFO at a path this test owns.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let f = fifo.clone();
+    let reader = std::thread::spawn(move || std::fs::read_to_string(f).unwrap());
+    compare(&fifo);
+    assert!(reader.join().unwrap().contains("round_robin"));
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO was replaced");
+    // /dev/stdout (a pipe here) is written, not replaced.
+    let out = compare(Path::new("/dev/stdout"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"round_robin\""));
+    assert!(!Path::new("/dev/stdout.partial").exists());
+    // merge --json onto one of its inputs: refused, the input untouched.
+    let shard = scratch("shard-1.json");
+    let out =
+        routelab(&["compare", &w, "--policies", "round_robin", "--shard", "1/1", "--json", &shard.to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let before = std::fs::read(&shard).unwrap();
+    let s = shard.to_string_lossy();
+    refused(&["merge", &s, "--json", &s], &["--json", "is one of this command's inputs"]);
+    assert_eq!(std::fs::read(&shard).unwrap(), before, "merge overwrote its input");
+}
+
+/// Issue 26: `--shard --report` wrote an empty page with exit 0; export-trace to an unwritable
+/// file exited 1 with no fix line.
+#[test]
+fn a_shard_report_and_an_unwritable_trace_are_bad_input() {
+    let w = write("shard_report.yaml", CLUSTER);
+    let (json, page) = (scratch("shard-r.json"), scratch("shard-r.html"));
+    let (json, page) = (json.to_string_lossy(), page.to_string_lossy());
+    let args = ["compare", &w, "--policies", "round_robin", "--shard", "1/2", "--json", &json, "--report", &page];
+    refused(&args, &["--shard", "--report"]);
+    refused(&["export-trace", &w, "--out", "/nonexistent-dir/trace.jsonl"], &["--out", "/nonexistent-dir/trace.jsonl"]);
+}

@@ -119,6 +119,24 @@ fn panic_in_a_policys_drop_does_not_abort_the_host() {
     assert_eq!(w.results[0].metrics.get("requests"), Some(1000.0));
 }
 
+/// What the docs promise of a panic in `Drop` (issue 26: they said exit 1, the binary exits 0):
+/// the figures stand, the message is on stderr, exit 0.
+#[test]
+fn panic_in_a_policys_drop_exits_0_with_its_message_on_stderr() {
+    let lib = &plugins().faulty;
+    let f = fixture("loader", "drop.yaml");
+    std::fs::write(&f, "dispatch: {servers: 4, utilisation: 0.5, requests: 1000}\n").unwrap();
+    let policy = format!("{}:panics_in_drop", lib.display());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_routelab"))
+        .args(["compare", &f.to_string_lossy(), "--policies", &policy])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("deliberate panic in Drop"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("panics_in_drop"));
+}
+
 /// A panic in `capabilities` is an error when the router is created, not a silent "no needs".
 #[test]
 fn panic_in_capabilities_is_an_error() {

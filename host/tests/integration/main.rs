@@ -18,6 +18,8 @@ mod loader;
 mod pd;
 mod report;
 mod scale;
+mod serve_faults;
+mod serve_soak;
 mod serving;
 mod snapshots;
 mod standalone;

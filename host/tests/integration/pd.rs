@@ -125,3 +125,48 @@ fn bad_pd_input_is_refused_with_exit_2() {
     let f = scratch("sum.yaml", &pd.replace("prefill: {instances: 3}", "prefill: {instances: 4}"));
     bad(&f, "pd_random", &["cluster.replicas", "set `replicas: 9`"]);
 }
+
+/// Issue 26: a link or a pool GPU so slow that a transfer or a step overflows the nanosecond clock
+/// was accepted, and the wrapped times gave TTFTs lower than at 100 Gbit/s with exit 0.
+#[test]
+fn a_link_or_pool_gpu_beyond_the_clock_is_refused_with_exit_2() {
+    let pd = pd_tool_use(50);
+    for (name, yaml, field) in [
+        (
+            "slow_link.yaml",
+            pd.replace("bandwidth_gbps: 100", "bandwidth_gbps: 1e-12"),
+            "disaggregation.link.bandwidth_gbps",
+        ),
+        (
+            "slow_tier.yaml",
+            pd.replace(
+                "link: {bandwidth_gbps: 100}\n",
+                "link: {bandwidth_gbps: 100}\n    shared_kv: {capacity_gb: 64, bandwidth_gbps: 1e-12}\n",
+            ),
+            "disaggregation.shared_kv.bandwidth_gbps",
+        ),
+        (
+            "slow_pool_gpu.yaml",
+            pd.replace(
+                "prefill: {instances: 3}",
+                "prefill: {instances: 3, gpu: {name: slow, memory_gb: 48, bandwidth_gb_s: 768, tflops: 1e-300}}",
+            ),
+            "disaggregation.prefill.gpu",
+        ),
+        (
+            "nan_pool_gpu.yaml",
+            pd.replace(
+                "decode: {instances: 5}",
+                "decode: {instances: 5, gpu: {name: nan, memory_gb: .nan, bandwidth_gb_s: 768, tflops: 154.8}}",
+            ),
+            "disaggregation.decode",
+        ),
+    ] {
+        let f = scratch(name, &yaml);
+        bad(&f, "pd_random", &[name, field, "fix:"]);
+        let out = Command::new(env!("CARGO_BIN_EXE_routelab")).args(["validate", &f]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "validate {name}: {err}");
+        assert!(err.contains(field) && !err.contains("arrivals"), "validate {name}: {err}");
+    }
+}

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::ClusterSpec;
 use crate::step_model::{Choice, Gpu, StepModel};
 use crate::workload::FieldError;
+use crate::workload::limits::fits_clock;
 
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -164,7 +165,11 @@ impl Disaggregation {
         if let Some(tp) = p.tp {
             spec.tp = tp;
         }
-        spec.step_model().map_err(|e| e.under(name).under("disaggregation"))
+        let under = |e: FieldError| e.under(name).under("disaggregation");
+        let sm = spec.step_model().map_err(under)?;
+        // The clock guard of `cluster.gpu` holds for every pool's GPU too.
+        spec.check_step_model(&sm).map_err(under)?;
+        Ok(sm)
     }
 
     /// Checks the section against its cluster (paths relative to `cluster`).
@@ -238,8 +243,26 @@ impl Disaggregation {
             }
             check_link("shared_kv", t.bandwidth_gbps, t.base_latency_s, "use e.g. 100 (RDMA to a DRAM pool)")?;
         }
-        self.step_models(cluster)?;
-        self.mixed_step_model(cluster).map(|_| ())
+        let (_, decode) = self.step_models(cluster)?;
+        let mixed = self.mixed_step_model(cluster)?;
+        // The largest transfer (or tier load) alone must fit the clock: a decode instance's whole
+        // KV capacity over the link. Beyond it, `now + transfer` would wrap the nanosecond clock.
+        let tokens = decode.kv_capacity_tokens.max(mixed.map_or(0, |m| m.kv_capacity_tokens));
+        let bytes = tokens as f64 * decode.cost.kv_bytes_per_token;
+        let fits = |at: &str, base_latency_s: f64, bandwidth_gbps: f64| {
+            let largest = base_latency_s + bytes / (bandwidth_gbps * 1e9 / 8.0);
+            fits_clock(
+                &format!("{at}.bandwidth_gbps"),
+                largest,
+                &format!("moving one decode instance's {tokens} tokens of KV must fit the clock: give a realistic bandwidth (e.g. 100)"),
+            )
+            .map_err(under)
+        };
+        fits("link", l.base_latency_s, l.bandwidth_gbps)?;
+        if let Some(t) = &self.shared_kv {
+            fits("shared_kv", t.base_latency_s, t.bandwidth_gbps)?;
+        }
+        Ok(())
     }
 }
 

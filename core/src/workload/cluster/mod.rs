@@ -472,11 +472,14 @@ impl ClusterSpec {
 
     /// Derived quantities of a custom GPU or model must be usable: a KV capacity that sums in
     /// 64 bits, and a finite, bounded time for the largest step.
-    fn check_step_model(&self, sm: &StepModel) -> Result<(), FieldError> {
-        if sm.kv_capacity_tokens > 1 << 40 || !(sm.cost.kv_bytes_per_token > 0.0) {
+    pub(crate) fn check_step_model(&self, sm: &StepModel) -> Result<(), FieldError> {
+        if sm.kv_capacity_tokens == 0 || sm.kv_capacity_tokens > 1 << 40 || !(sm.cost.kv_bytes_per_token > 0.0) {
             return Err(FieldError::new(
                 "model",
-                format!("gives a KV capacity of {} tokens per replica, beyond any real GPU", sm.kv_capacity_tokens),
+                format!(
+                    "gives a KV capacity of {} tokens per replica, outside what any real GPU holds",
+                    sm.kv_capacity_tokens
+                ),
                 "check memory_gb and the model's layers, kv_heads and head_dim (all must be positive)",
             ));
         }
