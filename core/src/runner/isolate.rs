@@ -74,7 +74,7 @@ struct Reply {
 /// `progress` is called once per seed when the child is done.
 pub fn run_policy(prepared: &Prepared, spec: &PolicySpec, limits: &Limits, progress: &dyn Fn(&str)) -> PolicyResult {
     let mut result = runner::empty_result(spec);
-    match run_child(prepared, spec, limits) {
+    match run_child(prepared, spec, limits).and_then(|r| checked(r, prepared.workload.seeds)) {
         Ok(reply) => {
             result.per_seed = reply
                 .per_seed
@@ -95,6 +95,22 @@ pub fn run_policy(prepared: &Prepared, spec: &PolicySpec, limits: &Limits, progr
         progress(&spec.label);
     }
     result
+}
+
+/// A reply that claims success must hold every seed's figures: the file is written by a child
+/// that runs plugin code, so an empty or truncated one (forged, or cut short) is an error row,
+/// never a successful row without figures.
+fn checked(reply: Reply, seeds: u32) -> Result<Reply, String> {
+    if reply.error.is_some() {
+        return Ok(reply);
+    }
+    if reply.per_seed.len() != seeds as usize || reply.per_seed.iter().any(|m| m.is_empty()) {
+        return Err(format!(
+            "--isolate: the child's result claims success but holds figures for {} of {seeds} seeds",
+            reply.per_seed.iter().filter(|m| !m.is_empty()).count()
+        ));
+    }
+    Ok(reply)
 }
 
 /// A fresh, empty folder for one child's files: a leftover of an earlier process with the same
@@ -312,6 +328,26 @@ pub fn child_main(request_path: &Path, result_path: &Path) -> anyhow::Result<i32
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 26: an empty reply written by the child (a plugin can write it) was a successful
+    /// row without figures.
+    #[test]
+    fn a_successful_reply_must_hold_every_seeds_figures() {
+        let reply = |per_seed: Vec<Vec<(String, u64)>>, error: Option<String>| Reply {
+            per_seed,
+            allocation: Vec::new(),
+            error,
+            input_error: false,
+            detail: None,
+        };
+        let e = checked(reply(Vec::new(), None), 2).err().expect("an empty reply passed");
+        assert!(e.contains("0 of 2 seeds"), "{e}");
+        let seed = || vec![("completed".to_string(), 1f64.to_bits())];
+        assert!(checked(reply(vec![seed(), Vec::new()], None), 2).is_err());
+        assert!(checked(reply(vec![seed()], None), 2).is_err());
+        assert!(checked(reply(vec![seed(), seed()], None), 2).is_ok());
+        assert!(checked(reply(Vec::new(), Some("failed".into())), 2).is_ok(), "an error row stands as it is");
+    }
 
     /// The runtime's fatal message is chosen over the backtrace and notes that follow it.
     #[test]

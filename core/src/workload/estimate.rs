@@ -98,9 +98,21 @@ pub fn check_memory(w: &Workload) -> Result<(), FieldError> {
     check_memory_within(w, machine_memory_bytes())
 }
 
+/// [`check_memory`] for `jobs` runs at once (`-j`): each holds its own run's memory.
+pub fn check_memory_jobs(w: &Workload, jobs: usize) -> Result<(), FieldError> {
+    check_memory_scaled(w, machine_memory_bytes(), jobs)
+}
+
 /// [`check_memory`] on a machine with `have` bytes.
 pub fn check_memory_within(w: &Workload, have: f64) -> Result<(), FieldError> {
-    let e = estimate(w);
+    check_memory_scaled(w, have, 1)
+}
+
+/// Refuses `w` when `jobs` of its runs at once (at most as many as it has) cannot fit in `have`.
+pub fn check_memory_scaled(w: &Workload, have: f64, jobs: usize) -> Result<(), FieldError> {
+    let mut e = estimate(w);
+    let at_once = (jobs.max(1) as u64).min(e.runs.max(1));
+    e.bytes *= at_once as f64;
     if e.bytes > have * 0.8 {
         let field = match w.world() {
             WorldKind::Dispatch => "dispatch.requests",
@@ -110,11 +122,16 @@ pub fn check_memory_within(w: &Workload, have: f64) -> Result<(), FieldError> {
         return Err(FieldError::new(
             field,
             format!(
-                "a run would need {} of memory, more than this machine's {} ({e})",
+                "{} would need {} of memory, more than this machine's {} ({e})",
+                if at_once > 1 { format!("{at_once} runs at once (-j)") } else { "a run".to_string() },
                 human_bytes(e.bytes),
                 human_bytes(have)
             ),
-            "run fewer requests (or questions) per seed and more seeds",
+            if at_once > 1 {
+                "run fewer at once (-j 1), or fewer requests (or questions) per seed and more seeds"
+            } else {
+                "run fewer requests (or questions) per seed and more seeds"
+            },
         ));
     }
     Ok(())

@@ -55,6 +55,16 @@ pub fn run_prepared(
             memory_mib: common.policy_memory,
         }),
     };
+    // The workload's own check counts one run; -j holds that many at once.
+    for p in &prepared {
+        routelab_core::workload::estimate::check_memory_jobs(&p.workload, opts.jobs).map_err(|e| InputError {
+            file: p.file.clone(),
+            path: e.path,
+            line: None,
+            message: e.message,
+            fix: e.fix,
+        })?;
+    }
     let bar = progress_bar(parallel::runs(&plan, &opts));
     let mut done: Vec<WorkloadResult> = Vec::new();
     let mut shard_done: Vec<merge::ShardWorkload> = Vec::new();

@@ -536,3 +536,17 @@ fn a_shard_report_and_an_unwritable_trace_are_bad_input() {
     refused(&args, &["--shard", "--report"]);
     refused(&["export-trace", &w, "--out", "/nonexistent-dir/trace.jsonl"], &["--out", "/nonexistent-dir/trace.jsonl"]);
 }
+
+/// Issue 26: the memory refusal counted one run whatever `-j` said.
+#[test]
+fn the_memory_refusal_counts_the_runs_held_at_once() {
+    // 4 seeds of about 4 GB each (8 B per request): one at a time fits 8 GB, four at once do not.
+    let w: workload::Workload =
+        serde_norway::from_str("seeds: 4\ndispatch: {servers: 100, requests: 500000000}\n").unwrap();
+    assert!(estimate::check_memory_scaled(&w, 8e9, 1).is_ok());
+    let e = estimate::check_memory_scaled(&w, 8e9, 4).unwrap_err();
+    assert!(e.message.contains("4 runs at once (-j)") && e.fix.contains("-j 1"), "{e:?}");
+    // Never more at once than the workload has runs.
+    let one: workload::Workload = serde_norway::from_str("dispatch: {servers: 100, requests: 500000000}\n").unwrap();
+    assert!(estimate::check_memory_scaled(&one, 8e9, 64).is_ok());
+}
