@@ -123,11 +123,33 @@ impl Default for Efficiency {
 }
 
 /// A GPU or model in a workload: a catalog name, or a full entry.
-#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[derive(Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(untagged)]
 pub enum Choice<T> {
     Name(String),
     Custom(T),
+}
+
+/// A string is a name; anything else must be a full entry, and the entry's own error (an unknown
+/// or missing field, a wrong type) is the one reported — an untagged enum would only say that
+/// nothing matched.
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Choice<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for V<T> {
+            type Value = Choice<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a catalog name or a mapping")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(Choice::Name(s.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Choice::Custom)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
 }
 
 impl Choice<Gpu> {

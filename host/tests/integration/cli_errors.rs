@@ -120,3 +120,23 @@ fn misspelt_policies_and_unknown_set_fields() {
     );
     assert!(!err.contains("sweep.yaml:"), "no line of the generated text: {err}");
 }
+
+/// Issue 26: a custom GPU or model mapping with a wrong field names that field and its line,
+/// not "did not match any variant of untagged enum".
+#[test]
+fn a_bad_custom_gpu_or_model_names_the_field_not_the_untagged_enum() {
+    let w = scratch("custom_gpu.yaml");
+    let body = "cluster:\n  replicas: 2\n  gpu: {name: x, memory_gb: 48, bandwidth_gb_s: 768, tflop: 100}\n  \
+                generator: {suffix_tokens: 100, output_tokens: 10}\n  arrivals: {poisson: {rate: 1}}\n  requests: 10\n\
+                policies: [round_robin]\n";
+    std::fs::write(&w, body).unwrap();
+    let err = bad(&["compare", w.to_str().unwrap()], &[":3", "cluster.gpu.tflop", "tflops"]);
+    assert!(!err.contains("untagged"), "{err}");
+    let body = body.replace(
+        "gpu: {name: x, memory_gb: 48, bandwidth_gb_s: 768, tflop: 100}",
+        "model: {name: m, parameters: 7000000000, layers: 32, hidden: 4096, heads: 32, kv_heads: \"8\", head_dim: 128}",
+    );
+    std::fs::write(&w, body).unwrap();
+    let err = bad(&["compare", w.to_str().unwrap()], &[":3", "cluster.model.kv_heads", "expected u32"]);
+    assert!(!err.contains("untagged"), "{err}");
+}
