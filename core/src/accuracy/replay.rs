@@ -17,7 +17,7 @@ use std::path::Path;
 
 use routelab_policy_api::PolicyKind;
 
-use super::{Bundle, Compared, METRICS, figures};
+use super::{Bundle, Compared, figures};
 use crate::error::Error;
 use crate::plugin::{Loader, PolicySpec};
 use crate::sim;
@@ -200,9 +200,4 @@ pub fn fit_step_overhead(runs: &[Bundle], how: &Replay) -> Result<(Calibration, 
     let mut c = base.clone();
     c.step_overhead_s = overhead;
     Ok((c, e))
-}
-
-/// Metric keys in table order, for callers that print.
-pub fn keys() -> &'static [&'static str] {
-    &METRICS
 }

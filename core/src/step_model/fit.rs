@@ -109,8 +109,8 @@ pub fn fit_knee(points: &[(f64, f64)]) -> Option<(f64, f64, f64)> {
     best.map(|b| b.1)
 }
 
-/// Rows of a CSV with a header: (line number, field name → value) for the named numeric columns.
-fn read_csv(path: &Path, numeric: &[&str]) -> Result<Vec<(usize, String, Vec<f64>)>, MeasurementError> {
+/// Rows of a CSV with a header: (line number, the `label` column's text, the named numeric columns).
+fn read_csv(path: &Path, label: &str, numeric: &[&str]) -> Result<Vec<(usize, String, Vec<f64>)>, MeasurementError> {
     let file = path.display().to_string();
     let err = |line: Option<usize>, field: &str, message: String| MeasurementError {
         file: file.clone(),
@@ -125,7 +125,7 @@ fn read_csv(path: &Path, numeric: &[&str]) -> Result<Vec<(usize, String, Vec<f64
         .iter()
         .map(|c| header.iter().position(|h| h == c).ok_or_else(|| err(Some(1), c, "the column is missing".into())))
         .collect::<Result<_, _>>()?;
-    let label = header.iter().position(|h| *h == "layer");
+    let label = header.iter().position(|h| *h == label);
     let mut rows = Vec::new();
     for (i, line) in lines {
         if line.trim().is_empty() {
@@ -177,7 +177,7 @@ pub fn fit_kernels(dir: &Path, model: &Model, base: &Calibration) -> Result<Cali
     // Dense: one layer per token count.
     let dense_file = dir.join("dense.csv");
     let mut per_t: BTreeMap<u64, f64> = BTreeMap::new();
-    for (_, layer, v) in read_csv(&dense_file, &["tokens", "time_us"])? {
+    for (_, layer, v) in read_csv(&dense_file, "layer", &["tokens", "time_us"])? {
         if let Some((_, times)) = LAYER_OPS.iter().find(|(n, _)| *n == layer) {
             *per_t.entry(v[0] as u64).or_default() += times * v[1] * us;
         }
@@ -194,7 +194,7 @@ pub fn fit_kernels(dir: &Path, model: &Model, base: &Calibration) -> Result<Cali
     // alone (base + pairs), decodes alone (KV read + per decode), and decodes sharing a step with
     // a chunk, whose KV reads go through the prefill kernel's tiles and cost more per token.
     let att_file = dir.join("attention.csv");
-    let att = read_csv(&att_file, &["prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us"])?;
+    let att = read_csv(&att_file, "layer", &["prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us"])?;
     let pairs = |v: &[f64]| v[0] * v[1] + v[0] * (v[0] + 1.0) / 2.0;
     let w = |t: f64| 1.0 / (t * t);
     let prefill: Vec<_> =
@@ -241,7 +241,7 @@ pub fn fit_kernels(dir: &Path, model: &Model, base: &Calibration) -> Result<Cali
     // LM head and sampler, per step.
     let head_file = dir.join("per_sequence.csv");
     let mut per_s: BTreeMap<u64, f64> = BTreeMap::new();
-    for (_, _, v) in read_csv(&head_file, &["sequences", "time_us"])? {
+    for (_, _, v) in read_csv(&head_file, "layer", &["sequences", "time_us"])? {
         *per_s.entry(v[0] as u64).or_default() += v[1] * us;
     }
     let rows: Vec<_> = per_s.iter().map(|(&s, &y)| (vec![1.0, s as f64], y, 1.0 / (y * y))).collect();
@@ -267,20 +267,12 @@ pub fn fit_allreduce(
     bytes_per_element: u32,
     base: &Calibration,
 ) -> Result<Calibration, MeasurementError> {
-    let text = std::fs::read_to_string(file).map_err(|e| MeasurementError {
-        file: file.display().to_string(),
-        line: None,
-        field: String::new(),
-        message: format!("cannot read it: {e}"),
-    })?;
-    let header: Vec<&str> = text.lines().next().unwrap_or("").split(',').collect();
-    let backend = header.iter().position(|h| *h == "backend");
-    let rows = read_csv(file, &["num_gpus", "message_size", "latency_ms"])?;
-    let lines: Vec<&str> = text.lines().collect();
-    let graph = |line: usize| backend.is_none_or(|b| lines[line - 1].split(',').nth(b) == Some("vllm_graph"));
+    let rows = read_csv(file, "backend", &["num_gpus", "message_size", "latency_ms"])?;
+    // CUDA-graph rows when the table has a backend column (eager ones repeat them with launch costs).
+    let graph_only = rows.iter().any(|r| !r.1.is_empty());
     let points: Vec<(f64, f64)> = rows
         .iter()
-        .filter(|(line, _, v)| v[0] == tp as f64 && graph(*line))
+        .filter(|(_, backend, v)| v[0] == tp as f64 && (!graph_only || backend == "vllm_graph"))
         .map(|(_, _, v)| (v[1] * bytes_per_element as f64, v[2] * 1e-3))
         .collect();
     let rows_ls: Vec<_> = points.iter().map(|&(b, t)| (vec![1.0, b], t, 1.0 / (t * t))).collect();
