@@ -11,10 +11,12 @@
 
 use abi_stable::std_types::{RSlice, RVec};
 use routelab_policy_api::{
-    Capabilities, Completion, Eviction, PdDecision, ReplicaView, Request, RouterBox, SchedulerBox, Stat, WaitingRequest,
+    Capabilities, Completion, Eviction, PdDecision, ReplicaView, Request, RouterBox, SchedulerBox, Stat, Waiting,
+    WaitingRequest, World,
 };
 
 use crate::error::RunError;
+use crate::facts::{RequestFacts, RequestInfo};
 use crate::signals::SignalTable;
 
 /// A router and the contract around it.
@@ -25,23 +27,33 @@ pub struct RouterHandle {
     caps: Capabilities,
     /// The engine signals it negotiated, and the table they are written to.
     signals: SignalTable,
+    /// The request facts it negotiated, and the buffer they are written to.
+    facts: RequestFacts,
     /// Why the router cannot run (its `capabilities` or `signals` failed), reported at the first
     /// dispatch. The loader checks both at creation already; this covers routers made otherwise.
     unusable: Option<RunError>,
 }
 
 impl RouterHandle {
-    /// `label` names the policy in errors; `replicas` bounds its answers.
-    pub fn new(router: RouterBox, replicas: u32, label: &str) -> Self {
+    /// `label` names the policy in errors; `replicas` bounds its answers; `world` says which
+    /// request facts the host has.
+    pub fn new(router: RouterBox, replicas: u32, world: World, label: &str) -> Self {
         let (caps, mut unusable) = match router.capabilities().into_result() {
             Ok(c) => (c.known(), None),
             Err(e) => (Capabilities::NONE, Some(policy_error(label, "capabilities", e.into()))),
         };
-        let signals = SignalTable::negotiate(&router).unwrap_or_else(|e| {
+        let mut refuse = |e: String| {
             unusable = unusable.take().or(Some(RunError(format!("policy '{label}' {e}"))));
+        };
+        let signals = SignalTable::negotiate(&router).unwrap_or_else(|e| {
+            refuse(e);
             SignalTable::default()
         });
-        Self { router, label: label.to_string(), replicas: replicas as usize, caps, signals, unusable }
+        let facts = negotiate_facts(&router, world).unwrap_or_else(|e| {
+            refuse(e);
+            RequestFacts::default()
+        });
+        Self { router, label: label.to_string(), replicas: replicas as usize, caps, signals, facts, unusable }
     }
 
     /// Whether the router reads scraped engine metrics (the world then scrapes them).
@@ -87,16 +99,17 @@ impl RouterHandle {
 
     /// Asks the router where `req` goes among `views` (one per replica), checks the answer and
     /// tells the router the decision (`on_dispatch`).
-    pub fn dispatch(&mut self, req: &Request<'_>, views: &[ReplicaView]) -> Result<u32, RunError> {
+    pub fn dispatch(&mut self, req: &Request<'_>, info: &RequestInfo, views: &[ReplicaView]) -> Result<u32, RunError> {
         debug_assert_eq!(views.len(), self.replicas);
         if let Some(e) = &self.unusable {
             return Err(e.clone());
         }
+        let req = &Request { facts: RSlice::from_slice(self.facts.fill(info)), ..*req };
         let i = self
             .router
             .route(req, self.signals.replicas(views, req.arrived_at))
             .into_result()
-            .map_err(|e| self.fail("route", e.into()))? as usize;
+            .map_err(|e| policy_error(&self.label, "route", e.into()))? as usize;
         let n = self.replicas;
         if i >= n {
             return Err(RunError(format!(
@@ -105,7 +118,7 @@ impl RouterHandle {
                 n - 1
             )));
         }
-        self.router.on_dispatch(req, i as u32).into_result().map_err(|e| self.fail("on_dispatch", e.into()))?;
+        self.router.on_dispatch(req, i as u32).into_result().map_err(|e| policy_error(&self.label, "on_dispatch", e.into()))?;
         Ok(i as u32)
     }
 
@@ -115,6 +128,7 @@ impl RouterHandle {
     pub fn dispatch_pair(
         &mut self,
         req: &Request<'_>,
+        info: &RequestInfo,
         views: &[ReplicaView],
         prefill_end: usize,
         decode_start: usize,
@@ -123,12 +137,13 @@ impl RouterHandle {
         if let Some(e) = &self.unusable {
             return Err(e.clone());
         }
+        let req = &Request { facts: RSlice::from_slice(self.facts.fill(info)), ..*req };
         let (prefill, decode) = self.signals.pools(views, prefill_end, decode_start, req.arrived_at);
         let d = self
             .router
             .route_pair(req, prefill, decode)
             .into_result()
-            .map_err(|e| self.fail("route_pair", e.into()))?;
+            .map_err(|e| policy_error(&self.label, "route_pair", e.into()))?;
         let (np, nd) = (prefill_end as u32, (self.replicas - decode_start) as u32);
         let bad = match d.action {
             PdDecision::DISAGGREGATE if d.prefill >= np => {
@@ -146,7 +161,10 @@ impl RouterHandle {
         if let Some(what) = bad {
             return Err(RunError(format!("policy '{}' returned {what} from route_pair", self.label)));
         }
-        self.router.on_dispatch_pair(req, d).into_result().map_err(|e| self.fail("on_dispatch_pair", e.into()))?;
+        self.router
+            .on_dispatch_pair(req, d)
+            .into_result()
+            .map_err(|e| policy_error(&self.label, "on_dispatch_pair", e.into()))?;
         Ok(d)
     }
 
@@ -158,6 +176,12 @@ impl RouterHandle {
     /// A request dispatched earlier has finished.
     pub fn complete(&mut self, c: &Completion) -> Result<(), RunError> {
         self.router.on_complete(c).into_result().map_err(|e| self.fail("on_complete", e.into()))
+    }
+
+    /// A request dispatched earlier will not complete where it went (the client gave up, the
+    /// send failed). A router built against policy-api 0.5.0 hears it as a completion.
+    pub fn abandon(&mut self, c: &Completion) -> Result<(), RunError> {
+        self.router.on_abandon(c).into_result().map_err(|e| self.fail("on_abandon", e.into()))
     }
 
     /// A replica's cache dropped a path (delivered only to routers that want evictions).
@@ -176,6 +200,12 @@ impl RouterHandle {
     }
 }
 
+/// The request facts `router` asks for, checked against what `world` provides.
+pub fn negotiate_facts(router: &RouterBox, world: World) -> Result<RequestFacts, String> {
+    let names = router.request_facts().into_result().map_err(String::from)?;
+    RequestFacts::negotiate(&names, world)
+}
+
 /// A policy's error message, naming the policy when the policy's own message does not.
 pub fn policy_error(label: &str, method: &str, e: String) -> RunError {
     if e.starts_with("policy '") { RunError(e) } else { RunError(format!("policy '{label}' failed in {method}: {e}")) }
@@ -186,19 +216,26 @@ pub struct SchedulerHandle {
     scheduler: SchedulerBox,
     replica: u32,
     taken: Vec<bool>,
+    /// Why the scheduler cannot run (it asks for request facts the cluster world lacks).
+    unusable: Option<String>,
 }
 
 impl SchedulerHandle {
     pub fn new(scheduler: SchedulerBox, replica: u32) -> Self {
-        Self { scheduler, replica, taken: Vec::new() }
+        let unusable = negotiate_scheduler_facts(&scheduler).err().map(|e| format!("scheduler of replica {replica} {e}"));
+        Self { scheduler, replica, taken: Vec::new(), unusable }
     }
 
     /// The admission order of `waiting` at `now_s`, into `order`: indices into `waiting`, each at
     /// most once (those left out wait).
     pub fn order(&mut self, now_s: f64, waiting: &[WaitingRequest], order: &mut RVec<u32>) -> Result<(), String> {
         let id = self.replica;
+        if let Some(e) = &self.unusable {
+            return Err(e.clone());
+        }
+        // The cluster world has no request facts yet, so a scheduler that negotiated gets none.
         self.scheduler
-            .order(now_s, RSlice::from_slice(waiting), order)
+            .order(now_s, Waiting::new(waiting), order)
             .into_result()
             .map_err(|e| format!("scheduler of replica {id}: {e}"))?;
         self.taken.clear();
@@ -223,6 +260,12 @@ impl SchedulerHandle {
     fn raw_report(&self) -> Result<RVec<Stat>, String> {
         self.scheduler.report().into_result().map_err(|e| format!("scheduler of replica {}: {e}", self.replica))
     }
+}
+
+/// The request facts a scheduler asks for, checked against what the cluster world provides.
+pub fn negotiate_scheduler_facts(scheduler: &SchedulerBox) -> Result<RequestFacts, String> {
+    let names = scheduler.request_facts().into_result().map_err(String::from)?;
+    RequestFacts::negotiate(&names, World::Cluster)
 }
 
 /// Every replica's scheduler figures, summed over replicas, as `scheduler.<name>` (in the order

@@ -17,6 +17,7 @@
 pub mod accuracy;
 pub mod builtin;
 pub mod error;
+pub mod facts;
 pub mod handle;
 pub mod metrics;
 pub mod plugin;

@@ -453,6 +453,13 @@ impl Factory {
                 "ask only for the signals listed (routelab_policy_api::signals), or upgrade routelab",
             )
         })?;
+        crate::handle::negotiate_facts(&router, ctx.world).map_err(|e| {
+            LoadError::new(
+                LoadErrorKind::BadConfig,
+                format!("policy '{}' {e}", self.spec.label),
+                "ask only for the request facts this world provides (routelab_policy_api::facts::request)",
+            )
+        })?;
         Ok(router)
     }
 
@@ -465,7 +472,15 @@ impl Factory {
             }
             _ => return Err(self.wrong_kind(PolicyKind::Scheduler)),
         };
-        made.map_err(|e| policy_error(&self.spec.label, e))
+        let scheduler = made.map_err(|e| policy_error(&self.spec.label, e))?;
+        crate::handle::negotiate_scheduler_facts(&scheduler).map_err(|e| {
+            LoadError::new(
+                LoadErrorKind::BadConfig,
+                format!("policy '{}' {e}", self.spec.label),
+                "ask only for the request facts this world provides (routelab_policy_api::facts::request)",
+            )
+        })?;
+        Ok(scheduler)
     }
 
     pub fn selector(&self, ctx: &SelectorContext) -> Result<SelectorBox, LoadError> {

@@ -56,11 +56,6 @@ type Column = fn(&Row) -> f64;
 /// compatible change: no layout moves.
 fn column(name: &str) -> Option<Column> {
     Some(match name {
-        signals::WAITING => |r| r.view.waiting as f64,
-        signals::RUNNING => |r| r.view.running as f64,
-        signals::OUTSTANDING_REQUESTS => |r| r.view.outstanding_requests as f64,
-        signals::KV_USED_TOKENS => |r| r.view.kv_used_tokens as f64,
-        signals::KV_CAPACITY_TOKENS => |r| r.view.kv_capacity_tokens as f64,
         signals::KV_UTILISATION => |r| kv_utilisation(r.view),
         signals::SCRAPED_WAITING => |r| r.scrape.waiting,
         signals::SCRAPED_RUNNING => |r| r.scrape.running,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RNone, RResult, RSlice, RString, RVec};
+use abi_stable::std_types::{RResult, RString, RVec};
 use anyhow::Result;
 use routelab_policy_api::{
     Capabilities, Completion, Eviction, PdDecision, Policy, PolicyError, ReplicaView, Replicas, Request, Router,
@@ -169,7 +169,7 @@ fn per_call_section(loader: &mut Loader, rec: &mut Recorder, plugin: Option<&Pat
     let calls = 2_000_000u64;
     rec.section("per_call", &format!("per-call cost of route() over 8 replicas ({calls} calls per run, ns/call):"));
     let v = views(8);
-    let req = Request { id: 0, arrived_at: 0.0, prompt_tokens: 0, size_hint: RNone, segments: RSlice::EMPTY };
+    let req = Request::new(0, 0.0, 0);
     for name in ["least_requests", "round_robin"] {
         let mut static_router: Box<dyn FnMut() -> u32> = match name {
             "least_requests" => {
@@ -293,6 +293,9 @@ impl Router for Timed {
     fn signals(&self) -> RResult<RVec<RString>, PolicyError> {
         self.inner.signals()
     }
+    fn request_facts(&self) -> RResult<RVec<RString>, PolicyError> {
+        self.inner.request_facts()
+    }
     fn route(&mut self, request: &Request<'_>, replicas: Replicas<'_>) -> RResult<u32, PolicyError> {
         self.clock.decisions.fetch_add(1, Ordering::Relaxed);
         self.time(|r| r.route(request, replicas))
@@ -323,6 +326,9 @@ impl Router for Timed {
     }
     fn on_prefill_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError> {
         self.time(|r| r.on_prefill_complete(completion))
+    }
+    fn on_abandon(&mut self, abandoned: &Completion) -> RResult<(), PolicyError> {
+        self.time(|r| r.on_abandon(abandoned))
     }
 }
 

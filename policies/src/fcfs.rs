@@ -21,7 +21,7 @@ impl Policy for Fcfs {
 }
 
 impl SchedulerPolicy for Fcfs {
-    fn order(&mut self, _now: f64, waiting: &[WaitingRequest], order: &mut Vec<u32>) {
+    fn order(&mut self, _now: f64, waiting: &Waiting<'_>, order: &mut Vec<u32>) {
         order.extend(0..waiting.len() as u32);
     }
 }

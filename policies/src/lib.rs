@@ -32,7 +32,7 @@ pub mod sglang_cache_aware;
 pub mod threshold_affinity;
 pub mod vllm_prefix_aware;
 
-use routelab_policy_api::{Entry, router, scheduler, selector};
+use routelab_policy_api::{Entry, pd_router, router, scheduler, selector};
 
 /// Every built-in policy.
 pub fn registry() -> Vec<Entry> {
@@ -52,14 +52,14 @@ pub fn registry() -> Vec<Entry> {
         router::<chwbl::Chwbl>(),
         router::<aibrix_prefix_cache::AibrixPrefixCache>(),
         router::<ray_prefix_aware::RayPrefixAware>(),
-        router::<pd::pd_random::PdRandom>(),
-        router::<pd::pd_round_robin::PdRoundRobin>(),
-        router::<pd::pd_least_loaded::PdLeastLoaded>(),
-        router::<pd::pd_sglang::PdSglang>(),
-        router::<pd::pd_dynamo::PdDynamo>(),
-        router::<pd::pd_llm_d::PdLlmD>(),
-        router::<pd::pd_aibrix::PdAibrix>(),
-        router::<pd::pd_mooncake::PdMooncake>(),
+        pd_router::<pd::pd_random::PdRandom>(),
+        pd_router::<pd::pd_round_robin::PdRoundRobin>(),
+        pd_router::<pd::pd_least_loaded::PdLeastLoaded>(),
+        pd_router::<pd::pd_sglang::PdSglang>(),
+        pd_router::<pd::pd_dynamo::PdDynamo>(),
+        pd_router::<pd::pd_llm_d::PdLlmD>(),
+        pd_router::<pd::pd_aibrix::PdAibrix>(),
+        pd_router::<pd::pd_mooncake::PdMooncake>(),
         selector::<llmselector::LlmSelector>(),
         selector::<greedy::Greedy>(),
         selector::<random_search::RandomSearch>(),

@@ -23,7 +23,7 @@ impl Policy for Lpm {
 }
 
 impl SchedulerPolicy for Lpm {
-    fn order(&mut self, _now: f64, waiting: &[WaitingRequest], order: &mut Vec<u32>) {
+    fn order(&mut self, _now: f64, waiting: &Waiting<'_>, order: &mut Vec<u32>) {
         order.extend(0..waiting.len() as u32);
         order.sort_by_key(|&i| std::cmp::Reverse(waiting[i as usize].cached_tokens));
     }

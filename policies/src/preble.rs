@@ -266,7 +266,7 @@ impl Policy for Preble {
     type Config = Config;
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
-        let model = ctx.cost.into_option().ok_or(
+        let model = ctx.cost.clone().into_option().ok_or(
             "preble prices load in GPU seconds and needs the cluster world's step model (run it on a cluster workload)",
         )?;
         if !(cfg.window_s > 0.0) {

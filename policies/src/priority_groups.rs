@@ -82,7 +82,7 @@ impl Policy for PriorityGroups {
 }
 
 impl SchedulerPolicy for PriorityGroups {
-    fn order(&mut self, _now: f64, waiting: &[WaitingRequest], order: &mut Vec<u32>) {
+    fn order(&mut self, _now: f64, waiting: &Waiting<'_>, order: &mut Vec<u32>) {
         let p = self.groups;
         for m in &mut self.members {
             m.clear();

@@ -138,6 +138,7 @@ pub const API_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub mod cost;
 pub mod error;
+pub mod facts;
 pub mod policy;
 pub mod root;
 pub mod signals;
@@ -147,7 +148,7 @@ pub mod types;
 
 pub use abi_stable;
 pub use abi_stable::std_types::{RSlice, RString, RVec};
-pub use cost::StepShape;
+pub use cost::{Chunk, CostModel, Roofline, Step, StepPricer, StepShape};
 pub use error::{ErrorKind, PolicyError};
 pub use policy::*;
 /// The `rand` crate this API is built with, for what the re-exported traits do not cover

@@ -44,25 +44,23 @@ pub trait RouterPolicy: Policy<Context = RouterContext> {
     fn signals(&self) -> Vec<String> {
         Vec::new()
     }
+    /// Request facts to receive with every request, by name ([`crate::facts::request`]); their
+    /// values arrive in the request in this order (`request.fact(k)`).
+    fn request_facts(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// The replica index for `request`, given a view of every replica. An index outside
     /// `0..replicas.len()` fails the run.
     fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize;
-    /// On a prefill/decode-disaggregated cluster (routers with [`Capabilities::DISAGGREGATED`]):
-    /// a [`PdDecision`] given a view of every prefill and every decode instance. The default
-    /// routes twice: `route` over `prefill`, then over `decode`. Indices out of range, or an
-    /// unknown action, fail the run.
-    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdDecision {
-        PdDecision::pair(self.route(request, prefill) as u32, self.route(request, decode) as u32)
-    }
-    /// The host carried out `decision` for `request` (disaggregated clusters).
-    fn on_dispatch_pair(&mut self, _request: &Request<'_>, _decision: PdDecision) {}
-    /// A request finished its prefill on prefill instance `completion.replica` (disaggregated
-    /// clusters; its end comes later through `on_complete`, indexed in the decode pool).
-    fn on_prefill_complete(&mut self, _completion: &Completion) {}
     /// The host dispatched `request` to `replica`.
     fn on_dispatch(&mut self, _request: &Request<'_>, _replica: usize) {}
     /// A request this router placed has finished.
     fn on_complete(&mut self, _completion: &Completion) {}
+    /// A request this router placed will not complete there (the client gave up, the send
+    /// failed). Default: as [`RouterPolicy::on_complete`].
+    fn on_abandon(&mut self, abandoned: &Completion) {
+        self.on_complete(abandoned)
+    }
     /// A replica evicted cache content (only with [`Capabilities::WANTS_EVICTIONS`]).
     fn on_evict(&mut self, _eviction: &Eviction<'_>) {}
     /// Named figures for the end-of-run report, shown as `router.<name>` (a scheduler's as
@@ -73,11 +71,122 @@ pub trait RouterPolicy: Policy<Context = RouterContext> {
     }
 }
 
+/// What a P/D router decides for one request, in plain Rust. Indices are into the `prefill` and
+/// `decode` candidates of [`PdRouterPolicy::route_pair`]; the wrapper checks each against its
+/// pool before converting it to the ABI's [`PdDecision`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PdRoute {
+    /// Prefill on `prefill`, move the KV cache to `decode`, decode there. With `prefix_from`,
+    /// first copy the prompt's cached prefix from that prefill candidate to `prefill` (Mooncake's
+    /// hot-prefix migration).
+    Disaggregate {
+        /// Index into the prefill candidates.
+        prefill: usize,
+        /// Index into the decode candidates.
+        decode: usize,
+        /// A prefill candidate to copy the cached prefix from first.
+        prefix_from: Option<usize>,
+    },
+    /// Skip the prefill pool: `decode` prefills the request itself (conditional disaggregation).
+    DecodeOnly {
+        /// Index into the decode candidates.
+        decode: usize,
+    },
+    /// Turn the request away (admission control); it is counted, not served.
+    Reject,
+}
+
+impl PdRoute {
+    /// Prefill on `prefill`, decode on `decode`.
+    pub const fn pair(prefill: usize, decode: usize) -> Self {
+        Self::Disaggregate { prefill, decode, prefix_from: None }
+    }
+    /// The decision as the ABI carries it, every index checked against its pool before the cast.
+    pub fn to_decision(self, prefill_len: usize, decode_len: usize) -> Result<PdDecision, String> {
+        let index = |what: &str, i: usize, len: usize| match u32::try_from(i) {
+            Ok(v) if i < len => Ok(v),
+            _ => Err(format!("{what} {i} of {len}")),
+        };
+        Ok(match self {
+            PdRoute::Disaggregate { prefill, decode, prefix_from } => {
+                let d = PdDecision::pair(
+                    index("prefill instance", prefill, prefill_len)?,
+                    index("decode instance", decode, decode_len)?,
+                );
+                match prefix_from {
+                    Some(s) => d.with_prefix_from(index("prefix source", s, prefill_len)?),
+                    None => d,
+                }
+            }
+            PdRoute::DecodeOnly { decode } => PdDecision::decode_only(index("decode instance", decode, decode_len)?),
+            PdRoute::Reject => PdDecision::reject(),
+        })
+    }
+    /// The plain form of an ABI decision (`None` for an action this version does not know).
+    pub fn from_decision(d: PdDecision) -> Option<Self> {
+        match d.action {
+            PdDecision::DISAGGREGATE => Some(PdRoute::Disaggregate {
+                prefill: d.prefill as usize,
+                decode: d.decode as usize,
+                prefix_from: (d.prefix_from != PdDecision::NO_SOURCE).then_some(d.prefix_from as usize),
+            }),
+            PdDecision::DECODE_ONLY => Some(PdRoute::DecodeOnly { decode: d.decode as usize }),
+            PdDecision::REJECT => Some(PdRoute::Reject),
+            _ => None,
+        }
+    }
+}
+
+/// A router for prefill/decode-disaggregated clusters, in plain Rust: it sees both pools in one
+/// call and answers a [`PdRoute`]. Registered with [`pd_router`], which sets
+/// [`Capabilities::DISAGGREGATED`] for it (the host refuses it on other clusters). Panics are
+/// caught by the host-facing wrapper.
+pub trait PdRouterPolicy: Policy<Context = RouterContext> {
+    /// What the router asks of the host besides [`Capabilities::DISAGGREGATED`].
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::NONE
+    }
+    /// Engine signals to receive, by name ([`crate::signals`]), as for [`RouterPolicy::signals`].
+    fn signals(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Request facts to receive, by name ([`crate::facts::request`]).
+    fn request_facts(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// The decision for `request`, given a view of every prefill and every decode candidate.
+    /// Indices out of range fail the run.
+    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdRoute;
+    /// The host carried out `decision` for `request` (a rejection included).
+    fn on_dispatch_pair(&mut self, _request: &Request<'_>, _decision: PdRoute) {}
+    /// A request finished its prefill on prefill candidate `completion.replica` (its end comes
+    /// later through `on_complete`, indexed in the decode candidates).
+    fn on_prefill_complete(&mut self, _completion: &Completion) {}
+    /// A request this router placed has finished (`completion.replica`: its decode candidate).
+    fn on_complete(&mut self, _completion: &Completion) {}
+    /// A request this router placed will not complete. Default: as `on_complete`.
+    fn on_abandon(&mut self, abandoned: &Completion) {
+        self.on_complete(abandoned)
+    }
+    /// A cache eviction (only with [`Capabilities::WANTS_EVICTIONS`]); `eviction.replica` is the
+    /// instance index (see [`PdContext`]).
+    fn on_evict(&mut self, _eviction: &Eviction<'_>) {}
+    /// Named figures for the end-of-run report, as for [`RouterPolicy::report`].
+    fn report(&self) -> Vec<(String, f64)> {
+        Vec::new()
+    }
+}
+
 /// A local scheduler in plain Rust.
 pub trait SchedulerPolicy: Policy<Context = SchedulerContext> {
+    /// Request facts to receive for every waiting request, by name ([`crate::facts::request`]);
+    /// their values arrive in `waiting` in this order (`waiting.fact(i, k)`).
+    fn request_facts(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// Push indices into `waiting` onto `order` (already cleared) in admission order. Indices
     /// left out stay waiting for the next step; see [`Scheduler::order`] for the whole contract.
-    fn order(&mut self, now: f64, waiting: &[WaitingRequest], order: &mut Vec<u32>);
+    fn order(&mut self, now: f64, waiting: &Waiting<'_>, order: &mut Vec<u32>);
     /// Named figures for the end-of-run report.
     fn report(&self) -> Vec<(String, f64)> {
         Vec::new()
@@ -106,7 +215,7 @@ pub trait EvaluateFn {
 
 impl EvaluateFn for EvaluatorMut<'_> {
     fn evaluate(&mut self, allocation: &[u32]) -> Result<Evaluation, String> {
-        Evaluator::evaluate(self, RSlice::from_slice(allocation)).into_result().map_err(String::from)
+        Evaluator::evaluate(self, RSlice::from_slice(allocation)).into_result().map_err(|e| e.message.into())
     }
     fn evaluations(&self) -> u64 {
         Evaluator::evaluations(self)
@@ -178,12 +287,26 @@ impl<P> Drop for Guarded<P> {
     }
 }
 
+fn names(v: Vec<String>) -> RVec<RString> {
+    v.into_iter().map(RString::from).collect()
+}
+
+fn not_a(policy: &str, method: &str, what: &str) -> RResult<(), PolicyError> {
+    RErr(PolicyError::failed(format!("policy '{policy}' is {what}; the host called {method}")))
+}
+
 impl<P: RouterPolicy> Router for Guarded<P> {
     fn capabilities(&self) -> RResult<Capabilities, PolicyError> {
-        guard(P::NAME, "capabilities", || self.policy.capabilities())
+        // A plain router never answers route_pair, whatever bits it sets.
+        guard(P::NAME, "capabilities", || {
+            Capabilities::from_bits_retain(self.policy.capabilities().bits() & !Capabilities::DISAGGREGATED.bits())
+        })
     }
     fn signals(&self) -> RResult<RVec<RString>, PolicyError> {
-        guard(P::NAME, "signals", || self.policy.signals().into_iter().map(RString::from).collect())
+        guard(P::NAME, "signals", || names(self.policy.signals()))
+    }
+    fn request_facts(&self) -> RResult<RVec<RString>, PolicyError> {
+        guard(P::NAME, "request_facts", || names(self.policy.request_facts()))
     }
     fn route(&mut self, request: &Request<'_>, replicas: Replicas<'_>) -> RResult<u32, PolicyError> {
         let len = replicas.len();
@@ -192,46 +315,18 @@ impl<P: RouterPolicy> Router for Guarded<P> {
             RErr(e) => RErr(e),
         }
     }
-    fn route_pair(
-        &mut self,
-        request: &Request<'_>,
-        prefill: Replicas<'_>,
-        decode: Replicas<'_>,
-    ) -> RResult<PdDecision, PolicyError> {
-        let d = match guard(P::NAME, "route_pair", || self.policy.route_pair(request, &prefill, &decode)) {
-            ROk(d) => d,
-            RErr(e) => return RErr(e),
-        };
-        let (p_ok, d_ok) = (d.prefill < prefill.len() as u32, d.decode < decode.len() as u32);
-        let bad = match d.action {
-            PdDecision::DISAGGREGATE if !p_ok => Some(format!("prefill instance {} of {}", d.prefill, prefill.len())),
-            PdDecision::DISAGGREGATE
-                if d.prefix_from != PdDecision::NO_SOURCE && d.prefix_from >= prefill.len() as u32 =>
-            {
-                Some(format!("prefix source {} of {} prefill instances", d.prefix_from, prefill.len()))
-            }
-            PdDecision::DISAGGREGATE | PdDecision::DECODE_ONLY if !d_ok => {
-                Some(format!("decode instance {} of {}", d.decode, decode.len()))
-            }
-            PdDecision::DISAGGREGATE | PdDecision::DECODE_ONLY | PdDecision::REJECT => None,
-            other => Some(format!("unknown action {other}")),
-        };
-        match bad {
-            None => ROk(d),
-            Some(what) => {
-                RErr(PolicyError::failed(format!("policy '{}' failed in route_pair: it returned {what}", P::NAME)))
-            }
-        }
-    }
-    fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdDecision) -> RResult<(), PolicyError> {
-        guard(P::NAME, "on_dispatch_pair", || self.policy.on_dispatch_pair(request, decision))
-    }
-    fn on_prefill_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError> {
-        guard(P::NAME, "on_prefill_complete", || self.policy.on_prefill_complete(completion))
+    fn route_pair(&mut self, _: &Request<'_>, _: Replicas<'_>, _: Replicas<'_>) -> RResult<PdDecision, PolicyError> {
+        not_a(P::NAME, "route_pair", "not a P/D router").map(|()| PdDecision::reject())
     }
     fn on_dispatch(&mut self, request: &Request<'_>, replica: u32) -> RResult<(), PolicyError> {
         // u32 → usize widens on every target the host supports (32- and 64-bit).
         guard(P::NAME, "on_dispatch", || self.policy.on_dispatch(request, replica as usize))
+    }
+    fn on_dispatch_pair(&mut self, _: &Request<'_>, _: PdDecision) -> RResult<(), PolicyError> {
+        not_a(P::NAME, "on_dispatch_pair", "not a P/D router")
+    }
+    fn on_prefill_complete(&mut self, _: &Completion) -> RResult<(), PolicyError> {
+        not_a(P::NAME, "on_prefill_complete", "not a P/D router")
     }
     fn on_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError> {
         guard(P::NAME, "on_complete", || self.policy.on_complete(completion))
@@ -242,19 +337,99 @@ impl<P: RouterPolicy> Router for Guarded<P> {
     fn report(&self) -> RResult<RVec<Stat>, PolicyError> {
         guard(P::NAME, "report", || stats(self.policy.report()))
     }
+    // since 0.5.1 {
+    fn on_abandon(&mut self, abandoned: &Completion) -> RResult<(), PolicyError> {
+        guard(P::NAME, "on_abandon", || self.policy.on_abandon(abandoned))
+    }
+    // } since 0.5.1
+}
+
+/// Adapts a plain P/D router to the ABI's [`Router`] (through [`pd_router`]).
+pub struct GuardedPd<P>(Guarded<P>);
+
+impl<P> GuardedPd<P> {
+    /// Wraps `policy`.
+    pub fn new(policy: P) -> Self {
+        Self(Guarded::new(policy))
+    }
+    /// The wrapped policy.
+    pub fn get(&self) -> &P {
+        self.0.get()
+    }
+}
+
+impl<P: PdRouterPolicy> Router for GuardedPd<P> {
+    fn capabilities(&self) -> RResult<Capabilities, PolicyError> {
+        guard(P::NAME, "capabilities", || self.get().capabilities() | Capabilities::DISAGGREGATED)
+    }
+    fn signals(&self) -> RResult<RVec<RString>, PolicyError> {
+        guard(P::NAME, "signals", || names(self.get().signals()))
+    }
+    fn request_facts(&self) -> RResult<RVec<RString>, PolicyError> {
+        guard(P::NAME, "request_facts", || names(self.get().request_facts()))
+    }
+    fn route(&mut self, _: &Request<'_>, _: Replicas<'_>) -> RResult<u32, PolicyError> {
+        not_a(P::NAME, "route", "a P/D router").map(|()| 0)
+    }
+    fn route_pair(
+        &mut self,
+        request: &Request<'_>,
+        prefill: Replicas<'_>,
+        decode: Replicas<'_>,
+    ) -> RResult<PdDecision, PolicyError> {
+        let policy = &mut self.0.policy;
+        match guard(P::NAME, "route_pair", || policy.route_pair(request, &prefill, &decode)) {
+            ROk(route) => match route.to_decision(prefill.len(), decode.len()) {
+                Ok(d) => ROk(d),
+                Err(what) => {
+                    RErr(PolicyError::failed(format!("policy '{}' failed in route_pair: it returned {what}", P::NAME)))
+                }
+            },
+            RErr(e) => RErr(e),
+        }
+    }
+    fn on_dispatch(&mut self, _: &Request<'_>, _: u32) -> RResult<(), PolicyError> {
+        not_a(P::NAME, "on_dispatch", "a P/D router")
+    }
+    fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdDecision) -> RResult<(), PolicyError> {
+        let Some(route) = PdRoute::from_decision(decision) else {
+            return RErr(PolicyError::failed(format!("the host dispatched an unknown action {}", decision.action)));
+        };
+        let policy = &mut self.0.policy;
+        guard(P::NAME, "on_dispatch_pair", || policy.on_dispatch_pair(request, route))
+    }
+    fn on_prefill_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError> {
+        let policy = &mut self.0.policy;
+        guard(P::NAME, "on_prefill_complete", || policy.on_prefill_complete(completion))
+    }
+    fn on_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError> {
+        let policy = &mut self.0.policy;
+        guard(P::NAME, "on_complete", || policy.on_complete(completion))
+    }
+    fn on_evict(&mut self, eviction: &Eviction<'_>) -> RResult<(), PolicyError> {
+        let policy = &mut self.0.policy;
+        guard(P::NAME, "on_evict", || policy.on_evict(eviction))
+    }
+    fn report(&self) -> RResult<RVec<Stat>, PolicyError> {
+        guard(P::NAME, "report", || stats(self.get().report()))
+    }
+    // since 0.5.1 {
+    fn on_abandon(&mut self, abandoned: &Completion) -> RResult<(), PolicyError> {
+        let policy = &mut self.0.policy;
+        guard(P::NAME, "on_abandon", || policy.on_abandon(abandoned))
+    }
+    // } since 0.5.1
 }
 
 impl<P: SchedulerPolicy> Scheduler for Guarded<P> {
-    fn order(
-        &mut self,
-        now: f64,
-        waiting: RSlice<'_, WaitingRequest>,
-        order: &mut RVec<u32>,
-    ) -> RResult<(), PolicyError> {
+    fn request_facts(&self) -> RResult<RVec<RString>, PolicyError> {
+        guard(P::NAME, "request_facts", || names(self.policy.request_facts()))
+    }
+    fn order(&mut self, now: f64, waiting: Waiting<'_>, order: &mut RVec<u32>) -> RResult<(), PolicyError> {
         guard(P::NAME, "order", || {
             let mut v = std::mem::take(order).into_vec();
             v.clear();
-            self.policy.order(now, waiting.as_slice(), &mut v);
+            self.policy.order(now, &waiting, &mut v);
             *order = v.into();
         })
     }
@@ -351,6 +526,18 @@ pub fn router<P: RouterPolicy>() -> Entry {
         default_config: default_config::<P>,
         make: Maker::Router(|config, ctx| {
             build::<P>(config, ctx).map(|p| Router_TO::from_value(Guarded::new(p), TD_Opaque))
+        }),
+    }
+}
+
+/// Registry entry for a prefill/decode router type.
+pub fn pd_router<P: PdRouterPolicy>() -> Entry {
+    Entry {
+        name: P::NAME,
+        description: P::DESCRIPTION,
+        default_config: default_config::<P>,
+        make: Maker::Router(|config, ctx| {
+            build::<P>(config, ctx).map(|p| Router_TO::from_value(GuardedPd::new(p), TD_Opaque))
         }),
     }
 }

@@ -12,28 +12,21 @@
 //! before the name existed keep loading; a plugin that asks for a name its host does not know
 //! gets a clear error at creation instead of a wrong value.
 //!
+//! What [`crate::ReplicaView`] holds (waiting, running, outstanding, KV used and capacity) is
+//! read there and only there; a signal is a figure the view does not have.
+//!
 //! Values are `f64`. A signal the world has no notion of (KV figures in the dispatch world) is
 //! `0.0`, like the matching [`crate::ReplicaView`] field. Names are `snake_case`; a group of
 //! figures sampled together shares a prefix (`scraped.`), and a sampled group carries its age as
 //! its own signal (`scraped.age_s`), so staleness is data, not a layout.
 
-/// Requests queued and not yet started or admitted ([`crate::ReplicaView::waiting`]).
-pub const WAITING: &str = "waiting";
-/// Requests in service or in the running batch ([`crate::ReplicaView::running`]).
-pub const RUNNING: &str = "running";
-/// `waiting + running` ([`crate::ReplicaView::outstanding_requests`]).
-pub const OUTSTANDING_REQUESTS: &str = "outstanding_requests";
-/// KV cache tokens in use ([`crate::ReplicaView::kv_used_tokens`]).
-pub const KV_USED_TOKENS: &str = "kv_used_tokens";
-/// KV cache capacity in tokens ([`crate::ReplicaView::kv_capacity_tokens`]).
-pub const KV_CAPACITY_TOKENS: &str = "kv_capacity_tokens";
 /// Fraction of the KV cache in use, `kv_used_tokens / kv_capacity_tokens` (0 with no capacity).
 pub const KV_UTILISATION: &str = "kv_utilisation";
 
-/// [`WAITING`] at the replica's last metrics scrape (the workload's `cluster.metrics.scrape_interval_s`;
+/// [`crate::ReplicaView::waiting`] at the replica's last metrics scrape (the workload's `cluster.metrics.scrape_interval_s`;
 /// with interval 0, the live value).
 pub const SCRAPED_WAITING: &str = "scraped.waiting";
-/// [`RUNNING`] at the last scrape.
+/// [`crate::ReplicaView::running`] at the last scrape.
 pub const SCRAPED_RUNNING: &str = "scraped.running";
 /// [`KV_UTILISATION`] at the last scrape.
 pub const SCRAPED_KV_UTILISATION: &str = "scraped.kv_utilisation";
@@ -57,11 +50,6 @@ pub const PREFILLING: &str = "prefilling";
 /// Every signal name this version of the crate defines, with one line each. A host provides a
 /// subset (routelab provides all of these); a later minor appends names.
 pub const CATALOGUE: &[(&str, &str)] = &[
-    (WAITING, "requests queued, not yet started or admitted"),
-    (RUNNING, "requests in service or in the running batch"),
-    (OUTSTANDING_REQUESTS, "waiting + running"),
-    (KV_USED_TOKENS, "KV cache tokens in use"),
-    (KV_CAPACITY_TOKENS, "KV cache capacity in tokens"),
     (KV_UTILISATION, "fraction of the KV cache in use"),
     (SCRAPED_WAITING, "waiting at the last metrics scrape"),
     (SCRAPED_RUNNING, "running at the last metrics scrape"),

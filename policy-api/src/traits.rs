@@ -7,22 +7,27 @@
 //! already names policy and method.
 //!
 //! Each trait's vtable is a prefix type: the methods up to the one marked
-//! `#[sabi(last_prefix_field)]` are the 0.2 prefix and never move; a later minor appends methods
+//! `#[sabi(last_prefix_field)]` are the 0.5 prefix and never move; a later patch appends methods
 //! after it, each with a default body. Called on an object from a library built before the method
 //! existed, the default body runs (abi_stable's fallback), so such a library keeps loading and
-//! working. [`Router::route_pair`] was the first such addition (0.2.1); 0.3.0 appended
-//! `on_dispatch_pair` and `on_prefill_complete`.
+//! working. `Router::on_abandon` (0.5.1) is the first such addition; a test builds a plugin
+//! against 0.5.0 and shows its default running.
+//!
+//! An item appended in a patch sits between `// since 0.5.N {` and `// } since 0.5.N` lines: the
+//! compatibility test (`host/tests/integration/compat.rs`) makes the earlier patch by cutting
+//! them out.
 
 use abi_stable::{
     sabi_trait,
     sabi_types::RMut,
-    std_types::{RBox, RErr, ROk, RResult, RSlice, RString, RVec},
+    std_types::{RBox, RResult, RSlice, RString, RVec},
 };
 
 use crate::error::PolicyError;
 use crate::types::*;
 
-/// A router: picks a replica for each arriving request (both the dispatch and the cluster world).
+/// A router: picks a replica for each arriving request (both the dispatch and the cluster world),
+/// or a prefill/decode decision on a disaggregated cluster.
 #[sabi_trait]
 pub trait Router: Send {
     /// What this router asks of the host; read once, at creation. Unknown bits are ignored.
@@ -30,10 +35,30 @@ pub trait Router: Send {
     /// The engine signals ([`crate::signals`]) this router reads, by name; read once, at
     /// creation. Their values arrive in [`Replicas`], in this order.
     fn signals(&self) -> RResult<RVec<RString>, PolicyError>;
-    /// The replica index (`0..replicas.len()`) for `request`.
+    /// The request facts ([`crate::facts::request`]) this router reads, by name; read once, at
+    /// creation. Their values arrive in [`Request::facts`], in this order.
+    fn request_facts(&self) -> RResult<RVec<RString>, PolicyError>;
+    /// The replica index (`0..replicas.len()`) for `request` (routers without
+    /// [`Capabilities::DISAGGREGATED`]).
     fn route(&mut self, request: &Request<'_>, replicas: Replicas<'_>) -> RResult<u32, PolicyError>;
+    /// What to do with `request` given both pools of a disaggregated cluster (routers with
+    /// [`Capabilities::DISAGGREGATED`]).
+    fn route_pair(
+        &mut self,
+        request: &Request<'_>,
+        prefill: Replicas<'_>,
+        decode: Replicas<'_>,
+    ) -> RResult<PdDecision, PolicyError>;
     /// The host dispatched `request` to `replica` (the index `route` returned).
     fn on_dispatch(&mut self, request: &Request<'_>, replica: u32) -> RResult<(), PolicyError>;
+    /// The host carried out `decision` for `request` (a rejection included).
+    fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdDecision) -> RResult<(), PolicyError>;
+    /// A request this router sent to a prefill instance finished its prefill there
+    /// (`completion.replica` indexes the prefill candidates, `completed_at` is the end of the
+    /// prefill, `ttft` the time to it); its KV cache now moves to the decode instance. The
+    /// request's end arrives later through `on_complete`, with `replica` indexing the decode
+    /// candidates.
+    fn on_prefill_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError>;
     /// A request this router placed finished.
     fn on_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError>;
     /// A replica evicted cache content (only with [`Capabilities::WANTS_EVICTIONS`]).
@@ -42,41 +67,24 @@ pub trait Router: Send {
     #[sabi(last_prefix_field)]
     fn report(&self) -> RResult<RVec<Stat>, PolicyError>;
 
-    /// Prefill/decode disaggregation (0.2.1; returns a [`PdDecision`] since 0.3.0): what to do
-    /// with `request` given both pools, for routers with [`Capabilities::DISAGGREGATED`]. The
-    /// default routes twice, as SGLang's `select_worker_pair` does: `route` over the prefill
-    /// candidates, then over the decode candidates.
-    fn route_pair(
-        &mut self,
-        request: &Request<'_>,
-        prefill: Replicas<'_>,
-        decode: Replicas<'_>,
-    ) -> RResult<PdDecision, PolicyError> {
-        let prefill = match self.route(request, prefill) {
-            ROk(i) => i,
-            RErr(e) => return RErr(e),
-        };
-        match self.route(request, decode) {
-            ROk(decode) => ROk(PdDecision::pair(prefill, decode)),
-            RErr(e) => RErr(e),
-        }
+    // since 0.5.1 {
+    /// Added in 0.5.1. A request this router placed will not complete where it was placed: the
+    /// client gave up, or the send failed (a gateway may then route it again, as a new decision).
+    /// `abandoned` describes it as far as it got (`completed_at`: when it was abandoned;
+    /// `output_tokens`: tokens streamed before). The default, which a library built against
+    /// 0.5.0 answers with, treats it as a completion.
+    fn on_abandon(&mut self, abandoned: &Completion) -> RResult<(), PolicyError> {
+        self.on_complete(abandoned)
     }
-    /// Added in 0.3.0. The host carried out `decision` for `request` (a rejection included).
-    fn on_dispatch_pair(&mut self, _request: &Request<'_>, _decision: PdDecision) -> RResult<(), PolicyError> {
-        ROk(())
-    }
-    /// Added in 0.3.0. A request this router sent to a prefill instance finished its prefill
-    /// there (`completion.replica` indexes the prefill pool, `completed_at` is the end of the
-    /// prefill, `ttft` the time to it); its KV cache now moves to the decode instance. The
-    /// request's end arrives later through `on_complete`, with `replica` indexing the decode pool.
-    fn on_prefill_complete(&mut self, _completion: &Completion) -> RResult<(), PolicyError> {
-        ROk(())
-    }
+    // } since 0.5.1
 }
 
 /// A replica's local scheduler: orders the waiting queue before each step.
 #[sabi_trait]
 pub trait Scheduler: Send {
+    /// The request facts ([`crate::facts::request`]) this scheduler reads, by name; read once,
+    /// at creation. Their values arrive in [`Waiting`], in this order.
+    fn request_facts(&self) -> RResult<RVec<RString>, PolicyError>;
     /// `waiting` holds the first `scheduler_window` requests of the replica's queue, in arrival
     /// order. Clear `order`, then fill it with indices into `waiting` in the order the host should try to
     /// admit them. The host admits from the front while KV capacity and the step's token budget
@@ -86,7 +94,7 @@ pub trait Scheduler: Send {
     fn order(
         &mut self,
         now: f64,
-        waiting: RSlice<'_, WaitingRequest>,
+        waiting: Waiting<'_>,
         order: &mut RVec<u32>,
     ) -> RResult<(), PolicyError>;
     /// Figures to report at the end of a run.
@@ -99,7 +107,7 @@ pub trait Scheduler: Send {
 pub trait Evaluator {
     /// Run `allocation` (a model index per module) on every training question. Counts one
     /// evaluation against the budget; fails once the budget is spent.
-    fn evaluate(&mut self, allocation: RSlice<'_, u32>) -> RResult<Evaluation, RString>;
+    fn evaluate(&mut self, allocation: RSlice<'_, u32>) -> RResult<Evaluation, PolicyError>;
     /// Evaluations made so far.
     fn evaluations(&self) -> u64;
     /// Evaluations left, if the run has a budget.

@@ -30,11 +30,32 @@ pub struct Request<'a> {
     pub arrived_at: f64,
     /// Prompt length in tokens (0 in the dispatch world).
     pub prompt_tokens: u32,
-    /// The job's size where the world exposes it: its service time in the dispatch world. `RNone`
-    /// where a real router could not know it.
-    pub size_hint: ROption<f64>,
     /// The prompt as segments, in order (empty in the dispatch world).
     pub segments: RSlice<'a, Segment>,
+    /// The request facts the policy asked for at creation ([`crate::facts::request`]), one value
+    /// per name in the order asked (empty if none): the growth point for what later minors tell
+    /// about a request (its class, tenant, length hints) without changing this layout.
+    pub facts: RSlice<'a, f64>,
+}
+
+impl<'a> Request<'a> {
+    /// A request with no segments and no facts (tests, the dispatch world).
+    pub const fn new(id: u64, arrived_at: f64, prompt_tokens: u32) -> Self {
+        Self { id, arrived_at, prompt_tokens, segments: RSlice::EMPTY, facts: RSlice::EMPTY }
+    }
+    /// This request with `segments` as its prompt.
+    pub const fn with_segments(self, segments: &'a [Segment]) -> Self {
+        Self { segments: RSlice::from_slice(segments), ..self }
+    }
+    /// This request with `facts` (one value per request fact the policy asked for).
+    pub const fn with_facts(self, facts: &'a [f64]) -> Self {
+        Self { facts: RSlice::from_slice(facts), ..self }
+    }
+    /// The `column`-th request fact the policy asked for (the position of its name in the list).
+    #[inline]
+    pub fn fact(&self, column: usize) -> f64 {
+        self.facts.as_slice()[column]
+    }
 }
 
 /// What a router may know of one replica (a server in the dispatch world) when it decides.
@@ -195,7 +216,7 @@ impl PdDecision {
 /// `mixed_replicas` decode candidates ([`PdContext::as_decode`], [`PdContext::as_prefill`]). A
 /// `DISAGGREGATE` pair naming one mixed instance on both sides is served there with no transfer.
 #[repr(C)]
-#[derive(StableAbi, Clone, Copy, Debug)]
+#[derive(StableAbi, Clone, Debug)]
 pub struct PdContext {
     /// Prefill candidates: prefill-only instances plus mixed ones (0.4.0: mixed ones included).
     pub prefill_replicas: u32,
@@ -374,8 +395,12 @@ pub enum World {
 }
 
 /// What the host tells a router at creation: what a real router would know.
+///
+/// A fixed core plus named [`facts`](Self::facts): what a later minor tells a router at creation
+/// arrives as a new fact name ([`crate::facts::context`]), never as a new field, so this layout
+/// does not change.
 #[repr(C)]
-#[derive(StableAbi, Clone, Copy, Debug)]
+#[derive(StableAbi, Clone, Debug)]
 pub struct RouterContext {
     /// The world the router runs in.
     pub world: World,
@@ -385,16 +410,40 @@ pub struct RouterContext {
     pub seed: u64,
     /// KV capacity of one replica in tokens (0 in the dispatch world).
     pub kv_capacity_tokens: u64,
-    /// The replicas' step-time model (cluster world), so cost-based routers need not hard-code a GPU.
+    /// The replicas' step-time model (cluster world): the host's own, roofline or calibrated, so
+    /// cost-based routers price a step exactly as the host does and need not hard-code a GPU.
     pub cost: ROption<CostModel>,
     /// On a prefill/decode-disaggregated cluster: the prefill pool and the link (then `replicas`,
     /// `kv_capacity_tokens` and `cost` describe the decode pool). `RNone` everywhere else.
     pub disaggregation: ROption<PdContext>,
+    /// Named figures beyond the core ([`crate::facts::context`]); a host lists every fact it
+    /// knows, a policy reads the ones it wants with [`RouterContext::fact`].
+    pub facts: RVec<Fact>,
 }
 
-/// What the host tells each replica's local scheduler at creation.
+impl RouterContext {
+    /// A context with `replicas` replicas, `seed`, no KV, no cost model and no facts.
+    pub fn new(world: World, replicas: u32, seed: u64) -> Self {
+        Self {
+            world,
+            replicas,
+            seed,
+            kv_capacity_tokens: 0,
+            cost: ROption::RNone,
+            disaggregation: ROption::RNone,
+            facts: RVec::new(),
+        }
+    }
+    /// The value of context fact `name`, if the host gave it.
+    pub fn fact(&self, name: &str) -> Option<f64> {
+        find_fact(&self.facts, name)
+    }
+}
+
+/// What the host tells each replica's local scheduler at creation: a fixed core plus named facts
+/// (see [`RouterContext`]).
 #[repr(C)]
-#[derive(StableAbi, Clone, Copy, Debug)]
+#[derive(StableAbi, Clone, Debug)]
 pub struct SchedulerContext {
     /// Index of the replica this scheduler serves.
     pub replica: u32,
@@ -402,6 +451,41 @@ pub struct SchedulerContext {
     pub seed: u64,
     /// KV capacity of the replica in tokens.
     pub kv_capacity_tokens: u64,
+    /// Named figures beyond the core ([`crate::facts::context`]).
+    pub facts: RVec<Fact>,
+}
+
+impl SchedulerContext {
+    /// A context for replica `replica` with `seed`, `kv_capacity_tokens` and no facts.
+    pub fn new(replica: u32, seed: u64, kv_capacity_tokens: u64) -> Self {
+        Self { replica, seed, kv_capacity_tokens, facts: RVec::new() }
+    }
+    /// The value of context fact `name`, if the host gave it.
+    pub fn fact(&self, name: &str) -> Option<f64> {
+        find_fact(&self.facts, name)
+    }
+}
+
+/// A named number: the growth point of contexts. Names are `snake_case`, grouped by a prefix
+/// (`engine.chunk_tokens`); [`crate::facts`] lists the names this version defines.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+pub struct Fact {
+    /// The fact's name.
+    pub name: RString,
+    /// Its value.
+    pub value: f64,
+}
+
+impl Fact {
+    /// The fact `name` = `value`.
+    pub fn new(name: &str, value: f64) -> Self {
+        Self { name: name.into(), value }
+    }
+}
+
+fn find_fact(facts: &[Fact], name: &str) -> Option<f64> {
+    facts.iter().find(|f| f.name == name).map(|f| f.value)
 }
 
 /// A request waiting for admission on one replica, as its local scheduler sees it.
@@ -420,10 +504,53 @@ pub struct WaitingRequest {
     pub remaining_prefill_tokens: u32,
 }
 
-/// What the host tells a selector at creation: its seed and the shape of the problem it will
-/// get, so a selector can refuse a problem it cannot handle (too large a space) before any run.
+/// What a scheduler sees of its replica's queue: a [`WaitingRequest`] per waiting request and the
+/// request facts it asked for at creation ([`crate::facts::request`]), as one dense row-major
+/// table of `len() × fact_columns` values. It dereferences to `[WaitingRequest]`.
 #[repr(C)]
-#[derive(StableAbi, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(StableAbi, Clone, Copy, Debug)]
+pub struct Waiting<'a> {
+    /// One row per waiting request, in arrival order.
+    pub rows: RSlice<'a, WaitingRequest>,
+    /// `rows.len() × fact_columns` values, request-major.
+    pub facts: RSlice<'a, f64>,
+    /// Request facts per request: the number of names the scheduler asked for (0 if none).
+    pub fact_columns: u32,
+}
+
+impl<'a> Waiting<'a> {
+    /// Rows without facts.
+    #[inline]
+    pub fn new(rows: &'a [WaitingRequest]) -> Self {
+        Self { rows: RSlice::from_slice(rows), facts: RSlice::EMPTY, fact_columns: 0 }
+    }
+    /// Rows with a fact table of `columns` values per row. Panics if the table's length is not
+    /// `rows.len() × columns` (a host bug).
+    #[inline]
+    pub fn with_facts(rows: &'a [WaitingRequest], facts: &'a [f64], columns: u32) -> Self {
+        assert_eq!(Some(facts.len()), rows.len().checked_mul(columns as usize), "a fact table holds rows × columns");
+        Self { rows: RSlice::from_slice(rows), facts: RSlice::from_slice(facts), fact_columns: columns }
+    }
+    /// Request fact `column` of waiting request `row`.
+    #[inline]
+    pub fn fact(&self, row: usize, column: usize) -> f64 {
+        self.facts.as_slice()[row * self.fact_columns as usize + column]
+    }
+}
+
+impl std::ops::Deref for Waiting<'_> {
+    type Target = [WaitingRequest];
+    #[inline]
+    fn deref(&self) -> &[WaitingRequest] {
+        self.rows.as_slice()
+    }
+}
+
+/// What the host tells a selector at creation: its seed and the shape of the problem it will
+/// get, so a selector can refuse a problem it cannot handle (too large a space) before any run;
+/// a fixed core plus named facts (see [`RouterContext`]).
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, Default, PartialEq)]
 pub struct SelectorContext {
     /// Seed of this selector's own random stream (see [`crate::policy_rng`]).
     pub seed: u64,
@@ -435,6 +562,15 @@ pub struct SelectorContext {
     pub train_questions: u32,
     /// Most allocations the selector may evaluate, if limited (`Problem::budget`).
     pub budget: ROption<u64>,
+    /// Named figures beyond the core ([`crate::facts::context`]).
+    pub facts: RVec<Fact>,
+}
+
+impl SelectorContext {
+    /// The value of context fact `name`, if the host gave it.
+    pub fn fact(&self, name: &str) -> Option<f64> {
+        find_fact(&self.facts, name)
+    }
 }
 
 /// One module of a compound AI system.
@@ -486,24 +622,4 @@ pub struct Evaluation {
     pub cost_per_question: f64,
 }
 
-/// The replicas' step-time model: a roofline of one GPU (or tensor-parallel group) running one
-/// model. Plain data; the methods below are compiled into each side, so host and plugins price a
-/// step the same way.
-#[repr(C)]
-#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
-pub struct CostModel {
-    /// Effective compute rate, FLOP/s (peak × MFU × tensor-parallel degree).
-    pub flops_per_s: f64,
-    /// Effective memory bandwidth, bytes/s (peak × MBU × tensor-parallel degree).
-    pub bytes_per_s: f64,
-    /// Dense FLOPs per token: 2 × parameters.
-    pub linear_flops_per_token: f64,
-    /// Attention FLOPs per (new token, context token) pair: 4 × layers × heads × head_dim.
-    pub attention_flops_per_pair: f64,
-    /// Bytes of weights read once per step.
-    pub weight_bytes: f64,
-    /// KV cache bytes per token: 2 × layers × kv_heads × head_dim × bytes per element.
-    pub kv_bytes_per_token: f64,
-    /// Fixed time added to every step (kernel launches, scheduling, tensor-parallel communication).
-    pub step_overhead_s: f64,
-}
+pub use crate::cost::CostModel;

@@ -107,7 +107,7 @@ pub fn main(args: EmulateArgs) -> Result<i32> {
 /// An engine's checked arguments, ready to start (before any runtime).
 pub struct Prepared {
     cfg: ReplicaConfig,
-    cost: routelab_policy_api::CostModel,
+    cost: routelab_policy_api::Roofline,
     scheduler: routelab_policy_api::SchedulerBox,
     time_scale: f64,
     model: String,
@@ -139,7 +139,7 @@ impl Prepared {
         args.limits.check()?;
         let sm = args.hardware.step_model()?;
         let spec = PolicySpec::parse(&args.scheduler)?;
-        let ctx = SchedulerContext { replica: 0, seed: 0, kv_capacity_tokens: sm.kv_capacity_tokens };
+        let ctx = SchedulerContext::new(0, 0, sm.kv_capacity_tokens);
         let scheduler = Loader::new().scheduler(&spec, &ctx)?;
         let cfg = ReplicaConfig {
             kv_capacity_tokens: sm.kv_capacity_tokens,

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use routelab_policy_api::{CostModel, SchedulerBox, Segment};
+use routelab_policy_api::{Roofline, SchedulerBox, Segment};
 use tokio::sync::{mpsc, oneshot};
 
 use routelab_core::handle::SchedulerHandle;
@@ -64,7 +64,7 @@ pub struct Engine {
 
 impl Engine {
     /// Starts the engine task on the current tokio runtime.
-    pub fn start(cfg: ReplicaConfig, cost: CostModel, scheduler: SchedulerBox, time_scale: f64) -> Self {
+    pub fn start(cfg: ReplicaConfig, cost: Roofline, scheduler: SchedulerBox, time_scale: f64) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let kv_capacity_tokens = cfg.kv_capacity_tokens;
         let core = Core {
@@ -130,7 +130,7 @@ struct Core {
     states: Vec<RequestState>,
     replica: Replica,
     cfg: ReplicaConfig,
-    cost: CostModel,
+    cost: Roofline,
     scheduler: SchedulerHandle,
     active: HashMap<u32, Active>,
     completed: Vec<u32>,

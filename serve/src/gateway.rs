@@ -24,17 +24,18 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use abi_stable::std_types::{RNone, RSlice, RSome};
+use abi_stable::std_types::RSome;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::Uri;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use routelab_policy_api::{Completion, ReplicaView, Request, RouterContext, Segment, World};
+use routelab_policy_api::{Completion, CostModel, ReplicaView, Request, RouterContext, Segment, World};
 
 use super::emulate::{HardwareArgs, cli_error};
 use super::prom::{self, EngineLoad, Histogram};
+use routelab_core::facts::RequestInfo;
 use routelab_core::handle::RouterHandle;
 use routelab_core::plugin::{Loader, PolicySpec};
 use routelab_core::sim::cluster::prefix_cache::extend_path_hash;
@@ -246,14 +247,11 @@ impl Gateway {
         let n = backends.len() as u32;
         let spec = PolicySpec::parse(&args.policy)?;
         let ctx = RouterContext {
-            world: World::Cluster,
-            replicas: n,
-            seed: args.seed,
             kv_capacity_tokens: sm.kv_capacity_tokens,
-            cost: RSome(sm.cost),
-            disaggregation: RNone,
+            cost: RSome(CostModel::new(sm.pricer)),
+            ..RouterContext::new(World::Cluster, n, args.seed)
         };
-        let router = RouterHandle::new(Loader::new().router(&spec, &ctx)?, n, &spec.label);
+        let router = RouterHandle::new(Loader::new().router(&spec, &ctx)?, n, World::Cluster, &spec.label);
         let exact = router.capabilities().needs_exact_match();
         let routing = Routing {
             router,
@@ -358,15 +356,9 @@ impl Gateway {
                 }
             }
         }
-        let req = Request {
-            id: request_id,
-            arrived_at,
-            prompt_tokens,
-            size_hint: RNone,
-            segments: RSlice::from_slice(segments),
-        };
+        let req = Request::new(request_id, arrived_at, prompt_tokens).with_segments(segments);
         let eligible = |i: usize| !tried[i] && self.healthy(i, now);
-        let chosen = match r.router.dispatch(&req, &r.views) {
+        let chosen = match r.router.dispatch(&req, &RequestInfo::default(), &r.views) {
             Ok(i) if eligible(i as usize) => Some(i as usize),
             Ok(_) => {
                 self.rerouted.fetch_add(1, Ordering::Relaxed);

@@ -23,7 +23,7 @@
 //! O(servers) refresh of remaining work runs only for routers that ask for it
 //! (`Capabilities::needs_outstanding_work`), and stale snapshots cost O(servers) per refresh.
 
-use abi_stable::std_types::{RNone, RSlice, RSome};
+use abi_stable::std_types::RNone;
 use rand_distr::{Distribution, Exp1};
 use routelab_policy_api::{Completion, ReplicaView, Request, RouterBox, RouterContext, World};
 
@@ -32,6 +32,7 @@ use crate::error::RunError;
 use crate::handle::RouterHandle;
 use crate::metrics::{CDF_POINTS, Detail, Metrics, TIMELINE_SAMPLES, quantile, quantile_vector};
 use crate::seeds::{SimRng, stream, stream_seed};
+use crate::facts::RequestInfo;
 use crate::time::{SimTime, TICKS_PER_S as TICKS, seconds as to_units, ticks as to_ticks};
 use crate::workload::dispatch::{Arrivals, DispatchSpec, Information, Mode, Sizes};
 use crate::workload::trace::TraceRow;
@@ -45,6 +46,7 @@ pub fn router_context(servers: u32, run_seed: u64) -> RouterContext {
         kv_capacity_tokens: 0,
         cost: RNone,
         disaggregation: RNone,
+        facts: Vec::new().into(),
     }
 }
 
@@ -84,7 +86,7 @@ pub fn run(
     label: &str,
     run_seed: u64,
 ) -> Result<Metrics, RunError> {
-    let mut router = RouterHandle::new(router, spec.servers, label);
+    let mut router = RouterHandle::new(router, spec.servers, World::Dispatch, label);
     let (mut m, _) = run_with(spec, trace, &mut router, run_seed, false)?;
     for (k, v) in router.report()? {
         m.push(k, v);
@@ -101,7 +103,7 @@ pub fn run_detailed(
     label: &str,
     run_seed: u64,
 ) -> Result<(Metrics, Detail), RunError> {
-    let mut router = RouterHandle::new(router, spec.servers, label);
+    let mut router = RouterHandle::new(router, spec.servers, World::Dispatch, label);
     let (mut m, detail) = run_with(spec, trace, &mut router, run_seed, true)?;
     for (k, v) in router.report()? {
         m.push(k, v);
@@ -135,14 +137,8 @@ fn run_with(
     if spec.mode == Mode::BallsIntoBins {
         for id in 0..spec.requests {
             let size = sizes.sample(&mut size_rng);
-            let req = Request {
-                id,
-                arrived_at: id as f64,
-                prompt_tokens: 0,
-                size_hint: RSome(size),
-                segments: RSlice::EMPTY,
-            };
-            let i = router.dispatch(&req, &views)? as usize;
+            let req = Request::new(id, id as f64, 0);
+            let i = router.dispatch(&req, &RequestInfo { service_time: Some(size) }, &views)? as usize;
             let v = &mut views[i];
             v.outstanding_requests += 1;
             v.waiting += 1;
@@ -198,10 +194,9 @@ fn run_with(
             }
         }
         let size = sizes.sample(&mut size_rng);
-        let req =
-            Request { id, arrived_at: t_units, prompt_tokens: 0, size_hint: RSome(size), segments: RSlice::EMPTY };
+        let req = Request::new(id, t_units, 0);
         let shown = if stale_every.is_some() { &snapshot } else { &servers.views };
-        let i = router.dispatch(&req, shown)?;
+        let i = router.dispatch(&req, &RequestInfo { service_time: Some(size) }, shown)?;
         servers.on_dispatch(id, i, now, to_ticks(size));
         if stale_every.is_none() {
             router.set_busy_until(i as usize, to_units(servers.free_at[i as usize]));

@@ -32,7 +32,8 @@
 
 use std::collections::BTreeMap;
 
-use routelab_policy_api::{CostModel, StepShape};
+use routelab_policy_api::abi_stable::std_types::Tuple2;
+use routelab_policy_api::{Roofline, Step, StepPricer, StepShape};
 use serde::{Deserialize, Serialize};
 
 use super::{Choice, Model};
@@ -236,7 +237,8 @@ impl Calibrated {
     pub fn step_time_s(&self, step: &Step<'_>) -> f64 {
         let mut tokens = step.decodes;
         let mut pairs = 0.0;
-        for &(n, done) in step.chunks {
+        for c in step.chunks.iter() {
+            let (n, done) = (c.new_tokens, c.context_tokens);
             tokens += n;
             let n = n as f64;
             pairs += n * done as f64 + n * (n + 1.0) / 2.0;
@@ -264,19 +266,10 @@ impl Calibrated {
     }
 }
 
-/// What one step runs: `decodes` decoding requests whose contexts add up to
-/// `decode_context_tokens`, and prefill chunks `(new tokens, tokens already computed)`.
-#[derive(Clone, Copy, Debug)]
-pub struct Step<'a> {
-    pub decodes: u64,
-    pub decode_context_tokens: u64,
-    pub chunks: &'a [(u64, u64)],
-}
-
 /// How a replica's steps are priced: the roofline every router also sees, or a calibration.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Pricer {
-    Roofline(CostModel),
+    Roofline(Roofline),
     Calibrated(Calibrated),
 }
 
@@ -284,13 +277,7 @@ impl Pricer {
     /// Seconds for `step`.
     pub fn step_time_s(&self, step: &Step<'_>) -> f64 {
         match self {
-            Pricer::Roofline(cost) => {
-                let mut shape = StepShape::decode(step.decodes, step.decode_context_tokens);
-                for &(n, done) in step.chunks {
-                    shape = shape.merge(StepShape::prefill(n, done));
-                }
-                cost.step_time_s(&shape)
-            }
+            Pricer::Roofline(cost) => cost.shape_time_s(&StepShape::of(step)),
             Pricer::Calibrated(c) => c.step_time_s(step),
         }
     }
@@ -304,9 +291,21 @@ impl Pricer {
     }
 }
 
+/// Routers price steps through the host's own pricer ([`routelab_policy_api::CostModel`]).
+impl StepPricer for Pricer {
+    fn step_time_s(&self, step: Step<'_>) -> f64 {
+        Pricer::step_time_s(self, &step)
+    }
+    fn per_request_s(&self) -> Tuple2<f64, f64> {
+        let (first, per_token) = Pricer::per_request_s(self);
+        Tuple2(first, per_token)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use routelab_policy_api::Chunk;
     use crate::step_model::catalog::model;
 
     fn profile() -> Calibration {
@@ -326,14 +325,14 @@ mod tests {
     #[test]
     fn an_empty_step_is_free_and_every_term_adds_time() {
         let c = profile().for_model(&model("llama-3.1-8b").unwrap(), 1);
-        assert_eq!(c.step_time_s(&Step { decodes: 0, decode_context_tokens: 0, chunks: &[] }), 0.0);
-        let one = c.step_time_s(&Step { decodes: 1, decode_context_tokens: 1000, chunks: &[] });
-        let longer = c.step_time_s(&Step { decodes: 1, decode_context_tokens: 8000, chunks: &[] });
-        let more = c.step_time_s(&Step { decodes: 64, decode_context_tokens: 64_000, chunks: &[] });
-        let chunk = c.step_time_s(&Step { decodes: 1, decode_context_tokens: 1000, chunks: &[(2048, 0)] });
+        assert_eq!(c.step_time_s(&Step::decode(0, 0)), 0.0);
+        let one = c.step_time_s(&Step::decode(1, 1000));
+        let longer = c.step_time_s(&Step::decode(1, 8000));
+        let more = c.step_time_s(&Step::decode(64, 64_000));
+        let chunk = c.step_time_s(&Step::mixed(1, 1000, &[Chunk { new_tokens: 2048, context_tokens: 0 }]));
         assert!(one > 0.0 && longer > one && more > longer && chunk > one, "{one} {longer} {more} {chunk}");
         // A chunk on a long cached context costs more than the same chunk alone.
-        let cached = c.step_time_s(&Step { decodes: 1, decode_context_tokens: 1000, chunks: &[(2048, 8192)] });
+        let cached = c.step_time_s(&Step::mixed(1, 1000, &[Chunk { new_tokens: 2048, context_tokens: 8192 }]));
         assert!(cached > chunk);
     }
 

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{DoesNotFit, Step, StepModel};
+use super::{Chunk, DoesNotFit, Step, StepModel};
 
 /// The `routelab step-model` text: KV bytes per token, KV capacity, prefill times for a few
 /// lengths, decode step times for a few batch sizes and contexts (memory_fraction 0.9, default
@@ -132,13 +132,13 @@ pub fn describe_model(sm: &StepModel) -> String {
     let _ = writeln!(s, "\nprefill, alone in one step (no cached context)");
     let _ = writeln!(s, "  {:>8}  {:>10}  {:>12}", "tokens", "time [s]", "tokens/s");
     for n in [512u64, 2_100, 8_000, 21_000] {
-        let t = sm.pricer.step_time_s(&Step { decodes: 0, decode_context_tokens: 0, chunks: &[(n, 0)] });
+        let t = sm.pricer.step_time_s(&Step::mixed(0, 0, &[Chunk { new_tokens: n, context_tokens: 0 }]));
         let _ = writeln!(s, "  {:>8}  {:>10.4}  {:>12.0}", n, t, n as f64 / t);
     }
     let _ = writeln!(s, "\ndecode step (one token per running request)");
     let _ = writeln!(s, "  {:>6}  {:>9}  {:>10}  {:>16}", "batch", "context", "step [ms]", "per request [ms]");
     for (batch, ctx) in [(1u64, 100u64), (1, 2_000), (8, 2_000), (32, 2_000), (64, 2_000), (32, 8_000)] {
-        let t = sm.pricer.step_time_s(&Step { decodes: batch, decode_context_tokens: batch * ctx, chunks: &[] });
+        let t = sm.pricer.step_time_s(&Step::decode(batch, batch * ctx));
         let _ = writeln!(s, "  {:>6}  {:>9}  {:>10.2}  {:>16.2}", batch, ctx, t * 1e3, t * 1e3 / batch as f64);
     }
     s

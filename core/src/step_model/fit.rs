@@ -292,7 +292,7 @@ pub fn fit_allreduce(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::step_model::calibrated::Step;
+    use crate::step_model::{Chunk, Step};
 
     #[test]
     fn least_squares_recovers_a_plane() {
@@ -345,9 +345,8 @@ mod tests {
         }
         let mut att = String::from("prefill_chunk,kv_prefill,n_decode,kv_decode,time_us\n");
         let step = |chunk: u64, kp: u64, nd: u64, kd: u64| {
-            let chunks = [(chunk, kp)];
-            let one =
-                Step { decodes: nd, decode_context_tokens: nd * kd, chunks: if chunk > 0 { &chunks } else { &[] } };
+            let chunks = [Chunk { new_tokens: chunk, context_tokens: kp }];
+            let one = Step::mixed(nd, nd * kd, if chunk > 0 { &chunks } else { &[] });
             // One layer's attention: the step's attention terms alone.
             let pairs =
                 if chunk > 0 { chunk as f64 * kp as f64 + chunk as f64 * (chunk as f64 + 1.0) / 2.0 } else { 0.0 };

@@ -19,7 +19,7 @@
 //! all-reduce (activations, ∝ tokens) is ignored: it is small next to the weight reads at the batch
 //! sizes we simulate, and the ABI's cost model has no per-token overhead field.
 
-use routelab_policy_api::CostModel;
+use routelab_policy_api::Roofline;
 use serde::{Deserialize, Serialize};
 
 pub mod calibrated;
@@ -27,7 +27,8 @@ pub mod catalog;
 mod describe;
 pub mod fit;
 
-pub use calibrated::{Calibration, Pricer, Step};
+pub use calibrated::{Calibration, Pricer};
+pub use routelab_policy_api::{Chunk, Step};
 pub use catalog::{GPU_NAMES, MODEL_NAMES, gpu, model};
 pub use describe::{describe, describe_model};
 
@@ -201,9 +202,9 @@ pub struct StepModel {
     pub tp: u32,
     pub memory_fraction: f64,
     pub efficiency: Efficiency,
-    /// The roofline, shared with routers through [`routelab_policy_api::RouterContext::cost`]
-    /// (with a calibration: its effective rates and per-step constants in the roofline's form).
-    pub cost: CostModel,
+    /// The roofline (with a calibration: its effective rates and per-step constants in the
+    /// roofline's form), for bounds such as the clock guard; steps are priced by `pricer`.
+    pub cost: Roofline,
     pub kv_capacity_tokens: u64,
     /// The measured profile the steps are priced by, if any (else the roofline).
     pub calibration: Option<Calibration>,
@@ -257,7 +258,7 @@ impl StepModel {
         }
         let kv_capacity_tokens = (free / kv_bytes_per_token).floor() as u64;
         let comm = if tp > 1 { 2.0 * model.layers as f64 * efficiency.allreduce_latency_s } else { 0.0 };
-        let cost = CostModel {
+        let cost = Roofline {
             flops_per_s: gpu.tflops * 1e12 * efficiency.mfu * tpf,
             bytes_per_s: gpu.bandwidth_gb_s * 1e9 * efficiency.mbu * tpf,
             linear_flops_per_token: 2.0 * model.active_parameters.unwrap_or(model.parameters) as f64,
@@ -271,7 +272,7 @@ impl StepModel {
     }
 
     /// Prices the steps by `calibration` (measured on this GPU) instead of the roofline; routers
-    /// see its effective rates and per-step constants in their cost model.
+    /// price with it too (their cost model is `pricer`).
     pub fn calibrated(mut self, calibration: Calibration) -> Self {
         let c = calibration.for_model(&self.model, self.tp);
         let tpf = self.tp.max(1) as f64;

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use routelab_policies::priority_groups::{Config as GroupsConfig, PriorityGroups, group_of};
-use routelab_policy_api::{Policy, SchedulerContext, SchedulerPolicy, WaitingRequest};
+use routelab_policy_api::{Policy, SchedulerContext, SchedulerPolicy, Waiting, WaitingRequest};
 
 use routelab_core::plugin::{Loader, PolicySpec};
 use routelab_core::sim::cluster::{self, RunOutcome};
@@ -131,7 +131,7 @@ pub fn exercise5() -> String {
             }
         })
         .collect();
-    let ctx = SchedulerContext { replica: 0, seed: 0, kv_capacity_tokens: 0 };
+    let ctx = SchedulerContext::new(0, 0, 0);
     let mut sched = PriorityGroups::new(GroupsConfig { groups: p, k: 10 }, &ctx).expect("valid config");
     let _ = writeln!(
         s,
@@ -139,7 +139,7 @@ pub fn exercise5() -> String {
     );
     for step in 1..=p {
         let mut order = Vec::new();
-        sched.order(0.0, &waiting, &mut order);
+        sched.order(0.0, &Waiting::new(&waiting), &mut order);
         let w = &waiting[order[0] as usize];
         let grp = group_of(w.cached_tokens, w.prompt_tokens, p);
         let _ = writeln!(

@@ -4,11 +4,11 @@
 use std::fmt::Write as _;
 
 use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RNone, ROk, RResult, RSlice, RString, RVec};
+use abi_stable::std_types::{ROk, RResult, RString, RVec};
 use routelab_policies::preble::Preble;
 use routelab_policies::sglang_cache_aware::{Config as SglangConfig, SglangCacheAware};
 use routelab_policy_api::{
-    Capabilities, Completion, CostModel, Eviction, Guarded, Policy, PolicyError, ReplicaView, Replicas, Request,
+    Capabilities, Completion, Eviction, PdDecision, Roofline, Guarded, Policy, PolicyError, ReplicaView, Replicas, Request,
     Router, Router_TO, RouterBox, RouterPolicy, Segment, Stat,
 };
 
@@ -20,19 +20,13 @@ use routelab_core::workload::generate::generate;
 /// Exercise 3: Preble's E2 on one long-document request.
 pub fn exercise3() -> String {
     let sm = StepModel::from_catalog("a6000", "mistral-7b", 1, 0.9).expect("mistral-7b fits on an a6000");
-    let cost: CostModel = sm.cost;
+    let cost: Roofline = sm.cost;
     let (sys, doc, question) =
         (Segment { id: 1, tokens: 13 }, Segment { id: 2, tokens: 21_000 }, Segment { id: 3, tokens: 1_987 });
     let ctx = cluster::router_context(&sm, 4, 1);
     let mut preble = Preble::new(Default::default(), &ctx).expect("cluster context");
     fn req(id: u64, segs: &[Segment]) -> Request<'_> {
-        Request {
-            id,
-            arrived_at: 0.0,
-            prompt_tokens: segs.iter().map(|s| s.tokens).sum(),
-            size_hint: RNone,
-            segments: RSlice::from_slice(segs),
-        }
+        Request::new(id, 0.0, segs.iter().map(|s| s.tokens).sum()).with_segments(segs)
     }
     // Replicas 0, 1, 3 served only the system prompt; replica 2 the system prompt and the document.
     for r in [0usize, 1, 3] {
@@ -106,7 +100,7 @@ impl Believes for Preble {
 /// replica it chose than really is (cache + in flight, filled by the host on request).
 struct Audit<P: Believes> {
     inner: Guarded<P>,
-    cost: CostModel,
+    cost: Roofline,
     decisions: u64,
     mistakes: u64,
     phantom_tokens: u64,
@@ -119,6 +113,18 @@ impl<P: Believes> Router for Audit<P> {
     }
     fn signals(&self) -> RResult<RVec<RString>, PolicyError> {
         Router::signals(&self.inner)
+    }
+    fn request_facts(&self) -> RResult<RVec<RString>, PolicyError> {
+        Router::request_facts(&self.inner)
+    }
+    fn route_pair(&mut self, r: &Request<'_>, p: Replicas<'_>, d: Replicas<'_>) -> RResult<PdDecision, PolicyError> {
+        Router::route_pair(&mut self.inner, r, p, d)
+    }
+    fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdDecision) -> RResult<(), PolicyError> {
+        Router::on_dispatch_pair(&mut self.inner, request, decision)
+    }
+    fn on_prefill_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError> {
+        Router::on_prefill_complete(&mut self.inner, completion)
     }
     fn route(&mut self, request: &Request<'_>, replicas: Replicas<'_>) -> RResult<u32, PolicyError> {
         let chosen = match Router::route(&mut self.inner, request, replicas).into_result() {

@@ -1,5 +1,5 @@
 //! Routers for prefill/decode-disaggregated clusters: each answers `route_pair` with a
-//! [`PdDecision`](routelab_policy_api::PdDecision) and sets `Capabilities::DISAGGREGATED`.
+//! [`PdRoute`](routelab_policy_api::PdRoute) (registered with `pd_router`, which sets `Capabilities::DISAGGREGATED`).
 //!
 //! Baselines: `pd_random`, `pd_round_robin`, `pd_least_loaded`. Composition: `pd_sglang`
 //! (prefill and decode chosen independently by any two built-in routers). The field's decision
@@ -10,7 +10,10 @@
 /// inside `impl Policy` by `pd_sglang`, `pd_dynamo` and `pd_llm_d`.
 macro_rules! forward_pool_hooks {
     () => {
-        fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdDecision) {
+        fn request_facts(&self) -> Vec<String> {
+            self.pools.request_facts()
+        }
+        fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdRoute) {
             self.pools.on_dispatch_pair(request, decision);
         }
         fn on_prefill_complete(&mut self, completion: &Completion) {
@@ -57,6 +60,9 @@ pub struct PoolRouter {
     pub router: RouterBox,
     columns: Vec<usize>,
     scratch: Vec<f64>,
+    /// Where the child's request facts are among the PD router's.
+    fact_columns: Vec<usize>,
+    fact_scratch: Vec<f64>,
 }
 
 impl PoolRouter {
@@ -78,7 +84,7 @@ impl PoolRouter {
                 "{role}: '{name}' is itself a PD router; give an aggregated router such as round_robin"
             ));
         }
-        Ok(Self { router, columns: Vec::new(), scratch: Vec::new() })
+        Ok(Self { router, columns: Vec::new(), scratch: Vec::new(), fact_columns: Vec::new(), fact_scratch: Vec::new() })
     }
 
     /// The child's pick among `replicas` (its pool), given the PD router's signal table.
@@ -94,8 +100,11 @@ impl PoolRouter {
             }
             Replicas::with_signals(replicas.views(), &self.scratch, k as u32)
         };
+        self.fact_scratch.clear();
+        self.fact_scratch.extend(self.fact_columns.iter().map(|&c| req.fact(c)));
+        let req = Request { facts: RSlice::from_slice(&self.fact_scratch), ..*req };
         // A child's failure is a failure of this policy (the host names it and its method).
-        self.router.route(req, view).into_result().unwrap_or_else(|e| panic!("{}", e.message)) as usize
+        self.router.route(&req, view).into_result().unwrap_or_else(|e| panic!("{}", e.message)) as usize
     }
 }
 
@@ -114,6 +123,7 @@ pub struct Pools {
     pub prefill: PoolRouter,
     pub decode: PoolRouter,
     signals: Vec<String>,
+    request_facts: Vec<String>,
     /// The cluster's layout (prefill candidates, mixed instances among them).
     pd: PdContext,
 }
@@ -121,30 +131,26 @@ pub struct Pools {
 impl Pools {
     /// The two children; fails unless the cluster is disaggregated.
     pub fn new(prefill: &str, decode: &str, ctx: &RouterContext) -> Result<Self, String> {
-        let pd = ctx.disaggregation.into_option().ok_or("a PD router runs on a disaggregated cluster")?;
+        let pd = ctx.disaggregation.clone().into_option().ok_or("a PD router runs on a disaggregated cluster")?;
         let prefill_ctx = RouterContext {
             replicas: pd.prefill_replicas,
             seed: ctx.seed ^ 0x9E37_79B9_7F4A_7C15,
             kv_capacity_tokens: pd.prefill_kv_capacity_tokens,
-            cost: pd.prefill_cost,
+            cost: pd.prefill_cost.clone(),
             disaggregation: ROption::RNone,
-            ..*ctx
+            ..ctx.clone()
         };
-        let decode_ctx = RouterContext { disaggregation: ROption::RNone, ..*ctx };
+        let decode_ctx = RouterContext { disaggregation: ROption::RNone, ..ctx.clone() };
         let mut prefill = PoolRouter::new(prefill, &prefill_ctx, "prefill")?;
         let mut decode = PoolRouter::new(decode, &decode_ctx, "decode")?;
-        let mut signals: Vec<String> = Vec::new();
+        let (mut signals, mut request_facts) = (Vec::new(), Vec::new());
         for child in [&mut prefill, &mut decode] {
             let names = child.router.signals().into_result().map_err(|e| e.message.to_string())?;
-            for n in names.iter() {
-                let at = signals.iter().position(|s| s == n.as_str()).unwrap_or_else(|| {
-                    signals.push(n.to_string());
-                    signals.len() - 1
-                });
-                child.columns.push(at);
-            }
+            child.columns = union(&mut signals, &names);
+            let names = child.router.request_facts().into_result().map_err(|e| e.message.to_string())?;
+            child.fact_columns = union(&mut request_facts, &names);
         }
-        Ok(Self { prefill, decode, signals, pd })
+        Ok(Self { prefill, decode, signals, request_facts, pd })
     }
 
     /// [`PD`] plus what either child asks for.
@@ -155,13 +161,20 @@ impl Pools {
     pub fn signals(&self) -> Vec<String> {
         self.signals.clone()
     }
-    pub fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdDecision) {
-        let local = self.pd.as_decode(decision.prefill) == Some(decision.decode);
-        if decision.action == PdDecision::DISAGGREGATE && !local {
-            ok(self.prefill.router.on_dispatch(request, decision.prefill));
-        }
-        if decision.action != PdDecision::REJECT {
-            ok(self.decode.router.on_dispatch(request, decision.decode));
+    pub fn request_facts(&self) -> Vec<String> {
+        self.request_facts.clone()
+    }
+    /// The children hear of their own picks (indices the host checked, so they fit a `u32`).
+    pub fn on_dispatch_pair(&mut self, request: &Request<'_>, decision: PdRoute) {
+        match decision {
+            PdRoute::Disaggregate { prefill, decode, .. } => {
+                if self.pd.as_decode(prefill as u32) != Some(decode as u32) {
+                    ok(self.prefill.router.on_dispatch(request, prefill as u32));
+                }
+                ok(self.decode.router.on_dispatch(request, decode as u32));
+            }
+            PdRoute::DecodeOnly { decode } => ok(self.decode.router.on_dispatch(request, decode as u32)),
+            PdRoute::Reject => {}
         }
     }
     pub fn on_prefill_complete(&mut self, completion: &Completion) {
@@ -190,6 +203,19 @@ impl Pools {
         }
         out
     }
+}
+
+/// The column of each of `names` in `all`, appending the names `all` lacks.
+fn union(all: &mut Vec<String>, names: &[RString]) -> Vec<usize> {
+    names
+        .iter()
+        .map(|n| {
+            all.iter().position(|s| s == n.as_str()).unwrap_or_else(|| {
+                all.push(n.to_string());
+                all.len() - 1
+            })
+        })
+        .collect()
 }
 
 /// A child's failure is a failure of the PD router (the guard names it and its method).

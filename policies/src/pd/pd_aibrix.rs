@@ -44,13 +44,13 @@ impl Policy for PdAibrix {
     type Config = Config;
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
-        let pd = ctx.disaggregation.into_option().ok_or("pd_aibrix runs on a disaggregated cluster")?;
+        let pd = ctx.disaggregation.clone().into_option().ok_or("pd_aibrix runs on a disaggregated cluster")?;
         let most = pd.prefill_replicas.min(ctx.replicas);
         let rolesets = if cfg.rolesets == 0 { most } else { cfg.rolesets };
         if rolesets > most {
             return Err(format!("rolesets ({rolesets}) must be at most min(prefill, decode instances) = {most}"));
         }
-        Ok(Self { rolesets: rolesets as usize, cost: ctx.cost.into_option() })
+        Ok(Self { rolesets: rolesets as usize, cost: ctx.cost.clone().into_option() })
     }
 }
 
@@ -107,14 +107,11 @@ pub fn joint(prefill: &[f64], decode: &[f64], rolesets: usize) -> (usize, usize)
     pick
 }
 
-impl RouterPolicy for PdAibrix {
+impl PdRouterPolicy for PdAibrix {
     fn capabilities(&self) -> Capabilities {
         super::PD | Capabilities::NEEDS_EXACT_MATCH
     }
-    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        super::argmin_by(replicas, |v| v.running)
-    }
-    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdDecision {
+    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdRoute {
         let tput: Vec<f64> = decode
             .iter()
             .map(|v| match (&self.cost, v.running) {
@@ -124,6 +121,6 @@ impl RouterPolicy for PdAibrix {
             .collect();
         let (p, d) =
             joint(&prefill_scores(request.prompt_tokens, prefill), &decode_scores(decode, &tput), self.rolesets);
-        PdDecision::pair(p as u32, d as u32)
+        PdRoute::pair(p, d)
     }
 }

@@ -97,7 +97,7 @@ impl Policy for PdDynamo {
     }
 }
 
-impl RouterPolicy for PdDynamo {
+impl PdRouterPolicy for PdDynamo {
     fn capabilities(&self) -> Capabilities {
         let exact = if self.cfg.conditional_disagg { Capabilities::NEEDS_EXACT_MATCH } else { Capabilities::NONE };
         self.pools.capabilities() | exact
@@ -105,10 +105,7 @@ impl RouterPolicy for PdDynamo {
     fn signals(&self) -> Vec<String> {
         self.pools.signals()
     }
-    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        self.pools.decode.route(request, replicas)
-    }
-    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdDecision {
+    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdRoute {
         let p = self.pools.prefill.route(request, prefill);
         let d = self.pools.decode.route(request, decode);
         let c = &self.cfg;
@@ -121,9 +118,9 @@ impl RouterPolicy for PdDynamo {
             )
         {
             self.bypassed += 1;
-            return PdDecision::decode_only(d as u32);
+            return PdRoute::DecodeOnly { decode: d };
         }
-        PdDecision::pair(p as u32, d as u32)
+        PdRoute::pair(p, d)
     }
     forward_pool_hooks!();
     fn report(&self) -> Vec<(String, f64)> {

@@ -23,20 +23,17 @@ impl Policy for PdLeastLoaded {
     type Config = crate::NoConfig;
     type Context = RouterContext;
     fn new(_: Self::Config, ctx: &RouterContext) -> Result<Self, String> {
-        Ok(Self { pd: ctx.disaggregation.into_option() })
+        Ok(Self { pd: ctx.disaggregation.clone().into_option() })
     }
 }
 
-impl RouterPolicy for PdLeastLoaded {
+impl PdRouterPolicy for PdLeastLoaded {
     fn capabilities(&self) -> Capabilities {
         super::PD
     }
-    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        argmin_by(replicas, |v| v.outstanding_work)
-    }
-    fn route_pair(&mut self, _: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdDecision {
-        let p = argmin_by(prefill, |v| v.outstanding_work) as u32;
-        let local = self.pd.and_then(|pd| pd.as_decode(p));
-        PdDecision::pair(p, local.unwrap_or_else(|| argmin_by(decode, |v| v.kv_used_tokens) as u32))
+    fn route_pair(&mut self, _: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdRoute {
+        let p = argmin_by(prefill, |v| v.outstanding_work);
+        let local = self.pd.as_ref().and_then(|pd| pd.as_decode(p as u32));
+        PdRoute::pair(p, local.map_or_else(|| argmin_by(decode, |v| v.kv_used_tokens), |d| d as usize))
     }
 }

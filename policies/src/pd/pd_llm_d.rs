@@ -75,24 +75,21 @@ impl Policy for PdLlmD {
     }
 }
 
-impl RouterPolicy for PdLlmD {
+impl PdRouterPolicy for PdLlmD {
     fn capabilities(&self) -> Capabilities {
         self.pools.capabilities() | Capabilities::NEEDS_EXACT_MATCH
     }
     fn signals(&self) -> Vec<String> {
         self.pools.signals()
     }
-    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        self.pools.decode.route(request, replicas)
-    }
-    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdDecision {
+    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdRoute {
         let d = self.pools.decode.route(request, decode);
         if !disaggregate(request.prompt_tokens, decode[d].matched_tokens, self.cfg.block_tokens, self.cfg.threshold) {
             self.local_prefills += 1;
-            return PdDecision::decode_only(d as u32);
+            return PdRoute::DecodeOnly { decode: d };
         }
         let p = self.pools.prefill.route(request, prefill);
-        PdDecision::pair(p as u32, d as u32)
+        PdRoute::pair(p, d)
     }
     forward_pool_hooks!();
     fn report(&self) -> Vec<(String, f64)> {

@@ -16,7 +16,7 @@
 //!    with this request added (`running + 1` sequences over `kv_used + len` tokens of context).
 //! 5. If `TTFT_p > ttft_slo_s` or `TBT > tbt_slo_s`: reject (counted as `rejected`).
 //! 6. Otherwise, if p's prefix came from `best`, migrate: the prefix is copied from `best` to p
-//!    before the prefill (`PdDecision::prefix_from`), replicating the hot prefix.
+//!    before the prefill (`PdRoute::Disaggregate::prefix_from`), replicating the hot prefix.
 //!
 //! `scheduling` reproduces the paper's prefill-scheduling comparison (§7, Fig. "prefill
 //! scheduling"): `global_cache_aware` (the algorithm above), `local_cache_aware` (step 2 without
@@ -80,8 +80,8 @@ impl Policy for PdMooncake {
     type Config = Config;
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
-        let pd = ctx.disaggregation.into_option().ok_or("pd_mooncake runs on a disaggregated cluster")?;
-        let (Some(prefill_cost), Some(decode_cost)) = (pd.prefill_cost.into_option(), ctx.cost.into_option()) else {
+        let pd = ctx.disaggregation.clone().into_option().ok_or("pd_mooncake runs on a disaggregated cluster")?;
+        let (Some(prefill_cost), Some(decode_cost)) = (pd.prefill_cost.into_option(), ctx.cost.clone().into_option()) else {
             return Err("pd_mooncake needs the pools' cost models".into());
         };
         if !(cfg.balancing_threshold >= 1.0 && cfg.ttft_slo_s > 0.0 && cfg.tbt_slo_s > 0.0) {
@@ -117,14 +117,11 @@ impl PdMooncake {
     }
 }
 
-impl RouterPolicy for PdMooncake {
+impl PdRouterPolicy for PdMooncake {
     fn capabilities(&self) -> Capabilities {
         super::PD | Capabilities::NEEDS_EXACT_MATCH
     }
-    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        super::argmin_by(replicas, |v| v.kv_used_tokens)
-    }
-    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdDecision {
+    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdRoute {
         let len = request.prompt_tokens;
         let (best, best_len) = (0..prefill.len())
             .map(|i| (i, prefill[i].matched_tokens.min(len)))
@@ -155,14 +152,11 @@ impl RouterPolicy for PdMooncake {
         let tbt = self.decode_cost.decode_step_time_s(v.running as u64 + 1, v.kv_used_tokens + len as u64);
         if ttft > self.cfg.ttft_slo_s || tbt > self.cfg.tbt_slo_s {
             self.rejected += 1;
-            return PdDecision::reject();
+            return PdRoute::Reject;
         }
-        let decision = PdDecision::pair(p as u32, d as u32);
-        if migrate && best != p {
-            self.migrations += 1;
-            return decision.with_prefix_from(best as u32);
-        }
-        decision
+        let prefix_from = (migrate && best != p).then_some(best);
+        self.migrations += u64::from(prefix_from.is_some());
+        PdRoute::Disaggregate { prefill: p, decode: d, prefix_from }
     }
     fn report(&self) -> Vec<(String, f64)> {
         vec![("rejected".into(), self.rejected as f64), ("migrations".into(), self.migrations as f64)]

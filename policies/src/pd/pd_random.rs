@@ -20,15 +20,12 @@ impl Policy for PdRandom {
     }
 }
 
-impl RouterPolicy for PdRandom {
+impl PdRouterPolicy for PdRandom {
     fn capabilities(&self) -> Capabilities {
         super::PD
     }
-    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        self.rng.random_range(0..replicas.len())
-    }
-    fn route_pair(&mut self, _: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdDecision {
+    fn route_pair(&mut self, _: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdRoute {
         let p = self.rng.random_range(0..prefill.len());
-        PdDecision::pair(p as u32, self.rng.random_range(0..decode.len()) as u32)
+        PdRoute::pair(p, self.rng.random_range(0..decode.len()))
     }
 }

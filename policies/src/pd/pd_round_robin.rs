@@ -21,15 +21,12 @@ impl Policy for PdRoundRobin {
     }
 }
 
-impl RouterPolicy for PdRoundRobin {
+impl PdRouterPolicy for PdRoundRobin {
     fn capabilities(&self) -> Capabilities {
         super::PD
     }
-    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        self.next_decode % replicas.len()
-    }
-    fn route_pair(&mut self, _: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdDecision {
-        let d = PdDecision::pair((self.next_prefill % prefill.len()) as u32, (self.next_decode % decode.len()) as u32);
+    fn route_pair(&mut self, _: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdRoute {
+        let d = PdRoute::pair(self.next_prefill % prefill.len(), self.next_decode % decode.len());
         self.next_prefill = self.next_prefill.wrapping_add(1);
         self.next_decode = self.next_decode.wrapping_add(1);
         d

@@ -51,19 +51,16 @@ impl Policy for PdSglang {
     }
 }
 
-impl RouterPolicy for PdSglang {
+impl PdRouterPolicy for PdSglang {
     fn capabilities(&self) -> Capabilities {
         self.pools.capabilities()
     }
     fn signals(&self) -> Vec<String> {
         self.pools.signals()
     }
-    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        self.pools.decode.route(request, replicas)
-    }
-    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdDecision {
+    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdRoute {
         let p = self.pools.prefill.route(request, prefill);
-        PdDecision::pair(p as u32, self.pools.decode.route(request, decode) as u32)
+        PdRoute::pair(p, self.pools.decode.route(request, decode))
     }
     forward_pool_hooks!();
     fn report(&self) -> Vec<(String, f64)> {

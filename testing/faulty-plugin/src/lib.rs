@@ -198,7 +198,7 @@ impl Policy for UnknownSignal {
 
 impl RouterPolicy for UnknownSignal {
     fn signals(&self) -> Vec<String> {
-        vec![signals::WAITING.into(), "prefill_tokens_per_s".into()]
+        vec![signals::KV_UTILISATION.into(), "prefill_tokens_per_s".into()]
     }
     fn route(&mut self, _: &Request<'_>, _: &Replicas<'_>) -> usize {
         0

@@ -13,7 +13,7 @@
 
 use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use crate::handle::SchedulerHandle;
-use crate::step_model::{Pricer, Step};
+use crate::step_model::{Chunk, Pricer, Step};
 use crate::time::{SimTime, seconds};
 use crate::workload::cluster::Reservation;
 use crate::workload::generate::RequestStream;
@@ -134,12 +134,12 @@ impl Replica {
             return Ok(None);
         }
         self.step_chunks.clear();
-        self.step_chunks.extend(self.chunks.iter().map(|&(r, n)| (n as u64, states[r as usize].prefill_done as u64)));
-        let step = Step {
-            decodes: self.decode_batch as u64,
-            decode_context_tokens: self.decode_context_tokens,
-            chunks: &self.step_chunks,
-        };
+        self.step_chunks.extend(
+            self.chunks
+                .iter()
+                .map(|&(r, n)| Chunk { new_tokens: n as u64, context_tokens: states[r as usize].prefill_done as u64 }),
+        );
+        let step = Step::mixed(self.decode_batch as u64, self.decode_context_tokens, &self.step_chunks);
         Ok(Some(pricer.step_time_s(&step)))
     }
 

@@ -42,9 +42,9 @@ mod summary;
 #[cfg(test)]
 mod tests;
 
-use abi_stable::std_types::{RNone, RSlice, RSome};
+use abi_stable::std_types::{RNone, RSlice, RSome, RVec};
 use routelab_policy_api::{
-    Completion, Eviction, PdContext, ReplicaView, Request, RouterBox, RouterContext, SchedulerBox, SchedulerContext,
+    Completion, CostModel, Eviction, PdContext, ReplicaView, Request, RouterBox, RouterContext, SchedulerBox, SchedulerContext,
     Segment, World,
 };
 
@@ -56,6 +56,7 @@ pub use self::summary::{RequestRecord, RunOutcome, push_slo_metrics};
 use super::SetupError;
 use super::event_queue::EventQueue;
 use crate::error::RunError;
+use crate::facts::RequestInfo;
 use crate::handle::{RouterHandle, SchedulerHandle, scheduler_stats};
 use crate::seeds::stream_seed;
 use crate::step_model::{Pricer, StepModel};
@@ -70,8 +71,9 @@ pub fn router_context(sm: &StepModel, replicas: u32, run_seed: u64) -> RouterCon
         replicas,
         seed: stream_seed(run_seed, "policy.router"),
         kv_capacity_tokens: sm.kv_capacity_tokens,
-        cost: RSome(sm.cost),
+        cost: RSome(CostModel::new(sm.pricer)),
         disaggregation: RNone,
+        facts: RVec::new(),
     }
 }
 
@@ -80,14 +82,21 @@ pub fn router_context(sm: &StepModel, replicas: u32, run_seed: u64) -> RouterCon
 /// capacity and cost describe the decode pool, and `disaggregation` the prefill candidates, the
 /// link and the shared tier.
 pub fn router_context_for(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> RouterContext {
-    let Some(d) = &spec.disaggregation else { return router_context(sm, spec.replicas, run_seed) };
+    let facts: RVec<_> = crate::facts::cluster_context(
+        spec.chunk_tokens,
+        spec.max_step_tokens,
+        spec.max_batch_requests,
+        spec.metrics.scrape_interval_s,
+    )
+    .into();
+    let Some(d) = &spec.disaggregation else { return RouterContext { facts, ..router_context(sm, spec.replicas, run_seed) } };
     // Validated with the workload; a failure here would have stopped it before any run.
     let (p, dm) = d.step_models(spec).unwrap_or_else(|_| (sm.clone(), sm.clone()));
     RouterContext {
         disaggregation: RSome(PdContext {
             prefill_replicas: d.prefill.instances + d.mixed_instances(),
             prefill_kv_capacity_tokens: p.kv_capacity_tokens,
-            prefill_cost: RSome(p.cost),
+            prefill_cost: RSome(CostModel::new(p.pricer)),
             kv_bytes_per_token: dm.cost.kv_bytes_per_token,
             link_bandwidth_bytes_s: d.link.bandwidth_bytes_s(),
             link_base_latency_s: d.link.base_latency_s,
@@ -100,6 +109,7 @@ pub fn router_context_for(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> 
                 .as_ref()
                 .map_or(0, |t| (t.capacity_gb * 1e9 / dm.cost.kv_bytes_per_token).floor() as u64),
         }),
+        facts,
         ..router_context(&dm, d.decode.instances + d.mixed_instances(), run_seed)
     }
 }
@@ -110,6 +120,7 @@ pub fn scheduler_context(sm: &StepModel, replica: u32, run_seed: u64) -> Schedul
         replica,
         seed: stream_seed(run_seed, &format!("policy.scheduler.{replica}")),
         kv_capacity_tokens: sm.kv_capacity_tokens,
+        facts: RVec::new(),
     }
 }
 
@@ -216,7 +227,7 @@ impl<'a> ClusterSim<'a> {
                 "give one scheduler per replica",
             ));
         }
-        let router = RouterHandle::new(router, spec.replicas, label);
+        let router = RouterHandle::new(router, spec.replicas, World::Cluster, label);
         let caps = router.capabilities();
         let pools = match &spec.disaggregation {
             Some(d) => {
@@ -339,17 +350,11 @@ impl<'a> ClusterSim<'a> {
             }
             self.router.set_prefilling(k, rep.prefilling.len() as u32);
         }
-        let req = Request {
-            id: id as u64,
-            arrived_at: seconds(now),
-            prompt_tokens: q.prompt_tokens,
-            size_hint: RNone,
-            segments: RSlice::from_slice(prompt),
-        };
+        let req = Request::new(id as u64, seconds(now), q.prompt_tokens).with_segments(prompt);
         if self.pd.is_some() {
             self.on_arrival_pd(now, id, &req)?;
         } else {
-            let r = self.router.dispatch(&req, &self.views)? as usize;
+            let r = self.router.dispatch(&req, &RequestInfo::default(), &self.views)? as usize;
             self.replicas[r].enqueue(id as u32, prompt, q.output_tokens, &mut self.states[id], &self.cfgs[1]);
             if !self.replicas[r].busy {
                 self.start_step(r, now)?;

@@ -128,7 +128,7 @@ pub struct Replica {
     // Scratch, reused every step.
     pub(super) chunks: Vec<(u32, u32)>,
     /// Scratch: this step's chunks as (new tokens, tokens already computed), for pricing.
-    pub(super) step_chunks: Vec<(u64, u64)>,
+    pub(super) step_chunks: Vec<crate::step_model::Chunk>,
     pub(super) decode_batch: u32,
     pub(super) views: Vec<WaitingRequest>,
     pub(super) shown: Vec<u32>,

@@ -1,8 +1,8 @@
 //! The host's side of a selection: the [`Evaluator`] a selector borrows. It runs allocations on
 //! the training set only and counts every call against the budget.
 
-use abi_stable::std_types::{RErr, RNone, ROk, ROption, RResult, RSlice, RSome, RString};
-use routelab_policy_api::{Evaluation, Evaluator};
+use abi_stable::std_types::{RErr, RNone, ROk, ROption, RResult, RSlice, RSome};
+use routelab_policy_api::{Evaluation, Evaluator, PolicyError};
 
 use super::world::World;
 
@@ -23,21 +23,20 @@ impl<'w> TrainingEvaluator<'w> {
 }
 
 impl Evaluator for TrainingEvaluator<'_> {
-    fn evaluate(&mut self, allocation: RSlice<'_, u32>) -> RResult<Evaluation, RString> {
+    fn evaluate(&mut self, allocation: RSlice<'_, u32>) -> RResult<Evaluation, PolicyError> {
         let allocation = allocation.as_slice();
         if !self.world.is_allocation(allocation) {
-            return RErr(
+            return RErr(PolicyError::failed(
                 format!(
                     "evaluate: {allocation:?} is not an allocation: it needs one model index in 0..{} for each of the {} modules",
                     self.world.models.len(),
                     self.world.modules()
-                )
-                .into(),
-            );
+                ),
+            ));
         }
         if let Some(budget) = self.budget {
             if self.evaluations >= budget {
-                return RErr(format!("evaluate: the budget of {budget} evaluated allocations is spent").into());
+                return RErr(PolicyError::failed(format!("evaluate: the budget of {budget} evaluated allocations is spent")));
             }
         }
         let evaluation = self.world.evaluate_training(allocation, self.evaluations);

@@ -56,6 +56,7 @@ pub fn selector_context(spec: &CompoundSpec, run_seed: u64) -> routelab_policy_a
         models: shape(spec.model_count()),
         train_questions: spec.questions.train,
         budget: spec.budget.into(),
+        facts: Default::default(),
     }
 }
 

@@ -486,7 +486,7 @@ impl ClusterSpec {
         let budget = if self.chunk_tokens == 0 { self.max_step_tokens } else { self.chunk_tokens } as u64;
         let worst = routelab_policy_api::StepShape::prefill(budget, sm.kv_capacity_tokens)
             .merge(routelab_policy_api::StepShape::decode(self.max_batch_requests as u64, sm.kv_capacity_tokens));
-        let t = sm.cost.step_time_s(&worst);
+        let t = sm.cost.shape_time_s(&worst);
         if !(t.is_finite() && t <= 3600.0) {
             return Err(FieldError::new(
                 "gpu",

@@ -45,27 +45,23 @@ impl Policy for PdThreshold {
     }
 }
 
-impl RouterPolicy for PdThreshold {
+impl PdRouterPolicy for PdThreshold {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::DISAGGREGATED | Capabilities::NEEDS_EXACT_MATCH
+        Capabilities::NEEDS_EXACT_MATCH
     }
 
-    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        (0..replicas.len()).min_by_key(|&i| replicas[i].kv_used_tokens).unwrap_or(0)
-    }
-
-    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdDecision {
+    fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdRoute {
         let free = |v: &ReplicaView| v.kv_capacity_tokens.saturating_sub(v.kv_used_tokens);
         let d = (0..decode.len()).max_by_key(|&i| (free(&decode[i]), std::cmp::Reverse(i))).unwrap_or(0);
         let uncached = request.prompt_tokens.saturating_sub(decode[d].matched_tokens);
         if uncached < self.threshold {
             self.skipped += 1;
-            return PdDecision::decode_only(d as u32);
+            return PdRoute::DecodeOnly { decode: d };
         }
         let p = (0..prefill.len())
             .min_by_key(|&i| (std::cmp::Reverse(prefill[i].matched_tokens), prefill[i].outstanding_requests, i))
             .unwrap_or(0);
-        PdDecision::pair(p as u32, d as u32)
+        PdRoute::pair(p, d)
     }
 
     fn report(&self) -> Vec<(String, f64)> {
@@ -75,7 +71,7 @@ impl RouterPolicy for PdThreshold {
 
 /// The policies this library exports.
 pub fn registry() -> Vec<Entry> {
-    vec![router::<PdThreshold>()]
+    vec![pd_router::<PdThreshold>()]
 }
 
 export_policies!(registry);

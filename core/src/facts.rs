@@ -1,0 +1,118 @@
+//! Request facts and context facts the host provides (`routelab_policy_api::facts`): what a
+//! world knows of a request beyond the core fields, negotiated once per policy by name and then
+//! written into a small buffer before each decision; and the named figures every context carries.
+//! A policy that asks for no request facts costs nothing here.
+
+use routelab_policy_api::{Fact, RString, World, facts};
+
+/// What the host knows of one request beyond [`routelab_policy_api::Request`]'s core fields;
+/// each world fills what it has (`None`: this world has no such figure).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RequestInfo {
+    /// The job's service time (dispatch world).
+    pub service_time: Option<f64>,
+}
+
+/// How the host reads one request fact.
+type Column = fn(&RequestInfo) -> f64;
+
+/// The request facts `world` provides, by name. Adding one here (and to the API's catalogue) is a
+/// compatible change: no layout moves.
+fn column(name: &str, world: World) -> Option<Column> {
+    match (name, world) {
+        (facts::request::SERVICE_TIME, World::Dispatch) => Some(|r| r.service_time.unwrap_or(0.0)),
+        _ => None,
+    }
+}
+
+/// Most request facts a policy may ask for (bounds a bad answer).
+const MAX_FACTS: usize = 256;
+
+/// One policy's negotiated request facts and the buffer their values are written to.
+#[derive(Default)]
+pub struct RequestFacts {
+    columns: Vec<Column>,
+    values: Vec<f64>,
+}
+
+impl RequestFacts {
+    /// The columns for `names` in `world`; an unknown name, or one this world does not have, is
+    /// an error naming it and listing what the world provides.
+    pub fn negotiate(names: &[RString], world: World) -> Result<Self, String> {
+        if names.len() > MAX_FACTS {
+            return Err(format!("asks for {} request facts; at most {MAX_FACTS} are allowed", names.len()));
+        }
+        let columns = names
+            .iter()
+            .map(|n| {
+                column(n.as_str(), world).ok_or_else(|| {
+                    let here: Vec<&str> =
+                        facts::request::CATALOGUE.iter().map(|(n, _)| *n).filter(|n| column(n, world).is_some()).collect();
+                    format!(
+                        "asks for request fact '{n}', which this routelab (policy-api {}) does not provide in the {} \
+                         world; it provides: {}",
+                        routelab_policy_api::API_VERSION,
+                        world_name(world),
+                        if here.is_empty() { "none".to_string() } else { here.join(", ") }
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self { columns, values: Vec::new() })
+    }
+
+    /// Whether the policy asked for nothing.
+    pub fn is_empty(&self) -> bool {
+        self.columns.is_empty()
+    }
+
+    /// The values for `info`, one per negotiated name, in order.
+    pub fn fill(&mut self, info: &RequestInfo) -> &[f64] {
+        self.values.clear();
+        self.values.extend(self.columns.iter().map(|c| c(info)));
+        &self.values
+    }
+}
+
+fn world_name(world: World) -> &'static str {
+    match world {
+        World::Dispatch => "dispatch",
+        World::Cluster => "cluster",
+    }
+}
+
+/// The context facts of a cluster: the engine's knobs a router operator knows.
+pub fn cluster_context(chunk_tokens: u32, max_step_tokens: u32, max_batch_requests: u32, scrape_s: f64) -> Vec<Fact> {
+    use facts::context::*;
+    vec![
+        Fact::new(ENGINE_CHUNK_TOKENS, chunk_tokens as f64),
+        Fact::new(ENGINE_MAX_STEP_TOKENS, max_step_tokens as f64),
+        Fact::new(ENGINE_MAX_BATCH_REQUESTS, max_batch_requests as f64),
+        Fact::new(METRICS_SCRAPE_INTERVAL_S, scrape_s),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fact_is_provided_only_where_the_world_has_it() {
+        let names: Vec<RString> = vec![facts::request::SERVICE_TIME.into()];
+        let mut t = RequestFacts::negotiate(&names, World::Dispatch).unwrap();
+        assert_eq!(t.fill(&RequestInfo { service_time: Some(2.5) }), &[2.5]);
+        let e = RequestFacts::negotiate(&names, World::Cluster).err().unwrap();
+        assert!(e.contains("'service_time'") && e.contains("cluster world") && e.contains("none"), "{e}");
+        let e = RequestFacts::negotiate(&["nope".into()], World::Dispatch).err().unwrap();
+        assert!(e.contains("'nope'") && e.contains("service_time"), "{e}");
+        assert!(RequestFacts::negotiate(&[], World::Cluster).unwrap().is_empty());
+    }
+
+    #[test]
+    fn every_catalogued_context_fact_is_given_on_a_cluster() {
+        let given = cluster_context(512, 8192, 256, 0.0);
+        for (name, _) in facts::context::CATALOGUE {
+            assert!(given.iter().any(|f| f.name == *name), "{name}");
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! Named facts: how contexts and requests grow without changing a layout.
+//!
+//! Engine signals ([`crate::signals`]) grow what a router sees of each *replica*; facts grow the
+//! rest the same way:
+//!
+//! - **Request facts** ([`request`]): numbers about one request (its service time in the
+//!   dispatch world; later minors add class, tenant, length hints). A policy lists the names it
+//!   wants ([`crate::RouterPolicy::request_facts`], [`crate::SchedulerPolicy::request_facts`]);
+//!   the host reads the list once, at creation, refuses a name it does not provide (a
+//!   configuration error naming it), and then hands the values over with every request, in the
+//!   order asked: [`crate::Request::fact`], [`crate::Waiting::fact`].
+//! - **Context facts** ([`context`]): numbers a policy is told once, at creation, in its
+//!   context's `facts` list ([`crate::RouterContext::fact`]); a host gives every fact it knows
+//!   for the world, and a policy reads the ones it wants (`None`: this host or world does not
+//!   have it, so fall back to the config).
+//!
+//! Values are `f64`; a name is `snake_case`, grouped by a prefix. A later patch appends names to
+//! these catalogues: plugins built before never ask for them, and a plugin that asks an older
+//! host for a name it lacks gets a clear error at creation instead of a wrong value.
+
+/// Request facts: per-request numbers a policy asks for by name.
+pub mod request {
+    /// The job's service time, in mean service times (dispatch world only: there the host knows
+    /// each job's size, as an oracle router would; a cluster host refuses the name, since a real
+    /// router cannot know how long a request will run).
+    pub const SERVICE_TIME: &str = "service_time";
+
+    /// Every request fact this version defines, with one line each.
+    pub const CATALOGUE: &[(&str, &str)] = &[(SERVICE_TIME, "the job's service time (dispatch world)")];
+}
+
+/// Context facts: numbers a policy is told at creation.
+pub mod context {
+    /// Most prompt tokens one prefill chunk computes (cluster world: the engine's chunked-prefill
+    /// size).
+    pub const ENGINE_CHUNK_TOKENS: &str = "engine.chunk_tokens";
+    /// The token budget of one engine step (cluster world).
+    pub const ENGINE_MAX_STEP_TOKENS: &str = "engine.max_step_tokens";
+    /// Most requests in one running batch (cluster world).
+    pub const ENGINE_MAX_BATCH_REQUESTS: &str = "engine.max_batch_requests";
+    /// Seconds between metrics scrapes (the age bound of the `scraped.*` signals; 0: live).
+    pub const METRICS_SCRAPE_INTERVAL_S: &str = "metrics.scrape_interval_s";
+
+    /// Every context fact this version defines, with one line each.
+    pub const CATALOGUE: &[(&str, &str)] = &[
+        (ENGINE_CHUNK_TOKENS, "prompt tokens per prefill chunk (cluster world)"),
+        (ENGINE_MAX_STEP_TOKENS, "token budget of one engine step (cluster world)"),
+        (ENGINE_MAX_BATCH_REQUESTS, "most requests in one running batch (cluster world)"),
+        (METRICS_SCRAPE_INTERVAL_S, "seconds between metrics scrapes (cluster world; 0: live)"),
+    ];
+}
