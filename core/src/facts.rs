@@ -46,8 +46,11 @@ impl RequestFacts {
             .iter()
             .map(|n| {
                 column(n.as_str(), world).ok_or_else(|| {
-                    let here: Vec<&str> =
-                        facts::request::CATALOGUE.iter().map(|(n, _)| *n).filter(|n| column(n, world).is_some()).collect();
+                    let here: Vec<&str> = facts::request::CATALOGUE
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .filter(|n| column(n, world).is_some())
+                        .collect();
                     format!(
                         "asks for request fact '{n}', which this routelab (policy-api {}) does not provide in the {} \
                          world; it provides: {}",

@@ -118,7 +118,10 @@ impl RouterHandle {
                 n - 1
             )));
         }
-        self.router.on_dispatch(req, i as u32).into_result().map_err(|e| policy_error(&self.label, "on_dispatch", e.into()))?;
+        self.router
+            .on_dispatch(req, i as u32)
+            .into_result()
+            .map_err(|e| policy_error(&self.label, "on_dispatch", e.into()))?;
         Ok(i as u32)
     }
 
@@ -222,7 +225,8 @@ pub struct SchedulerHandle {
 
 impl SchedulerHandle {
     pub fn new(scheduler: SchedulerBox, replica: u32) -> Self {
-        let unusable = negotiate_scheduler_facts(&scheduler).err().map(|e| format!("scheduler of replica {replica} {e}"));
+        let unusable =
+            negotiate_scheduler_facts(&scheduler).err().map(|e| format!("scheduler of replica {replica} {e}"));
         Self { scheduler, replica, taken: Vec::new(), unusable }
     }
 

@@ -242,7 +242,7 @@ impl SignalTable {
 mod tests {
     use super::*;
     use abi_stable::sabi_trait::TD_Opaque;
-    use abi_stable::std_types::{RNone, RSlice};
+    use abi_stable::std_types::RNone;
     use routelab_policy_api::{Guarded, Policy, Request, Router_TO, RouterContext, RouterPolicy, World};
 
     /// Asks for two signals and routes to the replica with the lowest KV utilisation, recording
@@ -263,7 +263,7 @@ mod tests {
 
     impl RouterPolicy for Reads {
         fn signals(&self) -> Vec<String> {
-            vec![signals::KV_UTILISATION.into(), signals::WAITING.into()]
+            vec![signals::KV_UTILISATION.into(), signals::PREFILLING.into()]
         }
         fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
             self.seen = replicas.signals.to_vec();
@@ -280,6 +280,7 @@ mod tests {
             kv_capacity_tokens: 100,
             cost: RNone,
             disaggregation: RNone,
+            facts: Default::default(),
         };
         let mut router = Router_TO::from_value(Guarded::new(Reads::new(Default::default(), &ctx).unwrap()), TD_Opaque);
         let mut table = SignalTable::negotiate(&router).unwrap();
@@ -287,7 +288,7 @@ mod tests {
             ReplicaView { waiting: 7, kv_used_tokens: 50, kv_capacity_tokens: 100, ..Default::default() },
             ReplicaView { waiting: 2, kv_used_tokens: 25, kv_capacity_tokens: 100, ..Default::default() },
         ];
-        let req = Request { id: 0, arrived_at: 0.0, prompt_tokens: 0, size_hint: RNone, segments: RSlice::EMPTY };
+        let req = Request::new(0, 0.0, 0);
         let chosen = router.route(&req, table.replicas(&views, 0.0)).into_result().unwrap();
         assert_eq!(chosen, 1);
         let replicas = table.replicas(&views, 0.0);
@@ -332,14 +333,16 @@ mod tests {
     #[test]
     fn scraped_signals_are_the_last_scrape_with_its_age() {
         // Scraped signals hold the last scrape and its age; without a scrape they are the live view.
-        let mut table = table_for(&[signals::SCRAPED_WAITING, signals::SCRAPED_AGE_S, signals::WAITING]);
+        let mut table = table_for(&[signals::SCRAPED_WAITING, signals::SCRAPED_AGE_S, signals::KV_UTILISATION]);
         assert!(table.reads_scrapes());
-        let live = |waiting| [ReplicaView { waiting, ..Default::default() }];
-        assert_eq!(table.replicas(&live(4), 1.0).signals.as_slice(), &[4.0, 0.0, 4.0], "never scraped: fresh");
+        let live = |waiting| {
+            [ReplicaView { waiting, kv_used_tokens: waiting as u64, kv_capacity_tokens: 10, ..Default::default() }]
+        };
+        assert_eq!(table.replicas(&live(4), 1.0).signals.as_slice(), &[4.0, 0.0, 0.4], "never scraped: fresh");
         table.scrape(&live(3), 2.0);
         assert_eq!(table.replicas(&live(9), 2.03).signals.as_slice()[0], 3.0);
         assert!((table.replicas(&live(9), 2.03).signals.as_slice()[1] - 0.03).abs() < 1e-12);
-        assert_eq!(table.replicas(&live(9), 2.03).signals.as_slice()[2], 9.0, "unscraped signals stay live");
+        assert_eq!(table.replicas(&live(9), 2.03).signals.as_slice()[2], 0.9, "unscraped signals stay live");
     }
 
     #[test]

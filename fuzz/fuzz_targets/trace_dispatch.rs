@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let spec: DispatchSpec = serde_norway::from_str(SPEC).expect("the fixed spec parses");
     let mut loader = Loader::new();
-    let ctx = RouterContext { world: World::Dispatch, replicas: 4, seed: 1, kv_capacity_tokens: 0, cost: abi_stable::std_types::RNone, disaggregation: abi_stable::std_types::RNone };
+    let ctx = RouterContext { world: World::Dispatch, replicas: 4, seed: 1, kv_capacity_tokens: 0, cost: abi_stable::std_types::RNone, disaggregation: abi_stable::std_types::RNone, facts: Default::default() };
     let router = loader.router(&PolicySpec::parse("round_robin").unwrap(), &ctx).unwrap();
     if let Ok(m) = routelab::sim::dispatch::run(&spec, Some(&rows), router, "round_robin", 1) {
         for (k, v) in &m.0 {

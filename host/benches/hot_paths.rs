@@ -12,15 +12,13 @@ use routelab::bench::{ctx, views};
 use routelab_core::plugin::{Loader, PolicySpec};
 use routelab_core::sim::cluster::prefix_cache::PrefixCache;
 use routelab_core::sim::event_queue::EventQueue;
-use routelab_policy_api::abi_stable::std_types::{RNone, RSlice};
 use routelab_policy_api::{Policy, Replicas, Request, RouterPolicy, Segment};
 
 fn main() {
     divan::main();
 }
 
-const REQUEST: Request<'static> =
-    Request { id: 0, arrived_at: 0.0, prompt_tokens: 0, size_hint: RNone, segments: RSlice::EMPTY };
+const REQUEST: Request<'static> = Request::new(0, 0.0, 0);
 
 /// The built-in plugin library of the release or bench build, if built.
 fn plugin_library() -> Option<PathBuf> {

@@ -456,7 +456,7 @@ impl RouterPolicy for AibrixPrefixCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use abi_stable::std_types::{RNone, RSlice};
+    use abi_stable::std_types::RNone;
 
     fn ctx(replicas: u32) -> RouterContext {
         RouterContext {
@@ -466,12 +466,13 @@ mod tests {
             kv_capacity_tokens: 100_000,
             cost: RNone,
             disaggregation: RNone,
+            facts: Default::default(),
         }
     }
 
     fn req(id: u64, at: f64, segs: &[Segment]) -> Request<'_> {
         let tokens = segs.iter().map(|s| s.tokens).sum();
-        Request { id, arrived_at: at, prompt_tokens: tokens, size_hint: RNone, segments: RSlice::from_slice(segs) }
+        Request::new(id, at, tokens).with_segments(segs)
     }
 
     fn metric(p: &AibrixPrefixCache, name: &str) -> f64 {

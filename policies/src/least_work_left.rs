@@ -95,18 +95,25 @@ impl RouterPolicy for LeastWorkLeft {
 
 #[cfg(test)]
 mod tests {
-    use abi_stable::std_types::{RNone, RSlice};
+    use abi_stable::std_types::RNone;
     use rand::RngExt;
 
     use super::*;
 
     fn lwl(world: World, replicas: u32) -> LeastWorkLeft {
-        let ctx = RouterContext { world, replicas, seed: 5, kv_capacity_tokens: 0, cost: RNone, disaggregation: RNone };
+        let ctx = RouterContext {
+            world,
+            replicas,
+            seed: 5,
+            kv_capacity_tokens: 0,
+            cost: RNone,
+            disaggregation: RNone,
+            facts: Default::default(),
+        };
         LeastWorkLeft::new(Default::default(), &ctx).unwrap()
     }
 
-    const REQ: Request<'static> =
-        Request { id: 0, arrived_at: 1.0, prompt_tokens: 0, size_hint: RNone, segments: RSlice::EMPTY };
+    const REQ: Request<'static> = Request::new(0, 1.0, 0);
 
     /// Hand-computed dispatch-world decisions. Outstanding requests [2, 0, 1, 0, 3] and
     /// `busy_until` [5.5, 0.75, 2.25, 0.5, 2.0] at time 1: servers 1 and 3 are idle (their ends

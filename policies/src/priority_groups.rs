@@ -127,8 +127,11 @@ mod tests {
     }
 
     fn scheduler() -> PriorityGroups {
-        PriorityGroups::new(Config::default(), &SchedulerContext { replica: 0, seed: 0, kv_capacity_tokens: 0 })
-            .unwrap()
+        PriorityGroups::new(
+            Config::default(),
+            &SchedulerContext { replica: 0, seed: 0, kv_capacity_tokens: 0, facts: Default::default() },
+        )
+        .unwrap()
     }
 
     #[test]
@@ -153,14 +156,14 @@ mod tests {
         let mut w = waiting(&[(95, 30), (25, 30), (5, 5)]);
         let mut s = scheduler();
         let mut order = Vec::new();
-        s.order(0.0, &w, &mut order);
+        s.order(0.0, &Waiting::new(&w), &mut order);
         assert_eq!(order, (0..30).collect::<Vec<u32>>());
         order.clear();
-        s.order(0.0, &w, &mut order);
+        s.order(0.0, &Waiting::new(&w), &mut order);
         assert_eq!(order, (30..60).collect::<Vec<u32>>());
         // Nothing was admitted in step 2 (the host took none); step 3 is group 0's turn regardless.
         order.clear();
-        s.order(0.0, &w, &mut order);
+        s.order(0.0, &Waiting::new(&w), &mut order);
         assert_eq!(order, (60..65).collect::<Vec<u32>>());
         // 45 more group-2 requests: the quota caps a step at (2 + 1) × 10 = 30.
         w.truncate(30);
@@ -170,10 +173,10 @@ mod tests {
             ..r
         }));
         order.clear();
-        s.order(0.0, &w, &mut order);
+        s.order(0.0, &Waiting::new(&w), &mut order);
         assert_eq!(order.len(), 30, "the wrap serves group 9 first");
         order.clear();
-        s.order(0.0, &w, &mut order);
+        s.order(0.0, &Waiting::new(&w), &mut order);
         assert_eq!(order, (30..60).collect::<Vec<u32>>());
     }
 
@@ -182,14 +185,14 @@ mod tests {
         let mut w = waiting(&[(95, 3)]);
         w[0].arrived_at = 10.0; // a preempted request re-entered the queue behind younger ones
         let mut order = Vec::new();
-        scheduler().order(0.0, &w, &mut order);
+        scheduler().order(0.0, &Waiting::new(&w), &mut order);
         assert_eq!(order, vec![1, 2, 0]);
     }
 
     #[test]
     fn nothing_waiting_returns_nothing() {
         let mut order = Vec::new();
-        scheduler().order(0.0, &[], &mut order);
+        scheduler().order(0.0, &Waiting::new(&[]), &mut order);
         assert!(order.is_empty());
     }
 }

@@ -17,6 +17,7 @@ fn ctx(replicas: u32) -> RouterContext {
         kv_capacity_tokens: 100_000,
         cost: RNone,
         disaggregation: RNone,
+        facts: Default::default(),
     }
 }
 
@@ -30,7 +31,7 @@ fn seg(id: u64, tokens: u32) -> Segment {
 
 fn req(id: u64, at: f64, segs: &[Segment]) -> Request<'_> {
     let tokens = segs.iter().map(|s| s.tokens).sum();
-    Request { id, arrived_at: at, prompt_tokens: tokens, size_hint: RNone, segments: RSlice::from_slice(segs) }
+    Request::new(id, at, tokens).with_segments(segs)
 }
 
 fn done(id: u64, replica: u32) -> Completion {

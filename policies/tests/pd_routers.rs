@@ -3,7 +3,7 @@
 
 mod common;
 
-use abi_stable::std_types::{RNone, RSlice, RSome};
+use abi_stable::std_types::{RNone, RSome};
 use common::a6000_mistral;
 use routelab_policies::pd::{
     pd_aibrix, pd_dynamo, pd_dynamo::PdDynamo, pd_llm_d, pd_llm_d::PdLlmD, pd_mooncake, pd_mooncake::PdMooncake,
@@ -19,12 +19,12 @@ fn ctx(prefill: u32, decode: u32) -> RouterContext {
         replicas: decode,
         seed: 1,
         kv_capacity_tokens: 100_000,
-        cost: RSome(cost),
+        cost: RSome(cost.clone()),
         disaggregation: RSome(PdContext {
             prefill_replicas: prefill,
             prefill_kv_capacity_tokens: 100_000,
-            prefill_cost: RSome(cost),
-            kv_bytes_per_token: cost.kv_bytes_per_token,
+            prefill_cost: RSome(cost.clone()),
+            kv_bytes_per_token: 131_072.0,
             link_bandwidth_bytes_s: 12.5e9,
             link_base_latency_s: 0.0005,
             mixed_replicas: 0,
@@ -33,12 +33,13 @@ fn ctx(prefill: u32, decode: u32) -> RouterContext {
             shared_kv_bandwidth_bytes_s: 0.0,
             shared_kv_capacity_tokens: 0,
         }),
+        facts: Default::default(),
     }
 }
 
 fn req(segs: &[Segment]) -> Request<'_> {
     let tokens = segs.iter().map(|s| s.tokens).sum();
-    Request { id: 0, arrived_at: 0.0, prompt_tokens: tokens, size_hint: RNone, segments: RSlice::from_slice(segs) }
+    Request::new(0, 0.0, tokens).with_segments(segs)
 }
 
 fn view(matched: u32, outstanding: u32, running: u32, kv_used: u64) -> ReplicaView {
@@ -73,8 +74,8 @@ fn dynamo_isl_bounding_bypasses_only_small_mostly_cached_prompts() {
     let r = req(&PROMPT);
     // One signal column (dynamo_kv's `prefilling`), 0 on both instances.
     let (p, d) = (Replicas::with_signals(&prefill, &[0.0; 2], 1), Replicas::with_signals(&decode, &[0.0; 2], 1));
-    assert_eq!(on.route_pair(&r, &p, &d).action, PdDecision::DECODE_ONLY);
-    assert_eq!(off.route_pair(&r, &p, &d).action, PdDecision::DISAGGREGATE);
+    assert!(matches!(on.route_pair(&r, &p, &d), PdRoute::DecodeOnly { .. }));
+    assert!(matches!(off.route_pair(&r, &p, &d), PdRoute::Disaggregate { .. }));
 }
 
 #[test]
@@ -92,11 +93,13 @@ fn dynamo_decode_router_keeps_the_overlap_credit_under_conditional_disaggregatio
         let mut router = PdDynamo::new(cfg, &ctx(2, 2)).unwrap();
         for (id, prompt) in [(100, &held[..]), (101, &other[..])] {
             let r = Request { id, ..req(prompt) };
-            router.on_dispatch_pair(&r, PdDecision::pair(0, 0));
+            router.on_dispatch_pair(&r, PdRoute::pair(0, 0));
         }
         // Off: r0 62 + 10 active + 62 − 62 shared = 72 > r1 62: the empty instance.
         // On: r0 max(0, 72 − 62) = 10 < r1 62: the cache-hot one.
-        (0..20).map(|_| router.route_pair(&req(&held), &p, &d).decode).collect::<std::collections::BTreeSet<u32>>()
+        (0..20)
+            .map(|_| router.route_pair(&req(&held), &p, &d).decode().unwrap())
+            .collect::<std::collections::BTreeSet<usize>>()
     };
     assert_eq!(decisions(false), [1].into());
     assert_eq!(decisions(true), [0].into());
@@ -119,7 +122,7 @@ fn llm_d_decider_counts_whole_blocks_on_the_chosen_decode_instance() {
     let (p, d) =
         (Replicas::with_signals(&prefill, &zeros, k as u32), Replicas::with_signals(&decode, &zeros, k as u32));
     let d = r.route_pair(&req(&PROMPT), &p, &d);
-    assert_eq!(d.action, PdDecision::DECODE_ONLY);
+    assert!(matches!(d, PdRoute::DecodeOnly { .. }));
 }
 
 #[test]
@@ -159,17 +162,17 @@ fn mooncake_migrates_a_hot_prefix_to_an_idle_instance_and_rejects_past_the_slo()
     let r = req(&PROMPT);
     let decision = m.route_pair(&r, &Replicas::new(&prefill), &Replicas::new(&decode));
     // Decode by load: D1 has the least KV in use.
-    assert_eq!(decision, PdDecision::pair(1, 1).with_prefix_from(0));
+    assert_eq!(decision, PdRoute::Disaggregate { prefill: 1, decode: 1, prefix_from: Some(0) });
     // Local cache awareness cannot copy: P1 must prefill all 1000 tokens, P0 must queue.
     let local = pd_mooncake::Config { scheduling: pd_mooncake::Scheduling::LocalCacheAware, ..Default::default() };
     let mut l = PdMooncake::new(local, &ctx(2, 2)).unwrap();
     let pick = if c.prefill_time_s(1000, 0) < t0 { 1 } else { 0 };
-    assert_eq!(l.route_pair(&r, &Replicas::new(&prefill), &Replicas::new(&decode)), PdDecision::pair(pick, 1));
+    assert_eq!(l.route_pair(&r, &Replicas::new(&prefill), &Replicas::new(&decode)), PdRoute::pair(pick, 1));
     // A TBT SLO below one decode step of D1 (2 sequences over 1100 tokens) rejects.
     let tbt = c.decode_step_time_s(2, 1100);
     let strict = pd_mooncake::Config { tbt_slo_s: tbt * 0.99, ..Default::default() };
     let mut s = PdMooncake::new(strict, &ctx(2, 2)).unwrap();
-    assert_eq!(s.route_pair(&r, &Replicas::new(&prefill), &Replicas::new(&decode)).action, PdDecision::REJECT);
+    assert_eq!(s.route_pair(&r, &Replicas::new(&prefill), &Replicas::new(&decode)), PdRoute::Reject);
     assert_eq!(s.report(), vec![("rejected".to_string(), 1.0), ("migrations".to_string(), 0.0)]);
 }
 
@@ -188,11 +191,11 @@ fn pd_routers_refuse_aggregated_clusters_and_sglang_refuses_unknown_or_pd_childr
     // Children are told about their own pool: round robin over 3 prefill and 2 decode instances.
     let mut r = PdSglang::new(cfg("round_robin", "round_robin"), &ctx(3, 2)).unwrap();
     let (p, d) = ([ReplicaView::default(); 3], [ReplicaView::default(); 2]);
-    let picks: Vec<(u32, u32)> = (0..4)
+    let picks: Vec<(usize, usize)> = (0..4)
         .map(|_| {
             let x = r.route_pair(&req(&PROMPT), &Replicas::new(&p), &Replicas::new(&d));
             r.on_dispatch_pair(&req(&PROMPT), x);
-            (x.prefill, x.decode)
+            (x.prefill().unwrap(), x.decode().unwrap())
         })
         .collect();
     assert_eq!(picks, vec![(0, 0), (1, 1), (2, 0), (0, 1)]);

@@ -1,7 +1,7 @@
 //! Preble's three load adjustments, each forced on a hand-made history and checked against the
 //! same history with the adjustment switched off: rebalancing, autoscaling, P/D pairing.
 
-use abi_stable::std_types::{RNone, RSlice, RSome};
+use abi_stable::std_types::{RNone, RSome};
 use routelab_policies::preble::{Config, Preble};
 use routelab_policy_api::*;
 
@@ -17,13 +17,14 @@ fn preble(replicas: u32, rebalance: bool, autoscale: bool, pd_pairing: bool) -> 
         kv_capacity_tokens: 219_089,
         cost: RSome(a6000_mistral()),
         disaggregation: RNone,
+        facts: Default::default(),
     };
     Preble::new(Config { rebalance, autoscale, pd_pairing, ..Config::default() }, &ctx).unwrap()
 }
 
 fn req<'a>(id: u64, at: f64, segs: &'a [Segment]) -> Request<'a> {
     let tokens = segs.iter().map(|s| s.tokens).sum();
-    Request { id, arrived_at: at, prompt_tokens: tokens, size_hint: RNone, segments: RSlice::from_slice(segs) }
+    Request::new(id, at, tokens).with_segments(segs)
 }
 
 fn completion(id: u64, replica: u32, at: f64, ttft: f64) -> Completion {
@@ -165,6 +166,7 @@ fn decode_load_charges_the_window_or_the_running_batch() {
             kv_capacity_tokens: 219_089,
             cost: RSome(a6000_mistral()),
             disaggregation: RNone,
+            facts: Default::default(),
         };
         let cfg = Config { rebalance: false, autoscale: false, pd_pairing: false, decode_load, ..Config::default() };
         let mut p = Preble::new(cfg, &ctx).unwrap();

@@ -19,12 +19,13 @@ fn ctx(replicas: u32, cost: ROption<CostModel>) -> RouterContext {
         kv_capacity_tokens: 219_089,
         cost,
         disaggregation: ROption::RNone,
+        facts: Default::default(),
     }
 }
 
 fn req<'a>(id: u64, at: f64, segs: &'a [Segment]) -> Request<'a> {
     let tokens = segs.iter().map(|s| s.tokens).sum();
-    Request { id, arrived_at: at, prompt_tokens: tokens, size_hint: RNone, segments: RSlice::from_slice(segs) }
+    Request::new(id, at, tokens).with_segments(segs)
 }
 
 fn view(matched: u32, work: f64) -> ReplicaView {

@@ -101,6 +101,20 @@ impl PdRoute {
     pub const fn pair(prefill: usize, decode: usize) -> Self {
         Self::Disaggregate { prefill, decode, prefix_from: None }
     }
+    /// The prefill candidate, when the request is disaggregated.
+    pub const fn prefill(&self) -> Option<usize> {
+        match *self {
+            PdRoute::Disaggregate { prefill, .. } => Some(prefill),
+            _ => None,
+        }
+    }
+    /// The decode candidate, unless the request is rejected.
+    pub const fn decode(&self) -> Option<usize> {
+        match *self {
+            PdRoute::Disaggregate { decode, .. } | PdRoute::DecodeOnly { decode } => Some(decode),
+            PdRoute::Reject => None,
+        }
+    }
     /// The decision as the ABI carries it, every index checked against its pool before the cast.
     pub fn to_decision(self, prefill_len: usize, decode_len: usize) -> Result<PdDecision, String> {
         let index = |what: &str, i: usize, len: usize| match u32::try_from(i) {

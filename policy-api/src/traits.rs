@@ -91,12 +91,7 @@ pub trait Scheduler: Send {
     /// allow, and stops at the first request that does not fit. Indices left out are not admitted
     /// this step; they stay waiting, in their arrival order, and are offered again next step. An
     /// index out of range or listed twice fails the run.
-    fn order(
-        &mut self,
-        now: f64,
-        waiting: Waiting<'_>,
-        order: &mut RVec<u32>,
-    ) -> RResult<(), PolicyError>;
+    fn order(&mut self, now: f64, waiting: Waiting<'_>, order: &mut RVec<u32>) -> RResult<(), PolicyError>;
     /// Figures to report at the end of a run.
     #[sabi(last_prefix_field)]
     fn report(&self) -> RResult<RVec<Stat>, PolicyError>;

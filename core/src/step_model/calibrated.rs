@@ -305,8 +305,8 @@ impl StepPricer for Pricer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use routelab_policy_api::Chunk;
     use crate::step_model::catalog::model;
+    use routelab_policy_api::Chunk;
 
     fn profile() -> Calibration {
         Choice::<Calibration>::Name("rtx-pro-6000".into()).resolve().unwrap()

@@ -28,9 +28,9 @@ mod describe;
 pub mod fit;
 
 pub use calibrated::{Calibration, Pricer};
-pub use routelab_policy_api::{Chunk, Step};
 pub use catalog::{GPU_NAMES, MODEL_NAMES, gpu, model};
 pub use describe::{describe, describe_model};
+pub use routelab_policy_api::{Chunk, Step};
 
 /// One GPU type. Units: bytes are 10^9 per GB.
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]

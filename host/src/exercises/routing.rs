@@ -8,8 +8,8 @@ use abi_stable::std_types::{ROk, RResult, RString, RVec};
 use routelab_policies::preble::Preble;
 use routelab_policies::sglang_cache_aware::{Config as SglangConfig, SglangCacheAware};
 use routelab_policy_api::{
-    Capabilities, Completion, Eviction, PdDecision, Roofline, Guarded, Policy, PolicyError, ReplicaView, Replicas, Request,
-    Router, Router_TO, RouterBox, RouterPolicy, Segment, Stat,
+    Capabilities, Completion, Eviction, Guarded, PdDecision, Policy, PolicyError, ReplicaView, Replicas, Request,
+    Roofline, Router, Router_TO, RouterBox, RouterPolicy, Segment, Stat,
 };
 
 use routelab_core::sim::cluster;

@@ -146,3 +146,89 @@ pub fn cores_alone() -> MutexGuard<'static, ()> {
     static CORES: Mutex<()> = Mutex::new(());
     CORES.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// policy-api's version as (major, minor, patch).
+pub fn api_version() -> (u32, u32, u32) {
+    let v: Vec<u32> = routelab_policy_api::API_VERSION.split('.').map(|p| p.parse().unwrap()).collect();
+    (v[0], v[1], v[2])
+}
+
+/// Writes a copy of policy-api to `to`, relabelled `version`. With `before: Some(patch)`, the
+/// items appended in later patches — the lines from `// since 0.M.N {` to `// } since 0.M.N` for
+/// N > patch — are cut out: the copy is then that earlier patch as released.
+pub fn relabelled_api(to: &Path, version: &str, before: Option<u32>) {
+    fn copy(from: &Path, to: &Path, before: Option<u32>) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                copy(&e.path(), &to.join(e.file_name()), before);
+                continue;
+            }
+            let text = std::fs::read_to_string(e.path()).unwrap();
+            std::fs::write(to.join(e.file_name()), cut_later_patches(&text, before)).unwrap();
+        }
+    }
+    copy(&workspace().join("policy-api/src"), &to.join("src"), before);
+    // The workspace's own versions of the API's dependencies, spelled out for a crate outside it.
+    let root = std::fs::read_to_string(workspace().join("Cargo.toml")).unwrap();
+    let dep = |name: &str| root.lines().find(|l| l.starts_with(&format!("{name} = "))).unwrap().to_string();
+    let deps = ["abi_stable", "rand", "serde", "serde_norway"].map(dep).join("\n");
+    let manifest = format!(
+        "[package]\nname = \"routelab-policy-api\"\nversion = \"{version}\"\nedition = \"2024\"\n\n[dependencies]\n{deps}\n"
+    );
+    std::fs::write(to.join("Cargo.toml"), manifest).unwrap();
+}
+
+/// `text` without the items appended after patch `before` (unchanged for `None`).
+pub fn cut_later_patches(text: &str, before: Option<u32>) -> String {
+    let Some(before) = before else { return text.to_string() };
+    let (_, minor, _) = api_version();
+    let mut out = String::new();
+    let mut cutting: Option<String> = None;
+    for line in text.lines() {
+        let t = line.trim();
+        if let Some(end) = &cutting {
+            if t == end {
+                cutting = None;
+            }
+            continue;
+        }
+        if let Some(v) = t.strip_prefix(&format!("// since 0.{minor}.")).and_then(|r| r.strip_suffix(" {")) {
+            if v.parse::<u32>().unwrap() > before {
+                cutting = Some(format!("// }} since 0.{minor}.{v}"));
+                continue;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    assert!(cutting.is_none(), "an unterminated `// since` block");
+    out
+}
+
+/// Copies the plugin crate at `src_crate` (its `src/`) to `to` with `manifest` as its Cargo.toml,
+/// its policy-api dependency pointed at the sibling folder `policy-api`, and builds it in the
+/// shared target dir with the workspace's lock file (the same dependency versions).
+pub fn plugin_against(src_crate: &Path, to: &Path, manifest: &str) {
+    copy_tree(&src_crate.join("src"), &to.join("src"));
+    let manifest = manifest
+        .replace("\"../../../policy-api\"", "\"../policy-api\"")
+        .replace("\"../../policy-api\"", "\"../policy-api\"");
+    let manifest = if manifest.contains("[workspace]") { manifest } else { manifest + "\n[workspace]\n" };
+    std::fs::write(to.join("Cargo.toml"), manifest).unwrap();
+    std::fs::copy(workspace().join("Cargo.lock"), to.join("Cargo.lock")).unwrap();
+    cargo_build(to, &[]);
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}

@@ -1,55 +1,112 @@
-//! Versions across the ABI: a plugin built against the pinned policy-api 0.2.0
-//! (`testing/policy-api-pinned`, `testing/pinned-plugin`) kept loading through the compatible
-//! 0.2.x patches; 0.3.0 (prefill/decode disaggregation: `PdDecision`, `PdContext`) and 0.4.0
-//! (mixed instances, layer-wise links and the shared KV tier in `PdContext`) are new minors, so
-//! the host refuses it with the rebuild message instead of misreading its layout.
+//! Versions across the ABI within one minor: a plugin built against an *earlier patch* of the
+//! current policy-api minor keeps loading and behaving as before. The earlier patch is made, not
+//! kept: a copy of policy-api relabelled one patch down, with the items later patches appended
+//! (marked `// since 0.M.N {` … `// } since 0.M.N` in the source) cut out. `testing/compat-plugin`
+//! is built against it; the host then loads it through the swapped-roles layout check
+//! (`core/src/plugin.rs`, `init_checked`), which is the path these tests exercise.
+//! Another minor is refused: `loader.rs`, `plugin_built_against_another_minor_is_refused_…`.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use routelab_core::plugin::{LoadErrorKind, Loader, PolicySpec};
-use routelab_policy_api::{RouterContext, World};
+use routelab_core::handle::RouterHandle;
+use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_policy_api::{Completion, ReplicaView, Request, RouterContext, World};
 
 use crate::common::*;
 
-/// Builds the pinned plugin (once per test process) in the shared target directory.
-fn pinned_plugin() -> &'static PathBuf {
+/// The earlier patch's version: one below the current.
+fn earlier() -> (String, u32) {
+    let (major, minor, patch) = api_version();
+    assert!(patch > 0, "the current policy-api is the first patch of its minor: nothing earlier to build against");
+    (format!("{major}.{minor}.{}", patch - 1), patch - 1)
+}
+
+/// `testing/compat-plugin` built against the earlier patch (once per test process).
+fn compat_plugin() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        let dir = workspace().join("testing/pinned-plugin");
-        // The repository's lock file pins the same dependency versions (abi_stable, serde, ...).
-        std::fs::copy(workspace().join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
-        cargo_build(&dir, &[]);
-        lib_path("pinned_plugin")
+        let root = target_dir().join("test-fixtures/earlier-patch");
+        let _ = std::fs::remove_dir_all(&root);
+        let (version, patch) = earlier();
+        relabelled_api(&root.join("policy-api"), &version, Some(patch));
+        let dir = workspace().join("testing/compat-plugin");
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+        plugin_against(&dir, &root.join("compat-plugin"), &manifest);
+        lib_path("compat_plugin")
     })
 }
 
+/// The earlier patch really is earlier: its version, and none of what later patches appended.
 #[test]
-fn the_pinned_copy_is_an_earlier_minor() {
-    let manifest = std::fs::read_to_string(workspace().join("testing/policy-api-pinned/Cargo.toml")).unwrap();
-    assert!(manifest.contains("version = \"0.2.0\""), "{manifest}");
-    let current = routelab_policy_api::API_VERSION;
-    assert!(current.starts_with("0.4."), "the current crate is a 0.4 release: {current}");
+fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() {
+    compat_plugin();
+    let root = target_dir().join("test-fixtures/earlier-patch/policy-api");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    assert!(manifest.contains(&format!("version = \"{}\"", earlier().0)), "{manifest}");
+    let traits = std::fs::read_to_string(root.join("src/traits.rs")).unwrap();
+    let current = std::fs::read_to_string(workspace().join("policy-api/src/traits.rs")).unwrap();
+    // 0.5.1 appended `Router::on_abandon` after the vtable's prefix.
+    assert!(current.contains("fn on_abandon") && !traits.contains("fn on_abandon"), "on_abandon was not cut");
+    assert!(traits.contains("#[sabi(last_prefix_field)]") && traits.contains("fn on_complete"));
 }
 
-/// Built against 0.2.0, before `route_pair` returned a `PdDecision` and `RouterContext` carried
-/// `disaggregation`: refused at load with the rebuild message, and the rest of a comparison runs.
+/// Loaded into the current host, the plugin gives the built-in `least_requests`'s figures bit for
+/// bit, in the dispatch and the cluster world.
 #[test]
-fn plugin_built_against_0_2_0_is_refused_with_the_rebuild_message() {
-    let lib = pinned_plugin();
-    let ctx = RouterContext {
-        world: World::Dispatch,
-        replicas: 3,
-        seed: 1,
-        kv_capacity_tokens: 0,
-        cost: abi_stable::std_types::RNone,
-        disaggregation: abi_stable::std_types::RNone,
+fn plugin_built_against_an_earlier_patch_loads_and_matches() {
+    let lib = compat_plugin().display().to_string();
+    let dispatch = "dispatch: {servers: 8, utilisation: 0.85, requests: 20000}\nseeds: 2\n";
+    let cluster = std::fs::read_to_string(workspace().join("workloads/cluster/tool_use.yaml")).unwrap();
+    for (yaml, name) in [(dispatch.to_string(), "d.yaml"), (cluster, "tool_use.yaml")] {
+        let w = compare_text(&yaml, name, &[lib.clone(), "least_requests".into()]);
+        let (loaded, builtin) = (&w.results[0], &w.results[1]);
+        assert!(loaded.error.is_none() && builtin.error.is_none(), "{:?} {:?}", loaded.error, builtin.error);
+        assert_eq!(loaded.per_seed.len(), builtin.per_seed.len());
+        for (a, b) in loaded.per_seed.iter().zip(&builtin.per_seed) {
+            let host = |m: &routelab_core::metrics::Metrics| -> Vec<(String, u64)> {
+                m.0.iter().filter(|(k, _)| !k.starts_with("router.")).map(|(k, v)| (k.clone(), v.to_bits())).collect()
+            };
+            assert_eq!(host(a), host(b), "{name}: the earlier-patch plugin decided differently");
+            // Every request it placed came back.
+            assert_eq!(a.get("router.in_flight"), Some(0.0), "{name}");
+        }
+    }
+}
+
+/// The host calls `on_abandon`, appended in the current patch, on the earlier-patch object: its
+/// default body runs, which hears the abandonment as a completion (the count of requests in flight
+/// drops), and the next decision sees that.
+#[test]
+fn an_appended_methods_default_runs_for_an_earlier_patch_plugin() {
+    let lib = compat_plugin().display().to_string();
+    let ctx = RouterContext::new(World::Cluster, 2, 1);
+    let router = Loader::new().router(&PolicySpec::parse(&lib).unwrap(), &ctx).unwrap();
+    let mut h = RouterHandle::new(router, 2, World::Cluster, "compat");
+    let info = Default::default();
+    let mut views = [ReplicaView::default(); 2];
+    let placed: Vec<u32> = (0..3)
+        .map(|id| {
+            let r = h.dispatch(&Request::new(id, id as f64, 10), &info, &views).unwrap();
+            views[r as usize].outstanding_requests += 1;
+            r
+        })
+        .collect();
+    let in_flight =
+        |h: &RouterHandle| h.report().unwrap().into_iter().find(|(k, _)| k == "router.in_flight").unwrap().1;
+    assert_eq!(in_flight(&h), 3.0);
+    let c = |id: u64, replica: u32| Completion {
+        request_id: id,
+        replica,
+        arrived_at: id as f64,
+        completed_at: 10.0,
+        ttft: 1.0,
+        prompt_tokens: 10,
+        cached_tokens: 0,
+        output_tokens: 0,
     };
-    let e = Loader::new().router(&PolicySpec::parse(&lib.display().to_string()).unwrap(), &ctx).err().unwrap();
-    assert_eq!(e.kind, LoadErrorKind::VersionMismatch, "{e}");
-    assert!(e.fix.contains("rebuild the plugin against routelab-policy-api 0.4"), "{e}");
-    let yaml = "dispatch: {servers: 8, utilisation: 0.8, requests: 2000}\nseeds: 1\n";
-    let w = compare_text(yaml, "pinned.yaml", &[lib.display().to_string(), "least_requests".into()]);
-    assert!(w.results[0].error.is_some() && w.results[0].input_error);
-    assert!(w.results[1].error.is_none());
+    h.abandon(&c(0, placed[0])).unwrap();
+    assert_eq!(in_flight(&h), 2.0, "on_abandon's default did not run on_complete");
+    h.complete(&c(1, placed[1])).unwrap();
+    assert_eq!(in_flight(&h), 1.0);
 }

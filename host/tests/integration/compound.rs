@@ -146,10 +146,10 @@ fn budget_counts_every_evaluation_and_stops_the_loop_before_a_round_it_cannot_pa
     assert!(ev.evaluate(RSlice::from_slice(&[0, 0])).is_ok());
     assert!(ev.evaluate(RSlice::from_slice(&[1, 0])).is_ok());
     assert_eq!(ev.remaining().into_option(), Some(0));
-    let spent = ev.evaluate(RSlice::from_slice(&[2, 0])).into_result().unwrap_err();
+    let spent = ev.evaluate(RSlice::from_slice(&[2, 0])).into_result().unwrap_err().message;
     assert!(spent.contains("budget of 2"), "{spent}");
     assert_eq!(Evaluator::evaluations(&ev), 2);
-    let bad = ev.evaluate(RSlice::from_slice(&[9, 0])).into_result().unwrap_err();
+    let bad = ev.evaluate(RSlice::from_slice(&[9, 0])).into_result().unwrap_err().message;
     assert!(bad.contains("not an allocation"), "{bad}");
 }
 

@@ -1,7 +1,7 @@
 //! Loading policies from libraries: bit-identical results, and a clear error for every way a
 //! library or a policy can be wrong — with the other policies of the run still reporting.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -11,14 +11,7 @@ use routelab_policy_api::{RouterContext, World};
 use crate::common::*;
 
 fn ctx() -> RouterContext {
-    RouterContext {
-        world: World::Dispatch,
-        replicas: 4,
-        seed: 1,
-        kv_capacity_tokens: 0,
-        cost: abi_stable::std_types::RNone,
-        disaggregation: abi_stable::std_types::RNone,
-    }
+    RouterContext::new(World::Dispatch, 4, 1)
 }
 
 const CLASSIC: [&str; 5] = ["random", "round_robin", "least_requests", "power_of_two", "least_work_left"];
@@ -268,56 +261,24 @@ fn non_plugin_library_is_refused_clearly() {
     assert!(e.is_err());
 }
 
-/// A plugin built against another policy-api minor (a copy of policy-api relabelled 0.5.0 and the
-/// example router built against it, in the shared target dir so dependencies are reused).
+/// A plugin built against another policy-api minor (a copy of policy-api relabelled as the next
+/// minor and the example router built against it, in the shared target dir so dependencies are
+/// reused).
 fn old_api_plugin() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
+        let (_, minor, _) = api_version();
         let root = target_dir().join("test-fixtures/other-minor");
-        let api = root.join("policy-api");
-        let plugin = root.join("other-minor-router");
         let _ = std::fs::remove_dir_all(&root);
-        copy_dir(&workspace().join("policy-api/src"), &api.join("src"));
-        std::fs::write(
-            api.join("Cargo.toml"),
-            r#"[package]
-name = "routelab-policy-api"
-version = "0.5.0"
-edition = "2024"
-
-[dependencies]
-abi_stable = { version = "0.11.3", default-features = false }
-rand = { version = "0.10", default-features = false, features = ["std"] }
-serde = { version = "1", features = ["derive"] }
-serde_norway = "0.9"
-"#,
-        )
-        .unwrap();
+        relabelled_api(&root.join("policy-api"), &format!("0.{}.0", minor + 1), None);
         let manifest = std::fs::read_to_string(workspace().join("policies/examples/my-router/Cargo.toml"))
             .unwrap()
             .replace("name = \"my-router\"", "name = \"other-minor-router\"")
-            .replace("../../../policy-api", "../policy-api")
             // The relabelled copy is another minor: depend on it by path alone.
-            .replace(&format!("version = \"{}\", ", routelab_policy_api::API_VERSION), "")
-            + "\n[workspace]\n";
-        copy_dir(&workspace().join("policies/examples/my-router/src"), &plugin.join("src"));
-        std::fs::write(plugin.join("Cargo.toml"), manifest).unwrap();
-        std::fs::copy(workspace().join("Cargo.lock"), plugin.join("Cargo.lock")).unwrap();
-        cargo_build(&plugin, &[]);
+            .replace(&format!("version = \"{}\", ", routelab_policy_api::API_VERSION), "");
+        plugin_against(&workspace().join("policies/examples/my-router"), &root.join("other-minor-router"), &manifest);
         lib_path("other_minor_router")
     })
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
 }
 
 #[test]
@@ -325,7 +286,7 @@ fn plugin_built_against_another_minor_is_refused_with_a_short_message() {
     let lib = old_api_plugin();
     let e = Loader::new().router(&PolicySpec::parse(&lib.display().to_string()).unwrap(), &ctx()).err().unwrap();
     assert_eq!(e.kind, LoadErrorKind::VersionMismatch, "{e}");
-    assert!(e.fix.contains("rebuild the plugin against routelab-policy-api 0.4"), "{e}");
+    assert!(e.fix.contains(&format!("rebuild the plugin against routelab-policy-api 0.{}", api_version().1)), "{e}");
     let lines = e.to_string().lines().count();
     assert!(lines <= 12, "the message should be trimmed, got {lines} lines:\n{e}");
     // The rest of a comparison still runs.

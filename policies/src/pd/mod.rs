@@ -84,7 +84,13 @@ impl PoolRouter {
                 "{role}: '{name}' is itself a PD router; give an aggregated router such as round_robin"
             ));
         }
-        Ok(Self { router, columns: Vec::new(), scratch: Vec::new(), fact_columns: Vec::new(), fact_scratch: Vec::new() })
+        Ok(Self {
+            router,
+            columns: Vec::new(),
+            scratch: Vec::new(),
+            fact_columns: Vec::new(),
+            fact_scratch: Vec::new(),
+        })
     }
 
     /// The child's pick among `replicas` (its pool), given the PD router's signal table.

@@ -81,7 +81,8 @@ impl Policy for PdMooncake {
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
         let pd = ctx.disaggregation.clone().into_option().ok_or("pd_mooncake runs on a disaggregated cluster")?;
-        let (Some(prefill_cost), Some(decode_cost)) = (pd.prefill_cost.into_option(), ctx.cost.clone().into_option()) else {
+        let (Some(prefill_cost), Some(decode_cost)) = (pd.prefill_cost.into_option(), ctx.cost.clone().into_option())
+        else {
             return Err("pd_mooncake needs the pools' cost models".into());
         };
         if !(cfg.balancing_threshold >= 1.0 && cfg.ttft_slo_s > 0.0 && cfg.tbt_slo_s > 0.0) {

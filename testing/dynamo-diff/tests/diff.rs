@@ -270,7 +270,7 @@ fn run_scenario(seed: u64, decisions: u64, logits: &Arc<Mutex<Vec<(u64, String)>
         seed,
         kv_capacity_tokens: 0,
         cost: RNone,
-        disaggregation: RNone,
+        disaggregation: RNone, facts: Default::default(),
     };
     let cfg = dynamo_kv::Config {
         block_tokens: s.block,
@@ -355,13 +355,7 @@ fn run_scenario(seed: u64, decisions: u64, logits: &Arc<Mutex<Vec<(u64, String)>
         // The decision.
         let prompt = prompts.next(&mut rng);
         let isl: u32 = prompt.iter().map(|s| s.tokens).sum();
-        let req = Request {
-            id,
-            arrived_at: id as f64 * 0.01,
-            prompt_tokens: isl,
-            size_hint: RNone,
-            segments: RSlice::from_slice(&prompt),
-        };
+        let req = Request::new(id, id as f64 * 0.01, isl).with_segments(&prompt);
         // What routelab sees: each prefilling request is either still queued or admitted.
         let mut views = vec![ReplicaView::default(); n];
         let mut signal = vec![0.0; n];

@@ -44,8 +44,8 @@ mod tests;
 
 use abi_stable::std_types::{RNone, RSlice, RSome, RVec};
 use routelab_policy_api::{
-    Completion, CostModel, Eviction, PdContext, ReplicaView, Request, RouterBox, RouterContext, SchedulerBox, SchedulerContext,
-    Segment, World,
+    Completion, CostModel, Eviction, PdContext, ReplicaView, Request, RouterBox, RouterContext, SchedulerBox,
+    SchedulerContext, Segment, World,
 };
 
 use self::pd::Pd;
@@ -89,7 +89,9 @@ pub fn router_context_for(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> 
         spec.metrics.scrape_interval_s,
     )
     .into();
-    let Some(d) = &spec.disaggregation else { return RouterContext { facts, ..router_context(sm, spec.replicas, run_seed) } };
+    let Some(d) = &spec.disaggregation else {
+        return RouterContext { facts, ..router_context(sm, spec.replicas, run_seed) };
+    };
     // Validated with the workload; a failure here would have stopped it before any run.
     let (p, dm) = d.step_models(spec).unwrap_or_else(|_| (sm.clone(), sm.clone()));
     RouterContext {

@@ -235,7 +235,8 @@ impl ClusterSim<'_> {
     pub(super) fn on_arrival_pd(&mut self, now: SimTime, id: usize, req: &Request<'_>) -> Result<(), RunError> {
         let pd = self.pd.as_ref().expect("disaggregated");
         let (first, end) = (pd.decode_start, pd.prefill_end);
-        let decision = self.router.dispatch_pair(req, &crate::facts::RequestInfo::default(), &self.views, end, first)?;
+        let decision =
+            self.router.dispatch_pair(req, &crate::facts::RequestInfo::default(), &self.views, end, first)?;
         let stream = self.stream;
         let prompt = stream.prompt(id);
         let pd = self.pd.as_mut().expect("disaggregated");

@@ -1,7 +1,7 @@
 //! Disaggregated clusters: hand-computed transfer timing and decode-side memory accounting, and
 //! whole runs of every PD baseline.
 
-use routelab_policy_api::{CostModel, StepShape};
+use routelab_policy_api::{Roofline, StepShape};
 
 use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use super::tests::run_named;
@@ -37,15 +37,15 @@ fn ttft_is_the_prefill_step_plus_the_transfer_and_decode_follows_on_the_decode_i
     let sm = spec.step_model().unwrap();
     let out = run_named(&spec, None, "pd_round_robin", 1).unwrap();
     let rec = &out.records[0];
-    let c: CostModel = sm.cost;
+    let c: Roofline = sm.cost;
     // One 1000-token prefill step on the prefill instance.
-    let t1 = ticks(rec.arrived_at_s) + ticks(c.step_time_s(&StepShape::prefill(1000, 0)));
+    let t1 = ticks(rec.arrived_at_s) + ticks(c.shape_time_s(&StepShape::prefill(1000, 0)));
     // 1000 tokens × kv_bytes / 12.5e9 B/s + 0.5 ms, alone on the link; nothing cached on decode.
     let transfer = 0.0005 + 1000.0 * c.kv_bytes_per_token / 12.5e9;
     let t2 = t1 + ticks(transfer);
     assert_eq!(rec.first_token_at_s, seconds(t2), "{rec:?}");
     // Four more tokens, one decode step each over a context growing from 1001.
-    let t3 = (0..4).fold(t2, |t, k| t + ticks(c.step_time_s(&StepShape::decode(1, 1001 + k))));
+    let t3 = (0..4).fold(t2, |t, k| t + ticks(c.shape_time_s(&StepShape::decode(1, 1001 + k))));
     assert_eq!(rec.completed_at_s, seconds(t3));
     assert_eq!(rec.replica, 1, "the request ends on the decode instance");
     let m = |k: &str| out.metrics.get(k).unwrap();
@@ -166,11 +166,11 @@ fn a_layerwise_transfer_overlaps_the_prefill_and_leaves_the_larger_of_its_lag_an
     for (gbps, bound) in [(1.0, "bandwidth"), (400.0, "compute")] {
         let spec = one_to_one("").with_link(gbps, true);
         let sm = spec.step_model().unwrap();
-        let c: CostModel = sm.cost;
+        let c: Roofline = sm.cost;
         let out = run_named(&spec, None, "pd_round_robin", 1).unwrap();
         let rec = &out.records[0];
         let t0 = ticks(rec.arrived_at_s);
-        let t1 = t0 + ticks(c.step_time_s(&StepShape::prefill(1000, 0)));
+        let t1 = t0 + ticks(c.shape_time_s(&StepShape::prefill(1000, 0)));
         let bytes_s = 1000.0 * c.kv_bytes_per_token / (gbps * 1e9 / 8.0);
         let transfer = 0.0005 + bytes_s;
         let last_layer = bytes_s / sm.model.layers as f64;
@@ -243,9 +243,9 @@ fn a_pair_on_one_mixed_instance_prefills_and_decodes_there_without_a_transfer() 
     let c = spec.step_model().unwrap().cost;
     let out = run_named(&spec, None, "pd_round_robin", 1).unwrap();
     let rec = &out.records[0];
-    let t1 = ticks(rec.arrived_at_s) + ticks(c.step_time_s(&StepShape::prefill(1000, 0)));
+    let t1 = ticks(rec.arrived_at_s) + ticks(c.shape_time_s(&StepShape::prefill(1000, 0)));
     assert_eq!(rec.first_token_at_s, seconds(t1), "no transfer after the prefill step");
-    let t2 = (0..4).fold(t1, |t, k| t + ticks(c.step_time_s(&StepShape::decode(1, 1001 + k))));
+    let t2 = (0..4).fold(t1, |t, k| t + ticks(c.shape_time_s(&StepShape::decode(1, 1001 + k))));
     assert_eq!(rec.completed_at_s, seconds(t2));
     assert_eq!(rec.replica, 0);
     let m = |k: &str| out.metrics.get(k).unwrap();

@@ -287,7 +287,7 @@ impl Policy for Faulty {
 }
 
 impl SchedulerPolicy for Faulty {
-    fn order(&mut self, _now: f64, waiting: &[WaitingRequest], order: &mut Vec<u32>) {
+    fn order(&mut self, _now: f64, waiting: &Waiting<'_>, order: &mut Vec<u32>) {
         if self.twice {
             order.extend([0, 0]);
         } else {
@@ -354,12 +354,12 @@ impl Policy for ScrapedLeastWaiting {
 
 impl RouterPolicy for ScrapedLeastWaiting {
     fn signals(&self) -> Vec<String> {
-        vec![signals::SCRAPED_WAITING.into(), signals::SCRAPED_AGE_S.into(), signals::WAITING.into()]
+        vec![signals::SCRAPED_WAITING.into(), signals::SCRAPED_AGE_S.into()]
     }
     fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         for i in 0..replicas.len() {
             self.max_age_s = self.max_age_s.max(replicas.signal(i, 1));
-            self.stale += u32::from(replicas.signal(i, 0) != replicas.signal(i, 2));
+            self.stale += u32::from(replicas.signal(i, 0) != replicas[i].waiting as f64);
         }
         (0..replicas.len()).min_by(|&a, &b| replicas.signal(a, 0).total_cmp(&replicas.signal(b, 0))).unwrap()
     }

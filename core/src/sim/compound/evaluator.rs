@@ -26,17 +26,17 @@ impl Evaluator for TrainingEvaluator<'_> {
     fn evaluate(&mut self, allocation: RSlice<'_, u32>) -> RResult<Evaluation, PolicyError> {
         let allocation = allocation.as_slice();
         if !self.world.is_allocation(allocation) {
-            return RErr(PolicyError::failed(
-                format!(
-                    "evaluate: {allocation:?} is not an allocation: it needs one model index in 0..{} for each of the {} modules",
-                    self.world.models.len(),
-                    self.world.modules()
-                ),
-            ));
+            return RErr(PolicyError::failed(format!(
+                "evaluate: {allocation:?} is not an allocation: it needs one model index in 0..{} for each of the {} modules",
+                self.world.models.len(),
+                self.world.modules()
+            )));
         }
         if let Some(budget) = self.budget {
             if self.evaluations >= budget {
-                return RErr(PolicyError::failed(format!("evaluate: the budget of {budget} evaluated allocations is spent")));
+                return RErr(PolicyError::failed(format!(
+                    "evaluate: the budget of {budget} evaluated allocations is spent"
+                )));
             }
         }
         let evaluation = self.world.evaluate_training(allocation, self.evaluations);
