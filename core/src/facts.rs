@@ -3,7 +3,7 @@
 //! written into a small buffer before each decision; and the named figures every context carries.
 //! A policy that asks for no request facts costs nothing here.
 
-use routelab_policy_api::{Fact, RString, World, facts};
+use routelab_policy_api::{Fact, RString, RouterBox, SchedulerBox, World, facts};
 
 /// What the host knows of one request beyond [`routelab_policy_api::Request`]'s core fields;
 /// each world fills what it has (`None`: this world has no such figure).
@@ -75,6 +75,18 @@ impl RequestFacts {
         self.values.extend(self.columns.iter().map(|c| c(info)));
         &self.values
     }
+}
+
+/// The request facts `router` asks for, checked against what `world` provides.
+pub fn negotiate_facts(router: &RouterBox, world: World) -> Result<RequestFacts, String> {
+    let names = router.request_facts().into_result().map_err(String::from)?;
+    RequestFacts::negotiate(&names, world)
+}
+
+/// The request facts a scheduler asks for, checked against what the cluster world provides.
+pub fn negotiate_scheduler_facts(scheduler: &SchedulerBox) -> Result<RequestFacts, String> {
+    let names = scheduler.request_facts().into_result().map_err(String::from)?;
+    RequestFacts::negotiate(&names, World::Cluster)
 }
 
 fn world_name(world: World) -> &'static str {

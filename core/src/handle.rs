@@ -16,7 +16,7 @@ use routelab_policy_api::{
 };
 
 use crate::error::RunError;
-use crate::facts::{RequestFacts, RequestInfo};
+use crate::facts::{RequestFacts, RequestInfo, negotiate_facts, negotiate_scheduler_facts};
 use crate::signals::SignalTable;
 
 /// A router and the contract around it.
@@ -203,12 +203,6 @@ impl RouterHandle {
     }
 }
 
-/// The request facts `router` asks for, checked against what `world` provides.
-pub fn negotiate_facts(router: &RouterBox, world: World) -> Result<RequestFacts, String> {
-    let names = router.request_facts().into_result().map_err(String::from)?;
-    RequestFacts::negotiate(&names, world)
-}
-
 /// A policy's error message, naming the policy when the policy's own message does not.
 pub fn policy_error(label: &str, method: &str, e: String) -> RunError {
     if e.starts_with("policy '") { RunError(e) } else { RunError(format!("policy '{label}' failed in {method}: {e}")) }
@@ -264,12 +258,6 @@ impl SchedulerHandle {
     fn raw_report(&self) -> Result<RVec<Stat>, String> {
         self.scheduler.report().into_result().map_err(|e| format!("scheduler of replica {}: {e}", self.replica))
     }
-}
-
-/// The request facts a scheduler asks for, checked against what the cluster world provides.
-pub fn negotiate_scheduler_facts(scheduler: &SchedulerBox) -> Result<RequestFacts, String> {
-    let names = scheduler.request_facts().into_result().map_err(String::from)?;
-    RequestFacts::negotiate(&names, World::Cluster)
 }
 
 /// Every replica's scheduler figures, summed over replicas, as `scheduler.<name>` (in the order

@@ -453,7 +453,7 @@ impl Factory {
                 "ask only for the signals listed (routelab_policy_api::signals), or upgrade routelab",
             )
         })?;
-        crate::handle::negotiate_facts(&router, ctx.world).map_err(|e| {
+        crate::facts::negotiate_facts(&router, ctx.world).map_err(|e| {
             LoadError::new(
                 LoadErrorKind::BadConfig,
                 format!("policy '{}' {e}", self.spec.label),
@@ -473,7 +473,7 @@ impl Factory {
             _ => return Err(self.wrong_kind(PolicyKind::Scheduler)),
         };
         let scheduler = made.map_err(|e| policy_error(&self.spec.label, e))?;
-        crate::handle::negotiate_scheduler_facts(&scheduler).map_err(|e| {
+        crate::facts::negotiate_scheduler_facts(&scheduler).map_err(|e| {
             LoadError::new(
                 LoadErrorKind::BadConfig,
                 format!("policy '{}' {e}", self.spec.label),

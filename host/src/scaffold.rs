@@ -115,7 +115,7 @@ impl Policy for MyScheduler {
 }
 
 impl SchedulerPolicy for MyScheduler {
-    fn order(&mut self, _now: f64, waiting: &[WaitingRequest], order: &mut Vec<u32>) {
+    fn order(&mut self, _now: f64, waiting: &Waiting<'_>, order: &mut Vec<u32>) {
         order.extend(0..waiting.len() as u32);
         order.sort_by(|&a, &b| {
             let (a, b) = (&waiting[a as usize], &waiting[b as usize]);

@@ -16,13 +16,15 @@
 //! 2. Define a config type (`#[derive(Serialize, Deserialize, Default)]`, with
 //!    `#[serde(default, deny_unknown_fields)]`) and implement [`Policy`] for your type: its name,
 //!    a one-line description, and a constructor from the parsed config and a context (for routers,
-//!    [`RouterContext`]: replica count, seed, KV capacity, the GPU [`CostModel`]).
+//!    [`RouterContext`]: replica count, seed, KV capacity, the host's step pricer [`CostModel`],
+//!    named facts).
 //! 3. Implement the kind's trait. A router's [`RouterPolicy::route`] gets the [`Request`] and a
 //!    [`ReplicaView`] per replica (through [`Replicas`], which also carries the engine
 //!    [`signals`] the router asked for) and returns an index; the hooks `on_dispatch`,
-//!    `on_complete` and `on_evict` default to nothing.
-//! 4. List your types in a registry function returning `Vec<Entry>` ([`router`], [`scheduler`],
-//!    [`selector`] make entries) and export it with [`export_policies!`].
+//!    `on_complete`, `on_abandon` and `on_evict` default to nothing (`on_abandon`: as
+//!    `on_complete`).
+//! 4. List your types in a registry function returning `Vec<Entry>` ([`router`], [`pd_router`],
+//!    [`scheduler`], [`selector`] make entries) and export it with [`export_policies!`].
 //! 5. `cargo build --release`, then `routelab compare WORKLOAD --policies
 //!    ./target/release/libNAME.so:NAME,least_requests`.
 //!
@@ -43,34 +45,42 @@
 //!   (checked before any cast, so 2^32 does not wrap to replica 0). What is *not* contained:
 //!   `abort`, `process::exit`, stack overflow, out-of-memory, a segfault in `unsafe` code, an
 //!   endless loop — a library runs in the host's process.
-//! - **Only the types in [`types`], [`error`] and [`traits`] cross the boundary.** Config crosses
+//! - **Only the types in [`types`], [`error`], [`cost`] and [`traits`] cross the boundary.** Config crosses
 //!   as YAML text and is parsed inside the plugin, so a library may hold any number of policies.
 //!
 //! ## Versions: what needs a rebuild
 //!
 //! The host refuses a library built against another 0.x minor of this crate ("rebuild the plugin
 //! against …"); within a minor, every change is made so that a library built against an earlier
-//! patch keeps loading and behaving as before. A test builds a plugin against a pinned copy of
-//! 0.2.0 (`testing/policy-api-pinned/`) and loads it in the current host.
+//! patch keeps loading and behaving as before. A test (`host/tests/integration/compat.rs`) builds
+//! a plugin against the previous patch — this crate with the items later patches appended cut out
+//! (they sit between `// since 0.M.N {` and `// } since 0.M.N` lines) — loads it in the current
+//! host, checks its decisions bit for bit, and that an appended method's default runs for it.
 //!
-//! Compatible (a patch release; old plugins keep loading):
-//! - a new engine signal name ([`signals`]): only routers that ask for it see it; an old host
-//!   refuses the name at creation with a clear error;
-//! - a new [`Capabilities`] bit: old plugins never set it, a host ignores bits it does not know;
-//! - a new [`ErrorKind`] value: hosts treat unknown kinds as `FAILED`;
-//! - a method appended to a trait after its `#[sabi(last_prefix_field)]` method, with a default
-//!   body (as [`Router::route_pair`] was in 0.2.1): objects from older libraries run the default;
-//! - a field appended to the root module [`root::PolicyLib`]: its accessor returns `None` for
-//!   older libraries (`missing_field(option)`) and the host falls back;
-//! - a new type, a new function or method on the plain-Rust side (`policy`, `toolkit`, `cost`).
+//! Growth points (compatible, a patch release; old plugins keep loading):
+//!
+//! | What grows | How |
+//! |---|---|
+//! | a figure about each replica | a new engine signal name ([`signals`]) |
+//! | a figure about a request | a new request-fact name ([`facts::request`]) |
+//! | a figure a policy is told at creation | a new context-fact name ([`facts::context`]) |
+//! | a pricing question | a method appended to [`StepPricer`], with a default body |
+//! | a hook | a method appended to a trait after its `#[sabi(last_prefix_field)]` method, with a default body (as `Router::on_abandon` in 0.5.1) |
+//! | a capability | a new [`Capabilities`] bit (hosts ignore bits they do not know) |
+//! | an error kind, a P/D action | a new [`ErrorKind`] / [`PdDecision`] code (hosts treat unknown kinds as `FAILED`, refuse unknown actions) |
+//! | a policy kind | a field appended to the root module [`root::PolicyLib`] (`missing_field(option)`) |
+//! | plain-Rust helpers | new types, functions and methods (`policy`, `toolkit`, `cost`) |
+//!
+//! A name a policy asks for that its host does not know (a newer plugin on an older host) is a
+//! clear error at creation, never a wrong value.
 //!
 //! Breaking (a new minor; every plugin must be rebuilt):
 //! - adding, removing, reordering or retyping a field of any `#[repr(C)]` type in [`types`]
-//!   (`Request`, `ReplicaView`, contexts, …) or [`error`]; new per-replica data goes in as a
-//!   signal name instead;
+//!   (`Request`, `ReplicaView`, contexts, …) or [`error`] — which the growth points above make
+//!   unnecessary;
 //! - changing a method's signature, or adding a method before a trait's `last_prefix_field`;
 //! - adding a variant to an `enum` that crosses ([`World`], [`PolicyKind`]);
-//! - changing what a field or method means.
+//! - changing what a field, name or method means.
 //!
 //! `CHANGELOG.md` lists every change with its kind.
 //!

@@ -456,3 +456,26 @@ fn the_prefilling_signal_counts_admitted_requests_before_their_first_token() {
     assert!(m(&o, "router.max") >= 1.0, "{:?}", o.metrics);
     assert!(m(&o, "router.unseen_by_waiting") > 0.0, "{:?}", o.metrics);
 }
+
+/// A router prices a step with the host's own pricer — the calibrated one on a calibrated
+/// cluster, not the roofline — and is told the engine's knobs as context facts.
+#[test]
+fn routers_price_with_the_hosts_pricer_and_read_the_engine_facts() {
+    let mut spec = preset("tool_use");
+    spec.gpu = crate::step_model::Choice::Name("rtx-pro-6000".into());
+    spec.model = crate::step_model::Choice::Name("llama-3.1-8b".into());
+    spec.calibration = Some(crate::step_model::Choice::Name("rtx-pro-6000".into()));
+    let sm = spec.step_model().unwrap();
+    let ctx = router_context_for(&spec, &sm, 1);
+    let cost = ctx.cost.clone().into_option().expect("a cluster has a cost model");
+    let chunk = [Chunk { new_tokens: 2048, context_tokens: 512 }];
+    for step in [Step::mixed(0, 0, &chunk), Step::decode(32, 64_000), Step::mixed(8, 9000, &chunk)] {
+        assert_eq!(cost.step_time(step).to_bits(), sm.pricer.step_time_s(&step).to_bits());
+    }
+    let (calibrated, roofline) = (cost.prefill_time_s(2048, 0), sm.cost.prefill_time_s(2048, 0));
+    assert!((calibrated - roofline).abs() > 1e-6 * roofline, "{calibrated} vs {roofline}: the roofline leaked through");
+    assert_eq!(cost.per_request_s(), sm.pricer.per_request_s());
+    assert_eq!(ctx.fact(facts::context::ENGINE_CHUNK_TOKENS), Some(spec.chunk_tokens as f64));
+    assert_eq!(ctx.fact(facts::context::ENGINE_MAX_BATCH_REQUESTS), Some(spec.max_batch_requests as f64));
+    assert_eq!(ctx.fact("no.such.fact"), None);
+}
