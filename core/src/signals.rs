@@ -263,7 +263,7 @@ mod tests {
 
     impl RouterPolicy for Reads {
         fn signals(&self) -> Vec<String> {
-            vec![signals::KV_UTILISATION.into(), signals::PREFILLING.into()]
+            vec![signals::KV_UTILISATION.into(), signals::SCRAPED_WAITING.into()]
         }
         fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
             self.seen = replicas.signals.to_vec();

@@ -13,7 +13,7 @@
 //! working. `Router::on_abandon` (0.5.1) is the first such addition; a test builds a plugin
 //! against 0.5.0 and shows its default running.
 //!
-//! An item appended in a patch sits between `// since 0.5.N {` and `// } since 0.5.N` lines: the
+//! An item appended in a patch sits between `// since 0.M.N {` and `// } since 0.M.N` lines: the
 //! compatibility test (`host/tests/integration/compat.rs`) makes the earlier patch by cutting
 //! them out.
 

@@ -1,6 +1,6 @@
 //! Versions across the ABI within one minor: a plugin built against an *earlier patch* of the
 //! current policy-api minor keeps loading and behaving as before. The earlier patch is made, not
-//! kept: a copy of policy-api relabelled one patch down, with the items later patches appended
+//! kept: a copy of policy-api relabelled as the minor's first patch, with the items later patches appended
 //! (marked `// since 0.M.N {` … `// } since 0.M.N` in the source) cut out. `testing/compat-plugin`
 //! is built against it; the host then loads it through the swapped-roles layout check
 //! (`core/src/plugin.rs`, `init_checked`), which is the path these tests exercise.
@@ -15,11 +15,11 @@ use routelab_policy_api::{Completion, ReplicaView, Request, RouterContext, World
 
 use crate::common::*;
 
-/// The earlier patch's version: one below the current.
+/// The earlier patch: the minor's first, so every growth of the minor is exercised.
 fn earlier() -> (String, u32) {
     let (major, minor, patch) = api_version();
     assert!(patch > 0, "the current policy-api is the first patch of its minor: nothing earlier to build against");
-    (format!("{major}.{minor}.{}", patch - 1), patch - 1)
+    (format!("{major}.{minor}.0"), 0)
 }
 
 /// `testing/compat-plugin` built against the earlier patch (once per test process).
@@ -48,6 +48,11 @@ fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() 
     let current = std::fs::read_to_string(workspace().join("policy-api/src/traits.rs")).unwrap();
     // 0.5.1 appended `Router::on_abandon` after the vtable's prefix.
     assert!(current.contains("fn on_abandon") && !traits.contains("fn on_abandon"), "on_abandon was not cut");
+    let (_, minor, _) = api_version();
+    for file in ["lib.rs", "traits.rs", "types.rs", "policy.rs", "root.rs", "cost.rs", "facts.rs", "signals.rs"] {
+        let text = std::fs::read_to_string(root.join("src").join(file)).unwrap();
+        assert!(!text.contains(&format!("// since 0.{minor}.")), "{file}: a later patch's block was left in");
+    }
     assert!(traits.contains("#[sabi(last_prefix_field)]") && traits.contains("fn on_complete"));
 }
 
