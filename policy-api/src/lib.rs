@@ -113,7 +113,7 @@
 //! ## A router in one page
 //!
 //! ```
-//! use routelab_policy_api::*;
+//! use routelab_policy_api::prelude::*;
 //! use serde::{Deserialize, Serialize};
 //!
 //! #[derive(Serialize, Deserialize, Default)]
@@ -155,6 +155,24 @@ pub mod signals;
 pub mod toolkit;
 pub mod traits;
 pub mod types;
+
+/// What a policy author needs, and none of the ABI's machinery (the `#[sabi_trait]` objects, the
+/// root module, the `R*` std types): `use routelab_policy_api::prelude::*;`. The crate root
+/// re-exports everything, the ABI included, for hosts and for code written before the prelude.
+pub mod prelude {
+    pub use crate::cost::{Chunk, CostModel, Roofline, Step, StepShape};
+    pub use crate::policy::{
+        Entry, EvaluateFn, PdRoute, PdRouterPolicy, Policy, RouterPolicy, SchedulerPolicy, SelectorPolicy, pd_router,
+        router, scheduler, selector,
+    };
+    pub use crate::toolkit::*;
+    pub use crate::types::{
+        Capabilities, Completion, Evaluation, Eviction, Fact, ModelInfo, ModuleInfo, PdContext, Problem, ReplicaView,
+        Replicas, Request, RouterContext, SchedulerContext, Segment, SelectorContext, Waiting, WaitingRequest, World,
+    };
+    pub use crate::{export_policies, facts, signals};
+    pub use rand::{Rng, RngExt, SeedableRng, seq::IndexedRandom, seq::SliceRandom};
+}
 
 pub use abi_stable;
 pub use abi_stable::std_types::{RSlice, RString, RVec};

@@ -14,7 +14,7 @@
 //! Build: `cargo build --release`; load: `routelab compare WORKLOAD --policies
 //! ./target/release/liblru_affinity.so,sglang_cache_aware`.
 
-use routelab_policy_api::*;
+use routelab_policy_api::prelude::*;
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize, Debug, Clone)]

@@ -8,7 +8,7 @@
 //! Build: `cargo build --release`; load: `routelab compare WORKLOAD --policies
 //! ./target/release/libmy_router.so:my_router,least_requests`.
 
-use routelab_policy_api::*;
+use routelab_policy_api::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// Config from `my_router{work_weight: 0.5}`; omitted keys take their defaults, unknown keys are errors.

@@ -11,7 +11,7 @@
 //!
 //! Parameters: `threshold` (tokens, default 256; 0 = always disaggregate).
 
-use routelab_policy_api::*;
+use routelab_policy_api::prelude::*;
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]
