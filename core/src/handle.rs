@@ -19,6 +19,23 @@ use crate::error::RunError;
 use crate::facts::{RequestFacts, RequestInfo, negotiate_facts, negotiate_scheduler_facts};
 use crate::signals::SignalTable;
 
+/// A routing decision the router made and the host has not yet carried out (see
+/// [`RouterHandle::route`]). Every ticket ends exactly once, in [`RouterHandle::commit`] or
+/// [`RouterHandle::decline`]; dropping one that did not is a host bug (a debug assertion).
+#[must_use = "end the ticket with commit or decline"]
+#[derive(Debug)]
+pub struct Ticket {
+    /// The replica the router chose.
+    pub replica: u32,
+    ended: bool,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        debug_assert!(self.ended || std::thread::panicking(), "a routing ticket was dropped without commit or decline");
+    }
+}
+
 /// A router and the contract around it.
 pub struct RouterHandle {
     router: RouterBox,
@@ -98,8 +115,18 @@ impl RouterHandle {
     }
 
     /// Asks the router where `req` goes among `views` (one per replica), checks the answer and
-    /// tells the router the decision (`on_dispatch`).
+    /// tells the router the decision (`on_dispatch`): [`Self::route`] then [`Self::commit`] there.
     pub fn dispatch(&mut self, req: &Request<'_>, info: &RequestInfo, views: &[ReplicaView]) -> Result<u32, RunError> {
+        let ticket = self.route(req, info, views)?;
+        let replica = ticket.replica;
+        self.commit(ticket, req, info, replica)
+    }
+
+    /// Asks the router where `req` goes among `views` (one per replica) and checks the answer; the
+    /// router hears nothing more until the ticket ends: [`Self::commit`] when the request is sent
+    /// (to the replica chosen, or another one a front end had to pick), [`Self::decline`] when it
+    /// is sent nowhere on this decision.
+    pub fn route(&mut self, req: &Request<'_>, info: &RequestInfo, views: &[ReplicaView]) -> Result<Ticket, RunError> {
         debug_assert_eq!(views.len(), self.replicas);
         if let Some(e) = &self.unusable {
             return Err(e.clone());
@@ -118,11 +145,32 @@ impl RouterHandle {
                 n - 1
             )));
         }
+        Ok(Ticket { replica: i as u32, ended: false })
+    }
+
+    /// `req` was sent to `replica` on `ticket`'s decision: the router hears `on_dispatch`. From
+    /// then on the request ends exactly once, in [`Self::complete`] or [`Self::abandon`].
+    pub fn commit(
+        &mut self,
+        mut ticket: Ticket,
+        req: &Request<'_>,
+        info: &RequestInfo,
+        replica: u32,
+    ) -> Result<u32, RunError> {
+        ticket.ended = true;
+        assert!((replica as usize) < self.replicas, "a host commits to one of its replicas");
+        let req = &Request { facts: RSlice::from_slice(self.facts.fill(info)), ..*req };
         self.router
-            .on_dispatch(req, i as u32)
+            .on_dispatch(req, replica)
             .into_result()
             .map_err(|e| policy_error(&self.label, "on_dispatch", e.into()))?;
-        Ok(i as u32)
+        Ok(replica)
+    }
+
+    /// `ticket`'s request was sent nowhere on this decision (no healthy replica took it): the
+    /// router, which heard only `route`, hears nothing.
+    pub fn decline(&mut self, mut ticket: Ticket) {
+        ticket.ended = true;
     }
 
     /// Disaggregated clusters: asks the router what to do with `req` given every replica's view,
