@@ -172,13 +172,18 @@ enum Scraped {
 /// A routing decision, and the request's hold on its backend's `in_flight` and
 /// `outstanding_work`: released exactly once, when the decision is dropped — after the response,
 /// on a failure, on a retry elsewhere, or when hyper drops the handler's future because the client
-/// gave up (a release at the end of the handler would never run then).
+/// gave up (a release at the end of the handler would never run then). The router heard
+/// `on_dispatch` for it; unless [`Gateway::completed`] reported its end, the drop reports it
+/// abandoned (`on_abandon`), so the router's own counts return to where they were.
 pub struct Decision {
     pub backend: usize,
     pub request_id: u64,
     pub arrived_at: f64,
     gw: Arc<Gateway>,
     work: i64,
+    prompt_tokens: u32,
+    /// `completed` reported this request's end to the router.
+    ended: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Decision {
@@ -186,6 +191,26 @@ impl Drop for Decision {
         let b = &self.gw.backends[self.backend];
         b.in_flight.fetch_sub(1, Ordering::Relaxed);
         b.outstanding_work.fetch_sub(self.work, Ordering::Relaxed);
+        if !self.ended.load(Ordering::Relaxed) {
+            let now = self.gw.now_s();
+            let c = Completion {
+                request_id: self.request_id,
+                replica: self.backend as u32,
+                arrived_at: self.arrived_at,
+                completed_at: now,
+                ttft: now - self.arrived_at,
+                prompt_tokens: self.prompt_tokens,
+                cached_tokens: 0,
+                output_tokens: 0,
+            };
+            // A poisoned lock means a panic elsewhere already; the router's counts no longer matter.
+            if let Ok(mut r) = self.gw.routing.lock() {
+                if let Err(e) = r.router.abandon(&c) {
+                    self.gw.policy_errors.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("serve: {e}");
+                }
+            }
+        }
     }
 }
 
@@ -358,23 +383,45 @@ impl Gateway {
         }
         let req = Request::new(request_id, arrived_at, prompt_tokens).with_segments(segments);
         let eligible = |i: usize| !tried[i] && self.healthy(i, now);
-        let chosen = match r.router.dispatch(&req, &RequestInfo::default(), &r.views) {
-            Ok(i) if eligible(i as usize) => Some(i as usize),
-            Ok(_) => {
-                self.rerouted.fetch_add(1, Ordering::Relaxed);
-                None
-            }
+        let info = RequestInfo::default();
+        let ticket = match r.router.route(&req, &info, &r.views) {
+            Ok(t) => Some(t),
             Err(e) => {
                 self.policy_errors.fetch_add(1, Ordering::Relaxed);
                 eprintln!("serve: {e}; routing request {request_id} by the fallback");
                 None
             }
         };
+        let chosen = match &ticket {
+            Some(t) if eligible(t.replica as usize) => Some(t.replica as usize),
+            Some(_) => {
+                self.rerouted.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            None => None,
+        };
         let backend = chosen.or_else(|| {
             (0..self.backends.len())
                 .filter(|&i| eligible(i))
                 .min_by_key(|&i| self.backends[i].in_flight.load(Ordering::Relaxed))
-        })?;
+        });
+        // The router hears where the request really went (`on_dispatch`), or nothing if nowhere.
+        let committed = match (ticket, backend) {
+            (Some(t), Some(b)) => match r.router.commit(t, &req, &info, b as u32) {
+                Ok(_) => true,
+                Err(e) => {
+                    self.policy_errors.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("serve: {e}");
+                    false
+                }
+            },
+            (Some(t), None) => {
+                r.router.decline(t);
+                false
+            }
+            (None, _) => false,
+        };
+        let backend = backend?;
         if r.exact {
             let sent = &mut r.sent_paths[backend];
             if sent.len() > MAX_SENT_PATHS {
@@ -392,7 +439,8 @@ impl Gateway {
         let work = prompt_tokens as i64 + max_tokens as i64;
         b.in_flight.fetch_add(1, Ordering::Relaxed);
         b.outstanding_work.fetch_add(work, Ordering::Relaxed);
-        Some(Decision { backend, request_id, arrived_at, gw: self.clone(), work })
+        let ended = std::sync::atomic::AtomicBool::new(!committed);
+        Some(Decision { backend, request_id, arrived_at, gw: self.clone(), work, prompt_tokens, ended })
     }
 
     /// A request to `backend` failed (refused, reset, timed out, or a 5xx).
@@ -425,6 +473,9 @@ impl Gateway {
             cached_tokens: cached_tokens.min(prompt_tokens),
             output_tokens,
         };
+        if d.ended.swap(true, Ordering::Relaxed) {
+            return;
+        }
         if let Err(e) = self.routing.lock().expect("routing lock").router.complete(&c) {
             self.policy_errors.fetch_add(1, Ordering::Relaxed);
             eprintln!("serve: {e}");
