@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::common::plugins;
 use crate::serve_faults::*;
 
 const REQUESTS: usize = 1600;
@@ -60,7 +61,8 @@ fn serve_under_failing_backends_loses_no_request_and_returns_to_zero() {
             backends.push(backend(s).await);
         }
         let mut args = serve_args(&backends);
-        args.policy = "least_requests".into();
+        // A router that counts for itself what it heard dispatched and not yet ended.
+        args.policy = format!("{}:counts_in_flight", plugins().faulty.display());
         args.timeout_s = 0.3;
         args.generation_timeout_s = 0.5;
         args.breaker_open_s = 0.5;
@@ -110,6 +112,13 @@ fn serve_under_failing_backends_loses_no_request_and_returns_to_zero() {
         // Every dispatched request was released.
         let left = metric_becomes(gw, "routelab_gateway_in_flight", 0.0, Duration::from_secs(10)).await;
         assert_eq!(left, 0.0, "requests still counted in flight after the soak");
+        // And the router's own count: every dispatch it heard ended in on_complete or on_abandon
+        // (failures, retries elsewhere, hung backends timed out), none twice.
+        let own = r#"routelab_gateway_policy_stat{name="router.in_flight"}"#;
+        let text = exchange(gw, &get("/metrics"), Duration::from_secs(10)).await.unwrap();
+        assert!(text.contains(own), "the gateway does not show the router's figure:\n{text}");
+        let left = metric_becomes(gw, own, 0.0, Duration::from_secs(10)).await;
+        assert_eq!(left, 0.0, "the router's own in-flight count drifted");
         // The broken backend comes back: after its circuit's cool-down it serves again.
         broken.store(false, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_millis(600)).await;

@@ -6,7 +6,10 @@
 //! - `panics_in_drop`: routes round robin, panics when dropped at the end of a run;
 //! - `panics_in_capabilities`: panics when the host asks what it needs;
 //! - `huge_index`: answers 2^32 + 1, which a cast to `u32` would wrap to replica 1;
-//! - `unknown_signal`: asks for an engine signal no host provides.
+//! - `unknown_signal`: asks for an engine signal no host provides;
+//! - `counts_in_flight` (not broken: a probe): fewest outstanding requests, lowest index on ties,
+//!   reporting the requests it heard dispatched and not yet completed or abandoned (`in_flight`),
+//!   so a test can see whether a host keeps the router's own counts straight.
 
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
@@ -205,6 +208,36 @@ impl RouterPolicy for UnknownSignal {
     }
 }
 
+#[derive(Default)]
+pub struct CountsInFlight {
+    in_flight: i64,
+}
+
+impl Policy for CountsInFlight {
+    const NAME: &'static str = "counts_in_flight";
+    const DESCRIPTION: &'static str = "fewest outstanding requests; reports its own in-flight count";
+    type Config = NoConfig;
+    type Context = RouterContext;
+    fn new(_: NoConfig, _: &RouterContext) -> Result<Self, String> {
+        Ok(Self::default())
+    }
+}
+
+impl RouterPolicy for CountsInFlight {
+    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
+        (0..replicas.len()).min_by_key(|&i| replicas[i].outstanding_requests).unwrap_or(0)
+    }
+    fn on_dispatch(&mut self, _: &Request<'_>, _: usize) {
+        self.in_flight += 1;
+    }
+    fn on_complete(&mut self, _: &Completion) {
+        self.in_flight -= 1;
+    }
+    fn report(&self) -> Vec<(String, f64)> {
+        vec![("in_flight".into(), self.in_flight as f64)]
+    }
+}
+
 fn registry() -> Vec<Entry> {
     vec![
         router::<PanicsInRoute>(),
@@ -215,6 +248,7 @@ fn registry() -> Vec<Entry> {
         router::<PanicsInCapabilities>(),
         router::<HugeIndex>(),
         router::<UnknownSignal>(),
+        router::<CountsInFlight>(),
     ]
 }
 
