@@ -243,13 +243,6 @@ impl Default for Loader {
     }
 }
 
-/// The last `n` non-empty lines of a long message (abi_stable's layout dumps run to 1,000+ lines).
-fn last_lines(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().map(str::trim_end).filter(|l| !l.trim().is_empty()).collect();
-    let start = lines.len().saturating_sub(n);
-    lines[start..].join("\n    ")
-}
-
 impl Loader {
     pub fn new() -> Self {
         Self { builtins: routelab_policies::registry(), libraries: HashMap::new() }

@@ -55,8 +55,6 @@
 mod hits;
 mod pairing;
 
-use std::collections::VecDeque;
-
 use self::hits::{KeyMap, NodeHits, request_key};
 
 use routelab_policy_api::*;

@@ -183,3 +183,10 @@ pub(super) fn translate(path: &Path, e: LibraryError) -> LoadError {
         ),
     }
 }
+
+/// The last `n` non-empty lines of a long message (abi_stable's layout dumps run to 1,000+ lines).
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().map(str::trim_end).filter(|l| !l.trim().is_empty()).collect();
+    let start = lines.len().saturating_sub(n);
+    lines[start..].join("\n    ")
+}
