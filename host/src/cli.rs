@@ -45,7 +45,8 @@ pub fn main() -> i32 {
     match execute(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // A built-in workload by its name, wherever a message names its temporary copy.
+            eprintln!("error: {}", routelab_core::builtin::shown(&format!("{e:#}")));
             exit_code_of(&e)
         }
     }

@@ -140,3 +140,23 @@ fn a_bad_custom_gpu_or_model_names_the_field_not_the_untagged_enum() {
     let err = bad(&["compare", w.to_str().unwrap()], &[":3", "cluster.model.kv_heads", "expected u32"]);
     assert!(!err.contains("untagged"), "{err}");
 }
+
+/// Issue 26: an error about a built-in workload named the temporary copy it is read from
+/// (`/tmp/routelab-0.x-…/cluster/tool_use.yaml`); it names the built-in as the repository does.
+#[test]
+fn errors_about_built_in_workloads_name_the_built_in_not_a_temporary_path() {
+    let tmp = std::env::temp_dir().display().to_string();
+    let cases: [(&[&str], &str); 2] = [
+        // In the message: the workload is a cluster one.
+        (&["compare", "tool_use", "--start", "a"], "workloads/cluster/tool_use.yaml is a cluster workload"),
+        // As the error's file.
+        (&["export-trace", "exp_rho09", "--out", "/dev/null"], "workloads/dispatch/exp_rho09.yaml: field `cluster`"),
+    ];
+    for (args, wanted) in cases {
+        let out = routelab(args);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(wanted), "{args:?}: stderr lacks {wanted:?}: {err}");
+        assert!(!err.contains(&format!("{tmp}/routelab-")), "{args:?} shows the temporary copy: {err}");
+    }
+}
