@@ -160,3 +160,50 @@ fn errors_about_built_in_workloads_name_the_built_in_not_a_temporary_path() {
         assert!(!err.contains(&format!("{tmp}/routelab-")), "{args:?} shows the temporary copy: {err}");
     }
 }
+
+/// Issue 26: `validate` only looked policies up by name, so a config every run refuses (a
+/// scheduler's `groups: 0`, an unknown router field) passed it. It now builds them as `compare`
+/// does: both refuse the same workloads, naming the field.
+#[test]
+fn validate_refuses_the_policy_configs_compare_refuses() {
+    let base = std::fs::read_to_string(workspace().join("workloads/cluster/long_doc_qa.yaml")).unwrap();
+    let with = |name: &str, from: &str, to: &str| {
+        assert!(base.contains(from), "long_doc_qa.yaml changed: {from:?}");
+        let p = scratch(name);
+        std::fs::write(&p, base.replacen(from, to, 1)).unwrap();
+        p
+    };
+    let cases = [
+        (
+            with(
+                "bad_scheduler_config.yaml",
+                "  replicas: 4\n",
+                "  replicas: 4\n  scheduler: \"priority_groups{groups: 0}\"\n",
+            ),
+            "cluster.scheduler",
+        ),
+        (
+            with(
+                "bad_scheduler_field.yaml",
+                "  replicas: 4\n",
+                "  replicas: 4\n  scheduler: \"priority_groups{no_such_field: 1}\"\n",
+            ),
+            "cluster.scheduler",
+        ),
+        (
+            with("bad_router_config.yaml", "policies: [", "policies: [\"least_requests{no_such_field: 1}\", "),
+            "policies[0]",
+        ),
+    ];
+    for (p, field) in &cases {
+        let p = p.to_str().unwrap();
+        let err = bad(&["validate", p], &[field]);
+        assert!(err.contains("fix:"), "{err}");
+        // Only the refused policy (the scheduler's with round_robin): nothing else runs.
+        let only = if *field == "policies[0]" { "least_requests{no_such_field: 1}" } else { "round_robin" };
+        let out = routelab(&["compare", p, "--seeds", "1", "--policies", only]);
+        assert_eq!(out.status.code(), Some(2), "compare accepts what validate refused: {p}");
+    }
+    // The shipped workload itself passes both.
+    assert_eq!(routelab(&["validate", "workloads/cluster/long_doc_qa.yaml"]).status.code(), Some(0));
+}
