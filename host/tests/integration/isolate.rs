@@ -204,3 +204,40 @@ fn isolate_keeps_the_exit_codes_of_bad_input() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--all-starts runs in the host's process"));
 }
+
+/// A small dispatch workload: the hostile routers act from its second request.
+fn small_dispatch() -> PathBuf {
+    let p = scratch("small_dispatch.yaml");
+    std::fs::write(&p, "name: small\nseed: 1\ndispatch: {servers: 2, requests: 200}\n").unwrap();
+    p
+}
+
+/// Issue 26: the child's stderr went to a file without bound (1 GiB of it made a 1 GB file). The
+/// parent now reads it through a pipe and keeps its first and last 64 KiB: the row still says
+/// what the child said last, and how much of its 64 MiB was not kept.
+#[test]
+fn a_flood_on_a_childs_stderr_is_kept_bounded_and_the_drop_is_said() {
+    let policies = format!("round_robin,{}:floods_stderr", hostile().display());
+    let w = small_dispatch();
+    let out_json = scratch("flood.json");
+    let out = routelab(&[
+        "compare",
+        w.to_str().unwrap(),
+        "--policies",
+        &policies,
+        "--isolate",
+        "--json",
+        out_json.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc = json(&out_json);
+    let e = results(&doc)[1]["error"].as_str().expect("the flooding row failed").to_string();
+    assert!(e.starts_with("killed by signal 6 (SIGABRT): the flood's last words (its stderr: "), "{e}");
+    // 64 Ki lines of 1 KiB and the last words, less the 128 KiB kept.
+    let total: u64 = (64 << 10) * 1024 + "the flood's last words\n".len() as u64;
+    assert!(
+        e.contains(&format!("{total} bytes; {} between the first and the last 64 KiB not kept", total - (128 << 10))),
+        "{e}"
+    );
+    assert!(results(&doc)[0].get("error").is_none(), "round_robin's row stands");
+}

@@ -7,7 +7,9 @@
 //! - `allocates_forever`: allocates and touches 64 MiB blocks until the allocator fails;
 //! - `segfaults`: writes through a null pointer (SIGSEGV);
 //! - `prints`: routes round robin and writes a line to stdout on every request (must not reach
-//!   the host's tables).
+//!   the host's tables);
+//! - `floods_stderr`: writes 64 MiB to stderr, then a last line, then aborts (the parent must
+//!   keep a bounded head and tail of it).
 
 use std::hint::black_box;
 
@@ -145,6 +147,24 @@ impl RouterPolicy for Prints {
     }
 }
 
+pub struct FloodsStderr;
+impl Misdeed for FloodsStderr {
+    const NAME: &'static str = "floods_stderr";
+    const DESCRIPTION: &'static str = "writes 64 MiB to stderr, then aborts on its second request (test fixture)";
+    fn misbehave(_: usize) -> usize {
+        use std::io::Write;
+        let line = [b'x'; 1023];
+        let mut err = std::io::stderr().lock();
+        for _ in 0..(64 << 10) {
+            err.write_all(&line).ok();
+            err.write_all(b"\n").ok();
+        }
+        writeln!(err, "the flood's last words").ok();
+        drop(err);
+        std::process::abort()
+    }
+}
+
 fn registry() -> Vec<Entry> {
     vec![
         router::<Hostile<Aborts>>(),
@@ -154,6 +174,7 @@ fn registry() -> Vec<Entry> {
         router::<Hostile<AllocatesForever>>(),
         router::<Hostile<Segfaults>>(),
         router::<Prints>(),
+        router::<Hostile<FloodsStderr>>(),
     ]
 }
 
