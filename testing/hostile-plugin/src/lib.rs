@@ -9,7 +9,9 @@
 //! - `prints`: routes round robin and writes a line to stdout on every request (must not reach
 //!   the host's tables);
 //! - `floods_stderr`: writes 64 MiB to stderr, then a last line, then aborts (the parent must
-//!   keep a bounded head and tail of it).
+//!   keep a bounded head and tail of it);
+//! - `many_figures`: routes round robin and reports `ROUTELAB_TEST_FIGURES` figures (default
+//!   100,000; the parent's handling of a result must stay linear in their number).
 
 use std::hint::black_box;
 
@@ -165,6 +167,33 @@ impl Misdeed for FloodsStderr {
     }
 }
 
+/// Round robin that reports many figures.
+pub struct ManyFigures {
+    seen: usize,
+}
+
+impl Policy for ManyFigures {
+    const NAME: &'static str = "many_figures";
+    const DESCRIPTION: &'static str = "round robin reporting ROUTELAB_TEST_FIGURES figures (test fixture)";
+    type Config = NoConfig;
+    type Context = RouterContext;
+    fn new(_: NoConfig, _: &RouterContext) -> Result<Self, String> {
+        Ok(Self { seen: 0 })
+    }
+}
+
+impl RouterPolicy for ManyFigures {
+    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
+        self.seen += 1;
+        self.seen % replicas.len()
+    }
+
+    fn report(&self) -> Vec<(String, f64)> {
+        let n = std::env::var("ROUTELAB_TEST_FIGURES").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000usize);
+        (0..n).map(|i| (format!("f{i}"), i as f64)).collect()
+    }
+}
+
 fn registry() -> Vec<Entry> {
     vec![
         router::<Hostile<Aborts>>(),
@@ -175,6 +204,7 @@ fn registry() -> Vec<Entry> {
         router::<Hostile<Segfaults>>(),
         router::<Prints>(),
         router::<Hostile<FloodsStderr>>(),
+        router::<ManyFigures>(),
     ]
 }
 
