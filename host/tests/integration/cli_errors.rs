@@ -207,3 +207,41 @@ fn validate_refuses_the_policy_configs_compare_refuses() {
     // The shipped workload itself passes both.
     assert_eq!(routelab(&["validate", "workloads/cluster/long_doc_qa.yaml"]).status.code(), Some(0));
 }
+
+/// A custom GPU with a NaN, negative or infinite rate passed validation: the roofline's `max()`
+/// dropped the bad term, so a NaN bandwidth priced every step as compute-bound and the run
+/// reported latencies with exit 0. On `cluster.gpu` and on a P/D pool's `gpu` alike it is now
+/// refused, naming the field.
+#[test]
+fn a_custom_gpu_with_a_nan_negative_or_infinite_rate_is_refused() {
+    let pd = "name: pd\ncluster:\n  replicas: 2\n  gpu: GPU\n  model: mistral-7b\n  disaggregation:\n    \
+              prefill: {instances: 1, gpu: POOL}\n    decode: {instances: 1}\n    link: {bandwidth_gbps: 100}\n  \
+              generator: {output_tokens: 8}\n  arrivals: {poisson: {rate: 1}}\n  requests: 10\n";
+    let good = "{name: x, tflops: 100, bandwidth_gb_s: 1000, memory_gb: 80}";
+    for (field, value) in [
+        ("bandwidth_gb_s", ".nan"),
+        ("bandwidth_gb_s", "-5"),
+        ("tflops", ".nan"),
+        ("tflops", "-1"),
+        ("tflops", ".inf"),
+        ("memory_gb", ".inf"),
+    ] {
+        let figures: Vec<String> = [("tflops", "100"), ("bandwidth_gb_s", "1000"), ("memory_gb", "80")]
+            .iter()
+            .map(|(f, v)| format!("{f}: {}", if *f == field { value } else { v }))
+            .collect();
+        let bad_gpu = format!("{{name: x, {}}}", figures.join(", "));
+        for (place, yaml) in [
+            ("cluster.gpu", pd.replace("GPU", &bad_gpu).replace("POOL", good)),
+            ("cluster.disaggregation.prefill.gpu", pd.replace("GPU", good).replace("POOL", &bad_gpu)),
+        ] {
+            let p = scratch("bad_custom_gpu.yaml");
+            std::fs::write(&p, &yaml).unwrap();
+            bad(&["validate", p.to_str().unwrap()], &[&format!("{place}.{field}"), "positive, finite", "fix:"]);
+        }
+    }
+    // The same mapping with every figure sound passes.
+    let p = scratch("good_custom_gpu.yaml");
+    std::fs::write(&p, pd.replace("GPU", good).replace("POOL", good)).unwrap();
+    assert_eq!(routelab(&["validate", p.to_str().unwrap()]).status.code(), Some(0));
+}
