@@ -33,12 +33,11 @@ fn case(rng: &mut SimRng) -> String {
     let (p, d) = (rng.random_range(1..=3u32), rng.random_range(1..=3u32));
     let m = *pick(rng, &[0u32, 0, 1, 2]);
     let gpus = ["a6000", "a100-80", "h100", "l40s"];
+    // Pools with their own GPU or tp: pools of different memory (the mixed-pool transfer bug).
     let pool = |rng: &mut SimRng, n: u32| {
-        if rng.random_bool(0.3) {
-            format!("{{instances: {n}, gpu: {}}}", pick(rng, &gpus))
-        } else {
-            format!("{{instances: {n}}}")
-        }
+        let gpu = if rng.random_bool(0.3) { format!(", gpu: {}", pick(rng, &gpus)) } else { String::new() };
+        let tp = if rng.random_bool(0.3) { format!(", tp: {}", pick(rng, &[1u32, 2, 4])) } else { String::new() };
+        format!("{{instances: {n}{gpu}{tp}}}")
     };
     let (prefill, decode, mixed) = (pool(rng, p), pool(rng, d), pool(rng, m));
     let mixed = if m > 0 { format!("    mixed: {mixed}\n") } else { String::new() };
@@ -129,4 +128,33 @@ fn random_small_pd_workloads_end_every_request_exactly_once_within_the_clock() {
     assert!(valid >= 200, "only {valid} of 400 random cases were valid");
     assert_eq!(runs, valid * ROUTERS.len());
     eprintln!("{valid} workloads, {runs} runs, {rejected_somewhere} with rejections");
+}
+
+/// Found by fuzz/pd_world: a KV transfer to a *mixed* instance was admitted against the decode
+/// pool's memory. With a tp-2 decode pool (twice the KV) beside a tp-1 mixed pool, the mixed
+/// instance took more than it holds and, under `reservation: full`, the batcher's "full
+/// reservation never runs out" invariant broke (a panic in the checked profile; KV beyond
+/// capacity otherwise). The case as the fuzzer found it, with every P/D router.
+#[test]
+fn a_transfer_to_a_mixed_instance_is_admitted_against_its_own_memory() {
+    let yaml = "name: pd_fuzz\nseed: 35\ncluster:\n  replicas: 8\n  gpu: a6000\n  model: mistral-7b\n  \
+                disaggregation:\n    prefill: {instances: 3, gpu: a6000}\n    decode: {instances: 3, gpu: a6000, tp: 2}\n    \
+                mixed: {instances: 2, gpu: a100-80}\n    link: {bandwidth_gbps: 1.0, base_latency_s: 0.001, layerwise: true}\n    \
+                transfer: full_prompt\n  generator:\n    system_prompt_tokens: 2000\n    \
+                suffix_tokens: {uniform: {min: 4000, max: 30000}}\n    output_tokens: {uniform: {min: 50, max: 300}}\n  \
+                arrivals:\n    poisson: {rate: 100000.0}\n  requests: 36\n";
+    let file = Path::new("pd_fuzz.yaml");
+    let prepared = runner::prepare(workload::parse(yaml, file).unwrap(), file).unwrap();
+    let input = prepared.seed_input(0).unwrap();
+    let c = prepared.workload.cluster.as_ref().unwrap();
+    let sm = c.step_model().unwrap();
+    let stream = input.stream().unwrap();
+    let mut loader = Loader::new();
+    for name in ROUTERS.iter().chain(&["pd_llm_d", "pd_aibrix"]) {
+        let router = loader.router(&PolicySpec::parse(name).unwrap(), &router_context_for(c, &sm, input.seed)).unwrap();
+        let out = runner::run_cluster(c, stream, router, name, input.seed).unwrap();
+        let m = |k: &str| out.metrics.get(k).unwrap();
+        let served = out.records.iter().filter(|r| !r.completed_at_s.is_nan()).count();
+        assert_eq!(served + m("rejected") as usize + m("unfinished") as usize, stream.requests.len(), "{name}");
+    }
 }
