@@ -134,11 +134,25 @@ pub fn resolve(arg: &Path) -> Result<PathBuf, InputError> {
     }
 }
 
+/// The folder built-ins are written out to (whether or not they have been yet).
+fn root() -> PathBuf {
+    std::env::temp_dir().join(format!("routelab-{}-{FILES_HASH:016x}", env!("CARGO_PKG_VERSION")))
+}
+
+/// `text` with every path inside the written-out built-ins named as the repository names it
+/// (`/tmp/routelab-0.1.0-…/cluster/tool_use.yaml` → `workloads/cluster/tool_use.yaml`): what an
+/// error about a built-in shows, instead of a temporary path the user never gave.
+pub fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let prefix = PREFIX.get_or_init(|| format!("{}{}", root().display(), std::path::MAIN_SEPARATOR));
+    if text.contains(prefix.as_str()) { text.replace(prefix.as_str(), "workloads/").into() } else { text.into() }
+}
+
 /// The folder holding this build's embedded files, written on first use. The folder's name
 /// carries the build's hash, so a newer build never reads an older build's files; it is written
 /// under a private name and renamed into place, so concurrent runs never see half of it.
 pub fn extracted() -> std::io::Result<PathBuf> {
-    let root = std::env::temp_dir().join(format!("routelab-{}-{FILES_HASH:016x}", env!("CARGO_PKG_VERSION")));
+    let root = root();
     let marker = root.join(".complete");
     if marker.exists() {
         return Ok(root);
@@ -186,5 +200,19 @@ mod tests {
         for p in ["traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv", "traces/azure-llm-2023/README.md"] {
             assert!(FILES.iter().any(|(f, _)| *f == p), "{p} is not embedded");
         }
+    }
+
+    /// Issue 26: errors about a built-in showed the temporary folder it is read from.
+    #[test]
+    fn paths_inside_the_written_out_built_ins_are_shown_as_the_repository_names_them() {
+        let file = resolve(Path::new("tool_use")).unwrap();
+        assert!(file.starts_with(std::env::temp_dir()), "{}", file.display());
+        let message = format!("{}:3: field `cluster.requests`: bad (see {})", file.display(), file.display());
+        assert_eq!(
+            shown(&message),
+            "workloads/cluster/tool_use.yaml:3: field `cluster.requests`: bad (see workloads/cluster/tool_use.yaml)"
+        );
+        let elsewhere = "/home/me/tool_use.yaml: bad";
+        assert_eq!(shown(elsewhere), elsewhere);
     }
 }

@@ -312,12 +312,17 @@ impl SchedulerHandle {
 /// the first replica reports them).
 pub fn scheduler_stats(schedulers: &[SchedulerHandle], label: &str) -> Result<Vec<(String, f64)>, RunError> {
     let mut sum: Vec<(String, f64)> = Vec::new();
+    // Where each name is in `sum`: linear in the figures, however many a scheduler reports.
+    let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for s in schedulers {
         let stats = s.raw_report().map_err(|e| policy_error(label, "report", e))?;
         for (name, value) in namespaced("scheduler", stats).map_err(|m| RunError(format!("policy '{label}': {m}")))? {
-            match sum.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, v)) => *v += value,
-                None => sum.push((name, value)),
+            match at.get(&name) {
+                Some(&i) => sum[i].1 += value,
+                None => {
+                    at.insert(name.clone(), sum.len());
+                    sum.push((name, value));
+                }
             }
         }
     }
@@ -328,6 +333,7 @@ pub fn scheduler_stats(schedulers: &[SchedulerHandle], label: &str) -> Result<Ve
 /// letters, digits and `_` (they become JSON keys and CSV column headers).
 pub fn namespaced(kind: &str, stats: RVec<Stat>) -> Result<Vec<(String, f64)>, String> {
     let mut out: Vec<(String, f64)> = Vec::with_capacity(stats.len());
+    let mut seen = std::collections::HashSet::with_capacity(stats.len());
     for s in stats {
         let name = s.name.as_str();
         if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
@@ -336,7 +342,7 @@ pub fn namespaced(kind: &str, stats: RVec<Stat>) -> Result<Vec<(String, f64)>, S
             ));
         }
         let key = format!("{kind}.{name}");
-        if out.iter().any(|(k, _)| *k == key) {
+        if !seen.insert(key.clone()) {
             return Err(format!("its {kind} reported the figure {name:?} twice"));
         }
         out.push((key, s.value));

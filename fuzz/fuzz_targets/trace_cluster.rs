@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use routelab::workload::{generate, trace};
+use routelab_core::workload::{generate, trace};
 
 const SPEC: &str = "replicas: 2\nchunk_tokens: 0\nmax_step_tokens: 4096\n\
 generator: {output_tokens: 16}\narrivals: {trace: {path: t.csv, time_scale: 0.5}}\n";
@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let file = Path::new("fuzz.csv");
     let Ok(rows) = trace::parse(text, file) else { return };
-    let spec: routelab::workload::cluster::ClusterSpec = routelab_yaml(SPEC);
+    let spec: routelab_core::workload::cluster::ClusterSpec = routelab_yaml(SPEC);
     if trace::check_cluster_rows(&rows, &spec, file).is_err() {
         return;
     }

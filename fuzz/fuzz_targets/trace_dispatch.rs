@@ -5,9 +5,8 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use routelab::plugin::{Loader, PolicySpec};
-use routelab::workload::{dispatch::DispatchSpec, trace};
-use routelab_policy_api::{RouterContext, World};
+use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::workload::{dispatch::DispatchSpec, trace};
 
 const SPEC: &str = "servers: 4\nrequests: 200\nutilisation: 0.8\narrivals: {trace: {path: t.csv}}\n";
 
@@ -19,9 +18,9 @@ fuzz_target!(|data: &[u8]| {
     }
     let spec: DispatchSpec = serde_norway::from_str(SPEC).expect("the fixed spec parses");
     let mut loader = Loader::new();
-    let ctx = RouterContext { world: World::Dispatch, replicas: 4, seed: 1, kv_capacity_tokens: 0, cost: abi_stable::std_types::RNone, disaggregation: abi_stable::std_types::RNone, facts: Default::default() };
+    let ctx = routelab_core::sim::dispatch::router_context(4, 1);
     let router = loader.router(&PolicySpec::parse("round_robin").unwrap(), &ctx).unwrap();
-    if let Ok(m) = routelab::sim::dispatch::run(&spec, Some(&rows), router, "round_robin", 1) {
+    if let Ok(m) = routelab_core::sim::dispatch::run(&spec, Some(&rows), router, "round_robin", 1) {
         for (k, v) in &m.0 {
             assert!(!(k.contains("response") && *v < 0.0), "{k} = {v}");
         }

@@ -8,8 +8,8 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    if let Ok(w) = routelab::workload::parse(text, Path::new("fuzz.yaml")) {
-        let e = routelab::workload::limits::estimate(&w);
+    if let Ok(w) = routelab_core::workload::parse(text, Path::new("fuzz.yaml")) {
+        let e = routelab_core::workload::estimate::estimate(&w);
         assert!(e.bytes.is_finite() && e.seconds.is_finite(), "{e:?}");
         // A valid cluster workload's step model and prompt bound are usable.
         if let Some(c) = &w.cluster {

@@ -45,7 +45,8 @@ pub fn main() -> i32 {
     match execute(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // A built-in workload by its name, wherever a message names its temporary copy.
+            eprintln!("error: {}", routelab_core::builtin::shown(&format!("{e:#}")));
             exit_code_of(&e)
         }
     }
@@ -464,8 +465,12 @@ fn validate(file: &Path, trace: Option<PathBuf>) -> Result<i32> {
     let mut w = workload::load(file)?;
     checks::overrides(&w, file, &Common { trace: trace.clone(), ..Default::default() })?;
     RunOptions { trace, ..Default::default() }.apply(&mut w);
+    // Every run `compare` would make of it: compound variants each on their own.
+    let mut loader = Loader::new();
+    for v in runner::expand(w.clone(), file)? {
+        checks::policy_builds(&mut loader, &runner::prepare(v, file)?, file)?;
+    }
     let prepared = runner::prepare(w, file)?;
-    checks::policy_names(&mut Loader::new(), &prepared.workload, file)?;
     println!("{}: ok ({} world)", file.display(), prepared.workload.world().as_str());
     print!(
         "{}",

@@ -37,12 +37,19 @@ pub struct EngineLoad {
     pub kv_usage: f64,
 }
 
+/// The most requests a scraped gauge may count: the mark an open circuit's view gets
+/// (`u32::MAX / 4`), so a router's sum of a view's counts cannot overflow.
+pub const MOST_REQUESTS: f64 = (u32::MAX / 4) as f64;
+
+/// The load an engine's `/metrics` text shows, or `None` when it is unusable: no waiting gauge,
+/// or a gauge that is no count (NaN, negative, infinite), which would otherwise read as an idle
+/// engine (`NaN as u32` is 0) or overflow a router's sums (found by fuzz/http_front).
 pub fn engine_load(text: &str) -> Option<EngineLoad> {
-    let waiting = first(text, &["vllm:num_requests_waiting", "sglang:num_queue_reqs"])?;
-    let running = first(text, &["vllm:num_requests_running", "sglang:num_running_reqs"]).unwrap_or(0.0);
-    let kv_usage = first(text, &["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"])
-        .unwrap_or(0.0)
-        .clamp(0.0, 1.0);
+    let count = |v: f64| (v >= 0.0 && v.is_finite()).then_some(v.min(MOST_REQUESTS));
+    let gauge = |names: &[&str]| first(text, names).map_or(Some(0.0), count);
+    let waiting = count(first(text, &["vllm:num_requests_waiting", "sglang:num_queue_reqs"])?)?;
+    let running = gauge(&["vllm:num_requests_running", "sglang:num_running_reqs"])?;
+    let kv_usage = gauge(&["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"])?.min(1.0);
     Some(EngineLoad { waiting, running, kv_usage })
 }
 
@@ -94,6 +101,26 @@ impl Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// fuzz/http_front: `vllm:num_requests_waiting 1e308` became u32::MAX waiting (beyond the
+    /// "full" mark, so a router's sums overflow), NaN became 0 (an idle engine).
+    #[test]
+    fn gauges_that_are_no_counts_make_the_scrape_unusable_and_huge_ones_are_capped() {
+        let load = |t: &str| engine_load(t);
+        for bad in ["NaN", "-1", "+Inf", "-Inf"] {
+            assert_eq!(load(&format!("vllm:num_requests_waiting {bad}\n")), None, "waiting {bad}");
+            let t = format!("vllm:num_requests_waiting 1\nvllm:num_requests_running {bad}\n");
+            assert_eq!(load(&t), None, "running {bad}");
+            let t = format!("vllm:num_requests_waiting 1\nvllm:kv_cache_usage_perc {bad}\n");
+            assert_eq!(load(&t), None, "kv {bad}");
+        }
+        let huge = load("vllm:num_requests_waiting 1e308\nvllm:num_requests_running 5e9\n").unwrap();
+        assert_eq!((huge.waiting, huge.running), (MOST_REQUESTS, MOST_REQUESTS));
+        // Two label sets whose sum is infinite are no count either.
+        assert_eq!(load("vllm:num_requests_waiting{a=\"1\"} 1e308\nvllm:num_requests_waiting{a=\"2\"} 1e308\n"), None);
+        let fine = load("vllm:num_requests_waiting 3\nvllm:kv_cache_usage_perc 1.5\n").unwrap();
+        assert_eq!((fine.waiting, fine.running, fine.kv_usage), (3.0, 0.0, 1.0));
+    }
 
     #[test]
     fn reads_vllm_and_sglang_names_summing_label_sets() {

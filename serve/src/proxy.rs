@@ -362,7 +362,8 @@ const MAX_EVENT_BYTES: usize = 1 << 20;
 
 /// Where the first SSE event of `buf` ends (just past its blank line), searching from `from`
 /// (bytes before it were searched already). Lines end in LF or CRLF, as the SSE format allows.
-fn event_end(buf: &[u8], from: usize) -> Option<usize> {
+/// Public for the fuzz target (fuzz/fuzz_targets/http_front.rs).
+pub fn event_end(buf: &[u8], from: usize) -> Option<usize> {
     // Back up over a line end that a previous search may have seen only half of.
     let start = from.saturating_sub(3);
     let mut i = start;
@@ -379,7 +380,7 @@ fn event_end(buf: &[u8], from: usize) -> Option<usize> {
 }
 
 /// The payload of an event's `data:` field (without the optional space and the line end).
-fn sse_data(event: &[u8]) -> &[u8] {
+pub fn sse_data(event: &[u8]) -> &[u8] {
     let Some(rest) = event.strip_prefix(b"data:") else { return &[] };
     let rest = rest.strip_prefix(b" ").unwrap_or(rest);
     let end = rest.iter().position(|&b| b == b'\r' || b == b'\n').unwrap_or(rest.len());

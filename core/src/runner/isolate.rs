@@ -8,7 +8,9 @@
 //! seed with the same [`runner::run_policy`] as an unisolated run, and writes RESULT (each seed's
 //! figures as f64 bit patterns, so they cross exactly) by renaming a finished file into place.
 //! The child's stdout goes to /dev/null (a plugin's prints never reach the tables) and its stderr
-//! to a file whose last line explains an abnormal end ("memory allocation of … failed").
+//! to a pipe the parent reads, keeping only the first and the last [`KEPT`] bytes (a plugin may
+//! write gigabytes): their last line explains an abnormal end ("memory allocation of … failed"),
+//! with how much was dropped between them.
 //!
 //! Limits: `--policy-timeout` seconds of wall-clock time per child (then SIGKILL), and on Unix
 //! `--policy-memory` MiB of address space (RLIMIT_AS) set in the child before it runs any code.
@@ -156,14 +158,11 @@ fn run_child_in(dir: &Path, prepared: &Prepared, spec: &PolicySpec, limits: &Lim
             scheduler: spec.scheduler.clone(),
         },
     };
-    let (request_path, result_path, stderr_path) =
-        (dir.join("request.json"), dir.join("result.json"), dir.join("stderr"));
+    let (request_path, result_path) = (dir.join("request.json"), dir.join("result.json"));
     let text = serde_json::to_string(&request).map_err(|e| format!("--isolate: cannot write the request: {e}"))?;
     std::fs::write(&request_path, text)
         .map_err(|e| format!("--isolate: cannot write {}: {e}", request_path.display()))?;
     let exe = std::env::current_exe().map_err(|e| format!("--isolate: cannot find this executable: {e}"))?;
-    let stderr = std::fs::File::create(&stderr_path)
-        .map_err(|e| format!("--isolate: cannot create {}: {e}", stderr_path.display()))?;
     let mut command = Command::new(exe);
     command
         .arg("__isolated-run")
@@ -171,15 +170,16 @@ fn run_child_in(dir: &Path, prepared: &Prepared, spec: &PolicySpec, limits: &Lim
         .arg(&result_path)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(stderr);
+        .stderr(Stdio::piped());
     limit_memory(&mut command, limits.memory_mib);
     let mut child = command.spawn().map_err(|e| format!("--isolate: cannot start a child process: {e}"))?;
+    let stderr = StderrReader::start(child.stderr.take().expect("piped"));
     let status = wait_with_timeout(&mut child, limits.timeout)?;
     let Some(status) = status else {
         return Err(format!("exceeded --policy-timeout {} s", limits.timeout.as_secs()));
     };
     if let Some(signal) = signal_of(&status) {
-        return Err(format!("killed by signal {signal} ({}){}", signal_name(signal), last_words(&stderr_path)));
+        return Err(format!("killed by signal {signal} ({}){}", signal_name(signal), stderr.finish().last_words()));
     }
     match std::fs::read_to_string(&result_path) {
         Ok(text) => {
@@ -187,8 +187,98 @@ fn run_child_in(dir: &Path, prepared: &Prepared, spec: &PolicySpec, limits: &Lim
         }
         Err(_) => {
             let code = status.code().map_or_else(|| "unknown".to_string(), |c| c.to_string());
-            Err(format!("exited with status {code} without a result{}", last_words(&stderr_path)))
+            Err(format!("exited with status {code} without a result{}", stderr.finish().last_words()))
         }
+    }
+}
+
+/// Bytes of a child's stderr kept at its start, and again at its end.
+const KEPT: usize = 64 << 10;
+
+/// What the parent keeps of a child's stderr: the first [`KEPT`] bytes, the last [`KEPT`], and
+/// the count of those dropped in between — memory and disk bounded whatever the child writes.
+#[derive(Default)]
+struct Capture {
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    total: u64,
+}
+
+impl Capture {
+    fn push(&mut self, mut data: &[u8]) {
+        self.total += data.len() as u64;
+        let room = KEPT - self.head.len();
+        if room > 0 {
+            let n = room.min(data.len());
+            self.head.extend_from_slice(&data[..n]);
+            data = &data[n..];
+        }
+        if data.len() >= KEPT {
+            self.tail.clear();
+            data = &data[data.len() - KEPT..];
+        }
+        let over = (self.tail.len() + data.len()).saturating_sub(KEPT);
+        self.tail.drain(..over);
+        self.tail.extend(data);
+    }
+
+    /// Bytes written but not kept.
+    fn dropped(&self) -> u64 {
+        self.total - (self.head.len() + self.tail.len()) as u64
+    }
+
+    /// [`last_words`] of what was kept, and how much was not.
+    fn last_words(&self) -> String {
+        let mut text = self.head.clone();
+        if self.dropped() > 0 {
+            text.push(b'\n');
+        }
+        text.extend(self.tail.iter());
+        let said = last_words(&String::from_utf8_lossy(&text));
+        match self.dropped() {
+            0 => said,
+            n => format!(
+                "{said} (its stderr: {} bytes; {n} between the first and the last {} KiB not kept)",
+                self.total,
+                KEPT >> 10
+            ),
+        }
+    }
+}
+
+/// Reads a child's stderr on a thread into a [`Capture`].
+struct StderrReader {
+    capture: std::sync::Arc<std::sync::Mutex<Capture>>,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+impl StderrReader {
+    fn start(mut pipe: std::process::ChildStderr) -> Self {
+        use std::io::Read;
+        let capture = std::sync::Arc::new(std::sync::Mutex::new(Capture::default()));
+        let (tx, done) = std::sync::mpsc::channel();
+        let shared = capture.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => shared.lock().unwrap_or_else(|e| e.into_inner()).push(&buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            tx.send(()).ok();
+        });
+        Self { capture, done }
+    }
+
+    /// What was kept once the child has ended. The pipe closes with it, unless a process it
+    /// started holds it open: then what has arrived within a second is all there is (the thread
+    /// ends when that process does).
+    fn finish(self) -> Capture {
+        self.done.recv_timeout(Duration::from_secs(1)).ok();
+        std::mem::take(&mut *self.capture.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -214,20 +304,7 @@ fn wait_with_timeout(child: &mut std::process::Child, timeout: Duration) -> Resu
 /// What the child said on stderr about its end, as `: line` (at most 300 characters): the
 /// runtime's own fatal message ("memory allocation of … failed", "fatal runtime error: stack
 /// overflow") if there is one, else its last line that is not part of a backtrace.
-fn last_words(stderr_path: &Path) -> String {
-    use std::io::{Read, Seek, SeekFrom};
-    const SPAN: u64 = 64 << 10;
-    // The start and the end of the file: a plugin may have written gigabytes in between.
-    let mut text = Vec::new();
-    if let Ok(mut f) = std::fs::File::open(stderr_path) {
-        let len = f.metadata().map_or(0, |m| m.len());
-        f.by_ref().take(SPAN).read_to_end(&mut text).ok();
-        if len > 2 * SPAN && f.seek(SeekFrom::Start(len - SPAN)).is_ok() {
-            text.push(b'\n');
-            f.take(SPAN).read_to_end(&mut text).ok();
-        }
-    }
-    let text = String::from_utf8_lossy(&text);
+fn last_words(text: &str) -> String {
     let fatal = ["memory allocation of", "fatal runtime error", "has overflowed its stack"];
     let said = |l: &&str| {
         !l.trim().is_empty() && !l.starts_with([' ', '\t']) && !l.starts_with("note:") && !l.contains("backtrace")
@@ -352,15 +429,51 @@ mod tests {
     /// The runtime's fatal message is chosen over the backtrace and notes that follow it.
     #[test]
     fn last_words_prefer_the_fatal_message_to_the_backtrace() {
-        let dir = std::env::temp_dir().join(format!("routelab-isolate-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("stderr");
-        std::fs::write(&f, "memory allocation of 64 bytes failed\nstack backtrace:\n   0: x\n             at y\nskipping backtrace printing\n").unwrap();
-        assert_eq!(last_words(&f), ": memory allocation of 64 bytes failed");
-        std::fs::write(&f, "warming up\nerror: reading the request\n\n").unwrap();
-        assert_eq!(last_words(&f), ": error: reading the request");
-        std::fs::write(&f, "").unwrap();
-        assert_eq!(last_words(&f), "");
-        std::fs::remove_dir_all(&dir).ok();
+        let words = |text: &str| {
+            let mut c = Capture::default();
+            c.push(text.as_bytes());
+            c.last_words()
+        };
+        assert_eq!(
+            words(
+                "memory allocation of 64 bytes failed\nstack backtrace:\n   0: x\n             at y\nskipping backtrace printing\n"
+            ),
+            ": memory allocation of 64 bytes failed"
+        );
+        assert_eq!(words("warming up\nerror: reading the request\n\n"), ": error: reading the request");
+        assert_eq!(words(""), "");
+    }
+
+    /// Issue 26: a child's stderr went to a file without bound (a 1 GiB flood made a 1 GB file).
+    /// The parent keeps its first and last 64 KiB, whatever the sizes of the reads, and says how
+    /// much it dropped.
+    #[test]
+    fn a_flood_on_stderr_keeps_a_bounded_head_and_tail_and_counts_the_rest() {
+        let line = |i: u64| format!("line {i:08}\n").into_bytes();
+        let mut all = Vec::new();
+        for i in 0..200_000 {
+            all.extend(line(i));
+        }
+        all.extend(b"the last words\n");
+        // Reads of every size, from a byte to more than what is kept.
+        for chunk in [1, 7, 4096, 65_537, 300_000] {
+            let mut c = Capture::default();
+            for piece in all.chunks(chunk) {
+                c.push(piece);
+                assert!(c.head.len() <= KEPT && c.tail.len() <= KEPT);
+            }
+            assert_eq!(c.total, all.len() as u64);
+            assert_eq!(c.head, all[..KEPT], "chunk {chunk}");
+            assert!(c.tail.iter().eq(all[all.len() - KEPT..].iter()), "chunk {chunk}");
+            assert_eq!(c.dropped(), (all.len() - 2 * KEPT) as u64);
+            let w = c.last_words();
+            let said = format!(": the last words (its stderr: {} bytes; {} between", all.len(), all.len() - 2 * KEPT);
+            assert!(w.starts_with(&said), "{w}");
+        }
+        // Little output is kept whole, and nothing is said to be dropped.
+        let mut c = Capture::default();
+        c.push(&all[..KEPT + 10]);
+        assert_eq!((c.dropped(), c.head.len() + c.tail.len()), (0, KEPT + 10));
+        assert!(!c.last_words().contains("not kept"));
     }
 }

@@ -16,7 +16,7 @@ pub mod parallel;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use routelab_policy_api::{PolicyKind, RouterBox, SchedulerBox};
+use routelab_policy_api::{PolicyKind, RouterBox, SchedulerBox, SelectorBox};
 use serde::Serialize;
 
 pub use self::cells::{Cell, CellError, Stage, assemble, run_cell};
@@ -382,6 +382,68 @@ pub fn run_one_detailed(
     run_seed(policy, prepared, input, true)
 }
 
+/// The policy objects one run makes: the router (and in the cluster world every replica's
+/// scheduler), or the selector.
+enum Instances {
+    Dispatch(RouterBox),
+    Cluster(RouterBox, Vec<SchedulerBox>),
+    Compound(SelectorBox),
+}
+
+/// Which part of a policy refused to be built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The router or selector itself.
+    Policy,
+    /// Its local scheduler (the spec's `@scheduler`, else the workload's `cluster.scheduler`).
+    Scheduler,
+}
+
+/// Builds the objects of one run of `policy` with seed `run_seed`'s contexts. A run and
+/// `validate` ([`check_builds`]) both build through here, so a config one refuses the other does.
+fn instantiate(policy: &ResolvedPolicy, prepared: &Prepared, run_seed: u64) -> Result<Instances, (Part, LoadError)> {
+    let w = &prepared.workload;
+    let of = |part: Part| move |e: LoadError| (part, e);
+    match w.world() {
+        WorldKind::Dispatch => {
+            let d = w.dispatch.as_ref().expect("dispatch world");
+            let router =
+                policy.policy.router(&sim::dispatch::router_context(d.servers, run_seed)).map_err(of(Part::Policy))?;
+            Ok(Instances::Dispatch(router))
+        }
+        WorldKind::Cluster => {
+            let c = w.cluster.as_ref().expect("cluster world");
+            let sm = prepared.step_model.as_ref().expect("prepared cluster world");
+            let router =
+                policy.policy.router(&sim::cluster::router_context_for(c, sm, run_seed)).map_err(of(Part::Policy))?;
+            let scheduler = policy.scheduler.as_ref().expect("resolved cluster policy");
+            let schedulers = make_schedulers(scheduler, sm, c.replicas, run_seed).map_err(of(Part::Scheduler))?;
+            Ok(Instances::Cluster(router, schedulers))
+        }
+        WorldKind::Compound => {
+            let c = w.compound.as_ref().expect("compound world");
+            let selector =
+                policy.policy.selector(&sim::compound::selector_context(c, run_seed)).map_err(of(Part::Policy))?;
+            Ok(Instances::Compound(selector))
+        }
+    }
+}
+
+/// What `validate` checks of a policy: it resolves (name, kind, library, paired scheduler) and
+/// builds — config and all, every replica's scheduler included — exactly as the first seed's run
+/// of `compare` does, then is dropped unrun. The error says which part refused.
+pub fn check_builds(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec) -> Result<(), (Part, LoadError)> {
+    let resolved = match resolve(loader, prepared, spec) {
+        Ok(r) => r,
+        // Only the scheduler's resolution (its name or kind) can fail after the policy's.
+        Err(e) if loader.check(spec, PolicyKind::Router).is_ok() && prepared.workload.cluster.is_some() => {
+            return Err((Part::Scheduler, e));
+        }
+        Err(e) => return Err((Part::Policy, e)),
+    };
+    instantiate(&resolved, prepared, seed_for(prepared.workload.seed, 0)).map(drop)
+}
+
 /// One run; its [`Detail`] only when asked (it costs a sort of every request's latency).
 fn run_seed(
     policy: &ResolvedPolicy,
@@ -391,10 +453,9 @@ fn run_seed(
 ) -> Result<(Outcome, Option<Detail>), Error> {
     let w = &prepared.workload;
     let (label, run_seed) = (policy.label(), input.seed);
-    match w.world() {
-        WorldKind::Dispatch => {
+    match instantiate(policy, prepared, run_seed).map_err(|(_, e)| e)? {
+        Instances::Dispatch(router) => {
             let d = w.dispatch.as_ref().expect("dispatch world");
-            let router = policy.policy.router(&sim::dispatch::router_context(d.servers, run_seed))?;
             let trace = prepared.trace.as_deref();
             if !with_detail {
                 return Ok(((sim::dispatch::run(d, trace, router, label, run_seed)?, Vec::new()), None));
@@ -402,12 +463,9 @@ fn run_seed(
             let (m, detail) = sim::dispatch::run_detailed(d, trace, router, label, run_seed)?;
             Ok(((m, Vec::new()), Some(detail)))
         }
-        WorldKind::Cluster => {
+        Instances::Cluster(router, schedulers) => {
             let c = w.cluster.as_ref().expect("cluster world");
             let sm = prepared.step_model.as_ref().expect("prepared cluster world");
-            let router = policy.policy.router(&sim::cluster::router_context_for(c, sm, run_seed))?;
-            let schedulers =
-                make_schedulers(policy.scheduler.as_ref().expect("resolved cluster policy"), sm, c.replicas, run_seed)?;
             let stream = input.stream.as_deref().expect("cluster seed input");
             let sim =
                 ClusterSim::build(c, sm, stream, router, schedulers, label).map_err(|e| prepared.setup_error(e))?;
@@ -415,9 +473,8 @@ fn run_seed(
             let detail = with_detail.then(|| cluster_detail(c.replicas as usize, &out.records));
             Ok(((out.metrics, Vec::new()), detail))
         }
-        WorldKind::Compound => {
+        Instances::Compound(mut selector) => {
             let c = w.compound.as_ref().expect("compound world");
-            let mut selector = policy.policy.selector(&sim::compound::selector_context(c, run_seed))?;
             let out = sim::compound::run(c, &mut selector, label, run_seed, None)?;
             Ok(((out.metrics, out.allocation), None))
         }

@@ -158,18 +158,21 @@ pub struct InputError {
 
 impl fmt::Display for InputError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file.display())?;
+        use fmt::Write as _;
+        let mut s = String::new();
+        write!(s, "{}", self.file.display())?;
         if let Some(line) = self.line {
-            write!(f, ":{line}")?;
+            write!(s, ":{line}")?;
         }
         if !self.path.is_empty() {
-            write!(f, ": field `{}`", self.path)?;
+            write!(s, ": field `{}`", self.path)?;
         }
-        write!(f, ": {}", self.message)?;
+        write!(s, ": {}", self.message)?;
         if !self.fix.is_empty() {
-            write!(f, "\n  fix: {}", self.fix)?;
+            write!(s, "\n  fix: {}", self.fix)?;
         }
-        Ok(())
+        // A built-in workload (or a trace it replays) by its name, not the temporary copy read.
+        f.write_str(&crate::builtin::shown(&s))
     }
 }
 

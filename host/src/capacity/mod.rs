@@ -138,7 +138,8 @@ pub struct Answer {
     pub hi: f64,
     /// In the order they were run.
     pub points: Vec<Point>,
-    /// Why the search stopped short of a bracket, when the workload refused a load.
+    /// Why the search stopped short of a bracket: the workload refused a load, or the SLO
+    /// failed even at the bottom of the range.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -188,7 +189,33 @@ pub fn search(
     if first {
         lo = start
     } else {
-        hi = start
+        hi = start;
+        // Before halving 20 times: the bottom of the range, where requests barely overlap. An
+        // SLO that fails there fails at every load (a TTFT bound below the bare prefill time,
+        // say): said after two loads, not 21. One that holds there brackets the answer.
+        let bottom = start / f64::from(1u32 << MAX_STEPS);
+        if points.len() < budget {
+            let mut refused = None;
+            match run(bottom, &mut points, &mut refused)? {
+                Some(true) => lo = bottom,
+                Some(false) => {
+                    let note = format!(
+                        "the SLO fails even at load {bottom:.3e}, 2^-{MAX_STEPS} × the workload's, where requests \
+                         barely wait for each other: no load meets it (loosen the SLO, or give the replicas more \
+                         capacity)"
+                    );
+                    return Ok(Answer {
+                        status: Status::FailsEverywhere,
+                        lo: 0.0,
+                        hi: bottom,
+                        points,
+                        note: Some(note),
+                    });
+                }
+                // Too low a load for the workload (its clock, say): halve from the start instead.
+                None => {}
+            }
+        }
     }
     // Double while it holds, or halve while it fails, until one load of each is known (a
     // limited range already has its top).
@@ -220,6 +247,7 @@ pub fn search(
     } else {
         Status::Found
     };
+    let note = note.map(|why| format!("the search stopped at a load the workload refuses: {why}"));
     Ok(Answer { status, lo, hi, points, note })
 }
 
@@ -334,6 +362,87 @@ pub fn of_policy(
     Ok(PolicyCapacity { policy: spec.label.clone(), spec: spec.arg.clone(), answer, runs, error })
 }
 
+/// A condition of `target` no load can meet, found before any run: as (the condition, why, the
+/// fix). A bound outside its metric's range (a time or count below 0, a share above 1); and in
+/// the cluster world priced by the roofline, a TTFT or latency — or a per-request `ttft_s` or
+/// `latency_s` that `slo_attainment`/`goodput_rps` then need — at or below the quickest step a
+/// replica takes (a request's first token waits for at least one step, which reads the weights).
+pub fn impossible(target: &Target, w: &Workload) -> Option<(String, String, String)> {
+    let never_negative = |m: &str| !m.starts_with("router.") && !m.starts_with("scheduler.");
+    let share = |m: &str| {
+        m == "slo_attainment" || m.ends_with("hit_rate") || m.ends_with("_share") || m.ends_with("utilisation")
+    };
+    use expr::Op;
+    for c in &target.conditions {
+        let (m, b) = (c.metric.as_str(), c.value);
+        let below_zero = never_negative(m) && ((c.op == Op::Lt && b <= 0.0) || (c.op == Op::Le && b < 0.0));
+        let above_one = share(m) && ((c.op == Op::Gt && b >= 1.0) || (c.op == Op::Ge && b > 1.0));
+        if below_zero || above_one {
+            let range = if below_zero { "never below 0" } else { "a share, never above 1" };
+            return Some((c.to_string(), format!("can never hold: `{m}` is {range}"), "fix the bound".into()));
+        }
+    }
+    let c = w.cluster.as_ref()?;
+    let (floor, on) = quickest_step(c)?;
+    // Ticks round each step to the nanosecond: a hair of slack.
+    let below = |op: Op, b: f64| match op {
+        Op::Lt => b <= floor - 1e-9,
+        Op::Le => b < floor - 1e-9,
+        Op::Gt | Op::Ge => false,
+    };
+    let why = |what: &str| {
+        format!(
+            "can never hold: {what}, and the quickest step {on} takes {floor:.4} s (reading the weights once) \
+             however low the load"
+        )
+    };
+    let fix = format!("bound it above {floor:.4} s, or use a faster GPU or a larger tp");
+    for cond in &target.conditions {
+        let m = cond.metric.as_str();
+        if (m.starts_with("ttft_") || m.starts_with("latency_")) && below(cond.op, cond.value) {
+            return Some((cond.to_string(), why("every request's first token waits for at least one step"), fix));
+        }
+    }
+    // A per-request bound no request meets leaves slo_attainment and goodput_rps at 0.
+    let slo = target.bounds.as_ref().or(c.slo.as_ref())?;
+    let unmet = [("ttft_s", slo.ttft_s), ("latency_s", slo.latency_s)]
+        .into_iter()
+        .find_map(|(name, b)| b.filter(|&b| below(Op::Le, b)).map(|b| format!("{name}={b}")))?;
+    let needs_some = target.conditions.iter().find(|cond| {
+        let b = cond.value;
+        ["slo_attainment", "goodput_rps"].contains(&cond.metric.as_str())
+            && ((cond.op == Op::Gt && b >= 0.0) || (cond.op == Op::Ge && b > 0.0))
+    })?;
+    Some((
+        needs_some.to_string(),
+        why(&format!(
+            "no request can meet the per-request bound {unmet} (its first token waits for at least one step)"
+        )),
+        fix,
+    ))
+}
+
+/// The shortest step any replica of `c` (every P/D pool included) can take, in seconds, and on
+/// what; `None` when a replica is priced by a calibration (no such floor is proven for it).
+fn quickest_step(c: &cluster::ClusterSpec) -> Option<(f64, String)> {
+    let mut models = vec![c.step_model().ok()?];
+    if let Some(d) = &c.disaggregation {
+        let (p, dec) = d.step_models(c).ok()?;
+        models.extend([p, dec]);
+        models.extend(d.mixed_step_model(c).ok()?);
+    }
+    let mut quickest: Option<(f64, String)> = None;
+    for sm in &models {
+        let routelab_core::step_model::Pricer::Roofline(cost) = &sm.pricer else { return None };
+        // A step's time is max(compute, bytes) + overhead, and its bytes include the weights.
+        let floor = cost.weight_bytes / cost.bytes_per_s + cost.step_overhead_s;
+        if floor.is_finite() && quickest.as_ref().is_none_or(|q| floor < q.0) {
+            quickest = Some((floor, format!("on {} × {} (tp {})", sm.gpu.name, sm.model.name, sm.tp)));
+        }
+    }
+    quickest
+}
+
 /// The workload prepared at its starting load: bad input found before any run.
 pub fn check(p: &Problem, start: f64) -> Result<runner::Prepared, InputError> {
     prepare_at(p, start)
@@ -379,6 +488,9 @@ mod tests {
         assert_eq!(all.status, Status::HoldsEverywhere);
         let none = search(1.0, None, settings(0.01), &mut up_to(0.0)).unwrap();
         assert_eq!((none.status, none.lo), (Status::FailsEverywhere, 0.0));
+        // Issue 26: said after the start and the bottom of the range, not 21 loads.
+        assert_eq!(none.points.iter().map(|p| p.load).collect::<Vec<_>>(), vec![1.0, 1.0 / 1048576.0]);
+        assert!(none.note.as_deref().is_some_and(|n| n.contains("fails even at load 9.537e-7")), "{:?}", none.note);
         let never = search(1.0, None, settings(0.01), &mut up_to(f64::INFINITY)).unwrap();
         assert_eq!(never.status, Status::HoldsEverywhere);
         assert!(never.hi.is_infinite());
@@ -414,7 +526,66 @@ mod tests {
         };
         let a = search(1.0, None, settings(0.01), &mut eval).unwrap();
         assert_eq!((a.status, a.lo, a.points.len()), (Status::HoldsEverywhere, 8.0, 4));
-        assert_eq!(a.note.as_deref(), Some("too many requests at 16"));
+        assert_eq!(
+            a.note.as_deref(),
+            Some("the search stopped at a load the workload refuses: too many requests at 16")
+        );
+    }
+
+    /// An answer below the start is still found when the bottom of the range holds; when the
+    /// bottom is out of the workload's range, halving from the start finds it as before.
+    #[test]
+    fn a_failing_start_probes_the_bottom_then_bisects() {
+        let a = search(10.0, None, settings(0.02), &mut up_to(0.7)).unwrap();
+        assert_eq!(a.points[1].load, 10.0 / 1048576.0);
+        assert!(a.points[1].holds);
+        assert_eq!(a.status, Status::Found);
+        let mut eval = |x: f64| {
+            Ok(if x < 1e-3 {
+                Evaluated::OutOfRange(format!("too slow at {x}"))
+            } else {
+                Evaluated::Ran(Point { load: x, holds: x <= 0.7, metrics: Metrics::new() })
+            })
+        };
+        let b = search(10.0, None, settings(0.02), &mut eval).unwrap();
+        assert_eq!(b.status, Status::Found);
+        assert!(b.lo <= 0.7 && 0.7 < b.hi, "{} {}", b.lo, b.hi);
+        assert_eq!(b.note, None, "the refused bottom is no reason the search stopped");
+    }
+
+    /// Issue 26: SLOs no load can meet were searched through 21 loads; these are refused before
+    /// any run, naming the condition.
+    #[test]
+    fn conditions_no_load_can_meet_are_found_before_any_run() {
+        let parse = |y: &str| routelab_core::workload::parse(y, Path::new("w.yaml")).unwrap();
+        let c = parse(
+            "cluster:\n  replicas: 1\n  gpu: a6000\n  model: mistral-7b\n  generator: {output_tokens: 8}\n  \
+             arrivals: {poisson: {rate: 1}}\n  requests: 10\n",
+        );
+        // mistral-7b's 14.5 GB of weights at the a6000's effective bandwidth, once per step.
+        let (floor, _) = quickest_step(c.cluster.as_ref().unwrap()).unwrap();
+        assert!(floor > 0.015 && floor < 0.03, "{floor}");
+        let check = |slo: &str, w: &Workload| impossible(&expr::parse(slo, w).unwrap(), w);
+        let found = check("ttft_p99_s<0.001", &c).expect("below one step");
+        assert_eq!(found.0, "ttft_p99_s < 0.001");
+        assert!(found.1.contains("waits for at least one step") && found.1.contains("a6000"), "{found:?}");
+        assert!(check(&format!("latency_mean_s<={}", floor * 0.99), &c).is_some());
+        assert!(check(&format!("ttft_p50_s<{}", floor * 1.01), &c).is_none(), "above the floor: for the runs to say");
+        assert!(check("ttft_p99_s<2", &c).is_none());
+        assert!(check("tpot_mean_s<0.001", &c).is_none(), "one-token outputs have no TPOT: no floor claimed");
+        assert_eq!(check("hit_rate>1", &c).unwrap().0, "hit_rate > 1");
+        assert!(check("hit_rate>=1", &c).is_none(), "a hit rate of 1 can happen");
+        assert!(check("throughput_rps<0", &c).is_some());
+        // Per-request bounds no request meets: attainment and goodput stay 0.
+        assert!(check("ttft_s=0.001,slo_attainment>=0.5", &c).unwrap().1.contains("ttft_s=0.001"));
+        assert!(check("latency_s=0.001,goodput_rps>0", &c).is_some());
+        assert!(check("ttft_s=0.001,slo_attainment>=0", &c).is_none(), "holds trivially");
+        assert!(check("ttft_s=1,slo_attainment>=0.5", &c).is_none());
+        // The dispatch world: ranges only.
+        let d = parse("dispatch: {servers: 1, requests: 10}\n");
+        assert!(check("response_mean<0", &d).is_some());
+        assert!(check("utilisation>1", &d).is_some());
+        assert!(check("response_mean<0.01", &d).is_none());
     }
 
     #[test]

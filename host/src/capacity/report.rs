@@ -96,7 +96,7 @@ pub fn table(r: &Report, target: &Target, markdown: bool) -> String {
     );
     for p in r.results {
         if let Some(note) = p.answer.as_ref().and_then(|a| a.note.as_ref()) {
-            out.push_str(&format!("note: {}: the search stopped at a load the workload refuses: {note}\n", p.policy));
+            out.push_str(&format!("note: {}: {note}\n", p.policy));
         }
     }
     out

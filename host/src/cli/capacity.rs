@@ -72,6 +72,9 @@ pub fn run(a: Args) -> Result<i32> {
     // Everything that can be refused is refused now: the workload at its own load, and every
     // policy name and config (resolving builds nothing that runs).
     let prepared = capacity::check(&problem, start)?;
+    if let Some((condition, why, fix)) = capacity::impossible(&target, &prepared.workload) {
+        return Err(flag_error("--slo", condition, why, &fix).into());
+    }
     let mut loader = Loader::new();
     for spec in &specs {
         runner::resolve(&mut loader, &prepared, spec)?;

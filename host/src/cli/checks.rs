@@ -7,6 +7,7 @@ use routelab_policy_api::PolicyKind;
 
 use super::args::Common;
 use routelab_core::plugin::{LoadError, Loader, PolicySpec};
+use routelab_core::runner::{self, Part, Prepared};
 use routelab_core::workload::{InputError, Workload, WorldKind};
 
 fn flag_error(flag: &str, message: String, fix: &str) -> InputError {
@@ -114,6 +115,30 @@ pub fn policy_names(loader: &mut Loader, w: &Workload, file: &Path) -> Result<()
     if let Some(c) = &w.cluster {
         let s = PolicySpec::parse(&c.scheduler).map_err(|e| at("cluster.scheduler".into(), e))?;
         loader.check(&s, PolicyKind::Scheduler).map_err(|e| at("cluster.scheduler".into(), e))?;
+    }
+    Ok(())
+}
+
+/// Every policy a workload names is built as `compare` builds it for its first seed (config,
+/// context and every replica's scheduler), so `validate` refuses what a run would
+/// ([`runner::check_builds`]); a cluster workload without `policies:` still has its
+/// `cluster.scheduler` built (beside a stand-in `round_robin`).
+pub fn policy_builds(loader: &mut Loader, prepared: &Prepared, file: &Path) -> Result<(), InputError> {
+    let w = &prepared.workload;
+    policy_names(loader, w, file)?;
+    let mut specs = specs(&w.policies).expect("checked by policy_names");
+    let stand_in = specs.is_empty() && w.cluster.is_some();
+    if stand_in {
+        specs.push(PolicySpec::parse("round_robin").expect("a built-in router"));
+    }
+    for (i, s) in specs.iter().enumerate() {
+        let Err((part, e)) = runner::check_builds(loader, prepared, s) else { continue };
+        let field = if part == Part::Scheduler && s.scheduler.is_none() {
+            "cluster.scheduler".to_string()
+        } else {
+            format!("policies[{i}]")
+        };
+        return Err(InputError { file: file.into(), path: field, line: None, message: e.message, fix: e.fix });
     }
     Ok(())
 }

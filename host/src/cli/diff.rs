@@ -78,13 +78,17 @@ impl Moved {
 
 /// The metrics of one policy that moved beyond their intervals, and how many were compared.
 pub fn moved(before: &Metrics, after: &Metrics) -> (Vec<Moved>, usize) {
-    let half = |m: &Metrics, k: &str| m.get(&format!("{k}_ci95")).filter(|h| h.is_finite()).unwrap_or(0.0);
+    // By key: a policy may report many figures.
+    let (before_at, after_at) = (before.index(), after.index());
+    let half = |m: &std::collections::HashMap<&str, f64>, k: &str| {
+        m.get(format!("{k}_ci95").as_str()).copied().filter(|h| h.is_finite()).unwrap_or(0.0)
+    };
     let mut out = Vec::new();
     let mut compared = 0;
     for key in before.keys().filter(|k| !k.ends_with("_ci95")) {
-        let (Some(b), Some(a)) = (before.get(key), after.get(key)) else { continue };
+        let (Some(&b), Some(&a)) = (before_at.get(key), after_at.get(key)) else { continue };
         compared += 1;
-        let (hb, ha) = (half(before, key), half(after, key));
+        let (hb, ha) = (half(&before_at, key), half(&after_at, key));
         let differs = match (b.is_finite(), a.is_finite()) {
             (true, true) => (a - b).abs() > (hb * hb + ha * ha).sqrt(),
             (false, false) => false,

@@ -150,7 +150,7 @@ pub fn exit_code_of_results(results: &[WorkloadResult], printed: &mut Vec<String
         for r in &w.results {
             if let Some(e) = &r.error {
                 if !printed.contains(e) {
-                    eprintln!("error: {}: {e}", w.name);
+                    eprintln!("error: {}: {}", w.name, routelab_core::builtin::shown(e));
                     printed.push(e.clone());
                 }
                 code = code.max(if r.input_error { 2 } else { 1 });

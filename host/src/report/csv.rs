@@ -5,11 +5,13 @@
 use routelab_core::runner::WorkloadResult;
 
 pub fn render(workloads: &[WorkloadResult]) -> String {
+    // The union in first-seen order; sets and indexes keep it linear in the figures' number.
     let mut keys: Vec<&str> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for w in workloads {
         for r in &w.results {
             for k in r.metrics.keys() {
-                if !keys.contains(&k) {
+                if seen.insert(k) {
                     keys.push(k);
                 }
             }
@@ -28,9 +30,9 @@ pub fn render(workloads: &[WorkloadResult]) -> String {
                 r.policy.clone(),
                 r.error.clone().unwrap_or_default(),
             ];
+            let m = r.metrics.index();
             row.extend(
-                keys.iter()
-                    .map(|k| r.metrics.get(k).filter(|v| v.is_finite()).map_or(String::new(), |v| v.to_string())),
+                keys.iter().map(|k| m.get(k).filter(|v| v.is_finite()).map_or(String::new(), |v| v.to_string())),
             );
             out.write_record(&row).expect("writing to memory");
         }

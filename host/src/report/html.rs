@@ -163,13 +163,16 @@ fn workload(h: &mut String, w: &WorkloadResult) -> Result<()> {
 fn every_metric(h: &mut String, w: &WorkloadResult) {
     let ok: Vec<_> = w.results.iter().filter(|r| r.error.is_none()).collect();
     let mut keys: Vec<&str> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for r in &ok {
         for k in r.metrics.keys().filter(|k| !k.ends_with("_ci95")) {
-            if !keys.contains(&k) {
+            if seen.insert(k) {
                 keys.push(k);
             }
         }
     }
+    // Looked up by key: a policy may report many figures.
+    let index: Vec<_> = ok.iter().map(|r| r.metrics.index()).collect();
     if keys.is_empty() {
         return;
     }
@@ -182,8 +185,8 @@ fn every_metric(h: &mut String, w: &WorkloadResult) {
     h.push_str("</tr>\n");
     for k in keys {
         let _ = write!(h, "<tr><td>{}</td>", escape(k));
-        for r in &ok {
-            let text = match (r.metrics.get(k), r.metrics.get(&format!("{k}_ci95"))) {
+        for m in &index {
+            let text = match (m.get(k).copied(), m.get(format!("{k}_ci95").as_str()).copied()) {
                 (Some(v), Some(ci)) if ci.is_finite() => table::fmt_pm(v, ci),
                 (Some(v), _) => fmt_num(v),
                 (None, _) => String::new(),

@@ -226,3 +226,36 @@ fn cluster_capacity_is_bracketed_by_loads_that_held_and_failed() {
     // Speed x replays the trace at time_scale 2 / x.
     assert_eq!(trace["resolved"]["cluster"]["arrivals"]["trace"]["time_scale"], 2.0);
 }
+
+/// Issue 26: an SLO no load can meet was searched through 21 loads. One below the quickest step
+/// a replica takes is refused before any run (exit 2, naming the condition); one that fails at
+/// the bottom of the range is said after two loads, the start and the bottom.
+#[test]
+fn impossible_slos_are_said_early() {
+    bad(
+        &["capacity", "tool_use", "--slo", "ttft_p99_s<0.005", "--policies", "round_robin"],
+        &[
+            "--slo",
+            "ttft_p99_s < 0.005",
+            "can never hold",
+            "quickest step on a6000 × mistral-7b",
+            "fix: bound it above",
+        ],
+    );
+    bad(
+        &["capacity", "tool_use", "--slo", "ttft_s=0.001,attainment>=0.5", "--policies", "round_robin"],
+        &["slo_attainment >= 0.5", "per-request bound ttft_s=0.001"],
+    );
+    bad(&["capacity", "tool_use", "--slo", "hit_rate>1.5", "--policies", "round_robin"], &["never above 1"]);
+    // Above one step, below every request's bare prefill: the runs say it.
+    let v = json_of(
+        &["capacity", "tool_use", "--slo", "ttft_p99_s<0.05", "--policies", "round_robin", "--seeds", "1"],
+        "impossible.json",
+    );
+    let r = &v["results"][0];
+    assert_eq!(r["status"], "fails_everywhere", "{r}");
+    let loads: Vec<f64> = r["points"].as_array().unwrap().iter().map(|p| p["load"].as_f64().unwrap()).collect();
+    assert_eq!(loads.len(), 2, "{loads:?}");
+    assert_eq!(loads[1], loads[0] / 1048576.0);
+    assert!(r["note"].as_str().unwrap().contains("the SLO fails even at load"), "{r}");
+}

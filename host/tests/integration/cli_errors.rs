@@ -140,3 +140,108 @@ fn a_bad_custom_gpu_or_model_names_the_field_not_the_untagged_enum() {
     let err = bad(&["compare", w.to_str().unwrap()], &[":3", "cluster.model.kv_heads", "expected u32"]);
     assert!(!err.contains("untagged"), "{err}");
 }
+
+/// Issue 26: an error about a built-in workload named the temporary copy it is read from
+/// (`/tmp/routelab-0.x-…/cluster/tool_use.yaml`); it names the built-in as the repository does.
+#[test]
+fn errors_about_built_in_workloads_name_the_built_in_not_a_temporary_path() {
+    let tmp = std::env::temp_dir().display().to_string();
+    let cases: [(&[&str], &str); 2] = [
+        // In the message: the workload is a cluster one.
+        (&["compare", "tool_use", "--start", "a"], "workloads/cluster/tool_use.yaml is a cluster workload"),
+        // As the error's file.
+        (&["export-trace", "exp_rho09", "--out", "/dev/null"], "workloads/dispatch/exp_rho09.yaml: field `cluster`"),
+    ];
+    for (args, wanted) in cases {
+        let out = routelab(args);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(wanted), "{args:?}: stderr lacks {wanted:?}: {err}");
+        assert!(!err.contains(&format!("{tmp}/routelab-")), "{args:?} shows the temporary copy: {err}");
+    }
+}
+
+/// Issue 26: `validate` only looked policies up by name, so a config every run refuses (a
+/// scheduler's `groups: 0`, an unknown router field) passed it. It now builds them as `compare`
+/// does: both refuse the same workloads, naming the field.
+#[test]
+fn validate_refuses_the_policy_configs_compare_refuses() {
+    let base = std::fs::read_to_string(workspace().join("workloads/cluster/long_doc_qa.yaml")).unwrap();
+    let with = |name: &str, from: &str, to: &str| {
+        assert!(base.contains(from), "long_doc_qa.yaml changed: {from:?}");
+        let p = scratch(name);
+        std::fs::write(&p, base.replacen(from, to, 1)).unwrap();
+        p
+    };
+    let cases = [
+        (
+            with(
+                "bad_scheduler_config.yaml",
+                "  replicas: 4\n",
+                "  replicas: 4\n  scheduler: \"priority_groups{groups: 0}\"\n",
+            ),
+            "cluster.scheduler",
+        ),
+        (
+            with(
+                "bad_scheduler_field.yaml",
+                "  replicas: 4\n",
+                "  replicas: 4\n  scheduler: \"priority_groups{no_such_field: 1}\"\n",
+            ),
+            "cluster.scheduler",
+        ),
+        (
+            with("bad_router_config.yaml", "policies: [", "policies: [\"least_requests{no_such_field: 1}\", "),
+            "policies[0]",
+        ),
+    ];
+    for (p, field) in &cases {
+        let p = p.to_str().unwrap();
+        let err = bad(&["validate", p], &[field]);
+        assert!(err.contains("fix:"), "{err}");
+        // Only the refused policy (the scheduler's with round_robin): nothing else runs.
+        let only = if *field == "policies[0]" { "least_requests{no_such_field: 1}" } else { "round_robin" };
+        let out = routelab(&["compare", p, "--seeds", "1", "--policies", only]);
+        assert_eq!(out.status.code(), Some(2), "compare accepts what validate refused: {p}");
+    }
+    // The shipped workload itself passes both.
+    assert_eq!(routelab(&["validate", "workloads/cluster/long_doc_qa.yaml"]).status.code(), Some(0));
+}
+
+/// A custom GPU with a NaN, negative or infinite rate passed validation: the roofline's `max()`
+/// dropped the bad term, so a NaN bandwidth priced every step as compute-bound and the run
+/// reported latencies with exit 0. On `cluster.gpu` and on a P/D pool's `gpu` alike it is now
+/// refused, naming the field.
+#[test]
+fn a_custom_gpu_with_a_nan_negative_or_infinite_rate_is_refused() {
+    let pd = "name: pd\ncluster:\n  replicas: 2\n  gpu: GPU\n  model: mistral-7b\n  disaggregation:\n    \
+              prefill: {instances: 1, gpu: POOL}\n    decode: {instances: 1}\n    link: {bandwidth_gbps: 100}\n  \
+              generator: {output_tokens: 8}\n  arrivals: {poisson: {rate: 1}}\n  requests: 10\n";
+    let good = "{name: x, tflops: 100, bandwidth_gb_s: 1000, memory_gb: 80}";
+    for (field, value) in [
+        ("bandwidth_gb_s", ".nan"),
+        ("bandwidth_gb_s", "-5"),
+        ("tflops", ".nan"),
+        ("tflops", "-1"),
+        ("tflops", ".inf"),
+        ("memory_gb", ".inf"),
+    ] {
+        let figures: Vec<String> = [("tflops", "100"), ("bandwidth_gb_s", "1000"), ("memory_gb", "80")]
+            .iter()
+            .map(|(f, v)| format!("{f}: {}", if *f == field { value } else { v }))
+            .collect();
+        let bad_gpu = format!("{{name: x, {}}}", figures.join(", "));
+        for (place, yaml) in [
+            ("cluster.gpu", pd.replace("GPU", &bad_gpu).replace("POOL", good)),
+            ("cluster.disaggregation.prefill.gpu", pd.replace("GPU", good).replace("POOL", &bad_gpu)),
+        ] {
+            let p = scratch("bad_custom_gpu.yaml");
+            std::fs::write(&p, &yaml).unwrap();
+            bad(&["validate", p.to_str().unwrap()], &[&format!("{place}.{field}"), "positive, finite", "fix:"]);
+        }
+    }
+    // The same mapping with every figure sound passes.
+    let p = scratch("good_custom_gpu.yaml");
+    std::fs::write(&p, pd.replace("GPU", good).replace("POOL", good)).unwrap();
+    assert_eq!(routelab(&["validate", p.to_str().unwrap()]).status.code(), Some(0));
+}

@@ -204,3 +204,80 @@ fn isolate_keeps_the_exit_codes_of_bad_input() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--all-starts runs in the host's process"));
 }
+
+/// A small dispatch workload: the hostile routers act from its second request.
+fn small_dispatch() -> PathBuf {
+    let p = scratch("small_dispatch.yaml");
+    std::fs::write(&p, "name: small\nseed: 1\ndispatch: {servers: 2, requests: 200}\n").unwrap();
+    p
+}
+
+/// Issue 26: the child's stderr went to a file without bound (1 GiB of it made a 1 GB file). The
+/// parent now reads it through a pipe and keeps its first and last 64 KiB: the row still says
+/// what the child said last, and how much of its 64 MiB was not kept.
+#[test]
+fn a_flood_on_a_childs_stderr_is_kept_bounded_and_the_drop_is_said() {
+    let policies = format!("round_robin,{}:floods_stderr", hostile().display());
+    let w = small_dispatch();
+    let out_json = scratch("flood.json");
+    let out = routelab(&[
+        "compare",
+        w.to_str().unwrap(),
+        "--policies",
+        &policies,
+        "--isolate",
+        "--json",
+        out_json.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc = json(&out_json);
+    let e = results(&doc)[1]["error"].as_str().expect("the flooding row failed").to_string();
+    assert!(e.starts_with("killed by signal 6 (SIGABRT): the flood's last words (its stderr: "), "{e}");
+    // 64 Ki lines of 1 KiB and the last words, less the 128 KiB kept.
+    let total: u64 = (64 << 10) * 1024 + "the flood's last words\n".len() as u64;
+    assert!(
+        e.contains(&format!("{total} bytes; {} between the first and the last 64 KiB not kept", total - (128 << 10))),
+        "{e}"
+    );
+    assert!(results(&doc)[0].get("error").is_none(), "round_robin's row stands");
+}
+
+/// Issue 26: a policy reporting many figures made the parent quadratic (80,000 figures took
+/// 39 s). 200,000 figures over two seeds cross `--isolate` whole into JSON, CSV and the table.
+#[test]
+fn a_policy_with_many_figures_crosses_isolate_whole() {
+    const N: usize = 200_000;
+    let policies = format!("{}:many_figures", hostile().display());
+    let w = small_dispatch();
+    let (out_json, out_csv) = (scratch("figures.json"), scratch("figures.csv"));
+    let out = Command::new(env!("CARGO_BIN_EXE_routelab"))
+        .args([
+            "compare",
+            w.to_str().unwrap(),
+            "--seeds",
+            "2",
+            "--policies",
+            &policies,
+            "--isolate",
+            "--json",
+            out_json.to_str().unwrap(),
+            "--csv",
+            out_csv.to_str().unwrap(),
+        ])
+        .env("ROUTELAB_TEST_FIGURES", N.to_string())
+        .current_dir(workspace())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc = json(&out_json);
+    let m = results(&doc)[0]["metrics"].as_object().expect("metrics").clone();
+    let figures: Vec<_> = m.keys().filter(|k| k.starts_with("router.f") && !k.ends_with("_ci95")).collect();
+    assert_eq!(figures.len(), N);
+    for i in [0, 1, N / 2, N - 1] {
+        assert_eq!(m[&format!("router.f{i}")], serde_json::json!(i as f64), "router.f{i}");
+        assert_eq!(m[&format!("router.f{i}_ci95")], serde_json::json!(0.0), "the same on both seeds");
+    }
+    let csv = std::fs::read_to_string(&out_csv).unwrap();
+    let header = csv.lines().next().unwrap();
+    assert_eq!(header.split(',').filter(|c| c.starts_with("router.f") && !c.ends_with("_ci95")).count(), N);
+}

@@ -7,7 +7,11 @@
 //! - `allocates_forever`: allocates and touches 64 MiB blocks until the allocator fails;
 //! - `segfaults`: writes through a null pointer (SIGSEGV);
 //! - `prints`: routes round robin and writes a line to stdout on every request (must not reach
-//!   the host's tables).
+//!   the host's tables);
+//! - `floods_stderr`: writes 64 MiB to stderr, then a last line, then aborts (the parent must
+//!   keep a bounded head and tail of it);
+//! - `many_figures`: routes round robin and reports `ROUTELAB_TEST_FIGURES` figures (default
+//!   100,000; the parent's handling of a result must stay linear in their number).
 
 use std::hint::black_box;
 
@@ -145,6 +149,51 @@ impl RouterPolicy for Prints {
     }
 }
 
+pub struct FloodsStderr;
+impl Misdeed for FloodsStderr {
+    const NAME: &'static str = "floods_stderr";
+    const DESCRIPTION: &'static str = "writes 64 MiB to stderr, then aborts on its second request (test fixture)";
+    fn misbehave(_: usize) -> usize {
+        use std::io::Write;
+        let line = [b'x'; 1023];
+        let mut err = std::io::stderr().lock();
+        for _ in 0..(64 << 10) {
+            err.write_all(&line).ok();
+            err.write_all(b"\n").ok();
+        }
+        writeln!(err, "the flood's last words").ok();
+        drop(err);
+        std::process::abort()
+    }
+}
+
+/// Round robin that reports many figures.
+pub struct ManyFigures {
+    seen: usize,
+}
+
+impl Policy for ManyFigures {
+    const NAME: &'static str = "many_figures";
+    const DESCRIPTION: &'static str = "round robin reporting ROUTELAB_TEST_FIGURES figures (test fixture)";
+    type Config = NoConfig;
+    type Context = RouterContext;
+    fn new(_: NoConfig, _: &RouterContext) -> Result<Self, String> {
+        Ok(Self { seen: 0 })
+    }
+}
+
+impl RouterPolicy for ManyFigures {
+    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
+        self.seen += 1;
+        self.seen % replicas.len()
+    }
+
+    fn report(&self) -> Vec<(String, f64)> {
+        let n = std::env::var("ROUTELAB_TEST_FIGURES").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000usize);
+        (0..n).map(|i| (format!("f{i}"), i as f64)).collect()
+    }
+}
+
 fn registry() -> Vec<Entry> {
     vec![
         router::<Hostile<Aborts>>(),
@@ -154,6 +203,8 @@ fn registry() -> Vec<Entry> {
         router::<Hostile<AllocatesForever>>(),
         router::<Hostile<Segfaults>>(),
         router::<Prints>(),
+        router::<Hostile<FloodsStderr>>(),
+        router::<ManyFigures>(),
     ]
 }
 

@@ -361,9 +361,11 @@ impl ClusterSim<'_> {
     pub(super) fn start_transfers(&mut self, now: SimTime, d: usize) {
         let Some(pd) = self.pd.as_mut().filter(|pd| d >= pd.decode_start) else { return };
         let k = d - pd.decode_start;
+        // A mixed instance takes transfers too, with its own pool's memory (not the decode pool's).
+        let cfg = &self.cfgs[super::pool_of(Some(&*pd), d)];
         while let Some(&id) = pd.waiting[k].front() {
             let st = &mut self.states[id as usize];
-            let Some(cached) = self.replicas[d].admit_transfer(id, self.stream, st, &self.cfgs[1]) else { break };
+            let Some(cached) = self.replicas[d].admit_transfer(id, self.stream, st, cfg) else { break };
             pd.waiting[k].pop_front();
             let prompt = self.stream.requests[id as usize].prompt_tokens;
             let tokens = match pd.transfer {
@@ -422,7 +424,8 @@ impl ClusterSim<'_> {
         let pd = self.pd.as_mut().expect("disaggregated");
         let d = pd.decode_of[id as usize] as usize;
         pd.active[d - pd.decode_start] -= 1;
-        let finished = self.replicas[d].begin_decode(id, now, self.stream, &mut self.states, &self.cfgs[1]);
+        let cfg = &self.cfgs[super::pool_of(Some(&*pd), d)];
+        let finished = self.replicas[d].begin_decode(id, now, self.stream, &mut self.states, cfg);
         if finished {
             self.report_completion(now, d, id)?;
             self.start_transfers(now, d);

@@ -260,6 +260,19 @@ impl ClusterSpec {
     pub fn step_model(&self) -> Result<StepModel, FieldError> {
         let gpu =
             self.gpu.resolve().map_err(|m| FieldError::new("gpu", m, "name a catalog GPU or give a full mapping"))?;
+        // A custom GPU's rates and memory: the roofline's max() would silently drop a NaN or
+        // negative term (a NaN bandwidth priced every step as compute-bound).
+        for (field, value) in
+            [("memory_gb", gpu.memory_gb), ("bandwidth_gb_s", gpu.bandwidth_gb_s), ("tflops", gpu.tflops)]
+        {
+            if !(value > 0.0 && value.is_finite()) {
+                return Err(FieldError::new(
+                    &format!("gpu.{field}"),
+                    format!("must be a positive, finite number (got {value})"),
+                    "give the GPU's real figures (an A6000: memory_gb 48, bandwidth_gb_s 768, tflops 154.8)",
+                ));
+            }
+        }
         let mut model = self
             .model
             .resolve()
