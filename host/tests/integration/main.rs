@@ -18,6 +18,7 @@ mod loader;
 mod pd;
 mod report;
 mod scale;
+mod serve_engines;
 mod serve_faults;
 mod serve_soak;
 mod serving;
