@@ -14,6 +14,7 @@ mod dispatch_results;
 mod hardening;
 mod isolate;
 mod layers;
+mod llama;
 mod loader;
 mod pd;
 mod report;
