@@ -3,6 +3,9 @@
 //! (`.ci/run` runs it first). Two engines and the gateway on loopback; every request is bounded
 //! (small `max_tokens`, a wall limit) and the engines are killed when a test ends.
 //!
+//! The tests take the cores alone (`common::cores_alone`): two engines busy a 2-core machine, and
+//! the tests that assume a quick child process must not wait behind them.
+//!
 //! Where the engine has not been built, each test prints `skipped: …` on the test binary's stderr
 //! (visible without --nocapture) and passes, unless ROUTELAB_REQUIRE_LLAMA=1 (as in `.ci/run`),
 //! where a missing engine fails the test.
@@ -176,6 +179,7 @@ async fn metric(client: &HttpClient, url: &str, name: &str, labels: &str) -> f64
 #[test]
 fn llama_server_behind_the_gateway_serves_completions_and_chat_streamed_or_not() {
     let Some(bin) = llama() else { return };
+    let _alone = crate::common::cores_alone();
     let mut procs = Procs(Vec::new());
     let engines = [engine(&mut procs, &bin, &[]), engine(&mut procs, &bin, &[])];
     let gw = gateway(&mut procs, &engines, "round_robin", &[]);
@@ -288,6 +292,7 @@ fn replay_on_fresh_engines(bin: &(PathBuf, PathBuf), policy: &str) -> replay::Re
 #[test]
 fn on_llama_server_prefix_aware_routing_beats_round_robin_on_the_engines_cache_counters() {
     let Some(bin) = llama() else { return };
+    let _alone = crate::common::cores_alone();
     let rr = replay_on_fresh_engines(&bin, "round_robin");
     let ca = replay_on_fresh_engines(&bin, "sglang_cache_aware{below_threshold: smallest_tree}");
     let _ = writeln!(
@@ -336,6 +341,7 @@ fn stream_text(body: &str) -> String {
 #[test]
 fn a_llama_server_killed_mid_stream_is_resumed_on_the_other_byte_for_byte() {
     let Some(bin) = llama() else { return };
+    let _alone = crate::common::cores_alone();
     let mut procs = Procs(Vec::new());
     let engines = [engine(&mut procs, &bin, &[]), engine(&mut procs, &bin, &[])];
     let gw = gateway(&mut procs, &engines, "round_robin", &["--resume-streams"]);
@@ -378,6 +384,7 @@ fn a_llama_server_killed_mid_stream_is_resumed_on_the_other_byte_for_byte() {
 #[test]
 fn a_llama_server_behind_an_api_key_is_scraped_with_the_scrape_key() {
     let Some(bin) = llama() else { return };
+    let _alone = crate::common::cores_alone();
     let mut procs = Procs(Vec::new());
     let e = engine(&mut procs, &bin, &["--api-key", "sesame"]);
     let gw = gateway(&mut procs, std::slice::from_ref(&e), "least_requests", &["--scrape-api-key", "sesame"]);
@@ -398,6 +405,7 @@ fn a_llama_server_behind_an_api_key_is_scraped_with_the_scrape_key() {
 #[test]
 fn the_official_openai_python_client_talks_to_llama_server_through_the_gateway() {
     let Some(bin) = llama() else { return };
+    let _alone = crate::common::cores_alone();
     let python = llama_dir().join("client/bin/python");
     if !python.is_file() {
         // ensure.sh installs it with the engine; an engine cache from before it lacks it.
