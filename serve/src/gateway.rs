@@ -28,6 +28,7 @@ use abi_stable::std_types::RSome;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::Uri;
+use hyper::header::{AUTHORIZATION, HeaderValue};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -55,9 +56,18 @@ pub struct ServeArgs {
     /// The backends' hardware, for routers that price steps or read KV capacity.
     #[command(flatten)]
     pub hardware: HardwareArgs,
+    /// The backends' KV capacity in tokens, for an engine the catalogue does not describe (a
+    /// llama.cpp server: its `-c`); replaces what --gpu/--model/--tp give.
+    #[arg(long)]
+    pub kv_capacity_tokens: Option<u64>,
     /// Seconds between scrapes of every backend's /metrics (also the health check).
     #[arg(long, default_value_t = 0.05)]
     pub scrape_interval_s: f64,
+    /// A bearer token sent with the scrapes of /metrics and /health (an engine started with
+    /// `--api-key` refuses unauthenticated scrapes); clients' own `Authorization` headers are
+    /// passed on with their requests as before. Also read from ROUTELAB_SCRAPE_API_KEY.
+    #[arg(long)]
+    pub scrape_api_key: Option<String>,
     /// Seconds to wait for a streamed response's headers, and between two of its events.
     #[arg(long, default_value_t = 60.0)]
     pub timeout_s: f64,
@@ -85,10 +95,28 @@ pub struct ServeArgs {
     pub limits: super::ConnLimits,
 }
 
+impl ServeArgs {
+    /// The defaults of `routelab serve --backend B...` (for tests and in-process gateways).
+    pub fn with_backends(backends: &[String]) -> Self {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: ServeArgs,
+        }
+        let mut argv = vec!["serve".to_string()];
+        for b in backends {
+            argv.extend(["--backend".to_string(), b.clone()]);
+        }
+        Cli::try_parse_from(argv).expect("the defaults parse").args
+    }
+}
+
 pub struct Backend {
     pub url: String,
     pub base: Uri,
     metrics_uri: Uri,
+    health_uri: Uri,
     pub in_flight: AtomicI64,
     /// prompt + max_tokens − streamed tokens, of requests in flight.
     pub outstanding_work: AtomicI64,
@@ -105,6 +133,57 @@ pub struct Backend {
     /// `--breaker-failures` the backend is unreachable until a scrape is answered again. A scrape
     /// answered badly (404, no gauge, not text) only leaves the load unknown.
     pub unanswered_scrapes: AtomicU32,
+    /// Scrapes that gave no load, by [`ScrapeFailure`].
+    scrape_failures: [AtomicU64; ScrapeFailure::ALL.len()],
+    /// The last scrape's failure (`ScrapeFailure as u8 + 1`, 0 when it gave a load): a change is
+    /// logged once, not at every scrape.
+    scrape_state: std::sync::atomic::AtomicU8,
+}
+
+/// Why a scrape gave no load (the `reason` label of `routelab_gateway_scrape_failures_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScrapeFailure {
+    /// No HTTP answer: refused, reset or timed out. Counts towards the backend being out.
+    NoAnswer,
+    /// `/metrics` answered 404 or 501 (llama.cpp without `--metrics`); `/health` answered 2xx, so
+    /// the backend is live with unknown load.
+    NoMetrics,
+    /// `/metrics` and `/health` both answered non-2xx (a llama.cpp server still loading its model
+    /// answers 503): the backend is out, as for `NoAnswer`.
+    NotReady,
+    /// Another status (401: give --scrape-api-key).
+    Status,
+    /// 200, but none of the gauges the gateway reads (an engine it does not know).
+    Unrecognised,
+    /// 200, but the body broke off or is over 4 MiB.
+    Unreadable,
+}
+
+impl ScrapeFailure {
+    pub const ALL: [ScrapeFailure; 6] = [
+        ScrapeFailure::NoAnswer,
+        ScrapeFailure::NoMetrics,
+        ScrapeFailure::NotReady,
+        ScrapeFailure::Status,
+        ScrapeFailure::Unrecognised,
+        ScrapeFailure::Unreadable,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            ScrapeFailure::NoAnswer => "no_answer",
+            ScrapeFailure::NoMetrics => "no_metrics",
+            ScrapeFailure::NotReady => "not_ready",
+            ScrapeFailure::Status => "status",
+            ScrapeFailure::Unrecognised => "unrecognised",
+            ScrapeFailure::Unreadable => "unreadable",
+        }
+    }
+
+    /// Whether the backend counts as unreachable (else: live, load unknown).
+    fn is_down(self) -> bool {
+        matches!(self, ScrapeFailure::NoAnswer | ScrapeFailure::NotReady)
+    }
 }
 
 /// Consecutive failures open the circuit for a while; after that one request may try again
@@ -160,14 +239,8 @@ pub struct Gateway {
 /// Largest `/metrics` body read from a backend.
 pub const MAX_SCRAPE_BYTES: usize = 4 << 20;
 
-/// What a scrape of a backend's `/metrics` got.
-enum Scraped {
-    Load(EngineLoad),
-    /// An answer without a usable load: not 2xx, too large, or without the waiting gauge.
-    Unusable,
-    /// No answer: refused, reset or timed out.
-    Unanswered,
-}
+/// What a scrape of a backend's `/metrics` got: a load, or why not (with a detail for the log).
+type Scraped = Result<EngineLoad, (ScrapeFailure, String)>;
 
 /// A routing decision, and the request's hold on its backend's `in_flight` and
 /// `outstanding_work`: released exactly once, when the decision is dropped — after the response,
@@ -215,7 +288,10 @@ impl Drop for Decision {
 }
 
 impl Gateway {
-    pub fn new(args: ServeArgs) -> Result<Self, routelab_core::error::Error> {
+    pub fn new(mut args: ServeArgs) -> Result<Self, routelab_core::error::Error> {
+        if args.scrape_api_key.is_none() {
+            args.scrape_api_key = std::env::var("ROUTELAB_SCRAPE_API_KEY").ok().filter(|k| !k.is_empty());
+        }
         // Below a millisecond the interval rounds to 0 ns, which panicked the scrape task.
         if !(args.scrape_interval_s >= 0.001 && args.scrape_interval_s <= 3600.0) {
             return Err(cli_error(
@@ -236,6 +312,26 @@ impl Gateway {
         }
         args.limits.check()?;
         let sm = args.hardware.step_model()?;
+        let kv_capacity_tokens = match args.kv_capacity_tokens {
+            None => sm.kv_capacity_tokens,
+            Some(k) if (1..=1 << 40).contains(&k) => k,
+            Some(k) => {
+                return Err(cli_error(
+                    "--kv-capacity-tokens",
+                    format!("{k} is out of range"),
+                    "give the engines' KV capacity in tokens, from 1 (llama.cpp: its -c)",
+                )
+                .into());
+            }
+        };
+        if args.scrape_api_key.as_ref().is_some_and(|k| HeaderValue::from_str(&format!("Bearer {k}")).is_err()) {
+            return Err(cli_error(
+                "--scrape-api-key",
+                "is not a valid header value".into(),
+                "give the key as printable ASCII",
+            )
+            .into());
+        }
         let mut backends = Vec::new();
         for url in &args.backends {
             let base: Uri = url
@@ -250,13 +346,17 @@ impl Gateway {
                 )
                 .into());
             }
-            let metrics_uri = format!("{}/metrics", url.trim_end_matches('/'))
-                .parse()
-                .map_err(|e| cli_error("--backend", format!("'{url}' is not a URL: {e}"), "give http://host:port"))?;
+            let uri = |path: &str| {
+                format!("{}{path}", url.trim_end_matches('/'))
+                    .parse::<Uri>()
+                    .map_err(|e| cli_error("--backend", format!("'{url}' is not a URL: {e}"), "give http://host:port"))
+            };
+            let (metrics_uri, health_uri) = (uri("/metrics")?, uri("/health")?);
             backends.push(Backend {
                 url: url.trim_end_matches('/').to_string(),
                 base,
                 metrics_uri,
+                health_uri,
                 in_flight: AtomicI64::new(0),
                 outstanding_work: AtomicI64::new(0),
                 dispatched: AtomicU64::new(0),
@@ -267,12 +367,14 @@ impl Gateway {
                 scraped: Mutex::new(EngineLoad::default()),
                 breaker: Mutex::new(Breaker::default()),
                 unanswered_scrapes: AtomicU32::new(0),
+                scrape_failures: Default::default(),
+                scrape_state: Default::default(),
             });
         }
         let n = backends.len() as u32;
         let spec = PolicySpec::parse(&args.policy)?;
         let ctx = RouterContext {
-            kv_capacity_tokens: sm.kv_capacity_tokens,
+            kv_capacity_tokens,
             cost: RSome(CostModel::new(sm.pricer)),
             ..RouterContext::new(World::Cluster, n, args.seed)
         };
@@ -295,7 +397,7 @@ impl Gateway {
             routing: Mutex::new(routing),
             client,
             buffers,
-            kv_capacity_tokens: sm.kv_capacity_tokens,
+            kv_capacity_tokens,
             start: Instant::now(),
             next_id: AtomicU64::new(0),
             retries: AtomicU64::new(0),
@@ -394,8 +496,13 @@ impl Gateway {
         };
         let chosen = match &ticket {
             Some(t) if eligible(t.replica as usize) => Some(t.replica as usize),
-            Some(_) => {
-                self.rerouted.fetch_add(1, Ordering::Relaxed);
+            Some(t) => {
+                // Rerouted: the policy chose a backend whose circuit is open. A retry that the
+                // policy sends back to the backend that just refused it is not a reroute.
+                let i = t.replica as usize;
+                if i < tried.len() && !tried[i] {
+                    self.rerouted.fetch_add(1, Ordering::Relaxed);
+                }
                 None
             }
             None => None,
@@ -456,13 +563,27 @@ impl Gateway {
     }
 
     /// The request finished on `d.backend`: counters, histograms, and the policy's `on_complete`.
-    pub fn completed(&self, d: &Decision, ttft_s: f64, prompt_tokens: u32, cached_tokens: u32, output_tokens: u32) {
+    /// `ttft_s`: from dispatch to the first text event of a stream; `None` for a non-streamed
+    /// response, whose first token reaches the client with the last (the TTFT histogram skips it,
+    /// and the policy is told the latency).
+    pub fn completed(
+        &self,
+        d: &Decision,
+        ttft_s: Option<f64>,
+        prompt_tokens: u32,
+        cached_tokens: u32,
+        output_tokens: u32,
+    ) {
         let b = &self.backends[d.backend];
         b.ok.fetch_add(1, Ordering::Relaxed);
         b.breaker.lock().expect("breaker lock").success();
         let now = self.now_s();
-        b.ttft.observe(ttft_s);
-        b.latency.observe(now - d.arrived_at);
+        let latency = (now - d.arrived_at).max(0.0);
+        if let Some(t) = ttft_s {
+            b.ttft.observe(t);
+        }
+        let ttft_s = ttft_s.unwrap_or(latency);
+        b.latency.observe(latency);
         let c = Completion {
             request_id: d.request_id,
             replica: d.backend as u32,
@@ -484,8 +605,10 @@ impl Gateway {
 
     /// Scrapes every backend's `/metrics` every `scrape_interval_s`, forever: the scraped load
     /// feeds the views and the `scraped.` signals. Scrapes and requests are counted apart: a
-    /// scrape without an answer counts towards `unanswered_scrapes`, a badly answered one leaves
-    /// the load unknown (zero), and neither opens or closes the request circuit.
+    /// scrape without an answer (or, where `/metrics` is absent, a `/health` that is not 2xx)
+    /// counts towards `unanswered_scrapes`; any other scrape without a load leaves the load
+    /// unknown (zero) and the backend usable; neither opens or closes the request circuit. Every
+    /// scrape without a load is counted by reason, and a change of reason is logged once.
     pub async fn scrape_loop(&self) {
         let every = Duration::from_secs_f64(self.args.scrape_interval_s);
         let mut tick = tokio::time::interval(every);
@@ -495,12 +618,32 @@ impl Gateway {
             let scrapes = self.backends.iter().map(|b| self.scrape(b, every.max(Duration::from_millis(500))));
             let results = futures_join_all(scrapes).await;
             for (b, r) in self.backends.iter().zip(results) {
+                let state = match &r {
+                    Ok(_) => 0,
+                    Err((why, _)) => *why as u8 + 1,
+                };
+                if b.scrape_state.swap(state, Ordering::Relaxed) != state {
+                    match &r {
+                        Ok(_) => eprintln!("serve: {}/metrics: scraped again", b.url),
+                        Err((why, detail)) => {
+                            let then = if why.is_down() {
+                                "the backend is out after --breaker-failures of these in a row"
+                            } else {
+                                "its load is unknown (0) and it is still used"
+                            };
+                            eprintln!("serve: {}: {detail} ({}); {then}", b.url, why.label());
+                        }
+                    }
+                }
                 match r {
-                    Scraped::Load(load) => *b.scraped.lock().expect("scrape lock") = load,
-                    Scraped::Unusable => *b.scraped.lock().expect("scrape lock") = EngineLoad::default(),
-                    Scraped::Unanswered => {
-                        b.unanswered_scrapes.fetch_add(1, Ordering::Relaxed);
-                        continue;
+                    Ok(load) => *b.scraped.lock().expect("scrape lock") = load,
+                    Err((why, _)) => {
+                        b.scrape_failures[why as usize].fetch_add(1, Ordering::Relaxed);
+                        *b.scraped.lock().expect("scrape lock") = EngineLoad::default();
+                        if why.is_down() {
+                            b.unanswered_scrapes.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
                     }
                 }
                 b.unanswered_scrapes.store(0, Ordering::Relaxed);
@@ -514,23 +657,75 @@ impl Gateway {
         }
     }
 
+    /// GETs `uri` with the scrape credential: the status and up to [`MAX_SCRAPE_BYTES`] of body.
+    async fn scrape_get(&self, uri: &Uri) -> Result<(hyper::StatusCode, Option<Bytes>), String> {
+        let mut req = hyper::Request::get(uri);
+        if let Some(k) = &self.args.scrape_api_key {
+            req = req.header(AUTHORIZATION, format!("Bearer {k}"));
+        }
+        let req = req.body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+        let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Ok((status, None));
+        }
+        // At most MAX_SCRAPE_BYTES of it: an engine's /metrics is a few tens of KB.
+        let body = Limited::new(resp.into_body(), MAX_SCRAPE_BYTES).collect().await.ok().map(|b| b.to_bytes());
+        Ok((status, body))
+    }
+
     async fn scrape(&self, b: &Backend, timeout: Duration) -> Scraped {
-        let Ok(req) = hyper::Request::get(&b.metrics_uri).body(Full::new(Bytes::new())) else {
-            return Scraped::Unusable;
-        };
         let fetch = async {
-            let Ok(resp) = self.client.request(req).await else { return Scraped::Unanswered };
-            if !resp.status().is_success() {
-                return Scraped::Unusable;
+            use hyper::StatusCode;
+            let fail = |why, detail: String| Err((why, detail));
+            let (status, body) = match self.scrape_get(&b.metrics_uri).await {
+                Ok(r) => r,
+                Err(e) => return fail(ScrapeFailure::NoAnswer, format!("/metrics got no answer: {e}")),
+            };
+            match status {
+                s if s.is_success() => {}
+                StatusCode::NOT_FOUND | StatusCode::NOT_IMPLEMENTED => {
+                    // No /metrics (llama.cpp without --metrics answers 501): /health tells liveness.
+                    return match self.scrape_get(&b.health_uri).await {
+                        Ok((h, _)) if h.is_success() => fail(
+                            ScrapeFailure::NoMetrics,
+                            format!(
+                                "/metrics answered {status} (llama.cpp: start it with --metrics); /health answered {h}"
+                            ),
+                        ),
+                        Ok((h, _)) => {
+                            fail(ScrapeFailure::NotReady, format!("/metrics answered {status} and /health {h}"))
+                        }
+                        Err(e) => fail(ScrapeFailure::NoAnswer, format!("/health got no answer: {e}")),
+                    };
+                }
+                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                    return fail(
+                        ScrapeFailure::Status,
+                        format!("/metrics answered {status} (an engine with --api-key: give --scrape-api-key)"),
+                    );
+                }
+                _ => return fail(ScrapeFailure::Status, format!("/metrics answered {status}")),
             }
-            // At most MAX_SCRAPE_BYTES of it: an engine's /metrics is a few tens of KB.
-            let Ok(body) = Limited::new(resp.into_body(), MAX_SCRAPE_BYTES).collect().await else {
-                return Scraped::Unusable;
+            let Some(body) = body else {
+                return fail(
+                    ScrapeFailure::Unreadable,
+                    format!("/metrics broke off or is over {MAX_SCRAPE_BYTES} bytes"),
+                );
             };
             // One stray byte does not void the scrape.
-            prom::engine_load(&String::from_utf8_lossy(&body.to_bytes())).map_or(Scraped::Unusable, Scraped::Load)
+            prom::engine_load(&String::from_utf8_lossy(&body)).ok_or_else(|| {
+                (
+                    ScrapeFailure::Unrecognised,
+                    "/metrics has none of the waiting gauges read (vllm:num_requests_waiting, \
+                     sglang:num_queue_reqs, llamacpp:requests_deferred)"
+                        .to_string(),
+                )
+            })
         };
-        tokio::time::timeout(timeout, fetch).await.unwrap_or(Scraped::Unanswered)
+        tokio::time::timeout(timeout, fetch)
+            .await
+            .unwrap_or_else(|_| Err((ScrapeFailure::NoAnswer, format!("no answer within {} s", timeout.as_secs_f64()))))
     }
 
     /// The gateway's Prometheus text.
@@ -539,11 +734,13 @@ impl Gateway {
         let mut out = String::new();
         let now = Instant::now();
         type Counter = fn(&Backend) -> i64;
-        let per_backend: [(&str, &str, Counter); 4] = [
+        let per_backend: [(&str, &str, Counter); 5] = [
             ("routelab_gateway_routed_total", "counter", |b| b.dispatched.load(Ordering::Relaxed) as i64),
             ("routelab_gateway_requests_ok_total", "counter", |b| b.ok.load(Ordering::Relaxed) as i64),
             ("routelab_gateway_backend_failures_total", "counter", |b| b.failed.load(Ordering::Relaxed) as i64),
             ("routelab_gateway_in_flight", "gauge", |b| b.in_flight.load(Ordering::Relaxed)),
+            // prompt + max_tokens of the requests in flight (the policy's `outstanding_work`).
+            ("routelab_gateway_outstanding_work_tokens", "gauge", |b| b.outstanding_work.load(Ordering::Relaxed)),
         ];
         for (name, kind, get) in per_backend {
             let _ = writeln!(out, "# TYPE {name} {kind}");
@@ -564,6 +761,18 @@ impl Gateway {
             for b in &self.backends {
                 let h = if name.contains("ttft") { &b.ttft } else { &b.latency };
                 h.write(&mut out, name, &format!("backend=\"{}\"", b.url));
+            }
+        }
+        let _ = writeln!(out, "# TYPE routelab_gateway_scrape_failures_total counter");
+        for b in &self.backends {
+            for why in ScrapeFailure::ALL {
+                let n = b.scrape_failures[why as usize].load(Ordering::Relaxed);
+                let _ = writeln!(
+                    out,
+                    "routelab_gateway_scrape_failures_total{{backend=\"{}\",reason=\"{}\"}} {n}",
+                    b.url,
+                    why.label()
+                );
             }
         }
         for (name, v) in [

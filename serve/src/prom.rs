@@ -1,5 +1,5 @@
-//! Prometheus text: reading engines' `/metrics` (vLLM and SGLang names) and writing the
-//! gateway's (counters and fixed-bucket histograms).
+//! Prometheus text: reading engines' `/metrics` (vLLM's, SGLang's and llama.cpp's names) and
+//! writing the gateway's (counters and fixed-bucket histograms).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,7 +28,10 @@ pub fn first(text: &str, names: &[&str]) -> Option<f64> {
     names.iter().find_map(|n| sum(text, n))
 }
 
-/// An engine's load as scraped: vLLM's or SGLang's names, whichever the engine exposes.
+/// An engine's load as scraped: vLLM's, SGLang's or llama.cpp's names, whichever the engine
+/// exposes. llama.cpp (`llama-server --metrics`) has `llamacpp:requests_deferred` (requests
+/// waiting for a slot) and `llamacpp:requests_processing` (slots busy), and no KV gauge: its KV
+/// use stays unknown (0).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct EngineLoad {
     pub waiting: f64,
@@ -47,10 +50,37 @@ pub const MOST_REQUESTS: f64 = (u32::MAX / 4) as f64;
 pub fn engine_load(text: &str) -> Option<EngineLoad> {
     let count = |v: f64| (v >= 0.0 && v.is_finite()).then_some(v.min(MOST_REQUESTS));
     let gauge = |names: &[&str]| first(text, names).map_or(Some(0.0), count);
-    let waiting = count(first(text, &["vllm:num_requests_waiting", "sglang:num_queue_reqs"])?)?;
-    let running = gauge(&["vllm:num_requests_running", "sglang:num_running_reqs"])?;
+    let waiting = count(first(text, &["vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred"])?)?;
+    let running = gauge(&["vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing"])?;
     let kv_usage = gauge(&["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"])?.min(1.0);
     Some(EngineLoad { waiting, running, kv_usage })
+}
+
+/// An engine's prefix-cache counters, in prompt tokens since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PrefixCache {
+    /// Prompt tokens found in the cache.
+    pub hit_tokens: f64,
+    /// Prompt tokens looked up (cached or not).
+    pub query_tokens: f64,
+}
+
+/// The prefix-cache counters of vLLM (`prefix_cache_hits` / `prefix_cache_queries`), SGLang
+/// (`cached_tokens` / `prompt_tokens`: its prompt count includes the cached ones) or llama.cpp
+/// (`prompt_tokens_cached` / `prompt_tokens` + that: its prompt count excludes the cached ones);
+/// `None` when the engine exposes none of them.
+pub fn prefix_cache(text: &str) -> Option<PrefixCache> {
+    if let Some(hits) = sum(text, "vllm:prefix_cache_hits_total") {
+        let queries = sum(text, "vllm:prefix_cache_queries_total")?;
+        return Some(PrefixCache { hit_tokens: hits, query_tokens: queries });
+    }
+    if let Some(hits) = sum(text, "sglang:cached_tokens_total") {
+        let prompt = sum(text, "sglang:prompt_tokens_total")?;
+        return Some(PrefixCache { hit_tokens: hits, query_tokens: prompt });
+    }
+    let hits = sum(text, "llamacpp:prompt_tokens_cached_total")?;
+    let computed = sum(text, "llamacpp:prompt_tokens_total")?;
+    Some(PrefixCache { hit_tokens: hits, query_tokens: hits + computed })
 }
 
 /// A sample value as Prometheus writes it: `+Inf`, `-Inf` and `NaN` for the non-finite ones
@@ -131,6 +161,17 @@ mod tests {
         let sglang = "sglang:num_queue_reqs{tp_rank=\"0\"} 4\nsglang:num_running_reqs 1\nsglang:token_usage 0.5\n";
         assert_eq!(engine_load(sglang), Some(EngineLoad { waiting: 4.0, running: 1.0, kv_usage: 0.5 }));
         assert_eq!(engine_load("other_metric 1\n"), None);
+    }
+
+    #[test]
+    fn reads_llama_cpps_names() {
+        // As `llama-server --metrics` (llama.cpp in llama-cpp-python 0.3.36) writes them.
+        let llama = "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed\n\
+                     # TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 120\n\
+                     llamacpp:prompt_tokens_cached_total 300\nllamacpp:requests_processing 2\n\
+                     llamacpp:requests_deferred 1\nllamacpp:n_busy_slots_per_decode 1.5\n";
+        assert_eq!(engine_load(llama), Some(EngineLoad { waiting: 1.0, running: 2.0, kv_usage: 0.0 }));
+        assert_eq!(prefix_cache(llama), Some(PrefixCache { hit_tokens: 300.0, query_tokens: 420.0 }));
     }
 
     #[test]

@@ -34,7 +34,10 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<OutBod
             }
         }
         (&Method::GET, "/metrics") => super::full(StatusCode::OK, "text/plain; version=0.0.4", gw.metrics_text()),
-        (&Method::GET, "/v1/models") => models(&gw).await,
+        (&Method::GET, "/v1/models") => {
+            let auth = req.headers().get(AUTHORIZATION).cloned();
+            models(&gw, auth.as_ref()).await
+        }
         (&Method::POST, p @ ("/v1/completions" | "/v1/chat/completions")) => {
             let path = p.to_string();
             let auth = req.headers().get(AUTHORIZATION).cloned();
@@ -49,13 +52,19 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<OutBod
     }
 }
 
-/// The first backend that answers `/v1/models` (the backends serve one model).
-async fn models(gw: &Gateway) -> Response<OutBody> {
+/// The first backend that answers `/v1/models` (the backends serve one model), asked with the
+/// client's `Authorization`. A backend's 401 or 403 is the client's answer and is passed through.
+async fn models(gw: &Gateway, auth: Option<&HeaderValue>) -> Response<OutBody> {
     for i in 0..gw.backends.len() {
         // Nested, not a let-chain: the workspace's rust-version is 1.85.
         let timeout = Duration::from_secs_f64(gw.args.timeout_s);
-        if let Ok(resp) = send(gw, i, Method::GET, "/v1/models", Bytes::new(), None, timeout).await {
-            if resp.status().is_success() {
+        if let Ok(resp) = send(gw, i, Method::GET, "/v1/models", Bytes::new(), auth, timeout).await {
+            let status = resp.status();
+            if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+                if let Ok(body) = gw.buffers.collect(resp.into_body(), MAX_RESPONSE_BYTES, timeout).await {
+                    return super::full(status, "application/json", body.bytes);
+                }
+            } else if status.is_success() {
                 // Bounded: a body that stalls after its headers must not hold the client.
                 if let Ok(body) = gw.buffers.collect(resp.into_body(), MAX_RESPONSE_BYTES, timeout).await {
                     return super::full(StatusCode::OK, "application/json", body.bytes);
@@ -79,6 +88,25 @@ struct Original {
     prompt_tokens: u32,
     max_tokens: u32,
     stream: bool,
+    /// The gateway added `stream_options.include_usage`: the client gets no usage-only event.
+    strip_usage: bool,
+}
+
+/// A streamed request's body with `stream_options.include_usage: true`, or `None` when the
+/// client asked for usage itself (or the body is not an object: the request was parsed already).
+fn ask_for_usage(body: &[u8]) -> Option<Bytes> {
+    let mut v: Value = serde_json::from_slice(body).ok()?;
+    let obj = v.as_object_mut()?;
+    let opts = obj.entry("stream_options").or_insert_with(|| serde_json::json!({}));
+    if !opts.is_object() {
+        *opts = serde_json::json!({});
+    }
+    let opts = opts.as_object_mut()?;
+    if opts.get("include_usage") == Some(&Value::Bool(true)) {
+        return None;
+    }
+    opts.insert("include_usage".into(), Value::Bool(true));
+    Some(Bytes::from(v.to_string()))
 }
 
 async fn send(
@@ -120,7 +148,7 @@ impl Sent {
     }
 }
 
-async fn proxy(gw: Arc<Gateway>, path: String, body: Held, auth: Option<HeaderValue>) -> Response<OutBody> {
+async fn proxy(gw: Arc<Gateway>, path: String, mut body: Held, auth: Option<HeaderValue>) -> Response<OutBody> {
     let parsed = match text::parse_request(&body.bytes, path.ends_with("/chat/completions")) {
         Ok(p) => p,
         Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", m),
@@ -128,8 +156,30 @@ async fn proxy(gw: Arc<Gateway>, path: String, body: Held, auth: Option<HeaderVa
     let mut segments = Vec::new();
     text::segments(&parsed.prompt, &mut segments);
     let prompt_tokens = text::tokens_of(&segments);
-    let orig =
-        Original { path, body, auth, segments, prompt_tokens, max_tokens: parsed.max_tokens, stream: parsed.stream };
+    // A stream's cached and output tokens reach the policy only in its `usage`: ask for it, and
+    // strip the usage-only event again for a client that did not.
+    let mut strip_usage = false;
+    if parsed.stream {
+        if let Some(with_usage) = ask_for_usage(&body.bytes) {
+            body.bytes = with_usage;
+            strip_usage = true;
+        }
+    }
+    let orig = Original {
+        path,
+        body,
+        auth,
+        segments,
+        prompt_tokens,
+        // Without max_tokens an engine may generate to the end of its context: booked as such.
+        max_tokens: if parsed.max_tokens_given {
+            parsed.max_tokens
+        } else {
+            (gw.kv_capacity_tokens.saturating_sub(prompt_tokens as u64)).clamp(1, u32::MAX as u64) as u32
+        },
+        stream: parsed.stream,
+        strip_usage,
+    };
     let mut tried = vec![false; gw.backends.len()];
     let mut last_error = String::from("no healthy backend");
     for attempt in 0..=gw.args.retries {
@@ -153,16 +203,17 @@ async fn proxy(gw: Arc<Gateway>, path: String, body: Held, auth: Option<HeaderVa
         }
         if parsed.stream {
             let (tx, response) = super::sse();
-            tokio::spawn(relay(gw, d, resp, tx, orig, tried));
+            tokio::spawn(relay(gw, d, resp, tx, orig, tried, sent_at));
             return response;
         }
         // The body of a non-streamed completion: within what is left of the generation timeout.
-        let started = Instant::now();
         let left = Duration::from_secs_f64(gw.args.generation_timeout_s).saturating_sub(sent_at.elapsed());
         match gw.buffers.collect(resp.into_body(), MAX_RESPONSE_BYTES, left).await {
             Ok(held) => {
                 let (p, cached, out) = usage(&held.bytes).unwrap_or((prompt_tokens, 0, orig.max_tokens));
-                gw.completed(&d, started.elapsed().as_secs_f64(), p, cached, out);
+                // No first token is seen before the whole answer: no TTFT (the policy is told the
+                // latency from dispatch, when the client got its first token).
+                gw.completed(&d, None, p, cached, out);
                 drop(d);
                 return super::full(StatusCode::OK, "application/json", held.bytes);
             }
@@ -256,10 +307,16 @@ enum Pumped {
 
 /// Where a stream is: what the client has been sent.
 struct Progress {
+    /// When the request was sent (TTFT is counted from there, not from the response headers).
     started: Instant,
+    /// Data events sent to the client (what a resumed stream skips).
     delivered: u32,
+    /// Of those, the events that carry generated text (not the role-only or finish events).
+    text_events: u32,
+    /// At the first text event.
     ttft_s: Option<f64>,
     usage: Option<(u32, u32, u32)>,
+    strip_usage: bool,
 }
 
 /// Relays `resp`'s SSE events to the client, one event per frame; on a backend failure, resumes
@@ -271,15 +328,24 @@ async fn relay(
     tx: mpsc::Sender<Bytes>,
     orig: Original,
     mut tried: Vec<bool>,
+    sent_at: Instant,
 ) {
-    let mut p = Progress { started: Instant::now(), delivered: 0, ttft_s: None, usage: None };
+    let mut p = Progress {
+        started: sent_at,
+        delivered: 0,
+        text_events: 0,
+        ttft_s: None,
+        usage: None,
+        strip_usage: orig.strip_usage,
+    };
     let mut resumes = 0;
     loop {
         let skip = p.delivered;
         match pump(&gw, resp.into_body(), &tx, &mut p, skip).await {
             Pumped::Done => {
-                let (prompt, cached, out) = p.usage.unwrap_or((orig.prompt_tokens, 0, p.delivered));
-                gw.completed(&d, p.ttft_s.unwrap_or(0.0), prompt, cached, out);
+                let (prompt, cached, out) = p.usage.unwrap_or((orig.prompt_tokens, 0, p.text_events));
+                let ttft = p.ttft_s.unwrap_or_else(|| p.started.elapsed().as_secs_f64());
+                gw.completed(&d, Some(ttft), prompt, cached, out);
                 return;
             }
             Pumped::ClientGone => return,
@@ -333,15 +399,23 @@ async fn pump(gw: &Gateway, mut body: Incoming, tx: &mpsc::Sender<Bytes>, p: &mu
             let payload = sse_data(&event);
             let done = payload.starts_with(b"[DONE]");
             if !done {
+                let kind = classify(payload);
+                if let Some(u) = kind.usage {
+                    p.usage = Some(u);
+                }
+                if kind.usage_only && p.strip_usage {
+                    // The gateway asked for it; the client did not.
+                    continue;
+                }
                 if skip > 0 {
                     skip -= 1;
                     continue;
                 }
-                if payload.windows(8).any(|w| w == b"\"usage\":") {
-                    p.usage = usage(payload).or(p.usage);
-                }
                 p.delivered += 1;
-                p.ttft_s.get_or_insert_with(|| p.started.elapsed().as_secs_f64());
+                if kind.text {
+                    p.text_events += 1;
+                    p.ttft_s.get_or_insert_with(|| p.started.elapsed().as_secs_f64());
+                }
             }
             if tx.send(event).await.is_err() {
                 return Pumped::ClientGone;
@@ -355,6 +429,40 @@ async fn pump(gw: &Gateway, mut body: Incoming, tx: &mpsc::Sender<Bytes>, p: &mu
             return Pumped::Failed(format!("an event longer than {MAX_EVENT_BYTES} bytes"));
         }
     }
+}
+
+/// What the gateway reads of one SSE data payload.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct EventKind {
+    /// It carries generated text (`choices[].text` or `choices[].delta.content`,
+    /// `reasoning_content` or `tool_calls`); role-only and finish events do not.
+    pub text: bool,
+    /// Its `usage`: prompt, cached and completion tokens.
+    pub usage: Option<(u32, u32, u32)>,
+    /// It carries usage and no choice (the event `stream_options.include_usage` adds).
+    pub usage_only: bool,
+}
+
+pub(crate) fn classify(payload: &[u8]) -> EventKind {
+    let Ok(v) = serde_json::from_slice::<Value>(payload) else { return EventKind::default() };
+    let choices = v.get("choices").and_then(Value::as_array);
+    let non_empty = |x: Option<&Value>| match x {
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        _ => false,
+    };
+    let text = choices.is_some_and(|cs| {
+        cs.iter().any(|c| {
+            non_empty(c.get("text"))
+                || c.get("delta").is_some_and(|d| {
+                    non_empty(d.get("content"))
+                        || non_empty(d.get("reasoning_content"))
+                        || non_empty(d.get("tool_calls"))
+                })
+        })
+    });
+    let usage = v.get("usage").filter(|u| u.is_object()).and_then(|_| usage(payload));
+    EventKind { text, usage, usage_only: usage.is_some() && choices.is_none_or(|c| c.is_empty()) }
 }
 
 /// Longest SSE event relayed (a token's event is a few hundred bytes).
@@ -416,6 +524,36 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_role_finish_and_usage_events_are_told_apart() {
+        // As llama.cpp's llama-server streams a chat completion with include_usage.
+        let role = br#"{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}]}"#;
+        let text = br#"{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" Hi"}}]}"#;
+        let finish = br#"{"choices":[{"finish_reason":"length","index":0,"delta":{}}],"usage":null}"#;
+        let usage_only = br#"{"choices":[],"usage":{"completion_tokens":8,"prompt_tokens":30,"total_tokens":38,"prompt_tokens_details":{"cached_tokens":16}}}"#;
+        // A completions stream's last event: text, finish and usage together (kept for the client).
+        let last = br#"{"choices":[{"text":"","index":0,"finish_reason":"length"}],"usage":{"completion_tokens":8,"prompt_tokens":30}}"#;
+        assert_eq!(classify(role), EventKind::default());
+        assert_eq!(classify(text), EventKind { text: true, ..EventKind::default() });
+        assert_eq!(classify(finish), EventKind::default());
+        assert_eq!(classify(usage_only), EventKind { text: false, usage: Some((30, 16, 8)), usage_only: true });
+        assert_eq!(classify(last), EventKind { text: false, usage: Some((30, 0, 8)), usage_only: false });
+        assert_eq!(classify(b"not json"), EventKind::default());
+    }
+
+    #[test]
+    fn streams_ask_for_usage_unless_the_client_did() {
+        let asked = ask_for_usage(br#"{"prompt":"x","stream":true}"#).expect("added");
+        let v: Value = serde_json::from_slice(&asked).unwrap();
+        assert_eq!(v["stream_options"]["include_usage"], Value::Bool(true));
+        assert_eq!(v["prompt"], "x");
+        let kept = ask_for_usage(br#"{"prompt":"x","stream":true,"stream_options":{"continuous_usage_stats":true}}"#)
+            .expect("added");
+        let v: Value = serde_json::from_slice(&kept).unwrap();
+        assert_eq!(v["stream_options"], serde_json::json!({"continuous_usage_stats": true, "include_usage": true}));
+        assert_eq!(ask_for_usage(br#"{"stream":true,"stream_options":{"include_usage":true}}"#), None);
+    }
 
     #[test]
     fn events_end_at_a_blank_line_of_lf_or_crlf() {

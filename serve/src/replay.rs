@@ -2,7 +2,8 @@
 //! (the first seed's, exactly the stream `routelab run W P --seeds 1` simulates), writes each
 //! prompt out as text with the same prefix structure ([`text::prompt_text`]), and sends every
 //! request as a streamed `/v1/completions` at its arrival time × `time_scale` (open loop), with
-//! `max_tokens` = its output tokens. Times are reported in model seconds (wall ÷ time_scale).
+//! `max_tokens` = its output tokens, `ignore_eos` (so a real model generates them all) and
+//! `stream_options.include_usage` (so the engine says how many it generated). Times are reported in model seconds (wall ÷ time_scale).
 //! Every request is bounded by `max_wall_s` from the start.
 //!
 //! `routelab gateway-bench`: the gateway's overhead — closed-loop requests to a trivial
@@ -60,7 +61,8 @@ pub struct ReplayArgs {
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct ReplayReport {
     pub requests: usize,
-    /// Streams that ended with `[DONE]` after exactly `max_tokens` token events.
+    /// Streams that ended with `[DONE]` having generated exactly `max_tokens` tokens (the
+    /// engine's `usage.completion_tokens`, or without it the events that carry text).
     pub complete: usize,
     pub failed: usize,
     pub first_error: Option<String>,
@@ -69,7 +71,9 @@ pub struct ReplayReport {
     pub latency_mean_s: f64,
     pub latency_p50_s: f64,
     pub latency_p99_s: f64,
-    /// Prefix-cache hits ÷ queries (tokens) over the engines, during the replay; NaN without engines.
+    /// Prefix-cache hits ÷ queries (tokens) over the engines, during the replay (vLLM's, SGLang's
+    /// or llama.cpp's counters, [`prom::prefix_cache`]); NaN (null in JSON) without engines.
+    /// Times are NaN (null) too when no request completed.
     pub hit_rate: f64,
 }
 
@@ -127,13 +131,15 @@ pub fn main(args: ReplayArgs) -> Result<i32> {
     Ok(if report.failed == 0 { 0 } else { 1 })
 }
 
-/// Sum of prefix-cache (hits, queries) over `engines`' /metrics.
+/// Sum of prefix-cache (hits, queries) in tokens over `engines`' /metrics (vLLM's, SGLang's or
+/// llama.cpp's counters).
 pub async fn cache_counters(client: &HttpClient, engines: &[String]) -> (f64, f64) {
     let (mut hits, mut queries) = (0.0, 0.0);
     for e in engines {
         if let Ok(t) = get_text(client, &format!("{}/metrics", e.trim_end_matches('/'))).await {
-            hits += prom::sum(&t, "vllm:prefix_cache_hits_total").unwrap_or(0.0);
-            queries += prom::sum(&t, "vllm:prefix_cache_queries_total").unwrap_or(0.0);
+            let c = prom::prefix_cache(&t).unwrap_or_default();
+            hits += c.hit_tokens;
+            queries += c.query_tokens;
         }
     }
     (hits, queries)
@@ -171,7 +177,10 @@ pub async fn replay(
     let mut tasks = Vec::with_capacity(stream.requests.len());
     for (i, r) in stream.requests.iter().enumerate() {
         let at = start + Duration::from_secs_f64(routelab_core::time::seconds(r.arrived_at) * time_scale);
-        let body = json!({"model": "routelab", "prompt": text::prompt_text(stream, i), "max_tokens": r.output_tokens, "stream": true});
+        let body = json!({
+            "model": "routelab", "prompt": text::prompt_text(stream, i), "max_tokens": r.output_tokens,
+            "stream": true, "stream_options": {"include_usage": true}, "ignore_eos": true,
+        });
         let (client, endpoint, want) = (client.clone(), endpoint.clone(), r.output_tokens);
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep_until(at.into()).await;
@@ -193,7 +202,7 @@ pub async fn replay(
     let mut lat: Vec<f64> = ok.iter().map(|o| o.latency_s / time_scale).collect();
     ttft.sort_by(f64::total_cmp);
     lat.sort_by(f64::total_cmp);
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let mean = |v: &[f64]| if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 };
     ReplayReport {
         requests: outcomes.len(),
         complete: ok.len(),
@@ -216,8 +225,10 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// Sends one streamed completion and reads it to the end; complete = `[DONE]` after exactly
-/// `want` token events.
+/// `want` generated tokens (the engine's `usage.completion_tokens`, else the events that carry
+/// text: role-only and finish events are not tokens). Events end at a blank line of LF or CRLF.
 async fn one_stream(client: &HttpClient, endpoint: &str, body: String, want: u32, sent: Instant) -> Outcome {
+    use super::proxy::{classify, event_end, sse_data};
     let fail = |e: String| Outcome { ttft_s: 0.0, latency_s: 0.0, error: Some(e) };
     let req =
         match Request::post(endpoint).header("content-type", "application/json").body(Full::new(Bytes::from(body))) {
@@ -234,25 +245,36 @@ async fn one_stream(client: &HttpClient, endpoint: &str, body: String, want: u32
         return fail(format!("{status}: {}", String::from_utf8_lossy(&body)));
     }
     let mut body = resp.into_body();
-    let (mut buf, mut events, mut ttft) = (Vec::new(), 0u32, None);
+    let (mut buf, mut text_events, mut generated, mut ttft) = (Vec::new(), 0u32, None, None);
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else { return fail("the stream broke".into()) };
         let Ok(data) = frame.into_data() else { continue };
         buf.extend_from_slice(&data);
-        while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
-            let event: Vec<u8> = buf.drain(..end + 2).collect();
-            if event.starts_with(b"data: [DONE]") {
-                if events != want {
-                    return fail(format!("{events} token events, {want} expected"));
+        while let Some(end) = event_end(&buf, 0) {
+            let event: Vec<u8> = buf.drain(..end).collect();
+            let payload = sse_data(&event);
+            if payload.starts_with(b"[DONE]") {
+                let got = generated.unwrap_or(text_events);
+                if got != want {
+                    return fail(format!("{got} tokens generated, {want} expected"));
                 }
                 let latency_s = sent.elapsed().as_secs_f64();
                 return Outcome { ttft_s: ttft.unwrap_or(latency_s), latency_s, error: None };
             }
-            if event.windows(8).any(|w| w == b"\"error\":") {
+            if payload.windows(8).any(|w| w == b"\"error\":") {
                 return fail(String::from_utf8_lossy(&event).trim().to_string());
             }
-            events += 1;
-            ttft.get_or_insert_with(|| sent.elapsed().as_secs_f64());
+            let kind = classify(payload);
+            if let Some((_, _, completion)) = kind.usage {
+                generated = Some(completion);
+            }
+            if kind.text {
+                text_events += 1;
+                ttft.get_or_insert_with(|| sent.elapsed().as_secs_f64());
+            }
+        }
+        if buf.len() > 1 << 20 {
+            return fail("an event longer than 1 MiB".into());
         }
     }
     fail("the stream ended before [DONE]".into())
@@ -280,21 +302,10 @@ pub fn bench(args: BenchArgs) -> Result<i32> {
             let _ = rx.wait_for(|s| *s).await;
         };
         tokio::spawn(super::serve(backend, |_req| async { trivial() }, stopped(stop_rx.clone()), Duration::from_secs(1), super::ConnLimits::default()));
-        let gw_args = super::gateway::ServeArgs {
-            listen: "127.0.0.1:0".parse()?,
-            backends: vec![backend_url.clone()],
-            policy: "least_requests".into(),
-            hardware: super::emulate::HardwareArgs { gpu: "a6000".into(), model: "mistral-7b".into(), tp: 1, memory_fraction: 0.9 },
-            scrape_interval_s: 1.0,
-            timeout_s: 60.0,
-            generation_timeout_s: 600.0,
-            limits: super::ConnLimits::default(),
-            retries: 2,
-            breaker_failures: 3,
-            breaker_open_s: 5.0,
-            resume_streams: false,
-            seed: 1,
-        };
+        let mut gw_args = super::gateway::ServeArgs::with_backends(std::slice::from_ref(&backend_url));
+        gw_args.listen = "127.0.0.1:0".parse()?;
+        gw_args.policy = "least_requests".into();
+        gw_args.scrape_interval_s = 1.0;
         let gw = Arc::new(super::gateway::Gateway::new(gw_args)?);
         let gw_listener = super::bind("127.0.0.1:0".parse()?).await?;
         let gw_url = format!("http://{}", gw_listener.local_addr()?);

@@ -32,7 +32,10 @@ pub struct Parsed {
     pub chat: bool,
     pub model: Option<String>,
     pub stream: bool,
+    /// `max_tokens` (or `max_completion_tokens`), [`DEFAULT_MAX_TOKENS`] when absent.
     pub max_tokens: u32,
+    /// Whether the request gave it: engines generate until EOS or the context's end without one.
+    pub max_tokens_given: bool,
     pub prompt: String,
 }
 
@@ -84,8 +87,9 @@ pub fn parse_request(body: &[u8], chat: bool) -> Result<Parsed, String> {
     if prompt.is_empty() {
         return Err(if chat { "'messages' must not be empty" } else { "'prompt' must not be empty" }.into());
     }
-    let max_tokens = match obj.get("max_tokens").or_else(|| obj.get("max_completion_tokens")) {
-        None | Some(Value::Null) => DEFAULT_MAX_TOKENS,
+    let given = obj.get("max_tokens").or_else(|| obj.get("max_completion_tokens")).filter(|v| !v.is_null());
+    let max_tokens = match given {
+        None => DEFAULT_MAX_TOKENS,
         Some(n) => match n.as_u64() {
             Some(n) if (1..=1_000_000).contains(&n) => n as u32,
             _ => return Err("'max_tokens' must be an integer from 1 to 1000000".into()),
@@ -101,7 +105,7 @@ pub fn parse_request(body: &[u8], chat: bool) -> Result<Parsed, String> {
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err("'stream' must be true or false".into()),
     };
-    Ok(Parsed { chat, model, stream, max_tokens, prompt })
+    Ok(Parsed { chat, model, stream, max_tokens, max_tokens_given: given.is_some(), prompt })
 }
 
 /// The prompt's segments: one per block of [`BLOCK_TOKENS`] tokens (the last may be shorter), ids
@@ -170,6 +174,7 @@ mod tests {
         let c = parse_request(br#"{"messages":[{"role":"system","content":"a"},{"role":"user","content":"b"}]}"#, true)
             .unwrap();
         assert_eq!((c.prompt.as_str(), c.max_tokens, c.stream), ("system: a\nuser: b\n", DEFAULT_MAX_TOKENS, false));
+        assert!(p.max_tokens_given && !c.max_tokens_given);
         assert!(parse_request(b"{", false).unwrap_err().contains("not JSON"));
         assert!(parse_request(br#"{"prompt":"x","max_tokens":0}"#, false).unwrap_err().contains("max_tokens"));
         assert!(parse_request(br#"{"prompt":[1,2]}"#, false).unwrap_err().contains("prompt"));

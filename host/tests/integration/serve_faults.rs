@@ -26,6 +26,8 @@ pub enum Reply {
 
 /// (method, path, body) → what to do.
 pub type Script = Arc<dyn Fn(&str, &str, &[u8]) -> Reply + Send + Sync>;
+/// (method, path, the request head, body) → what to do: for scripts that read headers.
+pub type HeadScript = Arc<dyn Fn(&str, &str, &str, &[u8]) -> Reply + Send + Sync>;
 
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
@@ -56,14 +58,19 @@ pub fn healthy(method: &str, path: &str, _body: &[u8]) -> Reply {
 
 /// Starts a fake backend on 127.0.0.1 that answers every request by `script`; its base URL.
 pub async fn backend(script: Script) -> String {
+    backend_with_head(Arc::new(move |m, p, _head, b| script(m, p, b))).await
+}
+
+/// As [`backend`], the script seeing the request's head (its headers) too.
+pub async fn backend_with_head(script: HeadScript) -> String {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", l.local_addr().unwrap());
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
             let script = script.clone();
             tokio::spawn(async move {
-                let Some((method, path, body)) = read_request(&mut s).await else { return };
-                match script(&method, &path, &body) {
+                let Some((method, path, head, body)) = read_request(&mut s).await else { return };
+                match script(&method, &path, &head, &body) {
                     Reply::Bytes(b) => {
                         let _ = s.write_all(&b).await;
                     }
@@ -86,8 +93,8 @@ pub async fn backend(script: Script) -> String {
     url
 }
 
-/// One request's method, path and body (Content-Length framing, as hyper's client sends).
-async fn read_request(s: &mut TcpStream) -> Option<(String, String, Vec<u8>)> {
+/// One request's method, path, head and body (Content-Length framing, as hyper's client sends).
+async fn read_request(s: &mut TcpStream) -> Option<(String, String, String, Vec<u8>)> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
@@ -115,26 +122,19 @@ async fn read_request(s: &mut TcpStream) -> Option<(String, String, Vec<u8>)> {
         }
         buf.extend_from_slice(&chunk[..n]);
     }
-    Some((method, path, buf[head_end..head_end + len].to_vec()))
+    let body = buf[head_end..head_end + len].to_vec();
+    Some((method, path, head, body))
 }
 
 /// The gateway's arguments for `backends` (round_robin, short timeouts for tests).
 pub fn serve_args(backends: &[String]) -> ServeArgs {
-    ServeArgs {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        backends: backends.to_vec(),
-        policy: "round_robin".into(),
-        hardware: hardware(),
-        scrape_interval_s: 0.05,
-        timeout_s: 5.0,
-        generation_timeout_s: 30.0,
-        retries: 2,
-        breaker_failures: 3,
-        breaker_open_s: 5.0,
-        resume_streams: false,
-        seed: 1,
-        limits: ConnLimits::default(),
-    }
+    let mut a = ServeArgs::with_backends(backends);
+    a.listen = "127.0.0.1:0".parse().unwrap();
+    a.policy = "round_robin".into();
+    a.scrape_interval_s = 0.05;
+    a.timeout_s = 5.0;
+    a.generation_timeout_s = 30.0;
+    a
 }
 
 fn hardware() -> HardwareArgs {
