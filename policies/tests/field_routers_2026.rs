@@ -1,0 +1,175 @@
+//! The field's routers as of 2026 (issue 24): hand-computed decisions from each upstream rule
+//! (the arithmetic is in the comments), and their config validation.
+
+use abi_stable::std_types::{RNone, RSome};
+use routelab_policies::{llm_d_sticky, llm_d_sticky::LlmDSticky};
+use routelab_policy_api::facts::context::ENGINE_MAX_STEP_TOKENS;
+use routelab_policy_api::*;
+
+fn ctx(replicas: u32) -> RouterContext {
+    RouterContext {
+        world: World::Cluster,
+        replicas,
+        seed: 1,
+        kv_capacity_tokens: 100_000,
+        cost: RNone,
+        disaggregation: RNone,
+        facts: Default::default(),
+    }
+}
+
+fn seg(id: u64, tokens: u32) -> Segment {
+    Segment { id, tokens }
+}
+
+fn req(id: u64, at: f64, segs: &[Segment]) -> Request<'_> {
+    let tokens = segs.iter().map(|s| s.tokens).sum();
+    Request::new(id, at, tokens).with_segments(segs)
+}
+
+fn waiting(w: [u32; 3]) -> [ReplicaView; 3] {
+    w.map(|waiting| ReplicaView { waiting, ..Default::default() })
+}
+
+/// A sticky router with peak prefill 1,000 tokens/s and the given penalty and threshold, after
+/// A = 128 tokens (8 blocks) and then D = 400 fresh tokens to r0, C = 320 fresh tokens to r1.
+fn sticky_setup(penalty_s: f64, threshold: f64) -> LlmDSticky {
+    let cfg = llm_d_sticky::Config {
+        peak_prefill_tokens_per_s: llm_d_sticky::PeakPrefill::TokensPerS(1000.0),
+        max_ttft_penalty_s: penalty_s,
+        affinity_threshold: threshold,
+        ..Default::default()
+    };
+    let mut s = LlmDSticky::new(cfg, &ctx(3)).unwrap();
+    s.on_dispatch(&req(0, 0.0, &[seg(1, 128)]), 0); // uncached 8·16 = 128
+    s.on_dispatch(&req(1, 0.0, &[seg(7, 400)]), 0); // 25 blocks, uncached 400
+    s.on_dispatch(&req(2, 0.0, &[seg(9, 320)]), 1); // 20 blocks, uncached 320
+    s
+}
+
+#[test]
+fn llm_d_sticky_keeps_the_cached_replica_until_its_ttft_penalty_passes_the_bound() {
+    // B = A's 128 tokens + 32 new = 10 blocks; r0 holds 8: prefix score 0.8 ≥ 0.8, sticky.
+    // B's uncached tokens: r0 (10 − 8)·16 = 32, r1 and r2 10·16 = 160.
+    let b = [seg(1, 128), seg(2, 32)];
+    let q = 4_194_304.0;
+    // All three requests still owe their first token (waiting 2 on r0, 1 on r1):
+    // in flight r0 128 + 400 = 528, r1 320, r2 0; loads with B: r0 560, r1 480, r2 160.
+    let views = waiting([2, 1, 0]);
+    // Filter off (threshold 0): token load alone, 1 − load / 4,194,304 → r2.
+    let mut s = sticky_setup(1.0, 0.0);
+    let got = s.scores(&req(3, 0.1, &b), &Replicas::new(&views)).to_vec();
+    assert_eq!(got, vec![1.0 - 560.0 / q, 1.0 - 480.0 / q, 1.0 - 160.0 / q]);
+    assert_eq!(s.route(&req(3, 0.1, &b), &Replicas::new(&views)), 2);
+    // Default threshold 0.8, penalty 1 s: sticky TTFT 528 / 1000 = 0.528 s, best other 0 s;
+    // 0.528 ≤ 1 keeps only r0, although it carries the most load.
+    let mut s = sticky_setup(1.0, 0.8);
+    let got = s.scores(&req(3, 0.1, &b), &Replicas::new(&views)).to_vec();
+    assert_eq!(got, vec![1.0 - 560.0 / q, f64::NEG_INFINITY, f64::NEG_INFINITY]);
+    assert_eq!(s.route(&req(3, 0.1, &b), &Replicas::new(&views)), 0);
+    assert_eq!(s.tau_tokens(), 1000.0);
+    // Penalty 0.5 s (τ = 500 tokens): 0.528 − 0 > 0.5 opens the gate → all kept → r2.
+    let mut s = sticky_setup(0.5, 0.8);
+    assert_eq!(s.route(&req(3, 0.1, &b), &Replicas::new(&views)), 2);
+    // Penalty 0 always sticks.
+    let mut s = sticky_setup(0.0, 0.8);
+    assert_eq!(s.route(&req(3, 0.1, &b), &Replicas::new(&views)), 0);
+    // Only D (the newest on r0) still owes its first token: r0 in flight 400, 0.4 ≤ 0.5 → r0.
+    let mut s = sticky_setup(0.5, 0.8);
+    assert_eq!(s.route(&req(3, 0.1, &b), &Replicas::new(&waiting([1, 1, 0]))), 0);
+    // The same two pending on r0 counted as one waiting plus one admitted in prefill (the
+    // `prefilling` signal): 528 again, the gate opens.
+    let mut s = sticky_setup(0.5, 0.8);
+    let table = [1.0, 0.0, 0.0];
+    let views = waiting([1, 1, 0]);
+    let replicas = Replicas::with_signals(&views, &table, 1);
+    assert_eq!(s.route(&req(3, 0.1, &b), &replicas), 2);
+}
+
+#[test]
+fn llm_d_sticky_without_a_sticky_replica_keeps_all_and_the_gate_compares_with_the_best_other() {
+    // B2 = A's 128 tokens + 48 new = 11 blocks: r0 holds 8, 8/11 = 0.727 < 0.8 → nobody
+    // sticky → all kept; loads r0 528 + 48 = 576, r1 320 + 176 = 496, r2 176 → r2.
+    let b2 = [seg(1, 128), seg(2, 48)];
+    let mut s = sticky_setup(100.0, 0.8);
+    assert_eq!(s.route(&req(3, 0.1, &b2), &Replicas::new(&waiting([2, 1, 0]))), 2);
+    // At threshold 0.7 r0 is sticky: penalty 0.2 s, r0 0.528 s vs the best other (r2, 0 s):
+    // 0.528 > 0.2 opens the gate → r2. The gate compares with the *best* other replica: with
+    // 400 pending tokens on r2 that is r1 at 0.32 s, and 0.528 − 0.32 = 0.208 holds at penalty
+    // 0.21 (→ r0) and opens at 0.2.
+    let mut s = sticky_setup(0.2, 0.7);
+    assert_eq!(s.route(&req(3, 0.1, &b2), &Replicas::new(&waiting([2, 1, 0]))), 2);
+    let mut s = sticky_setup(0.21, 0.7);
+    s.on_dispatch(&req(4, 0.0, &[seg(11, 400)]), 2);
+    assert_eq!(s.route(&req(3, 0.1, &b2), &Replicas::new(&waiting([2, 1, 1]))), 0);
+    let mut s = sticky_setup(0.2, 0.7);
+    s.on_dispatch(&req(4, 0.0, &[seg(11, 400)]), 2);
+    // Gate open, all kept: loads r0 576, r1 496, r2 400 + 176 = 576 → r1.
+    assert_eq!(s.route(&req(3, 0.1, &b2), &Replicas::new(&waiting([2, 1, 1]))), 1);
+}
+
+#[test]
+fn llm_d_sticky_measures_the_peak_prefill_throughput_with_the_hosts_pricer() {
+    // A compute-bound roofline: 2·10⁹ FLOPs per token at 10¹⁵ FLOP/s, nothing else. One unloaded
+    // chunk of 8,192 tokens takes 8192 · 2·10⁹ / 10¹⁵ = 0.016384 s: 500,000 tokens/s, and with
+    // upstream's 18 s penalty τ = 9,000,000 tokens.
+    let roofline = Roofline {
+        flops_per_s: 1e15,
+        bytes_per_s: 1e30,
+        linear_flops_per_token: 2e9,
+        attention_flops_per_pair: 0.0,
+        weight_bytes: 0.0,
+        kv_bytes_per_token: 0.0,
+        step_overhead_s: 0.0,
+    };
+    let mut c = ctx(3);
+    c.cost = RSome(CostModel::roofline(roofline));
+    c.facts = vec![Fact::new(ENGINE_MAX_STEP_TOKENS, 8192.0)].into();
+    assert!((llm_d_sticky::peak_prefill_tokens_per_s(&c).unwrap() - 500_000.0).abs() < 1e-6);
+    let s = LlmDSticky::new(Default::default(), &c).unwrap();
+    assert!((s.tau_tokens() - 9_000_000.0).abs() < 1e-3, "{}", s.tau_tokens());
+    // Without the step-budget fact (or a pricer): upstream's default peak, 15,928 tokens/s.
+    c.facts = Default::default();
+    assert_eq!(llm_d_sticky::peak_prefill_tokens_per_s(&c), None);
+    assert_eq!(LlmDSticky::new(Default::default(), &c).unwrap().tau_tokens(), 15_928.0 * 18.0);
+}
+
+/// Builds a router from YAML through the registry (the path the CLI and plugins take).
+fn make(name: &str, yaml: &str) -> Result<(), String> {
+    let e = routelab_policies::registry().into_iter().find(|e| e.name == name).expect("registered");
+    match e.make {
+        Maker::Router(f) => f(yaml, &ctx(4)).map(|_| ()).map_err(String::from),
+        _ => panic!("{name} is a router"),
+    }
+}
+
+#[test]
+fn field_2026_router_configs_are_validated_with_clear_errors() {
+    for name in ["llm_d_sticky"] {
+        make(name, "").unwrap_or_else(|e| panic!("{name} defaults: {e}"));
+        let e = make(name, "{no_such_field: 1}").unwrap_err();
+        assert!(e.contains(name) && e.contains("unknown field `no_such_field`"), "{e}");
+    }
+    let cases = [
+        ("llm_d_sticky", "{affinity_threshold: 1.5}", "affinity_threshold must be ≤ 1"),
+        ("llm_d_sticky", "{exploration_probability: 2}", "exploration_probability must be in [0, 1]"),
+        ("llm_d_sticky", "{max_ttft_penalty_s: -1}", "max_ttft_penalty_s must be"),
+        ("llm_d_sticky", "{peak_prefill_tokens_per_s: 0}", "peak_prefill_tokens_per_s must be positive"),
+        ("llm_d_sticky", "{queue_threshold_tokens: 0}", "queue_threshold_tokens must be at least 1"),
+        ("llm_d_sticky", "{block_tokens: 0}", "block_tokens must be at least 1"),
+        ("llm_d_sticky", "{lru_capacity: 0}", "lru_capacity must be at least 1"),
+    ];
+    for (name, yaml, want) in cases {
+        let e = make(name, yaml).unwrap_err();
+        assert!(e.contains(name) && e.contains(want), "{name}{yaml}: {e}");
+    }
+    // Every knob named in the doc block parses.
+    make(
+        "llm_d_sticky",
+        "{affinity_threshold: 0.99, exploration_probability: 0.01, max_ttft_penalty_s: 5, \
+         peak_prefill_tokens_per_s: 20480, queue_threshold_tokens: 100000, prefix_state: precise, \
+         lru_capacity: 5000, max_prefix_blocks: 64}",
+    )
+    .unwrap();
+    make("llm_d_sticky", "{peak_prefill_tokens_per_s: auto}").unwrap();
+}
