@@ -2,7 +2,7 @@
 //! (the arithmetic is in the comments), and their config validation.
 
 use abi_stable::std_types::{RNone, RSome};
-use routelab_policies::{llm_d_sticky, llm_d_sticky::LlmDSticky};
+use routelab_policies::{llm_d, llm_d::LlmD, llm_d_sticky, llm_d_sticky::LlmDSticky};
 use routelab_policy_api::facts::context::ENGINE_MAX_STEP_TOKENS;
 use routelab_policy_api::*;
 
@@ -134,6 +134,70 @@ fn llm_d_sticky_measures_the_peak_prefill_throughput_with_the_hosts_pricer() {
     assert_eq!(LlmDSticky::new(Default::default(), &c).unwrap().tau_tokens(), 15_928.0 * 18.0);
 }
 
+#[test]
+fn llm_d_no_hit_lru_sends_cold_requests_to_the_least_recently_cold_replica() {
+    // Prefix 2, no-hit-lru 1 (upstream's sample config), no load scorers.
+    let cfg = llm_d::Config {
+        queue_weight: 0.0,
+        kv_cache_weight: 0.0,
+        prefix_weight: 2.0,
+        no_hit_lru_weight: 1.0,
+        ..Default::default()
+    };
+    let mut l = LlmD::new(cfg, &ctx(3)).unwrap();
+    let views = [ReplicaView::default(); 3];
+    let mut go = |l: &mut LlmD, id: u64, segs: &[Segment]| {
+        let s = l.scores(&req(id, 0.0, segs), &views).to_vec();
+        let r = l.route(&req(id, 0.0, segs), &Replicas::new(&views));
+        l.on_dispatch(&req(id, 0.0, segs), r);
+        (s, r)
+    };
+    // Cold requests, nothing used yet: never-used replicas in index order score 1 − k/2.
+    assert_eq!(go(&mut l, 0, &[seg(1, 64)]), (vec![1.0, 0.5, 0.0], 0));
+    // r0 took a cold request: the never-used r1, r2 rank first, r0 last.
+    assert_eq!(go(&mut l, 1, &[seg(2, 64)]), (vec![0.0, 1.0, 0.5], 1));
+    assert_eq!(go(&mut l, 2, &[seg(3, 64)]), (vec![0.5, 0.0, 1.0], 2));
+    // All used: LRU order r0, r1, r2.
+    assert_eq!(go(&mut l, 3, &[seg(4, 64)]), (vec![1.0, 0.5, 0.0], 0));
+    // Warm (r0 holds 4 of 6 blocks): prefix 2·4/6 on r0, 0.5 everywhere; the LRU does not move.
+    let (s, r) = go(&mut l, 4, &[seg(1, 64), seg(5, 32)]);
+    assert_eq!(r, 0);
+    assert!((s[0] - (0.5 + 8.0 / 6.0)).abs() < 1e-12 && s[1] == 0.5 && s[2] == 0.5, "{s:?}");
+    // The LRU is r1, r2, r0 (request 3 moved r0 last; request 4 was warm).
+    assert_eq!(go(&mut l, 5, &[seg(6, 64)]), (vec![0.0, 1.0, 0.5], 1));
+}
+
+#[test]
+fn llm_d_length_aware_prefix_score_weighs_the_matched_length() {
+    // r0 holds a short prompt (32 tokens, 2 blocks), r1 a long one (256 tokens, 16 blocks).
+    let mk = |w: f64| {
+        let cfg = llm_d::Config {
+            queue_weight: 0.0,
+            kv_cache_weight: 0.0,
+            prefix_weight: 1.0,
+            match_length_weight: w,
+            match_length_scale_tokens: 128,
+            ..Default::default()
+        };
+        let mut l = LlmD::new(cfg, &ctx(2)).unwrap();
+        l.on_dispatch(&req(0, 0.0, &[seg(1, 32)]), 0);
+        l.on_dispatch(&req(1, 0.0, &[seg(2, 256)]), 1);
+        l
+    };
+    let views = [ReplicaView::default(); 2];
+    let short_hit = [seg(1, 32)]; // r0: 2 of 2 blocks
+    let half_long = [seg(2, 256), seg(4, 256)]; // r1: 16 of 32 blocks
+    // Ratio only (w = 0): the short prompt's full hit scores 1, the long half hit 0.5.
+    let mut l = mk(0.0);
+    assert_eq!(l.scores(&req(2, 0.1, &short_hit), &views), &[1.0, 0.0]);
+    assert_eq!(l.scores(&req(3, 0.1, &half_long), &views), &[0.0, 0.5]);
+    // w = 0.5, scale 128: short hit 0.5·(32/128)² + 0.5·1 = 0.53125; long half hit
+    // 0.5·min(1, 256/128)² + 0.5·0.5 = 0.75 — the long match now outranks the short one.
+    let mut l = mk(0.5);
+    assert_eq!(l.scores(&req(2, 0.1, &short_hit), &views), &[0.53125, 0.0]);
+    assert_eq!(l.scores(&req(3, 0.1, &half_long), &views), &[0.0, 0.75]);
+}
+
 /// Builds a router from YAML through the registry (the path the CLI and plugins take).
 fn make(name: &str, yaml: &str) -> Result<(), String> {
     let e = routelab_policies::registry().into_iter().find(|e| e.name == name).expect("registered");
@@ -158,6 +222,10 @@ fn field_2026_router_configs_are_validated_with_clear_errors() {
         ("llm_d_sticky", "{queue_threshold_tokens: 0}", "queue_threshold_tokens must be at least 1"),
         ("llm_d_sticky", "{block_tokens: 0}", "block_tokens must be at least 1"),
         ("llm_d_sticky", "{lru_capacity: 0}", "lru_capacity must be at least 1"),
+        ("llm_d", "{match_length_weight: 1.5}", "match_length_weight must be in [0, 1]"),
+        ("llm_d", "{match_length_scale_tokens: 0}", "match_length_scale_tokens must be at least 1"),
+        ("llm_d", "{no_hit_lru_weight: -1}", "no_hit_lru_weight must be"),
+        ("llm_d", "{no_hit_lru_size: 0}", "no_hit_lru_size must be at least 1"),
     ];
     for (name, yaml, want) in cases {
         let e = make(name, yaml).unwrap_err();
@@ -172,4 +240,9 @@ fn field_2026_router_configs_are_validated_with_clear_errors() {
     )
     .unwrap();
     make("llm_d_sticky", "{peak_prefill_tokens_per_s: auto}").unwrap();
+    make(
+        "llm_d",
+        "{no_hit_lru_weight: 1, no_hit_lru_size: 64, match_length_weight: 0.3, match_length_scale_tokens: 4096}",
+    )
+    .unwrap();
 }
