@@ -2,7 +2,10 @@
 //! (the arithmetic is in the comments), and their config validation.
 
 use abi_stable::std_types::{RNone, RSome};
-use routelab_policies::{llm_d, llm_d::LlmD, llm_d_sticky, llm_d_sticky::LlmDSticky};
+use routelab_policies::{
+    llm_d, llm_d::LlmD, llm_d_predicted_latency, llm_d_predicted_latency::LlmDPredictedLatency, llm_d_sticky,
+    llm_d_sticky::LlmDSticky,
+};
 use routelab_policy_api::facts::context::ENGINE_MAX_STEP_TOKENS;
 use routelab_policy_api::*;
 
@@ -198,6 +201,102 @@ fn llm_d_length_aware_prefix_score_weighs_the_matched_length() {
     assert_eq!(l.scores(&req(3, 0.1, &half_long), &views), &[0.0, 0.75]);
 }
 
+#[test]
+fn online_ridge_matches_the_closed_form() {
+    // One sample x = (1, 1, 0, …), y = 3 at ridge 1: w = x·y / (1 + |x|²) = (1, 1, 0, …).
+    let mut m = llm_d_predicted_latency::OnlineRidge::new(1.0);
+    let mut x = [0.0; llm_d_predicted_latency::FEATURES];
+    x[0] = 1.0;
+    x[1] = 1.0;
+    m.update(&x, 3.0);
+    assert!((m.predict(&x) - 2.0).abs() < 1e-12);
+    // Exactly linear data in every direction and a negligible ridge: the fit is the function.
+    let f = |x: &[f64; 8]| 0.5 + x.iter().skip(1).enumerate().map(|(i, v)| (i as f64 - 3.0) * v).sum::<f64>();
+    let mut m = llm_d_predicted_latency::OnlineRidge::new(1e-9);
+    for k in 0..64u64 {
+        let mut x = [1.0; 8];
+        for (i, v) in x.iter_mut().enumerate().skip(1) {
+            *v = ((k * 7 + i as u64 * 13) % 11) as f64 / 3.0 + (k % (i as u64 + 1)) as f64;
+        }
+        m.update(&x, f(&x));
+    }
+    let probe = [1.0, 0.3, 2.0, 5.0, 1.0, 0.7, 4.0, 1.5];
+    assert!((m.predict(&probe) - f(&probe)).abs() < 1e-6, "{} vs {}", m.predict(&probe), f(&probe));
+}
+
+#[test]
+fn llm_d_predicted_latency_sticks_and_falls_back_to_the_composite_before_the_model_is_ready() {
+    let views = [
+        ReplicaView { waiting: 4, kv_used_tokens: 50, kv_capacity_tokens: 100, ..Default::default() },
+        ReplicaView { waiting: 0, kv_used_tokens: 20, kv_capacity_tokens: 100, ..Default::default() },
+    ];
+    let mut p = LlmDPredictedLatency::new(Default::default(), &ctx(2)).unwrap();
+    // Composite (KV free + relative queue + prefix) / 3, in hundredths: r0 (0.5 + 0 + 0)/3 → 0.17,
+    // r1 (0.8 + 1 + 0)/3 = 0.6.
+    assert_eq!(p.scores(&req(0, 0.0, &[seg(1, 64)]), &Replicas::new(&views)), &[0.17, 0.6]);
+    p.on_dispatch(&req(0, 0.0, &[seg(1, 64)]), 0);
+    // r0 now holds the whole prompt (prefix 1 ≥ 0.99): without predictions both TTFTs count as
+    // f64::MAX, the gate never opens, and only r0 is scored ((0.5 + 0 + 1)/3 = 0.5).
+    assert_eq!(p.scores(&req(1, 0.1, &[seg(1, 64)]), &Replicas::new(&views)), &[0.5, 0.0]);
+    assert_eq!(p.route(&req(1, 0.1, &[seg(1, 64)]), &Replicas::new(&views)), 0);
+}
+
+#[test]
+fn llm_d_predicted_latency_prefers_the_lower_predicted_ttft_and_the_slo_tier() {
+    let busy = |kv: u64| ReplicaView {
+        kv_used_tokens: kv,
+        kv_capacity_tokens: 100,
+        outstanding_requests: 1,
+        running: 0,
+        ..Default::default()
+    };
+    let mk = |cfg: llm_d_predicted_latency::Config| {
+        let mut p =
+            LlmDPredictedLatency::new(llm_d_predicted_latency::Config { min_samples: 1, ..cfg }, &ctx(2)).unwrap();
+        // Train on one completion: request 0 (1,000 tokens: 62 full blocks + an 8-token tail =
+        // 63 hashed blocks, 1,008 uncached) on r0 at KV 0.5, TTFT 3 s, one output token (no
+        // TPOT sample). x0 = (1, 0.5, 1.0, 0, 0, 0, 0, 1.008), |x0|² = 3.266064.
+        let views = [busy(50), busy(0)];
+        p.scores(&req(0, 0.0, &[seg(1, 1000)]), &Replicas::new(&views));
+        p.on_dispatch(&req(0, 0.0, &[seg(1, 1000)]), 0);
+        p.on_complete(&Completion {
+            request_id: 0,
+            replica: 0,
+            arrived_at: 0.0,
+            completed_at: 3.0,
+            ttft: 3.0,
+            prompt_tokens: 1000,
+            cached_tokens: 0,
+            output_tokens: 1,
+        });
+        p
+    };
+    // w = x0 · 3 / (1 + 3.266064). A fresh 1,000-token prompt: r0 (KV 0.5) has x = x0,
+    // predicted 3 · 3.266064 / 4.266064 = 2.2968; r1 (KV 0) 3 · 3.016064 / 4.266064 = 2.1210.
+    // TPOT predicted 0. No SLO: TTFT headroom < 0, TPOT headroom 0 → both in the "TTFT only"
+    // bucket, nobody idle; TTFT |h| normalised r0 1, r1 0, flat TPOT gives α = 1:
+    // scores (⌊0·100⌋ + 1)/100 = 0.01 and (⌊1·100⌋ + 1)/100 = 1.01.
+    let views = [busy(50), busy(0)];
+    let fresh = [seg(2, 1000)];
+    let mut p = mk(Default::default());
+    assert_eq!(p.scores(&req(1, 1.0, &fresh), &Replicas::new(&views)), &[0.01, 1.01]);
+    // Weighted random: r0 wins with probability 0.01 / 1.02 ≈ 1%.
+    let r1 = (0..200).filter(|_| p.route(&req(1, 1.0, &fresh), &Replicas::new(&views)) == 1).count();
+    assert!(r1 >= 190, "{r1} of 200");
+    // An idle replica is preferred over any prediction when all headroom is negative.
+    let idle = [busy(50), ReplicaView { outstanding_requests: 0, ..busy(50) }];
+    assert_eq!(p.scores(&req(1, 1.0, &fresh), &Replicas::new(&idle)), &[0.0, 0.51]);
+    // TTFT SLO 2.2 s: r1 meets it (headroom +0.079), r0 does not. ε 0 keeps the positive tier
+    // (flat range: 0.51); ε 1 the negative one.
+    let slo = |eps: f64| llm_d_predicted_latency::Config {
+        ttft_slo_s: Some(2.2),
+        epsilon_explore_neg: eps,
+        ..Default::default()
+    };
+    assert_eq!(mk(slo(0.0)).scores(&req(1, 1.0, &fresh), &Replicas::new(&views)), &[0.0, 0.51]);
+    assert_eq!(mk(slo(1.0)).scores(&req(1, 1.0, &fresh), &Replicas::new(&views)), &[0.51, 0.0]);
+}
+
 /// Builds a router from YAML through the registry (the path the CLI and plugins take).
 fn make(name: &str, yaml: &str) -> Result<(), String> {
     let e = routelab_policies::registry().into_iter().find(|e| e.name == name).expect("registered");
@@ -209,7 +308,7 @@ fn make(name: &str, yaml: &str) -> Result<(), String> {
 
 #[test]
 fn field_2026_router_configs_are_validated_with_clear_errors() {
-    for name in ["llm_d_sticky"] {
+    for name in ["llm_d_sticky", "llm_d_predicted_latency"] {
         make(name, "").unwrap_or_else(|e| panic!("{name} defaults: {e}"));
         let e = make(name, "{no_such_field: 1}").unwrap_err();
         assert!(e.contains(name) && e.contains("unknown field `no_such_field`"), "{e}");
@@ -222,6 +321,10 @@ fn field_2026_router_configs_are_validated_with_clear_errors() {
         ("llm_d_sticky", "{queue_threshold_tokens: 0}", "queue_threshold_tokens must be at least 1"),
         ("llm_d_sticky", "{block_tokens: 0}", "block_tokens must be at least 1"),
         ("llm_d_sticky", "{lru_capacity: 0}", "lru_capacity must be at least 1"),
+        ("llm_d_predicted_latency", "{ttft_slo_s: 0}", "ttft_slo_s must be positive"),
+        ("llm_d_predicted_latency", "{epsilon_explore_neg: 2}", "epsilon_explore_neg must be in [0, 1]"),
+        ("llm_d_predicted_latency", "{ridge: 0}", "ridge must be positive"),
+        ("llm_d_predicted_latency", "{tpot_weight: -1}", "tpot_weight must be"),
         ("llm_d", "{match_length_weight: 1.5}", "match_length_weight must be in [0, 1]"),
         ("llm_d", "{match_length_scale_tokens: 0}", "match_length_scale_tokens must be at least 1"),
         ("llm_d", "{no_hit_lru_weight: -1}", "no_hit_lru_weight must be"),
