@@ -323,19 +323,19 @@ impl LlmDPredictedLatency {
 
     /// `prefix-cache-affinity-filter` with `ttftSource: latencyPredictor` over the kept replicas.
     fn affinity_filter(&mut self, threshold: f64) {
-        let kept: Vec<usize> = (0..self.kept.len()).filter(|&r| self.kept[r]).collect();
-        if kept.len() <= 1 || threshold <= 0.0 {
+        let n = self.kept.len();
+        if self.kept.iter().filter(|&&k| k).count() <= 1 || threshold <= 0.0 {
             return;
         }
-        let ttft = |r: usize| self.predicted[r].map_or(f64::MAX, |p| p.0);
         let (mut best_sticky, mut best_other, mut sticky, mut others) = (f64::MAX, f64::MAX, 0, 0);
-        for &r in &kept {
+        for r in (0..n).filter(|&r| self.kept[r]) {
+            let ttft = self.predicted[r].map_or(f64::MAX, |p| p.0);
             if self.prefix_score(r) >= threshold {
                 sticky += 1;
-                best_sticky = best_sticky.min(ttft(r));
+                best_sticky = best_sticky.min(ttft);
             } else {
                 others += 1;
-                best_other = best_other.min(ttft(r));
+                best_other = best_other.min(ttft);
             }
         }
         if sticky == 0 {
@@ -344,8 +344,8 @@ impl LlmDPredictedLatency {
         if self.cfg.max_ttft_penalty_s > 0.0 && others > 0 && best_sticky - best_other > self.cfg.max_ttft_penalty_s {
             return;
         }
-        for r in kept {
-            if self.prefix_score(r) < threshold {
+        for r in 0..n {
+            if self.kept[r] && self.prefix_score(r) < threshold {
                 self.kept[r] = false;
             }
         }
@@ -378,11 +378,11 @@ impl LlmDPredictedLatency {
     /// `latency-scorer` (strategy `least`) over the kept replicas; 0 elsewhere.
     fn score(&mut self, replicas: &Replicas<'_>) {
         self.scores.fill(0.0);
-        let kept: Vec<usize> = (0..self.kept.len()).filter(|&r| self.kept[r]).collect();
-        if !kept.iter().any(|&r| self.predicted[r].is_some()) {
+        let n = self.kept.len();
+        if !(0..n).any(|r| self.kept[r] && self.predicted[r].is_some()) {
             // Composite fallback: KV free, relative queue, prefix, equal weights.
-            let max_q = kept.iter().map(|&r| Self::scraped(replicas, r).0).fold(0.0, f64::max);
-            for &r in &kept {
+            let max_q = (0..n).filter(|&r| self.kept[r]).map(|r| Self::scraped(replicas, r).0).fold(0.0, f64::max);
+            for r in (0..n).filter(|&r| self.kept[r]) {
                 let (q, _, kv) = Self::scraped(replicas, r);
                 let rel_queue = if max_q > 0.0 { (max_q - q) / max_q } else { 1.0 };
                 let composite = ((1.0 - kv) + rel_queue + self.prefix_score(r)) / 3.0;
@@ -390,29 +390,27 @@ impl LlmDPredictedLatency {
             }
             return;
         }
-        let headrooms: Vec<Option<(f64, f64)>> = (0..self.kept.len()).map(|r| self.headroom(r)).collect();
-        let h = |r: usize| headrooms[r];
-        let positive: Vec<usize> =
-            kept.iter().copied().filter(|&r| !matches!(h(r), Some((a, b)) if a < 0.0 || b < 0.0)).collect();
-        let bucket = if !positive.is_empty() {
-            positive
-        } else {
-            let idle: Vec<usize> = kept.iter().copied().filter(|&r| replicas[r].outstanding_requests == 0).collect();
-            if !idle.is_empty() {
-                idle
-            } else {
-                let class = |r: usize| match h(r) {
-                    Some((a, b)) if a >= 0.0 && b < 0.0 => 0,
-                    Some((a, b)) if a < 0.0 && b >= 0.0 => 1,
-                    _ => 2,
-                };
-                let best = kept.iter().map(|&r| class(r)).min().unwrap_or(2);
-                kept.iter().copied().filter(|&r| class(r) == best).collect()
+        let mut scores = std::mem::take(&mut self.scores);
+        // Bucket classes, best first: 0 positive, 1 idle, 2 TPOT-only negative, 3 TTFT-only
+        // negative, 4 both negative (or no prediction). The scorer takes the best class present
+        // (idle only counts once nobody is positive, as upstream).
+        let class = |r: usize| -> u8 {
+            match self.headroom(r) {
+                Some((a, b)) if a >= 0.0 && b >= 0.0 => 0,
+                _ if replicas[r].outstanding_requests == 0 => 1,
+                Some((a, b)) if a >= 0.0 && b < 0.0 => 2,
+                Some((a, b)) if a < 0.0 && b >= 0.0 => 3,
+                _ => 4,
             }
         };
-        let abs = |r: usize| h(r).map_or((0.0, 0.0), |(a, b)| (a.abs(), b.abs()));
+        let Some(best) = (0..n).filter(|&r| self.kept[r]).map(class).min() else {
+            self.scores = scores;
+            return;
+        };
+        let in_bucket = |r: usize| self.kept[r] && class(r) == best;
+        let abs = |r: usize| self.headroom(r).map_or((0.0, 0.0), |(a, b)| (a.abs(), b.abs()));
         let (mut lo, mut hi) = ((f64::MAX, f64::MAX), (f64::MIN, f64::MIN));
-        for &r in &bucket {
+        for r in (0..n).filter(|&r| in_bucket(r)) {
             let (a, b) = abs(r);
             lo = (lo.0.min(a), lo.1.min(b));
             hi = (hi.0.max(a), hi.1.max(b));
@@ -426,13 +424,17 @@ impl LlmDPredictedLatency {
         } else if rp <= EPS && rt > EPS {
             (alpha, beta) = (1.0, 0.0);
         }
-        for &r in &bucket {
+        for r in 0..n {
+            if !in_bucket(r) {
+                continue;
+            }
             let (a, b) = abs(r);
             let nt = if rt > EPS { (a - lo.0) / rt } else { 0.5 };
             let np = if rp > EPS { (b - lo.1) / rp } else { 0.5 };
             let combined = alpha * nt + beta * np;
-            self.scores[r] = (((1.0 - combined) * W_MAX) as i64 + 1) as f64 / W_MAX;
+            scores[r] = (((1.0 - combined) * W_MAX) as i64 + 1) as f64 / W_MAX;
         }
+        self.scores = scores;
     }
 
     /// Weighted random picker: the largest `u^(1/score)`; uniform when no score is positive.
