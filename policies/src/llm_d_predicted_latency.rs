@@ -31,8 +31,9 @@
 //!    goes to the other), `c = α · n_ttft + β · n_tpot` (α, β = `ttft_weight`, `tpot_weight`
 //!    normalised), score `(⌊(1 − c) · 100⌋ + 1) / 100`; others 0. Without predictions:
 //!    composite `round(100 · (kv_free + rel_queue + prefix) / 3) / 100`.
-//! 6. Weighted random picker: key `u^(1/score)` per replica with score > 0, the largest wins
-//!    (uniform among all when every score is 0).
+//! 6. Weighted random picker: replica r with probability `score_r / Σ score` (upstream's A-Res
+//!    keys `u^(1/score)` with one winner have this distribution; one draw here instead of one
+//!    per replica), uniform among all when every score is 0.
 //!
 //! Parameters (defaults): `ttft_weight` 0.8, `tpot_weight` 0.2, `ttft_slo_s` none, `tpot_slo_s`
 //! none, `epsilon_explore_neg` 0.01, `strict_affinity_threshold` 0.99,
@@ -437,25 +438,28 @@ impl LlmDPredictedLatency {
         self.scores = scores;
     }
 
-    /// Weighted random picker: the largest `u^(1/score)`; uniform when no score is positive.
+    /// Weighted random picker. Upstream keeps the largest key `u_r^(1/score_r)` over one draw
+    /// per replica (A-Res); with one winner that picks r with probability `score_r / Σ score`,
+    /// which this draws at once from one uniform (same distribution, not the same draws).
+    /// Uniform when no score is positive.
     fn pick(&mut self) -> usize {
         let n = self.scores.len();
-        if !self.scores.iter().any(|&s| s > 0.0) {
+        let total: f64 = self.scores.iter().filter(|&&s| s > 0.0).sum();
+        if total <= 0.0 {
             return self.rng.random_range(0..n);
         }
-        let (mut best, mut best_key) = (0, f64::NEG_INFINITY);
-        for r in 0..n {
-            let s = self.scores[r];
-            if s <= 0.0 {
-                continue;
-            }
-            let u: f64 = self.rng.random();
-            let key = u.max(1e-10).powf(1.0 / s);
-            if key > best_key {
-                (best, best_key) = (r, key);
+        let mut target = self.rng.random::<f64>() * total;
+        let mut last = 0;
+        for (r, &s) in self.scores.iter().enumerate() {
+            if s > 0.0 {
+                last = r;
+                if target < s {
+                    return r;
+                }
+                target -= s;
             }
         }
-        best
+        last
     }
 }
 
