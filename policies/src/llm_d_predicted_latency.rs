@@ -146,12 +146,12 @@ impl OnlineRidge {
         }
         let denom = 1.0 + x.iter().zip(&px).map(|(x, p)| x * p).sum::<f64>();
         let err = y - self.predict(x);
-        for i in 0..FEATURES {
-            self.w[i] += px[i] * err / denom;
+        for (w, p) in self.w.iter_mut().zip(&px) {
+            *w += p * err / denom;
         }
-        for i in 0..FEATURES {
-            for j in 0..FEATURES {
-                self.p[i][j] -= px[i] * px[j] / denom;
+        for (row, pi) in self.p.iter_mut().zip(&px) {
+            for (v, pj) in row.iter_mut().zip(&px) {
+                *v -= pi * pj / denom;
             }
         }
         self.samples += 1;
@@ -425,7 +425,7 @@ impl LlmDPredictedLatency {
         } else if rp <= EPS && rt > EPS {
             (alpha, beta) = (1.0, 0.0);
         }
-        for r in 0..n {
+        for (r, score) in scores.iter_mut().enumerate() {
             if !in_bucket(r) {
                 continue;
             }
@@ -433,7 +433,7 @@ impl LlmDPredictedLatency {
             let nt = if rt > EPS { (a - lo.0) / rt } else { 0.5 };
             let np = if rp > EPS { (b - lo.1) / rp } else { 0.5 };
             let combined = alpha * nt + beta * np;
-            scores[r] = (((1.0 - combined) * W_MAX) as i64 + 1) as f64 / W_MAX;
+            *score = (((1.0 - combined) * W_MAX) as i64 + 1) as f64 / W_MAX;
         }
         self.scores = scores;
     }

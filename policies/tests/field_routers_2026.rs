@@ -149,7 +149,7 @@ fn llm_d_no_hit_lru_sends_cold_requests_to_the_least_recently_cold_replica() {
     };
     let mut l = LlmD::new(cfg, &ctx(3)).unwrap();
     let views = [ReplicaView::default(); 3];
-    let mut go = |l: &mut LlmD, id: u64, segs: &[Segment]| {
+    let go = |l: &mut LlmD, id: u64, segs: &[Segment]| {
         let s = l.scores(&req(id, 0.0, segs), &views).to_vec();
         let r = l.route(&req(id, 0.0, segs), &Replicas::new(&views));
         l.on_dispatch(&req(id, 0.0, segs), r);
