@@ -297,6 +297,39 @@ fn llm_d_predicted_latency_prefers_the_lower_predicted_ttft_and_the_slo_tier() {
     assert_eq!(mk(slo(1.0)).scores(&req(1, 1.0, &fresh), &Replicas::new(&views)), &[0.51, 0.0]);
 }
 
+/// Routes 100 requests that share a 48-token system prompt (3 blocks) and add 16 tokens of their
+/// own (a 4th block) over 4 replicas, nothing completing: each decision adds one waiting request
+/// where it went. Returns the requests per replica.
+fn short_prompt_counts(cfg: llm_d::Config) -> Vec<u32> {
+    let mut l = LlmD::new(cfg, &ctx(4)).unwrap();
+    let mut views = [ReplicaView::default(); 4];
+    let mut counts = vec![0; 4];
+    for id in 0..100u64 {
+        let segs = [seg(1, 48), seg(100 + id, 16)];
+        let r = l.route(&req(id, id as f64, &segs), &Replicas::new(&views));
+        l.on_dispatch(&req(id, id as f64, &segs), r);
+        views[r].waiting += 1;
+        counts[r] += 1;
+    }
+    counts
+}
+
+#[test]
+fn llm_d_short_prompts_are_a_hot_spot_under_the_match_ratio_and_not_under_the_length_aware_score() {
+    // GIE #2561. Default weights (queue 2, KV 2, prefix 3), KV idle everywhere. The replica that
+    // took the first request holds 3 of the next prompt's 4 blocks: prefix 3 · 0.75 = 2.25. The
+    // queue score is min-max normalised, so it separates two replicas by at most 2 < 2.25: the
+    // holder wins every later request however long its queue — all 100 on one replica.
+    let counts = short_prompt_counts(Default::default());
+    assert_eq!(counts.iter().max(), Some(&100), "{counts:?}");
+    // Length-aware (w 0.5, scale 8,192): the holder's prefix term is
+    // 3 · (0.5 · (48/8192)² + 0.5 · 0.75) = 1.125 < 2, so the shortest queue wins; once every
+    // replica holds the prefix the prefix terms are equal and the queue term alone rotates the
+    // requests: 25 each, give or take the one in flight.
+    let counts = short_prompt_counts(llm_d::Config { match_length_weight: 0.5, ..Default::default() });
+    assert!(counts.iter().all(|&c| (24..=26).contains(&c)), "{counts:?}");
+}
+
 /// Builds a router from YAML through the registry (the path the CLI and plugins take).
 fn make(name: &str, yaml: &str) -> Result<(), String> {
     let e = routelab_policies::registry().into_iter().find(|e| e.name == name).expect("registered");
