@@ -399,6 +399,8 @@ fn bench_cluster(loader: &mut Loader, rec: &mut Recorder) -> Result<()> {
         "preble",
         "dynamo_kv",
         "llm_d",
+        "llm_d_sticky",
+        "llm_d_predicted_latency",
         "aibrix_prefix_cache",
         "vllm_prefix_aware",
         "chwbl",

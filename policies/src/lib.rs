@@ -15,6 +15,8 @@ pub mod index;
 pub mod least_requests;
 pub mod least_work_left;
 pub mod llm_d;
+pub mod llm_d_predicted_latency;
+pub mod llm_d_sticky;
 pub mod llmselector;
 pub mod llmselector_cost;
 pub mod lpm;
@@ -48,6 +50,8 @@ pub fn registry() -> Vec<Entry> {
         router::<preble::Preble>(),
         router::<dynamo_kv::DynamoKv>(),
         router::<llm_d::LlmD>(),
+        router::<llm_d_sticky::LlmDSticky>(),
+        router::<llm_d_predicted_latency::LlmDPredictedLatency>(),
         router::<vllm_prefix_aware::VllmPrefixAware>(),
         router::<chwbl::Chwbl>(),
         router::<aibrix_prefix_cache::AibrixPrefixCache>(),

@@ -5,7 +5,15 @@
 //!    - `queue`: `(max − waiting) / (max − min)` over the replicas' waiting requests (1 for all
 //!      when they are equal);
 //!    - `kv_cache`: `1 − kv_used / kv_capacity`;
-//!    - `prefix`: matched blocks / the prompt's blocks.
+//!    - `prefix`: matched blocks / the prompt's blocks (the match ratio `m / total`); with
+//!      `match_length_weight` w > 0 (llm-d-router PR 1459, the fix for short prompts becoming
+//!      hot spots under a pure ratio, GIE #2561): `w · min(1, m · block_tokens /
+//!      match_length_scale_tokens)² + (1 − w) · m / total`;
+//!    - `no_hit_lru` (off unless `no_hit_lru_weight` > 0): a request is cold when no replica
+//!      matches any of its blocks. Warm: 0.5 for every replica. Cold: replicas that never took a
+//!      cold request first, in index order, then those that did, least recently first; the one at
+//!      rank k scores `max(0, 1 − k / (replicas − 1))` (1 with a single replica). A cold request
+//!      moves its replica to the most-recent end of an LRU of `no_hit_lru_size` replicas.
 //! 2. Total = Σ weight · clamp(score, 0, 1); the max-score picker takes the highest total, ties
 //!    uniformly at random (upstream shuffles, then sorts stably).
 //! 3. Prefix state (`prefix_state`):
@@ -21,9 +29,11 @@
 //!      the replica reports their eviction (after the workload's `eviction_delay_s`); score =
 //!      leading blocks held without a gap / the prompt's full blocks.
 //!
-//! Parameters (defaults): `queue_weight` 2, `kv_cache_weight` 2, `prefix_weight` 3 (a weight of 0
-//! switches its scorer off), `block_tokens` 16, `max_prefix_blocks` 256, `prefix_state`
-//! approximate, `lru_capacity` auto.
+//! Parameters (defaults): `queue_weight` 2, `kv_cache_weight` 2, `prefix_weight` 3,
+//! `no_hit_lru_weight` 0 (a weight of 0 switches its scorer off; upstream's no-hit-lru sample
+//! config weighs prefix 2, no-hit-lru 1), `no_hit_lru_size` 1024, `match_length_weight` 0 (in
+//! [0, 1]), `match_length_scale_tokens` 8192, `block_tokens` 16, `max_prefix_blocks` 256,
+//! `prefix_state` approximate, `lru_capacity` auto.
 //!
 //! Source: llm-d/llm-d-inference-scheduler @ 520af478 (module `llm-d-router`):
 //! `pkg/epp/config/loader/defaults.go` (weights 2/2/3), `pkg/epp/scheduling/scheduler_profile.go`
@@ -31,6 +41,12 @@
 //! `.../scorer/kvcacheutilization/kvcache_utilization.go`, `.../scorer/prefix/plugin.go`,
 //! `.../requestcontrol/dataproducer/approximateprefix/{hashing,indexer,plugin,types}.go`
 //! (16-token blocks, 256-block limit, per-pod LRU of 31,250 entries without autoTune).
+//! The two 2026 options follow llm-d/llm-d-router @ ebab6879:
+//! `pkg/epp/framework/plugins/scheduling/scorer/prefix/plugin.go` (`matchLengthWeight` default
+//! 0, `matchLengthScaleTokens` 8192, the squared normalised length; added by f2e4fe5e, PR 1459)
+//! and `.../scheduling/scorer/nohitlru/no_hit_lru.go` (cold = no endpoint with a matched block,
+//! neutral 0.5 otherwise, never-used first, LRU of 1024 updated in `PreRequest` for cold
+//! requests only), weights from `deploy/config/sim-epp-no-hit-lru.yaml`.
 //!
 //! Deviations, and why:
 //! - Upstream hashes 4 characters per token of the JSON-marshalled messages; here blocks are
@@ -72,6 +88,10 @@ pub struct Config {
     pub queue_weight: f64,
     pub kv_cache_weight: f64,
     pub prefix_weight: f64,
+    pub no_hit_lru_weight: f64,
+    pub no_hit_lru_size: u32,
+    pub match_length_weight: f64,
+    pub match_length_scale_tokens: u32,
     pub block_tokens: u32,
     pub max_prefix_blocks: u32,
     pub prefix_state: PrefixState,
@@ -84,6 +104,10 @@ impl Default for Config {
             queue_weight: 2.0,
             kv_cache_weight: 2.0,
             prefix_weight: 3.0,
+            no_hit_lru_weight: 0.0,
+            no_hit_lru_size: 1024,
+            match_length_weight: 0.0,
+            match_length_scale_tokens: 8192,
             block_tokens: 16,
             max_prefix_blocks: 256,
             prefix_state: PrefixState::Approximate,
@@ -103,6 +127,10 @@ pub struct LlmD {
     index: Index,
     matched: Vec<u32>,
     scores: Vec<f64>,
+    /// No-hit LRU: replicas that took a cold request, least recently first.
+    cold_lru: Vec<usize>,
+    /// Whether request `.0` was cold when scored.
+    cold_for: Option<(u64, bool)>,
 }
 
 enum Index {
@@ -124,10 +152,20 @@ impl Policy for LlmD {
             ("queue_weight", cfg.queue_weight),
             ("kv_cache_weight", cfg.kv_cache_weight),
             ("prefix_weight", cfg.prefix_weight),
+            ("no_hit_lru_weight", cfg.no_hit_lru_weight),
         ] {
             if !(w >= 0.0 && w.is_finite()) {
                 return Err(format!("{name} must be a finite number ≥ 0 (got {w}); 0 switches the scorer off"));
             }
+        }
+        if !(0.0..=1.0).contains(&cfg.match_length_weight) {
+            return Err(format!("match_length_weight must be in [0, 1] (got {})", cfg.match_length_weight));
+        }
+        if cfg.match_length_scale_tokens == 0 {
+            return Err("match_length_scale_tokens must be at least 1 (upstream default 8192)".into());
+        }
+        if cfg.no_hit_lru_size == 0 {
+            return Err("no_hit_lru_size must be at least 1 (upstream default 1024)".into());
         }
         if cfg.block_tokens == 0 {
             return Err("block_tokens must be at least 1 (vLLM's default KV block is 16)".into());
@@ -157,6 +195,8 @@ impl Policy for LlmD {
             index,
             matched: vec![0; n],
             scores: vec![0.0; n],
+            cold_lru: Vec::new(),
+            cold_for: None,
         })
     }
 }
@@ -224,17 +264,78 @@ impl LlmD {
                 *s += self.cfg.kv_cache_weight * (1.0 - Self::kv_usage(replicas, i)).clamp(0.0, 1.0);
             }
         }
-        if self.cfg.prefix_weight > 0.0 {
+        if self.uses_prefix() {
             self.hash_prompt(request);
             self.match_blocks();
+        }
+        if self.cfg.prefix_weight > 0.0 {
             let total = self.prompt.blocks;
             if total > 0 {
+                let (w, scale) = (self.cfg.match_length_weight, self.cfg.match_length_scale_tokens as f64);
+                let b = self.cfg.block_tokens as f64;
                 for (s, &m) in self.scores.iter_mut().zip(&self.matched) {
-                    *s += self.cfg.prefix_weight * (m as f64 / total as f64).min(1.0);
+                    let ratio = m as f64 / total as f64;
+                    let score = if w > 0.0 {
+                        let length = (m as f64 * b / scale).min(1.0);
+                        w * length * length + (1.0 - w) * ratio
+                    } else {
+                        ratio
+                    };
+                    *s += self.cfg.prefix_weight * score.clamp(0.0, 1.0);
+                }
+            }
+        }
+        if self.cfg.no_hit_lru_weight > 0.0 {
+            let cold = self.matched.iter().all(|&m| m == 0);
+            self.cold_for = Some((request.id, cold));
+            let w = self.cfg.no_hit_lru_weight;
+            if !cold {
+                self.scores.iter_mut().for_each(|s| *s += w * 0.5);
+            } else if n == 1 {
+                self.scores[0] += w;
+            } else {
+                // Never-used replicas first (index order), then the LRU, oldest first.
+                let mut rank = 0usize;
+                let denom = (n - 1) as f64;
+                for (i, s) in self.scores.iter_mut().enumerate() {
+                    if !self.cold_lru.contains(&i) {
+                        *s += w * (1.0 - rank as f64 / denom).max(0.0);
+                        rank += 1;
+                    }
+                }
+                for &i in &self.cold_lru {
+                    if i < n {
+                        self.scores[i] += w * (1.0 - rank as f64 / denom).max(0.0);
+                        rank += 1;
+                    }
                 }
             }
         }
         &self.scores
+    }
+
+    /// Whether a scorer reads the prefix index.
+    fn uses_prefix(&self) -> bool {
+        self.cfg.prefix_weight > 0.0 || self.cfg.no_hit_lru_weight > 0.0
+    }
+
+    /// No-hit LRU: a cold request moves its replica to the most-recent end.
+    fn touch_cold(&mut self, request: &Request<'_>, r: usize) {
+        let cold = match self.cold_for {
+            Some((id, cold)) if id == request.id => cold,
+            _ => {
+                self.match_blocks();
+                self.matched.iter().all(|&m| m == 0)
+            }
+        };
+        if !cold {
+            return;
+        }
+        self.cold_lru.retain(|&i| i != r);
+        self.cold_lru.push(r);
+        if self.cold_lru.len() > self.cfg.no_hit_lru_size as usize {
+            self.cold_lru.remove(0);
+        }
     }
 
     fn record(&mut self, r: usize) {
@@ -279,8 +380,11 @@ impl RouterPolicy for LlmD {
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {
-        if self.cfg.prefix_weight > 0.0 {
+        if self.uses_prefix() {
             self.hash_prompt(request);
+            if self.cfg.no_hit_lru_weight > 0.0 {
+                self.touch_cold(request, r);
+            }
             self.record(r);
         }
     }
