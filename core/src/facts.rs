@@ -179,7 +179,14 @@ mod tests {
         use facts::request::*;
         let names: Vec<RString> = [SLO_TTFT_S, TENANT, PRIORITY, CLASS, OUTPUT_TOKENS].map(RString::from).into();
         let mut t = RequestFacts::negotiate(&names, World::Cluster).unwrap();
-        let info = RequestInfo { class: 2, priority: -1, tenant: 7, slo_ttft_s: 0.5, output_tokens: 90, ..RequestInfo::plain() };
+        let info = RequestInfo {
+            class: 2,
+            priority: -1,
+            tenant: 7,
+            slo_ttft_s: 0.5,
+            output_tokens: 90,
+            ..RequestInfo::plain()
+        };
         assert_eq!(t.fill(&info), &[0.5, 7.0, -1.0, 2.0, 90.0]);
         let mut row = Vec::new();
         t.append(&info, &mut row);

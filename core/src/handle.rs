@@ -319,12 +319,23 @@ pub enum Admitted {
 
 impl AdmissionHandle {
     pub fn new(admission: AdmissionBox, world: World, label: &str) -> Self {
-        let (facts, unusable) =
-            match admission.request_facts().into_result().map_err(String::from).and_then(|n| RequestFacts::negotiate(&n, world)) {
-                Ok(f) => (f, None),
-                Err(e) => (RequestFacts::default(), Some(RunError(format!("admission policy '{label}' {e}")))),
-            };
-        Self { admission, label: label.to_string(), facts, unusable, held: Vec::new(), counts: AdmissionCounts::default() }
+        let (facts, unusable) = match admission
+            .request_facts()
+            .into_result()
+            .map_err(String::from)
+            .and_then(|n| RequestFacts::negotiate(&n, world))
+        {
+            Ok(f) => (f, None),
+            Err(e) => (RequestFacts::default(), Some(RunError(format!("admission policy '{label}' {e}")))),
+        };
+        Self {
+            admission,
+            label: label.to_string(),
+            facts,
+            unusable,
+            held: Vec::new(),
+            counts: AdmissionCounts::default(),
+        }
     }
 
     pub fn label(&self) -> &str {
@@ -337,7 +348,12 @@ impl AdmissionHandle {
     }
 
     /// `req` arrived: what to do with it.
-    pub fn arrive(&mut self, req: &Request<'_>, info: &RequestInfo, views: &[ReplicaView]) -> Result<Admitted, RunError> {
+    pub fn arrive(
+        &mut self,
+        req: &Request<'_>,
+        info: &RequestInfo,
+        views: &[ReplicaView],
+    ) -> Result<Admitted, RunError> {
         if let Some(e) = &self.unusable {
             return Err(e.clone());
         }

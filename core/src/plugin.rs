@@ -382,8 +382,11 @@ impl Loader {
         let name = self.resolve_name(spec, kind)?;
         let source = match &spec.library {
             None => {
-                let entry =
-                    self.builtins.iter().find(|e| e.name == name && e.kind_of() == Some(kind)).expect("resolved name exists");
+                let entry = self
+                    .builtins
+                    .iter()
+                    .find(|e| e.name == name && e.kind_of() == Some(kind))
+                    .expect("resolved name exists");
                 Source::Builtin(entry.make)
             }
             Some(p) => Source::Library(self.library(p)?, name),
@@ -413,7 +416,9 @@ impl Loader {
                 .builtins
                 .iter()
                 .filter(|e| matches!(e.make, Maker::Admission(_)))
-                .map(|e| (e.name.to_string(), e.description.to_string(), e.default_config_checked().unwrap_or_default()))
+                .map(|e| {
+                    (e.name.to_string(), e.description.to_string(), e.default_config_checked().unwrap_or_default())
+                })
                 .collect(),
             Some(p) => {
                 let lib = self.library(p)?;
@@ -448,7 +453,9 @@ impl Loader {
                     LoadErrorKind::UnknownPolicy,
                     format!(
                         "{what} admission policy in {where_}{}",
-                        other.as_ref().map_or(String::new(), |n| crate::suggest::did_you_mean(n, names.iter().copied()))
+                        other
+                            .as_ref()
+                            .map_or(String::new(), |n| crate::suggest::did_you_mean(n, names.iter().copied()))
                     ),
                     if names.is_empty() {
                         "this library exports no admission policy (built against policy-api before 0.5.2?)".to_string()

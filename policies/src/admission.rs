@@ -73,7 +73,8 @@ impl GieSaturation {
     /// Whether no replica has good capacity.
     pub fn saturated(&self, replicas: &Replicas<'_>) -> bool {
         !replicas.iter().any(|v| {
-            let kv = if v.kv_capacity_tokens == 0 { 0.0 } else { v.kv_used_tokens as f64 / v.kv_capacity_tokens as f64 };
+            let kv =
+                if v.kv_capacity_tokens == 0 { 0.0 } else { v.kv_used_tokens as f64 / v.kv_capacity_tokens as f64 };
             v.waiting <= self.config.queue_depth_threshold && kv <= self.config.kv_cache_util_threshold
         })
     }

@@ -113,8 +113,7 @@ pub trait Admission: Send {
     /// The request facts ([`crate::facts::request`]) this policy reads, by name; read once.
     fn request_facts(&self) -> RResult<RVec<RString>, PolicyError>;
     /// `request` arrived (`request.arrived_at` is now); `replicas` are the replicas' views.
-    fn on_arrival(&mut self, request: &Request<'_>, replicas: Replicas<'_>)
-    -> RResult<AdmissionDecision, PolicyError>;
+    fn on_arrival(&mut self, request: &Request<'_>, replicas: Replicas<'_>) -> RResult<AdmissionDecision, PolicyError>;
     /// Capacity may have freed at `now` and requests are held: a held request to admit or shed,
     /// or `WAIT`. The host calls it again after each `ADMIT`/`SHED`.
     fn next(&mut self, now: f64, replicas: Replicas<'_>) -> RResult<AdmissionDecision, PolicyError>;
@@ -153,11 +152,7 @@ impl<P: AdmissionPolicy> Admission for crate::policy::Guarded<P> {
     fn request_facts(&self) -> RResult<RVec<RString>, PolicyError> {
         guard(P::NAME, "request_facts", || names(self.get().request_facts()))
     }
-    fn on_arrival(
-        &mut self,
-        request: &Request<'_>,
-        replicas: Replicas<'_>,
-    ) -> RResult<AdmissionDecision, PolicyError> {
+    fn on_arrival(&mut self, request: &Request<'_>, replicas: Replicas<'_>) -> RResult<AdmissionDecision, PolicyError> {
         let p = self.get_mut();
         guard(P::NAME, "on_arrival", || p.on_arrival(request, &replicas))
     }

@@ -1,7 +1,7 @@
 //! # routelab-policy-api: write a routing policy once, run it built in or as a plugin
 //!
 //! routelab scores request-routing policies on simulated LLM serving. A policy is one of four
-//! kinds (the fourth, admission, since 0.5.2: [`admission`]):
+//! kinds (the fourth, admission, since 0.5.2: [`mod@admission`]):
 //!
 //! - a **router** picks a replica for each arriving request ([`RouterPolicy`]); the same router
 //!   runs in the classic *dispatch* world (FCFS servers) and in the *cluster* world (LLM replicas

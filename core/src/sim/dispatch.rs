@@ -138,7 +138,8 @@ fn run_with(
         for id in 0..spec.requests {
             let size = sizes.sample(&mut size_rng);
             let req = Request::new(id, id as f64, 0);
-            let i = router.dispatch(&req, &RequestInfo { service_time: Some(size), ..RequestInfo::plain() }, &views)? as usize;
+            let i = router.dispatch(&req, &RequestInfo { service_time: Some(size), ..RequestInfo::plain() }, &views)?
+                as usize;
             let v = &mut views[i];
             v.outstanding_requests += 1;
             v.waiting += 1;

@@ -84,7 +84,11 @@ fn check_name(what: &str, name: &str, seen: &mut Vec<String>) -> Result<(), Fiel
         ));
     }
     if seen.iter().any(|s| s == name) {
-        return Err(FieldError::new("name", format!("the {what} `{name}` is named twice"), "give each a distinct name"));
+        return Err(FieldError::new(
+            "name",
+            format!("the {what} `{name}` is named twice"),
+            "give each a distinct name",
+        ));
     }
     seen.push(name.to_string());
     Ok(())

@@ -244,7 +244,8 @@ pub fn block_stream(
 pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -> Result<RequestStream, String> {
     let g = &spec.generator;
     let labelled = !spec.classes.is_empty() || !spec.tenants.is_empty();
-    let mut b = Builder { stream: RequestStream::default(), next_unique: FIRST_UNIQUE_ID, label: Label::default(), labelled };
+    let mut b =
+        Builder { stream: RequestStream::default(), next_unique: FIRST_UNIQUE_ID, label: Label::default(), labelled };
     let horizon = spec.duration_s.map(ticks);
     let system = Segment { id: SYSTEM_ID, tokens: g.system_prompt_tokens };
 

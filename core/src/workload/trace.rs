@@ -64,8 +64,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, InputError> {
         path: String::new(),
         line: Some(line),
         message,
-        fix: "each row must be TIMESTAMP,ContextTokens,GeneratedTokens[,Class[,Tenant]] with rows in time order"
-            .into(),
+        fix: "each row must be TIMESTAMP,ContextTokens,GeneratedTokens[,Class[,Tenant]] with rows in time order".into(),
     };
     let mut rows = Vec::new();
     let mut first: Option<f64> = None;

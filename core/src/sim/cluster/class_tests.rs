@@ -121,7 +121,8 @@ fn per_class_and_tenant_figures_recompute_from_the_records() {
     let span = rs.iter().map(|r| r.arrived_at_s).fold(f64::NEG_INFINITY, f64::max)
         - rs.iter().map(|r| r.arrived_at_s).fold(f64::INFINITY, f64::min);
     let ttft_bound = |class: u16| [1.0, 4.0, 30.0][class as usize];
-    let ok = |r: &RequestRecord| r.completed_at_s.is_finite() && r.first_token_at_s - r.arrived_at_s <= ttft_bound(r.class);
+    let ok =
+        |r: &RequestRecord| r.completed_at_s.is_finite() && r.first_token_at_s - r.arrived_at_s <= ttft_bound(r.class);
     let mut total_ok = 0;
     for (k, name) in ["critical", "standard", "batch"].iter().enumerate() {
         let mine: Vec<_> = rs.iter().filter(|r| r.class as usize == k).collect();
@@ -185,7 +186,8 @@ fn a_scheduler_reads_each_waiting_requests_priority() {
     let mut h = crate::handle::SchedulerHandle::new(boxed, 0);
     let info = |priority| RequestInfo { priority, ..RequestInfo::plain() };
     h.set_infos(vec![info(0), info(-1), info(2), info(1)].into());
-    let row = |id| WaitingRequest { id, arrived_at: 0.0, prompt_tokens: 1, cached_tokens: 0, remaining_prefill_tokens: 1 };
+    let row =
+        |id| WaitingRequest { id, arrived_at: 0.0, prompt_tokens: 1, cached_tokens: 0, remaining_prefill_tokens: 1 };
     let waiting = [row(1), row(0), row(3), row(2)];
     let mut order = abi_stable::std_types::RVec::new();
     h.order(0.0, &waiting, &mut order).unwrap();

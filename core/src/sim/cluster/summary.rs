@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use super::replica::Replica;
 use super::End;
+use super::replica::Replica;
 use crate::metrics::{Metrics, quantile};
 use crate::workload::classes::{ClassSpec, TenantSpec};
 use crate::workload::slo::Slo;
@@ -154,8 +154,11 @@ pub fn push_slo_metrics(m: &mut Metrics, records: &[RequestRecord], slo: &Slo) {
 
 /// Whether `r` met `slo` (an unfinished, rejected or shed request does not).
 fn met(r: &RequestRecord, slo: &Slo) -> bool {
-    let tpot =
-        if r.output_tokens > 1 { (r.completed_at_s - r.first_token_at_s) / (r.output_tokens - 1) as f64 } else { f64::NAN };
+    let tpot = if r.output_tokens > 1 {
+        (r.completed_at_s - r.first_token_at_s) / (r.output_tokens - 1) as f64
+    } else {
+        f64::NAN
+    };
     slo.met(r.first_token_at_s - r.arrived_at_s, tpot, r.completed_at_s - r.arrived_at_s)
 }
 
@@ -176,7 +179,8 @@ pub fn push_class_metrics(
     slo: Option<&Slo>,
 ) {
     let none = Slo::default();
-    let slo_of = |r: &RequestRecord| classes.get(r.class as usize).and_then(|c| c.slo.as_ref()).or(slo).unwrap_or(&none);
+    let slo_of =
+        |r: &RequestRecord| classes.get(r.class as usize).and_then(|c| c.slo.as_ref()).or(slo).unwrap_or(&none);
     let (first, last) = records
         .iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), r| (a.min(r.arrived_at_s), b.max(r.arrived_at_s)));
@@ -191,11 +195,8 @@ pub fn push_class_metrics(
     for (k, name) in names.iter().enumerate() {
         let mine: Vec<&RequestRecord> = records.iter().filter(|r| r.class as usize == k).collect();
         let ok = mine.iter().filter(|r| met(r, slo_of(r))).count();
-        let mut ttft: Vec<f64> = mine
-            .iter()
-            .filter(|r| r.completed_at_s.is_finite())
-            .map(|r| r.first_token_at_s - r.arrived_at_s)
-            .collect();
+        let mut ttft: Vec<f64> =
+            mine.iter().filter(|r| r.completed_at_s.is_finite()).map(|r| r.first_token_at_s - r.arrived_at_s).collect();
         m.push(format!("class.{name}.requests"), mine.len() as f64);
         m.push(format!("class.{name}.slo_attainment"), share(ok, mine.len()));
         m.push(format!("class.{name}.goodput_rps"), rate(ok));
