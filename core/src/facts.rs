@@ -11,6 +11,22 @@ use routelab_policy_api::{Fact, RString, RouterBox, SchedulerBox, World, facts};
 pub struct RequestInfo {
     /// The job's service time (dispatch world).
     pub service_time: Option<f64>,
+    /// The request's class index, its priority, its tenant index (cluster world).
+    pub class: u16,
+    pub priority: i32,
+    pub tenant: u32,
+    /// The request's SLO bounds in seconds (NaN: none).
+    pub slo_ttft_s: f64,
+    pub slo_tpot_s: f64,
+    /// The request's output length in tokens (cluster world).
+    pub output_tokens: u32,
+}
+
+impl RequestInfo {
+    /// A request with no class, tenant or SLO beyond the defaults (class 0, tenant 0, no bounds).
+    pub fn plain() -> Self {
+        Self { slo_ttft_s: f64::NAN, slo_tpot_s: f64::NAN, ..Self::default() }
+    }
 }
 
 /// How the host reads one request fact.
@@ -21,6 +37,12 @@ type Column = fn(&RequestInfo) -> f64;
 fn column(name: &str, world: World) -> Option<Column> {
     match (name, world) {
         (facts::request::SERVICE_TIME, World::Dispatch) => Some(|r| r.service_time.unwrap_or(0.0)),
+        (facts::request::CLASS, World::Cluster) => Some(|r| r.class as f64),
+        (facts::request::PRIORITY, World::Cluster) => Some(|r| r.priority as f64),
+        (facts::request::TENANT, World::Cluster) => Some(|r| r.tenant as f64),
+        (facts::request::SLO_TTFT_S, World::Cluster) => Some(|r| r.slo_ttft_s),
+        (facts::request::SLO_TPOT_S, World::Cluster) => Some(|r| r.slo_tpot_s),
+        (facts::request::OUTPUT_TOKENS, World::Cluster) => Some(|r| r.output_tokens as f64),
         _ => None,
     }
 }
@@ -75,6 +97,16 @@ impl RequestFacts {
         self.values.extend(self.columns.iter().map(|c| c(info)));
         &self.values
     }
+
+    /// Appends the values for `info` to `table` (a row of a scheduler's fact table).
+    pub fn append(&self, info: &RequestInfo, table: &mut Vec<f64>) {
+        table.extend(self.columns.iter().map(|c| c(info)));
+    }
+
+    /// How many facts were negotiated.
+    pub fn len(&self) -> usize {
+        self.columns.len()
+    }
 }
 
 /// The request facts `router` asks for, checked against what `world` provides.
@@ -96,14 +128,29 @@ fn world_name(world: World) -> &'static str {
     }
 }
 
-/// The context facts of a cluster: the engine's knobs a router operator knows.
+/// The context facts of a cluster: the engine's knobs a router operator knows, and how many
+/// classes and tenants the workload has.
 pub fn cluster_context(chunk_tokens: u32, max_step_tokens: u32, max_batch_requests: u32, scrape_s: f64) -> Vec<Fact> {
+    cluster_context_with(chunk_tokens, max_step_tokens, max_batch_requests, scrape_s, 1, 1)
+}
+
+/// [`cluster_context`] with the workload's class and tenant counts.
+pub fn cluster_context_with(
+    chunk_tokens: u32,
+    max_step_tokens: u32,
+    max_batch_requests: u32,
+    scrape_s: f64,
+    classes: usize,
+    tenants: usize,
+) -> Vec<Fact> {
     use facts::context::*;
     vec![
         Fact::new(ENGINE_CHUNK_TOKENS, chunk_tokens as f64),
         Fact::new(ENGINE_MAX_STEP_TOKENS, max_step_tokens as f64),
         Fact::new(ENGINE_MAX_BATCH_REQUESTS, max_batch_requests as f64),
         Fact::new(METRICS_SCRAPE_INTERVAL_S, scrape_s),
+        Fact::new(CLASSES_COUNT, classes.max(1) as f64),
+        Fact::new(TENANTS_COUNT, tenants.max(1) as f64),
     ]
 }
 
@@ -115,12 +162,37 @@ mod tests {
     fn a_fact_is_provided_only_where_the_world_has_it() {
         let names: Vec<RString> = vec![facts::request::SERVICE_TIME.into()];
         let mut t = RequestFacts::negotiate(&names, World::Dispatch).unwrap();
-        assert_eq!(t.fill(&RequestInfo { service_time: Some(2.5) }), &[2.5]);
+        assert_eq!(t.fill(&RequestInfo { service_time: Some(2.5), ..RequestInfo::plain() }), &[2.5]);
         let e = RequestFacts::negotiate(&names, World::Cluster).err().unwrap();
-        assert!(e.contains("'service_time'") && e.contains("cluster world") && e.contains("none"), "{e}");
+        assert!(e.contains("'service_time'") && e.contains("cluster world") && e.contains("class"), "{e}");
+        let e = RequestFacts::negotiate(&[facts::request::TENANT.into()], World::Dispatch).err().unwrap();
+        assert!(e.contains("'tenant'") && e.contains("dispatch world") && e.contains("service_time"), "{e}");
         let e = RequestFacts::negotiate(&["nope".into()], World::Dispatch).err().unwrap();
         assert!(e.contains("'nope'") && e.contains("service_time"), "{e}");
         assert!(RequestFacts::negotiate(&[], World::Cluster).unwrap().is_empty());
+    }
+
+    /// The class, priority, tenant and SLO facts come out of the request's info in the order
+    /// the policy asked, whatever that order.
+    #[test]
+    fn class_facts_arrive_in_the_order_asked() {
+        use facts::request::*;
+        let names: Vec<RString> = [SLO_TTFT_S, TENANT, PRIORITY, CLASS, OUTPUT_TOKENS].map(RString::from).into();
+        let mut t = RequestFacts::negotiate(&names, World::Cluster).unwrap();
+        let info = RequestInfo {
+            class: 2,
+            priority: -1,
+            tenant: 7,
+            slo_ttft_s: 0.5,
+            output_tokens: 90,
+            ..RequestInfo::plain()
+        };
+        assert_eq!(t.fill(&info), &[0.5, 7.0, -1.0, 2.0, 90.0]);
+        let mut row = Vec::new();
+        t.append(&info, &mut row);
+        assert_eq!(row, [0.5, 7.0, -1.0, 2.0, 90.0]);
+        let mut t = RequestFacts::negotiate(&[SLO_TPOT_S.into()], World::Cluster).unwrap();
+        assert!(t.fill(&RequestInfo::plain())[0].is_nan(), "no bound reads as NaN");
     }
 
     #[test]

@@ -11,8 +11,8 @@
 
 use abi_stable::std_types::{RSlice, RVec};
 use routelab_policy_api::{
-    Capabilities, Completion, Eviction, PdDecision, ReplicaView, Request, RouterBox, SchedulerBox, Stat, Waiting,
-    WaitingRequest, World,
+    AdmissionBox, AdmissionDecision, Capabilities, Completion, Eviction, PdDecision, ReplicaView, Replicas, Request,
+    RouterBox, SchedulerBox, Stat, Waiting, WaitingRequest, World,
 };
 
 use crate::error::RunError;
@@ -263,13 +263,26 @@ pub struct SchedulerHandle {
     taken: Vec<bool>,
     /// Why the scheduler cannot run (it asks for request facts the cluster world lacks).
     unusable: Option<String>,
+    /// The request facts it negotiated, every request's info (by request id) and the table the
+    /// waiting requests' values are written to.
+    facts: RequestFacts,
+    infos: std::sync::Arc<[RequestInfo]>,
+    table: Vec<f64>,
 }
 
 impl SchedulerHandle {
     pub fn new(scheduler: SchedulerBox, replica: u32) -> Self {
-        let unusable =
-            negotiate_scheduler_facts(&scheduler).err().map(|e| format!("scheduler of replica {replica} {e}"));
-        Self { scheduler, replica, taken: Vec::new(), unusable }
+        let (facts, unusable) = match negotiate_scheduler_facts(&scheduler) {
+            Ok(f) => (f, None),
+            Err(e) => (RequestFacts::default(), Some(format!("scheduler of replica {replica} {e}"))),
+        };
+        Self { scheduler, replica, taken: Vec::new(), unusable, facts, infos: Vec::new().into(), table: Vec::new() }
+    }
+
+    /// What the host knows of every request, by request id: the source of the request facts
+    /// the scheduler negotiated (a request id beyond it reads as a plain request).
+    pub fn set_infos(&mut self, infos: std::sync::Arc<[RequestInfo]>) {
+        self.infos = infos;
     }
 
     /// The admission order of `waiting` at `now_s`, into `order`: indices into `waiting`, each at
@@ -279,9 +292,18 @@ impl SchedulerHandle {
         if let Some(e) = &self.unusable {
             return Err(e.clone());
         }
-        // The cluster world has no request facts yet, so a scheduler that negotiated gets none.
+        let shown = if self.facts.is_empty() {
+            Waiting::new(waiting)
+        } else {
+            self.table.clear();
+            let plain = RequestInfo::plain();
+            for w in waiting {
+                self.facts.append(self.infos.get(w.id as usize).unwrap_or(&plain), &mut self.table);
+            }
+            Waiting::with_facts(waiting, &self.table, self.facts.len() as u32)
+        };
         self.scheduler
-            .order(now_s, Waiting::new(waiting), order)
+            .order(now_s, shown, order)
             .into_result()
             .map_err(|e| format!("scheduler of replica {id}: {e}"))?;
         self.taken.clear();
@@ -305,6 +327,164 @@ impl SchedulerHandle {
     /// The scheduler's own figures (not yet namespaced: see [`scheduler_stats`]).
     fn raw_report(&self) -> Result<RVec<Stat>, String> {
         self.scheduler.report().into_result().map_err(|e| format!("scheduler of replica {}: {e}", self.replica))
+    }
+}
+
+/// An admission policy and the contract around it: its decisions are checked (a known action;
+/// `next` names a request that is held), its request facts negotiated, its figures namespaced
+/// `admission.<name>`. The handle keeps the held requests, in the order they were held.
+pub struct AdmissionHandle {
+    admission: AdmissionBox,
+    label: String,
+    facts: RequestFacts,
+    unusable: Option<RunError>,
+    /// Held request ids, oldest first.
+    held: Vec<u64>,
+    /// Decisions by action: admitted on arrival, held, rejected, shed, released from hold.
+    pub counts: AdmissionCounts,
+}
+
+/// How many requests an admission policy admitted, held, rejected and shed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AdmissionCounts {
+    pub admitted: u64,
+    pub held: u64,
+    pub released: u64,
+    pub rejected: u64,
+    pub shed: u64,
+}
+
+/// What became of a request the admission policy was asked about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admitted {
+    /// Route it now.
+    Now,
+    /// Held: `next` releases or sheds it later.
+    Held,
+    Rejected,
+    Shed,
+}
+
+impl AdmissionHandle {
+    pub fn new(admission: AdmissionBox, world: World, label: &str) -> Self {
+        let (facts, unusable) = match admission
+            .request_facts()
+            .into_result()
+            .map_err(String::from)
+            .and_then(|n| RequestFacts::negotiate(&n, world))
+        {
+            Ok(f) => (f, None),
+            Err(e) => (RequestFacts::default(), Some(RunError(format!("admission policy '{label}' {e}")))),
+        };
+        Self {
+            admission,
+            label: label.to_string(),
+            facts,
+            unusable,
+            held: Vec::new(),
+            counts: AdmissionCounts::default(),
+        }
+    }
+
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Requests held now.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// `req` arrived: what to do with it.
+    pub fn arrive(
+        &mut self,
+        req: &Request<'_>,
+        info: &RequestInfo,
+        views: &[ReplicaView],
+    ) -> Result<Admitted, RunError> {
+        if let Some(e) = &self.unusable {
+            return Err(e.clone());
+        }
+        let req = &Request { facts: RSlice::from_slice(self.facts.fill(info)), ..*req };
+        let d = self
+            .admission
+            .on_arrival(req, Replicas::new(views))
+            .into_result()
+            .map_err(|e| policy_error(&self.label, "on_arrival", e.into()))?;
+        Ok(match d.action {
+            AdmissionDecision::ADMIT => {
+                self.counts.admitted += 1;
+                Admitted::Now
+            }
+            AdmissionDecision::HOLD => {
+                self.counts.held += 1;
+                self.held.push(req.id);
+                Admitted::Held
+            }
+            AdmissionDecision::REJECT => {
+                self.counts.rejected += 1;
+                Admitted::Rejected
+            }
+            AdmissionDecision::SHED => {
+                self.counts.shed += 1;
+                Admitted::Shed
+            }
+            other => {
+                return Err(RunError(format!(
+                    "admission policy '{}' answered on_arrival with the action {other} (known: 0 admit, 1 hold, 2 reject, \
+                     3 shed)",
+                    self.label
+                )));
+            }
+        })
+    }
+
+    /// Capacity may have freed at `now`: the next held request to route (`Ok(Some((id, true)))`)
+    /// or shed (`Some((id, false))`), or `None` (nothing held, or the policy waits).
+    pub fn next(&mut self, now: f64, views: &[ReplicaView]) -> Result<Option<(u64, bool)>, RunError> {
+        if self.held.is_empty() {
+            return Ok(None);
+        }
+        let d = self
+            .admission
+            .next(now, Replicas::new(views))
+            .into_result()
+            .map_err(|e| policy_error(&self.label, "next", e.into()))?;
+        let admit = match d.action {
+            AdmissionDecision::WAIT => return Ok(None),
+            AdmissionDecision::ADMIT => true,
+            AdmissionDecision::SHED => false,
+            other => {
+                return Err(RunError(format!(
+                    "admission policy '{}' answered next with the action {other} (known: 0 admit, 3 shed, 4 wait)",
+                    self.label
+                )));
+            }
+        };
+        let Some(k) = self.held.iter().position(|&id| id == d.request) else {
+            return Err(RunError(format!(
+                "admission policy '{}' released request {} from next, which is not held",
+                self.label, d.request
+            )));
+        };
+        self.held.remove(k);
+        if admit {
+            self.counts.released += 1;
+        } else {
+            self.counts.shed += 1;
+        }
+        Ok(Some((d.request, admit)))
+    }
+
+    /// An admitted request finished.
+    pub fn complete(&mut self, c: &Completion) -> Result<(), RunError> {
+        self.admission.on_complete(c).into_result().map_err(|e| policy_error(&self.label, "on_complete", e.into()))
+    }
+
+    /// The policy's own figures as `admission.<name>`.
+    pub fn report(&self) -> Result<Vec<(String, f64)>, RunError> {
+        let stats = self.admission.report().into_result().map_err(|e| policy_error(&self.label, "report", e.into()))?;
+        namespaced("admission", stats).map_err(|m| RunError(format!("admission policy '{}': {m}", self.label)))
     }
 }
 

@@ -457,6 +457,10 @@ fn list_policies(plugin: Option<&Path>) -> Result<i32> {
             l.default_config.map_or_else(|e| format!("(unavailable: {e})"), |c| c.trim().to_string()),
         ]);
     }
+    // Admission policies (policy-api 0.5.2) have their own listing: `PolicyKind` cannot grow.
+    for (name, description, config) in loader.admission_list(plugin)? {
+        t.add_row(vec![name, "admission".to_string(), description, config.trim().to_string()]);
+    }
     println!("{t}");
     Ok(0)
 }

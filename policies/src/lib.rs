@@ -4,6 +4,7 @@
 //! [`registry`] lists them all; the host links this crate directly, and
 //! `routelab-builtin-plugin` exports the same registry through the plugin ABI.
 
+pub mod admission;
 pub mod aibrix_prefix_cache;
 pub mod best_single;
 pub mod chwbl;
@@ -34,7 +35,7 @@ pub mod sglang_cache_aware;
 pub mod threshold_affinity;
 pub mod vllm_prefix_aware;
 
-use routelab_policy_api::{Entry, pd_router, router, scheduler, selector};
+use routelab_policy_api::{Entry, admission as admission_entry, pd_router, router, scheduler, selector};
 
 /// Every built-in policy.
 pub fn registry() -> Vec<Entry> {
@@ -73,6 +74,9 @@ pub fn registry() -> Vec<Entry> {
         scheduler::<fcfs::Fcfs>(),
         scheduler::<lpm::Lpm>(),
         scheduler::<priority_groups::PriorityGroups>(),
+        admission_entry::<admission::AdmitAll>(),
+        admission_entry::<admission::GieSaturation>(),
+        admission_entry::<admission::TokenBucket>(),
     ]
 }
 

@@ -4,7 +4,8 @@
 //! rest the same way:
 //!
 //! - **Request facts** ([`request`]): numbers about one request (its service time in the
-//!   dispatch world; later minors add class, tenant, length hints). A policy lists the names it
+//!   dispatch world; since 0.5.2 class, priority, tenant, SLO bounds and output length in the
+//!   cluster world). A policy lists the names it
 //!   wants ([`crate::RouterPolicy::request_facts`], [`crate::SchedulerPolicy::request_facts`]);
 //!   the host reads the list once, at creation, refuses a name it does not provide (a
 //!   configuration error naming it), and then hands the values over with every request, in the
@@ -25,8 +26,36 @@ pub mod request {
     /// router cannot know how long a request will run).
     pub const SERVICE_TIME: &str = "service_time";
 
+    // since 0.5.2 {
+    /// The request's class: its 0-based index in the workload's `cluster.classes`, in the order
+    /// written (0 when the workload has no classes; cluster world).
+    pub const CLASS: &str = "class";
+    /// The request's class priority: higher is more important, negative = sheddable (the Gateway
+    /// API Inference Extension's convention; 0 without classes; cluster world).
+    pub const PRIORITY: &str = "priority";
+    /// The request's tenant: its 0-based index in `cluster.tenants` (0 without tenants).
+    pub const TENANT: &str = "tenant";
+    /// The request's TTFT bound in seconds (its class's SLO, else the cluster's; NaN: none).
+    pub const SLO_TTFT_S: &str = "slo.ttft_s";
+    /// The request's TPOT bound in seconds (NaN: none).
+    pub const SLO_TPOT_S: &str = "slo.tpot_s";
+    /// The request's output length in tokens (cluster world): an oracle figure, as
+    /// `service_time` is in the dispatch world; what a length predictor would estimate.
+    pub const OUTPUT_TOKENS: &str = "output_tokens";
+    // } since 0.5.2
+
     /// Every request fact this version defines, with one line each.
-    pub const CATALOGUE: &[(&str, &str)] = &[(SERVICE_TIME, "the job's service time (dispatch world)")];
+    pub const CATALOGUE: &[(&str, &str)] = &[
+        (SERVICE_TIME, "the job's service time (dispatch world)"),
+        // since 0.5.2 {
+        (CLASS, "the request's class index in cluster.classes (cluster world)"),
+        (PRIORITY, "the class's priority; negative = sheddable (cluster world)"),
+        (TENANT, "the request's tenant index in cluster.tenants (cluster world)"),
+        (SLO_TTFT_S, "the request's TTFT bound in seconds, NaN for none (cluster world)"),
+        (SLO_TPOT_S, "the request's TPOT bound in seconds, NaN for none (cluster world)"),
+        (OUTPUT_TOKENS, "the request's output length in tokens, an oracle figure (cluster world)"),
+        // } since 0.5.2
+    ];
 }
 
 /// Context facts: numbers a policy is told at creation.
@@ -41,11 +70,24 @@ pub mod context {
     /// Seconds between metrics scrapes (the age bound of the `scraped.*` signals; 0: live).
     pub const METRICS_SCRAPE_INTERVAL_S: &str = "metrics.scrape_interval_s";
 
+    // since 0.5.2 {
+    /// How many request classes the workload has (1 without `classes:`); the request fact
+    /// `class` indexes them.
+    pub const CLASSES_COUNT: &str = "classes.count";
+    /// How many tenants the workload has (1 without `tenants:`); the request fact `tenant`
+    /// indexes them.
+    pub const TENANTS_COUNT: &str = "tenants.count";
+    // } since 0.5.2
+
     /// Every context fact this version defines, with one line each.
     pub const CATALOGUE: &[(&str, &str)] = &[
         (ENGINE_CHUNK_TOKENS, "prompt tokens per prefill chunk (cluster world)"),
         (ENGINE_MAX_STEP_TOKENS, "token budget of one engine step (cluster world)"),
         (ENGINE_MAX_BATCH_REQUESTS, "most requests in one running batch (cluster world)"),
         (METRICS_SCRAPE_INTERVAL_S, "seconds between metrics scrapes (cluster world; 0: live)"),
+        // since 0.5.2 {
+        (CLASSES_COUNT, "request classes in the workload (cluster world)"),
+        (TENANTS_COUNT, "tenants in the workload (cluster world)"),
+        // } since 0.5.2
     ];
 }

@@ -1,13 +1,15 @@
 //! # routelab-policy-api: write a routing policy once, run it built in or as a plugin
 //!
-//! routelab scores request-routing policies on simulated LLM serving. A policy is one of three
-//! kinds:
+//! routelab scores request-routing policies on simulated LLM serving. A policy is one of four
+//! kinds (the fourth, admission, since 0.5.2: [`mod@admission`]):
 //!
 //! - a **router** picks a replica for each arriving request ([`RouterPolicy`]); the same router
 //!   runs in the classic *dispatch* world (FCFS servers) and in the *cluster* world (LLM replicas
 //!   with prefix caches);
 //! - a **scheduler** orders one replica's waiting queue before each step ([`SchedulerPolicy`]);
-//! - a **selector** picks a model for each module of a compound AI system ([`SelectorPolicy`]).
+//! - a **selector** picks a model for each module of a compound AI system ([`SelectorPolicy`]);
+//! - an **admission** policy decides, before routing, whether a request is admitted now, held,
+//!   rejected or shed (`AdmissionPolicy`, 0.5.2).
 //!
 //! ## The contract in five steps
 //!
@@ -68,7 +70,7 @@
 //! | a hook | a method appended to a trait after its `#[sabi(last_prefix_field)]` method, with a default body (as `Router::on_abandon` in 0.5.1) |
 //! | a capability | a new [`Capabilities`] bit (hosts ignore bits they do not know) |
 //! | an error kind, a P/D action | a new [`ErrorKind`] / [`PdDecision`] code (hosts treat unknown kinds as `FAILED`, refuse unknown actions) |
-//! | a policy kind | a field appended to the root module [`root::PolicyLib`] (`missing_field(option)`) |
+//! | a policy kind | a field appended to the root module [`root::PolicyLib`] (`missing_field(option)`), with its own listing (as admission in 0.5.2: [`PolicyKind`] cannot grow) |
 //! | plain-Rust helpers | new types, functions and methods (`policy`, `toolkit`, `cost`) |
 //!
 //! A name a policy asks for that its host does not know (a newer plugin on an older host) is a
@@ -146,6 +148,9 @@
 /// The version of this crate; a plugin must be built against the same 0.x minor as its host.
 pub const API_VERSION: &str = env!("CARGO_PKG_VERSION");
 
+// since 0.5.2 {
+pub mod admission;
+// } since 0.5.2
 pub mod cost;
 pub mod error;
 pub mod facts;
@@ -171,9 +176,17 @@ pub mod prelude {
         Replicas, Request, RouterContext, SchedulerContext, Segment, SelectorContext, Waiting, WaitingRequest, World,
     };
     pub use crate::{export_policies, facts, signals};
+    // since 0.5.2 {
+    pub use crate::admission::{AdmissionContext, AdmissionDecision, AdmissionInfo, AdmissionPolicy, admission};
+    // } since 0.5.2
     pub use rand::{Rng, RngExt, SeedableRng, seq::IndexedRandom, seq::SliceRandom};
 }
 
+// since 0.5.2 {
+pub use admission::{
+    Admission, AdmissionBox, AdmissionContext, AdmissionDecision, AdmissionInfo, AdmissionPolicy, admission,
+};
+// } since 0.5.2
 pub use abi_stable;
 pub use abi_stable::std_types::{RSlice, RString, RVec};
 pub use cost::{Chunk, CostModel, Roofline, Step, StepPricer, StepShape};

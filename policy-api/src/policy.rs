@@ -249,7 +249,7 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Runs `f`, turning a panic into an error that names the policy and the method.
-fn guard<T>(policy: &str, method: &str, f: impl FnOnce() -> T) -> RResult<T, PolicyError> {
+pub(crate) fn guard<T>(policy: &str, method: &str, f: impl FnOnce() -> T) -> RResult<T, PolicyError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => ROk(v),
         Err(payload) => {
@@ -258,7 +258,7 @@ fn guard<T>(policy: &str, method: &str, f: impl FnOnce() -> T) -> RResult<T, Pol
     }
 }
 
-fn stats(v: Vec<(String, f64)>) -> RVec<Stat> {
+pub(crate) fn stats(v: Vec<(String, f64)>) -> RVec<Stat> {
     v.into_iter().map(|(name, value)| Stat { name: name.into(), value }).collect()
 }
 
@@ -289,6 +289,12 @@ impl<P> Guarded<P> {
     pub fn get(&self) -> &P {
         &self.policy
     }
+    // since 0.5.2 {
+    /// The wrapped policy, mutably.
+    pub fn get_mut(&mut self) -> &mut P {
+        &mut self.policy
+    }
+    // } since 0.5.2
 }
 
 impl<P> Drop for Guarded<P> {
@@ -301,7 +307,7 @@ impl<P> Drop for Guarded<P> {
     }
 }
 
-fn names(v: Vec<String>) -> RVec<RString> {
+pub(crate) fn names(v: Vec<String>) -> RVec<RString> {
     v.into_iter().map(RString::from).collect()
 }
 
@@ -475,7 +481,7 @@ pub fn parse_config<P: Policy>(config: &str) -> Result<P::Config, String> {
 
 /// Parses the config and calls the constructor; both failures are bad input, a panic in either
 /// (the config's `Default` or `Deserialize`, or `new`) is caught and typed as one.
-fn build<P: Policy>(config: &str, context: &P::Context) -> Result<P, PolicyError> {
+pub(crate) fn build<P: Policy>(config: &str, context: &P::Context) -> Result<P, PolicyError> {
     let made = catch_unwind(AssertUnwindSafe(|| {
         let cfg = parse_config::<P>(config).map_err(PolicyError::bad_config)?;
         P::new(cfg, context).map_err(|e| PolicyError::bad_config(format!("config of '{}': {e}", P::NAME)))
@@ -498,6 +504,10 @@ pub enum Maker {
     Scheduler(fn(&str, &SchedulerContext) -> Result<SchedulerBox, PolicyError>),
     /// Builds a selector from config text and context.
     Selector(fn(&str, &SelectorContext) -> Result<SelectorBox, PolicyError>),
+    // since 0.5.2 {
+    /// Builds an admission policy from config text and context (0.5.2).
+    Admission(fn(&str, &crate::admission::AdmissionContext) -> Result<crate::admission::AdmissionBox, PolicyError>),
+    // } since 0.5.2
 }
 
 /// One policy in a library's registry.
@@ -528,7 +538,7 @@ impl Entry {
     }
 }
 
-fn default_config<P: Policy>() -> String {
+pub(crate) fn default_config<P: Policy>() -> String {
     serde_norway::to_string(&P::Config::default()).unwrap_or_default()
 }
 

@@ -40,12 +40,22 @@ impl PolicyKind {
 }
 
 impl Entry {
-    /// The kind of policy the entry makes.
+    /// The kind of policy the entry makes. Panics for an admission entry (0.5.2), which is of no
+    /// [`PolicyKind`] (that enum crosses the boundary and cannot grow within 0.5): see
+    /// [`Entry::kind_of`].
     pub fn kind(&self) -> PolicyKind {
+        self.kind_of().expect("an admission entry has no PolicyKind; use Entry::kind_of")
+    }
+
+    /// The kind of policy the entry makes; `None` for an admission entry.
+    pub fn kind_of(&self) -> Option<PolicyKind> {
         match self.make {
-            Maker::Router(_) => PolicyKind::Router,
-            Maker::Scheduler(_) => PolicyKind::Scheduler,
-            Maker::Selector(_) => PolicyKind::Selector,
+            Maker::Router(_) => Some(PolicyKind::Router),
+            Maker::Scheduler(_) => Some(PolicyKind::Scheduler),
+            Maker::Selector(_) => Some(PolicyKind::Selector),
+            // since 0.5.2 {
+            Maker::Admission(_) => None,
+            // } since 0.5.2
         }
     }
 }
@@ -85,6 +95,17 @@ pub struct PolicyLib {
     /// A selector by name, from config text and context.
     #[sabi(last_prefix_field)]
     pub new_selector: extern "C" fn(RStr<'_>, RStr<'_>, &SelectorContext) -> RResult<SelectorBox, PolicyError>,
+    // since 0.5.2 {
+    /// Every admission policy the library exports (0.5.2; `None` from an older library).
+    pub admission_policies: extern "C" fn() -> RResult<RVec<crate::admission::AdmissionInfo>, PolicyError>,
+    /// An admission policy by name, from config text and context (0.5.2; `None` from an older
+    /// library).
+    pub new_admission: extern "C" fn(
+        RStr<'_>,
+        RStr<'_>,
+        &crate::admission::AdmissionContext,
+    ) -> RResult<crate::admission::AdmissionBox, PolicyError>,
+    // } since 0.5.2
 }
 
 impl RootModule for PolicyLibRef {
@@ -117,8 +138,8 @@ fn catching<T>(what: &str, f: impl FnOnce() -> Result<T, PolicyError>) -> RResul
 
 fn find(name: &str, kind: PolicyKind) -> Result<&'static Entry, PolicyError> {
     let registry = registry()?;
-    registry.iter().find(|e| e.name == name && e.kind() == kind).ok_or_else(|| {
-        let names: Vec<_> = registry.iter().filter(|e| e.kind() == kind).map(|e| e.name).collect();
+    registry.iter().find(|e| e.name == name && e.kind_of() == Some(kind)).ok_or_else(|| {
+        let names: Vec<_> = registry.iter().filter(|e| e.kind_of() == Some(kind)).map(|e| e.name).collect();
         PolicyError::bad_config(format!(
             "no {} named '{name}' in this library (it has: {})",
             kind.as_str(),
@@ -131,10 +152,11 @@ extern "C" fn policies() -> RResult<RVec<PolicyInfo>, PolicyError> {
     catching("listing the library's policies", || {
         registry()?
             .iter()
-            .map(|e| {
+            .filter_map(|e| Some((e, e.kind_of()?)))
+            .map(|(e, kind)| {
                 Ok(PolicyInfo {
                     name: e.name.into(),
-                    kind: e.kind(),
+                    kind,
                     description: e.description.into(),
                     default_config: e.default_config_checked().map(RString::from).into(),
                 })
@@ -172,6 +194,40 @@ extern "C" fn new_selector(
     })
 }
 
+// since 0.5.2 {
+extern "C" fn admission_policies() -> RResult<RVec<crate::admission::AdmissionInfo>, PolicyError> {
+    catching("listing the library's admission policies", || {
+        Ok(registry()?
+            .iter()
+            .filter(|e| matches!(e.make, Maker::Admission(_)))
+            .map(|e| crate::admission::AdmissionInfo {
+                name: e.name.into(),
+                description: e.description.into(),
+                default_config: e.default_config_checked().map(RString::from).into(),
+            })
+            .collect())
+    })
+}
+
+extern "C" fn new_admission(
+    name: RStr<'_>,
+    config: RStr<'_>,
+    ctx: &crate::admission::AdmissionContext,
+) -> RResult<crate::admission::AdmissionBox, PolicyError> {
+    catching(&format!("constructor of '{name}'"), || {
+        let registry = registry()?;
+        let admissions = || registry.iter().filter(|e| matches!(e.make, Maker::Admission(_)));
+        match admissions().find(|e| e.name == name.as_str()).map(|e| e.make) {
+            Some(Maker::Admission(make)) => make(config.as_str(), ctx),
+            _ => Err(PolicyError::bad_config(format!(
+                "no admission policy named '{name}' in this library (it has: {})",
+                admissions().map(|e| e.name).collect::<Vec<_>>().join(", ")
+            ))),
+        }
+    })
+}
+// } since 0.5.2
+
 /// Builds the root module over `entries`. Called once, by [`crate::export_policies!`]'s loader.
 /// A panic in `entries` is kept as the library's error: every call of the module then fails with
 /// a message that says the registry function panicked, and why.
@@ -182,7 +238,17 @@ pub fn library(entries: impl FnOnce() -> Vec<Entry>) -> PolicyLibRef {
         })
     });
     use abi_stable::prefix_type::PrefixTypeTrait;
-    PolicyLib { policies, new_router, new_scheduler, new_selector }.leak_into_prefix()
+    PolicyLib {
+        policies,
+        new_router,
+        new_scheduler,
+        new_selector,
+        // since 0.5.2 {
+        admission_policies,
+        new_admission,
+        // } since 0.5.2
+    }
+    .leak_into_prefix()
 }
 
 /// Exports a registry as this library's root module. Use once per `cdylib` crate:

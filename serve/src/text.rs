@@ -202,6 +202,7 @@ mod tests {
                 Segment { id: 1, tokens: 64 },
                 Segment { id: 8, tokens: 20 },
             ],
+            labels: Vec::new(),
         };
         for k in 0..2u32 {
             s.requests.push(GeneratedRequest {

@@ -329,6 +329,8 @@ pub struct ResolvedPolicy {
     policy: Factory,
     /// Cluster world: every replica's scheduler (the spec's `@scheduler`, else the workload's).
     scheduler: Option<Factory>,
+    /// Cluster world: the admission policy in front of the router (the workload's `admission`).
+    admission: Option<crate::plugin::AdmissionFactory>,
 }
 
 impl ResolvedPolicy {
@@ -347,19 +349,21 @@ pub fn resolve(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec) -> R
             spec: spec.clone(),
             policy: loader.resolve(spec, PolicyKind::Router)?,
             scheduler: None,
+            admission: None,
         }),
         WorldKind::Cluster => {
             let c = w.cluster.as_ref().expect("cluster world");
             let policy = loader.resolve(spec, PolicyKind::Router)?;
             let scheduler = PolicySpec::parse(spec.scheduler.as_deref().unwrap_or(&c.scheduler))?;
             let scheduler = Some(loader.resolve(&scheduler, PolicyKind::Scheduler)?);
-            Ok(ResolvedPolicy { spec: spec.clone(), policy, scheduler })
+            let admission = Some(loader.admission_factory(&PolicySpec::parse(&c.admission)?)?);
+            Ok(ResolvedPolicy { spec: spec.clone(), policy, scheduler, admission })
         }
         WorldKind::Compound => {
             let c = w.compound.as_ref().expect("compound world");
             let policy = loader.resolve(spec, PolicyKind::Selector)?;
             policy.selector(&sim::compound::selector_context(c, w.seed))?;
-            Ok(ResolvedPolicy { spec: spec.clone(), policy, scheduler: None })
+            Ok(ResolvedPolicy { spec: spec.clone(), policy, scheduler: None, admission: None })
         }
     }
 }
@@ -467,8 +471,15 @@ fn run_seed(
             let c = w.cluster.as_ref().expect("cluster world");
             let sm = prepared.step_model.as_ref().expect("prepared cluster world");
             let stream = input.stream.as_deref().expect("cluster seed input");
-            let sim =
+            let mut sim =
                 ClusterSim::build(c, sm, stream, router, schedulers, label).map_err(|e| prepared.setup_error(e))?;
+            // A disaggregated cluster runs without admission unless the workload names one (which
+            // `with_admission` then refuses: P/D routers reject requests themselves).
+            let admits_all = c.admission.trim() == "admit_all";
+            if let Some(a) = policy.admission.as_ref().filter(|_| c.disaggregation.is_none() || !admits_all) {
+                let admission = a.admission(&sim::cluster::admission_context(c, sm, run_seed))?;
+                sim = sim.with_admission(admission, &a.spec.label).map_err(|e| prepared.setup_error(e))?;
+            }
             let out = sim.run()?;
             let detail = with_detail.then(|| cluster_detail(c.replicas as usize, &out.records));
             Ok(((out.metrics, Vec::new()), detail))

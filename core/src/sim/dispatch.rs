@@ -138,7 +138,8 @@ fn run_with(
         for id in 0..spec.requests {
             let size = sizes.sample(&mut size_rng);
             let req = Request::new(id, id as f64, 0);
-            let i = router.dispatch(&req, &RequestInfo { service_time: Some(size) }, &views)? as usize;
+            let i = router.dispatch(&req, &RequestInfo { service_time: Some(size), ..RequestInfo::plain() }, &views)?
+                as usize;
             let v = &mut views[i];
             v.outstanding_requests += 1;
             v.waiting += 1;
@@ -196,7 +197,7 @@ fn run_with(
         let size = sizes.sample(&mut size_rng);
         let req = Request::new(id, t_units, 0);
         let shown = if stale_every.is_some() { &snapshot } else { &servers.views };
-        let i = router.dispatch(&req, &RequestInfo { service_time: Some(size) }, shown)?;
+        let i = router.dispatch(&req, &RequestInfo { service_time: Some(size), ..RequestInfo::plain() }, shown)?;
         servers.on_dispatch(id, i, now, to_ticks(size));
         if stale_every.is_none() {
             router.set_busy_until(i as usize, to_units(servers.free_at[i as usize]));

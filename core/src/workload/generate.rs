@@ -26,6 +26,7 @@ use rand::RngExt;
 use rand_distr::{Distribution, Exp1, Gamma};
 use routelab_policy_api::Segment;
 
+use super::classes::{Label, Mix};
 use super::cluster::{Arrivals, ClusterSpec, Popularity, TokenShape, Tokens};
 use super::mooncake::{HASH_ID_BASE, MooncakeRow};
 use super::trace::TraceRow;
@@ -51,12 +52,20 @@ pub struct RequestStream {
     pub requests: Vec<GeneratedRequest>,
     /// Every request's prompt segments, back to back.
     pub segments: Vec<Segment>,
+    /// Every request's class and tenant, by request id; empty when the workload has neither
+    /// `classes:` nor `tenants:` (every request is class 0, tenant 0).
+    pub labels: Vec<Label>,
 }
 
 impl RequestStream {
     pub fn prompt(&self, i: usize) -> &[Segment] {
         let r = &self.requests[i].segments;
         &self.segments[r.start as usize..r.end as usize]
+    }
+
+    /// Request `i`'s class and tenant.
+    pub fn label(&self, i: usize) -> Label {
+        self.labels.get(i).copied().unwrap_or_default()
     }
 }
 
@@ -129,6 +138,9 @@ impl Popular {
 struct Builder {
     stream: RequestStream,
     next_unique: u64,
+    /// The label of the requests pushed next (kept only when `labelled`).
+    label: Label,
+    labelled: bool,
 }
 
 impl Builder {
@@ -150,15 +162,21 @@ impl Builder {
             segments: start..end,
             output_segment,
         });
+        if self.labelled {
+            self.stream.labels.push(self.label);
+        }
     }
 
     /// Sorts by arrival (stable: generation order breaks ties) and keeps the first `limit`.
     fn finish(self, limit: Option<u64>, horizon: Option<SimTime>) -> RequestStream {
-        let RequestStream { requests, segments } = self.stream;
+        let RequestStream { requests, segments, labels } = self.stream;
         let mut order: Vec<usize> = (0..requests.len()).collect();
         order.sort_by_key(|&i| requests[i].arrived_at);
-        let mut out =
-            RequestStream { requests: Vec::with_capacity(order.len()), segments: Vec::with_capacity(segments.len()) };
+        let mut out = RequestStream {
+            requests: Vec::with_capacity(order.len()),
+            segments: Vec::with_capacity(segments.len()),
+            labels: Vec::with_capacity(labels.len()),
+        };
         for i in order {
             let r = &requests[i];
             if limit.is_some_and(|l| out.requests.len() as u64 >= l) || horizon.is_some_and(|h| r.arrived_at >= h) {
@@ -168,6 +186,9 @@ impl Builder {
             out.segments.extend_from_slice(&segments[r.segments.start as usize..r.segments.end as usize]);
             let end = out.segments.len() as u32;
             out.requests.push(GeneratedRequest { segments: start..end, ..r.clone() });
+            if let Some(l) = labels.get(i) {
+                out.labels.push(*l);
+            }
         }
         out
     }
@@ -194,7 +215,12 @@ pub fn block_stream(
     limit: Option<u64>,
     horizon: Option<SimTime>,
 ) -> RequestStream {
-    let mut b = Builder { stream: RequestStream::default(), next_unique: FIRST_UNIQUE_ID };
+    let mut b = Builder {
+        stream: RequestStream::default(),
+        next_unique: FIRST_UNIQUE_ID,
+        label: Label::default(),
+        labelled: false,
+    };
     let mut prompt = Vec::new();
     for row in rows {
         prompt.clear();
@@ -217,7 +243,9 @@ pub fn block_stream(
 /// a trace. Errors (a trace row too large for a replica, a missing trace) are bad input.
 pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -> Result<RequestStream, String> {
     let g = &spec.generator;
-    let mut b = Builder { stream: RequestStream::default(), next_unique: FIRST_UNIQUE_ID };
+    let labelled = !spec.classes.is_empty() || !spec.tenants.is_empty();
+    let mut b =
+        Builder { stream: RequestStream::default(), next_unique: FIRST_UNIQUE_ID, label: Label::default(), labelled };
     let horizon = spec.duration_s.map(ticks);
     let system = Segment { id: SYSTEM_ID, tokens: g.system_prompt_tokens };
 
@@ -238,6 +266,7 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
             } else {
                 prompt.push(b.unique(context));
             }
+            b.label = Label { class: row.class, tenant: row.tenant };
             b.push(ticks(row.at_s * time_scale), &prompt, row.generated_tokens.max(1), None);
         }
         return Ok(b.finish(spec.requests, horizon));
@@ -246,6 +275,10 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
     let mut arrival_rng = stream(run_seed, "cluster.arrivals");
     let mut size_rng = stream(run_seed, "cluster.sizes");
     let mut context_rng = stream(run_seed, "cluster.contexts");
+    // Classes and tenants have their own stream: adding them moves no arrival and no size.
+    let mut class_rng = stream(run_seed, "cluster.classes");
+    let class_mix = Mix::new(spec.classes.iter().map(|c| c.share));
+    let tenant_mix = Mix::new(spec.tenants.iter().map(|t| t.weight));
     let contexts: Vec<Segment> = g.contexts.as_ref().map_or_else(Vec::new, |c| {
         (0..c.count).map(|i| Segment { id: 2 + i as u64, tokens: sample_tokens(&c.tokens, &mut context_rng) }).collect()
     });
@@ -277,18 +310,28 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
         if let (Some(p), false) = (&popular, contexts.is_empty()) {
             prompt.push(contexts[p.sample(&mut size_rng)]);
         }
+        let (mut suffix_tokens, mut output_tokens) = (&g.suffix_tokens, &g.output_tokens);
+        if labelled {
+            let class = class_mix.pick(class_rng.random());
+            let tenant = tenant_mix.pick(class_rng.random());
+            b.label = Label { class: class as u16, tenant: tenant as u32 };
+            if let Some(c) = spec.classes.get(class) {
+                suffix_tokens = c.suffix_tokens.as_ref().unwrap_or(suffix_tokens);
+                output_tokens = c.output_tokens.as_ref().unwrap_or(output_tokens);
+            }
+        }
         let turns = sample_tokens(&g.turns, &mut size_rng).max(1);
         let mut at = t;
         for turn in 0..turns {
             if turn > 0 {
                 at += Distribution::<f64>::sample(&Exp1, &mut size_rng) * g.think_time_s;
             }
-            let suffix = sample_tokens(&g.suffix_tokens, &mut size_rng);
+            let suffix = sample_tokens(suffix_tokens, &mut size_rng);
             let suffix = b.unique(suffix);
             prompt.push(suffix);
             let mut history_output = None;
             for sample in 0..g.fanout {
-                let output = sample_tokens(&g.output_tokens, &mut size_rng).max(1);
+                let output = sample_tokens(output_tokens, &mut size_rng).max(1);
                 let reused = (sample == 0 && turn + 1 < turns).then(|| b.unique(output));
                 if sample == 0 {
                     history_output = reused;
@@ -476,8 +519,8 @@ mod tests {
         s.arrivals = Arrivals::Trace { path: "x.csv".into(), time_scale: 0.5, format: Default::default() };
         s.requests = None;
         let rows = [
-            TraceRow { at_s: 0.0, context_tokens: 374, generated_tokens: 44, line: 2 },
-            TraceRow { at_s: 4.0, context_tokens: 5, generated_tokens: 0, line: 3 },
+            TraceRow { at_s: 0.0, context_tokens: 374, generated_tokens: 44, class: 0, tenant: 0, line: 2 },
+            TraceRow { at_s: 4.0, context_tokens: 5, generated_tokens: 0, class: 0, tenant: 0, line: 3 },
         ];
         let st = generate(&s, Some(&rows), 1).unwrap();
         assert_eq!(st.requests[1].arrived_at, ticks(2.0));

@@ -3,6 +3,7 @@
 //! A workload names itself, its seeds, optionally the policies to compare, and exactly one world
 //! section (`dispatch:`, `cluster:` or `compound:`). Unknown fields are errors everywhere.
 
+pub mod classes;
 pub mod cluster;
 pub mod compound;
 pub mod dispatch;
@@ -226,7 +227,11 @@ pub fn parse(text: &str, file: &Path) -> Result<Workload, InputError> {
 pub fn field_line(text: &str, path: &str) -> Option<usize> {
     let mut at = 0;
     let mut line = None;
-    for key in path.split('.').map(|k| k.split('[').next().unwrap_or(k)).filter(|k| !k.is_empty()) {
+    for part in path.split('.') {
+        let key = part.split('[').next().unwrap_or(part);
+        if key.is_empty() {
+            continue;
+        }
         let found = text[at..].match_indices(key).map(|(i, _)| at + i).find(|&i| {
             let before = text[..i].chars().next_back();
             let after = text[i + key.len()..].trim_start_matches([' ', '"', '\'']);
@@ -235,6 +240,35 @@ pub fn field_line(text: &str, path: &str) -> Option<usize> {
         let Some(i) = found else { break };
         at = i + key.len();
         line = Some(1 + text[..i].matches('\n').count());
+        // `key[N]` in a block sequence: the (N+1)-th `- ` item after the key.
+        let index = part.split_once('[').and_then(|(_, r)| r.strip_suffix(']')).and_then(|n| n.parse::<usize>().ok());
+        if let Some(n) = index {
+            // Items are the lines starting `- ` below the key; the sequence ends at the first
+            // other line indented no deeper than the key.
+            let line_start = text[..i].rfind('\n').map_or(0, |j| j + 1);
+            let key_indent = text[line_start..i].len() - text[line_start..i].trim_start_matches(' ').len();
+            let (mut k, mut item_indent) = (0, None);
+            let mut j = text[at..].find('\n').map(|d| at + d + 1);
+            while let Some(start) = j {
+                let rest = &text[start..];
+                let body = rest.trim_start_matches(' ');
+                let indent = rest.len() - body.len();
+                let blank = body.is_empty() || body.starts_with('\n') || body.starts_with('#');
+                if !blank {
+                    if body.starts_with("- ") && *item_indent.get_or_insert(indent) == indent {
+                        if k == n {
+                            at = start;
+                            line = Some(1 + text[..start].matches('\n').count());
+                            break;
+                        }
+                        k += 1;
+                    } else if indent <= key_indent {
+                        break;
+                    }
+                }
+                j = rest.find('\n').map(|d| start + d + 1);
+            }
+        }
     }
     line
 }

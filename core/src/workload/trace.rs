@@ -1,6 +1,8 @@
 //! Trace files in the Azure LLM inference trace format: a header, then
 //! `TIMESTAMP,ContextTokens,GeneratedTokens` rows, TIMESTAMP either `2023-11-16 18:15:46.6805900`
-//! or a plain number of seconds. Malformed rows are errors naming the line.
+//! or a plain number of seconds. Two optional columns follow: the request's class and tenant, as
+//! 0-based indices into the workload's `cluster.classes` and `cluster.tenants` (in the order they
+//! are written; absent = 0). Malformed rows are errors naming the line.
 
 use std::path::Path;
 
@@ -14,6 +16,10 @@ pub struct TraceRow {
     pub at_s: f64,
     pub context_tokens: u32,
     pub generated_tokens: u32,
+    /// The optional fourth column: an index into `cluster.classes` (0 when absent).
+    pub class: u16,
+    /// The optional fifth column: an index into `cluster.tenants` (0 when absent).
+    pub tenant: u32,
     /// Line in the file (1-based), for errors about the row.
     pub line: usize,
 }
@@ -58,7 +64,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, InputError> {
         path: String::new(),
         line: Some(line),
         message,
-        fix: "each row must be TIMESTAMP,ContextTokens,GeneratedTokens with rows in time order".into(),
+        fix: "each row must be TIMESTAMP,ContextTokens,GeneratedTokens[,Class[,Tenant]] with rows in time order".into(),
     };
     let mut rows = Vec::new();
     let mut first: Option<f64> = None;
@@ -70,9 +76,17 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, InputError> {
             continue;
         }
         let cols: Vec<&str> = line.split(',').collect();
-        if cols.len() != 3 {
-            return Err(err(n, format!("expected 3 columns, found {}: `{line}`", cols.len())));
+        if !(3..=5).contains(&cols.len()) {
+            return Err(err(n, format!("expected 3 to 5 columns, found {}: `{line}`", cols.len())));
         }
+        let class: u16 = match cols.get(3) {
+            Some(c) => c.trim().parse().map_err(|_| err(n, format!("bad Class `{c}` (a 0-based class index)")))?,
+            None => 0,
+        };
+        let tenant: u32 = match cols.get(4) {
+            Some(c) => c.trim().parse().map_err(|_| err(n, format!("bad Tenant `{c}` (a 0-based tenant index)")))?,
+            None => 0,
+        };
         let t = parse_timestamp(cols[0]).ok_or_else(|| err(n, format!("bad TIMESTAMP `{}`", cols[0])))?;
         let ctx: u32 = cols[1].trim().parse().map_err(|_| err(n, format!("bad ContextTokens `{}`", cols[1])))?;
         let gen_: u32 = cols[2].trim().parse().map_err(|_| err(n, format!("bad GeneratedTokens `{}`", cols[2])))?;
@@ -94,7 +108,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, InputError> {
         if rows.len() >= MAX_ROWS {
             return Err(err(n, format!("the trace has more than {MAX_ROWS} rows")));
         }
-        rows.push(TraceRow { at_s, context_tokens: ctx, generated_tokens: gen_, line: n });
+        rows.push(TraceRow { at_s, context_tokens: ctx, generated_tokens: gen_, class, tenant, line: n });
     }
     if rows.is_empty() {
         return Err(InputError {
@@ -128,6 +142,22 @@ pub fn check_cluster_rows(
     spec: &super::cluster::ClusterSpec,
     file: &Path,
 ) -> Result<(), InputError> {
+    let (classes, tenants) = (spec.classes.len().max(1), spec.tenants.len().max(1));
+    for r in rows {
+        let bad = |what: &str, v: usize, n: usize, field: &str| InputError {
+            file: file.into(),
+            path: String::new(),
+            line: Some(r.line),
+            message: format!("{what} {v}, but the workload has {n} (valid: 0..{})", n - 1),
+            fix: format!("use an index into the workload's `cluster.{field}`, in the order written (0 = the first)"),
+        };
+        if r.class as usize >= classes {
+            return Err(bad("Class", r.class as usize, classes, "classes"));
+        }
+        if r.tenant as usize >= tenants {
+            return Err(bad("Tenant", r.tenant as usize, tenants, "tenants"));
+        }
+    }
     check_cluster_sizes(
         rows.iter().map(|r| RowSize {
             line: r.line,

@@ -97,7 +97,7 @@ pub fn pairings(w: &Workload, specs: &[PolicySpec]) -> Result<(), InputError> {
     }
 }
 
-/// Every policy a workload names — `policies:` and `cluster.scheduler` — exists and is of the
+/// Every policy a workload names — `policies:`, `cluster.scheduler`, `cluster.admission` — exists and is of the
 /// right kind (`validate`).
 pub fn policy_names(loader: &mut Loader, w: &Workload, file: &Path) -> Result<(), InputError> {
     let at = |field: String, e: LoadError| InputError {
@@ -115,6 +115,8 @@ pub fn policy_names(loader: &mut Loader, w: &Workload, file: &Path) -> Result<()
     if let Some(c) = &w.cluster {
         let s = PolicySpec::parse(&c.scheduler).map_err(|e| at("cluster.scheduler".into(), e))?;
         loader.check(&s, PolicyKind::Scheduler).map_err(|e| at("cluster.scheduler".into(), e))?;
+        let a = PolicySpec::parse(&c.admission).map_err(|e| at("cluster.admission".into(), e))?;
+        loader.admission_factory(&a).map_err(|e| at("cluster.admission".into(), e))?;
     }
     Ok(())
 }

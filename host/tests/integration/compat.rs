@@ -44,16 +44,31 @@ fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() 
     let root = target_dir().join("test-fixtures/earlier-patch/policy-api");
     let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
     assert!(manifest.contains(&format!("version = \"{}\"", earlier().0)), "{manifest}");
-    let traits = std::fs::read_to_string(root.join("src/traits.rs")).unwrap();
-    let current = std::fs::read_to_string(workspace().join("policy-api/src/traits.rs")).unwrap();
-    // 0.5.1 appended `Router::on_abandon` after the vtable's prefix.
-    assert!(current.contains("fn on_abandon") && !traits.contains("fn on_abandon"), "on_abandon was not cut");
+    let read = |dir: &std::path::Path, file: &str| std::fs::read_to_string(dir.join("src").join(file)).unwrap();
+    let current = workspace().join("policy-api");
+    // 0.5.1 appended `Router::on_abandon` after the vtable's prefix; 0.5.2 the admission kind to
+    // the root module and request facts to the catalogue: the minor's first patch has none.
+    let traits = read(&root, "traits.rs");
+    assert!(read(&current, "traits.rs").contains("fn on_abandon") && !traits.contains("fn on_abandon"));
+    assert!(read(&current, "root.rs").contains("new_admission") && !read(&root, "root.rs").contains("new_admission"));
+    assert!(read(&current, "facts.rs").contains("\"tenant\"") && !read(&root, "facts.rs").contains("\"tenant\""));
+    assert!(!read(&root, "lib.rs").contains("pub mod admission"), "the admission module was not cut");
+    assert!(traits.contains("#[sabi(last_prefix_field)]") && traits.contains("fn on_complete"));
     let (_, minor, _) = api_version();
     for file in ["lib.rs", "traits.rs", "types.rs", "policy.rs", "root.rs", "cost.rs", "facts.rs", "signals.rs"] {
-        let text = std::fs::read_to_string(root.join("src").join(file)).unwrap();
-        assert!(!text.contains(&format!("// since 0.{minor}.")), "{file}: a later patch's block was left in");
+        assert!(!read(&root, file).contains(&format!("// since 0.{minor}.")), "{file}: a later patch's block was left in");
     }
-    assert!(traits.contains("#[sabi(last_prefix_field)]") && traits.contains("fn on_complete"));
+}
+
+/// A library built before the admission kind (0.5.2) offers none: the root module's appended
+/// fields read as missing, and asking it for one is a clear error, not a crash.
+#[test]
+fn an_earlier_patch_library_offers_no_admission_policy() {
+    let lib = compat_plugin().clone();
+    let mut loader = Loader::new();
+    assert_eq!(loader.admission_list(Some(&lib)).unwrap(), Vec::new());
+    let e = loader.admission_factory(&PolicySpec::parse(&format!("{}:mine", lib.display())).unwrap()).unwrap_err();
+    assert!(e.message.contains("'mine'") && e.fix.contains("0.5.2"), "{e:?}");
 }
 
 /// Loaded into the current host, the plugin gives the built-in `least_requests`'s figures bit for

@@ -32,6 +32,8 @@
 //! first event); [`ClusterSim::run`] only runs, one handler per event.
 
 pub mod batcher;
+#[cfg(test)]
+mod class_tests;
 mod pd;
 #[cfg(test)]
 mod pd_tests;
@@ -57,7 +59,7 @@ use super::SetupError;
 use super::event_queue::EventQueue;
 use crate::error::RunError;
 use crate::facts::RequestInfo;
-use crate::handle::{RouterHandle, SchedulerHandle, scheduler_stats};
+use crate::handle::{AdmissionHandle, Admitted, RouterHandle, SchedulerHandle, scheduler_stats};
 use crate::seeds::stream_seed;
 use crate::step_model::{Pricer, StepModel};
 use crate::time::{SimTime, seconds, ticks};
@@ -82,11 +84,13 @@ pub fn router_context(sm: &StepModel, replicas: u32, run_seed: u64) -> RouterCon
 /// capacity and cost describe the decode pool, and `disaggregation` the prefill candidates, the
 /// link and the shared tier.
 pub fn router_context_for(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> RouterContext {
-    let facts: RVec<_> = crate::facts::cluster_context(
+    let facts: RVec<_> = crate::facts::cluster_context_with(
         spec.chunk_tokens,
         spec.max_step_tokens,
         spec.max_batch_requests,
         spec.metrics.scrape_interval_s,
+        spec.classes.len(),
+        spec.tenants.len(),
     )
     .into();
     let Some(d) = &spec.disaggregation else {
@@ -114,6 +118,39 @@ pub fn router_context_for(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> 
         facts,
         ..router_context(&dm, d.decode.instances + d.mixed_instances(), run_seed)
     }
+}
+
+/// What an admission policy is told at creation on `spec`'s cluster.
+pub fn admission_context(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> routelab_policy_api::AdmissionContext {
+    let ctx = router_context_for(spec, sm, run_seed);
+    routelab_policy_api::AdmissionContext {
+        world: World::Cluster,
+        replicas: spec.replicas,
+        seed: stream_seed(run_seed, "policy.admission"),
+        kv_capacity_tokens: sm.kv_capacity_tokens,
+        facts: ctx.facts,
+    }
+}
+
+/// What the host knows of each request of `stream` beyond its sizes: class, priority, tenant,
+/// SLO bounds (the class's, else the cluster's), output length.
+pub fn request_infos(spec: &ClusterSpec, stream: &RequestStream) -> Vec<RequestInfo> {
+    (0..stream.requests.len())
+        .map(|i| {
+            let label = stream.label(i);
+            let class = spec.classes.get(label.class as usize);
+            let slo = class.and_then(|c| c.slo.as_ref()).or(spec.slo.as_ref());
+            RequestInfo {
+                class: label.class,
+                priority: class.map_or(0, |c| c.priority),
+                tenant: label.tenant,
+                slo_ttft_s: slo.and_then(|s| s.ttft_s).unwrap_or(f64::NAN),
+                slo_tpot_s: slo.and_then(|s| s.tpot_s).unwrap_or(f64::NAN),
+                output_tokens: stream.requests[i].output_tokens,
+                ..RequestInfo::plain()
+            }
+        })
+        .collect()
 }
 
 /// What replica `replica`'s scheduler is told at creation.
@@ -170,6 +207,18 @@ fn pool_of(pd: Option<&Pd>, r: usize) -> usize {
     }
 }
 
+/// How a request ended, beyond finishing or not (admission control's outcomes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum End {
+    /// Not turned away: it finished, or was unfinished at the horizon (or is still running).
+    #[default]
+    Served,
+    /// Refused on arrival (a rate limit, predicted overload, a P/D router's rejection).
+    Rejected,
+    /// Dropped as sheddable (on arrival or while held).
+    Shed,
+}
+
 /// Figures sampled while requests arrive (overload detection, replication factor).
 struct Probes {
     half: usize,
@@ -207,6 +256,21 @@ pub struct ClusterSim<'a> {
     probes: Probes,
     /// The workload's per-request SLO, measured at the end.
     slo: Option<crate::workload::slo::Slo>,
+    /// The admission policy in front of the router (`None`: every request is admitted on arrival,
+    /// without a call).
+    admission: Option<AdmissionHandle>,
+    /// Every request's class, tenant and SLO (by request id).
+    infos: std::sync::Arc<[RequestInfo]>,
+    /// How each request ended, beyond finishing (admission's rejections and sheds).
+    ends: Vec<End>,
+    /// When each request was handed to the router (its arrival, unless admission held it).
+    dispatched_at: Vec<SimTime>,
+    /// The workload's classes and tenants, for the per-class and per-tenant metrics.
+    classes: Vec<crate::workload::classes::ClassSpec>,
+    tenants: Vec<crate::workload::classes::TenantSpec>,
+    /// Whether the workload names an admission policy other than `admit_all` (then the run
+    /// reports `rejected_requests`, `shed_requests`, `held_requests`, `admission_wait_mean_s`).
+    admission_metrics: bool,
 }
 
 impl<'a> ClusterSim<'a> {
@@ -276,6 +340,12 @@ impl<'a> ClusterSim<'a> {
         let last_arrival = stream.requests.last().map_or(0, |r| r.arrived_at);
         let scrape_interval = (router.reads_scrapes() && spec.metrics.scrape_interval_s > 0.0)
             .then(|| ticks(spec.metrics.scrape_interval_s).max(1));
+        let infos: std::sync::Arc<[RequestInfo]> = request_infos(spec, stream).into();
+        let mut schedulers: Vec<SchedulerHandle> =
+            schedulers.into_iter().enumerate().map(|(r, s)| SchedulerHandle::new(s, r as u32)).collect();
+        for s in &mut schedulers {
+            s.set_infos(infos.clone());
+        }
         let mut queue = EventQueue::new();
         if scrape_interval.is_some() {
             // The first scrape at time 0, before any arrival (events run before arrivals at a tie).
@@ -290,7 +360,7 @@ impl<'a> ClusterSim<'a> {
             eviction_delay: ticks(spec.eviction_delay_s),
             horizon: last_arrival.saturating_add(ticks(spec.drain_s)),
             router,
-            schedulers: schedulers.into_iter().enumerate().map(|(r, s)| SchedulerHandle::new(s, r as u32)).collect(),
+            schedulers,
             replicas,
             states: vec![RequestState::default(); total],
             queue,
@@ -306,7 +376,32 @@ impl<'a> ClusterSim<'a> {
                 replication: Replication::default(),
             },
             slo: spec.slo.clone(),
+            admission: None,
+            infos,
+            ends: vec![End::Served; total],
+            dispatched_at: stream.requests.iter().map(|r| r.arrived_at).collect(),
+            classes: spec.classes.clone(),
+            tenants: spec.tenants.clone(),
+            admission_metrics: spec.admission.trim() != "admit_all",
         })
+    }
+
+    /// Puts `admission` (labelled `label`) in front of the router: it decides on every arrival
+    /// whether the request is routed now, held, rejected or shed. Aggregated clusters only.
+    pub fn with_admission(
+        mut self,
+        admission: routelab_policy_api::AdmissionBox,
+        label: &str,
+    ) -> Result<Self, SetupError> {
+        if self.pd.is_some() {
+            return Err(SetupError::new(
+                "admission",
+                "admission policies run on aggregated clusters only (a P/D router may reject requests itself)",
+                "drop `admission:` (or use admit_all), or drop `disaggregation:`",
+            ));
+        }
+        self.admission = Some(AdmissionHandle::new(admission, World::Cluster, label));
+        Ok(self)
     }
 
     /// Runs every arrival and every event up to the horizon, then summarises. An event at the
@@ -337,13 +432,9 @@ impl<'a> ClusterSim<'a> {
         self.finish()
     }
 
-    /// The next request arrives at `now`: the router places it, and an idle replica starts.
-    fn on_arrival(&mut self, now: SimTime) -> Result<(), RunError> {
-        let id = self.next;
-        self.next += 1;
-        let stream = self.stream;
-        let q = &stream.requests[id];
-        let prompt = stream.prompt(id);
+    /// Refreshes every replica's view (and the router's `prefilling` signal) for request `id`.
+    fn refresh_views(&mut self, id: usize) {
+        let prompt = self.stream.prompt(id);
         let exact = self.router.capabilities().needs_exact_match();
         for (k, (v, rep)) in self.views.iter_mut().zip(&self.replicas).enumerate() {
             *v = rep.view(&self.cfgs[pool_of(self.pd.as_ref(), k)]);
@@ -352,14 +443,67 @@ impl<'a> ClusterSim<'a> {
             }
             self.router.set_prefilling(k, rep.prefilling.len() as u32);
         }
-        let req = Request::new(id as u64, seconds(now), q.prompt_tokens).with_segments(prompt);
+    }
+
+    /// The router places request `id` at `now` (views fresh), and an idle replica starts.
+    fn place(&mut self, now: SimTime, id: usize) -> Result<(), RunError> {
+        let stream = self.stream;
+        let q = &stream.requests[id];
+        let prompt = stream.prompt(id);
+        let req = Request::new(id as u64, seconds(q.arrived_at), q.prompt_tokens).with_segments(prompt);
         if self.pd.is_some() {
             self.on_arrival_pd(now, id, &req)?;
         } else {
-            let r = self.router.dispatch(&req, &RequestInfo::default(), &self.views)? as usize;
+            let r = self.router.dispatch(&req, &self.infos[id], &self.views)? as usize;
             self.replicas[r].enqueue(id as u32, prompt, q.output_tokens, &mut self.states[id], &self.cfgs[1]);
             if !self.replicas[r].busy {
                 self.start_step(r, now)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Capacity may have freed at `now`: the admission policy releases (or sheds) held requests
+    /// until it waits.
+    fn release_held(&mut self, now: SimTime) -> Result<(), RunError> {
+        while self.admission.as_ref().is_some_and(|a| a.held() > 0) {
+            let probe = self.next.saturating_sub(1);
+            self.refresh_views(probe);
+            let a = self.admission.as_mut().expect("checked");
+            let Some((id, admit)) = a.next(seconds(now), &self.views)? else { break };
+            let id = id as usize;
+            if admit {
+                self.dispatched_at[id] = now;
+                self.refresh_views(id);
+                self.place(now, id)?;
+            } else {
+                self.ends[id] = End::Shed;
+                self.done += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// The next request arrives at `now`: the admission policy (if any) decides, the router
+    /// places it, and an idle replica starts.
+    fn on_arrival(&mut self, now: SimTime) -> Result<(), RunError> {
+        let id = self.next;
+        self.next += 1;
+        self.refresh_views(id);
+        let admitted = match &mut self.admission {
+            None => Admitted::Now,
+            Some(a) => {
+                let q = &self.stream.requests[id];
+                let req = Request::new(id as u64, seconds(now), q.prompt_tokens).with_segments(self.stream.prompt(id));
+                a.arrive(&req, &self.infos[id], &self.views)?
+            }
+        };
+        match admitted {
+            Admitted::Now => self.place(now, id)?,
+            Admitted::Held => {}
+            Admitted::Rejected | Admitted::Shed => {
+                self.ends[id] = if admitted == Admitted::Rejected { End::Rejected } else { End::Shed };
+                self.done += 1;
             }
         }
         let p = &mut self.probes;
@@ -394,6 +538,7 @@ impl<'a> ClusterSim<'a> {
             self.start_transfers(now, r);
         }
         self.start_step(r, now)?;
+        self.release_held(now)?;
         #[cfg(debug_assertions)]
         if self.replicas[r].steps % 256 == 0 {
             self.replicas[r].cache.check();
@@ -417,6 +562,9 @@ impl<'a> ClusterSim<'a> {
             cached_tokens: st.cached_tokens,
             output_tokens: q.output_tokens,
         };
+        if let Some(a) = &mut self.admission {
+            a.complete(&c)?;
+        }
         self.router.complete(&c)
     }
 
@@ -476,18 +624,28 @@ impl<'a> ClusterSim<'a> {
 
     /// Per-request records, the host's metrics, then the policies' own figures.
     fn finish(self) -> Result<RunOutcome, RunError> {
+        let pd_rejected = |i: usize| self.pd.as_ref().is_some_and(|pd| pd.rejected[i]);
         let rejected = self.pd.as_ref().map_or(0, |pd| pd.rejected.iter().filter(|r| **r).count());
-        debug_assert_eq!(
-            self.done,
-            self.states.iter().filter(|s| s.completed_at.is_some()).count() + rejected,
-            "every request completes once (or is rejected)"
-        );
+        // Conservation: every request ends exactly once — finished, rejected or shed — or is
+        // still unfinished at the horizon (held requests included); never two of these.
+        #[cfg(debug_assertions)]
+        {
+            let mut ended = 0;
+            for (i, st) in self.states.iter().enumerate() {
+                let ways = [st.completed_at.is_some(), pd_rejected(i), self.ends[i] != End::Served];
+                let n = ways.iter().filter(|w| **w).count();
+                assert!(n <= 1, "request {i} ended {n} times ({ways:?})");
+                ended += n;
+            }
+            assert_eq!(self.done, ended, "the count of ended requests drifted");
+        }
         let records: Vec<RequestRecord> = self
             .stream
             .requests
             .iter()
             .zip(&self.states)
-            .map(|(q, st)| {
+            .enumerate()
+            .map(|(i, (q, st))| {
                 let t = |x: Option<SimTime>| x.map_or(f64::NAN, seconds);
                 // Per-request costs outside the engine's steps (a calibration's API and
                 // detokenisation time), charged where the request's tokens come out.
@@ -503,29 +661,44 @@ impl<'a> ClusterSim<'a> {
                     cached_tokens: st.cached_tokens,
                     output_tokens: q.output_tokens,
                     preemptions: st.preemptions,
+                    class: self.infos[i].class,
+                    tenant: self.infos[i].tenant,
+                    end: if pd_rejected(i) { End::Rejected } else { self.ends[i] },
+                    dispatched_at_s: seconds(self.dispatched_at[i]),
                 }
             })
             .collect();
         let p = &self.probes;
-        // Rejected requests were never served: the cluster's figures cover the others.
-        let served: Vec<RequestRecord> = match &self.pd {
-            Some(pd) if rejected > 0 => {
-                records.iter().zip(&pd.rejected).filter(|(_, r)| !**r).map(|(rec, _)| rec.clone()).collect()
-            }
-            _ => Vec::new(),
+        // Rejected and shed requests were never served: the cluster's figures cover the others.
+        let turned_away = rejected + self.ends.iter().filter(|e| **e != End::Served).count();
+        let served: Vec<RequestRecord> = if turned_away > 0 {
+            records.iter().filter(|r| r.end == End::Served).cloned().collect()
+        } else {
+            Vec::new()
         };
-        let summarized = if served.is_empty() && rejected == 0 { &records } else { &served };
+        let summarized = if served.is_empty() && turned_away == 0 { &records } else { &served };
         let mut metrics =
             summarize(summarized, &self.replicas, p.waiting_at_half, p.waiting_at_end, p.replication.factor());
         if self.pd.is_some() {
             self.pd_metrics(&records, &mut metrics);
         }
         // Over every request, rejected ones included: a rejection does not meet the SLO.
-        if let Some(slo) = &self.slo {
+        let grouped = !self.classes.is_empty() || !self.tenants.is_empty();
+        if grouped {
+            summary::push_class_metrics(&mut metrics, &records, &self.classes, &self.tenants, self.slo.as_ref());
+        } else if let Some(slo) = &self.slo {
             push_slo_metrics(&mut metrics, &records, slo);
+        }
+        if let Some(a) = self.admission.as_ref().filter(|_| self.admission_metrics) {
+            summary::push_admission_metrics(&mut metrics, &records, a.counts.held);
         }
         for (k, v) in self.router.report()?.into_iter().chain(scheduler_stats(&self.schedulers, self.router.label())?) {
             metrics.push(k, v);
+        }
+        if let Some(a) = &self.admission {
+            for (k, v) in a.report()? {
+                metrics.push(k, v);
+            }
         }
         Ok(RunOutcome { metrics, records })
     }

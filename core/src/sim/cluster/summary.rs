@@ -3,8 +3,10 @@
 
 use std::collections::HashMap;
 
+use super::End;
 use super::replica::Replica;
 use crate::metrics::{Metrics, quantile};
+use crate::workload::classes::{ClassSpec, TenantSpec};
 use crate::workload::slo::Slo;
 
 /// One request's measured life (times in seconds; NaN where it did not get that far).
@@ -19,6 +21,13 @@ pub struct RequestRecord {
     pub cached_tokens: u32,
     pub output_tokens: u32,
     pub preemptions: u32,
+    /// The request's class and tenant (indices into `cluster.classes` / `cluster.tenants`).
+    pub class: u16,
+    pub tenant: u32,
+    /// Whether admission control (or a P/D router) turned it away.
+    pub end: super::End,
+    /// When it was handed to the router: its arrival, or its release from an admission queue.
+    pub dispatched_at_s: f64,
 }
 
 /// Metrics plus per-request records (for exercises and plots).
@@ -143,6 +152,107 @@ pub fn push_slo_metrics(m: &mut Metrics, records: &[RequestRecord], slo: &Slo) {
     m.push("goodput_rps", if span > 0.0 { met as f64 / span } else { f64::NAN });
 }
 
+/// Whether `r` met `slo` (an unfinished, rejected or shed request does not).
+fn met(r: &RequestRecord, slo: &Slo) -> bool {
+    let tpot = if r.output_tokens > 1 {
+        (r.completed_at_s - r.first_token_at_s) / (r.output_tokens - 1) as f64
+    } else {
+        f64::NAN
+    };
+    slo.met(r.first_token_at_s - r.arrived_at_s, tpot, r.completed_at_s - r.arrived_at_s)
+}
+
+/// The per-class and per-tenant figures of a workload with `classes:` or `tenants:` (each
+/// request held to its class's SLO, else the cluster's `slo`, else only to finishing):
+/// `slo_attainment` and `goodput_rps` over every request; per class `class.<name>.requests`,
+/// `.slo_attainment`, `.goodput_rps`, `.rejected`, `.shed`, `.ttft_p99_s` (finished requests);
+/// per tenant `tenant.<name>.requests`, `.slo_attainment`, `.goodput_rps`; and over tenants
+/// `tenant_attainment_min` (the worst tenant's attainment) and `tenant_fairness_jain`: Jain's
+/// index (Σx)² / (n Σx²) of the tenants' normalised service x = tokens (prompt + output) of
+/// their finished requests ÷ their weight (1: perfectly fair; 1/n: one tenant got everything).
+/// Goodput divides by the whole run's arrival span, so the classes' goodputs add up.
+pub fn push_class_metrics(
+    m: &mut Metrics,
+    records: &[RequestRecord],
+    classes: &[ClassSpec],
+    tenants: &[TenantSpec],
+    slo: Option<&Slo>,
+) {
+    let none = Slo::default();
+    let slo_of =
+        |r: &RequestRecord| classes.get(r.class as usize).and_then(|c| c.slo.as_ref()).or(slo).unwrap_or(&none);
+    let (first, last) = records
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), r| (a.min(r.arrived_at_s), b.max(r.arrived_at_s)));
+    let span = last - first;
+    let rate = |n: usize| if span > 0.0 { n as f64 / span } else { f64::NAN };
+    let share = |a: usize, n: usize| if n == 0 { f64::NAN } else { a as f64 / n as f64 };
+    let total_met = records.iter().filter(|r| met(r, slo_of(r))).count();
+    m.push("slo_attainment", share(total_met, records.len()));
+    m.push("goodput_rps", rate(total_met));
+    let names: Vec<&str> =
+        if classes.is_empty() { vec!["default"] } else { classes.iter().map(|c| c.name.as_str()).collect() };
+    for (k, name) in names.iter().enumerate() {
+        let mine: Vec<&RequestRecord> = records.iter().filter(|r| r.class as usize == k).collect();
+        let ok = mine.iter().filter(|r| met(r, slo_of(r))).count();
+        let mut ttft: Vec<f64> =
+            mine.iter().filter(|r| r.completed_at_s.is_finite()).map(|r| r.first_token_at_s - r.arrived_at_s).collect();
+        m.push(format!("class.{name}.requests"), mine.len() as f64);
+        m.push(format!("class.{name}.slo_attainment"), share(ok, mine.len()));
+        m.push(format!("class.{name}.goodput_rps"), rate(ok));
+        m.push(format!("class.{name}.rejected"), mine.iter().filter(|r| r.end == End::Rejected).count() as f64);
+        m.push(format!("class.{name}.shed"), mine.iter().filter(|r| r.end == End::Shed).count() as f64);
+        m.push(format!("class.{name}.ttft_p99_s"), if ttft.is_empty() { f64::NAN } else { quantile(&mut ttft, 0.99) });
+    }
+    let tenant_list: Vec<(&str, f64)> = if tenants.is_empty() {
+        vec![("default", 1.0)]
+    } else {
+        tenants.iter().map(|t| (t.name.as_str(), t.weight)).collect()
+    };
+    let (mut worst, mut sum, mut sum_sq) = (f64::INFINITY, 0.0, 0.0);
+    for (k, (name, weight)) in tenant_list.iter().enumerate() {
+        let mine: Vec<&RequestRecord> = records.iter().filter(|r| r.tenant as usize == k).collect();
+        let ok = mine.iter().filter(|r| met(r, slo_of(r))).count();
+        let attainment = share(ok, mine.len());
+        if attainment.is_finite() {
+            worst = worst.min(attainment);
+        }
+        let served: f64 = mine
+            .iter()
+            .filter(|r| r.completed_at_s.is_finite())
+            .map(|r| r.prompt_tokens as f64 + r.output_tokens as f64)
+            .sum();
+        let x = served / weight;
+        sum += x;
+        sum_sq += x * x;
+        m.push(format!("tenant.{name}.requests"), mine.len() as f64);
+        m.push(format!("tenant.{name}.slo_attainment"), attainment);
+        m.push(format!("tenant.{name}.goodput_rps"), rate(ok));
+    }
+    let n = tenant_list.len() as f64;
+    m.push("tenant_attainment_min", if worst.is_finite() { worst } else { f64::NAN });
+    m.push("tenant_fairness_jain", if sum_sq > 0.0 { sum * sum / (n * sum_sq) } else { f64::NAN });
+}
+
+/// What admission control did: `rejected_requests`, `shed_requests`, `held_requests` (held on
+/// arrival, later released or shed) and `admission_wait_mean_s` (arrival → handed to the router,
+/// over the requests routed).
+pub fn push_admission_metrics(m: &mut Metrics, records: &[RequestRecord], held: u64) {
+    let count = |e: End| records.iter().filter(|r| r.end == e).count() as f64;
+    m.push("rejected_requests", count(End::Rejected));
+    m.push("shed_requests", count(End::Shed));
+    m.push("held_requests", held as f64);
+    let routed: Vec<f64> = records
+        .iter()
+        .filter(|r| r.end == End::Served && r.dispatched_at_s.is_finite())
+        .map(|r| r.dispatched_at_s - r.arrived_at_s)
+        .collect();
+    m.push(
+        "admission_wait_mean_s",
+        if routed.is_empty() { f64::NAN } else { routed.iter().sum::<f64>() / routed.len() as f64 },
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,6 +268,10 @@ mod tests {
             cached_tokens: 0,
             output_tokens,
             preemptions: 0,
+            class: 0,
+            tenant: 0,
+            end: End::Served,
+            dispatched_at_s: arrived,
         }
     }
 

@@ -40,7 +40,7 @@ impl Tokens {
         }
     }
 
-    fn validate(&self, allow_zero: bool) -> Result<(), FieldError> {
+    pub(crate) fn validate(&self, allow_zero: bool) -> Result<(), FieldError> {
         match self {
             Tokens::Constant(0) if !allow_zero => Err(FieldError::new("", "must be at least 1 token", "use e.g. 16")),
             Tokens::Constant(_) => Ok(()),

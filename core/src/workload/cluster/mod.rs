@@ -119,6 +119,24 @@ pub struct ClusterSpec {
     /// Adds `slo_attainment` and `goodput_rps` to the metrics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo: Option<super::slo::Slo>,
+    /// Request classes mixed by share, each with a priority, an SLO and optionally its own
+    /// sizes (`workload/classes.rs`); absent = one class.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<super::classes::ClassSpec>,
+    /// Tenants sharing the fleet by weight; absent = one tenant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<super::classes::TenantSpec>,
+    /// The admission policy in front of the router: a policy name, optionally with config in
+    /// braces (`admit_all`, the default, admits every request on arrival).
+    #[serde(default = "default_admission", skip_serializing_if = "is_default_admission")]
+    pub admission: String,
+}
+
+fn default_admission() -> String {
+    "admit_all".into()
+}
+fn is_default_admission(s: &String) -> bool {
+    s == "admit_all"
 }
 
 /// The KV cache's element type (vLLM's `kv_cache_dtype`).
@@ -305,8 +323,30 @@ impl ClusterSpec {
         let turns = g.turns.max().max(1) as u64;
         g.system_prompt_tokens as u64
             + ctx
-            + turns * g.suffix_tokens.max() as u64
-            + (turns - 1) * g.output_tokens.max() as u64
+            + turns * self.max_suffix_tokens() as u64
+            + (turns - 1) * self.max_output_tokens() as u64
+    }
+
+    /// The largest unique prompt part any class draws.
+    fn max_suffix_tokens(&self) -> u32 {
+        let own = self.classes.iter().filter_map(|c| c.suffix_tokens.as_ref()).map(Tokens::max).max();
+        let generator = self.generator.suffix_tokens.max();
+        if self.classes.iter().all(|c| c.suffix_tokens.is_some()) && !self.classes.is_empty() {
+            own.unwrap_or(generator)
+        } else {
+            own.unwrap_or(0).max(generator)
+        }
+    }
+
+    /// The largest output any class draws.
+    pub fn max_output_tokens(&self) -> u32 {
+        let own = self.classes.iter().filter_map(|c| c.output_tokens.as_ref()).map(Tokens::max).max();
+        let generator = self.generator.output_tokens.max();
+        if self.classes.iter().all(|c| c.output_tokens.is_some()) && !self.classes.is_empty() {
+            own.unwrap_or(generator)
+        } else {
+            own.unwrap_or(0).max(generator)
+        }
     }
 
     pub fn validate(&self) -> Result<(), FieldError> {
@@ -397,6 +437,14 @@ impl ClusterSpec {
             slo.validate().map_err(|e| e.under("slo"))?;
         }
         self.arrivals.validate().map_err(|e| e.under("arrivals"))?;
+        super::classes::validate(&self.classes, &self.tenants)?;
+        if self.admission.trim().is_empty() {
+            return Err(FieldError::new(
+                "admission",
+                "is empty",
+                "name an admission policy: admit_all, gie_saturation or token_bucket",
+            ));
+        }
         match (self.requests, self.duration_s) {
             (None, None) if !matches!(self.arrivals, Arrivals::Trace { .. }) => {
                 return Err(FieldError::new(
@@ -441,7 +489,7 @@ impl ClusterSpec {
         if !matches!(self.arrivals, Arrivals::Trace { .. }) {
             let longest = self.max_prompt_tokens();
             let reserve = match self.reservation {
-                Reservation::Full => self.generator.output_tokens.max() as u64,
+                Reservation::Full => self.max_output_tokens() as u64,
                 Reservation::Estimate { output_tokens } => output_tokens as u64,
             };
             if longest + reserve > sm.kv_capacity_tokens {
