@@ -122,12 +122,18 @@ pub fn charts(dir: &Path, r: &Report, target: &Target) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// The chart of one condition, as SVG text. The axis spans the bound and the data (not from 0:
-/// the region near the bound decides the answer); a value more than 3× a positive bound (an
-/// overloaded load) is off the scale, an open triangle on the top edge, so that region stays
-/// readable.
+/// The chart of one condition, as SVG text. The y axis is linear and spans the bound and the
+/// data (not from 0: the region near the bound decides the answer); a value more than 3× a
+/// positive bound (an overloaded load) is off the scale, an open triangle on the top edge, so
+/// that region stays readable.
 pub fn chart_svg(r: &Report, c: &super::expr::Condition) -> Result<String> {
     let clip = if c.value > 0.0 { 3.0 * c.value } else { f64::INFINITY };
+    let values = || r.results.iter().filter_map(|p| p.answer.as_ref()).flat_map(|a| &a.points);
+    let values = || values().filter_map(|pt| pt.metrics.get(&c.metric)).filter(|v| v.is_finite());
+    let top = values().filter(|v| *v <= clip).fold(c.value, f64::max);
+    let bottom = values().fold(c.value, f64::min);
+    let pad = 0.08 * (top - bottom).max(1e-9);
+    let y_range = (if bottom >= 0.0 { (bottom - pad).max(0.0) } else { bottom - pad }, top + pad);
     let series: Vec<Series> = r
         .results
         .iter()
@@ -156,7 +162,7 @@ pub fn chart_svg(r: &Report, c: &super::expr::Condition) -> Result<String> {
         x_desc: r.knob.label(),
         y_desc: &c.metric,
         series: &series,
-        y_range: None,
+        y_range: Some(y_range),
         marker_every: 1,
         legend: true,
         linear_x: false,
