@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use comfy_table::presets::{ASCII_MARKDOWN, UTF8_FULL_CONDENSED};
 use comfy_table::{Cell, CellAlignment, Table};
-use plotters::prelude::*;
+use plotters::chart::SeriesLabelPosition;
 use serde::Serialize;
 
 use super::expr::{Op, Target};
 use super::{Knob, PolicyCapacity, Settings, Status};
+use crate::report::chart::{self, LineChart, Point, Reference, Series};
 use crate::report::table::fmt_num;
 use routelab_core::workload::Workload;
 use routelab_core::workload::slo::Slo;
@@ -107,83 +108,67 @@ fn file_name(s: &str) -> String {
 }
 
 /// One SVG per condition: its metric (mean over seeds) against the load, a line per policy
-/// through the loads it ran, the bound dashed; returns the files written.
+/// through the loads it ran, the bound dashed; returns the files written. Drawn by the report's
+/// [`chart::lines`], so it looks like every other chart.
 pub fn charts(dir: &Path, r: &Report, target: &Target) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut files = Vec::new();
     for c in &target.conditions {
-        let series: Vec<(&str, Vec<(f64, f64)>)> = r
-            .results
-            .iter()
-            .filter_map(|p| {
-                let a = p.answer.as_ref()?;
-                let mut pts: Vec<(f64, f64)> = a
-                    .points
-                    .iter()
-                    .filter_map(|pt| pt.metrics.get(&c.metric).filter(|v| v.is_finite()).map(|v| (pt.load, v)))
-                    .collect();
-                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                Some((p.policy.as_str(), pts))
-            })
-            .collect();
         let path = dir.join(format!("{}_capacity_{}.svg", file_name(r.workload), file_name(&c.metric)));
-        // Curves of an upper bound rise with the load, of a lower bound fall: keep the legend
-        // in the corner they leave empty.
-        let legend = match c.op {
-            Op::Lt | Op::Le => SeriesLabelPosition::UpperLeft,
-            Op::Gt | Op::Ge => SeriesLabelPosition::LowerLeft,
-        };
-        chart(&path, &format!("{}: {c}", r.workload), r.knob.label(), (&c.metric, c.value), legend, &series)
-            .with_context(|| format!("drawing {}", path.display()))?;
+        let svg = chart_svg(r, c).with_context(|| format!("drawing {}", path.display()))?;
+        std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
         files.push(path);
     }
     Ok(files)
 }
 
-fn chart(
-    path: &Path,
-    title: &str,
-    x_desc: &str,
-    (y_desc, bound): (&str, f64),
-    legend: SeriesLabelPosition,
-    series: &[(&str, Vec<(f64, f64)>)],
-) -> Result<()> {
-    let all = || series.iter().flat_map(|s| s.1.iter());
-    let (xmin, xmax) = all().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
-    let (xmin, xmax) = if xmin > xmax { (0.0, 1.0) } else { (xmin * 0.95, xmax * 1.05) };
-    // The axis spans the bound and the data, with a margin (not from 0: the region near the
-    // bound decides the answer); a metric far above the bound (an overloaded load) is clipped
-    // at 3× it, so that region stays readable.
-    let top = all().map(|p| p.1).fold(bound, f64::max).min(3.0 * bound.abs().max(1e-12));
-    let bottom = all().map(|p| p.1).fold(bound, f64::min);
+/// The chart of one condition, as SVG text. The y axis is linear and spans the bound and the
+/// data (not from 0: the region near the bound decides the answer); a value more than 3× a
+/// positive bound (an overloaded load) is off the scale, an open triangle on the top edge, so
+/// that region stays readable.
+pub fn chart_svg(r: &Report, c: &super::expr::Condition) -> Result<String> {
+    let clip = if c.value > 0.0 { 3.0 * c.value } else { f64::INFINITY };
+    let values = || r.results.iter().filter_map(|p| p.answer.as_ref()).flat_map(|a| &a.points);
+    let values = || values().filter_map(|pt| pt.metrics.get(&c.metric)).filter(|v| v.is_finite());
+    let top = values().filter(|v| *v <= clip).fold(c.value, f64::max);
+    let bottom = values().fold(c.value, f64::min);
     let pad = 0.08 * (top - bottom).max(1e-9);
-    let ymax = top + pad;
-    let ymin = if bottom >= 0.0 { (bottom - pad).max(0.0) } else { bottom - pad };
-    let root = SVGBackend::new(path, (820, 500)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(xmin..xmax.max(xmin + 1e-9), ymin..ymax.max(ymin + 1e-9))?;
-    chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw()?;
-    chart.draw_series(DashedLineSeries::new([(xmin, bound), (xmax, bound)], 8, 6, BLACK.stroke_width(1)))?;
-    for (i, (name, pts)) in series.iter().enumerate() {
-        let color = Palette99::pick(i);
-        let clipped: Vec<(f64, f64)> = pts.iter().map(|&(x, y)| (x, y.min(ymax))).collect();
-        chart
-            .draw_series(LineSeries::new(clipped.clone(), color.stroke_width(2)))?
-            .label(name.to_string())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], Palette99::pick(i).stroke_width(2)));
-        // Distinct markers, so lines that coincide stay visible.
-        chart.draw_series(clipped.iter().map(|&(x, y)| match i % 3 {
-            0 => Circle::new((x, y), 4, Palette99::pick(i).filled()).into_dyn(),
-            1 => TriangleMarker::new((x, y), 5, Palette99::pick(i).filled()).into_dyn(),
-            _ => Cross::new((x, y), 4, Palette99::pick(i).stroke_width(2)).into_dyn(),
-        }))?;
-    }
-    chart.configure_series_labels().position(legend).background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
-    root.present()?;
-    Ok(())
+    let y_range = (if bottom >= 0.0 { (bottom - pad).max(0.0) } else { bottom - pad }, top + pad);
+    let series: Vec<Series> = r
+        .results
+        .iter()
+        .filter_map(|p| {
+            let a = p.answer.as_ref()?;
+            let mut pts: Vec<Point> = a
+                .points
+                .iter()
+                .filter_map(|pt| pt.metrics.get(&c.metric).filter(|v| v.is_finite()).map(|v| (pt.load, v)))
+                .map(|(x, y)| Point { off_scale: y > clip, ..Point::at(x, y) })
+                .collect();
+            pts.sort_by(|a, b| a.x.total_cmp(&b.x));
+            Some(Series { label: p.policy.clone(), points: pts, apart: false })
+        })
+        .collect();
+    // Curves of an upper bound rise with the load, of a lower bound fall: keep the legend in the
+    // corner they leave empty.
+    let legend_at = match c.op {
+        Op::Lt | Op::Le => SeriesLabelPosition::UpperLeft,
+        Op::Gt | Op::Ge => SeriesLabelPosition::LowerLeft,
+    };
+    let title = format!("{}: {c}", r.workload);
+    let bound = format!("bound: {c}");
+    chart::lines(&LineChart {
+        title: &title,
+        x_desc: r.knob.label(),
+        y_desc: &c.metric,
+        series: &series,
+        y_range: Some(y_range),
+        marker_every: 1,
+        legend: true,
+        linear_x: false,
+        size: (820, 500),
+        off_scale_means: "more than 3× the bound (off scale)",
+        reference: Some(Reference { y: c.value, label: &bound }),
+        legend_at,
+    })
 }

@@ -162,7 +162,8 @@ pub enum Command {
     Validate {
         #[arg(help = WORKLOAD_ARG)]
         workload: PathBuf,
-        /// Replay this trace file instead of the one the workload names.
+        /// Replay this trace file instead of the one the workload names, read in the workload's
+        /// trace format (Azure CSV, or Mooncake JSON Lines where it says `format: mooncake`).
         #[arg(long)]
         trace: Option<PathBuf>,
     },
@@ -345,7 +346,9 @@ pub struct Common {
     /// reaches the training optimum.
     #[arg(long)]
     pub all_starts: bool,
-    /// Replay this trace file (Azure LLM trace CSV) instead of the one the workload names.
+    /// Replay this trace file instead of the one the workload names, read in the workload's trace
+    /// format: Azure LLM trace CSV, or Mooncake JSON Lines (with `hash_ids`) where the workload
+    /// says `format: mooncake`, as mooncake_conversation does.
     #[arg(long)]
     pub trace: Option<PathBuf>,
     /// Cluster workloads: a per-request SLO, `ttft_s=2,tpot_s=0.1,latency_s=30` (any subset,

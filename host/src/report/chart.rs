@@ -50,13 +50,24 @@ impl Point {
 pub struct Series {
     pub label: String,
     pub points: Vec<Point>,
+    /// Drawn apart: an overloaded run's line is drawn, but the axes are fitted to the other
+    /// series, so it runs off the plot where it leaves them (clipped at the edge) instead of
+    /// squashing the contenders; its legend entry says so.
+    pub apart: bool,
 }
 
 impl Series {
     /// A series of plain points.
     pub fn new(label: impl Into<String>, points: impl IntoIterator<Item = (f64, f64)>) -> Self {
-        Self { label: label.into(), points: points.into_iter().map(|(x, y)| Point::at(x, y)).collect() }
+        Self { label: label.into(), points: points.into_iter().map(|(x, y)| Point::at(x, y)).collect(), apart: false }
     }
+}
+
+/// A horizontal reference line (an SLO's bound), dashed black, named in the legend.
+#[derive(Clone, Copy, Debug)]
+pub struct Reference<'a> {
+    pub y: f64,
+    pub label: &'a str,
 }
 
 /// What a line chart shows. `y_range` fixes the y axis (e.g. 0..1 for a fraction); otherwise it
@@ -76,7 +87,17 @@ pub struct LineChart<'a> {
     pub linear_x: bool,
     /// Chart size in pixels.
     pub size: (u32, u32),
+    /// What an off-scale point (an open triangle on the top edge) means, for the note under the
+    /// chart.
+    pub off_scale_means: &'a str,
+    /// A horizontal line across the chart; the fitted y axis includes it.
+    pub reference: Option<Reference<'a>>,
+    /// Where the legend goes.
+    pub legend_at: SeriesLabelPosition,
 }
+
+/// What an off-scale point means unless a chart says otherwise.
+pub const OVERLOADED: &str = "overloaded (off scale)";
 
 /// A line chart of `series` against x, with markers and dash patterns so that coinciding lines
 /// stay visible: the function the report's sweeps and `routelab capacity` draw with.
@@ -91,6 +112,9 @@ pub fn line_chart(title: &str, x_desc: &str, y_desc: &str, series: &[Series]) ->
         legend: true,
         linear_x: false,
         size: (820, 480),
+        off_scale_means: OVERLOADED,
+        reference: None,
+        legend_at: SeriesLabelPosition::UpperLeft,
     })
 }
 
@@ -246,18 +270,21 @@ pub(super) fn err(e: impl std::fmt::Display) -> anyhow::Error {
 
 /// The colour of series or bar `i`.
 pub fn colour(i: usize) -> RGBColor {
-    // Okabe–Ito colours (distinguishable with colour-blindness), then plotters' palette.
-    const OKABE_ITO: [RGBColor; 8] = [
-        RGBColor(0, 114, 178),
-        RGBColor(213, 94, 0),
-        RGBColor(0, 158, 115),
-        RGBColor(204, 121, 167),
+    // Mostly Okabe–Ito colours (distinguishable with colour-blindness), chosen so that no two of
+    // the eight are alike (Okabe–Ito's blue and sky blue were two near-identical lines among six
+    // replicas; its yellow vanishes on white): navy and dark red take their places. Past eight,
+    // plotters' palette.
+    const PALETTE: [RGBColor; 8] = [
         RGBColor(230, 159, 0),
         RGBColor(86, 180, 233),
+        RGBColor(0, 158, 115),
+        RGBColor(153, 0, 0),
+        RGBColor(31, 56, 128),
+        RGBColor(204, 121, 167),
         RGBColor(0, 0, 0),
-        RGBColor(240, 228, 66),
+        RGBColor(128, 128, 128),
     ];
-    OKABE_ITO.get(i).copied().unwrap_or_else(|| {
+    PALETTE.get(i).copied().unwrap_or_else(|| {
         let c = Palette99::pick(i).to_rgba();
         RGBColor(c.0, c.1, c.2)
     })
@@ -377,11 +404,55 @@ pub fn bars(title: &str, y_desc: &str, bars: &[Bar]) -> Result<String> {
     Ok(svg)
 }
 
+/// The parts of the polyline `run` inside the box `lo..=hi` (axis coordinates), each a polyline
+/// of its own: a segment that leaves the box ends at its edge (Liang–Barsky clipping).
+fn clip(run: &[(f64, f64)], lo: (f64, f64), hi: (f64, f64)) -> Vec<Vec<(f64, f64)>> {
+    let inside = |p: (f64, f64)| (lo.0..=hi.0).contains(&p.0) && (lo.1..=hi.1).contains(&p.1);
+    let mut out: Vec<Vec<(f64, f64)>> = Vec::new();
+    let mut open = false;
+    if let [only] = run {
+        if inside(*only) {
+            out.push(vec![*only]);
+        }
+        return out;
+    }
+    for w in run.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let (dx, dy) = (b.0 - a.0, b.1 - a.1);
+        let (mut t0, mut t1) = (0.0f64, 1.0f64);
+        let mut keep = true;
+        for (p, q) in [(-dx, a.0 - lo.0), (dx, hi.0 - a.0), (-dy, a.1 - lo.1), (dy, hi.1 - a.1)] {
+            if p == 0.0 {
+                keep &= q >= 0.0;
+            } else if p < 0.0 {
+                t0 = t0.max(q / p);
+            } else {
+                t1 = t1.min(q / p);
+            }
+        }
+        if !keep || t0 > t1 {
+            open = false;
+            continue;
+        }
+        let at = |t: f64| (a.0 + t * dx, a.1 + t * dy);
+        if !open || t0 > 0.0 {
+            out.push(vec![at(t0)]);
+        }
+        out.last_mut().expect("a part").push(at(t1));
+        open = t1 >= 1.0;
+    }
+    out
+}
+
 /// A line chart: a colour, marker and dash pattern per series, 95% intervals as whiskers,
-/// off-scale points as open triangles on the top edge (the line breaks there), a legend.
+/// off-scale points as open triangles on the top edge (the line breaks there), series drawn
+/// apart clipped at the plot's edge, an optional reference line, a legend.
 pub fn lines(c: &LineChart) -> Result<String> {
-    let on = || c.series.iter().flat_map(|s| s.points.iter().filter(|p| !p.off_scale && p.y.is_finite()));
-    let all_x = || c.series.iter().flat_map(|s| s.points.iter().map(|p| p.x)).filter(|x| x.is_finite());
+    // The axes fit the series not drawn apart (all of them if every one is).
+    let fitted = |s: &&Series| !s.apart || c.series.iter().all(|s| s.apart || s.points.is_empty());
+    let on =
+        || c.series.iter().filter(fitted).flat_map(|s| s.points.iter().filter(|p| !p.off_scale && p.y.is_finite()));
+    let all_x = || c.series.iter().filter(fitted).flat_map(|s| s.points.iter().map(|p| p.x)).filter(|x| x.is_finite());
     let xs = if c.linear_x {
         // A time axis: exactly the span of the samples.
         let (lo, hi) = all_x().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(x), b.max(x)));
@@ -389,21 +460,34 @@ pub fn lines(c: &LineChart) -> Result<String> {
     } else {
         Scale::fit(all_x(), false)
     };
+    let reference = c.reference.map(|r| r.y).filter(|y| y.is_finite());
     let ys = match c.y_range {
         Some((lo, hi)) => Scale::fixed(lo, hi),
         None => Scale::fit_with(
-            on().map(|p| p.y),
+            on().map(|p| p.y).chain(reference),
             on().filter(|p| p.ci95.is_finite()).flat_map(|p| [p.y + p.ci95, p.y - p.ci95]),
             false,
             true,
         ),
     };
     let any_off = c.series.iter().any(|s| s.points.iter().any(|p| p.off_scale));
+    let any_apart = c.series.iter().any(|s| s.apart && !s.points.is_empty());
+    let (lo, hi) = ((xs.lo, ys.lo), (xs.hi, ys.hi));
+    let notes: Vec<String> = [
+        any_off.then(|| format!("△ on the top edge: {}", c.off_scale_means)),
+        any_apart.then(|| "overloaded runs are clipped at the edge: the axes fit the others".to_string()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, c.size).into_drawing_area();
+        // Notes get a strip of their own under the chart.
+        let (w, h) = c.size;
+        let root = SVGBackend::with_string(&mut svg, (w, h + 18 * notes.len() as u32)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
+        let (plot, foot) = root.split_vertically(h);
+        let mut chart = ChartBuilder::on(&plot)
             .caption(c.title, ("sans-serif", 17))
             .margin(14)
             .x_label_area_size(44)
@@ -422,39 +506,54 @@ pub fn lines(c: &LineChart) -> Result<String> {
             .bold_line_style(BLACK.mix(0.12))
             .draw()
             .map_err(err)?;
+        if let Some(r) = c.reference.filter(|r| r.y.is_finite()) {
+            let y = ys.clamped(r.y);
+            chart
+                .draw_series(DashedLineSeries::new([(xs.lo, y), (xs.hi, y)], 8, 6, BLACK.stroke_width(1)))
+                .map_err(err)?
+                .label(r.label)
+                .legend(|at| {
+                    EmptyElement::at(at) + DashedPathElement::new(vec![(0, 0), (24, 0)], 8, 6, BLACK.stroke_width(1))
+                });
+        }
         for (i, s) in c.series.iter().enumerate() {
             let col = colour(i);
             let style = col.stroke_width(2);
-            // Runs of consecutive on-scale points are one line each.
+            // Runs of consecutive on-scale points are one line each, clipped to the plot.
             let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
             for p in &s.points {
                 if p.off_scale || !p.y.is_finite() || !(xs.at(p.x).is_finite() && ys.at(p.y).is_finite()) {
                     runs.push(Vec::new());
                 } else {
-                    runs.last_mut().expect("one run").push((xs.at(p.x), ys.at(p.y).clamp(ys.lo, ys.hi)));
+                    runs.last_mut().expect("one run").push((xs.at(p.x), ys.at(p.y)));
                 }
             }
-            let mut first = true;
-            for run in runs.into_iter().filter(|r| !r.is_empty()) {
-                let (d, g) = dash(i);
-                let anno = chart.draw_series(DashedLineSeries::new(run, d, g, style)).map_err(err)?;
-                if std::mem::take(&mut first) {
-                    let shape: Vec<(i32, i32)> = if c.marker_every > 0 {
-                        marker(i).into_iter().map(|(x, y)| (x + 12, y)).collect()
-                    } else {
-                        Vec::new()
-                    };
-                    anno.label(s.label.clone()).legend(move |at| {
+            let label = if s.apart { format!("{} (overloaded: off the axes)", s.label) } else { s.label.clone() };
+            let (d, g) = dash(i);
+            for part in runs.iter().flat_map(|r| clip(r, lo, hi)) {
+                chart.draw_series(DashedLineSeries::new(part, d, g, style)).map_err(err)?;
+            }
+            // In the legend even when nothing of it is inside the plot.
+            if !s.points.is_empty() {
+                let shape: Vec<(i32, i32)> = if c.marker_every > 0 {
+                    marker(i).into_iter().map(|(x, y)| (x + 12, y)).collect()
+                } else {
+                    Vec::new()
+                };
+                chart
+                    .draw_series(std::iter::empty::<EmptyElement<(f64, f64), SVGBackend>>())
+                    .map_err(err)?
+                    .label(label)
+                    .legend(move |at| {
                         let st = colour(i).stroke_width(2);
                         EmptyElement::at(at)
                             + DashedPathElement::new(vec![(0, 0), (24, 0)], d, g, st)
                             + PathElement::new(shape.clone(), st)
                     });
-                }
             }
             for (k, p) in s.points.iter().enumerate() {
                 let (px, ok) = (xs.at(p.x), p.y.is_finite() && !p.off_scale);
-                if !px.is_finite() {
+                if !px.is_finite() || !(xs.lo..=xs.hi).contains(&px) {
                     continue;
                 }
                 if !ok {
@@ -464,7 +563,10 @@ pub fn lines(c: &LineChart) -> Result<String> {
                         .map_err(err)?;
                     continue;
                 }
-                let py = ys.clamped(p.y);
+                let py = ys.at(p.y);
+                if !(ys.lo..=ys.hi).contains(&py) {
+                    continue;
+                }
                 if c.marker_every > 0 && k % c.marker_every == 0 {
                     chart
                         .draw_series([EmptyElement::at((px, py)) + PathElement::new(marker(i), style)])
@@ -478,24 +580,19 @@ pub fn lines(c: &LineChart) -> Result<String> {
                 }
             }
         }
-        if c.legend && c.series.iter().any(|s| !s.points.is_empty()) {
+        if c.legend && (reference.is_some() || c.series.iter().any(|s| !s.points.is_empty())) {
             chart
                 .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
+                .position(c.legend_at.clone())
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK.mix(0.4))
                 .label_font(("sans-serif", 13))
                 .draw()
                 .map_err(err)?;
         }
-        if any_off {
-            let (w, h) = c.size;
-            root.draw(&Text::new(
-                "△ on the top edge: overloaded (off scale)",
-                (w as i32 - 270, h as i32 - 16),
-                ("sans-serif", 12).into_font().color(&BLACK),
-            ))
-            .map_err(err)?;
+        for (k, note) in notes.iter().enumerate() {
+            let font = ("sans-serif", 12).into_font().color(&BLACK).pos(Pos::new(HPos::Right, VPos::Top));
+            foot.draw(&Text::new(note.as_str(), (w as i32 - 14, 18 * k as i32), font)).map_err(err)?;
         }
         root.present().map_err(err)?;
     }
@@ -554,11 +651,127 @@ mod tests {
         let s = Series {
             label: "p".into(),
             points: vec![Point::at(1.0, 1.0), Point::at(2.0, 2.0), Point { off_scale: true, ..Point::at(3.0, 99.0) }],
+            apart: false,
         };
         let svg = line_chart("t", "x", "y", &[s]).unwrap();
         assert!(svg.contains("overloaded (off scale)"));
         let ticks: Vec<f64> = texts(&svg).iter().filter_map(|s| s.parse().ok()).collect();
         assert!(ticks.iter().all(|&t| t < 10.0), "the off-scale point set the axis: {ticks:?}");
+    }
+
+    /// The x (or y) coordinates of every polyline point of an SVG, in pixels.
+    fn polyline_points(svg: &str) -> Vec<(f64, f64)> {
+        svg.split("<polyline")
+            .skip(1)
+            .filter_map(|p| p.split("points=\"").nth(1)?.split('"').next())
+            .flat_map(|pts| {
+                pts.split_whitespace().filter_map(|xy| {
+                    let (x, y) = xy.split_once(',')?;
+                    Some((x.parse().ok()?, y.parse().ok()?))
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn clipping_keeps_the_parts_inside_and_ends_them_at_the_edge() {
+        let (lo, hi) = ((0.0, 0.0), (10.0, 10.0));
+        assert_eq!(clip(&[(1.0, 1.0), (2.0, 2.0), (3.0, 1.0)], lo, hi), vec![vec![(1.0, 1.0), (2.0, 2.0), (3.0, 1.0)]]);
+        // Leaves through the right edge at y = 5 and comes back: two parts.
+        assert_eq!(
+            clip(&[(8.0, 5.0), (12.0, 5.0), (9.0, 1.0)], lo, hi),
+            vec![vec![(8.0, 5.0), (10.0, 5.0)], vec![(10.0, 5.0 - 4.0 * 2.0 / 3.0), (9.0, 1.0)]]
+        );
+        assert!(clip(&[(11.0, 1.0), (12.0, 2.0)], lo, hi).is_empty());
+    }
+
+    /// An overloaded series drawn apart does not set the axes: the contenders' 1..2 s fill the
+    /// plot and the overloaded line stops at its right edge.
+    #[test]
+    fn a_series_drawn_apart_is_clipped_and_does_not_set_the_axes() {
+        let contender = Series::new("a", [(1.0, 0.1), (1.5, 0.5), (2.0, 1.0)]);
+        let overloaded = Series { apart: true, ..Series::new("b", [(1.0, 0.1), (60.0, 0.5), (600.0, 1.0)]) };
+        let cdf = |series: &[Series]| {
+            lines(&LineChart {
+                title: "t",
+                x_desc: "x",
+                y_desc: "y",
+                series,
+                y_range: Some((0.0, 1.0)),
+                marker_every: 0,
+                legend: true,
+                linear_x: false,
+                size: (820, 460),
+                off_scale_means: OVERLOADED,
+                reference: None,
+                legend_at: SeriesLabelPosition::UpperLeft,
+            })
+            .unwrap()
+        };
+        let alone = cdf(std::slice::from_ref(&contender));
+        let both = cdf(&[contender.clone(), overloaded]);
+        let ticks = |svg: &str| texts(svg).iter().filter_map(|s| s.parse::<f64>().ok()).collect::<Vec<_>>();
+        assert_eq!(ticks(&alone), ticks(&both), "the overloaded series moved the axes");
+        assert!(!both.contains("log scale") && !texts(&both).iter().any(|t| t == "600"));
+        assert!(both.contains("b (overloaded: off the axes)") && both.contains("overloaded runs are clipped"));
+        // Nothing is drawn right of the plot (the contender's last point is its right edge, give
+        // or take the axis padding).
+        let right = polyline_points(&alone).iter().map(|p| p.0).fold(0.0, f64::max);
+        assert!(polyline_points(&both).iter().all(|p| p.0 <= right + 0.5), "drawn past the plot");
+    }
+
+    #[test]
+    fn a_reference_line_is_drawn_named_and_inside_the_axis() {
+        let s = [Series::new("a", [(1.0, 1.0), (2.0, 2.0)])];
+        let svg = lines(&LineChart {
+            reference: Some(Reference { y: 5.0, label: "bound: p99 < 5" }),
+            ..LineChart {
+                title: "t",
+                x_desc: "x",
+                y_desc: "y",
+                series: &s,
+                y_range: None,
+                marker_every: 1,
+                legend: true,
+                linear_x: false,
+                size: (820, 480),
+                off_scale_means: OVERLOADED,
+                reference: None,
+                legend_at: SeriesLabelPosition::UpperLeft,
+            }
+        })
+        .unwrap();
+        assert!(svg.contains("bound: p99 &lt; 5") || svg.contains("bound: p99 < 5"), "{svg}");
+        let ticks: Vec<f64> = texts(&svg).iter().filter_map(|s| s.parse().ok()).collect();
+        assert!(ticks.iter().any(|&t| t >= 5.0), "the axis stops below the bound: {ticks:?}");
+    }
+
+    /// CIE L*a*b* of an sRGB colour (D65).
+    fn lab(c: RGBColor) -> [f64; 3] {
+        let lin = |u: u8| {
+            let u = u as f64 / 255.0;
+            if u > 0.04045 { ((u + 0.055) / 1.055).powf(2.4) } else { u / 12.92 }
+        };
+        let (r, g, b) = (lin(c.0), lin(c.1), lin(c.2));
+        let x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047;
+        let y = 0.2126 * r + 0.7152 * g + 0.0722 * b;
+        let z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883;
+        let f = |t: f64| if t > 0.008856 { t.cbrt() } else { 7.787 * t + 16.0 / 116.0 };
+        [116.0 * f(y) - 16.0, 500.0 * (f(x) - f(y)), 200.0 * (f(y) - f(z))]
+    }
+
+    /// The eight colours lines are told apart by: no two alike (ΔE*76 ≥ 35; Okabe–Ito's blue and
+    /// sky blue are 26 apart) and none too pale to see on white (L* ≤ 75; its yellow is 89).
+    #[test]
+    fn the_first_eight_colours_are_far_apart_and_visible_on_white() {
+        let labs: Vec<[f64; 3]> = (0..8).map(|i| lab(colour(i))).collect();
+        for (i, a) in labs.iter().enumerate() {
+            assert!(a[0] <= 75.0, "colour {i} is too pale: L* {}", a[0]);
+            for (j, b) in labs.iter().enumerate().skip(i + 1) {
+                let d = ((a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2) + (a[2] - b[2]).powi(2)).sqrt();
+                assert!(d >= 35.0, "colours {i} and {j} are alike: ΔE {d:.0}");
+            }
+        }
     }
 
     #[test]

@@ -1,15 +1,23 @@
 //! Which charts a result gets, as SVG text: the one list `--plot` writes to files and `--report`
 //! puts in the page.
 //!
-//! A comparison gets a bar chart per headline metric (95% error bars; overloaded runs off the
-//! scale), the latency CDF of each policy's first seed, and each policy's per-replica in-flight
-//! requests over that seed (herding shows as one replica's line far above the others). A sweep
-//! gets a curve per policy of each headline metric against the swept field's value as run (a
-//! `x1.5` multiplier resolved to the rate itself).
+//! A comparison gets a bar chart per headline metric (95% error bars; an overloaded run's
+//! latencies off the scale), the latency CDF of each policy's first seed, and each policy's
+//! per-replica in-flight requests over that seed (herding shows as one replica's line far above
+//! the others). A sweep gets a curve per policy of each headline metric against the swept
+//! field's value as run (a `x1.5` multiplier resolved to the rate itself).
+//!
+//! Every chart shows the contenders: an overloaded run (its queue grew until the run stopped)
+//! never sets an axis. Its latency bars are hatched to the top, its CDF is clipped at the right
+//! edge, and its in-flight chart has a y axis of its own, as does any policy whose in-flight peak
+//! is more than [`OWN_AXIS_FACTOR`]× the contenders' median (a shared axis would flatten them).
+//! Metrics an overload does not distort (hit rate, replication) are drawn as they are.
 
 use anyhow::Result;
 
 use super::COLUMNS;
+use plotters::chart::SeriesLabelPosition;
+
 use super::chart::{self, Bar, LineChart, Point, Series};
 use routelab_core::runner::{PolicyResult, WorkloadResult};
 
@@ -58,6 +66,13 @@ fn overloaded(r: &PolicyResult) -> bool {
     r.metrics.get("overloaded").is_some_and(|o| o > 0.0)
 }
 
+/// Whether metric `key` depends on when an overloaded run stopped (a latency or a wait: its
+/// queue kept growing), so that an overloaded run's value is off the scale. A hit rate or a
+/// replication factor is what it is.
+fn stop_dependent(key: &str) -> bool {
+    ["latency", "response", "ttft", "tpot", "wait"].iter().any(|p| key.starts_with(p))
+}
+
 fn median(mut xs: Vec<f64>) -> f64 {
     if xs.is_empty() {
         return f64::NAN;
@@ -73,7 +88,8 @@ pub fn bars_of(w: &WorkloadResult, key: &str) -> Vec<Bar> {
         .filter_map(|r| {
             let value = r.metrics.get(key)?;
             let ci95 = r.metrics.get(&format!("{key}_ci95")).unwrap_or(f64::NAN);
-            Some(Bar { label: r.policy.clone(), value, ci95, off_scale: overloaded(r) || !value.is_finite() })
+            let off_scale = (stop_dependent(key) && overloaded(r)) || !value.is_finite();
+            Some(Bar { label: r.policy.clone(), value, ci95, off_scale })
         })
         .collect();
     for i in 0..bars.len() {
@@ -124,7 +140,7 @@ fn cdf(w: &WorkloadResult) -> Result<Option<Figure>> {
             let from = d.latency_quantiles.len() / 100;
             let points =
                 d.latency_quantiles.iter().enumerate().skip(from).map(|(i, &x)| (x, d.finished_share * i as f64 / n));
-            Some(Series::new(r.policy.clone(), points))
+            Some(Series { apart: overloaded(r), ..Series::new(r.policy.clone(), points) })
         })
         .collect();
     if series.is_empty() {
@@ -143,24 +159,50 @@ fn cdf(w: &WorkloadResult) -> Result<Option<Figure>> {
         legend: true,
         linear_x: false,
         size: (820, 460),
+        off_scale_means: chart::OVERLOADED,
+        reference: None,
+        legend_at: SeriesLabelPosition::LowerRight,
     })?;
     Ok(Some(Figure { stem: format!("{}_latency_cdf", file_name(&w.name)), title, svg }))
 }
 
-/// Each policy's per-replica in-flight requests over its first seed, on a shared y axis.
+/// A policy whose in-flight peak is more than this factor above the median peak of the
+/// contenders gets its own y axis, as an overloaded one does.
+pub const OWN_AXIS_FACTOR: f64 = 4.0;
+
+/// Which policies' in-flight charts get a y axis of their own (`peaks`: each policy's largest
+/// in-flight count; `overloaded`: whether its run was): the overloaded ones, and those more
+/// than [`OWN_AXIS_FACTOR`]× the median peak of the others. The rest share an axis.
+pub fn own_axis(peaks: &[f64], overloaded: &[bool]) -> Vec<bool> {
+    let contenders: Vec<f64> = peaks.iter().zip(overloaded).filter(|(_, o)| !**o).map(|(p, _)| *p).collect();
+    let m = median(contenders);
+    peaks.iter().zip(overloaded).map(|(p, o)| *o || (m > 0.0 && *p > OWN_AXIS_FACTOR * m)).collect()
+}
+
+/// Each policy's per-replica in-flight requests over its first seed: the contenders on a shared
+/// y axis, an overloaded or far higher one on its own ([`own_axis`]), its title saying so.
 fn timelines(w: &WorkloadResult) -> Result<Vec<Figure>> {
     let with: Vec<_> =
         w.results.iter().filter_map(|r| Some((r, r.detail.as_ref().filter(|d| !d.times.is_empty())?))).collect();
-    let top = with.iter().flat_map(|(_, d)| d.in_flight.iter().flatten()).copied().max().unwrap_or(0).max(1);
+    let peaks: Vec<f64> =
+        with.iter().map(|(_, d)| d.in_flight.iter().flatten().copied().max().unwrap_or(0) as f64).collect();
+    let apart = own_axis(&peaks, &with.iter().map(|(r, _)| overloaded(r)).collect::<Vec<_>>());
+    let shared = peaks.iter().zip(&apart).filter(|(_, a)| !**a).map(|(p, _)| *p).fold(1.0, f64::max);
     let x_desc = format!("time [{}]", time_unit(w));
     let mut out = Vec::new();
-    for (r, d) in with {
+    for ((r, d), (own, peak)) in with.into_iter().zip(apart.into_iter().zip(peaks)) {
         let replicas = d.in_flight.first().map_or(0, Vec::len);
-        let title = format!("{} — {}: requests in flight per replica (seed {})", w.name, r.policy, w.seed);
+        let top = if own { peak.max(1.0) } else { shared };
+        let axis = match (own, overloaded(r)) {
+            (false, _) => "",
+            (true, true) => ", own y axis: overloaded",
+            (true, false) => ", own y axis",
+        };
+        let title = format!("{} — {}: requests in flight per replica (seed {}{axis})", w.name, r.policy, w.seed);
         let svg = if replicas > MAX_TIMELINE_LINES {
             let rows: Vec<Vec<f64>> =
                 (0..replicas).map(|k| d.in_flight.iter().map(|c| c[k] as f64).collect()).collect();
-            super::heatmap::heatmap(&title, &x_desc, "replica", &d.times, &rows, top as f64)?
+            super::heatmap::heatmap(&title, &x_desc, "replica", &d.times, &rows, top)?
         } else {
             let series: Vec<Series> = (0..replicas)
                 .map(|k| {
@@ -173,11 +215,14 @@ fn timelines(w: &WorkloadResult) -> Result<Vec<Figure>> {
                 x_desc: &x_desc,
                 y_desc: "requests in flight",
                 series: &series,
-                y_range: Some((0.0, top as f64 * 1.05)),
+                y_range: Some((0.0, top * 1.05)),
                 marker_every: 0,
                 legend: true,
                 linear_x: true,
                 size: (820, 340),
+                off_scale_means: chart::OVERLOADED,
+                reference: None,
+                legend_at: SeriesLabelPosition::UpperLeft,
             })?
         };
         out.push(Figure { stem: format!("{}_inflight_{}", file_name(&w.name), file_name(&r.policy)), title, svg });
@@ -230,6 +275,7 @@ pub fn sweep(name: &str, field: &str, points: &[WorkloadResult]) -> Result<Vec<F
                         Some(Point { x, y, ci95, off_scale: overloaded(r) || !y.is_finite() })
                     })
                     .collect(),
+                apart: false,
             })
             .collect();
         let title = format!("{name}: {} vs {field}", header(key));
@@ -243,6 +289,9 @@ pub fn sweep(name: &str, field: &str, points: &[WorkloadResult]) -> Result<Vec<F
             legend: true,
             linear_x: false,
             size: (820, 480),
+            off_scale_means: chart::OVERLOADED,
+            reference: None,
+            legend_at: SeriesLabelPosition::UpperLeft,
         })?;
         out.push(Figure { stem: format!("{}_sweep_{}_{key}", file_name(name), file_name(field)), title, svg });
     }
@@ -252,7 +301,7 @@ pub fn sweep(name: &str, field: &str, points: &[WorkloadResult]) -> Result<Vec<F
 #[cfg(test)]
 mod tests {
     use super::*;
-    use routelab_core::metrics::Metrics;
+    use routelab_core::metrics::{Detail, Metrics};
     use routelab_core::runner::empty_result;
 
     fn result(w: &str, policies: &[(&str, f64, f64)]) -> WorkloadResult {
@@ -289,6 +338,87 @@ mod tests {
         assert_eq!(swept_value(&w, "cluster.arrivals.poisson.rate"), Some(1.5));
         assert_eq!(swept_value(&w, "replicas"), Some(2.0));
         assert_eq!(swept_value(&w, "no.such.field"), None);
+    }
+
+    /// Series polylines' vertical extent in an SVG, in pixels (the mesh is drawn as lines of
+    /// one pixel, series as polylines of two; the legend, drawn last on its translucent white
+    /// box, is left out).
+    pub fn drawn_height(svg: &str) -> f64 {
+        let plot = svg.split("opacity=\"0.85\" fill=\"#FFFFFF\"").next().unwrap();
+        let ys: Vec<f64> = plot
+            .split("<polyline")
+            .skip(1)
+            .filter(|p| p.contains("stroke-width=\"2\""))
+            .filter_map(|p| p.split("points=\"").nth(1)?.split('"').next())
+            .flat_map(|pts| pts.split_whitespace().filter_map(|xy| xy.split_once(',')?.1.parse::<f64>().ok()))
+            .collect();
+        ys.iter().copied().fold(f64::NEG_INFINITY, f64::max) - ys.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+
+    /// Three contenders peaking at 3–5 requests in flight and one overloaded run at 15,000 (as
+    /// vllm_prefix_aware on tool_use): every chart shows its own data, none is flattened.
+    #[test]
+    fn an_overloaded_policy_does_not_flatten_the_contenders_in_flight_charts() {
+        let mut w = result(
+            CLUSTER,
+            &[("random", 2.0, 0.0), ("round_robin", 3.0, 0.0), ("lpm", 1.0, 0.0), ("max_affinity", 600.0, 1.0)],
+        );
+        for (r, peak) in w.results.iter_mut().zip([3u32, 4, 5, 15_000]) {
+            let times: Vec<f64> = (0..50).map(|t| t as f64).collect();
+            let in_flight = (0..50u32).map(|t| vec![peak * t / 49, peak * (49 - t) / 49 / 2]).collect();
+            r.detail = Some(Box::new(Detail { times, in_flight, ..Detail::default() }));
+        }
+        let charts = timelines(&w).unwrap();
+        assert_eq!(charts.len(), 4);
+        for f in &charts {
+            // The plot is 340 pixels high with ~80 of labels and caption: a line rising to its
+            // peak spans well over 100 of them.
+            let h = drawn_height(&f.svg);
+            assert!(h > 100.0, "{}: drawn {h:.0} pixels high", f.title);
+        }
+        assert!(charts[3].title.contains("own y axis: overloaded"), "{}", charts[3].title);
+        assert!(charts[..3].iter().all(|f| !f.title.contains("own y axis")));
+        // The contenders share one axis: the lowest peak is drawn lower than the highest.
+        assert!(drawn_height(&charts[0].svg) < 0.7 * drawn_height(&charts[2].svg));
+    }
+
+    #[test]
+    fn own_axes_go_to_the_overloaded_and_the_far_higher() {
+        assert_eq!(own_axis(&[3.0, 4.0, 5.0, 15_000.0], &[false, false, false, true]), [false, false, false, true]);
+        // Not overloaded, but 25× the median of the contenders.
+        assert_eq!(own_axis(&[3.0, 4.0, 100.0], &[false; 3]), [false, false, true]);
+        assert_eq!(own_axis(&[3.0, 4.0, 12.0], &[false; 3]), [false; 3]);
+    }
+
+    /// Hatching says "this value depends on when the run stopped": true of an overloaded run's
+    /// latency, not of its hit rate or replication.
+    #[test]
+    fn only_latencies_of_overloaded_runs_are_hatched() {
+        let mut w = result(CLUSTER, &[("random", 2.0, 0.0), ("round_robin", 3.0, 1.0)]);
+        for r in &mut w.results {
+            r.metrics.push("hit_rate", 0.5);
+            r.metrics.push("ttft_p99_s", 1.0);
+        }
+        let off = |key| bars_of(&w, key).iter().map(|b| b.off_scale).collect::<Vec<_>>();
+        assert_eq!(off("hit_rate"), [false, false]);
+        assert_eq!(off("ttft_p99_s"), [false, true]);
+        assert_eq!(off("latency_mean_s"), [false, true]);
+        let svg = comparison(&w).unwrap().into_iter().find(|f| f.stem.ends_with("_hit_rate")).unwrap().svg;
+        assert!(!svg.contains("overloaded"), "a hit-rate bar is hatched");
+    }
+
+    /// The CDF's axis comes from the contenders: an overloaded run's 600 s tail is clipped.
+    #[test]
+    fn the_cdf_axis_fits_the_contenders() {
+        let mut w = result(CLUSTER, &[("random", 2.0, 0.0), ("round_robin", 3.0, 0.0), ("lpm", 600.0, 1.0)]);
+        for (r, top) in w.results.iter_mut().zip([2.0, 3.0, 600.0]) {
+            let q = (0..=100).map(|i| 0.5 + (top - 0.5) * i as f64 / 100.0).collect();
+            r.detail = Some(Box::new(Detail { latency_quantiles: q, finished_share: 1.0, ..Detail::default() }));
+        }
+        let svg = cdf(&w).unwrap().unwrap().svg;
+        let labels: Vec<f64> = svg.split("</text>").filter_map(|t| t.rsplit('>').next()?.trim().parse().ok()).collect();
+        assert!(labels.iter().all(|&v| v <= 3.5), "{labels:?}");
+        assert!(svg.contains("lpm (overloaded: off the axes)"));
     }
 
     #[test]

@@ -353,3 +353,30 @@ fn validate_prints_the_mooncake_traces_block_reuse_as_dynamo_counts_it() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("repeated segments     36.64% (105710 of 288500 segment references"), "{stdout}");
 }
+
+/// The README's two commands: one profile for both (the tests reuse the demo's build instead of
+/// building the workspace again), `.ci/run` runs the test command exactly as written, and every
+/// `cargo install` the README shows uses the lock file's versions.
+#[test]
+fn readme_commands_share_one_build_and_ci_runs_the_test_command() {
+    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    let block = readme.split("## The two commands").nth(1).and_then(|s| s.split("```sh").nth(1)).unwrap();
+    let commands: Vec<&str> = block
+        .split("```")
+        .next()
+        .unwrap()
+        .lines()
+        .map(|l| l.split(" #").next().unwrap().trim())
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(commands.len(), 2, "{commands:?}");
+    let profile = |c: &str| c.split_whitespace().skip_while(|w| *w != "--profile").nth(1).map(str::to_string);
+    assert!(commands[0].starts_with("cargo run ") && commands[1].starts_with("cargo test "), "{commands:?}");
+    assert_eq!(profile(commands[0]), Some("checked".into()), "{}", commands[0]);
+    assert_eq!(profile(commands[0]), profile(commands[1]), "the two commands build under different profiles");
+    let ci = std::fs::read_to_string(workspace().join(".ci/run")).unwrap();
+    assert!(ci.lines().any(|l| l.trim() == commands[1]), ".ci/run does not run `{}`", commands[1]);
+    for line in readme.lines().filter(|l| l.trim_start().starts_with("cargo install")) {
+        assert!(line.contains("--locked"), "{line}");
+    }
+}

@@ -53,15 +53,29 @@ fn cargo() -> Command {
 
 /// Runs `cargo build` for `packages` in `dir` with this test's profile; panics with cargo's output.
 pub fn cargo_build(dir: &Path, packages: &[&str]) {
+    let args: Vec<&str> = packages.iter().flat_map(|p| ["-p", p]).collect();
+    cargo_build_with(dir, &args);
+}
+
+/// Runs `cargo build ARGS` in `dir` with this test's profile; panics with cargo's output.
+fn cargo_build_with(dir: &Path, args: &[&str]) {
     let mut c = cargo();
     c.current_dir(dir).arg("build").arg("--quiet");
     let profile = profile();
     c.args(["--profile", if profile == "debug" { "dev" } else { &profile }]);
-    for p in packages {
-        c.args(["-p", p]);
-    }
+    c.args(args);
     let out = c.output().expect("cargo runs");
     assert!(out.status.success(), "cargo build failed in {}:\n{}", dir.display(), String::from_utf8_lossy(&out.stderr));
+}
+
+/// Builds (once per test process) every library of the workspace, the plugin libraries among
+/// them. All of them, not `-p` the plugins: cargo unifies features over the packages it is asked
+/// for, so a build of the plugins alone resolves serde and the proc macros' syn with other
+/// features than `cargo test --workspace` did, and rebuilds serde, abi_stable, the policy API and
+/// the policies from scratch. Asked for the whole workspace it finds them built.
+pub fn workspace_libraries() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| cargo_build_with(&workspace(), &["--workspace", "--lib"]));
 }
 
 pub fn lib_path(crate_snake: &str) -> PathBuf {
@@ -88,17 +102,7 @@ pub struct Plugins {
 pub fn plugins() -> &'static Plugins {
     static P: OnceLock<Plugins> = OnceLock::new();
     P.get_or_init(|| {
-        cargo_build(
-            &workspace(),
-            &[
-                "routelab-builtin-plugin",
-                "routelab-faulty-plugin",
-                "routelab-faulty-registry",
-                "my-router",
-                "lru-affinity",
-                "pd-threshold",
-            ],
-        );
+        workspace_libraries();
         Plugins {
             builtin: lib_path("routelab_builtin_plugin"),
             faulty: lib_path("routelab_faulty_plugin"),

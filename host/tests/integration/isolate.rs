@@ -15,7 +15,7 @@ fn routelab(args: &[&str]) -> Output {
 fn hostile() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        cargo_build(&workspace(), &["routelab-hostile-plugin"]);
+        workspace_libraries();
         lib_path("routelab_hostile_plugin")
     })
 }

@@ -142,19 +142,35 @@ fn chromium_run(browser: &Path, page: &Path, what: &str) -> String {
 }
 
 /// The report with a probe appended: a script (in this test copy only; the report has none)
-/// that writes each chart's rendered size and the page's text into the DOM for `--dump-dom`.
+/// that writes each chart's rendered size, how much of each in-flight chart's height its lines
+/// span as laid out (series are the 2-pixel polylines drawn before the legend's translucent
+/// box), and the page's text into the DOM for `--dump-dom`.
 fn probed(html: &str, probe_page: &Path) {
     let probe = "<pre id=\"probe\"></pre><script>\
         const sizes = [...document.querySelectorAll('figure svg')].map(s => {\
           const r = s.getBoundingClientRect(); return Math.round(r.width) + 'x' + Math.round(r.height); });\
-        document.getElementById('probe').textContent = 'SIZES ' + sizes.join(' ') + ' END\\nTEXT ' +\
-          document.body.innerText.replace(/\\s+/g, ' ');\
+        const spans = [...document.querySelectorAll('figure[id*=\"_inflight_\"]')].map(f => {\
+          const svg = f.querySelector('svg'); let top = Infinity, bottom = -Infinity;\
+          for (const e of svg.querySelectorAll('polyline, rect')) {\
+            if (e.tagName === 'rect' && e.getAttribute('opacity') === '0.85') break;\
+            if (e.tagName !== 'polyline' || e.getAttribute('stroke-width') !== '2') continue;\
+            const r = e.getBoundingClientRect(); top = Math.min(top, r.top); bottom = Math.max(bottom, r.bottom); }\
+          return f.id + '=' + ((bottom - top) / svg.getBoundingClientRect().height).toFixed(3); });\
+        document.getElementById('probe').textContent = 'SIZES ' + sizes.join(' ') + ' END\\nSPANS ' +\
+          spans.join(' ') + ' END\\nTEXT ' + document.body.innerText.replace(/\\s+/g, ' ');\
         </script></body>";
     std::fs::write(probe_page, html.replace("</body>", probe)).unwrap();
 }
 
-/// Rendered sizes of the charts and the page's visible text, as Chromium laid them out.
-fn rendered(browser: &Path, html: &str, name: &str) -> (Vec<(u32, u32)>, String) {
+/// What Chromium laid out: each chart's size, each in-flight chart's id with the share of its
+/// height its lines span, and the page's visible text.
+struct Rendered {
+    sizes: Vec<(u32, u32)>,
+    spans: Vec<(String, f64)>,
+    text: String,
+}
+
+fn rendered(browser: &Path, html: &str, name: &str) -> Rendered {
     let probe_page = scratch(&format!("{name}-probe.html"));
     probed(html, &probe_page);
     let dom = chromium_run(browser, &probe_page, "--dump-dom");
@@ -166,8 +182,16 @@ fn rendered(browser: &Path, html: &str, name: &str) -> (Vec<(u32, u32)>, String)
             (w.parse().unwrap(), h.parse().unwrap())
         })
         .collect();
+    let spans = dom.split("SPANS ").nth(1).and_then(|s| s.split(" END").next()).expect("the probe ran");
+    let spans = spans
+        .split_whitespace()
+        .map(|s| {
+            let (id, share) = s.rsplit_once('=').unwrap();
+            (id.to_string(), share.parse().unwrap_or(0.0))
+        })
+        .collect();
     let text = dom.split("TEXT ").nth(1).expect("the probe ran").to_string();
-    (sizes, text)
+    Rendered { sizes, spans, text }
 }
 
 /// The screenshot's pixels: (width, height, RGBA bytes).
@@ -187,15 +211,19 @@ fn screenshot(browser: &Path, page: &Path) -> (u32, u32, Vec<u8>) {
     (info.width, info.height, rgba)
 }
 
+/// Without Chromium this test is ignored — counted so in `cargo test`'s summary, with the reason
+/// — by the build script (host/build.rs), which looks when the tests are built.
 #[test]
+#[cfg_attr(
+    routelab_no_chromium,
+    ignore = "Chromium not found when the tests were built: install Debian's `chromium` package (as .ci/run \
+              does) or set ROUTELAB_CHROMIUM"
+)]
 fn reports_render_in_chromium_with_every_policy_workload_and_chart() {
-    let Some(browser) = chromium() else {
-        eprintln!(
-            "skipped: Chromium not found (install Debian's `chromium` package, as .ci/run does, or set \
-             ROUTELAB_CHROMIUM)"
-        );
-        return;
-    };
+    let browser = chromium().expect(
+        "Chromium was on PATH when the tests were built and is gone: the build script looks again when PATH or \
+         ROUTELAB_CHROMIUM changes",
+    );
     let _alone = cores_alone();
     let compare = scratch("browser-compare.html");
     let compare_html = compare_report(&compare);
@@ -229,7 +257,7 @@ fn reports_render_in_chromium_with_every_policy_workload_and_chart() {
     ];
     for (name, html, policies, workloads) in cases {
         assert_self_contained(html);
-        let (sizes, text) = rendered(&browser, html, name);
+        let Rendered { sizes, text, .. } = rendered(&browser, html, name);
         assert_eq!(sizes.len(), html.matches("<svg").count(), "{name}: every chart is in the page");
         assert!(!sizes.is_empty(), "{name}: charts");
         for (w, h) in &sizes {
@@ -247,6 +275,31 @@ fn reports_render_in_chromium_with_every_policy_workload_and_chart() {
     let sweep_chart = sweep_chart.split("</svg>").next().unwrap();
     assert!(sweep_chart.contains("\n0.4\n") || sweep_chart.contains("\n0.5\n"), "ticks at utilisations");
     assert!(!sweep_chart.contains("x0.5"), "no multiplier on the axis");
+
+    // An overloaded policy (vllm_prefix_aware on tool_use: ~15,000 requests queued on one replica)
+    // does not flatten the contenders' in-flight charts: every chart's lines span a good part of
+    // its height (a shared axis left the others' lines at 0), the overloaded one on its own axis.
+    let overload = scratch("browser-overload.html");
+    let overload_html = report(
+        &[
+            "compare",
+            "tool_use",
+            "--seeds",
+            "1",
+            "--policies",
+            "least_work_left,round_robin,vllm_prefix_aware",
+            "--report",
+            overload.to_str().unwrap(),
+        ],
+        &overload,
+    );
+    assert!(overload_html.contains("overloaded"), "vllm_prefix_aware no longer overloads tool_use: pick another");
+    let Rendered { spans, text, .. } = rendered(&browser, &overload_html, "overload");
+    assert_eq!(spans.len(), 3, "{spans:?}");
+    for (id, share) in &spans {
+        assert!(*share > 0.2, "{id}: its lines span {share} of its height: flattened");
+    }
+    assert!(text.contains("own y axis: overloaded"), "the overloaded policy's chart says it has its own axis");
 
     // The screenshot is a page, not a blank: many colours, none covering nearly everything.
     let (w, h, rgba) = screenshot(&browser, &compare);
