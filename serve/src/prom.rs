@@ -50,7 +50,8 @@ pub const MOST_REQUESTS: f64 = (u32::MAX / 4) as f64;
 pub fn engine_load(text: &str) -> Option<EngineLoad> {
     let count = |v: f64| (v >= 0.0 && v.is_finite()).then_some(v.min(MOST_REQUESTS));
     let gauge = |names: &[&str]| first(text, names).map_or(Some(0.0), count);
-    let waiting = count(first(text, &["vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred"])?)?;
+    let waiting =
+        count(first(text, &["vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred"])?)?;
     let running = gauge(&["vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing"])?;
     let kv_usage = gauge(&["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"])?.min(1.0);
     Some(EngineLoad { waiting, running, kv_usage })

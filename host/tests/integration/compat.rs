@@ -56,7 +56,10 @@ fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() 
     assert!(traits.contains("#[sabi(last_prefix_field)]") && traits.contains("fn on_complete"));
     let (_, minor, _) = api_version();
     for file in ["lib.rs", "traits.rs", "types.rs", "policy.rs", "root.rs", "cost.rs", "facts.rs", "signals.rs"] {
-        assert!(!read(&root, file).contains(&format!("// since 0.{minor}.")), "{file}: a later patch's block was left in");
+        assert!(
+            !read(&root, file).contains(&format!("// since 0.{minor}.")),
+            "{file}: a later patch's block was left in"
+        );
     }
 }
 
