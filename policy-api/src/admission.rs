@@ -17,12 +17,10 @@
 
 use abi_stable::{
     StableAbi, sabi_trait,
-    sabi_trait::TD_Opaque,
     std_types::{RBox, RResult, RString, RVec},
 };
 
 use crate::error::PolicyError;
-use crate::policy::{Entry, Maker, Policy, build, default_config, guard, names, stats};
 use crate::types::*;
 
 /// What an admission policy is told at creation: a fixed core plus named facts.
@@ -127,67 +125,13 @@ pub trait Admission: Send {
 /// An owned admission object.
 pub type AdmissionBox = Admission_TO<'static, RBox<()>>;
 
-/// An admission policy in plain Rust. Panics are caught by the host-facing wrapper.
-pub trait AdmissionPolicy: Policy<Context = AdmissionContext> {
-    /// Request facts to receive with every request, by name (`request.fact(k)`).
-    fn request_facts(&self) -> Vec<String> {
-        Vec::new()
-    }
-    /// The decision for `request` on arrival.
-    fn on_arrival(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> AdmissionDecision;
-    /// The next held request to admit or shed, or [`AdmissionDecision::wait`] (the default: a
-    /// policy that never holds).
-    fn next(&mut self, _now: f64, _replicas: &Replicas<'_>) -> AdmissionDecision {
-        AdmissionDecision::wait()
-    }
-    /// An admitted request finished.
-    fn on_complete(&mut self, _completion: &Completion) {}
-    /// Named figures for the end-of-run report.
-    fn report(&self) -> Vec<(String, f64)> {
-        Vec::new()
-    }
-}
-
-impl<P: AdmissionPolicy> Admission for crate::policy::Guarded<P> {
-    fn request_facts(&self) -> RResult<RVec<RString>, PolicyError> {
-        guard(P::NAME, "request_facts", || names(self.get().request_facts()))
-    }
-    fn on_arrival(&mut self, request: &Request<'_>, replicas: Replicas<'_>) -> RResult<AdmissionDecision, PolicyError> {
-        let p = self.get_mut();
-        guard(P::NAME, "on_arrival", || p.on_arrival(request, &replicas))
-    }
-    fn next(&mut self, now: f64, replicas: Replicas<'_>) -> RResult<AdmissionDecision, PolicyError> {
-        let p = self.get_mut();
-        guard(P::NAME, "next", || p.next(now, &replicas))
-    }
-    fn on_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError> {
-        let p = self.get_mut();
-        guard(P::NAME, "on_complete", || p.on_complete(completion))
-    }
-    fn report(&self) -> RResult<RVec<Stat>, PolicyError> {
-        guard(P::NAME, "report", || stats(self.get().report()))
-    }
-}
-
-/// Registry entry for an admission policy type.
-pub fn admission<P: AdmissionPolicy>() -> Entry {
-    Entry {
-        name: P::NAME,
-        description: P::DESCRIPTION,
-        default_config: default_config::<P>,
-        make: Maker::Admission(|config, ctx| {
-            build::<P>(config, ctx).map(|p| Admission_TO::from_value(crate::policy::Guarded::new(p), TD_Opaque))
-        }),
-    }
-}
-
 /// One exported admission policy, as the root module's `admission_policies` lists it.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq)]
 pub struct AdmissionInfo {
-    /// [`Policy::NAME`].
+    /// The policy's name (`Policy::NAME`).
     pub name: RString,
-    /// [`Policy::DESCRIPTION`].
+    /// Its one-line description (`Policy::DESCRIPTION`).
     pub description: RString,
     /// The default configuration as YAML text, or why it could not be had.
     pub default_config: RResult<RString, PolicyError>,

@@ -150,6 +150,7 @@ pub const API_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 // since 0.5.2 {
 pub mod admission;
+pub mod admission_policy;
 // } since 0.5.2
 pub mod cost;
 pub mod error;
@@ -177,15 +178,15 @@ pub mod prelude {
     };
     pub use crate::{export_policies, facts, signals};
     // since 0.5.2 {
-    pub use crate::admission::{AdmissionContext, AdmissionDecision, AdmissionInfo, AdmissionPolicy, admission};
+    pub use crate::admission::{AdmissionContext, AdmissionDecision, AdmissionInfo};
+    pub use crate::admission_policy::{AdmissionPolicy, admission};
     // } since 0.5.2
     pub use rand::{Rng, RngExt, SeedableRng, seq::IndexedRandom, seq::SliceRandom};
 }
 
 // since 0.5.2 {
-pub use admission::{
-    Admission, AdmissionBox, AdmissionContext, AdmissionDecision, AdmissionInfo, AdmissionPolicy, admission,
-};
+pub use admission::{Admission, AdmissionBox, AdmissionContext, AdmissionDecision, AdmissionInfo};
+pub use admission_policy::{AdmissionPolicy, admission};
 // } since 0.5.2
 pub use abi_stable;
 pub use abi_stable::std_types::{RSlice, RString, RVec};

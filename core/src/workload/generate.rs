@@ -26,7 +26,7 @@ use rand::RngExt;
 use rand_distr::{Distribution, Exp1, Gamma};
 use routelab_policy_api::Segment;
 
-use super::classes::{Label, Mix};
+use super::cluster::classes::{Label, Mix};
 use super::cluster::{Arrivals, ClusterSpec, Popularity, TokenShape, Tokens};
 use super::mooncake::{HASH_ID_BASE, MooncakeRow};
 use super::trace::TraceRow;

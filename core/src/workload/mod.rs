@@ -3,7 +3,6 @@
 //! A workload names itself, its seeds, optionally the policies to compare, and exactly one world
 //! section (`dispatch:`, `cluster:` or `compound:`). Unknown fields are errors everywhere.
 
-pub mod classes;
 pub mod cluster;
 pub mod compound;
 pub mod dispatch;

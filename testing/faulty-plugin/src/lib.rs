@@ -7,7 +7,7 @@
 //! - `panics_in_capabilities`: panics when the host asks what it needs;
 //! - `huge_index`: answers 2^32 + 1, which a cast to `u32` would wrap to replica 1;
 //! - `unknown_signal`: asks for an engine signal no host provides;
-//! - `counts_in_flight` (not broken: a probe): fewest outstanding requests, lowest index on ties,
+//! - `counts_in_flight` (not broken: a probe): fewest outstanding requests, ties in turn,
 //!   reporting the requests it heard dispatched and not yet completed or abandoned (`in_flight`),
 //!   so a test can see whether a host keeps the router's own counts straight.
 
@@ -211,6 +211,8 @@ impl RouterPolicy for UnknownSignal {
 #[derive(Default)]
 pub struct CountsInFlight {
     in_flight: i64,
+    /// Where the scan for the fewest starts: moves on every decision, so ties go round.
+    next: usize,
 }
 
 impl Policy for CountsInFlight {
@@ -225,7 +227,9 @@ impl Policy for CountsInFlight {
 
 impl RouterPolicy for CountsInFlight {
     fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-        (0..replicas.len()).min_by_key(|&i| replicas[i].outstanding_requests).unwrap_or(0)
+        let n = replicas.len();
+        self.next = self.next.wrapping_add(1);
+        (0..n).map(|k| (self.next + k) % n).min_by_key(|&i| replicas[i].outstanding_requests).unwrap_or(0)
     }
     fn on_dispatch(&mut self, _: &Request<'_>, _: usize) {
         self.in_flight += 1;

@@ -49,7 +49,7 @@ fn classes_move_no_arrival_and_follow_their_shares() {
     let (a, b) = (generate(&plain, None, 3).unwrap(), generate(&labelled, None, 3).unwrap());
     assert_eq!(a.requests, b.requests);
     assert!(a.labels.is_empty() && b.labels.len() == b.requests.len());
-    let share = |f: &dyn Fn(&crate::workload::classes::Label) -> bool| {
+    let share = |f: &dyn Fn(&crate::workload::cluster::classes::Label) -> bool| {
         b.labels.iter().filter(|l| f(l)).count() as f64 / b.labels.len() as f64
     };
     // Shares 0.3 / 0.4 / 0.3 and weights 4/8 of 4000 requests (tool_use has one turn each).

@@ -266,8 +266,8 @@ pub struct ClusterSim<'a> {
     /// When each request was handed to the router (its arrival, unless admission held it).
     dispatched_at: Vec<SimTime>,
     /// The workload's classes and tenants, for the per-class and per-tenant metrics.
-    classes: Vec<crate::workload::classes::ClassSpec>,
-    tenants: Vec<crate::workload::classes::TenantSpec>,
+    classes: Vec<crate::workload::cluster::classes::ClassSpec>,
+    tenants: Vec<crate::workload::cluster::classes::TenantSpec>,
     /// Whether the workload names an admission policy other than `admit_all` (then the run
     /// reports `rejected_requests`, `shed_requests`, `held_requests`, `admission_wait_mean_s`).
     admission_metrics: bool,

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::End;
 use super::replica::Replica;
 use crate::metrics::{Metrics, quantile};
-use crate::workload::classes::{ClassSpec, TenantSpec};
+use crate::workload::cluster::classes::{ClassSpec, TenantSpec};
 use crate::workload::slo::Slo;
 
 /// One request's measured life (times in seconds; NaN where it did not get that far).

@@ -28,6 +28,7 @@
 //! `{lognormal: {mean, cv, max}}` (resampled above `max`, so every distribution is bounded and the
 //! longest prompt is known before the run).
 
+pub mod classes;
 pub mod disaggregation;
 mod generator;
 
@@ -122,10 +123,10 @@ pub struct ClusterSpec {
     /// Request classes mixed by share, each with a priority, an SLO and optionally its own
     /// sizes (`workload/classes.rs`); absent = one class.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub classes: Vec<super::classes::ClassSpec>,
+    pub classes: Vec<self::classes::ClassSpec>,
     /// Tenants sharing the fleet by weight; absent = one tenant.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tenants: Vec<super::classes::TenantSpec>,
+    pub tenants: Vec<self::classes::TenantSpec>,
     /// The admission policy in front of the router: a policy name, optionally with config in
     /// braces (`admit_all`, the default, admits every request on arrival).
     #[serde(default = "default_admission", skip_serializing_if = "is_default_admission")]
@@ -437,7 +438,7 @@ impl ClusterSpec {
             slo.validate().map_err(|e| e.under("slo"))?;
         }
         self.arrivals.validate().map_err(|e| e.under("arrivals"))?;
-        super::classes::validate(&self.classes, &self.tenants)?;
+        self::classes::validate(&self.classes, &self.tenants)?;
         if self.admission.trim().is_empty() {
             return Err(FieldError::new(
                 "admission",

@@ -24,9 +24,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::FieldError;
-use super::cluster::Tokens;
-use super::slo::Slo;
+use super::Tokens;
+use crate::workload::FieldError;
+use crate::workload::slo::Slo;
 
 /// Most classes and tenants a workload may name.
 pub const MAX_CLASSES: usize = 64;
