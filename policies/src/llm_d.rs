@@ -82,6 +82,21 @@ pub enum LruCapacity {
     Blocks(u64),
 }
 
+impl LruCapacity {
+    /// The index's capacity in blocks of `block_tokens` (≥ 1) on a replica described by `ctx`.
+    pub fn blocks(self, ctx: &RouterContext, block_tokens: u32) -> Result<u64, String> {
+        match self {
+            LruCapacity::Blocks(0) => Err("lru_capacity must be at least 1 block, or auto".into()),
+            LruCapacity::Blocks(b) => Ok(b),
+            // Upstream's fallback when the engine reports no block count: 31,250.
+            LruCapacity::Auto => Ok(match ctx.kv_capacity_tokens / block_tokens as u64 {
+                0 => 31_250,
+                b => b,
+            }),
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -173,15 +188,7 @@ impl Policy for LlmD {
         if cfg.max_prefix_blocks == 0 {
             return Err("max_prefix_blocks must be at least 1 (upstream default 256)".into());
         }
-        let capacity = match cfg.lru_capacity {
-            LruCapacity::Blocks(0) => return Err("lru_capacity must be at least 1 block, or auto".into()),
-            LruCapacity::Blocks(b) => b,
-            // Upstream's fallback when the engine reports no block count: 31,250.
-            LruCapacity::Auto => match ctx.kv_capacity_tokens / cfg.block_tokens as u64 {
-                0 => 31_250,
-                b => b,
-            },
-        };
+        let capacity = cfg.lru_capacity.blocks(ctx, cfg.block_tokens)?;
         let n = ctx.replicas as usize;
         let index = match cfg.prefix_state {
             PrefixState::Approximate => Index::Approximate(LruRuns::new(n, capacity)),

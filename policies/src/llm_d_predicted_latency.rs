@@ -214,14 +214,7 @@ impl Policy for LlmDPredictedLatency {
         if cfg.max_prefix_blocks == 0 {
             return Err("max_prefix_blocks must be at least 1 (upstream default 256)".into());
         }
-        let capacity = match cfg.lru_capacity {
-            LruCapacity::Blocks(0) => return Err("lru_capacity must be at least 1 block, or auto".into()),
-            LruCapacity::Blocks(b) => b,
-            LruCapacity::Auto => match ctx.kv_capacity_tokens / cfg.block_tokens as u64 {
-                0 => 31_250,
-                b => b,
-            },
-        };
+        let capacity = cfg.lru_capacity.blocks(ctx, cfg.block_tokens)?;
         let n = ctx.replicas as usize;
         Ok(Self {
             prompt: PromptRuns::new(cfg.block_tokens),

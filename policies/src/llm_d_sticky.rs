@@ -171,14 +171,7 @@ impl Policy for LlmDSticky {
             PeakPrefill::TokensPerS(p) => p,
             PeakPrefill::Auto => peak_prefill_tokens_per_s(ctx).unwrap_or(UPSTREAM_PEAK_PREFILL_TOKENS_PER_S),
         };
-        let capacity = match cfg.lru_capacity {
-            LruCapacity::Blocks(0) => return Err("lru_capacity must be at least 1 block, or auto".into()),
-            LruCapacity::Blocks(b) => b,
-            LruCapacity::Auto => match ctx.kv_capacity_tokens / cfg.block_tokens as u64 {
-                0 => 31_250,
-                b => b,
-            },
-        };
+        let capacity = cfg.lru_capacity.blocks(ctx, cfg.block_tokens)?;
         let n = ctx.replicas as usize;
         let index = match cfg.prefix_state {
             PrefixState::Approximate => Index::Approximate(LruRuns::new(n, capacity)),
