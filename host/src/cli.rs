@@ -513,11 +513,18 @@ fn export_trace(file: &Path, out: &Path, seed: Option<u64>) -> Result<i32> {
     let prepared = runner::prepare(w, file)?;
     let input = prepared.seed_input(0)?;
     let stream = input.stream().expect("cluster world");
-    let mut f =
-        std::io::BufWriter::new(std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?);
+    // A device or a full disk can refuse what the probe above could not test without writing.
+    let unwritable = |e: std::io::Error| InputError {
+        file: "--out".into(),
+        path: String::new(),
+        line: None,
+        message: format!("{}: cannot be written: {e}", out.display()),
+        fix: "give --out a regular file in a writable folder with space".into(),
+    };
+    let mut f = std::io::BufWriter::new(std::fs::File::create(out).map_err(unwritable)?);
     let blocks = workload::export::write_mooncake(stream, &mut f)
         .and_then(|n| std::io::Write::flush(&mut f).map(|_| n))
-        .with_context(|| format!("writing {}", out.display()))?;
+        .map_err(unwritable)?;
     eprintln!(
         "{}: {} requests (seed {}), {blocks} distinct 512-token blocks",
         out.display(),

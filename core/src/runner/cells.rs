@@ -125,7 +125,7 @@ pub fn assemble(mut result: PolicyResult, cells: &[Cell]) -> PolicyResult {
         None => result.metrics = over_seeds(&result.per_seed),
         Some(e) => {
             result.input_error = e.input_error;
-            result.error = Some(e.message);
+            result.error = Some(crate::builtin::shown(&e.message).into_owned());
         }
     }
     result

@@ -85,13 +85,13 @@ pub fn run_policy(prepared: &Prepared, spec: &PolicySpec, limits: &Limits, progr
                 .collect();
             result.allocation = reply.allocation;
             result.input_error = reply.input_error;
-            result.error = reply.error;
+            result.error = reply.error.map(|e| crate::builtin::shown(&e).into_owned());
             result.detail = reply.detail.map(Box::new);
             if result.error.is_none() {
                 result.metrics = over_seeds(&result.per_seed);
             }
         }
-        Err(message) => result.error = Some(message),
+        Err(message) => result.error = Some(crate::builtin::shown(&message).into_owned()),
     }
     for _ in 0..prepared.workload.seeds {
         progress(&spec.label);

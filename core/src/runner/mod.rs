@@ -258,7 +258,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
                     trace::check_cluster_rows(&rows, c, &p)?;
                     notes.push(format!(
                         "trace replay of {} ({} rows, time scale {time_scale})",
-                        p.display(),
+                        crate::builtin::shown(&p.display().to_string()),
                         rows.len()
                     ));
                     trace = Some(rows);
@@ -274,7 +274,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
                     trace::check_cluster_sizes(sizes, c, &p)?;
                     notes.push(format!(
                         "Mooncake trace replay of {} ({} rows, time scale {time_scale})",
-                        p.display(),
+                        crate::builtin::shown(&p.display().to_string()),
                         rows.len()
                     ));
                     mooncake_rows = Some(rows);

@@ -43,7 +43,8 @@ impl Shard {
         Ok(Self { index, count })
     }
 
-    fn keeps(&self, cell: usize) -> bool {
+    /// Whether this shard runs the cell at `cell` in (workload, policy, seed) order.
+    pub fn keeps(&self, cell: usize) -> bool {
         cell % self.count as usize == (self.index - 1) as usize
     }
 }

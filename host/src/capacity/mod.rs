@@ -357,7 +357,7 @@ pub fn of_policy(
     let (answer, error) = match answer {
         Ok(a) => (Some(a), None),
         Err(e) if e.exit_code() == 2 => return Err(e),
-        Err(e) => (None, Some(e.to_string())),
+        Err(e) => (None, Some(routelab_core::builtin::shown(&e.to_string()).into_owned())),
     };
     Ok(PolicyCapacity { policy: spec.label.clone(), spec: spec.arg.clone(), answer, runs, error })
 }

@@ -180,6 +180,16 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, Vec<WorkloadResult>), InputEr
                 "merge the shards of one command line, run with the same workload files and options",
             ));
         }
+        if doc.shard.index == 0 || doc.shard.index > doc.shard.count {
+            return Err(bad(
+                file,
+                format!(
+                    "names itself shard {}/{}, which no --shard K/N run writes (1 ≤ K ≤ N)",
+                    doc.shard.index, doc.shard.count
+                ),
+                "give unedited shard files",
+            ));
+        }
         if let Some(other) = seen.insert(doc.shard.index, file) {
             return Err(bad(
                 file,
@@ -200,6 +210,8 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, Vec<WorkloadResult>), InputEr
         ));
     }
     let mut out = Vec::new();
+    // Each cell's place in (workload, policy, seed) order: the one shard that runs it.
+    let mut ordinal = 0;
     for (w, head) in first.workloads.iter().enumerate() {
         let mut result = WorkloadResult {
             name: head.name.clone(),
@@ -223,6 +235,17 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, Vec<WorkloadResult>), InputEr
                             "give unedited shard files",
                         )
                     })?;
+                    let owner = Shard { index: doc.shard.index, count: doc.shard.count };
+                    if !owner.keeps(ordinal + cell.seed_index as usize) {
+                        return Err(bad(
+                            file,
+                            format!(
+                                "says it is shard {}/{} but holds a cell another shard runs ({at})",
+                                doc.shard.index, doc.shard.count
+                            ),
+                            "give unedited shard files (a shard's id decides which cells it holds)",
+                        ));
+                    }
                     if let Some((_, other)) = slot {
                         return Err(bad(
                             file,
@@ -240,6 +263,7 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, Vec<WorkloadResult>), InputEr
                     "rerun the shard that was cut short (its --json is written as it goes), then merge again",
                 ));
             }
+            ordinal += head.seeds as usize;
             let cells: Vec<Cell> = cells.into_iter().map(|c| c.expect("checked").0.clone()).collect();
             let empty = PolicyResult {
                 policy: policy.policy.clone(),

@@ -161,6 +161,24 @@ fn errors_about_built_in_workloads_name_the_built_in_not_a_temporary_path() {
     }
 }
 
+/// Issue 26: a replayed built-in's note (printed, and in the `--json` document) named the
+/// temporary copy of its trace.
+#[test]
+fn a_built_in_trace_replay_is_named_as_the_repository_names_it() {
+    let tmp = std::env::temp_dir().display().to_string();
+    let json = scratch("builtin-notes.json");
+    let args = ["compare", "azure_conv", "--policies", "round_robin", "--seeds", "1", "--json", json.to_str().unwrap()];
+    let out = routelab(&args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let doc = std::fs::read_to_string(&json).unwrap();
+    let wanted = "trace replay of workloads/cluster/../traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv";
+    assert!(doc.contains(wanted), "the note lacks {wanted:?}:\n{doc}");
+    for text in [&doc, &err, &String::from_utf8_lossy(&out.stdout).into_owned()] {
+        assert!(!text.contains(&format!("{tmp}/routelab-")), "shows the temporary copy: {text}");
+    }
+}
+
 /// Issue 26: `validate` only looked policies up by name, so a config every run refuses (a
 /// scheduler's `groups: 0`, an unknown router field) passed it. It now builds them as `compare`
 /// does: both refuse the same workloads, naming the field.

@@ -535,6 +535,8 @@ fn a_shard_report_and_an_unwritable_trace_are_bad_input() {
     let args = ["compare", &w, "--policies", "round_robin", "--shard", "1/2", "--json", &json, "--report", &page];
     refused(&args, &["--shard", "--report"]);
     refused(&["export-trace", &w, "--out", "/nonexistent-dir/trace.jsonl"], &["--out", "/nonexistent-dir/trace.jsonl"]);
+    // A device that refuses the write itself (the probe cannot tell without writing).
+    refused(&["export-trace", &w, "--out", "/dev/full"], &["--out", "/dev/full: cannot be written"]);
 }
 
 /// Issue 26: the memory refusal counted one run whatever `-j` said.

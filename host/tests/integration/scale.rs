@@ -197,6 +197,18 @@ fn merge_refuses_files_that_do_not_fit_together() {
     check(&[f(0), f(1), s(&cut).into()], "no shard has workload");
     let full = d.join("full.json");
     check(&[f(0), s(&full).into()], "is not a shard's results");
+
+    // Hand-edited shard ids: one no run writes, and two swapped (each file then holds the
+    // other's cells).
+    let edit = |k: usize, index: u32, name: &str| {
+        let mut doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&files[k]).unwrap()).unwrap();
+        doc["shard"]["index"] = index.into();
+        let p = d.join(name);
+        std::fs::write(&p, serde_json::to_string(&doc).unwrap()).unwrap();
+        s(&p).to_string()
+    };
+    check(&[f(0), f(1), edit(2, 7, "seven.json")], "names itself shard 7/3");
+    check(&[f(0), edit(1, 3, "swap-a.json"), edit(2, 2, "swap-b.json")], "holds a cell another shard runs");
 }
 
 #[test]
