@@ -9,6 +9,7 @@ mod args;
 mod capacity;
 mod checks;
 mod diff;
+mod import;
 mod merge;
 mod output;
 mod run;
@@ -146,6 +147,7 @@ fn execute(command: Command) -> Result<i32> {
         Command::ExportTrace { workload, format: args::TraceFormat::Mooncake, out, seed } => {
             export_trace(&routelab_core::builtin::resolve(&workload)?, &out, seed)
         }
+        Command::Import { log, out } => import_log(&log, &out),
         Command::Schema => {
             println!(
                 "{}",
@@ -530,6 +532,28 @@ fn export_trace(file: &Path, out: &Path, seed: Option<u64>) -> Result<i32> {
         out.display(),
         stream.requests.len(),
         input.seed
+    );
+    Ok(0)
+}
+
+/// `routelab import`: a request log as a Mooncake trace, every line checked before `out` is written.
+fn import_log(log: &Path, out: &Path) -> Result<i32> {
+    output::check_writable("--out", out)?;
+    output::not_an_input("--out", out, &[log.to_path_buf()])?;
+    let mut trace = Vec::new();
+    let got = import::import(log, &mut trace)?;
+    output::write_atomically(out, &String::from_utf8(trace).expect("the trace is JSON text"))?;
+    let reordered = if got.reordered > 0 {
+        format!("; {} lines were out of time order and were sorted", got.reordered)
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "{}: {} requests, {} distinct 512-token blocks{reordered}\nreplay it: arrivals: {{trace: {{path: {}, format: mooncake}}}}",
+        out.display(),
+        got.requests,
+        got.distinct_blocks,
+        out.display()
     );
     Ok(0)
 }

@@ -91,6 +91,11 @@ pub struct ServeArgs {
     /// Seed handed to the policy.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Append every completed request to this file as a request-log line (`timestamp`, the
+    /// request body, `usage.completion_tokens`): `routelab import` turns it into a trace the
+    /// simulator replays. The file holds the prompts.
+    #[arg(long)]
+    pub record: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub limits: super::ConnLimits,
 }
@@ -234,6 +239,8 @@ pub struct Gateway {
     pub policy_errors: AtomicU64,
     pub rerouted: AtomicU64,
     pub resumed: AtomicU64,
+    /// `--record`'s file.
+    pub recorder: Option<super::record::Recorder>,
 }
 
 /// Largest `/metrics` body read from a backend.
@@ -391,6 +398,7 @@ impl Gateway {
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
         let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1024).build(connector);
         let buffers = args.limits.buffers();
+        let recorder = args.record.as_deref().map(super::record::Recorder::open).transpose()?;
         Ok(Self {
             args,
             backends,
@@ -404,6 +412,7 @@ impl Gateway {
             policy_errors: AtomicU64::new(0),
             rerouted: AtomicU64::new(0),
             resumed: AtomicU64::new(0),
+            recorder,
         })
     }
 

@@ -15,6 +15,7 @@ pub mod engine;
 pub mod gateway;
 pub mod prom;
 pub mod proxy;
+pub mod record;
 pub mod replay;
 pub mod text;
 

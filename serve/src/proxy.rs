@@ -90,6 +90,17 @@ struct Original {
     stream: bool,
     /// The gateway added `stream_options.include_usage`: the client gets no usage-only event.
     strip_usage: bool,
+    /// When the gateway received the request (Unix seconds), for `--record`.
+    received_unix_s: f64,
+}
+
+impl Original {
+    /// The request completed with `output_tokens`: recorded, under `--record`.
+    fn record(&self, gw: &Gateway, output_tokens: u32) {
+        if let Some(r) = &gw.recorder {
+            r.write(self.received_unix_s, &self.body.bytes, output_tokens);
+        }
+    }
 }
 
 /// A streamed request's body with `stream_options.include_usage: true`, or `None` when the
@@ -149,6 +160,8 @@ impl Sent {
 }
 
 async fn proxy(gw: Arc<Gateway>, path: String, mut body: Held, auth: Option<HeaderValue>) -> Response<OutBody> {
+    let received_unix_s =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
     let parsed = match text::parse_request(&body.bytes, path.ends_with("/chat/completions")) {
         Ok(p) => p,
         Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", m),
@@ -179,6 +192,7 @@ async fn proxy(gw: Arc<Gateway>, path: String, mut body: Held, auth: Option<Head
         },
         stream: parsed.stream,
         strip_usage,
+        received_unix_s,
     };
     let mut tried = vec![false; gw.backends.len()];
     let mut last_error = String::from("no healthy backend");
@@ -214,6 +228,7 @@ async fn proxy(gw: Arc<Gateway>, path: String, mut body: Held, auth: Option<Head
                 // No first token is seen before the whole answer: no TTFT (the policy is told the
                 // latency from dispatch, when the client got its first token).
                 gw.completed(&d, None, p, cached, out);
+                orig.record(&gw, out);
                 drop(d);
                 return super::full(StatusCode::OK, "application/json", held.bytes);
             }
@@ -346,6 +361,7 @@ async fn relay(
                 let (prompt, cached, out) = p.usage.unwrap_or((orig.prompt_tokens, 0, p.text_events));
                 let ttft = p.ttft_s.unwrap_or_else(|| p.started.elapsed().as_secs_f64());
                 gw.completed(&d, Some(ttft), prompt, cached, out);
+                orig.record(&gw, out);
                 return;
             }
             Pumped::ClientGone => return,

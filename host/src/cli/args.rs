@@ -184,6 +184,18 @@ pub enum Command {
         #[arg(long)]
         seed: Option<u64>,
     },
+    /// Turn an OpenAI-style request log (JSON Lines: `timestamp` in seconds, the request body —
+    /// `messages` or `prompt`, inline or under `request` — and `output_tokens` or
+    /// `usage.completion_tokens`) into a Mooncake-format trace: replay it with `arrivals: {trace:
+    /// {path: F, format: mooncake}}`, or `--trace F` on a workload that replays Mooncake traces
+    /// (`mooncake_conversation`); docs/your-traffic.md walks it through.
+    Import {
+        /// The request log.
+        log: PathBuf,
+        /// The trace file to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Print the JSON Schema of workload files (for editors: `routelab schema > workload.schema.json`).
     Schema,
     /// Print a shell completion script: `routelab completions bash > ~/.local/share/bash-completion/completions/routelab`.

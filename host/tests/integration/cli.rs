@@ -331,6 +331,7 @@ fn export_trace_round_trips_the_shipped_mooncake_traces() {
     for (workload, trace) in [
         ("workloads/cluster/mooncake_synthetic.yaml", "workloads/traces/mooncake-fast25/synthetic_trace.jsonl"),
         ("workloads/cluster/mooncake_conversation.yaml", "workloads/traces/mooncake-fast25/conversation_trace.jsonl"),
+        ("workloads/cluster/example_requests.yaml", "workloads/traces/example-requests/trace.jsonl"),
     ] {
         let out = scratch("export.jsonl");
         let run = routelab(&["export-trace", workload, "--format", "mooncake", "--out", out.to_str().unwrap()]);
@@ -341,6 +342,26 @@ fn export_trace_round_trips_the_shipped_mooncake_traces() {
     let run = routelab(&["export-trace", "exp_rho09", "--out", scratch("none.jsonl").to_str().unwrap()]);
     assert_eq!(run.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&run.stderr).contains("only cluster workloads"));
+}
+
+/// `routelab import` turns the shipped OpenAI-style request log into exactly the trace
+/// `example_requests` replays (docs/your-traffic.md's first step), and refuses to write over its
+/// input.
+#[test]
+fn import_turns_the_shipped_request_log_into_the_shipped_trace() {
+    let log = workspace().join("workloads/traces/example-requests/requests.jsonl");
+    let out = scratch("imported.jsonl");
+    let run = routelab(&["import", log.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("209 requests"), "{stderr}");
+    let want = std::fs::read(workspace().join("workloads/traces/example-requests/trace.jsonl")).unwrap();
+    assert!(std::fs::read(&out).unwrap() == want, "the import differs from the shipped trace");
+    let copy = scratch("log-copy.jsonl");
+    std::fs::copy(&log, &copy).unwrap();
+    let run = routelab(&["import", copy.to_str().unwrap(), "--out", copy.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(std::fs::read(&copy).unwrap() == std::fs::read(&log).unwrap(), "import overwrote its input");
 }
 
 /// The Mooncake conversation trace's reuse with an infinite cache, counted as Dynamo counts it

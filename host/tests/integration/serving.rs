@@ -192,3 +192,72 @@ fn sigterm_stops_new_connections_and_drains_open_streams() {
     let refused = rt.block_on(replay::get_text(&replay::client(), &format!("{url}/health")));
     assert!(refused.is_err(), "still serving after SIGTERM: {refused:?}");
 }
+
+/// A trace's rows as an order-free multiset: each row's lengths and, for each of its blocks, how
+/// many rows hold that block (its prefix sharing, whatever the ids are numbered).
+fn trace_shape(trace: &str) -> Vec<(u64, u64, Vec<usize>)> {
+    let rows: Vec<serde_json::Value> = trace.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let ids = |r: &serde_json::Value| -> Vec<u64> {
+        r["hash_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+    };
+    let mut holders = std::collections::HashMap::<u64, usize>::new();
+    for r in &rows {
+        for id in ids(r) {
+            *holders.entry(id).or_default() += 1;
+        }
+    }
+    let mut shape: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            let n = |k: &str| r[k].as_u64().unwrap();
+            (n("input_length"), n("output_length"), ids(r).iter().map(|id| holders[id]).collect())
+        })
+        .collect();
+    shape.sort();
+    shape
+}
+
+/// Issue 32: `serve --record` writes the request log `routelab import` reads, and the imported
+/// trace is the replayed stream's: the same requests, lengths and prefix sharing (as
+/// `export-trace` writes the stream), arriving at the replay's pace.
+#[test]
+fn traffic_recorded_by_the_gateway_imports_as_the_trace_it_replayed() {
+    let dir = std::env::temp_dir().join(format!("routelab-record-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (recorded, imported) = (dir.join("recorded.jsonl"), dir.join("imported.jsonl"));
+    let _ = std::fs::remove_file(&recorded);
+    let mut procs = Procs(Vec::new());
+    let engines = engines(&mut procs);
+    let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--policy", "round_robin", "--timeout-s", "20"];
+    args.extend(["--record", recorded.to_str().unwrap()]);
+    for b in &engines {
+        args.extend(["--backend", b.as_str()]);
+    }
+    let url = start(&mut procs, &args);
+    let stream = stream();
+    let report = runtime().block_on(replay::replay(&url, &stream, TIME_SCALE, &engines, Duration::from_secs(120)));
+    assert_eq!(report.complete, stream.requests.len(), "{:?}", report.first_error);
+    drop(procs);
+
+    let out = Command::new(env!("CARGO_BIN_EXE_routelab"))
+        .args(["import", recorded.to_str().unwrap(), "--out", imported.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let got = std::fs::read_to_string(&imported).unwrap();
+    let mut want = Vec::new();
+    routelab_core::workload::export::write_mooncake(&stream, &mut want).unwrap();
+    let want = String::from_utf8(want).unwrap();
+    assert_eq!(trace_shape(&got), trace_shape(&want), "requests, lengths or prefix sharing differ");
+
+    // Arrivals: the replay sends model time × TIME_SCALE; the trace is in ms from the first.
+    let times = |t: &str| -> Vec<f64> {
+        t.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["timestamp"].as_f64().unwrap())
+            .collect()
+    };
+    let (got, want) = (times(&got), times(&want));
+    let mut off: Vec<f64> = got.iter().zip(&want).map(|(g, w)| (g - w * TIME_SCALE).abs()).collect();
+    off.sort_by(f64::total_cmp);
+    assert!(off[off.len() / 2] < 100.0, "median arrival off by {} ms", off[off.len() / 2]);
+}

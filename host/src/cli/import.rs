@@ -1,0 +1,208 @@
+//! `routelab import LOG.jsonl --out TRACE.jsonl`: OpenAI-style request logs → a Mooncake-format
+//! trace the simulator replays (`arrivals: {trace: {path: TRACE.jsonl, format: mooncake}}`).
+//!
+//! A log line is a JSON object with
+//! - `timestamp`: when the request arrived, in seconds (any origin: Unix time or from the start);
+//! - the request body, either under `request` or inline: `messages` (chat) or `prompt`
+//!   (completions), as the gateway parses them;
+//! - the output length in tokens: `output_tokens`, or `usage.completion_tokens`, or
+//!   `response.usage.completion_tokens` (what an OpenAI-compatible server returns).
+//!
+//! Other fields are ignored. The prompt becomes tokens and prefix blocks exactly as the gateway
+//! counts them (the byte-level fallback of `routelab_serve::text`: 4 bytes a token, blocks chained
+//! so equal leading text gives equal blocks), then 512-token `hash_ids` as `export-trace` writes
+//! them (`routelab_core::workload::export`). Lines out of time order (logs of several servers
+//! concatenated) are sorted, stably, and the count is reported; times are written in
+//! milliseconds from the first request.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::Result;
+use serde_json::Value;
+
+use routelab_core::time::ticks;
+use routelab_core::workload::InputError;
+use routelab_core::workload::export::BlockIds;
+use routelab_policy_api::Segment;
+use routelab_serve::text;
+
+const FIX: &str = "each line must be a JSON object with `timestamp` (seconds), the request body (`messages` or \
+`prompt`, inline or under `request`) and `output_tokens` (or `usage.completion_tokens`)";
+
+/// One imported request.
+struct Row {
+    at_s: f64,
+    output_tokens: u32,
+    prompt: Vec<Segment>,
+}
+
+fn bad(file: &Path, line: usize, field: &str, message: String) -> InputError {
+    InputError { file: file.into(), path: field.into(), line: Some(line), message, fix: FIX.into() }
+}
+
+/// Parses one log line (`n` is 1-based).
+fn row(file: &Path, n: usize, text: &str) -> Result<Row, InputError> {
+    let v: Value = serde_json::from_str(text).map_err(|e| bad(file, n, "", format!("is not JSON: {e}")))?;
+    let obj = v.as_object().ok_or_else(|| bad(file, n, "", "is not a JSON object".into()))?;
+    let at_s = match obj.get("timestamp") {
+        // Up to the year 2286 in Unix seconds: a millisecond timestamp is refused, not read as
+        // a time 1,000× later.
+        Some(Value::Number(t)) => t.as_f64().filter(|t| (0.0..1e10).contains(t)),
+        None => return Err(bad(file, n, "timestamp", "the field `timestamp` is missing".into())),
+        Some(_) => None,
+    }
+    .ok_or_else(|| {
+        bad(
+            file,
+            n,
+            "timestamp",
+            format!("`timestamp` must be seconds from 0 to 1e10, not milliseconds (got {})", obj["timestamp"]),
+        )
+    })?;
+    let (body, at) = match obj.get("request") {
+        Some(r @ Value::Object(_)) => (r, "request."),
+        Some(_) => return Err(bad(file, n, "request", "`request` must be the request body, an object".into())),
+        None => (&v, ""),
+    };
+    let chat = body.get("messages").is_some();
+    let parsed = text::parse_request(body.to_string().as_bytes(), chat).map_err(|m| {
+        let field = if chat { "messages" } else { "prompt" };
+        bad(file, n, &format!("{at}{field}"), m)
+    })?;
+    let usage = |u: Option<&Value>| u.and_then(|u| u.get("usage")).and_then(|u| u.get("completion_tokens")).cloned();
+    let (field, out) = match obj.get("output_tokens") {
+        Some(o) => ("output_tokens", Some(o.clone())),
+        None => match usage(Some(&v)) {
+            Some(o) => ("usage.completion_tokens", Some(o)),
+            None => ("response.usage.completion_tokens", usage(obj.get("response"))),
+        },
+    };
+    let Some(out) = out else {
+        return Err(bad(
+            file,
+            n,
+            "output_tokens",
+            "no output length: `output_tokens` or `usage.completion_tokens` is missing".into(),
+        ));
+    };
+    let output_tokens = out
+        .as_u64()
+        .filter(|&o| (1..=u32::MAX as u64).contains(&o))
+        .ok_or_else(|| bad(file, n, field, format!("`{field}` must be a whole number of tokens ≥ 1 (got {out})")))?
+        as u32;
+    let mut prompt = Vec::new();
+    text::segments(&parsed.prompt, &mut prompt);
+    Ok(Row { at_s, output_tokens, prompt })
+}
+
+/// What an import read and wrote.
+pub struct Imported {
+    pub requests: usize,
+    pub reordered: usize,
+    pub distinct_blocks: usize,
+}
+
+/// Reads the log at `file`, writes the trace to `out`. Every line is checked before anything is
+/// written.
+pub fn import(file: &Path, out: &mut impl Write) -> Result<Imported> {
+    let content = std::fs::read_to_string(file).map_err(|e| InputError {
+        file: file.into(),
+        path: String::new(),
+        line: None,
+        message: format!("cannot be read: {e}"),
+        fix: "give a JSON Lines file of requests".into(),
+    })?;
+    let mut rows = Vec::new();
+    for (i, line) in content.lines().enumerate() {
+        if !line.trim().is_empty() {
+            rows.push(row(file, i + 1, line)?);
+        }
+    }
+    if rows.is_empty() {
+        return Err(bad(file, 1, "", "holds no request".into()).into());
+    }
+    let reordered = rows.windows(2).filter(|w| w[1].at_s < w[0].at_s).count();
+    rows.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    let start = ticks(rows[0].at_s);
+    let mut ids = BlockIds::default();
+    let mut hash_ids = Vec::new();
+    for r in &rows {
+        ids.of(&r.prompt, &mut hash_ids);
+        let ms = ((ticks(r.at_s) - start) as f64 / 1e6).round() as u64;
+        let input: u32 = text::tokens_of(&r.prompt);
+        let ids: Vec<String> = hash_ids.iter().map(u64::to_string).collect();
+        writeln!(
+            out,
+            "{{\"timestamp\": {ms}, \"input_length\": {input}, \"output_length\": {}, \"hash_ids\": [{}]}}",
+            r.output_tokens,
+            ids.join(", ")
+        )?;
+    }
+    Ok(Imported { requests: rows.len(), reordered, distinct_blocks: ids.distinct() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn import_text(log: &str) -> Result<(String, Imported)> {
+        let dir = std::env::temp_dir().join(format!("routelab-import-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join(format!("log-{}.jsonl", log.len()));
+        std::fs::write(&f, log).unwrap();
+        let mut out = Vec::new();
+        let got = import(&f, &mut out)?;
+        Ok((String::from_utf8(out).unwrap(), got))
+    }
+
+    #[test]
+    fn shared_leading_text_gives_shared_blocks_and_times_are_sorted_from_the_first() {
+        // 4 bytes a token: 2,048 + 16 bytes of shared text is 516 tokens, one full shared block.
+        let shared = "a".repeat(2048 + 16);
+        let log = format!(
+            "{{\"timestamp\": 1700000010.5, \"request\": {{\"prompt\": \"{shared}xyz\"}}, \"output_tokens\": 7}}\n\
+             {{\"timestamp\": 1700000010.0, \"messages\": [{{\"role\": \"user\", \"content\": \"hi\"}}], \"usage\": {{\"completion_tokens\": 3}}}}\n\
+             {{\"timestamp\": 1700000011.25, \"prompt\": \"{shared}other\", \"response\": {{\"usage\": {{\"completion_tokens\": 9}}}}}}\n"
+        );
+        let (trace, got) = import_text(&log).unwrap();
+        assert_eq!((got.requests, got.reordered), (3, 1));
+        let rows: Vec<Value> = trace.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let field = |r: &Value, k: &str| r[k].clone();
+        // Sorted: the chat request (at .0) first; times in ms from it.
+        assert_eq!(rows.iter().map(|r| field(r, "timestamp")).collect::<Vec<_>>(), [0, 500, 1250]);
+        // "user: hi\n" is 9 bytes → 3 tokens; 2,067 bytes → 517 tokens; 2,069 → 518.
+        assert_eq!(rows.iter().map(|r| field(r, "input_length")).collect::<Vec<_>>(), [3, 517, 518]);
+        assert_eq!(rows.iter().map(|r| field(r, "output_length")).collect::<Vec<_>>(), [3, 7, 9]);
+        let ids: Vec<Vec<u64>> = rows
+            .iter()
+            .map(|r| r["hash_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect())
+            .collect();
+        // The two long prompts share their first 512-token block, and differ in the partial one.
+        assert_eq!(ids[1].len(), 2);
+        assert_eq!(ids[2].len(), 2);
+        assert_eq!(ids[1][0], ids[2][0]);
+        assert_ne!(ids[1][1], ids[2][1]);
+        assert_eq!(got.distinct_blocks, 4);
+    }
+
+    #[test]
+    fn a_bad_line_names_its_line_and_field() {
+        let cases = [
+            ("{\"prompt\": \"x\", \"output_tokens\": 1}", "timestamp"),
+            ("{\"timestamp\": -1, \"prompt\": \"x\", \"output_tokens\": 1}", "timestamp"),
+            ("{\"timestamp\": 1700000000000, \"prompt\": \"x\", \"output_tokens\": 1}", "timestamp"),
+            ("{\"timestamp\": 1, \"prompt\": \"x\"}", "output_tokens"),
+            ("{\"timestamp\": 1, \"prompt\": \"x\", \"output_tokens\": 0}", "output_tokens"),
+            ("{\"timestamp\": 1, \"request\": {\"prompt\": \"\"}, \"output_tokens\": 2}", "request.prompt"),
+            ("{\"timestamp\": 1, \"messages\": [1], \"output_tokens\": 2}", "messages"),
+            ("not json", ""),
+        ];
+        for (line, field) in cases {
+            let log = format!("{{\"timestamp\": 0, \"prompt\": \"ok\", \"output_tokens\": 1}}\n{line}\n");
+            let e = import_text(&log).err().unwrap();
+            let e = e.downcast_ref::<InputError>().unwrap();
+            assert_eq!((e.line, e.path.as_str()), (Some(2), field), "{line}: {e:?}");
+        }
+    }
+}
