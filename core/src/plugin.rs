@@ -100,6 +100,25 @@ impl Default for Loader {
     }
 }
 
+/// Where a policy of `kind` is asked for.
+fn needs(kind: PolicyKind) -> &'static str {
+    match kind {
+        PolicyKind::Router => "a router is what dispatch and cluster workloads name in `--policies` and `policies:`",
+        PolicyKind::Scheduler => "a scheduler is what `ROUTER@SCHEDULER` and `cluster.scheduler` name",
+        PolicyKind::Selector => "a selector is what compound workloads name in `--policies` and `policies:`",
+    }
+}
+
+/// Where the other kinds are asked for.
+fn needs_others(kind: PolicyKind) -> String {
+    let others: Vec<&str> = [PolicyKind::Router, PolicyKind::Scheduler, PolicyKind::Selector]
+        .into_iter()
+        .filter(|k| *k != kind)
+        .map(needs)
+        .collect();
+    others.join("; ")
+}
+
 impl Loader {
     pub fn new() -> Self {
         Self { builtins: routelab_policies::registry(), libraries: HashMap::new() }
@@ -219,9 +238,24 @@ impl Loader {
                         crate::suggest::did_you_mean(n, names.iter().copied())
                     ),
                 };
-                Err(LoadError::new(LoadErrorKind::UnknownPolicy, msg, format!("use one of: {}", names.join(", "))))
+                let fix = if names.is_empty() {
+                    format!("{where_} has no {}: {}; {}", kind.as_str(), needs(kind), needs_others(kind))
+                } else {
+                    format!("use one of: {}", names.join(", "))
+                };
+                Err(LoadError::new(LoadErrorKind::UnknownPolicy, msg, fix))
             }
             None if names.len() == 1 => Ok(names[0].to_string()),
+            // None of the kind asked for: say what there is, and where each kind is used.
+            _ if names.is_empty() => {
+                let offered: Vec<String> = listing.iter().map(|(n, k)| format!("{n} ({})", k.as_str())).collect();
+                let offered = if offered.is_empty() { "nothing".to_string() } else { offered.join(", ") };
+                Err(LoadError::new(
+                    LoadErrorKind::UnknownPolicy,
+                    format!("{where_} exports no {}: it exports {offered}", kind.as_str()),
+                    format!("{}; {}", needs(kind), needs_others(kind)),
+                ))
+            }
             None => Err(LoadError::new(
                 LoadErrorKind::UnknownPolicy,
                 format!("{where_} exports {} {}s", names.len(), kind.as_str()),

@@ -388,23 +388,10 @@ fn sweep(files: &[PathBuf], policies: Option<Vec<PolicySpec>>, sets: &[String], 
         let doc: serde_norway::Value = serde_norway::from_str(&workload::load_text(file)?)
             .with_context(|| format!("parsing {}", file.display()))?;
         for k in 0..points {
-            let mut doc = doc.clone();
-            let mut label = Vec::new();
-            for (field, values) in &fields {
-                runner::with_field(&mut doc, file, field, &values[k])?;
-                label.push(format!("{field}={}", values[k]));
-            }
-            let text = serde_norway::to_string(&doc).context("writing the swept workload")?;
-            // The file parsed before the --set, so an error now is the --set's: name it, not a
-            // line of the generated text.
-            let mut w = workload::parse(&text, file).map_err(|e| InputError {
-                file: PathBuf::from("--set"),
-                path: if e.path.is_empty() { label.join(", ") } else { e.path.clone() },
-                line: None,
-                message: format!("{} (setting {} in {})", e.message, label.join(", "), file.display()),
-                fix: e.fix.clone(),
-            })?;
+            let sets: Vec<(&str, &str)> = fields.iter().map(|(f, v)| (*f, v[k].as_str())).collect();
+            let mut w = runner::parse_with_sets(&doc, file, &sets)?;
             common.options().apply(&mut w);
+            let label: Vec<String> = sets.iter().map(|(f, v)| format!("{f}={v}")).collect();
             w.name = format!("{}[{}]", base.name, label.join(", "));
             prepared.push(runner::prepare(w, file)?);
         }

@@ -80,19 +80,23 @@ pub struct ReplayReport {
 /// Reads `--set`s into the workload at `file` and generates its first seed's stream.
 pub fn load_stream(file: &std::path::Path, sets: &[String]) -> Result<RequestStream> {
     let file = &routelab_core::builtin::resolve(file)?;
-    let mut doc: serde_norway::Value =
+    let doc: serde_norway::Value =
         serde_norway::from_str(&workload::load_text(file)?).with_context(|| format!("parsing {}", file.display()))?;
+    let mut pairs = Vec::new();
     for set in sets {
-        let (field, value) = set.split_once('=').ok_or_else(|| InputError {
+        pairs.push(set.split_once('=').ok_or_else(|| InputError {
             file: "--set".into(),
             path: set.clone(),
             line: None,
             message: format!("`{set}` has no `=`"),
             fix: "write --set field.path=value".into(),
-        })?;
-        routelab_core::runner::with_field(&mut doc, file, field, value)?;
+        })?);
     }
-    let w = workload::parse(&serde_norway::to_string(&doc)?, file)?;
+    // The file's own errors name its lines; what is wrong only after the sets names them.
+    let mut w = workload::load(file)?;
+    if !pairs.is_empty() {
+        w = routelab_core::runner::parse_with_sets(&doc, file, &pairs)?;
+    }
     if w.cluster.is_none() {
         return Err(InputError {
             file: file.clone(),

@@ -3,7 +3,63 @@
 
 use std::path::Path;
 
-use crate::workload::InputError;
+use crate::workload::{InputError, Workload};
+
+/// `path`'s keys from the document's top: a path that does not start at a top-level field
+/// starts inside the world section.
+fn full_path<'a>(doc: &serde_norway::Value, path: &'a str) -> Vec<&'a str> {
+    let keys: Vec<&str> = path.split('.').collect();
+    let top_level = doc.get(keys[0]).is_some() || ["name", "seed", "seeds", "policies"].contains(&keys[0]);
+    let world = ["dispatch", "cluster", "compound"].into_iter().find(|k| doc.get(k).is_some()).unwrap_or("dispatch");
+    let mut full: Vec<&str> = if top_level { Vec::new() } else { vec![world] };
+    full.extend(keys);
+    full
+}
+
+/// The first key of `path` that `doc` lacks while a sibling it has is a near miss
+/// (`arrivals.poison` beside `poisson`): its full path, and the message.
+fn near_miss(doc: &serde_norway::Value, path: &str) -> Option<(String, String)> {
+    let full = full_path(doc, path);
+    let mut at = doc;
+    for (i, k) in full.iter().enumerate() {
+        let map = at.as_mapping()?;
+        match map.get(*k) {
+            Some(v) => at = v,
+            None => {
+                let c = crate::suggest::closest(k, map.keys().filter_map(serde_norway::Value::as_str))?;
+                let within = if i == 0 { "the workload".to_string() } else { format!("`{}`", full[..i].join(".")) };
+                return Some((full[..=i].join("."), format!("{within} has no field `{k}` (did you mean `{c}`?)")));
+            }
+        }
+    }
+    None
+}
+
+/// The workload document `doc` (read from `file`) with every `(field, value)` set, parsed. The
+/// file parsed before the sets, so an error now is theirs: it names them, not a line of the
+/// generated text, and a field the file lacks beside a near miss it has is named as the typo it
+/// likely is (`arrivals.poison.rate` is not blamed on its value).
+pub fn parse_with_sets(doc: &serde_norway::Value, file: &Path, sets: &[(&str, &str)]) -> Result<Workload, InputError> {
+    let mut edited = doc.clone();
+    for (field, value) in sets {
+        with_field(&mut edited, file, field, value)?;
+    }
+    let text = serde_norway::to_string(&edited).expect("a YAML document serialises");
+    let label = sets.iter().map(|(f, v)| format!("{f}={v}")).collect::<Vec<_>>().join(", ");
+    crate::workload::parse(&text, file).map_err(|e| {
+        let (path, message, fix) = match sets.iter().find_map(|(f, _)| near_miss(doc, f)) {
+            Some((path, message)) => (path, message, "correct the field's name in --set".to_string()),
+            None => (if e.path.is_empty() { label.clone() } else { e.path }, e.message, e.fix),
+        };
+        InputError {
+            file: "--set".into(),
+            path,
+            line: None,
+            message: format!("{message} (setting {label} in {})", file.display()),
+            fix,
+        }
+    })
+}
 
 /// Sets the field at dotted `path` of a workload document (the file's YAML, before parsing) to
 /// `value` (YAML text, or `xF` for the current value times F). The path may start inside the world section: `arrivals.poisson.rate`
@@ -23,11 +79,7 @@ pub fn with_field(doc: &mut serde_norway::Value, file: &Path, path: &str, value:
             serde_norway::from_str(value).map_err(|e| err(format!("bad value `{value}`: {e}"), "give a YAML value"))?
         }
     };
-    let keys: Vec<&str> = path.split('.').collect();
-    let top_level = doc.get(keys[0]).is_some() || ["name", "seed", "seeds", "policies"].contains(&keys[0]);
-    let world = ["dispatch", "cluster", "compound"].into_iter().find(|k| doc.get(k).is_some()).unwrap_or("dispatch");
-    let mut full: Vec<&str> = if top_level { Vec::new() } else { vec![world] };
-    full.extend(keys);
+    let full = full_path(doc, path);
     let mut at = doc;
     for (i, k) in full.iter().enumerate() {
         let map = at.as_mapping_mut().ok_or_else(|| {

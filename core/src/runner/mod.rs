@@ -20,7 +20,7 @@ use routelab_policy_api::{PolicyKind, RouterBox, SchedulerBox, SelectorBox};
 use serde::Serialize;
 
 pub use self::cells::{Cell, CellError, Stage, assemble, run_cell};
-pub use self::fields::{split_policies, with_field};
+pub use self::fields::{parse_with_sets, split_policies, with_field};
 use crate::error::Error;
 use crate::metrics::{Detail, Metrics, in_flight_timeline, quantile_vector};
 use crate::plugin::{Factory, LoadError, Loader, PolicySpec};

@@ -118,6 +118,12 @@ fn misspelt_policies_and_unknown_set_fields() {
         &["sweep", p.to_str().unwrap(), "--policies", "random", "--set", "dispatch.nonsense=1,2"],
         &["--set", "field `dispatch.nonsense`", "unknown field"],
     );
+    // Issue 32: a misspelt key beside the one the file has is named as the typo, not blamed on
+    // the value (it made `arrivals` a map of two keys).
+    bad(
+        &["sweep", "tool_use", "--policies", "round_robin", "--set", "arrivals.poison.rate=40,50"],
+        &["--set", "field `cluster.arrivals.poison`", "has no field `poison` (did you mean `poisson`?)"],
+    );
     assert!(!err.contains("sweep.yaml:"), "no line of the generated text: {err}");
 }
 

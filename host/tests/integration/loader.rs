@@ -206,6 +206,21 @@ fn unknown_policy_lists_the_alternatives() {
     assert!(e.message.contains("nope") && e.fix.contains("my_router"), "{e}");
 }
 
+/// Issue 32: a library with no policy of the kind asked for said "one of: " with an empty list;
+/// it says what the library exports and which kind each place asks for.
+#[test]
+fn a_library_of_another_kind_says_what_it_exports_and_where_that_goes() {
+    use routelab_policy_api::PolicyKind;
+    let lib = plugins().example.display().to_string();
+    for spec in [lib.clone(), format!("{lib}:my_router")] {
+        let e = Loader::new().check(&PolicySpec::parse(&spec).unwrap(), PolicyKind::Scheduler).err().unwrap();
+        assert_eq!(e.kind, LoadErrorKind::UnknownPolicy);
+        assert!(e.message.contains("my_router (router)") || e.message.contains("is a router, not a scheduler"), "{e}");
+        assert!(!e.fix.contains("one of: ") && e.fix.contains("`ROUTER@SCHEDULER`"), "{e}");
+        assert!(e.fix.contains("a router is what dispatch and cluster workloads name"), "{e}");
+    }
+}
+
 #[test]
 fn bad_config_names_the_key() {
     let e = Loader::new().router(&PolicySpec::parse("power_of_two{dd: 3}").unwrap(), &ctx()).err().unwrap();
