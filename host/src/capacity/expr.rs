@@ -78,6 +78,38 @@ impl Target {
     }
 }
 
+impl Target {
+    /// Relative improvement with load beyond which a metric counts as not monotone: loads this
+    /// close in a handful of seeds differ by a few per cent from sampling alone.
+    const NOISE: f64 = 0.05;
+
+    /// Whether some condition's metric is better at a higher load than at a lower one, by more
+    /// than [`Self::NOISE`], among the points at or above half the answer `lo` (the ones that
+    /// decide it): then where the search crossed the bound may be noise, and the message says
+    /// so. Bisection never runs a load above one that failed, so `holds` alone cannot show it.
+    pub fn non_monotone(&self, points: &[super::Point], lo: f64) -> Option<String> {
+        let mut near: Vec<&super::Point> = points.iter().filter(|p| p.load >= lo / 2.0).collect();
+        near.sort_by(|a, b| a.load.total_cmp(&b.load));
+        for c in &self.conditions {
+            let lower_is_better = matches!(c.op, Op::Lt | Op::Le);
+            for (i, a) in near.iter().enumerate() {
+                for b in &near[i + 1..] {
+                    let (Some(va), Some(vb)) = (a.metrics.get(&c.metric), b.metrics.get(&c.metric)) else { continue };
+                    let gain = if lower_is_better { va - vb } else { vb - va };
+                    if gain > Self::NOISE * va.abs().max(vb.abs()) {
+                        return Some(format!(
+                            "{} is better at load {:.4} ({vb:.4}) than at {:.4} ({va:.4}): not monotone in load near \
+                             the answer, which may hinge on noise; rerun with more --seeds",
+                            c.metric, b.load, a.load
+                        ));
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts: Vec<String> = self.conditions.iter().map(ToString::to_string).collect();

@@ -142,6 +142,10 @@ pub struct Answer {
     /// failed even at the bottom of the range.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// A metric of the SLO that got better as the load grew near the answer: the answer may
+    /// hinge on noise ([`Target::non_monotone`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// What running one load gave.
@@ -210,6 +214,7 @@ pub fn search(
                         hi: bottom,
                         points,
                         note: Some(note),
+                        warning: None,
                     });
                 }
                 // Too low a load for the workload (its clock, say): halve from the start instead.
@@ -248,7 +253,7 @@ pub fn search(
         Status::Found
     };
     let note = note.map(|why| format!("the search stopped at a load the workload refuses: {why}"));
-    Ok(Answer { status, lo, hi, points, note })
+    Ok(Answer { status, lo, hi, points, note, warning: None })
 }
 
 /// One policy's capacity.
@@ -355,7 +360,10 @@ pub fn of_policy(
         Ok(e)
     });
     let (answer, error) = match answer {
-        Ok(a) => (Some(a), None),
+        Ok(mut a) => {
+            a.warning = p.target.non_monotone(&a.points, a.lo);
+            (Some(a), None)
+        }
         Err(e) if e.exit_code() == 2 => return Err(e),
         Err(e) => (None, Some(routelab_core::builtin::shown(&e.to_string()).into_owned())),
     };
@@ -469,6 +477,33 @@ mod tests {
         // 1, 2, …, 64 (7 points) then bisection of [32, 64] down to 1% (7 more).
         assert_eq!(a.points.len(), 14);
         assert!(a.points.iter().all(|p| p.holds == (p.load <= 37.3)));
+    }
+
+    /// Issue 32: a metric that improves with load near the answer is flagged; sampling noise
+    /// below 5% and points far below the answer are not.
+    #[test]
+    fn a_metric_better_at_a_higher_load_near_the_answer_is_flagged() {
+        use super::expr::{Condition, Op, Target};
+        let target = Target {
+            conditions: vec![Condition { metric: "ttft_p99_s".into(), op: Op::Lt, value: 1.0 }],
+            bounds: None,
+        };
+        let at = |load: f64, v: f64| {
+            let mut metrics = Metrics::new();
+            metrics.push("ttft_p99_s", v);
+            Point { load, holds: v < 1.0, metrics }
+        };
+        let rising = [at(1.0, 0.2), at(8.0, 0.5), at(16.0, 0.9), at(12.0, 0.7), at(14.0, 0.8)];
+        assert_eq!(target.non_monotone(&rising, 14.0), None);
+        // Within 5%: noise, no warning.
+        let jitter = [at(8.0, 0.50), at(12.0, 0.49), at(16.0, 1.2)];
+        assert_eq!(target.non_monotone(&jitter, 12.0), None);
+        // Far below the answer (under half of it): does not decide it.
+        let low = [at(1.0, 0.4), at(2.0, 0.2), at(16.0, 0.9), at(32.0, 1.3)];
+        assert_eq!(target.non_monotone(&low, 16.0), None);
+        let dip = [at(8.0, 0.5), at(16.0, 1.1), at(12.0, 0.6), at(10.0, 0.7)];
+        let w = target.non_monotone(&dip, 12.0).expect("0.6 at 12 is better than 0.7 at 10");
+        assert!(w.contains("ttft_p99_s is better at load 12") && w.contains("more --seeds"), "{w}");
     }
 
     #[test]

@@ -99,6 +99,9 @@ pub fn table(r: &Report, target: &Target, markdown: bool) -> String {
         if let Some(note) = p.answer.as_ref().and_then(|a| a.note.as_ref()) {
             out.push_str(&format!("note: {}: {note}\n", p.policy));
         }
+        if let Some(w) = p.answer.as_ref().and_then(|a| a.warning.as_ref()) {
+            out.push_str(&format!("warning: {}: {w}\n", p.policy));
+        }
     }
     out
 }
