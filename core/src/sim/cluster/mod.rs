@@ -704,7 +704,7 @@ impl<'a> ClusterSim<'a> {
             self.pd_metrics(&records, &mut metrics);
         }
         if self.replicas.first().is_some_and(|r| r.tiers.is_some()) {
-            tiers::push_tier_metrics(&mut metrics, &records, &self.states, &self.replicas, self.remote_tier.as_ref());
+            summary::push_tier_metrics(&mut metrics, &records, &self.states, &self.replicas, self.remote_tier.as_ref());
         }
         // Over every request, rejected ones included: a rejection does not meet the SLO.
         let grouped = !self.classes.is_empty() || !self.tenants.is_empty();

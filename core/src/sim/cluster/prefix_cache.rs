@@ -346,10 +346,13 @@ impl PrefixCache {
         let mut evicted = 0;
         while tokens > 0 {
             let Some((used, c)) = self.lru.pop_first() else { break };
-            if self.offloaded.is_some() && self.nodes[c as usize].tokens == self.nodes[c as usize].segment.tokens {
+            let whole = self.nodes[c as usize].tokens == self.nodes[c as usize].segment.tokens;
+            if whole && self.offloaded.is_some() {
                 let (hash, seg_tokens) = (self.nodes[c as usize].path_hash, self.nodes[c as usize].segment.tokens);
                 let depth = self.depth_of(c);
-                self.offloaded.as_mut().expect("checked").push((hash, depth, seg_tokens));
+                if let Some(v) = &mut self.offloaded {
+                    v.push((hash, depth, seg_tokens));
+                }
             }
             let n = &mut self.nodes[c as usize];
             let cut = (n.tokens as u64).min(tokens) as u32;

@@ -26,7 +26,7 @@
 //!   requests' steps do not wait; modelled here, the load delays the whole batch, an upper
 //!   bound on what it costs the others.)
 //!
-//! Metrics (only with tiers; `<t>` is `cpu` or `remote`): `tier.<t>.hit_rate` (prompt tokens
+//! Metrics (only with tiers, `summary::push_tier_metrics`; `<t>` is `cpu` or `remote`): `tier.<t>.hit_rate` (prompt tokens
 //! loaded from the tier at each request's first admission ÷ prompt tokens, the denominator of
 //! `hit_rate`, which stays the GPU's), `tier.<t>.tokens_loaded` (every load, readmissions
 //! included), `tier.<t>.load_time_s` (seconds the tier's link spent loading, summed over
@@ -36,11 +36,8 @@
 
 use routelab_policy_api::Segment;
 
-use super::RequestRecord;
 use super::kv_tier::KvTier;
 use super::prefix_cache::{PrefixCache, extend_path_hash};
-use super::replica::{Replica, RequestState};
-use crate::metrics::Metrics;
 use crate::workload::cluster::kv_tiers::KvTiers;
 
 /// A block going down a tier: (path hash, depth, tokens).
@@ -167,38 +164,6 @@ impl ReplicaTiers {
             remote.expect("remote loads only with a remote tier").loading -= 1;
         }
     }
-}
-
-/// The tier metrics (module docs) of a run over `records` (by request id, as `states`).
-pub(super) fn push_tier_metrics(
-    m: &mut Metrics,
-    records: &[RequestRecord],
-    states: &[RequestState],
-    replicas: &[Replica],
-    remote: Option<&KvTier>,
-) {
-    let (mut prompt, mut gpu, mut loaded) = (0u64, 0u64, [0u64; 2]);
-    for (r, st) in records.iter().zip(states).filter(|(r, _)| r.admitted_at_s.is_finite()) {
-        prompt += r.prompt_tokens as u64;
-        gpu += r.cached_tokens as u64;
-        loaded[0] += st.tier_loaded[0] as u64;
-        loaded[1] += st.tier_loaded[1] as u64;
-    }
-    let share = |x: u64| if prompt > 0 { x as f64 / prompt as f64 } else { 0.0 };
-    let tiers = || replicas.iter().filter_map(|r| r.tiers.as_deref());
-    let names: &[&str] = if remote.is_some() { &["cpu", "remote"] } else { &["cpu"] };
-    for (k, name) in names.iter().enumerate() {
-        m.push(format!("tier.{name}.hit_rate"), share(loaded[k]));
-        m.push(format!("tier.{name}.tokens_loaded"), tiers().map(|t| t.loaded_tokens[k]).sum::<u64>() as f64);
-        m.push(format!("tier.{name}.load_time_s"), tiers().map(|t| t.load_s[k]).sum::<f64>());
-        let offloaded = match k {
-            0 => tiers().map(|t| t.cpu.offloaded_tokens).sum::<u64>(),
-            _ => remote.map_or(0, |r| r.offloaded_tokens),
-        };
-        m.push(format!("tier.{name}.offloaded_tokens"), offloaded as f64);
-    }
-    m.push("tier.hit_rate_all", share(gpu + loaded[0] + loaded[1]));
-    m.push("tier.load_stall_s", tiers().map(|t| t.stall_s).sum::<f64>());
 }
 
 /// A step of `compute_s` seconds of computation that first needs `load_s` seconds of loads:
