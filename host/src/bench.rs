@@ -391,6 +391,21 @@ fn bench_cluster(loader: &mut Loader, rec: &mut Recorder) -> Result<()> {
         figs[0].show(1.0, 0),
         figs[1].show(1.0, 0)
     ));
+    // The same long_doc_qa traffic with a CPU KV tier under every replica: what the tiers cost.
+    let plain = preset("long_doc_qa")?;
+    let mut tiered = plain.clone();
+    tiered.kv_tiers = Some(serde_norway::from_str("{cpu: {capacity_gb: 128, bandwidth_gbps: 400}}")?);
+    let specs = [plain, tiered];
+    let names = ["without tiers", "with a cpu tier"].map(|m| format!("long_doc_qa {m} 100000 requests"));
+    let figs = rec.compare(&names, "requests/s", |i| {
+        Ok(100_000.0 / cluster_timing(loader, &specs[i], "least_work_left", 100_000)?.simulate_s)
+    })?;
+    rec.line(format!(
+        "  long_doc_qa, 10^5 requests: without tiers {}/s, with a cpu tier {}/s (tiered run takes {:.2}× the time)",
+        figs[0].show(1.0, 0),
+        figs[1].show(1.0, 0),
+        figs[0].median / figs[1].median
+    ));
     let routers = [
         "round_robin",
         "max_affinity",

@@ -25,3 +25,4 @@ mod serve_soak;
 mod serving;
 mod snapshots;
 mod standalone;
+mod tiers;

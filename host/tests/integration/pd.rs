@@ -7,7 +7,7 @@ use std::process::Command;
 use crate::common::*;
 
 /// tool_use on 3 prefill + 5 decode A6000s.
-fn pd_tool_use(requests: u64) -> String {
+pub(crate) fn pd_tool_use(requests: u64) -> String {
     std::fs::read_to_string(workspace().join("workloads/cluster/tool_use.yaml"))
         .unwrap()
         .replace("requests: 20000", &format!("requests: {requests}"))
@@ -67,14 +67,14 @@ fn the_example_pd_crate_skips_the_prefill_pool_when_little_is_uncached() {
     assert_eq!(metric(&w, "hot", "router.skipped_prefill"), share * 800.0);
 }
 
-fn scratch(name: &str, yaml: &str) -> String {
+pub(crate) fn scratch(name: &str, yaml: &str) -> String {
     let p = fixture("pd", name);
     std::fs::write(&p, yaml).unwrap();
     p.display().to_string()
 }
 
 /// `routelab compare FILE --policies POLICY` fails with exit 2 and names every fragment.
-fn bad(file: &str, policy: &str, wanted: &[&str]) {
+pub(crate) fn bad(file: &str, policy: &str, wanted: &[&str]) {
     let out = Command::new(env!("CARGO_BIN_EXE_routelab"))
         .args(["compare", file, "--policies", policy])
         .output()

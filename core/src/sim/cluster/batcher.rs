@@ -11,6 +11,7 @@
 //! emits its first token (TTFT) and starts decoding; decoders finish after exactly
 //! `output − produced` more steps (a heap keyed by step, so a step costs O(changes), not O(batch)).
 
+use super::kv_tier::KvTier;
 use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use crate::handle::SchedulerHandle;
 use crate::step_model::{Chunk, Pricer, Step};
@@ -29,6 +30,23 @@ impl Replica {
         cfg: &ReplicaConfig,
         pricer: &Pricer,
         scheduler: &mut SchedulerHandle,
+    ) -> Result<Option<f64>, String> {
+        self.start_step_tiered(now, stream, states, cfg, pricer, scheduler, None)
+    }
+
+    /// [`Replica::start_step`] on a replica that may have KV tiers (`tiers.rs`), `remote` the
+    /// cluster's shared tier: admissions load what the tiers hold, the step waits for the
+    /// loads, and what the GPU cache evicted goes down.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start_step_tiered(
+        &mut self,
+        now: SimTime,
+        stream: &RequestStream,
+        states: &mut [RequestState],
+        cfg: &ReplicaConfig,
+        pricer: &Pricer,
+        scheduler: &mut SchedulerHandle,
+        mut remote: Option<&mut KvTier>,
     ) -> Result<Option<f64>, String> {
         self.chunks.clear();
         // (1) Room for this step's new tokens: one per decoder, one per prefill that may finish.
@@ -97,7 +115,14 @@ impl Replica {
                     break;
                 }
                 // At least one token is computed, so the first token has a step; none for an empty prompt.
-                let cached = plan.cached_tokens.min(st.prefill_target.saturating_sub(1));
+                let most = st.prefill_target.saturating_sub(1);
+                let gpu_cached = plan.cached_tokens.min(most);
+                // Past the GPU's match, what the tiers hold is loaded rather than computed.
+                let loaded = match self.tiers.as_mut() {
+                    Some(t) => t.lookup(prompt, plan.cached_tokens, remote.as_deref_mut()),
+                    None => [0, 0],
+                };
+                let cached = (plan.cached_tokens + loaded[0] + loaded[1]).min(most);
                 let left = st.prefill_target - cached;
                 let n = left.min(budget);
                 let private = redo as u64 + (n == left) as u64;
@@ -111,9 +136,18 @@ impl Replica {
                     self.reserved_output_tokens += output_here as u64;
                 }
                 debug_assert!(cached <= req.prompt_tokens, "cached tokens exceed the prompt");
+                // The loaded tokens (CPU first, as the match runs) are computed once the step's
+                // loads land, before its chunks.
+                let from_cpu = loaded[0].min(cached - gpu_cached);
+                let from_tiers = [from_cpu, cached - gpu_cached - from_cpu];
+                if cached > gpu_cached {
+                    mark_computed(&mut self.cache, prompt, &st.path, gpu_cached, cached);
+                    self.tiers.as_mut().expect("loads come from tiers").add_load(from_tiers);
+                }
                 if st.admitted_at.is_none() {
                     st.admitted_at = Some(now);
-                    st.cached_tokens = cached;
+                    st.cached_tokens = gpu_cached;
+                    st.tier_loaded = from_tiers;
                 }
                 st.prefill_done = cached;
                 st.phase = Phase::Prefill;
@@ -130,6 +164,9 @@ impl Replica {
         }
 
         debug_assert!(self.kv_used_tokens() <= cfg.kv_capacity_tokens, "replica {}: KV used exceeds capacity", self.id);
+        if let Some(t) = self.tiers.as_mut() {
+            t.cascade(&mut self.cache, remote.as_deref_mut());
+        }
         if self.decode_batch == 0 && self.chunks.iter().all(|&(_, n)| n == 0) {
             return Ok(None);
         }
@@ -140,7 +177,11 @@ impl Replica {
                 .map(|&(r, n)| Chunk { new_tokens: n as u64, context_tokens: states[r as usize].prefill_done as u64 }),
         );
         let step = Step::mixed(self.decode_batch as u64, self.decode_context_tokens, &self.step_chunks);
-        Ok(Some(pricer.step_time_s(&step)))
+        let compute_s = pricer.step_time_s(&step);
+        Ok(Some(match self.tiers.as_mut() {
+            Some(t) => t.step_time_s(compute_s, remote),
+            None => compute_s,
+        }))
     }
 
     /// Removes the requests admitted this step from the waiting queue, keeping its order. Only

@@ -34,15 +34,18 @@
 pub mod batcher;
 #[cfg(test)]
 mod class_tests;
+mod kv_tier;
 mod pd;
 #[cfg(test)]
 mod pd_tests;
-mod pd_tier;
 pub mod prefix_cache;
 pub mod replica;
 mod summary;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tier_tests;
+pub mod tiers;
 
 use abi_stable::std_types::{RNone, RSlice, RSome, RVec};
 use routelab_policy_api::{
@@ -50,7 +53,9 @@ use routelab_policy_api::{
     SchedulerContext, Segment, World,
 };
 
+use self::kv_tier::KvTier;
 use self::pd::Pd;
+use self::tiers::ReplicaTiers;
 
 use self::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use self::summary::{Replication, summarize};
@@ -271,6 +276,8 @@ pub struct ClusterSim<'a> {
     /// Whether the workload names an admission policy other than `admit_all` (then the run
     /// reports `rejected_requests`, `shed_requests`, `held_requests`, `admission_wait_mean_s`).
     admission_metrics: bool,
+    /// The remote KV tier every replica shares (`kv_tiers.remote`), if any.
+    remote_tier: Option<KvTier>,
 }
 
 impl<'a> ClusterSim<'a> {
@@ -336,7 +343,12 @@ impl<'a> ClusterSim<'a> {
             report_evictions: caps.wants_evictions(),
         };
         let total = stream.requests.len();
-        let replicas: Vec<Replica> = (0..n as u32).map(Replica::new).collect();
+        let replicas: Vec<Replica> = (0..n as u32)
+            .map(|r| match &spec.kv_tiers {
+                Some(t) => Replica::with_tiers(r, ReplicaTiers::new(t, sm.cost.kv_bytes_per_token, sm.model.layers)),
+                None => Replica::new(r),
+            })
+            .collect();
         let last_arrival = stream.requests.last().map_or(0, |r| r.arrived_at);
         let scrape_interval = (router.reads_scrapes() && spec.metrics.scrape_interval_s > 0.0)
             .then(|| ticks(spec.metrics.scrape_interval_s).max(1));
@@ -383,6 +395,11 @@ impl<'a> ClusterSim<'a> {
             classes: spec.classes.clone(),
             tenants: spec.tenants.clone(),
             admission_metrics: spec.admission.trim() != "admit_all",
+            remote_tier: spec
+                .kv_tiers
+                .as_ref()
+                .and_then(|t| t.remote.as_ref())
+                .map(|r| KvTier::new(r, sm.cost.kv_bytes_per_token)),
         })
     }
 
@@ -524,6 +541,9 @@ impl<'a> ClusterSim<'a> {
     fn on_step_end(&mut self, now: SimTime, r: usize) -> Result<(), RunError> {
         self.completed.clear();
         let cfg = &self.cfgs[pool_of(self.pd.as_ref(), r)];
+        if let Some(t) = self.replicas[r].tiers.as_mut() {
+            t.step_ended(self.remote_tier.as_mut());
+        }
         self.replicas[r].finish_step(now, self.stream, &mut self.states, cfg, &mut self.completed);
         for k in 0..self.completed.len() {
             let id = self.completed[k];
@@ -599,7 +619,8 @@ impl<'a> ClusterSim<'a> {
         let rep = &mut self.replicas[r];
         let step = if rep.has_work() {
             let (cfg, pricer) = (&self.cfgs[pool], &self.pricers[pool]);
-            rep.start_step(now, self.stream, &mut self.states, cfg, pricer, &mut self.schedulers[r])
+            let remote = self.remote_tier.as_mut();
+            rep.start_step_tiered(now, self.stream, &mut self.states, cfg, pricer, &mut self.schedulers[r], remote)
                 .map_err(|e| RunError(format!("policy '{}': {e}", self.router.label())))?
         } else {
             None
@@ -681,6 +702,9 @@ impl<'a> ClusterSim<'a> {
             summarize(summarized, &self.replicas, p.waiting_at_half, p.waiting_at_end, p.replication.factor());
         if self.pd.is_some() {
             self.pd_metrics(&records, &mut metrics);
+        }
+        if self.replicas.first().is_some_and(|r| r.tiers.is_some()) {
+            summary::push_tier_metrics(&mut metrics, &records, &self.states, &self.replicas, self.remote_tier.as_ref());
         }
         // Over every request, rejected ones included: a rejection does not meet the SLO.
         let grouped = !self.classes.is_empty() || !self.tenants.is_empty();

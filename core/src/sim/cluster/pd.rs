@@ -23,7 +23,7 @@
 //! start + transfer and prefill end + one layer's share); one that waited for decode memory did
 //! not overlap. Memory is reserved at the hand-off either way.
 //!
-//! Shared KV tier (`shared_kv:`, [`super::pd_tier`]): a prefill instance puts each prompt it
+//! Shared KV tier (`shared_kv:`, [`super::kv_tier`]): a prefill instance puts each prompt it
 //! hands off; before a prompt joins a prefill (or decode-only) instance's queue, the part of its
 //! prefix the tier holds beyond that instance's cache is loaded, as a migration is (below), and
 //! the request queues when it lands. A prefix migration, when the router asks for one, replaces
@@ -55,7 +55,7 @@ use std::collections::VecDeque;
 use routelab_policy_api::{Completion, PdDecision, Request};
 
 use super::batcher::mark_computed;
-use super::pd_tier::SharedTier;
+use super::kv_tier::KvTier;
 use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use super::{ClusterSim, Event, RequestRecord};
 use crate::error::RunError;
@@ -98,7 +98,7 @@ pub(super) struct Pd {
     /// Prefix copies between prefill instances carried out.
     migrations: u64,
     /// The shared KV tier, if any.
-    tier: Option<SharedTier>,
+    tier: Option<KvTier>,
     /// Per request: prompt tokens its prefilling instance loaded from the tier (0: none; > 0
     /// while `migrating` holds its load).
     tier_loaded: Vec<u32>,
@@ -125,7 +125,7 @@ impl Pd {
             decode_only: 0,
             migrating: vec![(0, 0); requests],
             migrations: 0,
-            tier: d.shared_kv.as_ref().map(|t| SharedTier::new(t, kv_bytes_per_token)),
+            tier: d.shared_kv.as_ref().map(|t| KvTier::new(t, kv_bytes_per_token)),
             tier_loaded: if d.shared_kv.is_some() { vec![0; requests] } else { Vec::new() },
         }
     }
@@ -305,7 +305,7 @@ impl ClusterSim<'_> {
         if held <= have {
             return false;
         }
-        let dur = tier.load_time_s(held - have);
+        let dur = tier.load_time_s((held - have) as u64);
         tier.loading += 1;
         let pd = self.pd.as_mut().expect("disaggregated");
         pd.tier_loaded[id] = held - have;

@@ -68,6 +68,9 @@ pub struct PrefixCache {
     total_tokens: u64,
     pinned_tokens: u64,
     evicted_tokens: u64,
+    /// With a KV tier below: (path hash, depth, tokens) of each whole segment whose first cut
+    /// an eviction made (it goes down whole, once, before its tokens are dropped here).
+    offloaded: Option<Vec<(u64, u32, u32)>>,
 }
 
 impl Default for PrefixCache {
@@ -97,6 +100,21 @@ impl PrefixCache {
             total_tokens: 0,
             pinned_tokens: 0,
             evicted_tokens: 0,
+            offloaded: None,
+        }
+    }
+
+    /// A cache with a tier below: evictions are collected for [`PrefixCache::take_offloaded`].
+    pub fn with_offload() -> Self {
+        Self { offloaded: Some(Vec::new()), ..Self::new() }
+    }
+
+    /// The whole segments evicted since the last call, as (path hash, depth, tokens), in
+    /// eviction order; moves them into `into` (cleared first).
+    pub fn take_offloaded(&mut self, into: &mut Vec<(u64, u32, u32)>) {
+        into.clear();
+        if let Some(v) = &mut self.offloaded {
+            std::mem::swap(v, into);
         }
     }
 
@@ -328,6 +346,14 @@ impl PrefixCache {
         let mut evicted = 0;
         while tokens > 0 {
             let Some((used, c)) = self.lru.pop_first() else { break };
+            let whole = self.nodes[c as usize].tokens == self.nodes[c as usize].segment.tokens;
+            if whole && self.offloaded.is_some() {
+                let (hash, seg_tokens) = (self.nodes[c as usize].path_hash, self.nodes[c as usize].segment.tokens);
+                let depth = self.depth_of(c);
+                if let Some(v) = &mut self.offloaded {
+                    v.push((hash, depth, seg_tokens));
+                }
+            }
             let n = &mut self.nodes[c as usize];
             let cut = (n.tokens as u64).min(tokens) as u32;
             n.tokens -= cut;
@@ -347,6 +373,16 @@ impl PrefixCache {
             }
         }
         evicted
+    }
+
+    /// Segments from the root to `node` (0 for a child of the root).
+    fn depth_of(&self, mut node: u32) -> u32 {
+        let mut depth = 0;
+        while self.nodes[node as usize].parent != ROOT {
+            node = self.nodes[node as usize].parent;
+            depth += 1;
+        }
+        depth
     }
 
     /// Segments from the root to `node`, `node`'s last.

@@ -25,6 +25,7 @@ use abi_stable::std_types::RVec;
 use routelab_policy_api::{ReplicaView, Segment, WaitingRequest};
 
 use super::prefix_cache::{EvictionEvent, PrefixCache, extend_path_hash};
+use super::tiers::ReplicaTiers;
 use crate::handle::SchedulerHandle;
 use crate::time::SimTime;
 use crate::workload::cluster::Reservation;
@@ -53,6 +54,8 @@ pub struct RequestState {
     pub path: Vec<u32>,
     /// Prompt tokens found cached at the first admission.
     pub cached_tokens: u32,
+    /// Prompt tokens loaded at the first admission from the KV tiers [cpu, remote] (`tiers.rs`).
+    pub tier_loaded: [u32; 2],
     /// Tokens to prefill: the prompt, plus the generated tokens recomputed after a preemption.
     pub prefill_target: u32,
     /// Tokens of `prefill_target` whose KV exists.
@@ -98,6 +101,8 @@ pub struct ReplicaConfig {
 pub struct Replica {
     pub id: u32,
     pub cache: PrefixCache,
+    /// The KV tiers below the GPU cache, if the cluster has them.
+    pub tiers: Option<Box<ReplicaTiers>>,
     /// Not yet admitted, in arrival order.
     pub waiting: VecDeque<u32>,
     /// Admitted and still prefilling, in admission order.
@@ -136,10 +141,16 @@ pub struct Replica {
 }
 
 impl Replica {
+    /// A replica with `tiers` below its GPU cache: the cache reports what it evicts to them.
+    pub fn with_tiers(id: u32, tiers: ReplicaTiers) -> Self {
+        Self { cache: PrefixCache::with_offload(), tiers: Some(Box::new(tiers)), ..Self::new(id) }
+    }
+
     pub fn new(id: u32) -> Self {
         Self {
             id,
             cache: PrefixCache::new(),
+            tiers: None,
             waiting: VecDeque::new(),
             prefilling: VecDeque::new(),
             running: Vec::new(),

@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 
 use super::End;
-use super::replica::Replica;
+use super::kv_tier::KvTier;
+use super::replica::{Replica, RequestState};
 use crate::metrics::{Metrics, quantile};
 use crate::workload::cluster::classes::{ClassSpec, TenantSpec};
 use crate::workload::slo::Slo;
@@ -251,6 +252,38 @@ pub fn push_admission_metrics(m: &mut Metrics, records: &[RequestRecord], held: 
         "admission_wait_mean_s",
         if routed.is_empty() { f64::NAN } else { routed.iter().sum::<f64>() / routed.len() as f64 },
     );
+}
+
+/// The KV tier metrics (`tiers.rs`) of a run over `records` (by request id, as `states`).
+pub(super) fn push_tier_metrics(
+    m: &mut Metrics,
+    records: &[RequestRecord],
+    states: &[RequestState],
+    replicas: &[Replica],
+    remote: Option<&KvTier>,
+) {
+    let (mut prompt, mut gpu, mut loaded) = (0u64, 0u64, [0u64; 2]);
+    for (r, st) in records.iter().zip(states).filter(|(r, _)| r.admitted_at_s.is_finite()) {
+        prompt += r.prompt_tokens as u64;
+        gpu += r.cached_tokens as u64;
+        loaded[0] += st.tier_loaded[0] as u64;
+        loaded[1] += st.tier_loaded[1] as u64;
+    }
+    let share = |x: u64| if prompt > 0 { x as f64 / prompt as f64 } else { 0.0 };
+    let tiers = || replicas.iter().filter_map(|r| r.tiers.as_deref());
+    let names: &[&str] = if remote.is_some() { &["cpu", "remote"] } else { &["cpu"] };
+    for (k, name) in names.iter().enumerate() {
+        m.push(format!("tier.{name}.hit_rate"), share(loaded[k]));
+        m.push(format!("tier.{name}.tokens_loaded"), tiers().map(|t| t.loaded_tokens[k]).sum::<u64>() as f64);
+        m.push(format!("tier.{name}.load_time_s"), tiers().map(|t| t.load_s[k]).sum::<f64>());
+        let offloaded = match k {
+            0 => tiers().map(|t| t.cpu.offloaded_tokens).sum::<u64>(),
+            _ => remote.map_or(0, |r| r.offloaded_tokens),
+        };
+        m.push(format!("tier.{name}.offloaded_tokens"), offloaded as f64);
+    }
+    m.push("tier.hit_rate_all", share(gpu + loaded[0] + loaded[1]));
+    m.push("tier.load_stall_s", tiers().map(|t| t.stall_s).sum::<f64>());
 }
 
 #[cfg(test)]

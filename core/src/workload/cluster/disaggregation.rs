@@ -18,6 +18,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::ClusterSpec;
+use super::kv_tiers::{KvTierSpec, check_link, default_base_latency};
 use crate::step_model::{Choice, Gpu, StepModel};
 use crate::workload::FieldError;
 use crate::workload::limits::fits_clock;
@@ -46,20 +47,7 @@ pub struct Disaggregation {
     /// prompts they compute; an instance about to prefill a prompt whose prefix the store holds
     /// beyond its own cache loads that part instead of recomputing it. Absent: no tier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shared_kv: Option<SharedKv>,
-}
-
-/// The shared KV tier (CPU DRAM / SSD pooled over RDMA).
-#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct SharedKv {
-    /// Capacity in GB (1e9 bytes), > 0; least recently used blocks go when full.
-    pub capacity_gb: f64,
-    /// Read bandwidth in Gbit/s, > 0, shared by the loads in flight.
-    pub bandwidth_gbps: f64,
-    /// Fixed cost of each load, seconds, ≥ 0.
-    #[serde(default = "default_base_latency")]
-    pub base_latency_s: f64,
+    pub shared_kv: Option<KvTierSpec>,
 }
 
 /// One pool of instances.
@@ -92,10 +80,6 @@ pub struct Link {
     /// transfer starts when the prefill ends.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub layerwise: bool,
-}
-
-fn default_base_latency() -> f64 {
-    0.0005
 }
 
 /// Which prompt tokens a KV transfer moves.
@@ -213,35 +197,16 @@ impl Disaggregation {
                 format!("set `replicas: {total}`"),
             ));
         }
-        // A link or the shared tier: bandwidth in Gbit/s and a fixed latency per transfer.
-        let check_link = |at: &str, bandwidth_gbps: f64, base_latency_s: f64, fix: &str| {
-            if !(bandwidth_gbps > 0.0 && bandwidth_gbps.is_finite() && bandwidth_gbps <= 1e6) {
-                return Err(under(FieldError::new(
-                    &format!("{at}.bandwidth_gbps"),
-                    format!("must be a positive number of Gbit/s (got {bandwidth_gbps:?})"),
-                    fix,
-                )));
-            }
-            if !(0.0..=10.0).contains(&base_latency_s) {
-                return Err(under(FieldError::new(
-                    &format!("{at}.base_latency_s"),
-                    format!("must be in [0, 10] s (got {base_latency_s:?})"),
-                    "use e.g. 0.0005",
-                )));
-            }
-            Ok(())
-        };
         let l = &self.link;
-        check_link("link", l.bandwidth_gbps, l.base_latency_s, "use e.g. 100 (RoCE) or 400 (InfiniBand NDR)")?;
+        check_link("link", l.bandwidth_gbps, l.base_latency_s, "use e.g. 100 (RoCE) or 400 (InfiniBand NDR)")
+            .map_err(under)?;
         if let Some(t) = &self.shared_kv {
-            if !(t.capacity_gb > 0.0 && t.capacity_gb.is_finite() && t.capacity_gb <= 1e9) {
-                return Err(under(FieldError::new(
-                    "shared_kv.capacity_gb",
-                    format!("must be a positive number of GB (got {:?})", t.capacity_gb),
-                    "use e.g. 512 (a few hosts' DRAM), or remove `shared_kv:` for no tier",
-                )));
-            }
-            check_link("shared_kv", t.bandwidth_gbps, t.base_latency_s, "use e.g. 100 (RDMA to a DRAM pool)")?;
+            t.validate(
+                "shared_kv",
+                "use e.g. 512 (a few hosts' DRAM), or remove `shared_kv:` for no tier",
+                "use e.g. 100 (RDMA to a DRAM pool)",
+            )
+            .map_err(under)?;
         }
         let (_, decode) = self.step_models(cluster)?;
         let mixed = self.mixed_step_model(cluster)?;

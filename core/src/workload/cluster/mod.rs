@@ -18,6 +18,7 @@
 //!   eviction_delay_s: 0        # delay before routers that want evictions hear of them
 //!   drain_s: 600               # simulated time allowed after the last arrival
 //!   metrics: {scrape_interval_s: 0.05}   # engine metrics scraped for routers; 0 = always fresh
+//!   kv_tiers: {cpu: {capacity_gb: 128, bandwidth_gbps: 400}}   # optional (kv_tiers.rs)
 //!   generator: {system_prompt_tokens: 13, contexts: {...}, suffix_tokens: ..., output_tokens: ...}
 //!   arrivals: {poisson: {rate: 1.0}}   # or {gamma: {rate, cv}} or {trace: {path, time_scale, format}}
 //!   requests: 2000             # and/or duration_s
@@ -31,6 +32,7 @@
 pub mod classes;
 pub mod disaggregation;
 mod generator;
+pub mod kv_tiers;
 
 pub use generator::{Contexts, Generator, Popularity, TokenShape, Tokens};
 
@@ -104,6 +106,10 @@ pub struct ClusterSpec {
     /// Prefill/decode disaggregation: prefill and decode pools and the KV link; absent = aggregated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disaggregation: Option<disaggregation::Disaggregation>,
+    /// KV tiers below each replica's GPU memory (aggregated clusters): a CPU tier per replica
+    /// and optionally a remote tier they share; absent = GPU memory alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_tiers: Option<kv_tiers::KvTiers>,
     /// What the requests look like: shared prompt, contexts, suffix, output, fan-out, turns.
     pub generator: Generator,
     /// How requests arrive: `{poisson: {rate}}`, `{gamma: {rate, cv}}` or `{trace: {path, time_scale, format}}`.
@@ -394,6 +400,16 @@ impl ClusterSpec {
         self.check_step_model(&sm)?;
         if let Some(d) = &self.disaggregation {
             d.validate(self)?;
+        }
+        if let Some(t) = &self.kv_tiers {
+            if self.disaggregation.is_some() {
+                return Err(FieldError::new(
+                    "kv_tiers",
+                    "per-replica KV tiers run on aggregated clusters only",
+                    "remove `kv_tiers:`, and give the disaggregated cluster a shared tier with `disaggregation.shared_kv:`",
+                ));
+            }
+            t.validate(sm.kv_capacity_tokens, sm.cost.kv_bytes_per_token)?;
         }
         if self.max_batch_requests == 0 {
             return Err(FieldError::new("max_batch_requests", "must be at least 1 (got 0)", "use e.g. 256"));

@@ -1,5 +1,9 @@
-//! The shared KV tier of a disaggregated cluster (Mooncake Store, LMCache's remote backend): one
-//! store of prompt KV blocks every instance can read, filled by the prefill pool.
+//! A KV tier below GPU memory: a store of prompt KV blocks with a capacity, LRU eviction and a
+//! link that loads cross. It serves as the shared tier of a disaggregated cluster (Mooncake
+//! Store, LMCache's remote backend: one store every instance reads, filled by the prefill pool
+//! with [`KvTier::put`]) and as the per-replica CPU tier and shared remote tier of an aggregated
+//! one (filled block by block with what the tier above evicts, [`KvTier::offload`]; see
+//! `tiers.rs`).
 //!
 //! A block is one prompt segment under its path (the prefix cache's node identity, keyed by the
 //! path hash). Put: when a prefill instance finishes a prompt, every segment of it is stored (or
@@ -14,9 +18,9 @@ use std::collections::{BTreeSet, HashMap};
 use routelab_policy_api::Segment;
 
 use super::prefix_cache::extend_path_hash;
-use crate::workload::cluster::disaggregation::SharedKv;
+use crate::workload::cluster::kv_tiers::KvTierSpec;
 
-pub(super) struct SharedTier {
+pub(super) struct KvTier {
     capacity_tokens: u64,
     bandwidth_bytes_s: f64,
     base_latency_s: f64,
@@ -33,13 +37,15 @@ pub(super) struct SharedTier {
     pub loaded_tokens: u64,
     /// Loads carried out.
     pub loads: u64,
+    /// Tokens written by [`KvTier::offload`].
+    pub offloaded_tokens: u64,
 }
 
-impl SharedTier {
-    pub fn new(spec: &SharedKv, kv_bytes_per_token: f64) -> Self {
+impl KvTier {
+    pub fn new(spec: &KvTierSpec, kv_bytes_per_token: f64) -> Self {
         Self {
-            capacity_tokens: (spec.capacity_gb * 1e9 / kv_bytes_per_token).floor() as u64,
-            bandwidth_bytes_s: spec.bandwidth_gbps * 1e9 / 8.0,
+            capacity_tokens: spec.capacity_tokens(kv_bytes_per_token),
+            bandwidth_bytes_s: spec.bandwidth_bytes_s(),
             base_latency_s: spec.base_latency_s,
             kv_bytes_per_token,
             blocks: HashMap::new(),
@@ -49,6 +55,7 @@ impl SharedTier {
             loading: 0,
             loaded_tokens: 0,
             loads: 0,
+            offloaded_tokens: 0,
         }
     }
 
@@ -80,6 +87,34 @@ impl SharedTier {
         }
     }
 
+    /// Stores (or refreshes) one block, `tokens` tokens at path `hash`, `depth` segments deep
+    /// (the tier above evicted it), then evicts least recently used blocks to fit, pushing
+    /// them onto `spilled` as (path hash, depth, tokens). A block larger than the whole tier
+    /// goes straight to `spilled`.
+    pub fn offload(&mut self, hash: u64, depth: u32, tokens: u32, spilled: &mut Vec<(u64, u32, u32)>) {
+        if tokens as u64 > self.capacity_tokens {
+            spilled.push((hash, depth, tokens));
+            return;
+        }
+        self.clock += 1;
+        self.touch(hash, depth, tokens);
+        self.offloaded_tokens += tokens as u64;
+        while self.used_tokens > self.capacity_tokens {
+            let (_, d, victim) = self.lru.pop_first().expect("used tokens are held by blocks");
+            let (t, _) = self.blocks.remove(&victim).expect("in the LRU order");
+            self.used_tokens -= t as u64;
+            spilled.push((victim, u32::MAX - d, t));
+        }
+    }
+
+    /// Whether the block at path `hash` is held; a hit refreshes it.
+    pub fn hit(&mut self, hash: u64) -> bool {
+        let Some(&(tokens, (_, inv_depth))) = self.blocks.get(&hash) else { return false };
+        self.clock += 1;
+        self.touch(hash, u32::MAX - inv_depth, tokens);
+        true
+    }
+
     /// The leading whole segments of `prompt` held here, as (segments, tokens); refreshes them.
     pub fn get(&mut self, prompt: &[Segment]) -> (usize, u32) {
         self.clock += 1;
@@ -96,7 +131,7 @@ impl SharedTier {
     }
 
     /// Seconds to load `tokens` tokens with the loads in flight (this one included).
-    pub fn load_time_s(&self, tokens: u32) -> f64 {
+    pub fn load_time_s(&self, tokens: u64) -> f64 {
         let share = self.bandwidth_bytes_s / (self.loading + 1) as f64;
         self.base_latency_s + tokens as f64 * self.kv_bytes_per_token / share
     }
@@ -115,10 +150,10 @@ mod tests {
         Segment { id, tokens }
     }
 
-    fn tier(capacity_tokens: u64) -> SharedTier {
+    fn tier(capacity_tokens: u64) -> KvTier {
         // 1 byte per token: capacity in GB = tokens / 1e9.
-        let spec = SharedKv { capacity_gb: capacity_tokens as f64 / 1e9, bandwidth_gbps: 8.0, base_latency_s: 0.001 };
-        SharedTier::new(&spec, 1.0)
+        let spec = KvTierSpec { capacity_gb: capacity_tokens as f64 / 1e9, bandwidth_gbps: 8.0, base_latency_s: 0.001 };
+        KvTier::new(&spec, 1.0)
     }
 
     #[test]
