@@ -212,6 +212,39 @@ fn vllm_loadaware_without_any_holder_falls_back_to_the_lowest_request_rate() {
     assert!(report.contains(&("fallback_decisions".into(), 6.0)), "{report:?}");
 }
 
+#[test]
+fn vllm_loadaware_makes_the_decisions_of_upstreams_unit_tests() {
+    // production-stack `src/tests/test_loadaware_router.py` @ 9f2a0598, URL_A = r0, URL_B = r1,
+    // PROMPT_TOKENS 2,048.
+    let prompt = [seg(1, 2048)];
+    let r = req(1, 1.0, &prompt);
+    // test_warm_but_loaded_loses_to_cold_but_idle: A holds all 2,048 with 4 + 8 in flight, B
+    // idle: mean 6, relative ±1; A 1 − 1 = 0, B 0 + 1 = 1 → B. And
+    // test_warm_but_loaded_wins_when_beta_is_small (β 0.01) → A.
+    let views = matched(&[2048, 0]);
+    assert_eq!(loadaware(1.0, &[12, 0]).route(&r, &Replicas::new(&views)), 1);
+    assert_eq!(loadaware(0.01, &[12, 0]).route(&r, &Replicas::new(&views)), 0);
+    // test_beta_zero_is_cache_only_placement: A at 100 in flight still wins at β 0.
+    assert_eq!(loadaware(0.0, &[100, 0]).route(&r, &Replicas::new(&views)), 0);
+    // test_the_same_beta_is_the_same_policy_at_ten_times_the_load: β 0.5, loads 4/1 and
+    // 400/100 read the same relative loads ±0.6: A 1 − 0.3 = 0.7 beats B 0.3 in both.
+    let small = loadaware(0.5, &[4, 1]).scores(&r, &Replicas::new(&views)).to_vec();
+    let large = loadaware(0.5, &[400, 100]).scores(&r, &Replicas::new(&views)).to_vec();
+    assert!(small.iter().zip(&large).all(|(a, b)| (a - b).abs() < 1e-12), "{small:?} {large:?}");
+    assert!((small[0] - 0.7).abs() < 1e-12 && (small[1] - 0.3).abs() < 1e-12, "{small:?}");
+    // test_equally_idle_picks_the_warmest_instance: no load, 512 vs 2,048 cached → B.
+    let views = matched(&[512, 2048]);
+    assert_eq!(loadaware(0.1, &[0, 0]).route(&r, &Replicas::new(&views)), 1);
+    // test_ties_are_broken_by_url_for_reproducibility: 1,024 each → A.
+    let views = matched(&[1024, 1024]);
+    assert_eq!(loadaware(1.0, &[0, 0]).route(&r, &Replicas::new(&views)), 0);
+    // test_a_near_idle_fleet_reports_no_imbalance_to_act_on: loads 1/0, mean 0.5 clamped to 1:
+    // relative +0.5 / −0.5, so with equal matches the scores are 0.5 apart, not 2.
+    let views = matched(&[1024, 1024]);
+    let s = loadaware(1.0, &[1, 0]).scores(&r, &Replicas::new(&views)).to_vec();
+    assert_eq!(s, [0.0, 1.0]);
+}
+
 /// SGLang with abs 2, rel 1.5 on 3 replicas after a prompt P = 100 tokens went to r1 and r0
 /// (whose load is the highest): loads r0 10, r1 `r1_load`, r2 0 — imbalanced (10 − 0 > 2 and
 /// 10 > 0). Returns the pick for P + 20 tokens.
