@@ -418,6 +418,7 @@ fn bench_cluster(loader: &mut Loader, rec: &mut Recorder) -> Result<()> {
         "llm_d_predicted_latency",
         "aibrix_prefix_cache",
         "vllm_prefix_aware",
+        "vllm_loadaware",
         "chwbl",
         "ray_prefix_aware",
     ];

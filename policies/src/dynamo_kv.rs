@@ -9,10 +9,22 @@
 //! 3. `decode_blocks_w` = the distinct prompt blocks of w's in-flight requests plus the full
 //!    blocks of this prompt (`prompt_tokens / block_tokens`, rounded down) not among them (KV
 //!    blocks de-duplicated by hash: `router_assume_kv_reuse`).
-//! 4. `role: aggregated` (default; also the prefill pool): `cost_w = prefill_load_scale ·
-//!    max(prefill_blocks_w − overlap_score_credit · overlap_w, 0) + decode_blocks_w`.
+//! 4. `role: aggregated` (default; also the prefill pool), `cost: linear` (default):
+//!    `cost_w = prefill_load_scale · adjusted_w + decode_blocks_w + decode_active_request_weight ·
+//!    active_requests_w`, where `adjusted_w = max(prefill_blocks_w − overlap_score_credit ·
+//!    overlap_w, 0)` (`prefill_floor: true`, the pinned crate) or the same without the `max`
+//!    (`prefill_floor: false`, Dynamo since PR #11714: a credit above 1 can then push the
+//!    prefill term below 0 and offset decode load; at a credit ≤ 1 the two are equal, since
+//!    `overlap_w ≤ prompt_tokens / block_tokens ≤ prefill_blocks_w`), and `active_requests_w` is
+//!    the router's count of w's requests dispatched and not finished.
+//!    `cost: lmetric` (Dynamo PR #11028, after the LMetric paper): `cost_w = adjusted_w ·
+//!    (decode_blocks_w + 1)` with the floored `adjusted_w` — prefill and decode pressure
+//!    multiply instead of adding. Upstream keeps the decode pool on `linear` and requires
+//!    prefill tracking, so `lmetric` is refused with `role: decode`; the PR's formula has no
+//!    `prefill_load_scale` and no active-request term, so both must stay at their defaults.
 //!    `role: decode` (a decode pool: no prefill tracking): `cost_w = max(0, decode_blocks_w −
-//!    overlap_score_credit · overlap_w)`, which is `decode_blocks_w` at credit 0.
+//!    overlap_score_credit · overlap_w) + decode_active_request_weight · active_requests_w`,
+//!    which is `decode_blocks_w + …` at credit 0.
 //! 5. `temperature` 0: the lowest cost, ties uniformly at random (reservoir sampling). Above 0:
 //!    sample w with probability ∝ `exp(−(cost_w − min) / ((max − min) · temperature))`
 //!    (uniform when all costs are equal), computed as upstream computes it
@@ -24,7 +36,9 @@
 //!    (`--no-router-kv-events`), expiry rounded up to 100 ms buckets as upstream does.
 //!
 //! Parameters (defaults): `block_tokens` 16, `overlap_score_credit` 1.0, `prefill_load_scale`
-//! 1.0, `temperature` 0, `prefix_state` events, `ttl_s` 120, `role` aggregated.
+//! 1.0, `temperature` 0, `prefix_state` events, `ttl_s` 120, `role` aggregated, `cost` linear,
+//! `prefill_floor` true, `decode_active_request_weight` 0 (upstream's default; its agentic
+//! preset, PR #13447, uses 64 with credit 2 and scale 4).
 //! `block_tokens` 16: Dynamo takes the block size from the engine, and 16 is vLLM's default KV
 //! block on CUDA (SGLang pages are 1 token, TensorRT-LLM's default 32): the common deployment.
 //!
@@ -47,8 +61,18 @@
 //! - `src/scheduling/config.rs` (defaults), `src/indexer/pruning.rs` (TTL 120 s, 100 ms
 //!   buckets, refreshed by every routing decision).
 //!
+//! The 2026 options: `prefill_floor: false` follows ai-dynamo/dynamo PR #11714 (merged
+//! 2026-07-15, head 47a8602e: "remove the zero floor from adjusted prefill blocks"; the
+//! Python binding's `KvRouterConfig` docs since: a credit above 1 "can make adjusted prefill
+//! cost negative"); the decode pool's clamp stays, as upstream keeps it. `cost: lmetric`
+//! follows PR #11028 (open at the time of writing; `RouterSelectionPolicy::Lmetric`, formula
+//! `adjusted_prefill_blocks * (decode_blocks + 1)`, linear kept for disaggregated decode).
+//! `decode_active_request_weight` is in the pinned crate (`reference.rs` l. 333–334).
+//!
 //! `testing/dynamo-diff` runs this router and the crate's on the same states and asserts equal
-//! costs, cheapest sets and softmax picks.
+//! costs, cheapest sets and softmax picks (the active-request weight included); the two
+//! options the crate predates are pinned by hand-computed tests in
+//! `policies/tests/field_options_2026.rs`.
 //!
 //! Deviations, and why:
 //! - Dynamo learns a request's prefill is done from its first streamed token. Here the
@@ -60,8 +84,7 @@
 //! - Events mode records blocks at dispatch (the simulator emits no "stored" events), so a
 //!   block counts as cached a prefill earlier than Dynamo would see it.
 //! - Host and disk tiers, the credit decay (default 0), the queue threshold (default off),
-//!   `decode_active_request_weight` (default 0), per-request overrides, DP ranks and the
-//!   2^20-node pruning are not modelled.
+//!   per-request overrides, DP ranks and the 2^20-node pruning are not modelled.
 //! - Blocks are hashed from segments (toolkit `BlockHashing`), not XXH3 over token ids.
 
 use rand::RngExt;
@@ -90,6 +113,19 @@ pub struct Config {
     pub prefix_state: PrefixState,
     pub ttl_s: f64,
     pub role: Role,
+    pub cost: Cost,
+    pub prefill_floor: bool,
+    pub decode_active_request_weight: f64,
+}
+
+/// How the prefill and decode terms combine (upstream's `router_selection_policy`).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Cost {
+    /// `prefill_load_scale · adjusted_prefill + decode_blocks` (Dynamo's default).
+    Linear,
+    /// `adjusted_prefill · (decode_blocks + 1)` (PR #11028).
+    Lmetric,
 }
 
 /// Which of upstream's two cost formulas the router uses.
@@ -114,6 +150,9 @@ impl Default for Config {
             prefix_state: PrefixState::Events,
             ttl_s: 120.0,
             role: Role::Aggregated,
+            cost: Cost::Linear,
+            prefill_floor: true,
+            decode_active_request_weight: 0.0,
         }
     }
 }
@@ -134,6 +173,8 @@ pub struct DynamoKv {
     /// Prompt blocks of in-flight requests (the decode load).
     active: ActiveRuns,
     in_flight: KeyMap<InFlight>,
+    /// Per replica: requests dispatched and not finished (upstream's `active_requests`).
+    active_requests: Vec<u32>,
     /// Per replica: cumulative uncached prompt tokens of the requests dispatched there, in order.
     prefill_cum: Vec<Vec<u64>>,
     /// The prompt's blocks as runs (also cuts eviction notices' paths), for request `prompt_for`.
@@ -159,9 +200,11 @@ impl Policy for DynamoKv {
         if cfg.block_tokens == 0 {
             return Err("block_tokens must be at least 1 (Dynamo uses the engine's KV block, 16 for vLLM)".into());
         }
-        for (name, v) in
-            [("overlap_score_credit", cfg.overlap_score_credit), ("prefill_load_scale", cfg.prefill_load_scale)]
-        {
+        for (name, v) in [
+            ("overlap_score_credit", cfg.overlap_score_credit),
+            ("prefill_load_scale", cfg.prefill_load_scale),
+            ("decode_active_request_weight", cfg.decode_active_request_weight),
+        ] {
             if !(v >= 0.0 && v.is_finite()) {
                 return Err(format!("{name} must be a finite number ≥ 0 (got {v})"));
             }
@@ -172,6 +215,24 @@ impl Policy for DynamoKv {
         if !(cfg.ttl_s > 0.0 && cfg.ttl_s.is_finite()) {
             return Err(format!("ttl_s must be positive (got {})", cfg.ttl_s));
         }
+        if cfg.cost == Cost::Lmetric {
+            let clash = if cfg.role == Role::Decode {
+                Some("role: decode (upstream keeps the decode pool on linear; lmetric needs prefill tracking)")
+            } else if !cfg.prefill_floor {
+                Some(
+                    "prefill_floor: false (a negative prefill term times decode load would prefer the busiest replica)",
+                )
+            } else if cfg.prefill_load_scale != 1.0 {
+                Some("prefill_load_scale ≠ 1 (the lmetric product has no scale; it would not change the argmin)")
+            } else if cfg.decode_active_request_weight != 0.0 {
+                Some("decode_active_request_weight ≠ 0 (the lmetric product has no active-request term)")
+            } else {
+                None
+            };
+            if let Some(clash) = clash {
+                return Err(format!("cost: lmetric does not combine with {clash}; use cost: linear for it"));
+            }
+        }
         let n = ctx.replicas as usize;
         Ok(Self {
             prompt: PromptRuns::new(cfg.block_tokens),
@@ -180,6 +241,7 @@ impl Policy for DynamoKv {
             cached: HeldRuns::new(n),
             active: ActiveRuns::new(n),
             in_flight: KeyMap::default(),
+            active_requests: vec![0; n],
             prefill_cum: vec![vec![0]; n],
             prompt_for: None,
             overlap_for: None,
@@ -238,13 +300,19 @@ impl DynamoKv {
         for r in 0..replicas.len() {
             let credit = self.cfg.overlap_score_credit * self.overlap[r] as f64;
             let decode_blocks = self.active.held_blocks(r) as f64 + request_blocks - self.shared[r] as f64;
+            let active_cost = self.cfg.decode_active_request_weight * self.active_requests[r] as f64;
             self.costs[r] = match self.cfg.role {
-                Role::Decode if credit > 0.0 => (decode_blocks - credit).max(0.0),
-                Role::Decode => decode_blocks,
+                Role::Decode if credit > 0.0 => (decode_blocks - credit).max(0.0) + active_cost,
+                Role::Decode => decode_blocks + active_cost,
                 Role::Aggregated => {
                     let prefill_blocks =
                         (self.active_prefill_tokens(r, replicas) + request.prompt_tokens as u64) as f64 / b;
-                    self.cfg.prefill_load_scale * (prefill_blocks - credit).max(0.0) + decode_blocks
+                    let adjusted = prefill_blocks - credit;
+                    let adjusted = if self.cfg.prefill_floor { adjusted.max(0.0) } else { adjusted };
+                    match self.cfg.cost {
+                        Cost::Linear => self.cfg.prefill_load_scale * adjusted + decode_blocks + active_cost,
+                        Cost::Lmetric => adjusted * (decode_blocks + 1.0),
+                    }
                 }
             };
         }
@@ -328,10 +396,12 @@ impl RouterPolicy for DynamoKv {
         let cum = &mut self.prefill_cum[r];
         cum.push(cum.last().copied().unwrap_or(0) + uncached);
         self.in_flight.insert(mix64(request.id), InFlight { replica: r, runs: runs.clone() });
+        self.active_requests[r] += 1;
     }
 
     fn on_complete(&mut self, c: &Completion) {
         let Some(f) = self.in_flight.remove(&mix64(c.request_id)) else { return };
+        self.active_requests[f.replica] -= 1;
         for run in &f.runs {
             self.active.remove(run.key, run.blocks, f.replica);
         }

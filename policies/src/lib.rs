@@ -33,6 +33,7 @@ pub mod round_robin;
 pub mod selection;
 pub mod sglang_cache_aware;
 pub mod threshold_affinity;
+pub mod vllm_loadaware;
 pub mod vllm_prefix_aware;
 
 use routelab_policy_api::{Entry, admission as admission_entry, pd_router, router, scheduler, selector};
@@ -54,6 +55,7 @@ pub fn registry() -> Vec<Entry> {
         router::<llm_d_sticky::LlmDSticky>(),
         router::<llm_d_predicted_latency::LlmDPredictedLatency>(),
         router::<vllm_prefix_aware::VllmPrefixAware>(),
+        router::<vllm_loadaware::VllmLoadAware>(),
         router::<chwbl::Chwbl>(),
         router::<aibrix_prefix_cache::AibrixPrefixCache>(),
         router::<ray_prefix_aware::RayPrefixAware>(),

@@ -3,7 +3,11 @@
 //! Algorithm (per request):
 //! 1. Load = the router's own count of in-flight requests per replica (+1 at dispatch, −1 at
 //!    completion). If `max − min > balance_abs_threshold` AND `max > balance_rel_threshold · min`,
-//!    the system is imbalanced: go to the least-loaded replica (lowest index on ties).
+//!    the system is imbalanced: go to the least-loaded replica (lowest index on ties;
+//!    `imbalanced: least_load`). With `imbalanced: keep_affinity` (SGLang PR #32195), look
+//!    instead among the replicas with load ≤ `min + balance_abs_threshold` for the longest
+//!    match on the router's tree (ties to the lower load, then the lowest index) and go there;
+//!    only when none of them matches any token, go to the least-loaded replica as before.
 //! 2. Otherwise match the prompt on the router's *approximate* tree — built only from what it
 //!    dispatched, never asking the replicas. If the best replica's match rate (matched / prompt
 //!    tokens) exceeds `cache_threshold`, go there (ties by load).
@@ -41,6 +45,15 @@
 //! `smg` 1.13.0 (`src/policies/cache_aware.rs`) routes below the threshold by LeastLoad's
 //! expected wait (`least_load` here approximates it by in-flight count) and has replaced the
 //! guard by a spill gate against the fleet *mean* load; that gate is not modelled.
+//!
+//! `imbalanced: keep_affinity` follows sgl-project/sglang PR #32195 ("Keep cache affinity during
+//! cache-aware load rebalancing", open at the time of writing): an imbalance used to discard all
+//! locality, so every request routed during one paid a full prefill even when a lightly loaded
+//! worker held its prefix; the PR keeps the longest cached prefix within the near-minimum-load
+//! window `load ≤ min_load + balance_abs_threshold`, ties to the lighter worker, and falls back
+//! to the shortest queue only when no worker in the window holds any of the prompt. SGLang PR
+//! #33138 (merged 2026-07-31) breaks the least-load ties at random; routelab keeps the lowest
+//! index, as shipped workloads' numbers rest on it.
 
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
@@ -52,6 +65,16 @@ pub enum BelowThreshold {
     SmallestTree,
 }
 
+/// What an imbalanced fleet does.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Imbalanced {
+    /// The least-loaded replica, locality dropped (SGLang's rule).
+    LeastLoad,
+    /// The longest match among the near-least-loaded replicas (SGLang PR #32195).
+    KeepAffinity,
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -61,6 +84,7 @@ pub struct Config {
     pub eviction_interval_s: f64,
     pub max_tree_tokens: u64,
     pub below_threshold: BelowThreshold,
+    pub imbalanced: Imbalanced,
 }
 
 impl Default for Config {
@@ -72,6 +96,7 @@ impl Default for Config {
             eviction_interval_s: 120.0,
             max_tree_tokens: 1 << 26,
             below_threshold: BelowThreshold::LeastLoad,
+            imbalanced: Imbalanced::LeastLoad,
         }
     }
 }
@@ -85,6 +110,7 @@ pub struct SglangCacheAware {
     cache_decisions: u64,
     balance_decisions: u64,
     below_threshold_decisions: u64,
+    kept_affinity_decisions: u64,
     evicted_tokens: u64,
 }
 
@@ -114,6 +140,7 @@ impl Policy for SglangCacheAware {
             cache_decisions: 0,
             balance_decisions: 0,
             below_threshold_decisions: 0,
+            kept_affinity_decisions: 0,
             evicted_tokens: 0,
         })
     }
@@ -136,6 +163,28 @@ impl SglangCacheAware {
         }
     }
 
+    /// PR #32195's imbalanced pick: the longest match among the replicas with load ≤ `min +
+    /// balance_abs_threshold`, ties to the lower load then the lowest index; `None` when none of
+    /// them matches any token.
+    fn keep_affinity(&mut self, request: &Request<'_>, min: u32) -> Option<usize> {
+        self.tree.match_each(request.segments.as_slice(), &mut self.matches);
+        let window = min.saturating_add(self.cfg.balance_abs_threshold);
+        let mut best: Option<usize> = None;
+        for r in (0..self.in_flight.len()).filter(|&r| self.in_flight[r] <= window) {
+            let better = match best {
+                None => true,
+                Some(b) => {
+                    self.matches[r] > self.matches[b]
+                        || (self.matches[r] == self.matches[b] && self.in_flight[r] < self.in_flight[b])
+                }
+            };
+            if better {
+                best = Some(r);
+            }
+        }
+        best.filter(|&b| self.matches[b] > 0)
+    }
+
     /// The router's belief of how many of `segments`' tokens replica `r` has cached.
     pub fn believed_match(&self, segments: &[Segment], r: usize) -> u32 {
         self.tree.match_tokens(segments, r)
@@ -148,6 +197,12 @@ impl RouterPolicy for SglangCacheAware {
         let (min, max) = self.in_flight.iter().fold((u32::MAX, 0), |(lo, hi), &l| (lo.min(l), hi.max(l)));
         if max - min > self.cfg.balance_abs_threshold && max as f64 > self.cfg.balance_rel_threshold * min as f64 {
             self.balance_decisions += 1;
+            if self.cfg.imbalanced == Imbalanced::KeepAffinity {
+                if let Some(r) = self.keep_affinity(request, min) {
+                    self.kept_affinity_decisions += 1;
+                    return r;
+                }
+            }
             return self.least_loaded();
         }
         self.tree.match_each(request.segments.as_slice(), &mut self.matches);
@@ -191,6 +246,7 @@ impl RouterPolicy for SglangCacheAware {
             ("cache_decisions".into(), self.cache_decisions as f64),
             ("balance_decisions".into(), self.balance_decisions as f64),
             ("below_threshold_decisions".into(), self.below_threshold_decisions as f64),
+            ("kept_affinity_decisions".into(), self.kept_affinity_decisions as f64),
             ("router_tree_tokens_mean".into(), tree_tokens as f64 / n),
             ("router_evicted_tokens".into(), self.evicted_tokens as f64),
         ]

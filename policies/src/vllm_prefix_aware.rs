@@ -30,6 +30,7 @@ use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
 
 use crate::index::block_index::BlockIndex;
+use crate::index::qps::QpsWindow;
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(default, deny_unknown_fields)]
@@ -50,9 +51,7 @@ pub struct VllmPrefixAware {
     rng: PolicyRng,
     hashing: BlockHashing,
     trie: BlockIndex,
-    /// Requests routed to each replica within the QPS window, and whether it ever got one.
-    recent: Vec<WindowSum>,
-    ever: Vec<bool>,
+    qps: QpsWindow,
     hashes: Vec<u64>,
     hashes_for: Option<u64>,
     in_play: Vec<u64>,
@@ -77,11 +76,10 @@ impl Policy for VllmPrefixAware {
         let n = ctx.replicas as usize;
         Ok(Self {
             hashing: BlockHashing { block_tokens: cfg.chunk_tokens, max_blocks: usize::MAX, partial_tail: true },
-            recent: vec![WindowSum::new(cfg.qps_window_s); n],
+            qps: QpsWindow::new(n, cfg.qps_window_s),
             cfg,
             rng: policy_rng(ctx.seed),
             trie: BlockIndex::new(n),
-            ever: vec![false; n],
             hashes: Vec::new(),
             hashes_for: None,
             in_play: vec![0; n.div_ceil(64).max(1)],
@@ -172,20 +170,7 @@ impl RouterPolicy for VllmPrefixAware {
         let matched = self.longest_match(request, n) as u32 * self.cfg.chunk_tokens;
         if matched < self.cfg.min_match_tokens {
             self.below_min_match += 1;
-            let now = request.arrived_at;
-            if let Some(r) = self.ever.iter().position(|&e| !e) {
-                return r;
-            }
-            let mut best = 0;
-            let mut best_qps = f64::INFINITY;
-            for (r, w) in self.recent.iter_mut().enumerate() {
-                let qps = w.sum(now);
-                if qps < best_qps {
-                    best_qps = qps;
-                    best = r;
-                }
-            }
-            return best;
+            return self.qps.lowest(request.arrived_at);
         }
         let count: u32 = self.in_play.iter().map(|w| w.count_ones()).sum();
         let k = self.rng.random_range(0..count);
@@ -206,8 +191,7 @@ impl RouterPolicy for VllmPrefixAware {
         for &h in &self.hashes[held..] {
             self.trie.insert(h, r);
         }
-        self.ever[r] = true;
-        self.recent[r].add(request.arrived_at, 1.0);
+        self.qps.record(r, request.arrived_at);
     }
 
     fn report(&self) -> Vec<(String, f64)> {

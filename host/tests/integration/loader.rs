@@ -332,6 +332,11 @@ fn field_routers_are_bit_identical_from_the_plugin_library() {
         "llm_d_predicted_latency",
         "aibrix_prefix_cache",
         "vllm_prefix_aware",
+        "vllm_loadaware",
+        "vllm_loadaware{beta: 0.25}",
+        "dynamo_kv{cost: lmetric}",
+        "dynamo_kv{prefill_floor: false, overlap_score_credit: 2, decode_active_request_weight: 1}",
+        "sglang_cache_aware{imbalanced: keep_affinity, balance_abs_threshold: 2}",
         "chwbl",
         "ray_prefix_aware",
     ];

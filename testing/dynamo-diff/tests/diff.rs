@@ -6,7 +6,8 @@
 //! documents, conversations that extend an earlier prompt, unique tails, block-unaligned
 //! lengths, now and then a prompt shorter than a block or empty), dispatches, first tokens,
 //! completions and evictions, on 1–16 workers, block sizes 4/16/32, credits, load scales,
-//! both cost formulas (aggregated/prefill with prefill tracking, decode without) and
+//! both cost formulas (aggregated/prefill with prefill tracking, decode without), the
+//! active-request weight (`decode_active_request_weight`, 0 to upstream's agentic 64) and
 //! temperatures 0 and > 0. Upstream's side is the real thing end to end: its XXH3 block hashing
 //! over token ids, its `RadixTree` fed KV `Stored`/`Removed` events, its
 //! `ActiveSequencesMultiWorker` for active blocks and prefill tokens (a request's prefill
@@ -76,6 +77,8 @@ struct Scenario {
     credit: f64,
     scale: f64,
     temperature: f64,
+    /// `decode_active_request_weight`: block-equivalents per request in flight on the worker.
+    active_weight: f64,
     role: Role,
     /// Upstream's worker label for the aggregated formula ("prefill" or "decode": the label
     /// Dynamo gives aggregated workers; only `decode` without prefill tracking changes the formula).
@@ -95,6 +98,7 @@ impl Scenario {
             credit: pick(rng, &[0.0, 0.5, 1.0, 1.0, 2.0]),
             scale: pick(rng, &[0.0, 0.5, 1.0, 1.0, 2.0]),
             temperature: pick(rng, &[0.0, 0.0, 0.5, 1.0]),
+            active_weight: pick(rng, &[0.0, 0.0, 0.5, 1.0, 64.0]),
             role,
             label: if role == Role::Decode { "decode" } else { pick(rng, &["prefill", "decode"]) },
         }
@@ -170,6 +174,8 @@ struct Counts {
     argmin_decisions: u64,
     ties: u64,
     softmax_decisions: u64,
+    /// Decisions with a positive active-request weight while some worker had requests in flight.
+    active_weighted: u64,
     costs_compared: u64,
     first_tokens: u64,
     completions: u64,
@@ -199,6 +205,7 @@ impl Upstream {
             overlap_score_credit: s.credit,
             prefill_load_scale: s.scale,
             router_temperature: s.temperature,
+            decode_active_request_weight: s.active_weight,
             ..Default::default()
         };
         let workers = (0..s.workers as u64).map(|w| (w, SimpleWorkerConfig::default())).collect();
@@ -277,6 +284,7 @@ fn run_scenario(seed: u64, decisions: u64, logits: &Arc<Mutex<Vec<(u64, String)>
         overlap_score_credit: s.credit,
         prefill_load_scale: s.scale,
         temperature: s.temperature,
+        decode_active_request_weight: s.active_weight,
         role: s.role,
         ..Default::default()
     };
@@ -403,6 +411,8 @@ fn run_scenario(seed: u64, decisions: u64, logits: &Arc<Mutex<Vec<(u64, String)>
             counts.softmax_decisions += 1;
         }
         counts.decisions += 1;
+        let in_flight = (0..n).any(|w| !prefilling[w].is_empty() || !decoding[w].is_empty());
+        counts.active_weighted += u64::from(s.active_weight > 0.0 && in_flight);
 
         // Both are told the dispatch: upstream's pick.
         let cached_blocks = sreq.overlap.effective_overlap_blocks.get(&worker(chosen_w as u64)).copied().unwrap_or(0.0);
@@ -463,6 +473,7 @@ fn dynamo_kv_matches_dynamo_kv_router_1_6_1() {
     println!("{counts:#?}");
     assert_eq!(counts.decisions, scenarios * decisions);
     assert!(counts.ties > 0 && counts.softmax_decisions > 0 && counts.evicted_paths > 0 && counts.first_tokens > 0);
+    assert!(counts.active_weighted > 0, "no decision weighed requests in flight: {counts:?}");
 }
 
 /// `pd_dynamo`'s bypass rule against upstream's `IslBoundingPolicy` (`src/conditional_disagg.rs`)
