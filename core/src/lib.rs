@@ -26,6 +26,7 @@ pub mod schema;
 pub mod seeds;
 pub mod signals;
 pub mod sim;
+pub mod sketch;
 pub mod step_model;
 pub mod suggest;
 pub mod time;

@@ -28,6 +28,18 @@ use routelab_core::workload::{self, InputError};
 use run::{exit_code_of_results, run_prepared};
 
 impl Common {
+    /// `--exact` or `--sketch`, as the workload's `cluster.summary`.
+    fn summary(&self) -> Option<routelab_core::workload::cluster::Summary> {
+        use routelab_core::workload::cluster::Summary;
+        if self.exact {
+            Some(Summary::Exact)
+        } else if self.sketch {
+            Some(Summary::Sketch)
+        } else {
+            None
+        }
+    }
+
     fn options(&self) -> RunOptions {
         RunOptions {
             seed: self.seed,
@@ -35,6 +47,7 @@ impl Common {
             start: self.start.clone(),
             trace: self.trace.clone(),
             slo: self.slo.clone(),
+            summary: self.summary(),
         }
     }
 }

@@ -128,7 +128,9 @@ pub fn engine_spec(bundle: &Bundle, how: &Replay) -> Result<ClusterSpec, InputEr
 
 /// Replays `bundle` and compares each figure.
 pub fn replay(bundle: &Bundle, how: &Replay) -> Result<RunAccuracy, Error> {
-    let spec = engine_spec(bundle, how)?;
+    let mut spec = engine_spec(bundle, how)?;
+    // Compared request by request: every record, however long the run.
+    spec.summary = crate::workload::cluster::Summary::Exact;
     let stream = block_stream(&bundle.rows, STREAM_BLOCK_TOKENS, 1.0, None, None);
     let router = if spec.replicas > 1 { "least_requests" } else { "round_robin" };
     let sm = spec.step_model().map_err(|e| InputError::from_field(Path::new("<replay>"), e))?;

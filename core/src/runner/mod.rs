@@ -98,6 +98,8 @@ pub struct RunOptions {
     pub trace: Option<PathBuf>,
     /// Cluster world: this per-request SLO instead of the workload's.
     pub slo: Option<crate::workload::slo::Slo>,
+    /// Cluster world: this `summary:` (exact records or sketches) instead of the workload's.
+    pub summary: Option<crate::workload::cluster::Summary>,
 }
 
 impl RunOptions {
@@ -114,6 +116,9 @@ impl RunOptions {
         }
         if let (Some(slo), Some(c)) = (&self.slo, w.cluster.as_mut()) {
             c.slo = Some(slo.clone());
+        }
+        if let (Some(summary), Some(c)) = (self.summary, w.cluster.as_mut()) {
+            c.summary = summary;
         }
         if let Some(t) = &self.trace {
             // An absolute path, so it is not re-read relative to the workload's folder.
@@ -481,7 +486,10 @@ fn run_seed(
                 sim = sim.with_admission(admission, &a.spec.label).map_err(|e| prepared.setup_error(e))?;
             }
             let out = sim.run()?;
-            let detail = with_detail.then(|| cluster_detail(c.replicas as usize, &out.records));
+            let detail = with_detail.then(|| match out.detail {
+                Some(d) => d,
+                None => cluster_detail(c.replicas as usize, &out.records),
+            });
             Ok(((out.metrics, Vec::new()), detail))
         }
         Instances::Compound(mut selector) => {

@@ -368,6 +368,15 @@ pub struct Common {
     /// `goodput_rps`.
     #[arg(long, value_parser = parse_slo)]
     pub slo: Option<routelab_core::workload::slo::Slo>,
+    /// Cluster workloads: keep every request's record, for exact percentiles and the in-flight
+    /// charts, however long the run (the default keeps them up to 1,000,000 requests and
+    /// sketches above: docs/performance.md, "Scale"). Sets `cluster.summary: exact`.
+    #[arg(long, conflicts_with = "sketch")]
+    pub exact: bool,
+    /// Cluster workloads: percentiles from HDR histograms (within 0.1%) in bounded memory,
+    /// however short the run. Sets `cluster.summary: sketch`.
+    #[arg(long)]
+    pub sketch: bool,
     /// Print tables as Markdown (for docs).
     #[arg(long)]
     pub markdown: bool,

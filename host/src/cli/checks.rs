@@ -52,6 +52,17 @@ pub fn overrides(w: &Workload, file: &Path, common: &Common) -> Result<(), Input
             "drop --slo, or pass a workload with a `cluster:` section",
         ));
     }
+    if (common.exact || common.sketch) && w.cluster.is_none() {
+        let flag = if common.exact { "--exact" } else { "--sketch" };
+        return Err(flag_error(
+            flag,
+            format!(
+                "{shown} is a {} workload; {flag} chooses how a cluster workload's requests are summarised",
+                w.world().as_str()
+            ),
+            &format!("drop {flag}, or pass a workload with a `cluster:` section"),
+        ));
+    }
     if let Some(t) = &common.trace {
         let replays = match (&w.dispatch, &w.cluster) {
             (Some(d), _) => matches!(d.arrivals, routelab_core::workload::dispatch::Arrivals::Trace { .. }),

@@ -124,15 +124,16 @@ fn isolated_children_in_parallel_give_the_same_figures() {
     assert!(run("isolate-j3", &["--isolate", "-j", "3"]) == plain, "--isolate -j 3 differs from an unisolated run");
 }
 
-/// The JSON of the unsharded sweep, and the shards' files of the same command line.
-fn shards(d: &Path, cluster: &Path, count: u32) -> (Vec<u8>, Vec<PathBuf>) {
+/// The JSON of the unsharded sweep, and the shards' files of the same command line (plus `extra`).
+fn shards(d: &Path, cluster: &Path, count: u32, extra: &[&str]) -> (Vec<u8>, Vec<PathBuf>) {
     let full = d.join("full.json");
-    ok(&routelab(&sweep_args(s(cluster), &["--json", s(&full)])));
+    ok(&routelab(&sweep_args(s(cluster), &[extra, &["--json", s(&full)]].concat())));
     let mut files = Vec::new();
     for k in 1..=count {
         let f = d.join(format!("shard-{k}.json"));
         let shard = format!("{k}/{count}");
-        let out = routelab(&sweep_args(s(cluster), &["--shard", &shard, "-j", "2", "--json", s(&f)]));
+        let out =
+            routelab(&sweep_args(s(cluster), &[extra, &["--shard", &shard, "-j", "2", "--json", s(&f)]].concat()));
         ok(&out);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.starts_with(&format!("shard {shard}: ")) && !stdout.contains('│'), "{stdout}");
@@ -147,7 +148,7 @@ fn merged_shards_are_byte_for_byte_the_unsharded_run() {
     let cluster = cluster_file(&d);
     // 3 sweep points × 4 policies × 3 seeds = 36 cells over 5 shards: uneven, and every
     // policy's seeds spread over several shards.
-    let (full, files) = shards(&d, &cluster, 5);
+    let (full, files) = shards(&d, &cluster, 5, &[]);
     let merged = d.join("merged.json");
     let mut args = vec!["merge"];
     // In any order.
@@ -161,11 +162,40 @@ fn merged_shards_are_byte_for_byte_the_unsharded_run() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&tables));
 }
 
+/// Sketched runs (`--sketch`: percentiles from HDR histograms) are as deterministic as exact
+/// ones: `-j 1` and `-j 3` write the same bytes, and their shards merge to the unsharded file,
+/// which is not the exact run's (the flag took effect).
+#[test]
+fn sketched_runs_are_deterministic_and_merge_like_exact_ones() {
+    let d = dir("sketch");
+    let cluster = cluster_file(&d);
+    let (full, files) = shards(&d, &cluster, 3, &["--sketch"]);
+    let merged = d.join("merged.json");
+    let mut args = vec!["merge"];
+    args.extend(files.iter().map(|f| s(f)));
+    args.extend(["--json", s(&merged)]);
+    ok(&routelab(&args));
+    assert!(std::fs::read(&merged).unwrap() == full, "merged sketched shards differ from the unsharded run");
+    let j3 = d.join("j3.json");
+    ok(&routelab(&sweep_args(s(&cluster), &["--sketch", "-j", "3", "--json", s(&j3)])));
+    assert!(std::fs::read(&j3).unwrap() == full, "--sketch: -j 3 differs from the default jobs");
+    let exact = d.join("exact.json");
+    ok(&routelab(&sweep_args(s(&cluster), &["-j", "1", "--json", s(&exact)])));
+    assert!(std::fs::read(&exact).unwrap() != full, "--sketch changed nothing: was it applied?");
+    // Only a cluster workload has requests to sketch; the flags exclude each other.
+    for args in [&["compare", "exp_rho09", "--sketch"][..], &["compare", s(&cluster), "--exact", "--sketch"]] {
+        let out = routelab(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("--sketch") && out.stdout.is_empty(), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn merge_refuses_files_that_do_not_fit_together() {
     let d = dir("refuse");
     let cluster = cluster_file(&d);
-    let (_, files) = shards(&d, &cluster, 3);
+    let (_, files) = shards(&d, &cluster, 3, &[]);
     let f = |k: usize| s(&files[k]).to_string();
     let check = |args: &[String], expected: &str| {
         let mut a = vec!["merge".to_string()];

@@ -9,7 +9,7 @@ use super::*;
 use crate::plugin::{Loader, PolicySpec};
 use crate::workload::generate::generate;
 
-fn classes_preset() -> ClusterSpec {
+pub(super) fn classes_preset() -> ClusterSpec {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
@@ -19,7 +19,7 @@ fn classes_preset() -> ClusterSpec {
 
 /// Runs `router` on `spec` for `seed`, with the admission policy `admission` (a policy argument)
 /// in front of it, or none.
-fn run(spec: &ClusterSpec, router: &str, admission: Option<&str>, seed: u64) -> RunOutcome {
+pub(super) fn run(spec: &ClusterSpec, router: &str, admission: Option<&str>, seed: u64) -> RunOutcome {
     let sm = spec.step_model().unwrap();
     let mut loader = Loader::new();
     let r = loader.router(&PolicySpec::parse(router).unwrap(), &router_context_for(spec, &sm, seed)).unwrap();

@@ -25,6 +25,9 @@
 //! with less than half their prompt cached at first admission (NaN when there are none). `busiest_replica_share` = the largest share of requests
 //! dispatched to one replica. `preemptions` counts recompute preemptions (`estimate` reservation).
 //! With `slo:`, `slo_attainment` and `goodput_rps` follow ([`push_slo_metrics`]).
+//! Percentiles are nearest-rank over every request's record, or, when `cluster.summary` says
+//! sketch (by default above 10^6 requests), read from HDR histograms within [`crate::sketch`]'s
+//! bound; everything else is a count or a sum either way (`summary::Tally`).
 //! A router's own `report()` figures follow the host's as `router.<name>`, then the schedulers'
 //! summed over replicas as `scheduler.<name>`.
 //!
@@ -40,6 +43,8 @@ mod pd;
 mod pd_tests;
 pub mod prefix_cache;
 pub mod replica;
+#[cfg(test)]
+mod sketch_tests;
 mod summary;
 #[cfg(test)]
 mod tests;
@@ -58,7 +63,7 @@ use self::pd::Pd;
 use self::tiers::ReplicaTiers;
 
 use self::replica::{Phase, Replica, ReplicaConfig, RequestState};
-use self::summary::{Replication, summarize};
+use self::summary::Replication;
 pub use self::summary::{RequestRecord, RunOutcome, push_slo_metrics};
 use super::SetupError;
 use super::event_queue::EventQueue;
@@ -278,6 +283,9 @@ pub struct ClusterSim<'a> {
     admission_metrics: bool,
     /// The remote KV tier every replica shares (`kv_tiers.remote`), if any.
     remote_tier: Option<KvTier>,
+    /// Whether the summary keeps every request's record (exact percentiles, records in the
+    /// outcome) or sketches the distributions ([`crate::sketch`]).
+    exact: bool,
 }
 
 impl<'a> ClusterSim<'a> {
@@ -400,6 +408,8 @@ impl<'a> ClusterSim<'a> {
                 .as_ref()
                 .and_then(|t| t.remote.as_ref())
                 .map(|r| KvTier::new(r, sm.cost.kv_bytes_per_token)),
+            // A disaggregated cluster's own figures read every record (its state is per request).
+            exact: spec.summary.exact(total) || spec.disaggregation.is_some(),
         })
     }
 
@@ -646,7 +656,6 @@ impl<'a> ClusterSim<'a> {
     /// Per-request records, the host's metrics, then the policies' own figures.
     fn finish(self) -> Result<RunOutcome, RunError> {
         let pd_rejected = |i: usize| self.pd.as_ref().is_some_and(|pd| pd.rejected[i]);
-        let rejected = self.pd.as_ref().map_or(0, |pd| pd.rejected.iter().filter(|r| **r).count());
         // Conservation: every request ends exactly once — finished, rejected or shed — or is
         // still unfinished at the horizon (held requests included); never two of these.
         #[cfg(debug_assertions)]
@@ -660,62 +669,60 @@ impl<'a> ClusterSim<'a> {
             }
             assert_eq!(self.done, ended, "the count of ended requests drifted");
         }
-        let records: Vec<RequestRecord> = self
-            .stream
-            .requests
-            .iter()
-            .zip(&self.states)
-            .enumerate()
-            .map(|(i, (q, st))| {
-                let t = |x: Option<SimTime>| x.map_or(f64::NAN, seconds);
-                // Per-request costs outside the engine's steps (a calibration's API and
-                // detokenisation time), charged where the request's tokens come out.
-                let (first, per_token) = self.pricers[pool_of(self.pd.as_ref(), st.replica as usize)].per_request_s();
-                let later = per_token * q.output_tokens.saturating_sub(1) as f64;
-                RequestRecord {
-                    replica: st.replica,
-                    arrived_at_s: seconds(q.arrived_at),
-                    admitted_at_s: t(st.admitted_at),
-                    first_token_at_s: t(st.first_token_at) + first,
-                    completed_at_s: t(st.completed_at) + first + later,
-                    prompt_tokens: q.prompt_tokens,
-                    cached_tokens: st.cached_tokens,
-                    output_tokens: q.output_tokens,
-                    preemptions: st.preemptions,
-                    class: self.infos[i].class,
-                    tenant: self.infos[i].tenant,
-                    end: if pd_rejected(i) { End::Rejected } else { self.ends[i] },
-                    dispatched_at_s: seconds(self.dispatched_at[i]),
-                }
-            })
-            .collect();
-        let p = &self.probes;
-        // Rejected and shed requests were never served: the cluster's figures cover the others.
-        let turned_away = rejected + self.ends.iter().filter(|e| **e != End::Served).count();
-        let served: Vec<RequestRecord> = if turned_away > 0 {
-            records.iter().filter(|r| r.end == End::Served).cloned().collect()
-        } else {
-            Vec::new()
+        let record = |i: usize| {
+            let (q, st) = (&self.stream.requests[i], &self.states[i]);
+            let t = |x: Option<SimTime>| x.map_or(f64::NAN, seconds);
+            // Per-request costs outside the engine's steps (a calibration's API and
+            // detokenisation time), charged where the request's tokens come out.
+            let (first, per_token) = self.pricers[pool_of(self.pd.as_ref(), st.replica as usize)].per_request_s();
+            let later = per_token * q.output_tokens.saturating_sub(1) as f64;
+            RequestRecord {
+                replica: st.replica,
+                arrived_at_s: seconds(q.arrived_at),
+                admitted_at_s: t(st.admitted_at),
+                first_token_at_s: t(st.first_token_at) + first,
+                completed_at_s: t(st.completed_at) + first + later,
+                prompt_tokens: q.prompt_tokens,
+                cached_tokens: st.cached_tokens,
+                output_tokens: q.output_tokens,
+                preemptions: st.preemptions,
+                class: self.infos[i].class,
+                tenant: self.infos[i].tenant,
+                end: if pd_rejected(i) { End::Rejected } else { self.ends[i] },
+                dispatched_at_s: seconds(self.dispatched_at[i]),
+            }
         };
-        let summarized = if served.is_empty() && turned_away == 0 { &records } else { &served };
-        let mut metrics =
-            summarize(summarized, &self.replicas, p.waiting_at_half, p.waiting_at_end, p.replication.factor());
+        // Over every request in order; the cluster's own figures over the served ones (rejected
+        // and shed requests were never served), the SLO's over all (a rejection misses it).
+        let mut tally = summary::Tally::new(self.exact, &self.classes, &self.tenants, self.slo.as_ref());
+        let records: Vec<RequestRecord> =
+            if self.exact { (0..self.states.len()).map(record).collect() } else { Vec::new() };
+        if self.exact {
+            records.iter().for_each(|r| tally.add(r));
+        } else {
+            (0..self.states.len()).for_each(|i| tally.add(&record(i)));
+        }
+        let p = &self.probes;
+        let mut metrics = tally.summary(&self.replicas, p.waiting_at_half, p.waiting_at_end, p.replication.factor());
         if self.pd.is_some() {
             self.pd_metrics(&records, &mut metrics);
         }
         if self.replicas.first().is_some_and(|r| r.tiers.is_some()) {
-            summary::push_tier_metrics(&mut metrics, &records, &self.states, &self.replicas, self.remote_tier.as_ref());
+            let prompts = self.stream.requests.iter().map(|q| q.prompt_tokens);
+            summary::push_tier_metrics(&mut metrics, prompts, &self.states, &self.replicas, self.remote_tier.as_ref());
         }
-        // Over every request, rejected ones included: a rejection does not meet the SLO.
-        let grouped = !self.classes.is_empty() || !self.tenants.is_empty();
-        if grouped {
-            summary::push_class_metrics(&mut metrics, &records, &self.classes, &self.tenants, self.slo.as_ref());
-        } else if let Some(slo) = &self.slo {
-            push_slo_metrics(&mut metrics, &records, slo);
+        if !self.classes.is_empty() || !self.tenants.is_empty() {
+            tally.push_groups(&mut metrics);
+        } else if self.slo.is_some() {
+            tally.push_slo(&mut metrics);
         }
         if let Some(a) = self.admission.as_ref().filter(|_| self.admission_metrics) {
-            summary::push_admission_metrics(&mut metrics, &records, a.counts.held);
+            tally.push_admission(&mut metrics, a.counts.held);
         }
+        let detail = (!self.exact).then(|| {
+            let (latency_quantiles, finished_share) = tally.latency_cdf(crate::metrics::CDF_POINTS);
+            crate::metrics::Detail { latency_quantiles, finished_share, ..Default::default() }
+        });
         for (k, v) in self.router.report()?.into_iter().chain(scheduler_stats(&self.schedulers, self.router.label())?) {
             metrics.push(k, v);
         }
@@ -724,6 +731,6 @@ impl<'a> ClusterSim<'a> {
                 metrics.push(k, v);
             }
         }
-        Ok(RunOutcome { metrics, records })
+        Ok(RunOutcome { metrics, records, detail })
     }
 }

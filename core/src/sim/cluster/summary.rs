@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use super::End;
 use super::kv_tier::KvTier;
 use super::replica::{Replica, RequestState};
-use crate::metrics::{Metrics, quantile};
+use crate::metrics::Metrics;
+use crate::sketch::Dist;
 use crate::workload::cluster::classes::{ClassSpec, TenantSpec};
 use crate::workload::slo::Slo;
 
@@ -35,7 +36,11 @@ pub struct RequestRecord {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunOutcome {
     pub metrics: Metrics,
+    /// Every request's record when the run kept them (`cluster.summary`: exact); else empty.
     pub records: Vec<RequestRecord>,
+    /// A sketched run's latency CDF (no in-flight timeline: that needs the records); `None` when
+    /// the records were kept.
+    pub detail: Option<crate::metrics::Detail>,
 }
 
 /// Time-sampled replication factor: Σ cached tokens ÷ tokens of the union, averaged.
@@ -72,87 +77,6 @@ impl Replication {
 /// Requests with less than this fraction of their prompt cached at admission are "low-hit".
 const LOW_HIT: f64 = 0.5;
 
-pub(super) fn summarize(
-    records: &[RequestRecord],
-    replicas: &[Replica],
-    waiting_at_half: u64,
-    waiting_at_end: u64,
-    replication_factor: f64,
-) -> Metrics {
-    let total = records.len();
-    let done: Vec<&RequestRecord> = records.iter().filter(|r| r.completed_at_s.is_finite()).collect();
-    let mut latency: Vec<f64> = done.iter().map(|r| r.completed_at_s - r.arrived_at_s).collect();
-    let mut ttft: Vec<f64> = done.iter().map(|r| r.first_token_at_s - r.arrived_at_s).collect();
-    let mut tpot: Vec<f64> = done
-        .iter()
-        .filter(|r| r.output_tokens > 1)
-        .map(|r| (r.completed_at_s - r.first_token_at_s) / (r.output_tokens - 1) as f64)
-        .collect();
-    let mean = |xs: &[f64]| if xs.is_empty() { f64::NAN } else { xs.iter().sum::<f64>() / xs.len() as f64 };
-    let admitted = records.iter().filter(|r| r.admitted_at_s.is_finite());
-    let (cached, prompt) =
-        admitted.fold((0u64, 0u64), |(c, p), r| (c + r.cached_tokens as u64, p + r.prompt_tokens as u64));
-    let first = records.first().map_or(0.0, |r| r.arrived_at_s);
-    let last_done = done.iter().map(|r| r.completed_at_s).fold(f64::NAN, f64::max);
-    let unfinished = total - done.len();
-    let second_half = (total - total / 2).max(1) as f64;
-    let growing = waiting_at_end as f64 - waiting_at_half as f64 > 0.05 * second_half;
-    let busiest = replicas.iter().map(|r| r.dispatched).max().unwrap_or(0);
-    let mut m = Metrics::new();
-    m.push("requests", total as f64);
-    m.push("completed", done.len() as f64);
-    m.push("unfinished", unfinished as f64);
-    m.push("overloaded", (unfinished > 0 || growing) as u8 as f64);
-    m.push("latency_mean_s", mean(&latency));
-    m.push("latency_p50_s", quantile(&mut latency, 0.50));
-    m.push("latency_p90_s", quantile(&mut latency, 0.90));
-    m.push("latency_p99_s", quantile(&mut latency, 0.99));
-    // The cold requests' tail: what a cache-favouring local scheduler could starve.
-    let mut low_hit: Vec<f64> = done
-        .iter()
-        .filter(|r| (r.cached_tokens as f64) < LOW_HIT * r.prompt_tokens as f64)
-        .map(|r| r.completed_at_s - r.arrived_at_s)
-        .collect();
-    m.push("latency_p99_low_hit_s", quantile(&mut low_hit, 0.99));
-    m.push("ttft_mean_s", mean(&ttft));
-    m.push("ttft_p50_s", quantile(&mut ttft, 0.50));
-    m.push("ttft_p90_s", quantile(&mut ttft, 0.90));
-    m.push("ttft_p99_s", quantile(&mut ttft, 0.99));
-    m.push("tpot_mean_s", mean(&tpot));
-    m.push("tpot_p50_s", quantile(&mut tpot, 0.50));
-    m.push("tpot_p90_s", quantile(&mut tpot, 0.90));
-    m.push("tpot_p99_s", quantile(&mut tpot, 0.99));
-    m.push("throughput_rps", if last_done > first { done.len() as f64 / (last_done - first) } else { f64::NAN });
-    m.push("hit_rate", if prompt > 0 { cached as f64 / prompt as f64 } else { 0.0 });
-    m.push("replication_factor", replication_factor);
-    m.push("busiest_replica_share", if total > 0 { busiest as f64 / total as f64 } else { f64::NAN });
-    m.push("preemptions", replicas.iter().map(|r| r.preemptions).sum::<u64>() as f64);
-    m
-}
-
-/// `slo_attainment` (fraction of all requests, unfinished ones included, that met `slo`) and
-/// `goodput_rps` (requests that met it per second between the first and the last arrival; NaN
-/// for a single request). Works from the records alone, so every world that writes them can call it.
-pub fn push_slo_metrics(m: &mut Metrics, records: &[RequestRecord], slo: &Slo) {
-    let met = records
-        .iter()
-        .filter(|r| {
-            let tpot = if r.output_tokens > 1 {
-                (r.completed_at_s - r.first_token_at_s) / (r.output_tokens - 1) as f64
-            } else {
-                f64::NAN
-            };
-            slo.met(r.first_token_at_s - r.arrived_at_s, tpot, r.completed_at_s - r.arrived_at_s)
-        })
-        .count();
-    let (first, last) = records
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), r| (a.min(r.arrived_at_s), b.max(r.arrived_at_s)));
-    let span = last - first;
-    m.push("slo_attainment", if records.is_empty() { f64::NAN } else { met as f64 / records.len() as f64 });
-    m.push("goodput_rps", if span > 0.0 { met as f64 / span } else { f64::NAN });
-}
-
 /// Whether `r` met `slo` (an unfinished, rejected or shed request does not).
 fn met(r: &RequestRecord, slo: &Slo) -> bool {
     let tpot = if r.output_tokens > 1 {
@@ -163,109 +87,293 @@ fn met(r: &RequestRecord, slo: &Slo) -> bool {
     slo.met(r.first_token_at_s - r.arrived_at_s, tpot, r.completed_at_s - r.arrived_at_s)
 }
 
-/// The per-class and per-tenant figures of a workload with `classes:` or `tenants:` (each
-/// request held to its class's SLO, else the cluster's `slo`, else only to finishing):
-/// `slo_attainment` and `goodput_rps` over every request; per class `class.<name>.requests`,
-/// `.slo_attainment`, `.goodput_rps`, `.rejected`, `.shed`, `.ttft_p99_s` (finished requests);
-/// per tenant `tenant.<name>.requests`, `.slo_attainment`, `.goodput_rps`; and over tenants
-/// `tenant_attainment_min` (the worst tenant's attainment) and `tenant_fairness_jain`: Jain's
-/// index (Σx)² / (n Σx²) of the tenants' normalised service x = tokens (prompt + output) of
-/// their finished requests ÷ their weight (1: perfectly fair; 1/n: one tenant got everything).
-/// Goodput divides by the whole run's arrival span, so the classes' goodputs add up.
-pub fn push_class_metrics(
-    m: &mut Metrics,
-    records: &[RequestRecord],
-    classes: &[ClassSpec],
-    tenants: &[TenantSpec],
-    slo: Option<&Slo>,
-) {
-    let none = Slo::default();
-    let slo_of =
-        |r: &RequestRecord| classes.get(r.class as usize).and_then(|c| c.slo.as_ref()).or(slo).unwrap_or(&none);
-    let (first, last) = records
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), r| (a.min(r.arrived_at_s), b.max(r.arrived_at_s)));
-    let span = last - first;
-    let rate = |n: usize| if span > 0.0 { n as f64 / span } else { f64::NAN };
-    let share = |a: usize, n: usize| if n == 0 { f64::NAN } else { a as f64 / n as f64 };
-    let total_met = records.iter().filter(|r| met(r, slo_of(r))).count();
-    m.push("slo_attainment", share(total_met, records.len()));
-    m.push("goodput_rps", rate(total_met));
-    let names: Vec<&str> =
-        if classes.is_empty() { vec!["default"] } else { classes.iter().map(|c| c.name.as_str()).collect() };
-    for (k, name) in names.iter().enumerate() {
-        let mine: Vec<&RequestRecord> = records.iter().filter(|r| r.class as usize == k).collect();
-        let ok = mine.iter().filter(|r| met(r, slo_of(r))).count();
-        let mut ttft: Vec<f64> =
-            mine.iter().filter(|r| r.completed_at_s.is_finite()).map(|r| r.first_token_at_s - r.arrived_at_s).collect();
-        m.push(format!("class.{name}.requests"), mine.len() as f64);
-        m.push(format!("class.{name}.slo_attainment"), share(ok, mine.len()));
-        m.push(format!("class.{name}.goodput_rps"), rate(ok));
-        m.push(format!("class.{name}.rejected"), mine.iter().filter(|r| r.end == End::Rejected).count() as f64);
-        m.push(format!("class.{name}.shed"), mine.iter().filter(|r| r.end == End::Shed).count() as f64);
-        m.push(format!("class.{name}.ttft_p99_s"), if ttft.is_empty() { f64::NAN } else { quantile(&mut ttft, 0.99) });
-    }
-    let tenant_list: Vec<(&str, f64)> = if tenants.is_empty() {
-        vec![("default", 1.0)]
-    } else {
-        tenants.iter().map(|t| (t.name.as_str(), t.weight)).collect()
-    };
-    let (mut worst, mut sum, mut sum_sq) = (f64::INFINITY, 0.0, 0.0);
-    for (k, (name, weight)) in tenant_list.iter().enumerate() {
-        let mine: Vec<&RequestRecord> = records.iter().filter(|r| r.tenant as usize == k).collect();
-        let ok = mine.iter().filter(|r| met(r, slo_of(r))).count();
-        let attainment = share(ok, mine.len());
-        if attainment.is_finite() {
-            worst = worst.min(attainment);
+/// One class's figures (see [`Tally::push_groups`]).
+struct ClassTally {
+    requests: usize,
+    met: usize,
+    rejected: usize,
+    shed: usize,
+    ttft: Dist,
+}
+
+/// One tenant's figures (see [`Tally::push_groups`]).
+struct TenantTally {
+    requests: usize,
+    met: usize,
+    /// Prompt + output tokens of its finished requests.
+    served: f64,
+}
+
+/// Everything a cluster run's summary reads from its requests, added one record at a time in
+/// request order: so that a long run need not keep its records. Its distributions are exact
+/// (every value kept: nearest-rank percentiles as ever) or sketched ([`crate::sketch`]: memory
+/// bounded, within its stated error); every other figure is a count or a sum, the same either way.
+pub(super) struct Tally<'a> {
+    classes: &'a [ClassSpec],
+    tenants: &'a [TenantSpec],
+    slo: Option<&'a Slo>,
+    /// Served requests (neither rejected nor shed): the cluster's own figures.
+    total: usize,
+    done: usize,
+    first: Option<f64>,
+    last_done: f64,
+    cached: u64,
+    prompt: u64,
+    latency: Dist,
+    ttft: Dist,
+    tpot: Dist,
+    low_hit: Dist,
+    /// Every request, turned away or not: SLO, class, tenant and admission figures.
+    all: usize,
+    first_arrival: f64,
+    last_arrival: f64,
+    met: usize,
+    per_class: Vec<ClassTally>,
+    per_tenant: Vec<TenantTally>,
+    rejected: usize,
+    shed: usize,
+    routed: usize,
+    routed_wait_s: f64,
+}
+
+impl<'a> Tally<'a> {
+    /// Each request held to its class's SLO, else `slo`, else only to finishing; `exact` keeps
+    /// every value of the distributions.
+    pub(super) fn new(exact: bool, classes: &'a [ClassSpec], tenants: &'a [TenantSpec], slo: Option<&'a Slo>) -> Self {
+        let class = || ClassTally { requests: 0, met: 0, rejected: 0, shed: 0, ttft: Dist::new(exact) };
+        let tenant = || TenantTally { requests: 0, met: 0, served: 0.0 };
+        Self {
+            classes,
+            tenants,
+            slo,
+            total: 0,
+            done: 0,
+            first: None,
+            last_done: f64::NAN,
+            cached: 0,
+            prompt: 0,
+            latency: Dist::new(exact),
+            ttft: Dist::new(exact),
+            tpot: Dist::new(exact),
+            low_hit: Dist::new(exact),
+            all: 0,
+            first_arrival: f64::INFINITY,
+            last_arrival: f64::NEG_INFINITY,
+            met: 0,
+            per_class: (0..classes.len().max(1)).map(|_| class()).collect(),
+            per_tenant: (0..tenants.len().max(1)).map(|_| tenant()).collect(),
+            rejected: 0,
+            shed: 0,
+            routed: 0,
+            routed_wait_s: 0.0,
         }
-        let served: f64 = mine
-            .iter()
-            .filter(|r| r.completed_at_s.is_finite())
-            .map(|r| r.prompt_tokens as f64 + r.output_tokens as f64)
-            .sum();
-        let x = served / weight;
-        sum += x;
-        sum_sq += x * x;
-        m.push(format!("tenant.{name}.requests"), mine.len() as f64);
-        m.push(format!("tenant.{name}.slo_attainment"), attainment);
-        m.push(format!("tenant.{name}.goodput_rps"), rate(ok));
     }
-    let n = tenant_list.len() as f64;
-    m.push("tenant_attainment_min", if worst.is_finite() { worst } else { f64::NAN });
-    m.push("tenant_fairness_jain", if sum_sq > 0.0 { sum * sum / (n * sum_sq) } else { f64::NAN });
+
+    /// Adds the next request's record (in request order).
+    pub(super) fn add(&mut self, r: &RequestRecord) {
+        let finished = r.completed_at_s.is_finite();
+        if r.end == End::Served {
+            self.total += 1;
+            self.first.get_or_insert(r.arrived_at_s);
+            if r.admitted_at_s.is_finite() {
+                self.cached += r.cached_tokens as u64;
+                self.prompt += r.prompt_tokens as u64;
+            }
+            if finished {
+                self.done += 1;
+                self.last_done = self.last_done.max(r.completed_at_s);
+                let latency = r.completed_at_s - r.arrived_at_s;
+                self.latency.push(latency);
+                self.ttft.push(r.first_token_at_s - r.arrived_at_s);
+                if r.output_tokens > 1 {
+                    self.tpot.push((r.completed_at_s - r.first_token_at_s) / (r.output_tokens - 1) as f64);
+                }
+                if (r.cached_tokens as f64) < LOW_HIT * r.prompt_tokens as f64 {
+                    self.low_hit.push(latency);
+                }
+            }
+            if r.dispatched_at_s.is_finite() {
+                self.routed += 1;
+                self.routed_wait_s += r.dispatched_at_s - r.arrived_at_s;
+            }
+        }
+        self.all += 1;
+        self.first_arrival = self.first_arrival.min(r.arrived_at_s);
+        self.last_arrival = self.last_arrival.max(r.arrived_at_s);
+        let none = Slo::default();
+        let slo = self.classes.get(r.class as usize).and_then(|c| c.slo.as_ref()).or(self.slo).unwrap_or(&none);
+        let ok = met(r, slo);
+        self.met += ok as usize;
+        if let Some(c) = self.per_class.get_mut(r.class as usize) {
+            c.requests += 1;
+            c.met += ok as usize;
+            c.rejected += (r.end == End::Rejected) as usize;
+            c.shed += (r.end == End::Shed) as usize;
+            if finished {
+                c.ttft.push(r.first_token_at_s - r.arrived_at_s);
+            }
+        }
+        if let Some(t) = self.per_tenant.get_mut(r.tenant as usize) {
+            t.requests += 1;
+            t.met += ok as usize;
+            if finished {
+                t.served += r.prompt_tokens as f64 + r.output_tokens as f64;
+            }
+        }
+        self.rejected += (r.end == End::Rejected) as usize;
+        self.shed += (r.end == End::Shed) as usize;
+    }
+
+    /// The cluster's figures over the served requests (keys in the module docs).
+    pub(super) fn summary(
+        &mut self,
+        replicas: &[Replica],
+        waiting_at_half: u64,
+        waiting_at_end: u64,
+        replication_factor: f64,
+    ) -> Metrics {
+        let (total, done) = (self.total, self.done);
+        let first = self.first.unwrap_or(0.0);
+        let unfinished = total - done;
+        let second_half = (total - total / 2).max(1) as f64;
+        let growing = waiting_at_end as f64 - waiting_at_half as f64 > 0.05 * second_half;
+        let busiest = replicas.iter().map(|r| r.dispatched).max().unwrap_or(0);
+        let mut m = Metrics::new();
+        m.push("requests", total as f64);
+        m.push("completed", done as f64);
+        m.push("unfinished", unfinished as f64);
+        m.push("overloaded", (unfinished > 0 || growing) as u8 as f64);
+        // Each mean before its percentiles: exact percentiles reorder the values.
+        m.push("latency_mean_s", self.latency.mean());
+        m.push("latency_p50_s", self.latency.quantile(0.50));
+        m.push("latency_p90_s", self.latency.quantile(0.90));
+        m.push("latency_p99_s", self.latency.quantile(0.99));
+        // The cold requests' tail: what a cache-favouring local scheduler could starve.
+        m.push("latency_p99_low_hit_s", self.low_hit.quantile(0.99));
+        m.push("ttft_mean_s", self.ttft.mean());
+        m.push("ttft_p50_s", self.ttft.quantile(0.50));
+        m.push("ttft_p90_s", self.ttft.quantile(0.90));
+        m.push("ttft_p99_s", self.ttft.quantile(0.99));
+        m.push("tpot_mean_s", self.tpot.mean());
+        m.push("tpot_p50_s", self.tpot.quantile(0.50));
+        m.push("tpot_p90_s", self.tpot.quantile(0.90));
+        m.push("tpot_p99_s", self.tpot.quantile(0.99));
+        let last_done = self.last_done;
+        m.push("throughput_rps", if last_done > first { done as f64 / (last_done - first) } else { f64::NAN });
+        m.push("hit_rate", if self.prompt > 0 { self.cached as f64 / self.prompt as f64 } else { 0.0 });
+        m.push("replication_factor", replication_factor);
+        m.push("busiest_replica_share", if total > 0 { busiest as f64 / total as f64 } else { f64::NAN });
+        m.push("preemptions", replicas.iter().map(|r| r.preemptions).sum::<u64>() as f64);
+        m
+    }
+
+    /// Requests that met their SLO per second between the first and the last arrival.
+    fn rate(&self, n: usize) -> f64 {
+        let span = self.last_arrival - self.first_arrival;
+        if span > 0.0 { n as f64 / span } else { f64::NAN }
+    }
+
+    /// `slo_attainment` (fraction of all requests, unfinished and turned-away ones included,
+    /// that met their SLO) and `goodput_rps` (requests that met it per second between the first
+    /// and the last arrival; NaN for a single request).
+    pub(super) fn push_slo(&self, m: &mut Metrics) {
+        m.push("slo_attainment", share(self.met, self.all));
+        m.push("goodput_rps", self.rate(self.met));
+    }
+
+    /// The per-class and per-tenant figures of a workload with `classes:` or `tenants:`, after
+    /// [`Tally::push_slo`]'s: per class `class.<name>.requests`, `.slo_attainment`,
+    /// `.goodput_rps`, `.rejected`, `.shed`, `.ttft_p99_s` (finished requests); per tenant
+    /// `tenant.<name>.requests`, `.slo_attainment`, `.goodput_rps`; and over tenants
+    /// `tenant_attainment_min` (the worst tenant's attainment) and `tenant_fairness_jain`: Jain's
+    /// index (Σx)² / (n Σx²) of the tenants' normalised service x = tokens (prompt + output) of
+    /// their finished requests ÷ their weight (1: perfectly fair; 1/n: one tenant got everything).
+    /// Goodput divides by the whole run's arrival span, so the classes' goodputs add up.
+    pub(super) fn push_groups(&mut self, m: &mut Metrics) {
+        self.push_slo(m);
+        let names: Vec<&str> = if self.classes.is_empty() {
+            vec!["default"]
+        } else {
+            self.classes.iter().map(|c| c.name.as_str()).collect()
+        };
+        let mut per_class = std::mem::take(&mut self.per_class);
+        for (name, c) in names.iter().zip(&mut per_class) {
+            m.push(format!("class.{name}.requests"), c.requests as f64);
+            m.push(format!("class.{name}.slo_attainment"), share(c.met, c.requests));
+            m.push(format!("class.{name}.goodput_rps"), self.rate(c.met));
+            m.push(format!("class.{name}.rejected"), c.rejected as f64);
+            m.push(format!("class.{name}.shed"), c.shed as f64);
+            m.push(format!("class.{name}.ttft_p99_s"), c.ttft.quantile(0.99));
+        }
+        self.per_class = per_class;
+        let tenant_list: Vec<(&str, f64)> = if self.tenants.is_empty() {
+            vec![("default", 1.0)]
+        } else {
+            self.tenants.iter().map(|t| (t.name.as_str(), t.weight)).collect()
+        };
+        let (mut worst, mut sum, mut sum_sq) = (f64::INFINITY, 0.0, 0.0);
+        for ((name, weight), t) in tenant_list.iter().zip(&self.per_tenant) {
+            let attainment = share(t.met, t.requests);
+            if attainment.is_finite() {
+                worst = worst.min(attainment);
+            }
+            let x = t.served / weight;
+            sum += x;
+            sum_sq += x * x;
+            m.push(format!("tenant.{name}.requests"), t.requests as f64);
+            m.push(format!("tenant.{name}.slo_attainment"), attainment);
+            m.push(format!("tenant.{name}.goodput_rps"), self.rate(t.met));
+        }
+        let n = tenant_list.len() as f64;
+        m.push("tenant_attainment_min", if worst.is_finite() { worst } else { f64::NAN });
+        m.push("tenant_fairness_jain", if sum_sq > 0.0 { sum * sum / (n * sum_sq) } else { f64::NAN });
+    }
+
+    /// What admission control did: `rejected_requests`, `shed_requests`, `held_requests` (held
+    /// on arrival, later released or shed) and `admission_wait_mean_s` (arrival → handed to the
+    /// router, over the requests routed).
+    pub(super) fn push_admission(&self, m: &mut Metrics, held: u64) {
+        m.push("rejected_requests", self.rejected as f64);
+        m.push("shed_requests", self.shed as f64);
+        m.push("held_requests", held as f64);
+        m.push(
+            "admission_wait_mean_s",
+            if self.routed == 0 { f64::NAN } else { self.routed_wait_s / self.routed as f64 },
+        );
+    }
+
+    /// The finished requests' latencies at the quantiles 0, 1/N, …, 1 and their share of all
+    /// requests: a chart's CDF (exact values are sorted).
+    pub(super) fn latency_cdf(&mut self, points: usize) -> (Vec<f64>, f64) {
+        (self.latency.quantile_vector(points), self.done as f64 / self.all.max(1) as f64)
+    }
 }
 
-/// What admission control did: `rejected_requests`, `shed_requests`, `held_requests` (held on
-/// arrival, later released or shed) and `admission_wait_mean_s` (arrival → handed to the router,
-/// over the requests routed).
-pub fn push_admission_metrics(m: &mut Metrics, records: &[RequestRecord], held: u64) {
-    let count = |e: End| records.iter().filter(|r| r.end == e).count() as f64;
-    m.push("rejected_requests", count(End::Rejected));
-    m.push("shed_requests", count(End::Shed));
-    m.push("held_requests", held as f64);
-    let routed: Vec<f64> = records
-        .iter()
-        .filter(|r| r.end == End::Served && r.dispatched_at_s.is_finite())
-        .map(|r| r.dispatched_at_s - r.arrived_at_s)
-        .collect();
-    m.push(
-        "admission_wait_mean_s",
-        if routed.is_empty() { f64::NAN } else { routed.iter().sum::<f64>() / routed.len() as f64 },
-    );
+/// `a` of `n` (NaN for none).
+fn share(a: usize, n: usize) -> f64 {
+    if n == 0 { f64::NAN } else { a as f64 / n as f64 }
 }
 
-/// The KV tier metrics (`tiers.rs`) of a run over `records` (by request id, as `states`).
+/// `slo_attainment` and `goodput_rps` of `records` held to `slo` ([`Tally::push_slo`]).
+pub fn push_slo_metrics(m: &mut Metrics, records: &[RequestRecord], slo: &Slo) {
+    let mut t = Tally::new(true, &[], &[], Some(slo));
+    records.iter().for_each(|r| t.add(r));
+    t.push_slo(m);
+}
+
+/// The KV tier metrics (`tiers.rs`) over the admitted requests: `prompt_tokens[i]` and
+/// `states[i]` are request `i`'s (read from the run's state, so exact and sketched summaries agree).
 pub(super) fn push_tier_metrics(
     m: &mut Metrics,
-    records: &[RequestRecord],
+    prompt_tokens: impl Iterator<Item = u32>,
     states: &[RequestState],
     replicas: &[Replica],
     remote: Option<&KvTier>,
 ) {
     let (mut prompt, mut gpu, mut loaded) = (0u64, 0u64, [0u64; 2]);
-    for (r, st) in records.iter().zip(states).filter(|(r, _)| r.admitted_at_s.is_finite()) {
-        prompt += r.prompt_tokens as u64;
-        gpu += r.cached_tokens as u64;
+    for (p, st) in prompt_tokens.zip(states).filter(|(_, st)| st.admitted_at.is_some()) {
+        prompt += p as u64;
+        gpu += st.cached_tokens as u64;
         loaded[0] += st.tier_loaded[0] as u64;
         loaded[1] += st.tier_loaded[1] as u64;
     }

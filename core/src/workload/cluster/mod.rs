@@ -137,6 +137,43 @@ pub struct ClusterSpec {
     /// braces (`admit_all`, the default, admits every request on arrival).
     #[serde(default = "default_admission", skip_serializing_if = "is_default_admission")]
     pub admission: String,
+    /// How a run summarises its requests: `auto` (exact up to 1,000,000 requests, sketched
+    /// above), `exact` (every request's record kept: memory grows with requests) or `sketch`
+    /// (percentiles from HDR histograms within 0.1%: the summary's memory does not grow with
+    /// requests). docs/performance.md, "Scale".
+    #[serde(default, skip_serializing_if = "Summary::is_auto")]
+    pub summary: Summary,
+}
+
+/// How a cluster run summarises its requests' distributions (`cluster.summary`).
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Summary {
+    /// Exact up to [`EXACT_UP_TO`] requests, sketched above.
+    #[default]
+    Auto,
+    /// Every request's record kept: exact nearest-rank percentiles.
+    Exact,
+    /// HDR histograms (`crate::sketch`): percentiles within 1/1024 + 1 ns, bounded memory.
+    Sketch,
+}
+
+/// The most requests `summary: auto` keeps exact records of (every shipped workload is below).
+pub const EXACT_UP_TO: usize = 1_000_000;
+
+impl Summary {
+    fn is_auto(&self) -> bool {
+        *self == Summary::Auto
+    }
+
+    /// Whether a run of `requests` requests keeps every record.
+    pub fn exact(self, requests: usize) -> bool {
+        match self {
+            Summary::Auto => requests <= EXACT_UP_TO,
+            Summary::Exact => true,
+            Summary::Sketch => false,
+        }
+    }
 }
 
 fn default_admission() -> String {
