@@ -29,7 +29,7 @@ pub mod fit;
 
 pub use calibrated::{Calibration, Pricer};
 pub use catalog::{GPU_NAMES, MODEL_NAMES, gpu, model};
-pub use describe::{describe, describe_model};
+pub use describe::{PrefillPrice, describe, describe_model, describe_prefill};
 pub use routelab_policy_api::{Chunk, Step};
 
 /// One GPU type. Units: bytes are 10^9 per GB.
