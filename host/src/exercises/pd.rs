@@ -205,7 +205,7 @@ pub fn exercise9() -> String {
         s,
         "\n4. Multi-turn traffic: turn k + 1's prompt is turn k's prompt plus its output plus a new message, and under \
          xPyD the output's KV is made on the decode instance. Unless outputs are written back to the prefill side (or \
-         to a shared KV pool the prefill instances read), the next turn's prefill recomputes every earlier output and \
+         to a shared KV pool the prefill instances read), the next turn's prefill recomputes the previous turn's output and \
          prefix-aware routing over the prefill pool can only match up to the previous prompt. routelab does not write \
          back: the output stays in the decode instance's cache, the prefill instance caches only the prompt it \
          computed, and the shared tier (`disaggregation.shared_kv`) is \
