@@ -172,7 +172,9 @@ fn execute(command: Command) -> Result<i32> {
             clap_complete::generate(shell, &mut Cli::command(), "routelab", &mut std::io::stdout());
             Ok(0)
         }
-        Command::StepModel { gpu, model, tp, calibration } => accuracy::step_model(&gpu, &model, tp, calibration),
+        Command::StepModel { gpu, model, tp, calibration, tokens, cached } => {
+            accuracy::step_model(&gpu, &model, tp, calibration, tokens.map(|t| (t, cached.unwrap_or(0))))
+        }
         Command::Calibrate { profile, runs, allreduce, name, out } => {
             accuracy::calibrate(&profile, &runs, allreduce.as_deref(), name, out.as_deref())
         }

@@ -143,3 +143,60 @@ pub fn describe_model(sm: &StepModel) -> String {
     }
     s
 }
+
+/// One prefill of a prompt of which some leading tokens are already cached, priced in the two
+/// conventions people use (`routelab step-model --tokens N --cached M`, exercise 3).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PrefillPrice {
+    /// Prompt tokens computed now (`tokens − cached`).
+    pub new_tokens: u64,
+    /// Prompt tokens already in the KV cache.
+    pub cached_tokens: u64,
+    /// What the simulator charges: every new token attends to the cached ones too (and their KV is
+    /// read).
+    pub with_cached_attention_s: f64,
+    /// The back-of-the-envelope convention (the course lecture's): the cached part is ignored, as
+    /// if the new tokens were a prompt of their own.
+    pub without_cached_attention_s: f64,
+}
+
+impl StepModel {
+    /// [`PrefillPrice`] of a `tokens`-token prompt whose first `cached` tokens are cached, alone in
+    /// one step. `cached` above `tokens` is the caller's error to report; here it is clamped.
+    pub fn prefill_price(&self, tokens: u64, cached: u64) -> PrefillPrice {
+        let cached = cached.min(tokens);
+        let new_tokens = tokens - cached;
+        let time =
+            |context_tokens: u64| self.pricer.step_time_s(&Step::mixed(0, 0, &[Chunk { new_tokens, context_tokens }]));
+        PrefillPrice {
+            new_tokens,
+            cached_tokens: cached,
+            with_cached_attention_s: time(cached),
+            without_cached_attention_s: time(0),
+        }
+    }
+}
+
+/// The `routelab step-model --tokens N --cached M` text: one prefill in both conventions.
+pub fn describe_prefill(sm: &StepModel, tokens: u64, cached: u64) -> String {
+    let p = sm.prefill_price(tokens, cached);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\nprefill of a {tokens}-token prompt with {} cached: {} new tokens, alone in one step",
+        p.cached_tokens, p.new_tokens
+    );
+    let _ = writeln!(
+        s,
+        "  {:.3} s  with attention over the cached part (each new token attends to all {} tokens before it; \
+         what the simulator charges)",
+        p.with_cached_attention_s, p.cached_tokens
+    );
+    let _ = writeln!(
+        s,
+        "  {:.3} s  without it (the {} new tokens priced as a prompt of their own; the back-of-the-envelope \
+         convention the course lecture uses)",
+        p.without_cached_attention_s, p.new_tokens
+    );
+    s
+}

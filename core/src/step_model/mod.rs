@@ -29,7 +29,7 @@ pub mod fit;
 
 pub use calibrated::{Calibration, Pricer};
 pub use catalog::{GPU_NAMES, MODEL_NAMES, gpu, model};
-pub use describe::{describe, describe_model};
+pub use describe::{PrefillPrice, describe, describe_model, describe_prefill};
 pub use routelab_policy_api::{Chunk, Step};
 
 /// One GPU type. Units: bytes are 10^9 per GB.
@@ -373,6 +373,20 @@ mod tests {
         assert!(e.fix.contains("raise tp to 4"), "{}", e.fix);
         assert!(StepModel::from_catalog("a6000", "llama-3-70b", 4, 0.9).is_ok());
         assert!(describe("a6000", "llama-3-70b", 1).is_err());
+    }
+
+    /// Exercise 3's two conventions: without attention over the cached part a prefill costs what
+    /// the new tokens cost as a prompt of their own; with it, more.
+    #[test]
+    fn prefill_price_ignores_the_cached_part_only_in_the_second_convention() {
+        let sm = StepModel::from_catalog("a6000", "mistral-7b", 1, 0.9).unwrap();
+        let p = sm.prefill_price(23_000, 21_013);
+        assert_eq!((p.new_tokens, p.cached_tokens), (1_987, 21_013));
+        let alone = sm.prefill_price(1_987, 0);
+        assert_eq!(alone.with_cached_attention_s, alone.without_cached_attention_s);
+        assert_eq!(p.without_cached_attention_s, alone.with_cached_attention_s);
+        assert!(p.with_cached_attention_s > 1.5 * p.without_cached_attention_s, "{p:?}");
+        assert_eq!(sm.prefill_price(10, 50).new_tokens, 0, "cached beyond the prompt is clamped");
     }
 
     #[test]

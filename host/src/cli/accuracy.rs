@@ -42,18 +42,40 @@ fn shipped(name: &str) -> Result<Calibration, InputError> {
     })
 }
 
-pub fn step_model(gpu: &str, model: &str, tp: u32, calibration: Option<String>) -> Result<i32> {
+/// `routelab step-model`: the overview, or with `prefill` = (tokens, cached) one prefill priced
+/// with and without attention over the cached part.
+pub fn step_model(
+    gpu: &str,
+    model: &str,
+    tp: u32,
+    calibration: Option<String>,
+    prefill: Option<(u64, u64)>,
+) -> Result<i32> {
     let bad = |e: step_model::DoesNotFit| command_line("step-model", e.message, &e.fix);
-    let text = match calibration {
-        None => step_model::describe(gpu, model, tp).map_err(bad)?,
-        Some(name) => {
-            let c = shipped(&name)?;
-            if c.gpu != gpu {
-                let fix = format!("pass --gpu {}", c.gpu);
-                return Err(command_line("--calibration", format!("'{name}' was measured on {}", c.gpu), &fix).into());
-            }
-            let sm = StepModel::from_catalog(gpu, model, tp, 0.9).map_err(bad)?.calibrated(c);
-            step_model::describe_model(&sm)
+    if let Some((tokens, cached)) = prefill {
+        if tokens == 0 || cached > tokens {
+            let message = format!("--cached {cached} with --tokens {tokens}: the cached tokens are part of the prompt");
+            return Err(command_line("--cached", message, "give --tokens ≥ 1 and --cached at most --tokens").into());
+        }
+    }
+    if ![1, 2, 4, 8].contains(&tp) {
+        let fix = "pass --tp 1, 2, 4 or 8";
+        return Err(command_line("--tp", format!("tp must be 1, 2, 4 or 8 (got {tp})"), fix).into());
+    }
+    let mut sm = StepModel::from_catalog(gpu, model, tp, 0.9).map_err(bad)?;
+    if let Some(name) = calibration {
+        let c = shipped(&name)?;
+        if c.gpu != gpu {
+            let fix = format!("pass --gpu {}", c.gpu);
+            return Err(command_line("--calibration", format!("'{name}' was measured on {}", c.gpu), &fix).into());
+        }
+        sm = sm.calibrated(c);
+    }
+    let text = match prefill {
+        None => step_model::describe_model(&sm),
+        Some((tokens, cached)) => {
+            let header = step_model::describe_model(&sm).lines().next().unwrap_or_default().to_string();
+            format!("{header}\n{}", step_model::describe_prefill(&sm, tokens, cached))
         }
     };
     print!("{text}");

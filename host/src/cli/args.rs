@@ -220,6 +220,13 @@ pub enum Command {
         /// the roofline, and show its terms with their fit errors.
         #[arg(long)]
         calibration: Option<String>,
+        /// Price one prefill of a prompt of this many tokens (with --cached: how many of them are
+        /// cached), with and without attention over the cached part, instead of the overview.
+        #[arg(long)]
+        tokens: Option<u64>,
+        /// Leading prompt tokens already cached (needs --tokens; at most --tokens).
+        #[arg(long, requires = "tokens")]
+        cached: Option<u64>,
     },
     /// Fit a step-model profile to per-layer timings measured inside vLLM (and, with --runs, its
     /// per-step overhead to measured runs); print each term with its fit error (docs/accuracy.md).

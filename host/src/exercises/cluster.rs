@@ -110,18 +110,32 @@ pub fn exercise4() -> String {
 pub fn exercise5() -> String {
     let mut s = String::new();
     let p = 10;
-    let _ = writeln!(s, "Exercise 5 — priority groups (policies/src/priority_groups.rs, P = {p})");
+    let _ = writeln!(s, "Exercise 5 — priority groups (P = {p}; the scheduler: policies/src/priority_groups.rs)");
     let g = group_of(63, 100, p);
+    let lecture_group = 63 * p / 100;
     let _ = writeln!(
         s,
-        "63 of 100 prompt tokens cached: group ceil(0.63 × {p}) − 1 = {g} (priority {}; 0% → group 0, 100% → group {})",
-        g + 1,
-        p - 1
+        "63 of 100 prompt tokens cached → group floor(0.63 × {p}) = {lecture_group}; of every 55 requests taken \
+         (10 + 9 + … + 1, one quota per group, the highest-hit group first) it gets {lecture_group}."
     );
-    // 60 waiting requests in every group; each step admits the whole order the scheduler returns.
-    let mut waiting: Vec<WaitingRequest> = (0..p * 60)
+    let _ = writeln!(
+        s,
+        "  That is the lecture's numbering: group g takes g. Preble's code, which routelab's `priority_groups` \
+         follows, numbers from 0:\n  \
+         group ceil(0.63 × {p}) − 1 = {g} with quota g + 1 = {} (0% cached → group 0, 100% → group {}), so the \
+         same request gets {} of 55.\n  \
+         Read literally the lecture's floor(h × P) has P + 1 values (0 for under 10% cached … {p} for fully \
+         cached) for P quotas; the code gives the under-10% group quota 1 and puts 100% with 90–100%.",
+        g + 1,
+        p - 1,
+        g + 1
+    );
+    // 10 waiting in every group; each step admits the whole order the scheduler returns. With
+    // k = 1 a round of P steps takes 10 + 9 + … + 1 = 55, the lecture's example.
+    let per_group = p as usize;
+    let mut waiting: Vec<WaitingRequest> = (0..p as usize * per_group)
         .map(|i| {
-            let cached = (i / 60) * 10 + 5;
+            let cached = (i / per_group) as u32 * 10 + 5;
             WaitingRequest {
                 id: i as u64,
                 arrived_at: i as f64,
@@ -132,29 +146,35 @@ pub fn exercise5() -> String {
         })
         .collect();
     let ctx = SchedulerContext::new(0, 0, 0);
-    let mut sched = PriorityGroups::new(GroupsConfig { groups: p, k: 10 }, &ctx).expect("valid config");
+    let mut sched = PriorityGroups::new(GroupsConfig { groups: p, k: 1 }, &ctx).expect("valid config");
     let _ = writeln!(
         s,
-        "One round of admission steps (60 waiting in each group, k = 10; every step admits all it is offered):"
+        "One round of the scheduler (k = 1; {per_group} waiting in each group; one group served per admission step, \
+         every step admits all it is offered):"
     );
+    let mut taken_in_round = 0;
     for step in 1..=p {
         let mut order = Vec::new();
         sched.order(0.0, &Waiting::new(&waiting), &mut order);
         let w = &waiting[order[0] as usize];
         let grp = group_of(w.cached_tokens, w.prompt_tokens, p);
+        taken_in_round += order.len();
         let _ = writeln!(
             s,
-            "  step {step:>2}: group {grp} (priority {:>2}, {:>2}–{:>3}% cached) admits {:>2} (quota {:>3})",
-            grp + 1,
+            "  step {step:>2}: code group {grp} ({:>2}–{:>3}% cached) admits {:>2} (quota g + 1 = {:>2})",
             grp * 10,
             grp * 10 + 10,
             order.len(),
-            (grp + 1) * 10
+            grp + 1
         );
         let taken: std::collections::HashSet<u32> = order.into_iter().collect();
         waiting =
             waiting.into_iter().enumerate().filter(|(i, _)| !taken.contains(&(*i as u32))).map(|(_, w)| w).collect();
     }
+    let _ = writeln!(
+        s,
+        "  {taken_in_round} requests in the round. The default k = 10 multiplies every quota by 10 (100 … 10 per step)."
+    );
 
     // A loaded long-document cluster: hot documents hit, cold ones miss.
     let (rate, requests) = (1.5, 600u64);
@@ -168,6 +188,7 @@ pub fn exercise5() -> String {
         "  {:<16} {:>22} {:>22} {:>12} {:>11}",
         "scheduler", "cached < 10%: mean/max", "cached ≥ 50%: mean/max", "latency p99", "overloaded"
     );
+    let mut cold = Vec::new();
     for sched in ["fcfs", "priority_groups"] {
         let o = run(&long_doc_qa(requests, rate, sched), "round_robin", 1);
         let stats = |keep: &dyn Fn(f64) -> bool| {
@@ -182,6 +203,7 @@ pub fn exercise5() -> String {
         };
         let (lm, lx, ln) = stats(&|f| f < 0.1);
         let (hm, hx, hn) = stats(&|f| f >= 0.5);
+        cold.push((lm, lx, hm));
         let _ = writeln!(
             s,
             "  {sched:<16} {:>8.2} / {:>6.2} s (n={ln:>3}) {:>7.2} / {:>6.2} s (n={hn:>3}) {:>10.2} s {:>11}",
@@ -193,13 +215,30 @@ pub fn exercise5() -> String {
             if o.metrics.get("overloaded") == Some(1.0) { "yes" } else { "no" }
         );
     }
+    let ((fcfs_cold, _, fcfs_hit), (groups_cold, groups_cold_max, groups_hit)) = (cold[0], cold[1]);
     let _ = writeln!(
         s,
-        "Why: a group-0 request owns one slot in 55, and each step admits only what its 512-token prefill budget and KV memory allow, \
-         so while high-hit requests keep arriving a cold request waits for its slot to come round; and when its turn comes a 21K-token \
-         miss needs KV room that a full replica frees only as requests finish (admission stops at the first request that does not fit). \
-         FCFS waits are ordered by arrival instead: nobody overtakes, so misses delay hits rather than the reverse."
+        "What the run shows: low-hit requests still wait long under priority groups ({groups_cold:.1} s on average, up \
+         to {groups_cold_max:.1} s), {} than under FCFS ({fcfs_cold:.1} s); high-hit ones wait {groups_hit:.1} s instead \
+         of {fcfs_hit:.1} s.",
+        if groups_cold <= fcfs_cold { "but less" } else { "and longer" }
     );
+    if groups_cold <= fcfs_cold {
+        let _ = writeln!(
+            s,
+            "Why: at this load round robin keeps long queues on every replica, so whoever is admitted waits for the \
+             queue. Priority groups admit the cheap high-hit prefills first, which drains the queue faster and shortens \
+             the cold requests' wait too, while the quota still gives the cold group a turn in every round: their long \
+             waits are load, not starvation. Where the rule itself hurts: with 512-token chunked prefill on a saturated \
+             video cluster priority groups overload (docs/experiments.md, \"Preble ablations: local scheduler\")."
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "Why: the cold group owns one quota in 55 per round, so while high-hit requests keep arriving a cold request \
+             waits for its group's turn, and then for KV room for its long miss."
+        );
+    }
     s
 }
 
@@ -214,10 +253,13 @@ mod tests {
     }
 
     #[test]
-    fn exercise5_prints_the_papers_numbers() {
+    fn exercise5_answers_the_lectures_question() {
         let t = super::exercise5();
-        assert!(t.contains("group ceil(0.63 × 10) − 1 = 6"), "{t}");
-        assert!(t.contains("step 10: group 0 (priority  1,  0– 10% cached) admits 10 (quota  10)"), "{t}");
-        assert!(t.contains("step  1: group 9 (priority 10, 90–100% cached) admits 60 (quota 100)"), "{t}");
+        assert!(t.contains("group floor(0.63 × 10) = 6; of every 55 requests taken"), "{t}");
+        assert!(t.contains("it gets 6."), "{t}");
+        assert!(t.contains("group ceil(0.63 × 10) − 1 = 6 with quota g + 1 = 7"), "{t}");
+        assert!(t.contains("step  1: code group 9 (90–100% cached) admits 10 (quota g + 1 = 10)"), "{t}");
+        assert!(t.contains("step 10: code group 0 ( 0– 10% cached) admits  1 (quota g + 1 =  1)"), "{t}");
+        assert!(t.contains("55 requests in the round"), "{t}");
     }
 }

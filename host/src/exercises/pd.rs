@@ -122,6 +122,7 @@ pub fn exercise9() -> String {
          traffic, 80/s, {n} requests), aggregated vs 4P4D with Preble routing the prefill pool:"
     );
     let mut got = Vec::new();
+    let (mut busy_prefill, mut busy_decode) = (Vec::new(), Vec::new());
     for (name, pools, router, key) in [
         ("aggregated", None, "preble", "router.pd_paired_decisions"),
         ("aggregated", None, "preble{pd_pairing: false}", "router.pd_paired_decisions"),
@@ -141,9 +142,17 @@ pub fn exercise9() -> String {
         let o = run(&tool_use(pools, n), router, 1);
         let (ttft, tpot, p99) = figures(&o);
         let paired = o.metrics.get(key).unwrap_or(f64::NAN);
+        let busy = match (o.metrics.get("prefill_utilisation"), o.metrics.get("decode_utilisation")) {
+            (Some(p), Some(d)) => {
+                busy_prefill.push(p);
+                busy_decode.push(d);
+                format!(", prefill pool busy {:.0}%, decode pool {:.0}%", p * 100.0, d * 100.0)
+            }
+            _ => String::new(),
+        };
         let _ = writeln!(
             s,
-            "   {name:<10} {router}\n{:<14}TTFT {ttft:>7.1} ms, TPOT {tpot:>5.1} / p99 {p99:>5.1} ms, paired {paired}",
+            "   {name:<10} {router}\n{:<14}TTFT {ttft:>7.1} ms, TPOT {tpot:>5.1} / p99 {p99:>5.1} ms, paired {paired}{busy}",
             ""
         );
         got.push((ttft, p99));
@@ -167,11 +176,45 @@ pub fn exercise9() -> String {
         pd.1,
         verdict(pd)
     );
+    let range = |v: &[f64]| {
+        let (lo, hi) = v.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        (lo * 100.0, hi * 100.0)
+    };
+    let ((p_lo, p_hi), (d_lo, d_hi)) = (range(&busy_prefill), range(&busy_decode));
+    if p_hi >= NEAR_SATURATION * 100.0 {
+        let _ = writeln!(
+            s,
+            "   Caution: this 4P4D cluster at 80/s is near saturation: its prefill pool is busy {p_lo:.0}–{p_hi:.0}% of \
+             the run and its decode pool {d_lo:.0}–{d_hi:.0}%, and its TTFT is {:.0}–{:.0} ms against {:.0}–{:.0} ms \
+             aggregated. Its TTFT differences are queueing: small changes in where cold prompts land move them a lot, and another \
+             seed or a slightly different rate can flip their sign. Rerun at a lower rate before reading them as \
+             pairing's effect.",
+            got[2].0.min(got[3].0),
+            got[2].0.max(got[3].0),
+            got[0].0.min(got[1].0),
+            got[0].0.max(got[1].0),
+        );
+    }
     let _ = writeln!(
         s,
         "   Under xPyD its premise is gone: a prefill instance never decodes, so \"decode-heavy\" only means \"its \
          recent prompts hit\"; whatever it changes there is where cold prompts queue and get cached, not a mix of \
          phases. The P/D question becomes which pair to choose (part 2: independent vs joint)."
     );
+    let _ = writeln!(
+        s,
+        "\n4. Multi-turn traffic: turn k + 1's prompt is turn k's prompt plus its output plus a new message, and under \
+         xPyD the output's KV is made on the decode instance. Unless outputs are written back to the prefill side (or \
+         to a shared KV pool the prefill instances read), the next turn's prefill recomputes the previous turn's output and \
+         prefix-aware routing over the prefill pool can only match up to the previous prompt. routelab does not write \
+         back: the output stays in the decode instance's cache, the prefill instance caches only the prompt it \
+         computed, and the shared tier (`disaggregation.shared_kv`) is \
+         filled by prefill instances at each hand-off, so a multi-turn workload here pays for that recomputation. The \
+         traffic above is single-turn, so it is unaffected."
+    );
     s
 }
+
+/// A prefill pool busy this share of the run or more queues: its TTFT is mostly waiting. (A decode
+/// instance counts as busy whenever anything decodes, so its share says less.)
+const NEAR_SATURATION: f64 = 0.6;

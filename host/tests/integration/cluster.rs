@@ -242,6 +242,45 @@ fn exercise_3_exploits_the_cached_document() {
     );
 }
 
+/// Every figure docs/exercises.md quotes for an exercise is in what the exercise prints.
+fn prints_what_the_docs_quote(exercise: &str, output: &str, figures: &[&str]) {
+    let docs = std::fs::read_to_string(workspace().join("docs/exercises.md")).expect("docs/exercises.md");
+    for f in figures {
+        assert!(docs.contains(f), "docs/exercises.md no longer quotes {f} for exercise {exercise}");
+        assert!(
+            output.contains(f),
+            "exercise {exercise} no longer prints {f} (docs/exercises.md quotes it):\n{output}"
+        );
+    }
+}
+
+/// Issue 31: exercise 3 prices both conventions, and `step-model --tokens --cached` prints the same.
+#[test]
+fn exercise_3_prints_what_the_docs_quote() {
+    let text = routelab::exercises::routing::exercise3();
+    let figures = ["0.462 s", "4.211 s", "9.1×", "0.267 s", "4.210 s", "15.8×", "3.748 s", "14.1×"];
+    prints_what_the_docs_quote("3", &text, &figures);
+    let out = routelab(&["step-model", "--tokens", "23000", "--cached", "21013"]);
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{s}");
+    assert!(s.contains("1987 new tokens") && s.contains("0.462 s  with") && s.contains("0.267 s  without"), "{s}");
+    let out = routelab(&["step-model", "--tokens", "100", "--cached", "200"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--cached") && err.contains("at most --tokens"), "{err}");
+}
+
+/// Issue 31: exercise 5 answers the lecture's question (6 of 55; a round of 10 + 9 + … + 1) and its
+/// run is the one the docs describe.
+#[test]
+fn exercise_5_prints_what_the_docs_quote() {
+    let text = routelab::exercises::cluster::exercise5();
+    let figures = ["floor(0.63 × 10) = 6", "7 of 55", "55 requests in the round", "11.84", "40.53", "16.04", "46.68"];
+    prints_what_the_docs_quote("5", &text, &figures);
+    assert!(text.contains("it gets 6."), "{text}");
+    assert!(text.contains("but less than under FCFS"), "the run and its explanation disagree: {text}");
+}
+
 /// Exercise 8: with prompt eviction events Preble's belief is exact; delays and SGLang's timer-trimmed
 /// trees make mistakes, the untrimmed tree the most.
 #[test]
@@ -266,4 +305,10 @@ fn exercise_9_compares_layouts_decision_orders_and_pairing() {
     }
     assert!(!text.contains("NaN") && !text.contains("inf"), "{text}");
     assert!(text.contains("paired 0") && !text.contains("paired NaN"), "{text}");
+    prints_what_the_docs_quote(
+        "9",
+        &text,
+        &["68–79%", "96–97%", "939–1460 ms", "106–269 ms", "written back to the prefill side"],
+    );
+    assert!(text.contains("near saturation"), "{text}");
 }
