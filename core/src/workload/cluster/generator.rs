@@ -102,6 +102,10 @@ pub struct Generator {
     /// Mean (exponential) time between a session's turns, from the previous turn's arrival.
     #[serde(default = "default_think")]
     pub think_time_s: f64,
+    /// Agent sessions: each group is a graph of calls with tool pauses and sub-agent bursts
+    /// instead of turns × fan-out (`workload/cluster/session.rs`); absent = turns × fan-out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<super::session::SessionSpec>,
 }
 
 fn default_system() -> u32 {
@@ -183,6 +187,16 @@ impl Generator {
                     ));
                 }
             }
+        }
+        if let Some(session) = &self.session {
+            if self.fanout != 1 || self.turns != Tokens::Constant(1) {
+                return Err(FieldError::new(
+                    "session",
+                    "replaces `turns` and `fanout`: a session's calls follow from its steps and sub-agents",
+                    "drop `turns` and `fanout` (or `session`)",
+                ));
+            }
+            session.validate().map_err(|e| e.under("session"))?;
         }
         if self.system_prompt_tokens == 0 && self.contexts.is_none() && self.suffix_tokens.max() == 0 {
             return Err(FieldError::new(
