@@ -382,7 +382,7 @@ mod tests {
         }
     }
 
-    fn run_policy<P: RouterPolicy<Config = routelab_policies::NoConfig, Context = RouterContext>>(
+    fn run_policy<P: RouterPolicy<Context = RouterContext>>(
         spec: &DispatchSpec,
     ) -> Metrics {
         let ctx = router_context(spec.servers, 7);

@@ -105,7 +105,7 @@ fn default_task() -> Tokens {
 }
 
 /// A bounded distribution of seconds.
-#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[derive(Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(untagged)]
 pub enum Seconds {
     /// A constant number of seconds.
@@ -115,6 +115,34 @@ pub enum Seconds {
         #[schemars(with = "SecondsShape")]
         SecondsShape,
     ),
+}
+
+/// A number is a constant; a mapping must be a shape, and the shape's own error (an unknown
+/// field, a missing one) is the one reported — an untagged enum would only say nothing matched.
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Seconds;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("seconds, or a mapping {uniform | exponential | lognormal: {...}}")
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Seconds, E> {
+                Ok(Seconds::Constant(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Seconds, E> {
+                Ok(Seconds::Constant(v as f64))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Seconds, E> {
+                Ok(Seconds::Constant(v as f64))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Seconds, A::Error> {
+                serde_norway::with::singleton_map::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(Seconds::Shaped)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
