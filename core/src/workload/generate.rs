@@ -105,11 +105,7 @@ fn sample_tokens(t: &Tokens, rng: &mut SimRng) -> u32 {
 
 /// The distribution's mean (lognormal: before truncation at `max`).
 pub fn mean_tokens(t: &Tokens) -> f64 {
-    match t {
-        Tokens::Constant(v) => *v as f64,
-        Tokens::Shaped(TokenShape::Uniform { min, max }) => (*min as f64 + *max as f64) / 2.0,
-        Tokens::Shaped(TokenShape::Lognormal { mean, .. }) => *mean,
-    }
+    t.mean()
 }
 
 /// Picks context indices by popularity (index 0 is the most popular under Zipf).

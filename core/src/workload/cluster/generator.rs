@@ -32,6 +32,15 @@ pub enum TokenShape {
 }
 
 impl Tokens {
+    /// The distribution's mean (lognormal: before truncation at `max`).
+    pub fn mean(&self) -> f64 {
+        match self {
+            Tokens::Constant(v) => *v as f64,
+            Tokens::Shaped(TokenShape::Uniform { min, max }) => (*min as f64 + *max as f64) / 2.0,
+            Tokens::Shaped(TokenShape::Lognormal { mean, .. }) => *mean,
+        }
+    }
+
     /// The largest value the distribution can produce.
     pub fn max(&self) -> u32 {
         match self {

@@ -247,7 +247,7 @@ impl SessionSpec {
     /// Expected calls of one session (before the [`MAX_SESSION_CALLS`] cap): a loop of S calls
     /// has S − 1 steps between calls, each spawning with probability p a burst of B sub-agents.
     pub fn expected_calls(&self) -> f64 {
-        use crate::workload::generate::mean_tokens;
+        let mean_tokens = Tokens::mean;
         let root = mean_tokens(&self.steps);
         let Some(s) = &self.subagents else { return root };
         let (p, b, t) = (s.probability, mean_tokens(&s.burst), mean_tokens(&s.steps));
