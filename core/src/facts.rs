@@ -20,12 +20,22 @@ pub struct RequestInfo {
     pub slo_tpot_s: f64,
     /// The request's output length in tokens (cluster world).
     pub output_tokens: u32,
+    /// The output length the request says to expect (NaN: no hint), and its agent session
+    /// (NaN: none).
+    pub hint_output_tokens: f64,
+    pub session: f64,
 }
 
 impl RequestInfo {
     /// A request with no class, tenant or SLO beyond the defaults (class 0, tenant 0, no bounds).
     pub fn plain() -> Self {
-        Self { slo_ttft_s: f64::NAN, slo_tpot_s: f64::NAN, ..Self::default() }
+        Self {
+            slo_ttft_s: f64::NAN,
+            slo_tpot_s: f64::NAN,
+            hint_output_tokens: f64::NAN,
+            session: f64::NAN,
+            ..Self::default()
+        }
     }
 }
 
@@ -43,6 +53,8 @@ fn column(name: &str, world: World) -> Option<Column> {
         (facts::request::SLO_TTFT_S, World::Cluster) => Some(|r| r.slo_ttft_s),
         (facts::request::SLO_TPOT_S, World::Cluster) => Some(|r| r.slo_tpot_s),
         (facts::request::OUTPUT_TOKENS, World::Cluster) => Some(|r| r.output_tokens as f64),
+        (facts::request::HINT_OUTPUT_TOKENS, World::Cluster) => Some(|r| r.hint_output_tokens),
+        (facts::request::SESSION, World::Cluster) => Some(|r| r.session),
         _ => None,
     }
 }

@@ -17,7 +17,18 @@
 //!   signal is 0 (the dispatch world shows a stale snapshot as a scrape) and rebuilt after a
 //!   decision on a snapshot, which scans.
 //!
-//! Parameters: none. Randomness for ties from the host's seed.
+//! - `work: hints` (cluster world, an option): the router keeps its own tally instead of reading
+//!   the engine's `outstanding_work` (which the simulator computes from the true output
+//!   lengths, an oracle no real engine has). Each request placed on replica r adds its prompt
+//!   tokens not already cached there (`matched_tokens`, an exact prefix match) plus its expected
+//!   output: the request fact `hint.output_tokens`, or, without a hint (NaN),
+//!   `default_output_ratio` × its prompt tokens (llm-d's length estimate defaults to 1.5 × the
+//!   input). A completion takes the request's share back. Decision: the least `tally_r +
+//!   uncached_r`, ties as above. With the workload's `hints: {output_tokens: oracle}` this bounds
+//!   what a perfect length predictor buys; with `noisy` hints, what a real one does.
+//!
+//! Parameters (defaults): `work` `views` (or `hints`), `default_output_ratio` 1.5 (with
+//! `work: hints`). Randomness for ties from the host's seed.
 //! Source: "least work left" / "join the queue with the least work" (Harchol-Balter, *Performance
 //! Modeling and Design of Computer Systems*, ch. 24): with FCFS servers it is equivalent to
 //! central-queue M/G/k, which is why its tail beats JSQ's when sizes are heavy-tailed.
@@ -33,9 +44,41 @@ use routelab_policy_api::*;
 
 use crate::index::min_index::{INDEX_FROM, MinIndex, argmin_one_draw_by, decide, report};
 
+/// Where the work left comes from.
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Work {
+    /// The replicas' views: `outstanding_work` (cluster), `busy_until` (dispatch).
+    #[default]
+    Views,
+    /// The router's own tally of prompt tokens not cached and expected output (cluster world).
+    Hints,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// `views` (the engine's figures) or `hints` (the router's own tally from length hints).
+    pub work: Work,
+    /// Expected output as a multiple of the prompt when a request has no hint (`work: hints`).
+    pub default_output_ratio: f64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self { work: Work::Views, default_output_ratio: 1.5 }
+    }
+}
+
 pub struct LeastWorkLeft {
     rng: PolicyRng,
     world: World,
+    cfg: Config,
+    /// `work: hints`: every replica's tally, and each request's (replica, share) until it completes.
+    tally: Vec<f64>,
+    shares: std::collections::HashMap<u64, (u32, f64)>,
+    /// The share of the request being placed (set by `route`, kept by `on_dispatch`).
+    placing: f64,
     /// The index, in the dispatch world from [`INDEX_FROM`] servers.
     index: Option<MinIndex>,
 }
@@ -47,19 +90,40 @@ const AGE: usize = 1;
 impl Policy for LeastWorkLeft {
     const NAME: &'static str = "least_work_left";
     const DESCRIPTION: &'static str = "least outstanding work (service time or tokens), random ties";
-    type Config = crate::NoConfig;
+    type Config = Config;
     type Context = RouterContext;
-    fn new(_: Self::Config, ctx: &RouterContext) -> Result<Self, String> {
+    fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
+        if cfg.work == Work::Hints && ctx.world != World::Cluster {
+            return Err("work: hints needs the cluster world (requests with prompts and output hints)".into());
+        }
+        if !(cfg.default_output_ratio >= 0.0 && cfg.default_output_ratio.is_finite()) {
+            return Err(format!("default_output_ratio must be ≥ 0 (got {})", cfg.default_output_ratio));
+        }
         let index = (ctx.world == World::Dispatch && ctx.replicas >= INDEX_FROM).then(MinIndex::default);
-        Ok(Self { rng: policy_rng(ctx.seed), world: ctx.world, index })
+        Ok(Self {
+            rng: policy_rng(ctx.seed),
+            world: ctx.world,
+            tally: vec![0.0; ctx.replicas as usize],
+            shares: Default::default(),
+            placing: 0.0,
+            cfg,
+            index,
+        })
     }
 }
 
 impl RouterPolicy for LeastWorkLeft {
     fn capabilities(&self) -> Capabilities {
-        match self.world {
-            World::Dispatch => Capabilities::NONE,
-            World::Cluster => Capabilities::NEEDS_OUTSTANDING_WORK,
+        match (self.world, self.cfg.work) {
+            (World::Dispatch, _) => Capabilities::NONE,
+            (World::Cluster, Work::Views) => Capabilities::NEEDS_OUTSTANDING_WORK,
+            (World::Cluster, Work::Hints) => Capabilities::NEEDS_EXACT_MATCH,
+        }
+    }
+    fn request_facts(&self) -> Vec<String> {
+        match self.cfg.work {
+            Work::Views => Vec::new(),
+            Work::Hints => vec![facts::request::HINT_OUTPUT_TOKENS.into()],
         }
     }
     fn signals(&self) -> Vec<String> {
@@ -68,7 +132,17 @@ impl RouterPolicy for LeastWorkLeft {
             World::Cluster => Vec::new(),
         }
     }
-    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
+    fn route(&mut self, req: &Request<'_>, replicas: &Replicas<'_>) -> usize {
+        if self.cfg.work == Work::Hints {
+            let hint = req.fact(0);
+            let prompt = req.prompt_tokens as f64;
+            self.placing = if hint.is_nan() { self.cfg.default_output_ratio * prompt } else { hint };
+            let uncached = |r: &ReplicaView| prompt - (r.matched_tokens as f64).min(prompt);
+            let work = replicas.iter().zip(&self.tally).map(|(r, t)| t + uncached(r));
+            let k = argmin_random_tie(work, &mut self.rng).expect("at least one replica");
+            self.placing += uncached(&replicas[k]);
+            return k;
+        }
         if self.world == World::Cluster {
             let work = replicas.iter().map(|r| r.outstanding_work);
             return argmin_random_tie(work, &mut self.rng).expect("at least one replica");
@@ -85,10 +159,18 @@ impl RouterPolicy for LeastWorkLeft {
             index => decide(index.as_mut(), replicas.len(), key, count, &mut self.rng),
         }
     }
-    fn on_dispatch(&mut self, _: &Request<'_>, replica: usize) {
+    fn on_dispatch(&mut self, req: &Request<'_>, replica: usize) {
+        if self.cfg.work == Work::Hints {
+            self.tally[replica] += self.placing;
+            self.shares.insert(req.id, (replica as u32, self.placing));
+        }
         report(&mut self.index, replica, 1);
     }
     fn on_complete(&mut self, c: &Completion) {
+        if let Some((r, share)) = self.shares.remove(&c.request_id) {
+            // Clamped: a float sum taken apart in another order may end a hair below 0.
+            self.tally[r as usize] = (self.tally[r as usize] - share).max(0.0);
+        }
         report(&mut self.index, c.replica as usize, -1);
     }
 }
@@ -136,6 +218,43 @@ mod tests {
         let (v, s) = (views(&[2, 1, 1, 4]), with(&[5.5, 2.25, 2.0, 9.0]));
         assert_eq!(p.route(&REQ, &Replicas::with_signals(&v, &s, 2)), 2);
         assert!(p.rng == draw, "no draw without a tie");
+    }
+
+    /// `work: hints` by hand: a request's share is its uncached prompt where it goes plus its
+    /// hinted output (or 1.5 × its prompt without a hint), and a completion takes it back.
+    #[test]
+    fn hinted_work_is_tallied_by_hand() {
+        let ctx = RouterContext::new(World::Cluster, 2, 5);
+        let cfg = Config { work: Work::Hints, ..Default::default() };
+        let mut p = LeastWorkLeft::new(cfg, &ctx).unwrap();
+        assert!(p.capabilities().needs_exact_match());
+        assert_eq!(p.request_facts(), vec![facts::request::HINT_OUTPUT_TOKENS.to_string()]);
+        let views = |m: [u32; 2]| m.map(|matched_tokens| ReplicaView { matched_tokens, ..Default::default() });
+        // Prompt 50, all cached on replica 1: it goes there (work 0 against 50) and adds 100.
+        let a = Request::new(1, 0.0, 50).with_facts(&[100.0]);
+        assert_eq!(p.route(&a, &Replicas::new(&views([0, 50]))), 1);
+        p.on_dispatch(&a, 1);
+        // Prompt 10, no hint: replica 0 (10 against 100 + 10); its share is 10 + 1.5 × 10.
+        let b = Request::new(2, 0.0, 10).with_facts(&[f64::NAN]);
+        assert_eq!(p.route(&b, &Replicas::new(&views([0, 0]))), 0);
+        p.on_dispatch(&b, 0);
+        assert_eq!(p.tally, [25.0, 100.0]);
+        p.on_complete(&Completion {
+            request_id: 1,
+            replica: 1,
+            arrived_at: 0.0,
+            completed_at: 1.0,
+            ttft: 0.5,
+            prompt_tokens: 50,
+            cached_tokens: 50,
+            output_tokens: 100,
+        });
+        assert_eq!(p.tally, [25.0, 0.0]);
+        assert!(LeastWorkLeft::new(cfg_hints(), &RouterContext::new(World::Dispatch, 2, 5)).is_err());
+    }
+
+    fn cfg_hints() -> Config {
+        Config { work: Work::Hints, ..Default::default() }
     }
 
     /// In the cluster world the views' `outstanding_work` (tokens) decides, and no signals are asked.

@@ -5,7 +5,7 @@
 //!
 //! - **Request facts** ([`request`]): numbers about one request (its service time in the
 //!   dispatch world; since 0.5.2 class, priority, tenant, SLO bounds and output length in the
-//!   cluster world). A policy lists the names it
+//!   cluster world; since 0.5.3 an output-length hint and the agent session). A policy lists the names it
 //!   wants ([`crate::RouterPolicy::request_facts`], [`crate::SchedulerPolicy::request_facts`]);
 //!   the host reads the list once, at creation, refuses a name it does not provide (a
 //!   configuration error naming it), and then hands the values over with every request, in the
@@ -44,6 +44,16 @@ pub mod request {
     pub const OUTPUT_TOKENS: &str = "output_tokens";
     // } since 0.5.2
 
+    // since 0.5.3 {
+    /// The output length the request says to expect, in tokens (cluster world; NaN: no hint).
+    /// What a client, an agent framework or a length predictor tells the router (Dynamo's agent
+    /// hints); the workload's `hints:` makes it exact (`oracle`) or noisy.
+    pub const HINT_OUTPUT_TOKENS: &str = "hint.output_tokens";
+    /// The agent session the request belongs to: a 0-based index (cluster world; NaN when the
+    /// workload has no sessions).
+    pub const SESSION: &str = "session";
+    // } since 0.5.3
+
     /// Every request fact this version defines, with one line each.
     pub const CATALOGUE: &[(&str, &str)] = &[
         (SERVICE_TIME, "the job's service time (dispatch world)"),
@@ -55,6 +65,10 @@ pub mod request {
         (SLO_TPOT_S, "the request's TPOT bound in seconds, NaN for none (cluster world)"),
         (OUTPUT_TOKENS, "the request's output length in tokens, an oracle figure (cluster world)"),
         // } since 0.5.2
+        // since 0.5.3 {
+        (HINT_OUTPUT_TOKENS, "the output length the request says to expect, NaN for none (cluster world)"),
+        (SESSION, "the request's agent session index, NaN without sessions (cluster world)"),
+        // } since 0.5.3
     ];
 }
 

@@ -203,6 +203,7 @@ mod tests {
                 Segment { id: 8, tokens: 20 },
             ],
             labels: Vec::new(),
+            ..Default::default()
         };
         for k in 0..2u32 {
             s.requests.push(GeneratedRequest {

@@ -204,8 +204,9 @@ impl Prepared {
     }
 
     fn generate(&self, c: &ClusterSpec, seed: u64) -> Result<RequestStream, InputError> {
-        let stream = generate(c, self.trace.as_deref(), seed)
+        let mut stream = generate(c, self.trace.as_deref(), seed)
             .map_err(|m| self.setup_error(SetupError::new("arrivals", m, "see the message")))?;
+        crate::workload::generate::apply_hints(c, &mut stream, seed);
         let sm = self.step_model.as_ref().expect("cluster world");
         sim::cluster::check_fits(sm, &stream).map_err(|e| self.setup_error(e))?;
         Ok(stream)
@@ -290,7 +291,8 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
     let mut prepared = Prepared { workload, file: file.into(), notes, trace, step_model, trace_stream: None };
     if let (Some(c), Some(rows)) = (prepared.workload.cluster.as_ref(), mooncake_rows) {
         // The stream is built from the rows directly (the generator is not used) and checked once.
-        let stream = crate::workload::generate::mooncake_stream(c, &rows);
+        let mut stream = crate::workload::generate::mooncake_stream(c, &rows);
+        crate::workload::generate::apply_hints(c, &mut stream, prepared.workload.seed);
         let sm = prepared.step_model.as_ref().expect("cluster world");
         sim::cluster::check_fits(sm, &stream).map_err(|e| prepared.setup_error(e))?;
         prepared.trace_stream = Some(Arc::new(stream));

@@ -382,9 +382,7 @@ mod tests {
         }
     }
 
-    fn run_policy<P: RouterPolicy<Config = routelab_policies::NoConfig, Context = RouterContext>>(
-        spec: &DispatchSpec,
-    ) -> Metrics {
+    fn run_policy<P: RouterPolicy<Context = RouterContext>>(spec: &DispatchSpec) -> Metrics {
         let ctx = router_context(spec.servers, 7);
         let router = Router_TO::from_value(Guarded::new(P::new(Default::default(), &ctx).unwrap()), TD_Opaque);
         run(spec, None, router, P::NAME, 3).unwrap()

@@ -30,8 +30,11 @@ use super::cluster::classes::{Label, Mix};
 use super::cluster::{Arrivals, ClusterSpec, Popularity, TokenShape, Tokens};
 use super::mooncake::{HASH_ID_BASE, MooncakeRow};
 use super::trace::TraceRow;
-use crate::seeds::{SimRng, stream};
+use crate::seeds::{SimRng, stream, stream as stream_rng};
 use crate::time::{SimTime, seconds, ticks};
+
+mod session;
+pub use session::Sessions;
 
 /// One request of the stream.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,12 +58,21 @@ pub struct RequestStream {
     /// Every request's class and tenant, by request id; empty when the workload has neither
     /// `classes:` nor `tenants:` (every request is class 0, tenant 0).
     pub labels: Vec<Label>,
+    /// Which call waits for which, for a stream of agent sessions (`generator.session`).
+    pub sessions: Option<Sessions>,
+    /// Every request's expected output length (`cluster.hints`), by request id; empty = none.
+    pub hints: Vec<u32>,
 }
 
 impl RequestStream {
     pub fn prompt(&self, i: usize) -> &[Segment] {
         let r = &self.requests[i].segments;
         &self.segments[r.start as usize..r.end as usize]
+    }
+
+    /// Request `i`'s output-length hint (NaN: none).
+    pub fn hint(&self, i: usize) -> f64 {
+        self.hints.get(i).map_or(f64::NAN, |&h| h as f64)
     }
 
     /// Request `i`'s class and tenant.
@@ -93,11 +105,7 @@ fn sample_tokens(t: &Tokens, rng: &mut SimRng) -> u32 {
 
 /// The distribution's mean (lognormal: before truncation at `max`).
 pub fn mean_tokens(t: &Tokens) -> f64 {
-    match t {
-        Tokens::Constant(v) => *v as f64,
-        Tokens::Shaped(TokenShape::Uniform { min, max }) => (*min as f64 + *max as f64) / 2.0,
-        Tokens::Shaped(TokenShape::Lognormal { mean, .. }) => *mean,
-    }
+    t.mean()
 }
 
 /// Picks context indices by popularity (index 0 is the most popular under Zipf).
@@ -169,13 +177,14 @@ impl Builder {
 
     /// Sorts by arrival (stable: generation order breaks ties) and keeps the first `limit`.
     fn finish(self, limit: Option<u64>, horizon: Option<SimTime>) -> RequestStream {
-        let RequestStream { requests, segments, labels } = self.stream;
+        let RequestStream { requests, segments, labels, .. } = self.stream;
         let mut order: Vec<usize> = (0..requests.len()).collect();
         order.sort_by_key(|&i| requests[i].arrived_at);
         let mut out = RequestStream {
             requests: Vec::with_capacity(order.len()),
             segments: Vec::with_capacity(segments.len()),
             labels: Vec::with_capacity(labels.len()),
+            ..Default::default()
         };
         for i in order {
             let r = &requests[i];
@@ -283,7 +292,13 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
         (0..c.count).map(|i| Segment { id: 2 + i as u64, tokens: sample_tokens(&c.tokens, &mut context_rng) }).collect()
     });
     let popular = g.contexts.as_ref().map(|c| Popular::new(c.count, &c.popularity));
-    let per_group = mean_tokens(&g.turns).max(1.0) * g.fanout as f64;
+    let per_group = match &g.session {
+        Some(s) => s.expected_calls().max(1.0),
+        None => mean_tokens(&g.turns).max(1.0) * g.fanout as f64,
+    };
+    // Sessions' structure (steps, pauses, sub-agents) has its own stream.
+    let mut session_rng = stream(run_seed, "cluster.sessions");
+    let mut sessions = 0u32;
     let (rate, cv) = match spec.arrivals {
         Arrivals::Poisson { rate } => (rate, 1.0),
         Arrivals::Gamma { rate, cv } => (rate, cv),
@@ -320,6 +335,22 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
                 output_tokens = c.output_tokens.as_ref().unwrap_or(output_tokens);
             }
         }
+        if let Some(spec) = &g.session {
+            let suffix = sample_tokens(suffix_tokens, &mut size_rng);
+            prompt.push(b.unique(suffix));
+            let s = session::SessionBuilder {
+                b: &mut b,
+                rng: &mut session_rng,
+                spec,
+                output: output_tokens,
+                at: ticks(t),
+                session: sessions,
+                calls: 0,
+            };
+            made += s.root(&mut prompt) as u64;
+            sessions += 1;
+            continue;
+        }
         let turns = sample_tokens(&g.turns, &mut size_rng).max(1);
         let mut at = t;
         for turn in 0..turns {
@@ -344,7 +375,36 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
             }
         }
     }
+    if g.session.is_some() {
+        // Already in arrival order (sessions start in order; a session's calls share its start),
+        // and whole: a cut would leave calls waiting for calls that are not there.
+        return Ok(b.stream);
+    }
     Ok(b.finish(spec.requests, horizon))
+}
+
+/// Fills `stream`'s output-length hints as `spec.hints` asks (`oracle`: the true lengths;
+/// `noisy`: the true length times a lognormal factor of mean 1, from the run seed's own stream).
+pub fn apply_hints(spec: &ClusterSpec, stream: &mut RequestStream, run_seed: u64) {
+    use super::cluster::session::OutputHint;
+    let Some(h) = &spec.hints else { return };
+    stream.hints = match h.output_tokens {
+        OutputHint::None => Vec::new(),
+        OutputHint::Oracle => stream.requests.iter().map(|r| r.output_tokens).collect(),
+        OutputHint::Noisy { cv } => {
+            let mut rng = stream_rng(run_seed, "cluster.hints");
+            let s2 = (1.0 + cv * cv).ln();
+            let (mu, sigma) = (-s2 / 2.0, s2.sqrt());
+            stream
+                .requests
+                .iter()
+                .map(|r| {
+                    let z: f64 = rand_distr::StandardNormal.sample(&mut rng);
+                    (r.output_tokens as f64 * (mu + sigma * z).exp()).round().clamp(1.0, u32::MAX as f64) as u32
+                })
+                .collect()
+        }
+    };
 }
 
 /// What `routelab validate` prints about a generated stream.
@@ -502,6 +562,7 @@ mod tests {
             fanout: 2,
             turns: Tokens::Constant(3),
             think_time_s: 0.0,
+            session: None,
         };
         s.requests = Some(6);
         let st = generate(&s, None, 1).unwrap();

@@ -269,3 +269,28 @@ fn a_custom_gpu_with_a_nan_negative_or_infinite_rate_is_refused() {
     std::fs::write(&p, pd.replace("GPU", good).replace("POOL", good)).unwrap();
     assert_eq!(routelab(&["validate", p.to_str().unwrap()]).status.code(), Some(0));
 }
+
+/// Issue 29: bad session and hint specs name the file, the line and the field, exit 2.
+#[test]
+fn bad_session_and_hint_specs_name_file_line_and_field() {
+    let w = scratch("session.yaml");
+    let body = "cluster:\n  replicas: 2\n  generator:\n    suffix_tokens: 100\n    output_tokens: 10\n    session:\n      \
+                steps: 3\n      subagents: {probability: 1.5, burst: 2, steps: 2}\n  arrivals: {poisson: {rate: 1}}\n  \
+                requests: 10\npolicies: [round_robin]\n";
+    std::fs::write(&w, body).unwrap();
+    bad(
+        &["validate", w.to_str().unwrap()],
+        &["session.yaml:8", "cluster.generator.session.subagents.probability", "[0, 1]"],
+    );
+    let pause = body.replace("steps: 3\n", "steps: 3\n      tool_pause_s: {lognormal: {mean: 2, cvv: 1, max: 9}}\n");
+    std::fs::write(&w, pause.replace("1.5", "0.5")).unwrap();
+    let err =
+        bad(&["compare", w.to_str().unwrap()], &[":8", "cluster.generator.session.tool_pause_s.lognormal.cvv", "`cv`"]);
+    assert!(!err.contains("untagged"), "{err}");
+    std::fs::write(&w, body.replace("    session:", "    turns: 3\n    session:").replace("1.5", "0.5")).unwrap();
+    bad(&["validate", w.to_str().unwrap()], &[":7", "cluster.generator.session", "turns"]);
+    let hints =
+        body.replace("  generator:", "  hints: {output_tokens: {noisy: {cv: 0}}}\n  generator:").replace("1.5", "0.5");
+    std::fs::write(&w, hints).unwrap();
+    bad(&["validate", w.to_str().unwrap()], &[":3", "cluster.hints.output_tokens.noisy.cv"]);
+}

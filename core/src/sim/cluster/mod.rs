@@ -5,6 +5,9 @@
 //! ends and delayed eviction notices, keyed (time, sequence) in integer nanoseconds; an event at
 //! the same time as an arrival runs first, so the router sees every step that has ended. A replica
 //! that has work runs steps back to back; an idle one starts a step when a request arrives.
+//! Calls of agent sessions (`generator.session`) that wait for other calls are not arrivals of
+//! the stream: when the last of their parents completes, an [`Event::Release`] is queued a tool
+//! pause later, and the call arrives then (closed loop: its arrival time depends on the policy).
 //!
 //! What routers see: [`ReplicaView`] per replica (`outstanding_work` = remaining prefill + output
 //! tokens; `matched_tokens` only for routers whose capabilities ask for exact matches, counting
@@ -43,6 +46,9 @@ mod pd;
 mod pd_tests;
 pub mod prefix_cache;
 pub mod replica;
+#[cfg(test)]
+mod session_tests;
+mod sessions;
 #[cfg(test)]
 mod sketch_tests;
 mod summary;
@@ -157,6 +163,8 @@ pub fn request_infos(spec: &ClusterSpec, stream: &RequestStream) -> Vec<RequestI
                 slo_ttft_s: slo.and_then(|s| s.ttft_s).unwrap_or(f64::NAN),
                 slo_tpot_s: slo.and_then(|s| s.tpot_s).unwrap_or(f64::NAN),
                 output_tokens: stream.requests[i].output_tokens,
+                hint_output_tokens: stream.hint(i),
+                session: stream.sessions.as_ref().map_or(f64::NAN, |s| s.session[i] as f64),
                 ..RequestInfo::plain()
             }
         })
@@ -199,6 +207,8 @@ enum Event {
     MigrationEnd(u32),
     /// The gateway scrapes every replica's engine metrics (only for routers that read them).
     Scrape,
+    /// A call of an agent session is sent: what it waited for is done, and its tool has run.
+    Release(u32),
     Evicted {
         replica: u32,
         evicted_at: SimTime,
@@ -260,8 +270,15 @@ pub struct ClusterSim<'a> {
     views: Vec<ReplicaView>,
     /// Scratch: requests finished by the step being handled.
     completed: Vec<u32>,
-    /// The next request to arrive.
+    /// The next request of the stream to arrive by itself (calls that wait for others are sent
+    /// by [`Event::Release`]).
     next: usize,
+    /// Requests arrived so far, and the last one.
+    arrived: usize,
+    last_arrived: usize,
+    /// Agent sessions: per request, the calls it still waits for, and the calls waiting for it.
+    waiting_for: Vec<u32>,
+    dependents: Vec<Vec<u32>>,
     done: usize,
     probes: Probes,
     /// The workload's per-request SLO, measured at the end.
@@ -382,11 +399,30 @@ impl<'a> ClusterSim<'a> {
             router,
             schedulers,
             replicas,
-            states: vec![RequestState::default(); total],
+            states: stream
+                .requests
+                .iter()
+                .map(|r| RequestState { arrived_at: r.arrived_at, ..Default::default() })
+                .collect(),
             queue,
             views: vec![ReplicaView::default(); n],
             completed: Vec::new(),
             next: 0,
+            arrived: 0,
+            last_arrived: 0,
+            waiting_for: stream
+                .sessions
+                .as_ref()
+                .map_or_else(Vec::new, |s| s.after.iter().map(|r| r.len() as u32).collect()),
+            dependents: stream.sessions.as_ref().map_or_else(Vec::new, |s| {
+                let mut d = vec![Vec::new(); total];
+                for i in 0..total {
+                    for &p in s.parents(i) {
+                        d[p as usize].push(i as u32);
+                    }
+                }
+                d
+            }),
             done: 0,
             probes: Probes {
                 half: total / 2,
@@ -408,8 +444,9 @@ impl<'a> ClusterSim<'a> {
                 .as_ref()
                 .and_then(|t| t.remote.as_ref())
                 .map(|r| KvTier::new(r, sm.cost.kv_bytes_per_token)),
-            // A disaggregated cluster's own figures read every record (its state is per request).
-            exact: spec.summary.exact(total) || spec.disaggregation.is_some(),
+            // A disaggregated cluster's own figures and an agent session's makespan read every
+            // record (their state is per request).
+            exact: spec.summary.exact(total) || spec.disaggregation.is_some() || stream.sessions.is_some(),
         })
     }
 
@@ -435,6 +472,7 @@ impl<'a> ClusterSim<'a> {
     /// same time as an arrival runs first.
     pub fn run(mut self) -> Result<RunOutcome, RunError> {
         loop {
+            self.skip_dependents();
             let arrival = self.stream.requests.get(self.next).map(|r| r.arrived_at);
             let due = self.queue.peek_time().filter(|&t| match arrival {
                 Some(a) => t <= a,
@@ -447,6 +485,7 @@ impl<'a> ClusterSim<'a> {
                     Event::TransferEnd(id) => self.on_transfer_end(now, id)?,
                     Event::MigrationEnd(id) => self.on_migration_end(now, id)?,
                     Event::Scrape => self.on_scrape(now),
+                    Event::Release(id) => self.on_release(now, id as usize)?,
                     Event::Evicted { replica, evicted_at, path, remaining_tokens } => {
                         self.on_evicted(replica, evicted_at, &path, remaining_tokens)?
                     }
@@ -477,7 +516,7 @@ impl<'a> ClusterSim<'a> {
         let stream = self.stream;
         let q = &stream.requests[id];
         let prompt = stream.prompt(id);
-        let req = Request::new(id as u64, seconds(q.arrived_at), q.prompt_tokens).with_segments(prompt);
+        let req = Request::new(id as u64, seconds(self.states[id].arrived_at), q.prompt_tokens).with_segments(prompt);
         if self.pd.is_some() {
             self.on_arrival_pd(now, id, &req)?;
         } else {
@@ -494,7 +533,7 @@ impl<'a> ClusterSim<'a> {
     /// until it waits.
     fn release_held(&mut self, now: SimTime) -> Result<(), RunError> {
         while self.admission.as_ref().is_some_and(|a| a.held() > 0) {
-            let probe = self.next.saturating_sub(1);
+            let probe = self.last_arrived;
             self.refresh_views(probe);
             let a = self.admission.as_mut().expect("checked");
             let Some((id, admit)) = a.next(seconds(now), &self.views)? else { break };
@@ -506,9 +545,56 @@ impl<'a> ClusterSim<'a> {
             } else {
                 self.ends[id] = End::Shed;
                 self.done += 1;
+                self.abandon_dependents(id);
             }
         }
         Ok(())
+    }
+
+    /// Passes over the stream's calls that wait for others (they arrive by [`Event::Release`]).
+    fn skip_dependents(&mut self) {
+        if self.waiting_for.is_empty() {
+            return;
+        }
+        while self.waiting_for.get(self.next).is_some_and(|&w| w > 0) {
+            self.next += 1;
+        }
+    }
+
+    /// Request `id` is done at `now`: the calls of its session that waited only for it (and
+    /// whatever else is done) are sent after their tool pause.
+    fn release_dependents(&mut self, now: SimTime, id: u32) {
+        let Some(s) = &self.stream.sessions else { return };
+        for &d in &self.dependents[id as usize] {
+            let w = &mut self.waiting_for[d as usize];
+            *w -= 1;
+            if *w == 0 && self.ends[d as usize] == End::Served {
+                self.queue.push(now + s.pause[d as usize], Event::Release(d));
+            }
+        }
+    }
+
+    /// Request `id` was turned away (rejected or shed): the calls of its session that wait for
+    /// it will never be sent; they are shed with it.
+    fn abandon_dependents(&mut self, id: usize) {
+        if self.dependents.is_empty() {
+            return;
+        }
+        let mut stack: Vec<u32> = self.dependents[id].clone();
+        while let Some(d) = stack.pop() {
+            if self.ends[d as usize] == End::Served {
+                self.ends[d as usize] = End::Shed;
+                self.done += 1;
+                stack.extend_from_slice(&self.dependents[d as usize]);
+            }
+        }
+    }
+
+    /// A call of an agent session is sent at `now`.
+    fn on_release(&mut self, now: SimTime, id: usize) -> Result<(), RunError> {
+        self.states[id].arrived_at = now;
+        self.dispatched_at[id] = now;
+        self.arrive(now, id)
     }
 
     /// The next request arrives at `now`: the admission policy (if any) decides, the router
@@ -516,6 +602,13 @@ impl<'a> ClusterSim<'a> {
     fn on_arrival(&mut self, now: SimTime) -> Result<(), RunError> {
         let id = self.next;
         self.next += 1;
+        self.arrive(now, id)
+    }
+
+    /// Request `id` arrives at `now` (from the stream, or released by its session).
+    fn arrive(&mut self, now: SimTime, id: usize) -> Result<(), RunError> {
+        self.arrived += 1;
+        self.last_arrived = id;
         self.refresh_views(id);
         let admitted = match &mut self.admission {
             None => Admitted::Now,
@@ -531,17 +624,18 @@ impl<'a> ClusterSim<'a> {
             Admitted::Rejected | Admitted::Shed => {
                 self.ends[id] = if admitted == Admitted::Rejected { End::Rejected } else { End::Shed };
                 self.done += 1;
+                self.abandon_dependents(id);
             }
         }
         let p = &mut self.probes;
         let waiting = || self.replicas.iter().map(|r| r.waiting.len() as u64).sum();
-        if self.next == p.half.max(1) {
+        if self.arrived == p.half.max(1) {
             p.waiting_at_half = waiting();
         }
-        if self.next == self.stream.requests.len() {
+        if self.arrived == self.stream.requests.len() {
             p.waiting_at_end = waiting();
         }
-        if self.next % p.sample_every == 0 {
+        if self.arrived % p.sample_every == 0 {
             p.replication.sample(&self.replicas);
         }
         Ok(())
@@ -585,9 +679,9 @@ impl<'a> ClusterSim<'a> {
         let c = Completion {
             request_id: id as u64,
             replica: (r - first) as u32,
-            arrived_at: seconds(q.arrived_at),
+            arrived_at: seconds(st.arrived_at),
             completed_at: seconds(now),
-            ttft: seconds(st.first_token_at.unwrap_or(now) - q.arrived_at),
+            ttft: seconds(st.first_token_at.unwrap_or(now) - st.arrived_at),
             prompt_tokens: q.prompt_tokens,
             cached_tokens: st.cached_tokens,
             output_tokens: q.output_tokens,
@@ -595,7 +689,9 @@ impl<'a> ClusterSim<'a> {
         if let Some(a) = &mut self.admission {
             a.complete(&c)?;
         }
-        self.router.complete(&c)
+        self.router.complete(&c)?;
+        self.release_dependents(now, id);
+        Ok(())
     }
 
     /// The gateway scrapes every replica's metrics at `now`, and the next scrape is due one
@@ -678,7 +774,7 @@ impl<'a> ClusterSim<'a> {
             let later = per_token * q.output_tokens.saturating_sub(1) as f64;
             RequestRecord {
                 replica: st.replica,
-                arrived_at_s: seconds(q.arrived_at),
+                arrived_at_s: seconds(st.arrived_at),
                 admitted_at_s: t(st.admitted_at),
                 first_token_at_s: t(st.first_token_at) + first,
                 completed_at_s: t(st.completed_at) + first + later,
@@ -715,6 +811,9 @@ impl<'a> ClusterSim<'a> {
             tally.push_groups(&mut metrics);
         } else if self.slo.is_some() {
             tally.push_slo(&mut metrics);
+        }
+        if let Some(s) = &self.stream.sessions {
+            sessions::push_session_metrics(&mut metrics, &records, s);
         }
         if let Some(a) = self.admission.as_ref().filter(|_| self.admission_metrics) {
             tally.push_admission(&mut metrics, a.counts.held);

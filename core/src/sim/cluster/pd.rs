@@ -279,6 +279,7 @@ impl ClusterSim<'_> {
                 pd.rejected[id] = true;
                 self.states[id].phase = Phase::Done;
                 self.done += 1;
+                self.abandon_dependents(id);
                 return Ok(());
             }
         };
@@ -334,9 +335,9 @@ impl ClusterSim<'_> {
         let c = Completion {
             request_id: id as u64,
             replica: p as u32,
-            arrived_at: seconds(q.arrived_at),
+            arrived_at: seconds(st.arrived_at),
             completed_at: seconds(now),
-            ttft: seconds(now - q.arrived_at),
+            ttft: seconds(now - st.arrived_at),
             prompt_tokens: q.prompt_tokens,
             cached_tokens: st.cached_tokens,
             output_tokens: q.output_tokens,

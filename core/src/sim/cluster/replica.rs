@@ -74,6 +74,9 @@ pub struct RequestState {
     /// Disaggregated: the instance it is queued on or running on only prefills it, computes the
     /// first token, then hands it off (its phase becomes `Transfer`) instead of decoding it.
     pub handoff: bool,
+    /// When the request arrived: its stream's `arrived_at`, or, for a call of an agent session
+    /// that waited for others, when it was sent.
+    pub arrived_at: SimTime,
 }
 
 impl RequestState {
@@ -354,7 +357,7 @@ impl Replica {
             let cached = self.cache.cached_prefix(stream.prompt(r as usize)).min(req.prompt_tokens);
             self.views.push(WaitingRequest {
                 id: r as u64,
-                arrived_at: crate::time::seconds(req.arrived_at),
+                arrived_at: crate::time::seconds(st.arrived_at),
                 prompt_tokens: req.prompt_tokens,
                 cached_tokens: cached,
                 // An empty prompt (a suffix of 0 tokens and nothing shared) has nothing cached.

@@ -32,6 +32,15 @@ pub enum TokenShape {
 }
 
 impl Tokens {
+    /// The distribution's mean (lognormal: before truncation at `max`).
+    pub fn mean(&self) -> f64 {
+        match self {
+            Tokens::Constant(v) => *v as f64,
+            Tokens::Shaped(TokenShape::Uniform { min, max }) => (*min as f64 + *max as f64) / 2.0,
+            Tokens::Shaped(TokenShape::Lognormal { mean, .. }) => *mean,
+        }
+    }
+
     /// The largest value the distribution can produce.
     pub fn max(&self) -> u32 {
         match self {
@@ -102,6 +111,10 @@ pub struct Generator {
     /// Mean (exponential) time between a session's turns, from the previous turn's arrival.
     #[serde(default = "default_think")]
     pub think_time_s: f64,
+    /// Agent sessions: each group is a graph of calls with tool pauses and sub-agent bursts
+    /// instead of turns × fan-out (`workload/cluster/session.rs`); absent = turns × fan-out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<super::session::SessionSpec>,
 }
 
 fn default_system() -> u32 {
@@ -183,6 +196,16 @@ impl Generator {
                     ));
                 }
             }
+        }
+        if let Some(session) = &self.session {
+            if self.fanout != 1 || self.turns != Tokens::Constant(1) {
+                return Err(FieldError::new(
+                    "session",
+                    "replaces `turns` and `fanout`: a session's calls follow from its steps and sub-agents",
+                    "drop `turns` and `fanout` (or `session`)",
+                ));
+            }
+            session.validate().map_err(|e| e.under("session"))?;
         }
         if self.system_prompt_tokens == 0 && self.contexts.is_none() && self.suffix_tokens.max() == 0 {
             return Err(FieldError::new(

@@ -33,6 +33,7 @@ pub mod classes;
 pub mod disaggregation;
 mod generator;
 pub mod kv_tiers;
+pub mod session;
 
 pub use generator::{Contexts, Generator, Popularity, TokenShape, Tokens};
 
@@ -133,6 +134,10 @@ pub struct ClusterSpec {
     /// Tenants sharing the fleet by weight; absent = one tenant.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tenants: Vec<self::classes::TenantSpec>,
+    /// What each request tells the router about itself: `{output_tokens: oracle}` or
+    /// `{output_tokens: {noisy: {cv}}}` (the request fact `hint.output_tokens`); absent = none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hints: Option<session::Hints>,
     /// The admission policy in front of the router: a policy name, optionally with config in
     /// braces (`admit_all`, the default, admits every request on arrival).
     #[serde(default = "default_admission", skip_serializing_if = "is_default_admission")]
@@ -365,6 +370,12 @@ impl ClusterSpec {
         let g = &self.generator;
         let ctx = g.contexts.as_ref().map_or(0, |c| c.tokens.max()) as u64;
         let turns = g.turns.max().max(1) as u64;
+        if let Some(s) = &g.session {
+            return g.system_prompt_tokens as u64
+                + ctx
+                + self.max_suffix_tokens() as u64
+                + s.max_growth_tokens(self.max_output_tokens());
+        }
         g.system_prompt_tokens as u64
             + ctx
             + turns * self.max_suffix_tokens() as u64
@@ -487,6 +498,9 @@ impl ClusterSpec {
             ));
         }
         self.generator.validate().map_err(|e| e.under("generator"))?;
+        if let Some(h) = &self.hints {
+            h.validate().map_err(|e| e.under("hints"))?;
+        }
         if let Some(slo) = &self.slo {
             slo.validate().map_err(|e| e.under("slo"))?;
         }
