@@ -11,7 +11,8 @@
 //! output token at admission (`reservation: {estimate: {output_tokens: 1}}`), the replica's KV
 //! capacity from `gpu_memory_utilization` 0.9 (vLLM's default). With `data_parallel_size` > 1,
 //! one replica per engine behind `least_requests` (vLLM's DP coordinator sends each request to
-//! the engine with the fewest waiting and running requests).
+//! the engine with the fewest waiting and running requests); with `enable_expert_parallel` on a
+//! mixture of experts, the experts split across those replicas (`expert_parallel: dp`).
 
 use std::path::Path;
 
@@ -108,8 +109,12 @@ pub fn engine_spec(bundle: &Bundle, how: &Replay) -> Result<ClusterSpec, InputEr
             return Err(bad("engine_kwargs.kv_cache_dtype", format!("unknown KV cache dtype '{other}'"), fix));
         }
     };
+    // vLLM splits the experts across every GPU of the data-parallel group when asked; a dense
+    // model ignores the flag.
+    let is_moe = crate::step_model::model(&model).is_some_and(|m| m.moe.is_some());
+    let ep = if m.expert_parallel && is_moe { m.dp } else { 1 };
     let yaml = format!(
-        "{{replicas: {}, gpu: {gpu}, model: {model}, tp: {tp}, kv_cache_dtype: {kv}, memory_fraction: 0.9, chunk_tokens: {}, \
+        "{{replicas: {}, gpu: {gpu}, model: {model}, tp: {tp}, expert_parallel: {ep}, kv_cache_dtype: {kv}, memory_fraction: 0.9, chunk_tokens: {}, \
          budget_counts_decode: true, max_batch_requests: {}, reservation: {{estimate: {{output_tokens: 1}}}}, \
          scheduler: fcfs, drain_s: 100000, generator: {{suffix_tokens: 1, output_tokens: 1}}, \
          arrivals: {{poisson: {{rate: 1}}}}, requests: {}}}",

@@ -137,17 +137,20 @@ pub fn calibrate(
     row(
         &mut t,
         "dense (per layer)",
-        format!("{:.0} GB/s, {:.0} TFLOP/s, {:.1} µs", c.dense_gb_s, c.dense_tflops, c.dense_base_s * 1e6),
+        format!(
+            "{:.0} GB/s, {:.0} TFLOP/s, base {:.3} × weight read",
+            c.dense_gb_s, c.dense_tflops, c.dense_base_share
+        ),
         d,
     );
     row(
         &mut t,
         "attention (per layer)",
         format!(
-            "{:.0} TFLOP/s, {:.0} GB/s ({:.0} mixed), {:.1} µs + {:.2} µs/decode",
+            "{:.0} TFLOP/s, {:.0} GB/s ({:.0} per query head mixed), {:.1} µs + {:.2} µs/decode",
             c.attention_tflops,
             c.attention_gb_s,
-            c.attention_mixed_gb_s,
+            c.attention_mixed_head_gb_s,
             c.attention_base_s * 1e6,
             c.attention_per_decode_s * 1e6
         ),
