@@ -4,7 +4,7 @@
 //! One step of a replica (per GPU of a `tp` group; every sum runs over the step's requests):
 //!
 //! ```text
-//! step = step_overhead
+//! step = step_overhead + layers · layer_overhead
 //!      + layers · ( max(dense_floor, dense_base + T · dense_per_token)          projections + MLP
 //!                 + attention_base + pairs · per_pair + kv · per_kv_token        attention
 //!                   (per_kv_token from `attention_mixed_head_gb_s` when the step also prefills)
@@ -96,8 +96,12 @@ pub struct Calibration {
     pub head_gb_s: f64,
     /// LM head and sampler per sequence that samples a token, s.
     pub head_per_sequence_s: f64,
-    /// Per step, what kernel timings cannot see (scheduler, input preparation, launches), s.
+    /// Per step, what kernel timings cannot see (scheduler, input preparation), s.
     pub step_overhead_s: f64,
+    /// Per step and decoder layer, what kernel timings cannot see (launch gaps, synchronisation:
+    /// the runs' unexplained time grows with the layer count), s.
+    #[serde(default)]
+    pub layer_overhead_s: f64,
     /// Latency of one all-reduce (two per layer when tp > 1), s.
     pub allreduce_s: f64,
     /// Bandwidth of an all-reduce of the step's activations (tokens × hidden), GB/s.
@@ -164,6 +168,7 @@ impl Calibration {
             head_gb_s: 1.0,
             head_per_sequence_s: 0.0,
             step_overhead_s: 0.0,
+            layer_overhead_s: 0.0,
             allreduce_s: 15e-6,
             allreduce_gb_s: 50.0,
             request_overhead_s: 0.0,
@@ -194,6 +199,7 @@ impl Calibration {
             ("attention_per_decode_s", self.attention_per_decode_s),
             ("head_per_sequence_s", self.head_per_sequence_s),
             ("step_overhead_s", self.step_overhead_s),
+            ("layer_overhead_s", self.layer_overhead_s),
             ("allreduce_s", self.allreduce_s),
             ("request_overhead_s", self.request_overhead_s),
             ("output_token_s", self.output_token_s),
@@ -254,7 +260,7 @@ impl Calibration {
             comm_per_token_s: if comm { 2.0 * model.hidden as f64 * bpe / (self.allreduce_gb_s * gb) } else { 0.0 },
             head_base_s: model.vocab as f64 * model.hidden as f64 * bpe / tp / (self.head_gb_s * gb),
             head_per_sequence_s: self.head_per_sequence_s,
-            step_overhead_s: self.step_overhead_s,
+            step_overhead_s: self.step_overhead_s + model.layers as f64 * self.layer_overhead_s,
             request_overhead_s: self.request_overhead_s,
             output_token_s: self.output_token_s,
         }

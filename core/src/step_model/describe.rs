@@ -90,7 +90,12 @@ pub fn describe_model(sm: &StepModel) -> String {
                 cal.head_per_sequence_s * 1e6,
                 fit("head")
             );
-            let _ = writeln!(s, "  per step              {:.3} ms", cal.step_overhead_s * 1e3);
+            let _ = writeln!(
+                s,
+                "  per step              {:.3} ms + {:.1} µs per layer",
+                cal.step_overhead_s * 1e3,
+                cal.layer_overhead_s * 1e6
+            );
             if sm.tp > 1 {
                 let _ = writeln!(
                     s,
