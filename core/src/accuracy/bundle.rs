@@ -38,6 +38,8 @@ pub struct Meta {
     pub device: Option<String>,
     pub tp: u32,
     pub dp: u32,
+    /// `enable_expert_parallel`: a mixture of experts' experts split across the `dp` engines.
+    pub expert_parallel: bool,
     pub max_num_seqs: u32,
     pub max_num_batched_tokens: u32,
     /// `kv_cache_dtype` as the engine was given it (`auto`, `fp8`, `fp8_e4m3`, …).
@@ -134,6 +136,13 @@ fn read_meta(dir: &Path) -> Result<Meta, InputError> {
         max_num_seqs: knob("max_num_seqs", 256)?,
         max_num_batched_tokens: knob("max_num_batched_tokens", 8192)?,
         kv_cache_dtype: kw.get("kv_cache_dtype").and_then(Value::as_str).unwrap_or("auto").to_string(),
+        expert_parallel: match kw.get("enable_expert_parallel") {
+            None | Some(Value::Null) => false,
+            Some(v) => v.as_bool().ok_or_else(|| {
+                let message = format!("must be true or false (got {v})");
+                err(&file, None, "engine_kwargs.enable_expert_parallel", message, META_FIX)
+            })?,
+        },
         model,
     };
     Ok(meta)

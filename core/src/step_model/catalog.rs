@@ -8,12 +8,16 @@
 //! `rtx4090`: 24 GB, 1,008 GB/s, 165.2 TFLOP/s (FP32 accumulate).
 //!
 //! Models: parameters, layers, hidden size, heads, KV heads, head dimension and vocabulary from
-//! each model's `config.json`. A mixture of experts (`qwen3-30b-a3b`) is described by its
-//! weights and KV shape plus `active_parameters` (what one token computes with); what the step
-//! model lacks for it: which experts a batch touches (all weights are read every step), expert
-//! parallelism and its all-to-all, and load imbalance between experts.
+//! each model's `config.json`. A mixture of experts (`qwen3-30b-a3b`) adds its experts (`moe`:
+//! `num_experts` 128, `num_experts_per_tok` 8, `moe_intermediate_size` 768 in
+//! Qwen/Qwen3-30B-A3B-Instruct-2507's config.json; 48 layers, hidden 2048, 32 heads, 4 KV heads,
+//! head_dim 128, vocabulary 151,936, untied embeddings, 30,532,122,624 parameters — the shapes
+//! add up to that count exactly). The calibrated step model prices its experts by the ones a
+//! step touches (see `calibrated`); the roofline computes on the active parameters but reads all
+//! the weights every step. Neither models expert load imbalance or the lock-step of
+//! data-parallel MoE engines (an idle engine runs dummy steps to join the others' collectives).
 
-use super::{Gpu, Model};
+use super::{Gpu, Model, Moe};
 
 pub const GPU_NAMES: [&str; 8] = ["a6000", "a100-40", "a100-80", "h100", "h200", "l40s", "rtx-pro-6000", "rtx4090"];
 pub const MODEL_NAMES: [&str; 8] = [
@@ -45,14 +49,15 @@ pub fn gpu(name: &str) -> Option<Gpu> {
 
 /// A catalog model by name (shapes from the published configs).
 pub fn model(name: &str) -> Option<Model> {
-    // (parameters, layers, hidden, heads, kv_heads, vocab, active parameters of a mixture of experts)
-    let (parameters, layers, hidden, heads, kv_heads, vocab, active) = match name {
+    // (parameters, layers, hidden, heads, kv_heads, vocab, experts of a mixture of experts:
+    // (experts, per token, expert intermediate size))
+    let (parameters, layers, hidden, heads, kv_heads, vocab, moe) = match name {
         "mistral-7b" => (7_241_732_096, 32, 4096, 32, 8, 32_000, None),
         "llama-3-8b" | "llama-3.1-8b" => (8_030_261_248, 32, 4096, 32, 8, 128_256, None),
         "llama-3-70b" | "llama-3.1-70b" => (70_553_706_496, 80, 8192, 64, 8, 128_256, None),
         "llama-2-70b" => (68_976_648_192, 80, 8192, 64, 8, 32_000, None),
         "qwen3-32b" => (32_762_123_264, 64, 5120, 64, 8, 151_936, None),
-        "qwen3-30b-a3b" => (30_532_122_624, 48, 2048, 32, 4, 151_936, Some(3_340_000_000)),
+        "qwen3-30b-a3b" => (30_532_122_624, 48, 2048, 32, 4, 151_936, Some((128, 8, 768))),
         _ => return None,
     };
     Some(Model {
@@ -65,7 +70,12 @@ pub fn model(name: &str) -> Option<Model> {
         head_dim: 128,
         bytes_per_element: 2,
         vocab,
-        active_parameters: active,
+        active_parameters: None,
+        moe: moe.map(|(experts, experts_per_token, expert_intermediate)| Moe {
+            experts,
+            experts_per_token,
+            expert_intermediate,
+        }),
         kv_bytes_per_element: None,
     })
 }
@@ -125,6 +135,22 @@ mod tests {
         assert_eq!(model_for_name("Qwen/Qwen3-32B"), Some("qwen3-32b"));
         assert_eq!(model_for_name("Qwen/Qwen3-30B-A3B-Instruct-2507"), Some("qwen3-30b-a3b"));
         assert_eq!(model_for_name("gpt-2"), None);
+    }
+
+    #[test]
+    fn qwen3_30b_a3b_is_a_mixture_of_experts_whose_shapes_add_up() {
+        let m = model("qwen3-30b-a3b").unwrap();
+        // Per layer by hand: q 2048×4096, k and v 2048×512, o 4096×2048, two layernorms of 2048,
+        // q/k norms of 128, the router 2048×128, and 128 experts of 3 × 2048 × 768.
+        let shared = 2048.0 * 4096.0 * 2.0 + 2048.0 * 512.0 * 2.0 + 2.0 * 2048.0 + 2.0 * 128.0 + 2048.0 * 128.0;
+        let experts = 128.0 * 3.0 * 2048.0 * 768.0;
+        assert_eq!(m.layer_expert_params(), experts);
+        // The final norm (2,048) is the only parameter outside the layers and the embeddings.
+        assert_eq!(m.layer_weight_params() * 48.0, (shared + experts) * 48.0 + 2048.0);
+        // Active: the shared weights, 8 experts a layer and the embeddings: ~3.35B ("A3B").
+        let active = (shared + 8.0 * 3.0 * 2048.0 * 768.0) * 48.0 + 2048.0 + 2.0 * 151_936.0 * 2048.0;
+        assert_eq!(m.active_params(), active);
+        assert!((3.3e9..3.4e9).contains(&active));
     }
 
     #[test]

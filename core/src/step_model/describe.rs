@@ -67,18 +67,18 @@ pub fn describe_model(sm: &StepModel) -> String {
             };
             let _ = writeln!(
                 s,
-                "  dense, per layer      {:.0} GB/s reading weights, {:.0} TFLOP/s, {:.1} µs base{}",
+                "  dense, per layer      {:.0} GB/s reading weights, {:.0} TFLOP/s, base {:.3} × the weight read{}",
                 cal.dense_gb_s,
                 cal.dense_tflops,
-                cal.dense_base_s * 1e6,
+                cal.dense_base_share,
                 fit("dense")
             );
             let _ = writeln!(
                 s,
-                "  attention, per layer  {:.0} TFLOP/s prefill, {:.0} GB/s decode ({:.0} beside a prefill), {:.1} µs + {:.2} µs/decode{}",
+                "  attention, per layer  {:.0} TFLOP/s prefill, {:.0} GB/s decode ({:.0} per query head beside a prefill), {:.1} µs + {:.2} µs/decode{}",
                 cal.attention_tflops,
                 cal.attention_gb_s,
-                cal.attention_mixed_gb_s,
+                cal.attention_mixed_head_gb_s,
                 cal.attention_base_s * 1e6,
                 cal.attention_per_decode_s * 1e6,
                 fit("attention")
@@ -90,7 +90,12 @@ pub fn describe_model(sm: &StepModel) -> String {
                 cal.head_per_sequence_s * 1e6,
                 fit("head")
             );
-            let _ = writeln!(s, "  per step              {:.3} ms", cal.step_overhead_s * 1e3);
+            let _ = writeln!(
+                s,
+                "  per step              {:.3} ms + {:.1} µs per layer",
+                cal.step_overhead_s * 1e3,
+                cal.layer_overhead_s * 1e6
+            );
             if sm.tp > 1 {
                 let _ = writeln!(
                     s,

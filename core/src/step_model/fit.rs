@@ -187,7 +187,7 @@ pub fn fit_kernels(dir: &Path, model: &Model, base: &Calibration) -> Result<Cali
     let bpe = model.bytes_per_element as f64;
     c.dense_gb_s = model.layer_weight_params() * bpe / floor / 1e9;
     c.dense_tflops = 2.0 * model.layer_active_params() / slope / 1e12;
-    c.dense_base_s = base_s.max(0.0);
+    c.dense_base_share = base_s.max(0.0) / floor;
     fits.insert("dense".into(), term_fit(points.iter().map(|&(t, y)| (floor.max(base_s + slope * t), y))));
 
     // Attention: one layer. Three regimes, fitted in turn on relative error: a prefill chunk
@@ -229,7 +229,7 @@ pub fn fit_kernels(dir: &Path, model: &Model, base: &Calibration) -> Result<Cali
     let kv_bytes = 2.0 * model.kv_heads as f64 * d * bpe;
     c.attention_tflops = 4.0 * model.heads as f64 * d / per_pair / 1e12;
     c.attention_gb_s = kv_bytes / per_kv / 1e9;
-    c.attention_mixed_gb_s = kv_bytes / per_kv_mixed / 1e9;
+    c.attention_mixed_head_gb_s = 2.0 * model.heads as f64 * d * bpe / per_kv_mixed / 1e9;
     c.attention_base_s = a_base;
     c.attention_per_decode_s = per_dec;
     let model_att = |v: &[f64]| {
@@ -326,15 +326,15 @@ mod tests {
         let mut truth = Calibration::unfitted("synthetic", "rtx-pro-6000", "test");
         truth.dense_gb_s = 1300.0;
         truth.dense_tflops = 400.0;
-        truth.dense_base_s = 190e-6;
+        truth.dense_base_share = 0.58;
         truth.attention_tflops = 200.0;
         truth.attention_gb_s = 1400.0;
-        truth.attention_mixed_gb_s = 750.0;
+        truth.attention_mixed_head_gb_s = 3000.0;
         truth.attention_base_s = 10e-6;
         truth.attention_per_decode_s = 0.1e-6;
         truth.head_gb_s = 1500.0;
         truth.head_per_sequence_s = 1e-6;
-        let c = truth.for_model(&m, 1);
+        let c = truth.for_model(&m, 1, 1);
         let dir = std::env::temp_dir().join(format!("routelab-fit-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let us = |s: f64| s * 1e6;
@@ -383,10 +383,10 @@ mod tests {
         };
         close("dense_gb_s", got.dense_gb_s, truth.dense_gb_s);
         close("dense_tflops", got.dense_tflops, truth.dense_tflops);
-        close("dense_base_s", got.dense_base_s, truth.dense_base_s);
+        close("dense_base_share", got.dense_base_share, truth.dense_base_share);
         close("attention_tflops", got.attention_tflops, truth.attention_tflops);
         close("attention_gb_s", got.attention_gb_s, truth.attention_gb_s);
-        close("attention_mixed_gb_s", got.attention_mixed_gb_s, truth.attention_mixed_gb_s);
+        close("attention_mixed_head_gb_s", got.attention_mixed_head_gb_s, truth.attention_mixed_head_gb_s);
         close("attention_base_s", got.attention_base_s, truth.attention_base_s);
         close("attention_per_decode_s", got.attention_per_decode_s, truth.attention_per_decode_s);
         close("head_gb_s", got.head_gb_s, truth.head_gb_s);

@@ -70,16 +70,83 @@ pub struct Model {
     /// Vocabulary size (the embedding and the LM head; 0 = unknown, counted as layer weights).
     #[serde(default)]
     pub vocab: u32,
-    /// Parameters one token computes with, for a mixture of experts (absent = all of them).
+    /// Parameters one token computes with, for a mixture of experts (absent = all of them; with
+    /// `moe`, derived from it and not given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_parameters: Option<u64>,
+    /// The experts of a mixture of experts, in every decoder layer (absent = a dense model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<Moe>,
     /// Bytes per KV-cache element when the cache has its own dtype (1 for FP8 KV beside bf16
     /// weights); absent = `bytes_per_element`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_bytes_per_element: Option<u32>,
 }
 
+/// A mixture-of-experts layer: `experts` SwiGLU MLPs (gate, up and down projections of
+/// `hidden × expert_intermediate`), of which each token goes through `experts_per_token`
+/// (Hugging Face's `num_experts`, `num_experts_per_tok`, `moe_intermediate_size`).
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Moe {
+    /// Experts per layer.
+    pub experts: u32,
+    /// Experts each token goes through (top-k).
+    pub experts_per_token: u32,
+    /// Intermediate size of one expert's MLP.
+    pub expert_intermediate: u32,
+}
+
 impl Model {
+    /// Parameters of one expert (its gate, up and down projections); 0 for a dense model.
+    pub fn expert_params(&self) -> f64 {
+        self.moe.as_ref().map_or(0.0, |m| 3.0 * self.hidden as f64 * m.expert_intermediate as f64)
+    }
+
+    /// Parameters of one layer's experts, all of them; 0 for a dense model.
+    pub fn layer_expert_params(&self) -> f64 {
+        self.moe.as_ref().map_or(0.0, |m| m.experts as f64 * self.expert_params())
+    }
+
+    /// Parameters one token computes with: all of them for a dense model, the shared layers and
+    /// `experts_per_token` experts a layer for a mixture of experts.
+    pub fn active_params(&self) -> f64 {
+        match (&self.moe, self.active_parameters) {
+            (Some(m), _) => {
+                self.parameters as f64
+                    - self.layers as f64 * (m.experts - m.experts_per_token) as f64 * self.expert_params()
+            }
+            (None, Some(a)) => a as f64,
+            (None, None) => self.parameters as f64,
+        }
+    }
+
+    /// A mixture of experts' shape adds up: the path of the first field that does not, and why.
+    pub fn check_moe(&self) -> Result<(), (String, String)> {
+        let Some(m) = &self.moe else { return Ok(()) };
+        if self.active_parameters.is_some() {
+            return Err((
+                "active_parameters".into(),
+                "a model with `moe` derives its active parameters from it".into(),
+            ));
+        }
+        if m.experts == 0 || m.experts_per_token == 0 || m.experts_per_token > m.experts {
+            let why = format!("must be in 1..=experts ({}) (got {})", m.experts, m.experts_per_token);
+            return Err(("moe.experts_per_token".into(), why));
+        }
+        if !(self.layer_expert_params() > 0.0 && self.layer_expert_params() < self.layer_weight_params()) {
+            let why = format!(
+                "{} experts of 3 × {} × {} parameters do not fit in a layer of {:.0} parameters",
+                m.experts,
+                self.hidden,
+                m.expert_intermediate,
+                self.layer_weight_params()
+            );
+            return Err(("moe.expert_intermediate".into(), why));
+        }
+        Ok(())
+    }
+
     /// Bytes per KV-cache element.
     pub fn kv_bytes(&self) -> u32 {
         self.kv_bytes_per_element.unwrap_or(self.bytes_per_element)
@@ -92,10 +159,19 @@ impl Model {
 
     /// Parameters one token computes with in one decoder layer.
     pub fn layer_active_params(&self) -> f64 {
-        match self.active_parameters {
-            Some(a) => (a as f64 - 2.0 * self.vocab as f64 * self.hidden as f64).max(0.0) / self.layers.max(1) as f64,
-            None => self.layer_weight_params(),
+        match (&self.moe, self.active_parameters) {
+            (None, None) => self.layer_weight_params(),
+            _ => {
+                (self.active_params() - 2.0 * self.vocab as f64 * self.hidden as f64).max(0.0)
+                    / self.layers.max(1) as f64
+            }
         }
+    }
+
+    /// Weights of one decoder layer outside its experts (attention, norms, the router); all of
+    /// them for a dense model.
+    pub fn layer_shared_params(&self) -> f64 {
+        (self.layer_weight_params() - self.layer_expert_params()).max(0.0)
     }
 }
 
@@ -200,6 +276,9 @@ pub struct StepModel {
     pub gpu: Gpu,
     pub model: Model,
     pub tp: u32,
+    /// Replicas a mixture of experts' experts are split across (expert parallelism beside data
+    /// parallelism); 1 otherwise.
+    pub ep: u32,
     pub memory_fraction: f64,
     pub efficiency: Efficiency,
     /// The roofline (with a calibration: its effective rates and per-step constants in the
@@ -213,16 +292,24 @@ pub struct StepModel {
 }
 
 impl StepModel {
-    /// Builds the model; fails when the weights leave no room for a single KV token.
+    /// Builds the model; fails when the weights leave no room for a single KV token. With `ep`
+    /// > 1 a replica holds 1/`ep` of a mixture of experts' experts.
     pub fn new(
         gpu: Gpu,
         model: Model,
         tp: u32,
+        ep: u32,
         memory_fraction: f64,
         efficiency: Efficiency,
     ) -> Result<Self, DoesNotFit> {
         let tpf = tp.max(1) as f64;
-        let weight_bytes = model.parameters as f64 * model.bytes_per_element as f64;
+        let held = if ep > 1 {
+            let elsewhere = model.layers as f64 * model.layer_expert_params() * (1.0 - 1.0 / ep as f64);
+            model.parameters as f64 - elsewhere
+        } else {
+            model.parameters as f64
+        };
+        let weight_bytes = held * model.bytes_per_element as f64;
         let kv_bytes_per_token =
             2.0 * model.layers as f64 * model.kv_heads as f64 * model.head_dim as f64 * model.kv_bytes() as f64;
         let usable = gpu.memory_gb * 1e9 * tpf * memory_fraction;
@@ -261,20 +348,32 @@ impl StepModel {
         let cost = Roofline {
             flops_per_s: gpu.tflops * 1e12 * efficiency.mfu * tpf,
             bytes_per_s: gpu.bandwidth_gb_s * 1e9 * efficiency.mbu * tpf,
-            linear_flops_per_token: 2.0 * model.active_parameters.unwrap_or(model.parameters) as f64,
+            linear_flops_per_token: 2.0 * model.active_params(),
             attention_flops_per_pair: 4.0 * model.layers as f64 * model.heads as f64 * model.head_dim as f64,
             weight_bytes,
             kv_bytes_per_token,
             step_overhead_s: efficiency.step_overhead_s + comm,
         };
         let pricer = Pricer::Roofline(cost);
-        Ok(Self { gpu, model, tp, memory_fraction, efficiency, cost, kv_capacity_tokens, calibration: None, pricer })
+        let ep = ep.max(1);
+        Ok(Self {
+            gpu,
+            model,
+            tp,
+            ep,
+            memory_fraction,
+            efficiency,
+            cost,
+            kv_capacity_tokens,
+            calibration: None,
+            pricer,
+        })
     }
 
     /// Prices the steps by `calibration` (measured on this GPU) instead of the roofline; routers
     /// price with it too (their cost model is `pricer`).
     pub fn calibrated(mut self, calibration: Calibration) -> Self {
-        let c = calibration.for_model(&self.model, self.tp);
+        let c = calibration.for_model(&self.model, self.tp, self.ep);
         let tpf = self.tp.max(1) as f64;
         self.cost.flops_per_s = calibration.dense_tflops * 1e12 * tpf;
         self.cost.bytes_per_s = calibration.dense_gb_s * 1e9 * tpf;
@@ -295,7 +394,7 @@ impl StepModel {
             message: format!("unknown model '{model_name}'"),
             fix: format!("use one of: {}", MODEL_NAMES.join(", ")),
         })?;
-        Self::new(g, m, tp, memory_fraction, Efficiency::default())
+        Self::new(g, m, tp, 1, memory_fraction, Efficiency::default())
     }
 }
 
@@ -324,10 +423,31 @@ mod tests {
         let bf16 = mistral_a6000();
         let mut m = model("mistral-7b").unwrap();
         m.kv_bytes_per_element = Some(1);
-        let fp8 = StepModel::new(gpu("a6000").unwrap(), m, 1, 0.9, Efficiency::default()).unwrap();
+        let fp8 = StepModel::new(gpu("a6000").unwrap(), m, 1, 1, 0.9, Efficiency::default()).unwrap();
         assert_eq!(fp8.cost.kv_bytes_per_token, bf16.cost.kv_bytes_per_token / 2.0);
         assert_eq!(fp8.cost.weight_bytes, bf16.cost.weight_bytes);
         assert_eq!(fp8.kv_capacity_tokens, 2 * bf16.kv_capacity_tokens + 1);
+    }
+
+    #[test]
+    fn a_mixture_of_experts_must_add_up_and_split_its_experts_only() {
+        let mut m = model("qwen3-30b-a3b").unwrap();
+        assert_eq!(m.check_moe(), Ok(()));
+        m.active_parameters = Some(3_000_000_000);
+        assert_eq!(m.check_moe().unwrap_err().0, "active_parameters");
+        m.active_parameters = None;
+        m.moe.as_mut().unwrap().experts_per_token = 129;
+        assert_eq!(m.check_moe().unwrap_err().0, "moe.experts_per_token");
+        m.moe.as_mut().unwrap().experts_per_token = 8;
+        m.moe.as_mut().unwrap().expert_intermediate = 7680;
+        assert_eq!(m.check_moe().unwrap_err().0, "moe.expert_intermediate");
+        // Split two ways, a replica holds the shared weights and half the experts.
+        let one = StepModel::from_catalog("rtx-pro-6000", "qwen3-30b-a3b", 1, 0.9).unwrap();
+        let m = model("qwen3-30b-a3b").unwrap();
+        let two = StepModel::new(gpu("rtx-pro-6000").unwrap(), m.clone(), 1, 2, 0.9, Efficiency::default()).unwrap();
+        let half = 48.0 * m.layer_expert_params() / 2.0 * 2.0;
+        assert_eq!(one.cost.weight_bytes - two.cost.weight_bytes, half);
+        assert!(two.kv_capacity_tokens > one.kv_capacity_tokens);
     }
 
     #[test]

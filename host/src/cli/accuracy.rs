@@ -114,7 +114,7 @@ pub fn calibrate(
     let name = name.unwrap_or_else(|| gpu.clone());
     let bundles = runs.iter().map(|r| acc::load(r, None)).collect::<Result<Vec<_>, _>>()?;
     let source = format!(
-        "kernel terms: layer timings of {model_name} measured inside vLLM ({}); per-step overhead: {}",
+        "kernel terms: layer timings of {model_name} measured inside vLLM ({}); overhead per step and layer: {}",
         profile.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
         if bundles.is_empty() {
             "not fitted (0)".to_string()
@@ -159,17 +159,20 @@ pub fn calibrate(
     row(
         &mut t,
         "dense (per layer)",
-        format!("{:.0} GB/s, {:.0} TFLOP/s, {:.1} µs", c.dense_gb_s, c.dense_tflops, c.dense_base_s * 1e6),
+        format!(
+            "{:.0} GB/s, {:.0} TFLOP/s, base {:.3} × weight read",
+            c.dense_gb_s, c.dense_tflops, c.dense_base_share
+        ),
         d,
     );
     row(
         &mut t,
         "attention (per layer)",
         format!(
-            "{:.0} TFLOP/s, {:.0} GB/s ({:.0} mixed), {:.1} µs + {:.2} µs/decode",
+            "{:.0} TFLOP/s, {:.0} GB/s ({:.0} per query head mixed), {:.1} µs + {:.2} µs/decode",
             c.attention_tflops,
             c.attention_gb_s,
-            c.attention_mixed_gb_s,
+            c.attention_mixed_head_gb_s,
             c.attention_base_s * 1e6,
             c.attention_per_decode_s * 1e6
         ),
@@ -182,8 +185,10 @@ pub fn calibrate(
         h,
     );
     let oh = format!(
-        "{:.3} ms{}",
+        "{:.3} ms + {:.1} µs per layer ({:.3} ms a step of {model_name}){}",
         c.step_overhead_s * 1e3,
+        c.layer_overhead_s * 1e6,
+        (c.step_overhead_s + model.layers as f64 * c.layer_overhead_s) * 1e3,
         overhead_error.map_or(" (not fitted)".into(), |e| format!(" (mean TPOT error after fit {:+.1}%)", e * 100.0))
     );
     row(&mut t, "per-step overhead", oh, None);

@@ -9,6 +9,7 @@ use crate::common::*;
 
 const LLAMA: &str = "workloads/ground-truth/RTXPRO6000_Llama-3.1-8B";
 const QWEN: &str = "workloads/ground-truth/RTXPRO6000_Qwen3-32B";
+const MOE: &str = "workloads/ground-truth/RTXPRO6000_Qwen3-30B-A3B-Instruct-2507";
 
 fn routelab(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_routelab")).args(args).current_dir(workspace()).output().expect("routelab runs")
@@ -40,12 +41,26 @@ fn the_calibrated_model_matches_the_llama_run_and_the_roofline_does_not() {
 }
 
 /// Held out: Qwen3-32B on two GPUs was fitted on nothing (its all-reduce comes from measured
-/// kernel times, not from the run). Its errors are pinned where they stand (docs/accuracy.md).
+/// kernel times, not from the run). Its errors are pinned where they stand (docs/accuracy.md:
+/// −0.4% to −1.9% on these five since the dense base, the mixed attention and the overhead
+/// scale with the model's shape; −7.9% to −10.4% before, when this band was −12% to −5%).
 #[test]
 fn the_held_out_tp2_run_stays_in_its_documented_band() {
     for key in ["ttft_mean_s", "tpot_mean_s", "latency_mean_s", "tpot_p99_s", "latency_p99_s"] {
         let e = errors(&[QWEN], key)[0];
-        assert!((-0.12..-0.05).contains(&e), "Qwen3-32B {key} error {e}");
+        assert!((-0.04..0.01).contains(&e), "Qwen3-32B {key} error {e}");
+    }
+}
+
+/// Held out: the mixture of experts on two data-parallel engines with its experts split across
+/// them, priced by the experts its tokens touch (docs/accuracy.md: −5.3% TPOT, −6.1% latency,
+/// −5.3% P99 latency; +22%, +24% and +42% when it was priced as a dense model reading all its
+/// weights).
+#[test]
+fn the_held_out_moe_run_stays_in_its_documented_band() {
+    for key in ["tpot_mean_s", "latency_mean_s", "latency_p99_s"] {
+        let e = errors(&[MOE], key)[0];
+        assert!((-0.09..-0.02).contains(&e), "Qwen3-30B-A3B {key} error {e}");
     }
 }
 
@@ -115,7 +130,15 @@ fn calibrate_refits_the_shipped_kernel_terms() {
         &std::fs::read_to_string(workspace().join("workloads/profiles/rtx-pro-6000.yaml")).unwrap(),
     )
     .unwrap();
-    for k in ["dense_gb_s", "dense_tflops", "attention_tflops", "attention_gb_s", "head_gb_s"] {
+    for k in [
+        "dense_gb_s",
+        "dense_tflops",
+        "dense_base_share",
+        "attention_tflops",
+        "attention_gb_s",
+        "attention_mixed_head_gb_s",
+        "head_gb_s",
+    ] {
         assert_eq!(fitted[k], shipped[k], "{k}");
     }
     let err = String::from_utf8_lossy(&out.stderr);

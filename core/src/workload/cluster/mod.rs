@@ -57,6 +57,11 @@ pub struct ClusterSpec {
     /// Tensor-parallel degree of a replica: 1, 2, 4 or 8.
     #[serde(default = "one")]
     pub tp: u32,
+    /// Replicas a mixture of experts' experts are split across (vLLM's data-parallel engines with
+    /// `enable_expert_parallel`): each holds 1/N of them and its expert layers see the tokens of
+    /// N replicas; 1 (the default) = every replica holds every expert.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub expert_parallel: u32,
     /// The KV cache's element type: `auto` (the weights'), `fp8` (1 byte) or `bf16`/`fp16` (2 bytes).
     #[serde(default)]
     pub kv_cache_dtype: KvCacheDtype,
@@ -210,6 +215,9 @@ fn default_model() -> Choice<Model> {
 fn one() -> u32 {
     1
 }
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
 fn default_memory_fraction() -> f64 {
     0.9
 }
@@ -349,8 +357,26 @@ impl ClusterSpec {
             KvCacheDtype::Fp8 => model.kv_bytes_per_element = Some(1),
             KvCacheDtype::Bf16 | KvCacheDtype::Fp16 => model.kv_bytes_per_element = Some(2),
         }
-        let sm = StepModel::new(gpu, model, self.tp, self.memory_fraction, self.efficiency.clone())
-            .map_err(|e| FieldError::new("model", e.message, e.fix))?;
+        model.check_moe().map_err(|(field, m)| {
+            let fix = "give `moe: {experts, experts_per_token, expert_intermediate}` from the model's config.json, \
+                       without active_parameters";
+            FieldError::new(&format!("model.{field}"), m, fix)
+        })?;
+        if self.expert_parallel != 1
+            && (model.moe.is_none() || self.expert_parallel == 0 || self.expert_parallel > self.replicas)
+        {
+            return Err(FieldError::new(
+                "expert_parallel",
+                format!(
+                    "must be 1, or split a mixture of experts across at most `replicas` ({}) (got {} for {})",
+                    self.replicas, self.expert_parallel, model.name
+                ),
+                "leave it out for a dense model; for a MoE at most the replica count",
+            ));
+        }
+        let sm =
+            StepModel::new(gpu, model, self.tp, self.expert_parallel, self.memory_fraction, self.efficiency.clone())
+                .map_err(|e| FieldError::new("model", e.message, e.fix))?;
         let Some(choice) = &self.calibration else { return Ok(sm) };
         let fix = "name a shipped profile (rtx-pro-6000, rtx4090) or paste the mapping `routelab calibrate` prints";
         let c = choice.resolve().map_err(|m| FieldError::new("calibration", m, fix))?;
