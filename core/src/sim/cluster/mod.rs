@@ -40,6 +40,8 @@
 pub mod batcher;
 #[cfg(test)]
 mod class_tests;
+mod contexts;
+mod finish;
 mod kv_tier;
 mod pd;
 #[cfg(test)]
@@ -58,16 +60,16 @@ mod tests;
 mod tier_tests;
 pub mod tiers;
 
-use abi_stable::std_types::{RNone, RSlice, RSome, RVec};
-use routelab_policy_api::{
-    Completion, CostModel, Eviction, PdContext, ReplicaView, Request, RouterBox, RouterContext, SchedulerBox,
-    SchedulerContext, Segment, World,
-};
+use abi_stable::std_types::RSlice;
+use routelab_policy_api::{Completion, Eviction, ReplicaView, Request, RouterBox, SchedulerBox, Segment, World};
 
 use self::kv_tier::KvTier;
 use self::pd::Pd;
 use self::tiers::ReplicaTiers;
 
+pub use self::contexts::{
+    admission_context, check_fits, request_infos, router_context, router_context_for, scheduler_context,
+};
 use self::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use self::summary::Replication;
 pub use self::summary::{RequestRecord, RunOutcome, push_slo_metrics};
@@ -75,129 +77,11 @@ use super::SetupError;
 use super::event_queue::EventQueue;
 use crate::error::RunError;
 use crate::facts::RequestInfo;
-use crate::handle::{AdmissionHandle, Admitted, RouterHandle, SchedulerHandle, scheduler_stats};
-use crate::seeds::stream_seed;
+use crate::handle::{AdmissionHandle, Admitted, RouterHandle, SchedulerHandle};
 use crate::step_model::{Pricer, StepModel};
 use crate::time::{SimTime, seconds, ticks};
 use crate::workload::cluster::ClusterSpec;
 use crate::workload::generate::RequestStream;
-
-/// What a router is told at creation on an aggregated cluster of `replicas` replicas.
-pub fn router_context(sm: &StepModel, replicas: u32, run_seed: u64) -> RouterContext {
-    RouterContext {
-        world: World::Cluster,
-        replicas,
-        seed: stream_seed(run_seed, "policy.router"),
-        kv_capacity_tokens: sm.kv_capacity_tokens,
-        cost: RSome(CostModel::new(sm.pricer)),
-        disaggregation: RNone,
-        facts: RVec::new(),
-    }
-}
-
-/// What a router is told at creation on `spec`'s cluster (`sm` its resolved step model): on a
-/// disaggregated one, `replicas` counts the decode candidates (mixed + decode instances),
-/// capacity and cost describe the decode pool, and `disaggregation` the prefill candidates, the
-/// link and the shared tier.
-pub fn router_context_for(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> RouterContext {
-    let facts: RVec<_> = crate::facts::cluster_context_with(
-        spec.chunk_tokens,
-        spec.max_step_tokens,
-        spec.max_batch_requests,
-        spec.metrics.scrape_interval_s,
-        spec.classes.len(),
-        spec.tenants.len(),
-    )
-    .into();
-    let Some(d) = &spec.disaggregation else {
-        return RouterContext { facts, ..router_context(sm, spec.replicas, run_seed) };
-    };
-    // Validated with the workload; a failure here would have stopped it before any run.
-    let (p, dm) = d.step_models(spec).unwrap_or_else(|_| (sm.clone(), sm.clone()));
-    RouterContext {
-        disaggregation: RSome(PdContext {
-            prefill_replicas: d.prefill.instances + d.mixed_instances(),
-            prefill_kv_capacity_tokens: p.kv_capacity_tokens,
-            prefill_cost: RSome(CostModel::new(p.pricer)),
-            kv_bytes_per_token: dm.cost.kv_bytes_per_token,
-            link_bandwidth_bytes_s: d.link.bandwidth_bytes_s(),
-            link_base_latency_s: d.link.base_latency_s,
-            mixed_replicas: d.mixed_instances(),
-            link_layerwise: d.link.layerwise,
-            model_layers: dm.model.layers,
-            shared_kv_bandwidth_bytes_s: d.shared_kv.as_ref().map_or(0.0, |t| t.bandwidth_gbps * 1e9 / 8.0),
-            shared_kv_capacity_tokens: d
-                .shared_kv
-                .as_ref()
-                .map_or(0, |t| (t.capacity_gb * 1e9 / dm.cost.kv_bytes_per_token).floor() as u64),
-        }),
-        facts,
-        ..router_context(&dm, d.decode.instances + d.mixed_instances(), run_seed)
-    }
-}
-
-/// What an admission policy is told at creation on `spec`'s cluster.
-pub fn admission_context(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> routelab_policy_api::AdmissionContext {
-    let ctx = router_context_for(spec, sm, run_seed);
-    routelab_policy_api::AdmissionContext {
-        world: World::Cluster,
-        replicas: spec.replicas,
-        seed: stream_seed(run_seed, "policy.admission"),
-        kv_capacity_tokens: sm.kv_capacity_tokens,
-        facts: ctx.facts,
-    }
-}
-
-/// What the host knows of each request of `stream` beyond its sizes: class, priority, tenant,
-/// SLO bounds (the class's, else the cluster's), output length.
-pub fn request_infos(spec: &ClusterSpec, stream: &RequestStream) -> Vec<RequestInfo> {
-    (0..stream.requests.len())
-        .map(|i| {
-            let label = stream.label(i);
-            let class = spec.classes.get(label.class as usize);
-            let slo = class.and_then(|c| c.slo.as_ref()).or(spec.slo.as_ref());
-            RequestInfo {
-                class: label.class,
-                priority: class.map_or(0, |c| c.priority),
-                tenant: label.tenant,
-                slo_ttft_s: slo.and_then(|s| s.ttft_s).unwrap_or(f64::NAN),
-                slo_tpot_s: slo.and_then(|s| s.tpot_s).unwrap_or(f64::NAN),
-                output_tokens: stream.requests[i].output_tokens,
-                hint_output_tokens: stream.hint(i),
-                session: stream.sessions.as_ref().map_or(f64::NAN, |s| s.session[i] as f64),
-                ..RequestInfo::plain()
-            }
-        })
-        .collect()
-}
-
-/// What replica `replica`'s scheduler is told at creation.
-pub fn scheduler_context(sm: &StepModel, replica: u32, run_seed: u64) -> SchedulerContext {
-    SchedulerContext {
-        replica,
-        seed: stream_seed(run_seed, &format!("policy.scheduler.{replica}")),
-        kv_capacity_tokens: sm.kv_capacity_tokens,
-        facts: RVec::new(),
-    }
-}
-
-/// Every request of `stream` fits in one replica's KV memory (prompt plus output): a trace row
-/// that does not could never be admitted.
-pub fn check_fits(sm: &StepModel, stream: &RequestStream) -> Result<(), SetupError> {
-    for (i, r) in stream.requests.iter().enumerate() {
-        if r.prompt_tokens as u64 + r.output_tokens as u64 > sm.kv_capacity_tokens {
-            return Err(SetupError::new(
-                "arrivals",
-                format!(
-                    "request {i} needs {} prompt + {} output tokens of KV, more than a replica's capacity ({} tokens)",
-                    r.prompt_tokens, r.output_tokens, sm.kv_capacity_tokens
-                ),
-                "raise tp or use a GPU with more memory",
-            ));
-        }
-    }
-    Ok(())
-}
 
 enum Event {
     StepEnd(u32),
@@ -747,89 +631,5 @@ impl<'a> ClusterSim<'a> {
             self.queue.push(now + self.eviction_delay, event);
         }
         Ok(())
-    }
-
-    /// Per-request records, the host's metrics, then the policies' own figures.
-    fn finish(self) -> Result<RunOutcome, RunError> {
-        let pd_rejected = |i: usize| self.pd.as_ref().is_some_and(|pd| pd.rejected[i]);
-        // Conservation: every request ends exactly once — finished, rejected or shed — or is
-        // still unfinished at the horizon (held requests included); never two of these.
-        #[cfg(debug_assertions)]
-        {
-            let mut ended = 0;
-            for (i, st) in self.states.iter().enumerate() {
-                let ways = [st.completed_at.is_some(), pd_rejected(i), self.ends[i] != End::Served];
-                let n = ways.iter().filter(|w| **w).count();
-                assert!(n <= 1, "request {i} ended {n} times ({ways:?})");
-                ended += n;
-            }
-            assert_eq!(self.done, ended, "the count of ended requests drifted");
-        }
-        let record = |i: usize| {
-            let (q, st) = (&self.stream.requests[i], &self.states[i]);
-            let t = |x: Option<SimTime>| x.map_or(f64::NAN, seconds);
-            // Per-request costs outside the engine's steps (a calibration's API and
-            // detokenisation time), charged where the request's tokens come out.
-            let (first, per_token) = self.pricers[pool_of(self.pd.as_ref(), st.replica as usize)].per_request_s();
-            let later = per_token * q.output_tokens.saturating_sub(1) as f64;
-            RequestRecord {
-                replica: st.replica,
-                arrived_at_s: seconds(st.arrived_at),
-                admitted_at_s: t(st.admitted_at),
-                first_token_at_s: t(st.first_token_at) + first,
-                completed_at_s: t(st.completed_at) + first + later,
-                prompt_tokens: q.prompt_tokens,
-                cached_tokens: st.cached_tokens,
-                output_tokens: q.output_tokens,
-                preemptions: st.preemptions,
-                class: self.infos[i].class,
-                tenant: self.infos[i].tenant,
-                end: if pd_rejected(i) { End::Rejected } else { self.ends[i] },
-                dispatched_at_s: seconds(self.dispatched_at[i]),
-            }
-        };
-        // Over every request in order; the cluster's own figures over the served ones (rejected
-        // and shed requests were never served), the SLO's over all (a rejection misses it).
-        let mut tally = summary::Tally::new(self.exact, &self.classes, &self.tenants, self.slo.as_ref());
-        let records: Vec<RequestRecord> =
-            if self.exact { (0..self.states.len()).map(record).collect() } else { Vec::new() };
-        if self.exact {
-            records.iter().for_each(|r| tally.add(r));
-        } else {
-            (0..self.states.len()).for_each(|i| tally.add(&record(i)));
-        }
-        let p = &self.probes;
-        let mut metrics = tally.summary(&self.replicas, p.waiting_at_half, p.waiting_at_end, p.replication.factor());
-        if self.pd.is_some() {
-            self.pd_metrics(&records, &mut metrics);
-        }
-        if self.replicas.first().is_some_and(|r| r.tiers.is_some()) {
-            let prompts = self.stream.requests.iter().map(|q| q.prompt_tokens);
-            summary::push_tier_metrics(&mut metrics, prompts, &self.states, &self.replicas, self.remote_tier.as_ref());
-        }
-        if !self.classes.is_empty() || !self.tenants.is_empty() {
-            tally.push_groups(&mut metrics);
-        } else if self.slo.is_some() {
-            tally.push_slo(&mut metrics);
-        }
-        if let Some(s) = &self.stream.sessions {
-            sessions::push_session_metrics(&mut metrics, &records, s);
-        }
-        if let Some(a) = self.admission.as_ref().filter(|_| self.admission_metrics) {
-            tally.push_admission(&mut metrics, a.counts.held);
-        }
-        let detail = (!self.exact).then(|| {
-            let (latency_quantiles, finished_share) = tally.latency_cdf(crate::metrics::CDF_POINTS);
-            crate::metrics::Detail { latency_quantiles, finished_share, ..Default::default() }
-        });
-        for (k, v) in self.router.report()?.into_iter().chain(scheduler_stats(&self.schedulers, self.router.label())?) {
-            metrics.push(k, v);
-        }
-        if let Some(a) = &self.admission {
-            for (k, v) in a.report()? {
-                metrics.push(k, v);
-            }
-        }
-        Ok(RunOutcome { metrics, records, detail })
     }
 }

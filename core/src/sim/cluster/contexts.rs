@@ -1,0 +1,130 @@
+//! What the policies of a cluster run are told at creation (the contexts) and per request (the
+//! infos), and the check that every request fits a replica: the pieces the gateway and the
+//! simulator share.
+
+use abi_stable::std_types::{RNone, RSome, RVec};
+use routelab_policy_api::{CostModel, PdContext, RouterContext, SchedulerContext, World};
+
+use super::super::SetupError;
+use crate::facts::RequestInfo;
+use crate::seeds::stream_seed;
+use crate::step_model::StepModel;
+use crate::workload::cluster::ClusterSpec;
+use crate::workload::generate::RequestStream;
+
+/// What a router is told at creation on an aggregated cluster of `replicas` replicas.
+pub fn router_context(sm: &StepModel, replicas: u32, run_seed: u64) -> RouterContext {
+    RouterContext {
+        world: World::Cluster,
+        replicas,
+        seed: stream_seed(run_seed, "policy.router"),
+        kv_capacity_tokens: sm.kv_capacity_tokens,
+        cost: RSome(CostModel::new(sm.pricer)),
+        disaggregation: RNone,
+        facts: RVec::new(),
+    }
+}
+
+/// What a router is told at creation on `spec`'s cluster (`sm` its resolved step model): on a
+/// disaggregated one, `replicas` counts the decode candidates (mixed + decode instances),
+/// capacity and cost describe the decode pool, and `disaggregation` the prefill candidates, the
+/// link and the shared tier.
+pub fn router_context_for(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> RouterContext {
+    let facts: RVec<_> = crate::facts::cluster_context_with(
+        spec.chunk_tokens,
+        spec.max_step_tokens,
+        spec.max_batch_requests,
+        spec.metrics.scrape_interval_s,
+        spec.classes.len(),
+        spec.tenants.len(),
+    )
+    .into();
+    let Some(d) = &spec.disaggregation else {
+        return RouterContext { facts, ..router_context(sm, spec.replicas, run_seed) };
+    };
+    // Validated with the workload; a failure here would have stopped it before any run.
+    let (p, dm) = d.step_models(spec).unwrap_or_else(|_| (sm.clone(), sm.clone()));
+    RouterContext {
+        disaggregation: RSome(PdContext {
+            prefill_replicas: d.prefill.instances + d.mixed_instances(),
+            prefill_kv_capacity_tokens: p.kv_capacity_tokens,
+            prefill_cost: RSome(CostModel::new(p.pricer)),
+            kv_bytes_per_token: dm.cost.kv_bytes_per_token,
+            link_bandwidth_bytes_s: d.link.bandwidth_bytes_s(),
+            link_base_latency_s: d.link.base_latency_s,
+            mixed_replicas: d.mixed_instances(),
+            link_layerwise: d.link.layerwise,
+            model_layers: dm.model.layers,
+            shared_kv_bandwidth_bytes_s: d.shared_kv.as_ref().map_or(0.0, |t| t.bandwidth_gbps * 1e9 / 8.0),
+            shared_kv_capacity_tokens: d
+                .shared_kv
+                .as_ref()
+                .map_or(0, |t| (t.capacity_gb * 1e9 / dm.cost.kv_bytes_per_token).floor() as u64),
+        }),
+        facts,
+        ..router_context(&dm, d.decode.instances + d.mixed_instances(), run_seed)
+    }
+}
+
+/// What an admission policy is told at creation on `spec`'s cluster.
+pub fn admission_context(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> routelab_policy_api::AdmissionContext {
+    let ctx = router_context_for(spec, sm, run_seed);
+    routelab_policy_api::AdmissionContext {
+        world: World::Cluster,
+        replicas: spec.replicas,
+        seed: stream_seed(run_seed, "policy.admission"),
+        kv_capacity_tokens: sm.kv_capacity_tokens,
+        facts: ctx.facts,
+    }
+}
+
+/// What the host knows of each request of `stream` beyond its sizes: class, priority, tenant,
+/// SLO bounds (the class's, else the cluster's), output length.
+pub fn request_infos(spec: &ClusterSpec, stream: &RequestStream) -> Vec<RequestInfo> {
+    (0..stream.requests.len())
+        .map(|i| {
+            let label = stream.label(i);
+            let class = spec.classes.get(label.class as usize);
+            let slo = class.and_then(|c| c.slo.as_ref()).or(spec.slo.as_ref());
+            RequestInfo {
+                class: label.class,
+                priority: class.map_or(0, |c| c.priority),
+                tenant: label.tenant,
+                slo_ttft_s: slo.and_then(|s| s.ttft_s).unwrap_or(f64::NAN),
+                slo_tpot_s: slo.and_then(|s| s.tpot_s).unwrap_or(f64::NAN),
+                output_tokens: stream.requests[i].output_tokens,
+                hint_output_tokens: stream.hint(i),
+                session: stream.sessions.as_ref().map_or(f64::NAN, |s| s.session[i] as f64),
+                ..RequestInfo::plain()
+            }
+        })
+        .collect()
+}
+
+/// What replica `replica`'s scheduler is told at creation.
+pub fn scheduler_context(sm: &StepModel, replica: u32, run_seed: u64) -> SchedulerContext {
+    SchedulerContext {
+        replica,
+        seed: stream_seed(run_seed, &format!("policy.scheduler.{replica}")),
+        kv_capacity_tokens: sm.kv_capacity_tokens,
+        facts: RVec::new(),
+    }
+}
+
+/// Every request of `stream` fits in one replica's KV memory (prompt plus output): a trace row
+/// that does not could never be admitted.
+pub fn check_fits(sm: &StepModel, stream: &RequestStream) -> Result<(), SetupError> {
+    for (i, r) in stream.requests.iter().enumerate() {
+        if r.prompt_tokens as u64 + r.output_tokens as u64 > sm.kv_capacity_tokens {
+            return Err(SetupError::new(
+                "arrivals",
+                format!(
+                    "request {i} needs {} prompt + {} output tokens of KV, more than a replica's capacity ({} tokens)",
+                    r.prompt_tokens, r.output_tokens, sm.kv_capacity_tokens
+                ),
+                "raise tp or use a GPU with more memory",
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,94 @@
+//! The end of a cluster run: every request ended once (checked), its record, the host's
+//! figures (exact or sketched), then the policies' own.
+
+use super::summary::{self, RequestRecord, RunOutcome};
+use super::{ClusterSim, End, pool_of, sessions};
+use crate::error::RunError;
+use crate::handle::scheduler_stats;
+use crate::time::{SimTime, seconds};
+
+impl ClusterSim<'_> {
+    /// Per-request records, the host's metrics, then the policies' own figures.
+    pub(super) fn finish(self) -> Result<RunOutcome, RunError> {
+        let pd_rejected = |i: usize| self.pd.as_ref().is_some_and(|pd| pd.rejected[i]);
+        // Conservation: every request ends exactly once — finished, rejected or shed — or is
+        // still unfinished at the horizon (held requests included); never two of these.
+        #[cfg(debug_assertions)]
+        {
+            let mut ended = 0;
+            for (i, st) in self.states.iter().enumerate() {
+                let ways = [st.completed_at.is_some(), pd_rejected(i), self.ends[i] != End::Served];
+                let n = ways.iter().filter(|w| **w).count();
+                assert!(n <= 1, "request {i} ended {n} times ({ways:?})");
+                ended += n;
+            }
+            assert_eq!(self.done, ended, "the count of ended requests drifted");
+        }
+        let record = |i: usize| {
+            let (q, st) = (&self.stream.requests[i], &self.states[i]);
+            let t = |x: Option<SimTime>| x.map_or(f64::NAN, seconds);
+            // Per-request costs outside the engine's steps (a calibration's API and
+            // detokenisation time), charged where the request's tokens come out.
+            let (first, per_token) = self.pricers[pool_of(self.pd.as_ref(), st.replica as usize)].per_request_s();
+            let later = per_token * q.output_tokens.saturating_sub(1) as f64;
+            RequestRecord {
+                replica: st.replica,
+                arrived_at_s: seconds(st.arrived_at),
+                admitted_at_s: t(st.admitted_at),
+                first_token_at_s: t(st.first_token_at) + first,
+                completed_at_s: t(st.completed_at) + first + later,
+                prompt_tokens: q.prompt_tokens,
+                cached_tokens: st.cached_tokens,
+                output_tokens: q.output_tokens,
+                preemptions: st.preemptions,
+                class: self.infos[i].class,
+                tenant: self.infos[i].tenant,
+                end: if pd_rejected(i) { End::Rejected } else { self.ends[i] },
+                dispatched_at_s: seconds(self.dispatched_at[i]),
+            }
+        };
+        // Over every request in order; the cluster's own figures over the served ones (rejected
+        // and shed requests were never served), the SLO's over all (a rejection misses it).
+        let mut tally = summary::Tally::new(self.exact, &self.classes, &self.tenants, self.slo.as_ref());
+        let records: Vec<RequestRecord> =
+            if self.exact { (0..self.states.len()).map(record).collect() } else { Vec::new() };
+        if self.exact {
+            records.iter().for_each(|r| tally.add(r));
+        } else {
+            (0..self.states.len()).for_each(|i| tally.add(&record(i)));
+        }
+        let p = &self.probes;
+        let mut metrics = tally.summary(&self.replicas, p.waiting_at_half, p.waiting_at_end, p.replication.factor());
+        if self.pd.is_some() {
+            self.pd_metrics(&records, &mut metrics);
+        }
+        if self.replicas.first().is_some_and(|r| r.tiers.is_some()) {
+            let prompts = self.stream.requests.iter().map(|q| q.prompt_tokens);
+            summary::push_tier_metrics(&mut metrics, prompts, &self.states, &self.replicas, self.remote_tier.as_ref());
+        }
+        if !self.classes.is_empty() || !self.tenants.is_empty() {
+            tally.push_groups(&mut metrics);
+        } else if self.slo.is_some() {
+            tally.push_slo(&mut metrics);
+        }
+        if let Some(s) = &self.stream.sessions {
+            sessions::push_session_metrics(&mut metrics, &records, s);
+        }
+        if let Some(a) = self.admission.as_ref().filter(|_| self.admission_metrics) {
+            tally.push_admission(&mut metrics, a.counts.held);
+        }
+        let detail = (!self.exact).then(|| {
+            let (latency_quantiles, finished_share) = tally.latency_cdf(crate::metrics::CDF_POINTS);
+            crate::metrics::Detail { latency_quantiles, finished_share, ..Default::default() }
+        });
+        for (k, v) in self.router.report()?.into_iter().chain(scheduler_stats(&self.schedulers, self.router.label())?) {
+            metrics.push(k, v);
+        }
+        if let Some(a) = &self.admission {
+            for (k, v) in a.report()? {
+                metrics.push(k, v);
+            }
+        }
+        Ok(RunOutcome { metrics, records, detail })
+    }
+}
