@@ -4,45 +4,13 @@
 //! Each decision is computed by hand from the upstream rule (the arithmetic is in the comments).
 //! Dynamo's active-request weight is checked against the upstream crate in `testing/dynamo-diff`.
 
-use abi_stable::std_types::RNone;
 use routelab_policies::dynamo_kv::{self, Cost, DynamoKv};
 use routelab_policies::sglang_cache_aware::{self, Imbalanced, SglangCacheAware};
 use routelab_policies::vllm_loadaware::{self, VllmLoadAware};
 use routelab_policy_api::*;
 
-fn ctx(replicas: u32) -> RouterContext {
-    RouterContext {
-        world: World::Cluster,
-        replicas,
-        seed: 1,
-        kv_capacity_tokens: 100_000,
-        cost: RNone,
-        disaggregation: RNone,
-        facts: Default::default(),
-    }
-}
-
-fn seg(id: u64, tokens: u32) -> Segment {
-    Segment { id, tokens }
-}
-
-fn req(id: u64, at: f64, segs: &[Segment]) -> Request<'_> {
-    let tokens = segs.iter().map(|s| s.tokens).sum();
-    Request::new(id, at, tokens).with_segments(segs)
-}
-
-fn done(request_id: u64, replica: u32) -> Completion {
-    Completion {
-        request_id,
-        replica,
-        arrived_at: 0.0,
-        completed_at: 1.0,
-        ttft: 0.1,
-        prompt_tokens: 0,
-        cached_tokens: 0,
-        output_tokens: 1,
-    }
-}
+mod common;
+use common::{ctx, done, make, req, seg};
 
 /// Dynamo on 2 replicas (blocks of 16), nothing awaiting prefill, after three requests to r0:
 /// A = 160 tokens (10 blocks), C = 160 fresh tokens (10), D = 64 fresh tokens (4) — r0 holds
@@ -294,15 +262,6 @@ fn sglang_keep_affinity_breaks_equal_matches_toward_the_lighter_replica() {
     // Loads 10, 2, 1, 0: imbalanced; window ≤ 2 = r1, r2, r3; matches 100, 100, 0 → r2.
     assert_eq!(s.route(&req(99, 1.0, &[seg(1, 100), seg(5, 20)]), &Replicas::new(&views)), 2);
     assert!(s.report().contains(&("kept_affinity_decisions".into(), 1.0)));
-}
-
-/// Builds a router from YAML through the registry (the path the CLI and plugins take).
-fn make(name: &str, yaml: &str) -> Result<(), String> {
-    let e = routelab_policies::registry().into_iter().find(|e| e.name == name).expect("registered");
-    match e.make {
-        Maker::Router(f) => f(yaml, &ctx(4)).map(|_| ()).map_err(String::from),
-        _ => panic!("{name} is a router"),
-    }
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The field's routers: one hand-computed decision per router from its upstream rule (the
 //! arithmetic is in the comments), and their config validation.
 
-use abi_stable::std_types::{RNone, RSlice};
+use abi_stable::std_types::RSlice;
 use routelab_policies::{
     aibrix_prefix_cache::AibrixPrefixCache, chwbl::Chwbl, dynamo_kv, dynamo_kv::DynamoKv, llm_d, llm_d::LlmD,
     ray_prefix_aware::RayPrefixAware, sglang_cache_aware, sglang_cache_aware::SglangCacheAware, vllm_prefix_aware,
@@ -9,42 +9,11 @@ use routelab_policies::{
 };
 use routelab_policy_api::*;
 
-fn ctx(replicas: u32) -> RouterContext {
-    RouterContext {
-        world: World::Cluster,
-        replicas,
-        seed: 1,
-        kv_capacity_tokens: 100_000,
-        cost: RNone,
-        disaggregation: RNone,
-        facts: Default::default(),
-    }
-}
+mod common;
+use common::{ctx, done, make, req, seg};
 
 fn ctx_seed(replicas: u32, seed: u64) -> RouterContext {
     RouterContext { seed, ..ctx(replicas) }
-}
-
-fn seg(id: u64, tokens: u32) -> Segment {
-    Segment { id, tokens }
-}
-
-fn req(id: u64, at: f64, segs: &[Segment]) -> Request<'_> {
-    let tokens = segs.iter().map(|s| s.tokens).sum();
-    Request::new(id, at, tokens).with_segments(segs)
-}
-
-fn done(id: u64, replica: u32) -> Completion {
-    Completion {
-        request_id: id,
-        replica,
-        arrived_at: 0.0,
-        completed_at: 1.0,
-        ttft: 0.5,
-        prompt_tokens: 0,
-        cached_tokens: 0,
-        output_tokens: 1,
-    }
 }
 
 /// Routes `request` and dispatches it where the router said.
@@ -305,15 +274,6 @@ fn sglang_below_threshold_smallest_tree_differs_from_least_load() {
         setup(sglang_cache_aware::BelowThreshold::SmallestTree).route(&req(3, 1.0, &fresh), &Replicas::new(&views)),
         1
     );
-}
-
-/// Builds a router from YAML through the registry (the path the CLI and plugins take).
-fn make(name: &str, yaml: &str) -> Result<(), String> {
-    let e = routelab_policies::registry().into_iter().find(|e| e.name == name).expect("registered");
-    match e.make {
-        Maker::Router(f) => f(yaml, &ctx(4)).map(|_| ()).map_err(String::from),
-        _ => panic!("{name} is a router"),
-    }
 }
 
 #[test]

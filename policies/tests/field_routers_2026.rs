@@ -1,7 +1,7 @@
 //! The field's routers as of 2026 (issue 24): hand-computed decisions from each upstream rule
 //! (the arithmetic is in the comments), and their config validation.
 
-use abi_stable::std_types::{RNone, RSome};
+use abi_stable::std_types::RSome;
 use routelab_policies::{
     llm_d, llm_d::LlmD, llm_d_predicted_latency, llm_d_predicted_latency::LlmDPredictedLatency, llm_d_sticky,
     llm_d_sticky::LlmDSticky,
@@ -9,26 +9,8 @@ use routelab_policies::{
 use routelab_policy_api::facts::context::ENGINE_MAX_STEP_TOKENS;
 use routelab_policy_api::*;
 
-fn ctx(replicas: u32) -> RouterContext {
-    RouterContext {
-        world: World::Cluster,
-        replicas,
-        seed: 1,
-        kv_capacity_tokens: 100_000,
-        cost: RNone,
-        disaggregation: RNone,
-        facts: Default::default(),
-    }
-}
-
-fn seg(id: u64, tokens: u32) -> Segment {
-    Segment { id, tokens }
-}
-
-fn req(id: u64, at: f64, segs: &[Segment]) -> Request<'_> {
-    let tokens = segs.iter().map(|s| s.tokens).sum();
-    Request::new(id, at, tokens).with_segments(segs)
-}
+mod common;
+use common::{ctx, make, req, seg};
 
 fn waiting(w: [u32; 3]) -> [ReplicaView; 3] {
     w.map(|waiting| ReplicaView { waiting, ..Default::default() })
@@ -328,15 +310,6 @@ fn llm_d_short_prompts_are_a_hot_spot_under_the_match_ratio_and_not_under_the_le
     // requests: 25 each, give or take the one in flight.
     let counts = short_prompt_counts(llm_d::Config { match_length_weight: 0.5, ..Default::default() });
     assert!(counts.iter().all(|&c| (24..=26).contains(&c)), "{counts:?}");
-}
-
-/// Builds a router from YAML through the registry (the path the CLI and plugins take).
-fn make(name: &str, yaml: &str) -> Result<(), String> {
-    let e = routelab_policies::registry().into_iter().find(|e| e.name == name).expect("registered");
-    match e.make {
-        Maker::Router(f) => f(yaml, &ctx(4)).map(|_| ()).map_err(String::from),
-        _ => panic!("{name} is a router"),
-    }
 }
 
 #[test]

@@ -119,17 +119,7 @@ impl Popular {
             Popularity::Uniform => 1.0,
             Popularity::Zipf { s } => (k as f64).powf(-s),
         });
-        let mut acc = 0.0;
-        let mut cdf: Vec<f64> = weights
-            .map(|w| {
-                acc += w;
-                acc
-            })
-            .collect();
-        for c in &mut cdf {
-            *c /= acc;
-        }
-        Self { cdf }
+        Self { cdf: crate::workload::cluster::classes::Mix::new(weights).into_cdf() }
     }
 
     /// Probability of the context at `index`.

@@ -161,6 +161,11 @@ impl Mix {
         Self { cdf }
     }
 
+    /// The cumulative shares, normalised (the last is 1).
+    pub fn into_cdf(self) -> Vec<f64> {
+        self.cdf
+    }
+
     /// An index for the uniform draw `u` in [0, 1); 0 when the mix is empty.
     pub fn pick(&self, u: f64) -> usize {
         self.cdf.partition_point(|&c| c <= u).min(self.cdf.len().saturating_sub(1))
