@@ -134,6 +134,110 @@ pub fn resolve(arg: &Path) -> Result<PathBuf, InputError> {
     }
 }
 
+/// Every workload argument expanded: a folder — on disk, or a built-in one named like a
+/// built-in workload (`preble_grid`, `cluster/experiments/preble_grid`) — stands for the workload
+/// files directly inside it, in name order; anything else goes through [`resolve`].
+pub fn resolve_all(args: &[PathBuf]) -> Result<Vec<PathBuf>, InputError> {
+    let mut out = Vec::new();
+    for arg in args {
+        if arg.is_dir() {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(arg)
+                .map_err(|e| folder_error(arg, format!("cannot read the folder: {e}")))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                .collect();
+            if files.is_empty() {
+                return Err(folder_error(arg, "the folder holds no .yaml workload".into()));
+            }
+            files.sort();
+            out.extend(files);
+        } else if let (false, Ok(None), Some(folder)) = (arg.exists(), find(&arg.to_string_lossy()), folder(arg)) {
+            let root = extracted().map_err(|e| folder_error(arg, format!("cannot write the built-ins out: {e}")))?;
+            out.extend(
+                yaml_files().filter(|p| p.rsplit_once('/').map(|(d, _)| d) == Some(folder)).map(|p| root.join(p)),
+            );
+        } else {
+            out.push(resolve(arg)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The built-in folder of workloads `arg` names: its path under `workloads/`, or its last part
+/// when only one folder has that name.
+fn folder(arg: &Path) -> Option<&'static str> {
+    let key = arg.to_string_lossy();
+    let key = key.trim_start_matches("./").trim_end_matches('/');
+    let key = key.strip_prefix("workloads/").unwrap_or(key);
+    let mut folders: Vec<&'static str> = yaml_files().filter_map(|p| p.rsplit_once('/').map(|(d, _)| d)).collect();
+    folders.sort_unstable();
+    folders.dedup();
+    let hits: Vec<&'static str> =
+        folders.into_iter().filter(|d| *d == key || d.rsplit('/').next() == Some(key)).collect();
+    match hits.as_slice() {
+        [one] => Some(one),
+        _ => None,
+    }
+}
+
+fn folder_error(arg: &Path, message: String) -> InputError {
+    InputError {
+        file: arg.to_path_buf(),
+        path: String::new(),
+        line: None,
+        message,
+        fix: "give a folder of workload files, a workload file or a built-in name (`routelab workloads`)".into(),
+    }
+}
+
+/// A trace file argument (`--trace`): the file itself when it exists, else the built-in trace it
+/// names — its path under `workloads/`, or any tail of that path, with or without its extension
+/// (`conversation_trace`, `mooncake-fast25/conversation_trace.jsonl`, `AzureLLMInferenceTrace_code`).
+pub fn resolve_trace(arg: &Path) -> Result<PathBuf, String> {
+    if arg.exists() {
+        return Ok(arg.to_path_buf());
+    }
+    let key = arg.to_string_lossy();
+    let key = key.trim_start_matches("./");
+    let key = key.strip_prefix("workloads/").unwrap_or(key);
+    let traces: Vec<&'static str> = FILES
+        .iter()
+        .map(|(p, _)| *p)
+        .filter(|p| p.starts_with("traces/") && (p.ends_with(".csv") || p.ends_with(".jsonl")))
+        .collect();
+    let names = |p: &'static str| {
+        let bare = p.rsplit_once('.').map_or(p, |(b, _)| b);
+        [p, bare].into_iter().any(|n| n == key || n.ends_with(&format!("/{key}")))
+    };
+    let hits: Vec<&'static str> = traces.iter().copied().filter(|p| names(p)).collect();
+    match hits.as_slice() {
+        [one] => Ok(extracted().map_err(|e| format!("cannot write the built-in traces out: {e}"))?.join(one)),
+        [] => Err(format!(
+            "no such file, and no built-in trace of that name (built-in traces: {})",
+            traces.iter().map(|p| p.rsplit('/').next().unwrap_or(p)).collect::<Vec<_>>().join(", ")
+        )),
+        several => Err(format!("names several built-in traces: {}; give more of the path", several.join(", "))),
+    }
+}
+
+/// A data path as the repository names it (`workloads/profiles/measured/…`, a file or a folder
+/// of the shipped data): the path itself when it exists, else the built-in copy when the binary
+/// carries one, so the README's commands run from any directory. Otherwise the path unchanged
+/// (the caller's own error names it).
+pub fn resolve_data(arg: &Path) -> PathBuf {
+    if arg.exists() {
+        return arg.to_path_buf();
+    }
+    let key = arg.to_string_lossy();
+    let key = key.trim_start_matches("./").trim_end_matches('/');
+    let Some(rel) = key.strip_prefix("workloads/") else { return arg.to_path_buf() };
+    let carried = FILES.iter().any(|(p, _)| *p == rel || p.strip_prefix(rel).is_some_and(|t| t.starts_with('/')));
+    match (carried, extracted()) {
+        (true, Ok(root)) => root.join(rel),
+        _ => arg.to_path_buf(),
+    }
+}
+
 /// The folder built-ins are written out to (whether or not they have been yet).
 fn root() -> PathBuf {
     std::env::temp_dir().join(format!("routelab-{}-{FILES_HASH:016x}", env!("CARGO_PKG_VERSION")))
@@ -200,6 +304,33 @@ mod tests {
         for p in ["traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv", "traces/azure-llm-2023/README.md"] {
             assert!(FILES.iter().any(|(f, _)| *f == p), "{p} is not embedded");
         }
+    }
+
+    /// Issue 32: an installed binary finds built-in folders, traces and data by the names the
+    /// README uses, from any directory.
+    #[test]
+    fn folders_traces_and_data_resolve_to_the_built_in_copies() {
+        let grid = resolve_all(&[PathBuf::from("preble_grid")]).unwrap();
+        let names: Vec<String> = grid.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        assert_eq!(names, ["agent.yaml", "long_doc_qa.yaml", "programming.yaml", "tool_use.yaml", "video_qa.yaml"]);
+        assert!(grid.iter().all(|p| p.exists()));
+        assert_eq!(resolve_all(&[PathBuf::from("workloads/cluster/experiments/preble_grid/")]).unwrap(), grid);
+        let e = resolve_all(&[PathBuf::from("nonesuch_folder")]).unwrap_err();
+        assert!(e.message.contains("no built-in workload"), "{e:?}");
+
+        let conv = resolve_trace(Path::new("conversation_trace")).unwrap();
+        assert!(conv.ends_with("traces/mooncake-fast25/conversation_trace.jsonl") && conv.exists(), "{conv:?}");
+        for same in ["mooncake-fast25/conversation_trace.jsonl", "workloads/traces/mooncake-fast25/conversation_trace"]
+        {
+            assert_eq!(resolve_trace(Path::new(same)).unwrap(), conv);
+        }
+        assert!(resolve_trace(Path::new("trace")).unwrap().ends_with("example-requests/trace.jsonl"));
+        let e = resolve_trace(Path::new("AzureLLMInferenceTrace")).unwrap_err();
+        assert!(e.contains("AzureLLMInferenceTrace_code.csv"), "{e}");
+
+        let profile = resolve_data(Path::new("workloads/profiles/measured/RTXPRO6000_Llama-3.1-8B_bf16_tp1"));
+        assert!(profile.join("meta.yaml").exists(), "{profile:?}");
+        assert_eq!(resolve_data(Path::new("workloads/nonesuch")), Path::new("workloads/nonesuch"));
     }
 
     /// Issue 26: errors about a built-in showed the temporary folder it is read from.

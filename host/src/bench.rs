@@ -453,14 +453,10 @@ fn bench_cluster(loader: &mut Loader, rec: &mut Recorder) -> Result<()> {
     Ok(())
 }
 
-/// Wall seconds per policy to replay the Mooncake conversation trace (12,031 requests), read from
-/// `workloads/cluster/` under the current folder (skipped when run elsewhere).
+/// Wall seconds per policy to replay the Mooncake conversation trace (12,031 requests): the
+/// built-in `mooncake_conversation`, so the row runs from any directory.
 fn mooncake_section(loader: &mut Loader, rec: &mut Recorder, routers: &[&str]) -> Result<()> {
-    let file = Path::new("workloads/cluster/mooncake_conversation.yaml");
-    if !file.exists() {
-        rec.line(format!("\n(Mooncake replay skipped: run from the repository root to find {})", file.display()));
-        return Ok(());
-    }
+    let file = &routelab_core::builtin::resolve(Path::new("mooncake_conversation"))?;
     let prepared = routelab_core::runner::prepare(routelab_core::workload::load(file)?, file)?;
     let input = prepared.seed_inputs()?.remove(0);
     rec.section("mooncake", "Mooncake conversation trace, whole replay (wall seconds per policy):");

@@ -9,6 +9,7 @@ mod args;
 mod capacity;
 mod checks;
 mod diff;
+mod docs;
 mod import;
 mod merge;
 mod output;
@@ -141,7 +142,7 @@ fn execute(command: Command) -> Result<i32> {
             output::check(&common)?;
             output::write(&common, &command, &results)?;
             for r in &results {
-                print!("{}", report::table::render(r, markdown));
+                print!("{}", report::table::render(r, markdown, None));
             }
             Ok(exit_code_of_results(&results, &mut Vec::new()))
         }
@@ -160,7 +161,7 @@ fn execute(command: Command) -> Result<i32> {
         Command::ExportTrace { workload, format: args::TraceFormat::Mooncake, out, seed } => {
             export_trace(&routelab_core::builtin::resolve(&workload)?, &out, seed)
         }
-        Command::Import { log, out } => import_log(&log, &out),
+        Command::Import { log, out } => import_log(&routelab_core::builtin::resolve_data(&log), &out),
         Command::Schema => {
             println!(
                 "{}",
@@ -176,9 +177,15 @@ fn execute(command: Command) -> Result<i32> {
             accuracy::step_model(&gpu, &model, tp, calibration, tokens.map(|t| (t, cached.unwrap_or(0))))
         }
         Command::Calibrate { profile, runs, allreduce, name, out } => {
-            accuracy::calibrate(&profile, &runs, allreduce.as_deref(), name, out.as_deref())
+            use routelab_core::builtin::resolve_data;
+            let runs: Vec<PathBuf> = runs.iter().map(|r| resolve_data(r)).collect();
+            let allreduce = allreduce.map(|a| resolve_data(&a));
+            accuracy::calibrate(&resolve_data(&profile), &runs, allreduce.as_deref(), name, out.as_deref())
         }
         Command::Accuracy { runs, stream, gpu, model, tp, calibration, json } => {
+            use routelab_core::builtin::resolve_data;
+            let runs: Vec<PathBuf> = runs.iter().map(|r| resolve_data(r)).collect();
+            let stream = stream.map(|s| resolve_data(&s));
             accuracy::accuracy(&runs, stream.as_deref(), gpu, model, tp, calibration, json.as_deref())
         }
         Command::NewPolicy { dir, kind, name, api_path } => {
@@ -202,6 +209,17 @@ fn execute(command: Command) -> Result<i32> {
                 line: None,
                 message: m,
                 fix: "`routelab exercise --list` names the exercises".into(),
+            })?;
+            print!("{text}");
+            Ok(0)
+        }
+        Command::Docs { topic } => {
+            let text = docs::show(topic.as_deref()).map_err(|message| InputError {
+                file: PathBuf::from("<command line>"),
+                path: "topic".into(),
+                line: None,
+                message,
+                fix: "run `routelab docs` for the list".into(),
             })?;
             print!("{text}");
             Ok(0)
@@ -271,7 +289,7 @@ fn demo() -> Result<i32> {
         let prepared = vec![runner::prepare(w, path)?];
         let specs = checks::specs(&runner::split_policies(policies))?;
         let mut show = |r: &WorkloadResult| -> Result<()> {
-            println!("{}", report::table::render(r, false));
+            println!("{}", report::table::render(r, false, None));
             Ok(())
         };
         let (_, code) = run_prepared(prepared, Some(&specs), &Common::default(), "demo", &mut show)?;
@@ -290,8 +308,7 @@ fn compare_files(
     output::check(common)?;
     let opts = common.options();
     let mut prepared = Vec::new();
-    for f in files {
-        let f = &routelab_core::builtin::resolve(f)?;
+    for f in &routelab_core::builtin::resolve_all(files)? {
         let mut w = workload::load(f)?;
         checks::overrides(&w, f, common)?;
         if let Some(specs) = &policies {
@@ -327,7 +344,7 @@ fn compare_files(
         if vertical {
             print!("{}", render_vertical(r));
         } else {
-            print!("{}", report::table::render(r, common.markdown));
+            print!("{}", report::table::render(r, common.markdown, common.columns.as_deref()));
         }
         if let Some(dir) = &common.plot {
             for f in report::plot::comparison(dir, r)? {
@@ -393,8 +410,7 @@ fn sweep(files: &[PathBuf], policies: Option<Vec<PolicySpec>>, sets: &[String], 
     }
     let mut prepared = Vec::new();
     let mut names = Vec::new();
-    for file in files {
-        let file = &routelab_core::builtin::resolve(file)?;
+    for file in &routelab_core::builtin::resolve_all(files)? {
         let base = workload::load(file)?;
         checks::overrides(&base, file, common)?;
         if let Some(specs) = &policies {
@@ -413,7 +429,7 @@ fn sweep(files: &[PathBuf], policies: Option<Vec<PolicySpec>>, sets: &[String], 
         names.push(base.name);
     }
     let mut show = |r: &WorkloadResult| -> Result<()> {
-        print!("{}", report::table::render(r, common.markdown));
+        print!("{}", report::table::render(r, common.markdown, common.columns.as_deref()));
         Ok(())
     };
     let (results, code) = run_prepared(prepared, policies.as_deref(), common, "sweep", &mut show)?;
@@ -479,17 +495,24 @@ fn validate(file: &Path, trace: Option<PathBuf>) -> Result<i32> {
         checks::policy_builds(&mut loader, &runner::prepare(v, file)?, file)?;
     }
     let prepared = runner::prepare(w, file)?;
-    println!("{}: ok ({} world)", file.display(), prepared.workload.world().as_str());
+    // Everything but the resolved workload is a comment: `validate X > w.yaml` round-trips.
+    let shown = routelab_core::builtin::shown(&file.display().to_string()).into_owned();
+    println!("# {shown}: ok ({} world)", prepared.workload.world().as_str());
     print!(
         "{}",
         serde_norway::to_string(&resolved_paths(&prepared.workload, file)).context("printing the resolved workload")?
     );
-    println!("# estimate: {}", workload::estimate::estimate(&prepared.workload));
+    let stats = runner::cluster_stats(&prepared)?;
+    let requests = stats.as_ref().map(|(_, n)| *n);
+    println!("# estimate: {}", workload::estimate::estimate_with(&prepared.workload, requests));
     for n in &prepared.notes {
         println!("# note: {n}");
     }
-    if let Some(stats) = runner::cluster_stats(&prepared)? {
-        println!("# generated stream (seed {}):\n{stats}", prepared.workload.seed);
+    if let Some((stats, _)) = stats {
+        println!("# generated stream (seed {}):", prepared.workload.seed);
+        for line in stats.lines() {
+            println!("# {line}");
+        }
     }
     Ok(0)
 }

@@ -309,13 +309,13 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
 }
 
 /// A cluster workload's generated-stream statistics for seed `workload.seed` (`None` elsewhere).
-pub fn cluster_stats(p: &Prepared) -> Result<Option<String>, InputError> {
+pub fn cluster_stats(p: &Prepared) -> Result<Option<(String, usize)>, InputError> {
     let Some(c) = &p.workload.cluster else { return Ok(None) };
     let stream = match &p.trace_stream {
         Some(s) => s.clone(),
         None => Arc::new(p.generate(c, p.workload.seed)?),
     };
-    Ok(Some(crate::workload::generate::stats(&stream).to_string()))
+    Ok(Some((crate::workload::generate::stats(&stream).to_string(), stream.requests.len())))
 }
 
 /// `path` as written in `workload_file`: relative paths are relative to the workload's folder.

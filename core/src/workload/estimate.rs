@@ -20,7 +20,7 @@ impl std::fmt::Display for Estimate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "about {} and {} per run, {} run(s) ({} in all; rough, from the sizes alone)",
+            "about {} and {} per run, {} run(s) ({} in all; rough: a router can take 10× the median)",
             human_bytes(self.bytes),
             human_seconds(self.seconds),
             self.runs,
@@ -59,6 +59,19 @@ pub fn machine_memory_bytes() -> f64 {
 
 /// Rough memory and time of one run of `w` (cluster traces: per row, counted when they are read).
 pub fn estimate(w: &Workload) -> Estimate {
+    estimate_with(w, None)
+}
+
+/// Seconds of one cluster-world run per request: the median over eight shipped workloads, each
+/// with its own policy list (tool_use, agent, programming, video_qa, long_doc_qa,
+/// cache_vs_balance, azure_conv, mooncake_conversation: 2.0–68 µs, median 6.8 µs of user time per
+/// request, `/usr/bin/time routelab compare W -j 1` in the checked profile). The router decides
+/// most of the spread: Preble and Dynamo's indexer on long Mooncake prompts cost the most.
+const CLUSTER_SECONDS_PER_REQUEST: f64 = 7e-6;
+
+/// [`estimate`] with the cluster world's request count when it is known (the generated or
+/// replayed stream's length), instead of the one the sizes imply.
+pub fn estimate_with(w: &Workload, requests: Option<usize>) -> Estimate {
     let policies = w.policies.len().max(1) as u64;
     let mut runs = policies * w.seeds as u64;
     let (bytes, seconds) = if let Some(d) = &w.dispatch {
@@ -72,14 +85,14 @@ pub fn estimate(w: &Workload) -> Estimate {
         // Responses kept for quantiles (8 B each), server state, the event heap.
         (n * 8.0 + d.servers as f64 * 64.0, n * 150e-9 + refreshes * d.servers as f64 * 2e-9)
     } else if let Some(c) = &w.cluster {
-        let n = c.expected_requests();
+        let n = requests.map_or_else(|| c.expected_requests(), |n| n as f64);
         let turns = c.generator.turns.max().max(1) as f64;
         let contexts = c.generator.contexts.as_ref().map_or(0.0, |x| x.count as f64);
         // Per request: the generated request, its segments, its state and its record; a
         // sketched summary keeps no record (≈ 100 B: docs/performance.md, "Scale").
         let exact = c.summary.exact(n as usize) || c.disaggregation.is_some();
         let per_request = if exact { 240.0 } else { 140.0 } + (turns + 2.0) * 16.0;
-        (n * per_request + contexts * 40.0 + c.replicas as f64 * 4096.0, n * 25e-6)
+        (n * per_request + contexts * 40.0 + c.replicas as f64 * 4096.0, n * CLUSTER_SECONDS_PER_REQUEST)
     } else if let Some(c) = &w.compound {
         runs *= c.variants.len().max(1) as u64;
         let questions = c.questions.train as f64 + c.questions.test as f64;

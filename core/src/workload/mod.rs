@@ -209,7 +209,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Workload, InputError> {
         } else if msg.contains("unknown variant") {
             "use one of the listed variants".to_string()
         } else {
-            "see the workload format in README.md".to_string()
+            "see the workload format: `routelab docs workloads`".to_string()
         };
         InputError { file: file.into(), path: if path == "." { String::new() } else { path }, line, message: msg, fix }
     })?;

@@ -124,7 +124,7 @@ impl fmt::Display for Target {
 const ALIASES: &[(&str, &str)] = &[("attainment", "slo_attainment"), ("goodput", "goodput_rps")];
 
 /// The metric keys a world's runs report (besides a policy's own `router.`/`scheduler.` figures).
-fn known_keys(world: WorldKind) -> Vec<&'static str> {
+pub fn known_keys(world: WorldKind) -> Vec<&'static str> {
     match world {
         WorldKind::Dispatch => DISPATCH_KEYS.to_vec(),
         WorldKind::Cluster => {
@@ -162,7 +162,7 @@ pub fn parse(text: &str, w: &Workload) -> Result<Target, FieldError> {
             FieldError::new(
                 item,
                 format!("`{name}` is not a metric of the {} world{bound}", world.as_str()),
-                format!("use one of {} (docs/output.md), or `router.<figure>`", keys.join(", ")),
+                format!("use one of {} (`routelab docs output`), or `router.<figure>`", keys.join(", ")),
             )
         })?;
         let value = parse_value(value_text, &metric).ok_or_else(|| {
@@ -217,7 +217,7 @@ fn find_op(item: &str) -> Option<(usize, &'static str, Op)> {
 }
 
 /// The metric key `name` stands for: itself, an alias, or itself with the `_s` unit suffix.
-fn resolve(name: &str, keys: &[&str]) -> Option<String> {
+pub fn resolve(name: &str, keys: &[&str]) -> Option<String> {
     if name.starts_with("router.") || name.starts_with("scheduler.") {
         return Some(name.to_string());
     }

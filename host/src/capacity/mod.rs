@@ -303,7 +303,7 @@ pub fn evaluate(loader: &mut Loader, p: &Problem, spec: &PolicySpec, x: f64) -> 
         path: missing.clone(),
         line: None,
         message: format!("policy {} does not report `{missing}`", spec.label),
-        fix: "bound a metric every policy reports (docs/output.md)".into(),
+        fix: "bound a metric every policy reports (`routelab docs output`)".into(),
     })? && !unfinished;
     Ok(Evaluated::Ran(Point { load: x, holds, metrics }))
 }

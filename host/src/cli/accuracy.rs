@@ -128,7 +128,7 @@ pub fn calibrate(
         path: e.field,
         line: e.line,
         message: e.message,
-        fix: "see docs/accuracy.md for the layout".into(),
+        fix: "see `routelab docs accuracy` for the layout".into(),
     };
     let mut c = fit::fit_kernels(profile, &model, &base).map_err(measurement)?;
     if let Some(f) = allreduce {

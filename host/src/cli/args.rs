@@ -1,6 +1,6 @@
 //! The command line's shape: every command and flag, with the help `routelab … --help` prints.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -32,6 +32,8 @@ const POLICY_HELP: &str = concat!("The policy to run.\n\n", policy_syntax!());
 
 const WORKLOAD_ARG: &str = "A workload file, or the name of a built-in workload (`routelab workloads` lists them: e.g. \
 cache_vs_balance, cluster/long_doc_qa)";
+const WORKLOADS_ARG: &str = "Workload files or built-in names (`routelab workloads` lists them), or folders of workload \
+files: a folder on disk or a built-in one (`preble_grid`) stands for the .yaml files directly inside it";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -39,7 +41,7 @@ cache_vs_balance, cluster/long_doc_qa)";
     version,
     about = "A lab for request-routing policies in LLM serving",
     after_help = "Exit codes: 0 ok, 1 a policy's run failed (the others still report), 2 bad input.\n\
-                  Docs: docs/ in the repository (output.md: every metric key and unit)."
+                  Docs: `routelab docs` (built in; `routelab docs output`: every metric key and unit)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -65,7 +67,7 @@ pub enum Command {
     },
     /// Compare policies side by side on one or more workloads.
     Compare {
-        #[arg(required = true, help = WORKLOAD_ARG)]
+        #[arg(required = true, help = WORKLOADS_ARG)]
         workloads: Vec<PathBuf>,
         /// Comma-separated policies (default: each workload's `policies:`); see --help for the syntax.
         #[arg(long, long_help = POLICIES_HELP)]
@@ -75,7 +77,7 @@ pub enum Command {
     },
     /// Run policies over a range of one field's values: a curve per policy.
     Sweep {
-        #[arg(required = true, help = WORKLOAD_ARG)]
+        #[arg(required = true, help = WORKLOADS_ARG)]
         workloads: Vec<PathBuf>,
         /// Comma-separated policies (default: each workload's `policies:`); see --help for the syntax.
         #[arg(long, long_help = POLICIES_HELP)]
@@ -163,8 +165,9 @@ pub enum Command {
         #[arg(help = WORKLOAD_ARG)]
         workload: PathBuf,
         /// Replay this trace file instead of the one the workload names, read in the workload's
-        /// trace format (Azure CSV, or Mooncake JSON Lines where it says `format: mooncake`).
-        #[arg(long)]
+        /// trace format (Azure CSV, or Mooncake JSON Lines where it says `format: mooncake`); a
+        /// built-in trace by name works from any directory (`conversation_trace`).
+        #[arg(long, value_parser = trace_arg)]
         trace: Option<PathBuf>,
     },
     /// Write a cluster workload's request stream as a trace other simulators read: Mooncake JSON
@@ -195,6 +198,11 @@ pub enum Command {
         /// The trace file to write.
         #[arg(long)]
         out: PathBuf,
+    },
+    /// Print one of the documents in the repository's docs/ (built in), or list them.
+    Docs {
+        /// The document: `workloads`, `output`, `plugins`, … (none: the list).
+        topic: Option<String>,
     },
     /// Print the JSON Schema of workload files (for editors: `routelab schema > workload.schema.json`).
     Schema,
@@ -367,8 +375,9 @@ pub struct Common {
     pub all_starts: bool,
     /// Replay this trace file instead of the one the workload names, read in the workload's trace
     /// format: Azure LLM trace CSV, or Mooncake JSON Lines (with `hash_ids`) where the workload
-    /// says `format: mooncake`, as mooncake_conversation does.
-    #[arg(long)]
+    /// says `format: mooncake`, as mooncake_conversation does. A built-in trace by name works from
+    /// any directory: `conversation_trace`, `AzureLLMInferenceTrace_code`.
+    #[arg(long, value_parser = trace_arg)]
     pub trace: Option<PathBuf>,
     /// Cluster workloads: a per-request SLO, `ttft_s=2,tpot_s=0.1,latency_s=30` (any subset,
     /// seconds; `500ms` also reads), replacing the workload's `slo:`; adds `slo_attainment` and
@@ -387,6 +396,11 @@ pub struct Common {
     /// Print tables as Markdown (for docs).
     #[arg(long)]
     pub markdown: bool,
+    /// The table's columns: comma-separated metric keys (`ttft_p99_s,tpot_mean_s,hit_rate`;
+    /// `routelab docs output` lists them). Default: the world's main figures, with TTFT and TPOT
+    /// P99 when the run has an SLO. JSON and CSV carry every metric either way.
+    #[arg(long, value_delimiter = ',')]
+    pub columns: Option<Vec<String>>,
     /// Cells (workload × sweep point × policy × seed) to run at once (default: every core).
     /// Results are the same for every value.
     #[arg(short = 'j', long = "jobs", value_parser = clap::value_parser!(u32).range(1..))]
@@ -424,6 +438,11 @@ pub enum Kind {
     Scheduler,
     /// Picks a model for each module of a compound AI system (compound workloads).
     Selector,
+}
+
+/// A `--trace` value: a file, or a built-in trace by name.
+fn trace_arg(s: &str) -> Result<PathBuf, String> {
+    routelab_core::builtin::resolve_trace(Path::new(s))
 }
 
 /// Formats `routelab export-trace` writes.

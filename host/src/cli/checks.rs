@@ -29,6 +29,28 @@ pub fn specs(args: &[String]) -> Result<Vec<PolicySpec>, LoadError> {
     Ok(specs)
 }
 
+/// `--columns`: metric keys the workload's world reports (or a policy's `router.`/`scheduler.`
+/// figure), each spelt as the table will look it up.
+fn table_columns(w: &Workload, columns: &[String]) -> Result<(), InputError> {
+    let mut keys = crate::capacity::expr::known_keys(w.world());
+    match w.world() {
+        WorldKind::Cluster => keys.extend(routelab_core::metrics::PD_KEYS),
+        WorldKind::Compound => keys.extend(crate::report::COLUMNS.iter().map(|c| c.key)),
+        WorldKind::Dispatch => {}
+    }
+    for c in columns {
+        if crate::capacity::expr::resolve(c, &keys).as_deref() != Some(c.as_str()) {
+            let hint = routelab_core::suggest::did_you_mean(c, keys.iter().copied());
+            return Err(flag_error(
+                "--columns",
+                format!("`{c}` is not a metric key of the {} world{hint}", w.world().as_str()),
+                "give metric keys as `--json` writes them (`routelab docs output` lists them), comma-separated",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `--start`, `--all-starts` and `--trace` only where the workload has a use for them.
 pub fn overrides(w: &Workload, file: &Path, common: &Common) -> Result<(), InputError> {
     let shown = file.display();
@@ -62,6 +84,9 @@ pub fn overrides(w: &Workload, file: &Path, common: &Common) -> Result<(), Input
             ),
             &format!("drop {flag}, or pass a workload with a `cluster:` section"),
         ));
+    }
+    if let Some(columns) = &common.columns {
+        table_columns(w, columns)?;
     }
     if let Some(t) = &common.trace {
         let replays = match (&w.dispatch, &w.cluster) {

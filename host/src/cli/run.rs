@@ -112,7 +112,15 @@ pub fn run_prepared(
                 let current = done.last().expect("pushed");
                 exit_code_of_results(std::slice::from_ref(current), &mut printed);
                 if common.shard.is_none() && failure.is_none() {
-                    if let Err(e) = bar.suspend(|| show(current)) {
+                    // After the last table the bar is gone for good, not drawn again below it.
+                    let shown = if w + 1 == plan.len() {
+                        bar.finish_and_clear();
+                        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+                        show(current)
+                    } else {
+                        bar.suspend(|| show(current))
+                    };
+                    if let Err(e) = shown {
                         failure = Some(e);
                     }
                 }

@@ -109,7 +109,7 @@ fn figure(h: &mut String, f: &Figure) {
 
 /// One workload's section: caption, table, failures, notes, charts, every metric, the workload.
 fn workload(h: &mut String, w: &WorkloadResult) -> Result<()> {
-    let g = table::grid(w);
+    let g = table::grid(w, None);
     let _ = writeln!(h, "<h2 id=\"{}\">{}</h2>", escape(&figures::file_name(&w.name)), escape(&w.name));
     let _ = writeln!(h, "<p class=\"meta\">{}</p>", escape(&g.caption));
     h.push_str("<table>\n<tr>");

@@ -10,18 +10,24 @@ pub mod json;
 pub mod plot;
 pub mod table;
 
-/// A column of the terminal table: metric key and header (with unit).
+/// A column of the terminal table: metric key, header (with unit), and whether it shows only
+/// when the run has an SLO (the figures SLOs are written in).
 pub struct Column {
     pub key: &'static str,
     pub header: &'static str,
+    pub with_slo: bool,
 }
 
 const fn col(key: &'static str, header: &'static str) -> Column {
-    Column { key, header }
+    Column { key, header, with_slo: false }
+}
+
+const fn slo_col(key: &'static str, header: &'static str) -> Column {
+    Column { key, header, with_slo: true }
 }
 
 /// Columns of the terminal table, in order; those a run did not produce are skipped (JSON and CSV
-/// carry every metric).
+/// carry every metric; `--columns` chooses others).
 pub const COLUMNS: &[Column] = &[
     // dispatch
     col("response_mean", "response mean [E[S]]"),
@@ -33,6 +39,8 @@ pub const COLUMNS: &[Column] = &[
     col("latency_mean_s", "latency mean [s]"),
     col("latency_p99_s", "p99 [s]"),
     col("ttft_mean_s", "TTFT mean [s]"),
+    slo_col("ttft_p99_s", "TTFT p99 [s]"),
+    slo_col("tpot_p99_s", "TPOT p99 [s]"),
     col("hit_rate", "hit rate"),
     col("replication_factor", "replication"),
     col("busiest_replica_share", "busiest share"),

@@ -2,7 +2,7 @@
 //! a ratio column against the first policy, "overloaded" instead of a ratio when the queue grew.
 
 use comfy_table::{
-    Cell, CellAlignment, Table,
+    Cell, CellAlignment, ContentArrangement, Table,
     presets::{ASCII_MARKDOWN, UTF8_FULL_CONDENSED},
 };
 
@@ -48,10 +48,26 @@ pub struct Grid {
     pub caption: String,
 }
 
-/// The cells of one workload's comparison.
-pub fn grid(w: &WorkloadResult) -> Grid {
+/// The cells of one workload's comparison: the columns `columns` names (metric keys, in order),
+/// or by default those of [`COLUMNS`] the run produced — with TTFT and TPOT P99 when it has an SLO.
+pub fn grid(w: &WorkloadResult, columns: Option<&[String]>) -> Grid {
     let ok: Vec<_> = w.results.iter().filter(|r| r.error.is_none()).collect();
-    let cols: Vec<_> = COLUMNS.iter().filter(|c| ok.iter().any(|r| r.metrics.get(c.key).is_some())).collect();
+    let has = |key: &str| ok.iter().any(|r| r.metrics.get(key).is_some());
+    // (metric key, header): a key outside the default list is its own header.
+    let cols: Vec<(String, String)> = match columns {
+        Some(keys) => keys
+            .iter()
+            .map(|k| (k.clone(), COLUMNS.iter().find(|c| c.key == k.as_str()).map_or(k.as_str(), |c| c.header).into()))
+            .collect(),
+        None => {
+            let slo = has("slo_attainment");
+            COLUMNS
+                .iter()
+                .filter(|c| has(c.key) && (slo || !c.with_slo))
+                .map(|c| (c.key.to_string(), c.header.to_string()))
+                .collect()
+        }
+    };
     let ratio_key = RATIO_KEYS.iter().find(|k| ok.iter().any(|r| r.metrics.get(k).is_some()));
     let baseline = w.results.first().and_then(|r| ratio_key.and_then(|k| r.metrics.get(k)));
 
@@ -60,7 +76,7 @@ pub fn grid(w: &WorkloadResult) -> Grid {
     if with_allocation {
         header.push("allocation".into());
     }
-    header.extend(cols.iter().map(|c| c.header.to_string()));
+    header.extend(cols.iter().map(|(_, h)| h.clone()));
     if let Some(k) = ratio_key {
         let name = super::COLUMNS.iter().find(|c| c.key == *k).map_or(*k, |c| c.header);
         let name = name.split(" [").next().unwrap_or(name);
@@ -78,9 +94,9 @@ pub fn grid(w: &WorkloadResult) -> Grid {
             let same = r.allocation.iter().all(|a| a.join("+") == first);
             row.push(if same { first } else { format!("{first} (seed {}; others differ)", w.seed) });
         }
-        for c in &cols {
-            let v = r.metrics.get(c.key).unwrap_or(f64::NAN);
-            row.push(match r.metrics.get(&format!("{}_ci95", c.key)) {
+        for (key, _) in &cols {
+            let v = r.metrics.get(key).unwrap_or(f64::NAN);
+            row.push(match r.metrics.get(&format!("{key}_ci95")) {
                 Some(ci) if ci.is_finite() => fmt_pm(v, ci),
                 _ => fmt_num(v),
             });
@@ -106,11 +122,15 @@ pub fn grid(w: &WorkloadResult) -> Grid {
     Grid { header, rows, caption: format!("{} [{} world, {}]", w.name, w.world, seeds) }
 }
 
-/// Renders one workload's comparison: box-drawn for the terminal, or a Markdown table.
-pub fn render(w: &WorkloadResult, markdown: bool) -> String {
-    let g = grid(w);
+/// Renders one workload's comparison: box-drawn for the terminal (wrapped to its width when
+/// printing to one), or a Markdown table; `columns` as for [`grid`].
+pub fn render(w: &WorkloadResult, markdown: bool, columns: Option<&[String]>) -> String {
+    let g = grid(w, columns);
     let mut t = Table::new();
     t.load_style(if markdown { ASCII_MARKDOWN } else { UTF8_FULL_CONDENSED });
+    if !markdown {
+        t.set_content_arrangement(ContentArrangement::Dynamic);
+    }
     t.set_header(g.header.iter().map(Cell::new));
     for (policy, cells) in &g.rows {
         let mut row = vec![Cell::new(policy)];

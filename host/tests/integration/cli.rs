@@ -291,6 +291,48 @@ fn bad_compound_input_exits_2() {
     }
 }
 
+/// Issue 32: every `routelab` command the README's "Install" and "Using it" blocks show runs as
+/// written, from a directory outside the repository, with only the binary on PATH (as after
+/// `cargo install`). Left out: `bench` (minutes of measurement; its Mooncake row reads the
+/// built-in `mooncake_conversation`, which `builtin` resolves from anywhere) and `cargo` lines. The
+/// completion script goes to a local file instead of `~/.local`; `diff` compares the run's
+/// `after.json` with a copy of itself, so it must report that nothing moved.
+#[test]
+fn readme_commands_run_as_written_from_another_directory() {
+    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    let mut commands = Vec::new();
+    for section in ["## Install", "## Using it"] {
+        let block = readme.split(section).nth(1).and_then(|s| s.split("```sh").nth(1)).unwrap();
+        for line in block.split("```").next().unwrap().lines() {
+            let command = line.split("  #").next().unwrap().split(" # ").next().unwrap().trim();
+            if (command.starts_with("routelab ") || command.starts_with("for "))
+                && !command.starts_with("routelab bench")
+            {
+                commands
+                    .push(command.replace("~/.local/share/bash-completion/completions/routelab", "completion.bash"));
+            }
+        }
+    }
+    assert!(commands.len() >= 25, "{commands:?}");
+    let dir = std::env::temp_dir().join(format!("routelab-readme-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_routelab")).parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    for command in &commands {
+        if command.starts_with("routelab diff before.json after.json") {
+            std::fs::copy(dir.join("after.json"), dir.join("before.json")).unwrap();
+        }
+        let out = Command::new("sh").arg("-c").arg(command).current_dir(&dir).env("PATH", &path).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "`{command}` failed from {}: {err}", dir.display());
+        assert!(!err.lines().any(|l| l.starts_with("error:")), "`{command}`: {err}");
+    }
+    assert!(std::fs::read_to_string(dir.join("all.json")).unwrap().contains("tool_use"));
+    assert!(std::fs::read_to_string(dir.join("completion.bash")).unwrap().contains("routelab"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `routelab bench --json`: one figure per router and replica count, each with as many samples as
 /// `--runs`, the median among them (no timing is asserted: only the shape of what was measured).
 #[test]
@@ -373,6 +415,25 @@ fn validate_prints_the_mooncake_traces_block_reuse_as_dynamo_counts_it() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("repeated segments     36.64% (105710 of 288500 segment references"), "{stdout}");
+}
+
+/// Issue 32: `validate X > w.yaml` writes a workload: every line but the resolved form is a
+/// comment, so validating the output gives the same resolved form; the estimate counts a
+/// replayed trace's requests (it used to say 0.0 s for Mooncake's 12,031).
+#[test]
+fn validate_output_round_trips_as_a_workload() {
+    let first = routelab(&["validate", "mooncake_conversation"]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let text = String::from_utf8(first.stdout).unwrap();
+    assert!(text.starts_with("# workloads/cluster/mooncake_conversation.yaml: ok (cluster world)"), "{text}");
+    let estimate = text.lines().find(|l| l.starts_with("# estimate:")).unwrap();
+    assert!(!estimate.contains(" 0.0 s per run"), "{estimate}");
+    let copy = scratch("validated.yaml");
+    std::fs::write(&copy, &text).unwrap();
+    let second = routelab(&["validate", copy.to_str().unwrap()]);
+    assert!(second.status.success(), "{}", String::from_utf8_lossy(&second.stderr));
+    let body = |t: &str| t.lines().filter(|l| !l.starts_with('#')).map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(body(&String::from_utf8(second.stdout).unwrap()), body(&text));
 }
 
 /// The README's two commands: one profile for both (the tests reuse the demo's build instead of

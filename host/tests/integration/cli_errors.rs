@@ -63,12 +63,14 @@ fn a_closed_pipe_ends_quietly() {
 fn options_a_workload_cannot_use_are_errors() {
     bad(&["compare", "exp_rho09", "--seeds", "0"], &["--seeds"]);
     bad(&["compare", "exp_rho09", "--policies", "random", "--start", "C,C"], &["--start", "dispatch workload"]);
-    bad(
-        &["compare", "case_study", "--policies", "greedy", "--trace", "x.csv"],
-        &["--trace", "does not replay a trace"],
-    );
-    bad(&["compare", "exp_rho09", "--policies", "random", "--trace", "x.csv"], &["--trace"]);
-    bad(&["validate", "exp_rho09", "--trace", "x.csv"], &["--trace"]);
+    let csv = "AzureLLMInferenceTrace_code";
+    bad(&["compare", "case_study", "--policies", "greedy", "--trace", csv], &["--trace", "does not replay a trace"]);
+    bad(&["compare", "exp_rho09", "--policies", "random", "--trace", csv], &["--trace"]);
+    bad(&["validate", "exp_rho09", "--trace", csv], &["--trace"]);
+    // A trace that is neither a file nor a built-in's name; a table column no run reports.
+    bad(&["compare", "azure_conv", "--trace", "x.csv"], &["--trace", "no built-in trace", "conversation_trace"]);
+    bad(&["compare", "tool_use", "--columns", "ttft_p99"], &["--columns", "did you mean `ttft_p99_s`"]);
+    bad(&["compare", "exp_rho09", "--columns", "hit_rate"], &["--columns", "dispatch world"]);
     // `@scheduler` outside the cluster world used to run as the plain router.
     bad(&["compare", "exp_rho09", "--policies", "round_robin@nosuch"], &["round_robin@nosuch", "has none"]);
     bad(&["compare", "case_study", "--policies", "greedy@fcfs"], &["greedy@fcfs", "compound"]);

@@ -59,7 +59,7 @@ fn redirected_output_is_exactly_the_tables() {
     let out = routelab(&["compare", "workloads/dispatch/exp_rho09.yaml", "--policies", &policies.join(","), "-j", "3"]);
     ok(&out);
     let w = compare_file("workloads/dispatch/exp_rho09.yaml", &policies);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), routelab::report::table::render(&w, false));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), routelab::report::table::render(&w, false, None));
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 

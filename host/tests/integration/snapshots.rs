@@ -39,7 +39,7 @@ fn check_all(stem: &str, w: &WorkloadResult) {
         "{:?}",
         w.results.iter().map(|r| &r.error).collect::<Vec<_>>()
     );
-    snapshot(&format!("{stem}.table.txt"), &report::table::render(w, false));
+    snapshot(&format!("{stem}.table.txt"), &report::table::render(w, false, None));
     snapshot(&format!("{stem}.json"), &report::json::render("compare", std::slice::from_ref(w)));
     snapshot(&format!("{stem}.csv"), &report::csv::render(std::slice::from_ref(w)));
 }
