@@ -514,8 +514,8 @@ pub fn sse_data(event: &[u8]) -> &[u8] {
 /// `routelab serve`: runs the gateway until Ctrl-C / SIGTERM, then drains open streams.
 pub fn main(args: super::gateway::ServeArgs) -> anyhow::Result<i32> {
     use anyhow::Context as _;
-    let gw = Arc::new(Gateway::new(args)?);
     super::runtime()?.block_on(async move {
+        let gw = Arc::new(Gateway::start(args).await?);
         let listener = super::bind(gw.args.listen).await.with_context(|| format!("listening on {}", gw.args.listen))?;
         run(gw, listener, super::shutdown_signal()).await?;
         Ok(0)

@@ -54,6 +54,13 @@ impl Gateway {
                 );
             }
         }
+        // The KV capacity the policy is told, and where it comes from (catalogue, flag or engine).
+        let _ = writeln!(
+            out,
+            "# TYPE routelab_gateway_kv_capacity_tokens gauge\nroutelab_gateway_kv_capacity_tokens{{source=\"{}\"}} {}",
+            self.kv_capacity_source.replace(['"', '\\'], "'"),
+            self.kv_capacity_tokens
+        );
         for (name, v) in [
             ("routelab_gateway_retries_total", &self.retries),
             ("routelab_gateway_policy_errors_total", &self.policy_errors),

@@ -42,6 +42,7 @@ use routelab_core::sim::cluster::prefix_cache::extend_path_hash;
 
 mod args;
 mod breaker;
+pub mod capacity;
 mod metrics;
 mod scrape;
 
@@ -96,6 +97,8 @@ pub struct Gateway {
     /// Request and response bodies in memory, over every request.
     pub buffers: super::bounded::Buffers,
     pub kv_capacity_tokens: u64,
+    /// Where `kv_capacity_tokens` comes from (for the log and `/metrics`).
+    pub kv_capacity_source: String,
     start: Instant,
     next_id: AtomicU64,
     pub retries: AtomicU64,
@@ -176,6 +179,10 @@ impl Gateway {
         }
         args.limits.check()?;
         let sm = args.hardware.step_model()?;
+        let kv_capacity_source = match args.kv_capacity_tokens {
+            None => format!("the catalogue: {} {} tp {}", args.hardware.gpu, args.hardware.model, args.hardware.tp),
+            Some(_) => "--kv-capacity-tokens".into(),
+        };
         let kv_capacity_tokens = match args.kv_capacity_tokens {
             None => sm.kv_capacity_tokens,
             Some(k) if (1..=1 << 40).contains(&k) => k,
@@ -263,6 +270,7 @@ impl Gateway {
             client,
             buffers,
             kv_capacity_tokens,
+            kv_capacity_source,
             start: Instant::now(),
             next_id: AtomicU64::new(0),
             retries: AtomicU64::new(0),
@@ -271,6 +279,25 @@ impl Gateway {
             resumed: AtomicU64::new(0),
             recorder,
         })
+    }
+
+    /// As [`Gateway::new`], but when `--kv-capacity-tokens` is not given the engines are asked
+    /// their KV capacity first ([`capacity`]: llama.cpp's `/props`, vLLM's cache config or
+    /// `max_model_len`); what they state replaces the catalogue's. Says which it took.
+    pub async fn start(mut args: ServeArgs) -> Result<Self, routelab_core::error::Error> {
+        // Bad arguments are refused before the engines are asked.
+        let mut gw = Self::new(args.clone())?;
+        if args.kv_capacity_tokens.is_none() {
+            let key = gw.args.scrape_api_key.clone();
+            if let Some((s, backend)) = capacity::stated(&args.backends, key.as_deref(), Duration::from_secs(5)).await {
+                args.kv_capacity_tokens = Some(s.tokens);
+                drop(gw);
+                gw = Self::new(args)?;
+                gw.kv_capacity_source = format!("{backend}{}", s.source);
+            }
+        }
+        eprintln!("serve: KV capacity {} tokens per backend, from {}", gw.kv_capacity_tokens, gw.kv_capacity_source);
+        Ok(gw)
     }
 
     fn now_s(&self) -> f64 {

@@ -7,6 +7,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::Uri;
 use hyper::header::AUTHORIZATION;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
 use routelab_policy_api::ReplicaView;
 
 use super::{Backend, Gateway};
@@ -120,19 +122,7 @@ impl Gateway {
 
     /// GETs `uri` with the scrape credential: the status and up to [`MAX_SCRAPE_BYTES`] of body.
     async fn scrape_get(&self, uri: &Uri) -> Result<(hyper::StatusCode, Option<Bytes>), String> {
-        let mut req = hyper::Request::get(uri);
-        if let Some(k) = &self.args.scrape_api_key {
-            req = req.header(AUTHORIZATION, format!("Bearer {k}"));
-        }
-        let req = req.body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
-        let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
-        let status = resp.status();
-        if !status.is_success() {
-            return Ok((status, None));
-        }
-        // At most MAX_SCRAPE_BYTES of it: an engine's /metrics is a few tens of KB.
-        let body = Limited::new(resp.into_body(), MAX_SCRAPE_BYTES).collect().await.ok().map(|b| b.to_bytes());
-        Ok((status, body))
+        get_limited(&self.client, uri, self.args.scrape_api_key.as_deref()).await
     }
 
     async fn scrape(&self, b: &Backend, timeout: Duration) -> Scraped {
@@ -191,7 +181,7 @@ impl Gateway {
 }
 
 /// Awaits every future, concurrently (a handful of scrapes; not worth a crate).
-async fn futures_join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+pub(super) async fn futures_join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
     let mut pinned: Vec<_> = futures.map(Box::pin).collect();
     let mut out: Vec<Option<F::Output>> = (0..pinned.len()).map(|_| None).collect();
     std::future::poll_fn(|cx| {
@@ -208,4 +198,26 @@ async fn futures_join_all<F: std::future::Future>(futures: impl Iterator<Item = 
     })
     .await;
     out.into_iter().map(|o| o.expect("every future finished")).collect()
+}
+
+/// GETs `uri` (with `Authorization: Bearer key` when given): the status, and for a 2xx up to
+/// [`MAX_SCRAPE_BYTES`] of body (`None` when it broke off or is longer).
+pub(super) async fn get_limited(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    uri: &Uri,
+    key: Option<&str>,
+) -> Result<(hyper::StatusCode, Option<Bytes>), String> {
+    let mut req = hyper::Request::get(uri);
+    if let Some(k) = key {
+        req = req.header(AUTHORIZATION, format!("Bearer {k}"));
+    }
+    let req = req.body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+    let resp = client.request(req).await.map_err(|e| e.to_string())?;
+    let status = resp.status();
+    if !status.is_success() {
+        return Ok((status, None));
+    }
+    // At most MAX_SCRAPE_BYTES of it: an engine's /metrics is a few tens of KB.
+    let body = Limited::new(resp.into_body(), MAX_SCRAPE_BYTES).collect().await.ok().map(|b| b.to_bytes());
+    Ok((status, body))
 }
