@@ -167,7 +167,7 @@ async fn proxy(gw: Arc<Gateway>, path: String, mut body: Held, auth: Option<Head
         Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", m),
     };
     let mut segments = Vec::new();
-    text::segments(&parsed.prompt, &mut segments);
+    gw.tokenizer.segments(&parsed.prompt, &mut segments);
     let prompt_tokens = text::tokens_of(&segments);
     // A stream's cached and output tokens reach the policy only in its `usage`: ask for it, and
     // strip the usage-only event again for a client that did not.

@@ -59,6 +59,11 @@ pub struct ServeArgs {
     /// simulator replays. The file holds the prompts.
     #[arg(long)]
     pub record: Option<std::path::PathBuf>,
+    /// The model's Hugging Face tokenizer.json: prompts are counted and split into KV blocks by
+    /// the engine's token ids (16 per block). Without it, the byte-level fallback (4 bytes a
+    /// token).
+    #[arg(long)]
+    pub tokenizer: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub limits: crate::ConnLimits,
 }

@@ -105,6 +105,8 @@ pub struct Gateway {
     pub policy_errors: AtomicU64,
     pub rerouted: AtomicU64,
     pub resumed: AtomicU64,
+    /// `--tokenizer`'s, or the byte-level fallback.
+    pub tokenizer: crate::text::Tokenizer,
     /// `--record`'s file.
     pub recorder: Option<super::record::Recorder>,
 }
@@ -263,6 +265,7 @@ impl Gateway {
         let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1024).build(connector);
         let buffers = args.limits.buffers();
         let recorder = args.record.as_deref().map(super::record::Recorder::open).transpose()?;
+        let tokenizer = crate::text::Tokenizer::load(args.tokenizer.as_deref(), "--tokenizer")?;
         Ok(Self {
             args,
             backends,
@@ -277,6 +280,7 @@ impl Gateway {
             policy_errors: AtomicU64::new(0),
             rerouted: AtomicU64::new(0),
             resumed: AtomicU64::new(0),
+            tokenizer,
             recorder,
         })
     }
