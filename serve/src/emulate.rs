@@ -90,6 +90,10 @@ pub struct EmulateArgs {
     /// The model name `/v1/models` lists (default: --model).
     #[arg(long)]
     pub served_model_name: Option<String>,
+    /// The model's Hugging Face tokenizer.json: prompts become the engine's token ids (16 per
+    /// KV block), as `routelab serve --tokenizer` splits them. Without it, the byte-level fallback.
+    #[arg(long)]
+    pub tokenizer: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub limits: super::ConnLimits,
 }
@@ -111,6 +115,7 @@ pub struct Prepared {
     scheduler: routelab_policy_api::SchedulerBox,
     time_scale: f64,
     model: String,
+    tokenizer: text::Tokenizer,
     limits: super::ConnLimits,
 }
 
@@ -152,7 +157,8 @@ impl Prepared {
             report_evictions: false,
         };
         let model = args.served_model_name.clone().unwrap_or_else(|| sm.model.name.clone());
-        Ok(Self { cfg, cost: sm.cost, scheduler, time_scale: args.time_scale, model, limits: args.limits })
+        let tokenizer = text::Tokenizer::load(args.tokenizer.as_deref(), "--tokenizer")?;
+        Ok(Self { cfg, cost: sm.cost, scheduler, time_scale: args.time_scale, model, tokenizer, limits: args.limits })
     }
 
     /// Serves on `listener` until `shutdown` resolves, then lets open streams finish (30 s at most).
@@ -163,7 +169,8 @@ impl Prepared {
     ) -> std::io::Result<()> {
         let engine = Engine::start(self.cfg, self.cost, self.scheduler, self.time_scale);
         let buffers = self.limits.buffers();
-        let server = Arc::new(Server { engine, model: self.model, next_id: AtomicU64::new(0), buffers });
+        let (model, tokenizer) = (self.model, self.tokenizer);
+        let server = Arc::new(Server { engine, model, tokenizer, next_id: AtomicU64::new(0), buffers });
         let handle = move |req| {
             let s = server.clone();
             async move { s.handle(req).await }
@@ -179,13 +186,15 @@ pub fn cli_error(flag: &str, message: String, fix: &str) -> InputError {
 pub struct Server {
     pub engine: Engine,
     pub model: String,
+    pub tokenizer: text::Tokenizer,
     next_id: AtomicU64,
     buffers: super::bounded::Buffers,
 }
 
 impl Server {
     pub fn new(engine: Engine, model: String) -> Self {
-        Self { engine, model, next_id: AtomicU64::new(0), buffers: super::ConnLimits::default().buffers() }
+        let buffers = super::ConnLimits::default().buffers();
+        Self { engine, model, tokenizer: text::Tokenizer::Bytes, next_id: AtomicU64::new(0), buffers }
     }
 
     pub async fn handle(&self, req: Request<Incoming>) -> Response<OutBody> {
@@ -219,7 +228,7 @@ impl Server {
             Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", m),
         };
         let mut prompt: Vec<Segment> = Vec::new();
-        text::segments(&parsed.prompt, &mut prompt);
+        self.tokenizer.segments(&parsed.prompt, &mut prompt);
         let mut events = match self.engine.submit(prompt, parsed.max_tokens) {
             Ok(rx) => rx,
             Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", m),

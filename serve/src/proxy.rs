@@ -167,7 +167,7 @@ async fn proxy(gw: Arc<Gateway>, path: String, mut body: Held, auth: Option<Head
         Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", m),
     };
     let mut segments = Vec::new();
-    text::segments(&parsed.prompt, &mut segments);
+    gw.tokenizer.segments(&parsed.prompt, &mut segments);
     let prompt_tokens = text::tokens_of(&segments);
     // A stream's cached and output tokens reach the policy only in its `usage`: ask for it, and
     // strip the usage-only event again for a client that did not.
@@ -514,8 +514,8 @@ pub fn sse_data(event: &[u8]) -> &[u8] {
 /// `routelab serve`: runs the gateway until Ctrl-C / SIGTERM, then drains open streams.
 pub fn main(args: super::gateway::ServeArgs) -> anyhow::Result<i32> {
     use anyhow::Context as _;
-    let gw = Arc::new(Gateway::new(args)?);
     super::runtime()?.block_on(async move {
+        let gw = Arc::new(Gateway::start(args).await?);
         let listener = super::bind(gw.args.listen).await.with_context(|| format!("listening on {}", gw.args.listen))?;
         run(gw, listener, super::shutdown_signal()).await?;
         Ok(0)

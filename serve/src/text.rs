@@ -7,8 +7,14 @@
 //! tokenisers average on English text), and every [`BLOCK_TOKENS`] tokens form one segment whose
 //! id chains the previous block's id with this block's bytes — vLLM's block hashing, so two
 //! prompts share exactly the segments of their common leading blocks. The last, partial block is
-//! its own segment. A real tokenizer (`tokenizers` with a tokenizer.json) is not wired in: it
-//! would change token counts, not the structure a router sees.
+//! its own segment.
+//!
+//! With `--tokenizer tokenizer.json` ([`Tokenizer::Hf`], the `tokenizers` crate) the prompt is
+//! the engine's token ids instead (special tokens added, as vLLM's completions encode it), and
+//! a segment is every [`BLOCK_TOKENS`] ids, its id chained over the ids: blocks fall where the
+//! engine's KV blocks fall, and prompts that tokenise alike share blocks even where their bytes
+//! differ (and the other way round). Chat prompts are the flattened text below, not the
+//! engine's chat template, so their counts are close rather than exact.
 //!
 //! Chat requests are flattened to `role: content\n` lines in order, so conversations that extend
 //! the same history share its blocks.
@@ -108,8 +114,49 @@ pub fn parse_request(body: &[u8], chat: bool) -> Result<Parsed, String> {
     Ok(Parsed { chat, model, stream, max_tokens, max_tokens_given: given.is_some(), prompt })
 }
 
-/// The prompt's segments: one per block of [`BLOCK_TOKENS`] tokens (the last may be shorter), ids
-/// chained over the blocks' bytes. An empty prompt has no segment.
+/// How prompts become tokens: the byte-level fallback, or a Hugging Face `tokenizer.json`.
+#[derive(Clone, Default)]
+pub enum Tokenizer {
+    #[default]
+    Bytes,
+    Hf(Box<tokenizers::Tokenizer>),
+}
+
+impl Tokenizer {
+    /// `--tokenizer PATH` (`flag` names the option in the error), or the byte-level fallback.
+    pub fn load(path: Option<&std::path::Path>, flag: &str) -> Result<Self, routelab_core::workload::InputError> {
+        let Some(path) = path else { return Ok(Tokenizer::Bytes) };
+        tokenizers::Tokenizer::from_file(path).map(|t| Tokenizer::Hf(Box::new(t))).map_err(|e| {
+            routelab_core::workload::InputError {
+                file: "<command line>".into(),
+                path: flag.into(),
+                line: None,
+                message: format!("{}: not a tokenizer.json that can be read: {e}", path.display()),
+                fix: "give the model's Hugging Face tokenizer.json (the file next to its weights), or leave it out \
+                      for the byte-level fallback"
+                    .into(),
+            }
+        })
+    }
+
+    /// The prompt's segments: one per block of [`BLOCK_TOKENS`] tokens (the last may be shorter),
+    /// ids chained over the blocks' bytes (fallback) or token ids (a tokenizer.json). An empty
+    /// prompt has no segment; a prompt the tokenizer fails on falls back to bytes.
+    pub fn segments(&self, prompt: &str, out: &mut Vec<Segment>) {
+        let Tokenizer::Hf(t) = self else { return segments(prompt, out) };
+        let Ok(enc) = t.encode(prompt, true) else { return segments(prompt, out) };
+        out.clear();
+        let mut id = 0u64;
+        for block in enc.get_ids().chunks(BLOCK_TOKENS) {
+            let bytes: Vec<u8> = block.iter().flat_map(|t| t.to_le_bytes()).collect();
+            id = mix(id ^ fnv1a(&bytes));
+            out.push(Segment { id, tokens: block.len() as u32 });
+        }
+    }
+}
+
+/// The byte-level fallback's segments: one per block of [`BLOCK_TOKENS`] tokens (the last may be
+/// shorter), ids chained over the blocks' bytes. An empty prompt has no segment.
 pub fn segments(prompt: &str, out: &mut Vec<Segment>) {
     out.clear();
     let block_bytes = BLOCK_TOKENS * BYTES_PER_TOKEN;
@@ -220,5 +267,53 @@ mod tests {
         assert_eq!((tokens_of(&a), tokens_of(&b)), (84, 84), "token counts survive the round trip");
         assert_eq!(a[..4], b[..4], "the 64 shared tokens are 4 shared blocks");
         assert_ne!(a[4], b[4]);
+    }
+
+    /// A word-level tokenizer.json: one id per whitespace-separated word of `words`, `[UNK]` 0.
+    pub fn word_level(words: &[&str]) -> String {
+        let vocab: serde_json::Map<String, Value> = std::iter::once("[UNK]")
+            .chain(words.iter().copied())
+            .enumerate()
+            .map(|(i, w)| (w.to_string(), Value::from(i)))
+            .collect();
+        serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+            "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null,
+            "decoder": null, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn a_tokenizer_json_puts_block_boundaries_at_every_16_token_ids() {
+        let words: Vec<String> = (0..40).map(|i| format!("w{}", "x".repeat(i % 7) + &i.to_string())).collect();
+        let refs: Vec<&str> = words.iter().map(String::as_str).collect();
+        let path = std::env::temp_dir().join(format!("routelab-tokenizer-{}.json", std::process::id()));
+        std::fs::write(&path, word_level(&refs)).unwrap();
+        let tok = Tokenizer::load(Some(&path), "--tokenizer").expect("loads");
+        let _ = std::fs::remove_file(&path);
+        let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+        // 20 words: 20 ids, blocks of 16 and 4, whatever the words' byte lengths.
+        let first: Vec<&str> = refs[..20].to_vec();
+        tok.segments(&first.join(" "), &mut a);
+        assert_eq!(a.iter().map(|s| s.tokens).collect::<Vec<_>>(), [16, 4]);
+        // The same 16 leading ids spaced differently: the same first block (not so by bytes).
+        let spaced = format!("{}   {}", refs[..16].join("  "), refs[30..34].join(" "));
+        tok.segments(&spaced, &mut b);
+        assert_eq!((b.len(), a[0], b[1].tokens), (2, b[0], 4));
+        assert_ne!(a[1], b[1], "the second block's ids differ");
+        segments(&first.join(" "), &mut c);
+        let mut d = Vec::new();
+        segments(&spaced, &mut d);
+        assert_ne!(c[0], d[0], "by bytes the two prompts share no block");
+        // Unknown words are id 0 and still count as tokens.
+        tok.segments("nothing known here", &mut c);
+        assert_eq!(tokens_of(&c), 3);
+        // A file that is no tokenizer is refused, naming the option and the file.
+        let bad = std::env::temp_dir().join(format!("routelab-not-a-tokenizer-{}.json", std::process::id()));
+        std::fs::write(&bad, "{}").unwrap();
+        let e = Tokenizer::load(Some(&bad), "--tokenizer").err().expect("refused").to_string();
+        let _ = std::fs::remove_file(&bad);
+        assert!(e.contains("--tokenizer") && e.contains("routelab-not-a-tokenizer"), "{e}");
     }
 }

@@ -109,7 +109,8 @@ fn engine(procs: &mut Procs, (server, model): &(PathBuf, PathBuf), extra: &[&str
 /// Starts `routelab serve` in front of `backends`; its URL (from its `listening on` line).
 fn gateway(procs: &mut Procs, backends: &[String], policy: &str, extra: &[&str]) -> String {
     use std::io::{BufRead, BufReader};
-    let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--policy", policy, "--kv-capacity-tokens", "8192"];
+    // No --kv-capacity-tokens: the gateway reads it from the engines' /props.
+    let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--policy", policy];
     for b in backends {
         args.extend(["--backend", b.as_str()]);
     }
@@ -185,6 +186,9 @@ fn llama_server_behind_the_gateway_serves_completions_and_chat_streamed_or_not()
     let gw = gateway(&mut procs, &engines, "round_robin", &[]);
     let client = replay::client();
     runtime().block_on(async {
+        // Defect 9: the KV capacity is the engine's own (-c 8192 -np 2: n_ctx 4096 per slot × 2).
+        let kv = metric(&client, &gw, "routelab_gateway_kv_capacity_tokens", "/props: n_ctx 4096 × 2 slots").await;
+        assert_eq!(kv, 8192.0, "the KV capacity read from llama-server's /props");
         let chat = |stream: bool, usage: bool| {
             let mut b = json!({"model": "smollm2", "max_tokens": 8, "temperature": 0, "stream": stream,
                                "messages": [{"role": "system", "content": "You are terse."},

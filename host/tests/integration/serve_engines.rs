@@ -360,3 +360,58 @@ fn a_request_without_max_tokens_is_booked_to_the_end_of_the_context() {
         bounded.abort();
     });
 }
+
+#[test]
+fn without_kv_capacity_tokens_the_engines_state_it() {
+    // Defect 9, read from the engine: llama.cpp's /props (n_ctx per slot × slots), vLLM's
+    // cache_config_info, or vLLM's max_model_len; the smallest stated wins; none stated or the
+    // flag given leaves the catalogue's or the flag's value.
+    runtime().block_on(async {
+        let props = |n_ctx: u32, slots: u32| -> Script {
+            let body = format!(r#"{{"default_generation_settings":{{"n_ctx":{n_ctx}}},"total_slots":{slots}}}"#);
+            Arc::new(
+                move |m, p, b| if p == "/props" { response(200, "application/json", &body) } else { healthy(m, p, b) },
+            )
+        };
+        let cache_config: Script = Arc::new(|m, p, b| match p {
+            "/props" => response(404, "text/plain", "no"),
+            "/metrics" => response(
+                200,
+                "text/plain",
+                "vllm:num_requests_waiting 0\nvllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"1000\"} 1.0\n",
+            ),
+            _ => healthy(m, p, b),
+        });
+        let max_model_len: Script = Arc::new(|m, p, b| match p {
+            "/v1/models" => response(200, "application/json", r#"{"data":[{"id":"m","max_model_len":12000}]}"#),
+            _ => healthy(m, p, b),
+        });
+        let kv = |gw: &routelab_serve::gateway::Gateway| (gw.kv_capacity_tokens, gw.kv_capacity_source.clone());
+        let start = |backends: Vec<String>| async move {
+            routelab_serve::gateway::Gateway::start(serve_args(&backends)).await.expect("starts")
+        };
+
+        let llama = vec![backend(props(4096, 2)).await, backend(props(4096, 4)).await];
+        let (tokens, source) = kv(&start(llama.clone()).await);
+        assert_eq!(tokens, 8192, "the smaller of 4096 × 2 and 4096 × 4");
+        assert!(source.starts_with(&llama[0]) && source.contains("/props"), "{source}");
+
+        let (tokens, source) = kv(&start(vec![backend(cache_config).await]).await);
+        assert_eq!(tokens, 16_000, "{source}");
+        let (tokens, source) = kv(&start(vec![backend(max_model_len).await]).await);
+        assert_eq!(tokens, 12_000, "{source}");
+
+        // Nothing stated (a 200 that is no /props body): the catalogue's, as without asking.
+        let silent = vec![backend(Arc::new(healthy)).await];
+        let catalogue = routelab_serve::gateway::Gateway::new(serve_args(&silent)).unwrap().kv_capacity_tokens;
+        let (tokens, source) = kv(&start(silent).await);
+        assert_eq!((tokens, source.starts_with("the catalogue")), (catalogue, true), "{source}");
+        assert_ne!(catalogue, 8192);
+
+        // The flag wins and the engines are not asked.
+        let mut args = serve_args(&llama);
+        args.kv_capacity_tokens = Some(777);
+        let gw = routelab_serve::gateway::Gateway::start(args).await.unwrap();
+        assert_eq!(kv(&gw), (777, "--kv-capacity-tokens".to_string()));
+    });
+}

@@ -161,6 +161,7 @@ pub fn emulate_args() -> EmulateArgs {
         scheduler: "fcfs".into(),
         time_scale: 0.1,
         served_model_name: None,
+        tokenizer: None,
         limits: ConnLimits::default(),
     }
 }
@@ -550,6 +551,12 @@ fn impossible_emulate_and_serve_arguments_are_refused() {
         },
         "--max-step-tokens",
     );
+    let missing = std::path::PathBuf::from("/nonexistent/tokenizer.json");
+    refused(&|a| a.tokenizer = Some(missing.clone()), "--tokenizer");
+    let mut s = serve_args(&["http://127.0.0.1:9".into()]);
+    s.tokenizer = Some(missing.clone());
+    let e = Gateway::new(s).err().expect("a missing tokenizer.json was accepted").to_string();
+    assert!(e.contains("--tokenizer") && e.contains("/nonexistent/tokenizer.json"), "{e}");
     let mut s = serve_args(&["http://127.0.0.1:9".into()]);
     s.scrape_interval_s = 1e-10;
     let e = Gateway::new(s).err().expect("a 1e-10 s scrape interval was accepted").to_string();

@@ -19,103 +19,36 @@
 //! if picked anyway.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use abi_stable::std_types::RSome;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::Uri;
-use hyper::header::{AUTHORIZATION, HeaderValue};
+use hyper::header::HeaderValue;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use routelab_policy_api::{Completion, CostModel, ReplicaView, Request, RouterContext, Segment, World};
 
-use super::emulate::{HardwareArgs, cli_error};
-use super::prom::{self, EngineLoad, Histogram};
+use super::emulate::cli_error;
+use super::prom::{EngineLoad, Histogram};
 use routelab_core::facts::RequestInfo;
 use routelab_core::handle::RouterHandle;
 use routelab_core::plugin::{Loader, PolicySpec};
 use routelab_core::sim::cluster::prefix_cache::extend_path_hash;
 
-#[derive(clap::Args, Debug, Clone)]
-pub struct ServeArgs {
-    /// Address to listen on (port 0: any free port; the chosen one is printed).
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    pub listen: SocketAddr,
-    /// A backend's base URL (http://host:port), repeated; the policy's replica i is the i-th.
-    #[arg(long = "backend", required = true)]
-    pub backends: Vec<String>,
-    /// The routing policy: a built-in (`least_requests`, `sglang_cache_aware{...}`) or
-    /// `./lib.so:name` (as in `routelab compare`).
-    #[arg(long, default_value = "least_requests")]
-    pub policy: String,
-    /// The backends' hardware, for routers that price steps or read KV capacity.
-    #[command(flatten)]
-    pub hardware: HardwareArgs,
-    /// The backends' KV capacity in tokens, for an engine the catalogue does not describe (a
-    /// llama.cpp server: its `-c`); replaces what --gpu/--model/--tp give.
-    #[arg(long)]
-    pub kv_capacity_tokens: Option<u64>,
-    /// Seconds between scrapes of every backend's /metrics (also the health check).
-    #[arg(long, default_value_t = 0.05)]
-    pub scrape_interval_s: f64,
-    /// A bearer token sent with the scrapes of /metrics and /health (an engine started with
-    /// `--api-key` refuses unauthenticated scrapes); clients' own `Authorization` headers are
-    /// passed on with their requests as before. Also read from ROUTELAB_SCRAPE_API_KEY.
-    #[arg(long)]
-    pub scrape_api_key: Option<String>,
-    /// Seconds to wait for a streamed response's headers, and between two of its events.
-    #[arg(long, default_value_t = 60.0)]
-    pub timeout_s: f64,
-    /// Seconds a non-streamed completion may take, headers and body (engines send its headers
-    /// only when the whole answer is ready); past it the client gets a 504, and the request is
-    /// not re-run elsewhere.
-    #[arg(long, default_value_t = 600.0)]
-    pub generation_timeout_s: f64,
-    /// Other backends tried after a failure before the client gets an error.
-    #[arg(long, default_value_t = 2)]
-    pub retries: u32,
-    /// Consecutive failures that open a backend's circuit, and how long it stays open (s).
-    #[arg(long, default_value_t = 3)]
-    pub breaker_failures: u32,
-    #[arg(long, default_value_t = 5.0)]
-    pub breaker_open_s: f64,
-    /// When a backend dies mid-stream, re-send the request elsewhere and skip the events the
-    /// client already has. Only sound for deterministic (greedy) decoding on identical engines.
-    #[arg(long)]
-    pub resume_streams: bool,
-    /// Seed handed to the policy.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Append every completed request to this file as a request-log line (`timestamp`, the
-    /// request body, `usage.completion_tokens`): `routelab import` turns it into a trace the
-    /// simulator replays. The file holds the prompts.
-    #[arg(long)]
-    pub record: Option<std::path::PathBuf>,
-    #[command(flatten)]
-    pub limits: super::ConnLimits,
-}
+mod args;
+mod breaker;
+pub mod capacity;
+mod metrics;
+mod scrape;
 
-impl ServeArgs {
-    /// The defaults of `routelab serve --backend B...` (for tests and in-process gateways).
-    pub fn with_backends(backends: &[String]) -> Self {
-        use clap::Parser as _;
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: ServeArgs,
-        }
-        let mut argv = vec!["serve".to_string()];
-        for b in backends {
-            argv.extend(["--backend".to_string(), b.clone()]);
-        }
-        Cli::try_parse_from(argv).expect("the defaults parse").args
-    }
-}
+pub use args::ServeArgs;
+pub use breaker::Breaker;
+pub use scrape::{MAX_SCRAPE_BYTES, ScrapeFailure};
 
 pub struct Backend {
     pub url: String,
@@ -145,75 +78,6 @@ pub struct Backend {
     scrape_state: std::sync::atomic::AtomicU8,
 }
 
-/// Why a scrape gave no load (the `reason` label of `routelab_gateway_scrape_failures_total`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScrapeFailure {
-    /// No HTTP answer: refused, reset or timed out. Counts towards the backend being out.
-    NoAnswer,
-    /// `/metrics` answered 404 or 501 (llama.cpp without `--metrics`); `/health` answered 2xx, so
-    /// the backend is live with unknown load.
-    NoMetrics,
-    /// `/metrics` and `/health` both answered non-2xx (a llama.cpp server still loading its model
-    /// answers 503): the backend is out, as for `NoAnswer`.
-    NotReady,
-    /// Another status (401: give --scrape-api-key).
-    Status,
-    /// 200, but none of the gauges the gateway reads (an engine it does not know).
-    Unrecognised,
-    /// 200, but the body broke off or is over 4 MiB.
-    Unreadable,
-}
-
-impl ScrapeFailure {
-    pub const ALL: [ScrapeFailure; 6] = [
-        ScrapeFailure::NoAnswer,
-        ScrapeFailure::NoMetrics,
-        ScrapeFailure::NotReady,
-        ScrapeFailure::Status,
-        ScrapeFailure::Unrecognised,
-        ScrapeFailure::Unreadable,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            ScrapeFailure::NoAnswer => "no_answer",
-            ScrapeFailure::NoMetrics => "no_metrics",
-            ScrapeFailure::NotReady => "not_ready",
-            ScrapeFailure::Status => "status",
-            ScrapeFailure::Unrecognised => "unrecognised",
-            ScrapeFailure::Unreadable => "unreadable",
-        }
-    }
-
-    /// Whether the backend counts as unreachable (else: live, load unknown).
-    fn is_down(self) -> bool {
-        matches!(self, ScrapeFailure::NoAnswer | ScrapeFailure::NotReady)
-    }
-}
-
-/// Consecutive failures open the circuit for a while; after that one request may try again
-/// (a request's success closes it; scrapes never touch it).
-#[derive(Debug, Default)]
-pub struct Breaker {
-    failures: u32,
-    open_until: Option<Instant>,
-}
-
-impl Breaker {
-    pub fn allows(&self, now: Instant) -> bool {
-        self.open_until.is_none_or(|t| now >= t)
-    }
-    pub fn success(&mut self) {
-        *self = Self::default();
-    }
-    pub fn failure(&mut self, now: Instant, threshold: u32, open_for: Duration) {
-        self.failures += 1;
-        if self.failures >= threshold {
-            self.open_until = Some(now + open_for);
-        }
-    }
-}
-
 /// The policy and what it is shown, behind one lock (a decision takes microseconds).
 pub struct Routing {
     pub router: RouterHandle,
@@ -233,21 +97,19 @@ pub struct Gateway {
     /// Request and response bodies in memory, over every request.
     pub buffers: super::bounded::Buffers,
     pub kv_capacity_tokens: u64,
+    /// Where `kv_capacity_tokens` comes from (for the log and `/metrics`).
+    pub kv_capacity_source: String,
     start: Instant,
     next_id: AtomicU64,
     pub retries: AtomicU64,
     pub policy_errors: AtomicU64,
     pub rerouted: AtomicU64,
     pub resumed: AtomicU64,
+    /// `--tokenizer`'s, or the byte-level fallback.
+    pub tokenizer: crate::text::Tokenizer,
     /// `--record`'s file.
     pub recorder: Option<super::record::Recorder>,
 }
-
-/// Largest `/metrics` body read from a backend.
-pub const MAX_SCRAPE_BYTES: usize = 4 << 20;
-
-/// What a scrape of a backend's `/metrics` got: a load, or why not (with a detail for the log).
-type Scraped = Result<EngineLoad, (ScrapeFailure, String)>;
 
 /// A routing decision, and the request's hold on its backend's `in_flight` and
 /// `outstanding_work`: released exactly once, when the decision is dropped — after the response,
@@ -319,6 +181,10 @@ impl Gateway {
         }
         args.limits.check()?;
         let sm = args.hardware.step_model()?;
+        let kv_capacity_source = match args.kv_capacity_tokens {
+            None => format!("the catalogue: {} {} tp {}", args.hardware.gpu, args.hardware.model, args.hardware.tp),
+            Some(_) => "--kv-capacity-tokens".into(),
+        };
         let kv_capacity_tokens = match args.kv_capacity_tokens {
             None => sm.kv_capacity_tokens,
             Some(k) if (1..=1 << 40).contains(&k) => k,
@@ -399,6 +265,7 @@ impl Gateway {
         let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1024).build(connector);
         let buffers = args.limits.buffers();
         let recorder = args.record.as_deref().map(super::record::Recorder::open).transpose()?;
+        let tokenizer = crate::text::Tokenizer::load(args.tokenizer.as_deref(), "--tokenizer")?;
         Ok(Self {
             args,
             backends,
@@ -406,14 +273,35 @@ impl Gateway {
             client,
             buffers,
             kv_capacity_tokens,
+            kv_capacity_source,
             start: Instant::now(),
             next_id: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             policy_errors: AtomicU64::new(0),
             rerouted: AtomicU64::new(0),
             resumed: AtomicU64::new(0),
+            tokenizer,
             recorder,
         })
+    }
+
+    /// As [`Gateway::new`], but when `--kv-capacity-tokens` is not given the engines are asked
+    /// their KV capacity first ([`capacity`]: llama.cpp's `/props`, vLLM's cache config or
+    /// `max_model_len`); what they state replaces the catalogue's. Says which it took.
+    pub async fn start(mut args: ServeArgs) -> Result<Self, routelab_core::error::Error> {
+        // Bad arguments are refused before the engines are asked.
+        let mut gw = Self::new(args.clone())?;
+        if args.kv_capacity_tokens.is_none() {
+            let key = gw.args.scrape_api_key.clone();
+            if let Some((s, backend)) = capacity::stated(&args.backends, key.as_deref(), Duration::from_secs(5)).await {
+                args.kv_capacity_tokens = Some(s.tokens);
+                drop(gw);
+                gw = Self::new(args)?;
+                gw.kv_capacity_source = format!("{backend}{}", s.source);
+            }
+        }
+        eprintln!("serve: KV capacity {} tokens per backend, from {}", gw.kv_capacity_tokens, gw.kv_capacity_source);
+        Ok(gw)
     }
 
     fn now_s(&self) -> f64 {
@@ -610,236 +498,5 @@ impl Gateway {
             self.policy_errors.fetch_add(1, Ordering::Relaxed);
             eprintln!("serve: {e}");
         }
-    }
-
-    /// Scrapes every backend's `/metrics` every `scrape_interval_s`, forever: the scraped load
-    /// feeds the views and the `scraped.` signals. Scrapes and requests are counted apart: a
-    /// scrape without an answer (or, where `/metrics` is absent, a `/health` that is not 2xx)
-    /// counts towards `unanswered_scrapes`; any other scrape without a load leaves the load
-    /// unknown (zero) and the backend usable; neither opens or closes the request circuit. Every
-    /// scrape without a load is counted by reason, and a change of reason is logged once.
-    pub async fn scrape_loop(&self) {
-        let every = Duration::from_secs_f64(self.args.scrape_interval_s);
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let scrapes = self.backends.iter().map(|b| self.scrape(b, every.max(Duration::from_millis(500))));
-            let results = futures_join_all(scrapes).await;
-            for (b, r) in self.backends.iter().zip(results) {
-                let state = match &r {
-                    Ok(_) => 0,
-                    Err((why, _)) => *why as u8 + 1,
-                };
-                if b.scrape_state.swap(state, Ordering::Relaxed) != state {
-                    match &r {
-                        Ok(_) => eprintln!("serve: {}/metrics: scraped again", b.url),
-                        Err((why, detail)) => {
-                            let then = if why.is_down() {
-                                "the backend is out after --breaker-failures of these in a row"
-                            } else {
-                                "its load is unknown (0) and it is still used"
-                            };
-                            eprintln!("serve: {}: {detail} ({}); {then}", b.url, why.label());
-                        }
-                    }
-                }
-                match r {
-                    Ok(load) => *b.scraped.lock().expect("scrape lock") = load,
-                    Err((why, _)) => {
-                        b.scrape_failures[why as usize].fetch_add(1, Ordering::Relaxed);
-                        *b.scraped.lock().expect("scrape lock") = EngineLoad::default();
-                        if why.is_down() {
-                            b.unanswered_scrapes.fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        }
-                    }
-                }
-                b.unanswered_scrapes.store(0, Ordering::Relaxed);
-            }
-            let mut r = self.routing.lock().expect("routing lock");
-            if r.router.reads_scrapes() {
-                let now = Instant::now();
-                let views: Vec<ReplicaView> = (0..self.backends.len()).map(|i| self.view(i, now)).collect();
-                r.router.scrape(&views, self.now_s());
-            }
-        }
-    }
-
-    /// GETs `uri` with the scrape credential: the status and up to [`MAX_SCRAPE_BYTES`] of body.
-    async fn scrape_get(&self, uri: &Uri) -> Result<(hyper::StatusCode, Option<Bytes>), String> {
-        let mut req = hyper::Request::get(uri);
-        if let Some(k) = &self.args.scrape_api_key {
-            req = req.header(AUTHORIZATION, format!("Bearer {k}"));
-        }
-        let req = req.body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
-        let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
-        let status = resp.status();
-        if !status.is_success() {
-            return Ok((status, None));
-        }
-        // At most MAX_SCRAPE_BYTES of it: an engine's /metrics is a few tens of KB.
-        let body = Limited::new(resp.into_body(), MAX_SCRAPE_BYTES).collect().await.ok().map(|b| b.to_bytes());
-        Ok((status, body))
-    }
-
-    async fn scrape(&self, b: &Backend, timeout: Duration) -> Scraped {
-        let fetch = async {
-            use hyper::StatusCode;
-            let fail = |why, detail: String| Err((why, detail));
-            let (status, body) = match self.scrape_get(&b.metrics_uri).await {
-                Ok(r) => r,
-                Err(e) => return fail(ScrapeFailure::NoAnswer, format!("/metrics got no answer: {e}")),
-            };
-            match status {
-                s if s.is_success() => {}
-                StatusCode::NOT_FOUND | StatusCode::NOT_IMPLEMENTED => {
-                    // No /metrics (llama.cpp without --metrics answers 501): /health tells liveness.
-                    return match self.scrape_get(&b.health_uri).await {
-                        Ok((h, _)) if h.is_success() => fail(
-                            ScrapeFailure::NoMetrics,
-                            format!(
-                                "/metrics answered {status} (llama.cpp: start it with --metrics); /health answered {h}"
-                            ),
-                        ),
-                        Ok((h, _)) => {
-                            fail(ScrapeFailure::NotReady, format!("/metrics answered {status} and /health {h}"))
-                        }
-                        Err(e) => fail(ScrapeFailure::NoAnswer, format!("/health got no answer: {e}")),
-                    };
-                }
-                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                    return fail(
-                        ScrapeFailure::Status,
-                        format!("/metrics answered {status} (an engine with --api-key: give --scrape-api-key)"),
-                    );
-                }
-                _ => return fail(ScrapeFailure::Status, format!("/metrics answered {status}")),
-            }
-            let Some(body) = body else {
-                return fail(
-                    ScrapeFailure::Unreadable,
-                    format!("/metrics broke off or is over {MAX_SCRAPE_BYTES} bytes"),
-                );
-            };
-            // One stray byte does not void the scrape.
-            prom::engine_load(&String::from_utf8_lossy(&body)).ok_or_else(|| {
-                (
-                    ScrapeFailure::Unrecognised,
-                    "/metrics has none of the waiting gauges read (vllm:num_requests_waiting, \
-                     sglang:num_queue_reqs, llamacpp:requests_deferred)"
-                        .to_string(),
-                )
-            })
-        };
-        tokio::time::timeout(timeout, fetch)
-            .await
-            .unwrap_or_else(|_| Err((ScrapeFailure::NoAnswer, format!("no answer within {} s", timeout.as_secs_f64()))))
-    }
-
-    /// The gateway's Prometheus text.
-    pub fn metrics_text(&self) -> String {
-        use std::fmt::Write as _;
-        let mut out = String::new();
-        let now = Instant::now();
-        type Counter = fn(&Backend) -> i64;
-        let per_backend: [(&str, &str, Counter); 5] = [
-            ("routelab_gateway_routed_total", "counter", |b| b.dispatched.load(Ordering::Relaxed) as i64),
-            ("routelab_gateway_requests_ok_total", "counter", |b| b.ok.load(Ordering::Relaxed) as i64),
-            ("routelab_gateway_backend_failures_total", "counter", |b| b.failed.load(Ordering::Relaxed) as i64),
-            ("routelab_gateway_in_flight", "gauge", |b| b.in_flight.load(Ordering::Relaxed)),
-            // prompt + max_tokens of the requests in flight (the policy's `outstanding_work`).
-            ("routelab_gateway_outstanding_work_tokens", "gauge", |b| b.outstanding_work.load(Ordering::Relaxed)),
-        ];
-        for (name, kind, get) in per_backend {
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for b in &self.backends {
-                let _ = writeln!(out, "{name}{{backend=\"{}\"}} {}", b.url, get(b));
-            }
-        }
-        let _ = writeln!(out, "# TYPE routelab_gateway_circuit_open gauge");
-        for (i, b) in self.backends.iter().enumerate() {
-            let open = !self.healthy(i, now);
-            let _ = writeln!(out, "routelab_gateway_circuit_open{{backend=\"{}\"}} {}", b.url, open as u8);
-        }
-        for (name, help) in [
-            ("routelab_gateway_ttft_seconds", "time to first token"),
-            ("routelab_gateway_latency_seconds", "request latency"),
-        ] {
-            let _ = writeln!(out, "# HELP {name} {help} through the gateway\n# TYPE {name} histogram");
-            for b in &self.backends {
-                let h = if name.contains("ttft") { &b.ttft } else { &b.latency };
-                h.write(&mut out, name, &format!("backend=\"{}\"", b.url));
-            }
-        }
-        let _ = writeln!(out, "# TYPE routelab_gateway_scrape_failures_total counter");
-        for b in &self.backends {
-            for why in ScrapeFailure::ALL {
-                let n = b.scrape_failures[why as usize].load(Ordering::Relaxed);
-                let _ = writeln!(
-                    out,
-                    "routelab_gateway_scrape_failures_total{{backend=\"{}\",reason=\"{}\"}} {n}",
-                    b.url,
-                    why.label()
-                );
-            }
-        }
-        for (name, v) in [
-            ("routelab_gateway_retries_total", &self.retries),
-            ("routelab_gateway_policy_errors_total", &self.policy_errors),
-            ("routelab_gateway_rerouted_total", &self.rerouted),
-            ("routelab_gateway_resumed_streams_total", &self.resumed),
-        ] {
-            let _ = writeln!(out, "# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));
-        }
-        let r = self.routing.lock().expect("routing lock");
-        if let Ok(stats) = r.router.report() {
-            let _ = writeln!(out, "# TYPE routelab_gateway_policy_stat gauge");
-            for (name, v) in stats {
-                let _ = writeln!(out, "routelab_gateway_policy_stat{{name=\"{name}\"}} {}", prom::value(v));
-            }
-        }
-        out
-    }
-}
-
-/// Awaits every future, concurrently (a handful of scrapes; not worth a crate).
-async fn futures_join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
-    let mut pinned: Vec<_> = futures.map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = (0..pinned.len()).map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (f, o) in pinned.iter_mut().zip(out.iter_mut()) {
-            if o.is_none() {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => *o = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending { std::task::Poll::Pending } else { std::task::Poll::Ready(()) }
-    })
-    .await;
-    out.into_iter().map(|o| o.expect("every future finished")).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_breaker_opens_after_the_threshold_and_closes_on_success() {
-        let (t0, open_for) = (Instant::now(), Duration::from_secs(5));
-        let mut b = Breaker::default();
-        b.failure(t0, 3, open_for);
-        b.failure(t0, 3, open_for);
-        assert!(b.allows(t0), "two failures of three");
-        b.failure(t0, 3, open_for);
-        assert!(!b.allows(t0 + Duration::from_secs(4)));
-        assert!(b.allows(t0 + open_for), "half-open after the cool-down");
-        b.failure(t0 + open_for, 3, open_for);
-        assert!(!b.allows(t0 + open_for + Duration::from_secs(1)), "a failed probe reopens it");
-        b.success();
-        assert!(b.allows(t0));
     }
 }
