@@ -52,9 +52,11 @@
 //!
 //! The terms are fitted by `routelab calibrate` ([`super::fit`]) from per-layer timings measured
 //! inside vLLM and from measured runs; docs/accuracy.md gives each term's fit error and the
-//! profile's error on runs it was not fitted on. Routers see the roofline part of this model in
-//! their `CostModel` (effective FLOP/s and bandwidth, the per-step constants folded into the step
-//! overhead): the ABI's cost model has no per-layer, per-sequence or attention-specific terms yet.
+//! profile's error on runs it was not fitted on. Routers price with this very model: their
+//! `CostModel` wraps the replica's [`Pricer`] (every term above, the experts included). The
+//! roofline kept beside it (`StepModel::cost`: effective FLOP/s and bandwidth, the per-step
+//! constants folded into its overhead) only describes the profile. What routers cannot see is
+//! the lock-step of a MoE's data-parallel engines (`sim/cluster/lockstep.rs`).
 
 use std::collections::BTreeMap;
 

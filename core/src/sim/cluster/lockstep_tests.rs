@@ -72,3 +72,24 @@ fn lockstep_groups_are_refused_where_vllm_has_none() {
     odd.replicas = 3;
     assert_eq!(odd.validate().unwrap_err().path, "data_parallel");
 }
+
+/// Routers price with the replicas' own calibrated model, its per-layer overhead and expert
+/// terms included (the pricer behind `RouterContext::cost`): bit for bit, for a MoE whose
+/// experts are split over the engines. What a router cannot see is the lock-step itself (a
+/// group's step lasts its slowest engine's, which depends on the other engines' batches).
+#[test]
+fn routers_price_a_calibrated_moe_step_as_the_replicas_do() {
+    let spec = moe_pair(2);
+    let sm = spec.step_model().unwrap();
+    let ctx = router_context(&sm, spec.replicas, 1);
+    let cost = ctx.cost.clone().unwrap();
+    let crate::step_model::Pricer::Calibrated(c) = sm.pricer else { panic!("calibrated") };
+    let chunks = [Chunk { new_tokens: 1500, context_tokens: 300 }];
+    for step in [Step::decode(1, 900), Step::decode(100, 90_000), Step::mixed(40, 30_000, &chunks)] {
+        assert_eq!(cost.step_time(step).to_bits(), sm.pricer.step_time_s(&step).to_bits());
+    }
+    // The expert layers and the per-layer overhead are in what the router sees.
+    let decode = cost.decode_step_time_s(64, 64_000);
+    assert!(decode > c.step_overhead_s + c.layers * c.experts_time_s(64.0), "{decode} {c:?}");
+    assert!(c.step_overhead_s > 0.0 && c.experts_time_s(64.0) > 0.0);
+}
