@@ -12,7 +12,8 @@
 //! capacity from `gpu_memory_utilization` 0.9 (vLLM's default). With `data_parallel_size` > 1,
 //! one replica per engine behind `least_requests` (vLLM's DP coordinator sends each request to
 //! the engine with the fewest waiting and running requests); with `enable_expert_parallel` on a
-//! mixture of experts, the experts split across those replicas (`expert_parallel: dp`).
+//! mixture of experts, the experts split across those replicas (`expert_parallel: dp`), and a
+//! mixture of experts' engines step in lock-step (`data_parallel: dp`; `sim/cluster/lockstep.rs`).
 
 use std::path::Path;
 
@@ -113,8 +114,10 @@ pub fn engine_spec(bundle: &Bundle, how: &Replay) -> Result<ClusterSpec, InputEr
     // model ignores the flag.
     let is_moe = crate::step_model::model(&model).is_some_and(|m| m.moe.is_some());
     let ep = if m.expert_parallel && is_moe { m.dp } else { 1 };
+    // A MoE's data-parallel engines step in lock-step; a dense model's are independent.
+    let lockstep = if is_moe { m.dp } else { 1 };
     let yaml = format!(
-        "{{replicas: {}, gpu: {gpu}, model: {model}, tp: {tp}, expert_parallel: {ep}, kv_cache_dtype: {kv}, memory_fraction: 0.9, chunk_tokens: {}, \
+        "{{replicas: {}, gpu: {gpu}, model: {model}, tp: {tp}, expert_parallel: {ep}, data_parallel: {lockstep}, kv_cache_dtype: {kv}, memory_fraction: 0.9, chunk_tokens: {}, \
          budget_counts_decode: true, max_batch_requests: {}, reservation: {{estimate: {{output_tokens: 1}}}}, \
          scheduler: fcfs, drain_s: 100000, generator: {{suffix_tokens: 1, output_tokens: 1}}, \
          arrivals: {{poisson: {{rate: 1}}}}, requests: {}}}",

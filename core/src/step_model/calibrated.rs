@@ -52,9 +52,11 @@
 //!
 //! The terms are fitted by `routelab calibrate` ([`super::fit`]) from per-layer timings measured
 //! inside vLLM and from measured runs; docs/accuracy.md gives each term's fit error and the
-//! profile's error on runs it was not fitted on. Routers see the roofline part of this model in
-//! their `CostModel` (effective FLOP/s and bandwidth, the per-step constants folded into the step
-//! overhead): the ABI's cost model has no per-layer, per-sequence or attention-specific terms yet.
+//! profile's error on runs it was not fitted on. Routers price with this very model: their
+//! `CostModel` wraps the replica's [`Pricer`] (every term above, the experts included). The
+//! roofline kept beside it (`StepModel::cost`: effective FLOP/s and bandwidth, the per-step
+//! constants folded into its overhead) only describes the profile. What routers cannot see is
+//! the lock-step of a MoE's data-parallel engines (`sim/cluster/lockstep.rs`).
 
 use std::collections::BTreeMap;
 
@@ -337,12 +339,23 @@ impl Calibrated {
 impl Calibrated {
     /// One layer's experts and their dispatch for a step of `t` tokens (0 for a dense model).
     pub fn experts_time_s(&self, t: f64) -> f64 {
+        self.experts_in_group_s(t, self.ep * t)
+    }
+
+    /// One layer's experts and their dispatch on a GPU whose step has `own` tokens, when the
+    /// data-parallel group it steps with has `group` tokens in all (lock-step, where each
+    /// engine's tokens are known): its experts see `group` tokens, `group / ep` of them each on
+    /// average, and it gathers the `group − own` tokens of the others. With `group = ep · own`
+    /// this is [`Calibrated::experts_time_s`].
+    pub fn experts_in_group_s(&self, own: f64, group: f64) -> f64 {
         if self.experts == 0.0 {
             return 0.0;
         }
-        let touched = self.experts * (1.0 - (1.0 - self.expert_hit).powf(self.ep * t));
-        let experts = (touched * self.expert_floor_s).max(t * self.experts_per_token * self.expert_per_pair_s);
-        experts + self.dispatch_base_s + t * self.dispatch_per_token_s
+        let touched = self.experts * (1.0 - (1.0 - self.expert_hit).powf(group));
+        let experts =
+            (touched * self.expert_floor_s).max(group / self.ep * self.experts_per_token * self.expert_per_pair_s);
+        let others = if self.ep > 1.0 { (group - own).max(0.0) / (self.ep - 1.0) } else { 0.0 };
+        experts + self.dispatch_base_s + others * self.dispatch_per_token_s
     }
 }
 
@@ -359,6 +372,19 @@ impl Pricer {
         match self {
             Pricer::Roofline(cost) => cost.shape_time_s(&StepShape::of(step)),
             Pricer::Calibrated(c) => c.step_time_s(step),
+        }
+    }
+
+    /// What a step of `own` tokens costs more (or less) in a lock-step group of `group` tokens
+    /// than [`Pricer::step_time_s`] priced it, its experts taken as loaded like itself: the
+    /// experts see the group's real tokens. 0 on the roofline and for a dense model.
+    pub fn lockstep_delta_s(&self, own: u64, group: u64) -> f64 {
+        match self {
+            Pricer::Roofline(_) => 0.0,
+            Pricer::Calibrated(c) => {
+                let (own, group) = (own as f64, group as f64);
+                c.layers * (c.experts_in_group_s(own, group) - c.experts_time_s(own))
+            }
         }
     }
 
@@ -492,6 +518,22 @@ mod tests {
         errors.sort_by(f64::total_cmp);
         let median = errors[errors.len() / 2];
         assert!(errors.len() >= 20 && median < 0.08, "{} points, median error {median}", errors.len());
+    }
+
+    /// In lock-step a GPU's experts see the group's tokens: a group loaded evenly prices as
+    /// before, a busy engine beside an idle one prices its experts on fewer tokens, and an idle
+    /// engine's dummy step on more.
+    #[test]
+    fn a_lockstep_group_prices_the_experts_on_its_real_tokens() {
+        let c = profile().for_model(&model("qwen3-30b-a3b").unwrap(), 1, 2);
+        let p = Pricer::Calibrated(c);
+        for t in [1.0, 7.0, 300.0, 2048.0] {
+            assert!((c.experts_in_group_s(t, 2.0 * t) - c.experts_time_s(t)).abs() < 1e-15);
+        }
+        assert!(p.lockstep_delta_s(2048, 2049) < 0.0);
+        assert!(p.lockstep_delta_s(1, 2049) > 0.0);
+        let dense = profile().for_model(&model("llama-3.1-8b").unwrap(), 1, 1);
+        assert_eq!(Pricer::Calibrated(dense).lockstep_delta_s(10, 500), 0.0);
     }
 
     #[test]

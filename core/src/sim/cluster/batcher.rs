@@ -184,6 +184,11 @@ impl Replica {
         }))
     }
 
+    /// Tokens of the step just formed: one per decoding request plus every chunk's.
+    pub(super) fn step_tokens(&self) -> u64 {
+        self.decode_batch as u64 + self.chunks.iter().map(|&(_, n)| n as u64).sum::<u64>()
+    }
+
     /// Removes the requests admitted this step from the waiting queue, keeping its order. Only
     /// the shown front (`scheduler_window` requests) can have been admitted, so only it is
     /// scanned: filtering the whole queue every step made an overloaded replica quadratic in

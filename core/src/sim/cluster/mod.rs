@@ -43,6 +43,9 @@ mod class_tests;
 mod contexts;
 mod finish;
 mod kv_tier;
+mod lockstep;
+#[cfg(test)]
+mod lockstep_tests;
 mod pd;
 #[cfg(test)]
 mod pd_tests;
@@ -187,6 +190,10 @@ pub struct ClusterSim<'a> {
     /// Whether the summary keeps every request's record (exact percentiles, records in the
     /// outcome) or sketches the distributions ([`crate::sketch`]).
     exact: bool,
+    /// Replicas per lock-step group (`lockstep.rs`; 1 = every replica steps alone), and per
+    /// group whether its step is in flight.
+    lockstep: usize,
+    group_busy: Vec<bool>,
 }
 
 impl<'a> ClusterSim<'a> {
@@ -331,6 +338,8 @@ impl<'a> ClusterSim<'a> {
             // A disaggregated cluster's own figures and an agent session's makespan read every
             // record (their state is per request).
             exact: spec.summary.exact(total) || spec.disaggregation.is_some() || stream.sessions.is_some(),
+            lockstep: spec.lockstep_group().max(1) as usize,
+            group_busy: vec![false; n / spec.lockstep_group().max(1) as usize],
         })
     }
 
@@ -406,7 +415,7 @@ impl<'a> ClusterSim<'a> {
         } else {
             let r = self.router.dispatch(&req, &self.infos[id], &self.views)? as usize;
             self.replicas[r].enqueue(id as u32, prompt, q.output_tokens, &mut self.states[id], &self.cfgs[1]);
-            if !self.replicas[r].busy {
+            if self.idle(r) {
                 self.start_step(r, now)?;
             }
         }
@@ -527,6 +536,16 @@ impl<'a> ClusterSim<'a> {
 
     /// Replica `r`'s step ends at `now`: finished requests complete, and its next step starts.
     fn on_step_end(&mut self, now: SimTime, r: usize) -> Result<(), RunError> {
+        if self.lockstep > 1 {
+            return self.on_group_step_end(now, r / self.lockstep);
+        }
+        self.finish_replica_step(now, r)?;
+        self.start_step(r, now)?;
+        self.release_held(now)
+    }
+
+    /// Replica `r`'s step ended at `now`: its finished requests complete (or hand off).
+    fn finish_replica_step(&mut self, now: SimTime, r: usize) -> Result<(), RunError> {
         self.completed.clear();
         let cfg = &self.cfgs[pool_of(self.pd.as_ref(), r)];
         if let Some(t) = self.replicas[r].tiers.as_mut() {
@@ -545,8 +564,6 @@ impl<'a> ClusterSim<'a> {
             // Memory freed: handed-off requests waiting for it may start their transfers.
             self.start_transfers(now, r);
         }
-        self.start_step(r, now)?;
-        self.release_held(now)?;
         #[cfg(debug_assertions)]
         if self.replicas[r].steps % 256 == 0 {
             self.replicas[r].cache.check();
@@ -603,8 +620,23 @@ impl<'a> ClusterSim<'a> {
         self.router.evicted(&e)
     }
 
-    /// Starts replica `r`'s next step at `now` if it has work; queues its end and its evictions.
+    /// Starts replica `r`'s next step at `now` if it has work (in lock-step: its group's step);
+    /// queues its end and its evictions.
     fn start_step(&mut self, r: usize, now: SimTime) -> Result<(), RunError> {
+        if self.lockstep > 1 {
+            return self.start_group_step(r / self.lockstep, now);
+        }
+        if let Some(d) = self.form_step(r, now)? {
+            let t = ticks(d).max(1);
+            self.replicas[r].busy_s += seconds(t);
+            self.queue.push(now + t, Event::StepEnd(r as u32));
+        }
+        Ok(())
+    }
+
+    /// Forms replica `r`'s step at `now` and returns its duration (`None`: nothing to run);
+    /// marks the replica busy or idle and queues the evictions the step caused.
+    fn form_step(&mut self, r: usize, now: SimTime) -> Result<Option<f64>, RunError> {
         let pool = pool_of(self.pd.as_ref(), r);
         let rep = &mut self.replicas[r];
         let step = if rep.has_work() {
@@ -616,11 +648,6 @@ impl<'a> ClusterSim<'a> {
             None
         };
         rep.busy = step.is_some();
-        if let Some(d) = step {
-            let t = ticks(d).max(1);
-            rep.busy_s += seconds(t);
-            self.queue.push(now + t, Event::StepEnd(r as u32));
-        }
         for ev in rep.evictions.drain(..) {
             let event = Event::Evicted {
                 replica: r as u32,
@@ -630,6 +657,6 @@ impl<'a> ClusterSim<'a> {
             };
             self.queue.push(now + self.eviction_delay, event);
         }
-        Ok(())
+        Ok(step)
     }
 }

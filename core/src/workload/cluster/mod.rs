@@ -62,6 +62,12 @@ pub struct ClusterSpec {
     /// N replicas; 1 (the default) = every replica holds every expert.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub expert_parallel: u32,
+    /// Data-parallel engines of a mixture of experts: groups of N consecutive replicas step in
+    /// lock-step (vLLM's `DPEngineCoreProc`: a step lasts as long as the slowest engine's, an
+    /// engine without work runs a dummy step). Default: `expert_parallel`. Dense models' engines
+    /// are independent in vLLM: only 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_parallel: Option<u32>,
     /// The KV cache's element type: `auto` (the weights'), `fp8` (1 byte) or `bf16`/`fp16` (2 bytes).
     #[serde(default)]
     pub kv_cache_dtype: KvCacheDtype,
@@ -374,6 +380,19 @@ impl ClusterSpec {
                 "leave it out for a dense model; for a MoE at most the replica count",
             ));
         }
+        let dp = self.lockstep_group();
+        if dp != 1
+            && (model.moe.is_none() || dp == 0 || self.replicas % dp != 0 || ![1, dp].contains(&self.expert_parallel))
+        {
+            return Err(FieldError::new(
+                "data_parallel",
+                format!(
+                    "must be 1, or group a mixture of experts' {} replicas by a divisor, equal to expert_parallel ({}) when that is set (got {dp} for {})",
+                    self.replicas, self.expert_parallel, model.name
+                ),
+                "leave it out for a dense model (vLLM runs dense data-parallel engines independently: count them as replicas)",
+            ));
+        }
         let sm =
             StepModel::new(gpu, model, self.tp, self.expert_parallel, self.memory_fraction, self.efficiency.clone())
                 .map_err(|e| FieldError::new("model", e.message, e.fix))?;
@@ -389,6 +408,11 @@ impl ClusterSpec {
             ));
         }
         Ok(sm.calibrated(c))
+    }
+
+    /// Replicas that step together (`data_parallel`, by default `expert_parallel`); 1 = each alone.
+    pub fn lockstep_group(&self) -> u32 {
+        self.data_parallel.unwrap_or(self.expert_parallel)
     }
 
     /// The longest prompt the generator can produce (trace arrivals: checked per row at run time).
@@ -474,6 +498,10 @@ impl ClusterSpec {
         self.check_step_model(&sm)?;
         if let Some(d) = &self.disaggregation {
             d.validate(self)?;
+            if self.lockstep_group() > 1 {
+                let fix = "drop `disaggregation:`, or `data_parallel`/`expert_parallel`";
+                return Err(FieldError::new("data_parallel", "lock-step groups run on aggregated clusters only", fix));
+            }
         }
         if let Some(t) = &self.kv_tiers {
             if self.disaggregation.is_some() {
