@@ -168,7 +168,19 @@ impl Builder {
 
     /// Sorts by arrival (stable: generation order breaks ties) and keeps the first `limit`.
     fn finish(self, limit: Option<u64>, horizon: Option<SimTime>) -> RequestStream {
-        let RequestStream { requests, segments, labels, .. } = self.stream;
+        let RequestStream { mut requests, mut segments, mut labels, .. } = self.stream;
+        let cut = |k: usize, r: &GeneratedRequest| {
+            limit.is_some_and(|l| k as u64 >= l) || horizon.is_some_and(|h| r.arrived_at >= h)
+        };
+        if requests.is_sorted_by_key(|r| r.arrived_at) {
+            // Already in order (one turn per group): cut in place rather than copy, so that
+            // generating a long stream does not hold it twice.
+            let keep = requests.iter().enumerate().position(|(k, r)| cut(k, r)).unwrap_or(requests.len());
+            requests.truncate(keep);
+            segments.truncate(requests.last().map_or(0, |r| r.segments.end as usize));
+            labels.truncate(keep);
+            return RequestStream { requests, segments, labels, ..Default::default() };
+        }
         let mut order: Vec<usize> = (0..requests.len()).collect();
         order.sort_by_key(|&i| requests[i].arrived_at);
         let mut out = RequestStream {
@@ -179,7 +191,7 @@ impl Builder {
         };
         for i in order {
             let r = &requests[i];
-            if limit.is_some_and(|l| out.requests.len() as u64 >= l) || horizon.is_some_and(|h| r.arrived_at >= h) {
+            if cut(out.requests.len(), r) {
                 break;
             }
             let start = out.segments.len() as u32;
