@@ -274,4 +274,23 @@ mod tests {
         assert!(e.message.contains("ContextTokens"), "{}", e.message);
         assert!(e.to_string().starts_with("bad.csv:3:"), "{e}");
     }
+
+    /// A file read a line at a time gives the rows its whole text gives (CRLF endings, a
+    /// blank line, no final newline), and a line that is not UTF-8 is named.
+    #[test]
+    fn streamed_file_reads_like_its_text() {
+        let dir = std::env::temp_dir().join(format!("routelab-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.csv");
+        let text = "TIMESTAMP,ContextTokens,GeneratedTokens\r\n1.0,10,5\r\n\r\n2.5,20,7,1\n3.0,30,9";
+        std::fs::write(&path, text).unwrap();
+        let rows = load(&path).unwrap();
+        assert_eq!(rows, parse(text, &path).unwrap());
+        assert_eq!(rows.iter().map(|r| r.line).collect::<Vec<_>>(), [2, 4, 5]);
+        std::fs::write(&path, b"TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,10,5\n2.0,\xff,5\n").unwrap();
+        let e = load(&path).unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.message.contains("not UTF-8"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
