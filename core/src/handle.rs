@@ -285,6 +285,11 @@ impl SchedulerHandle {
         self.infos = infos;
     }
 
+    /// Whether it negotiated request facts (then it reads the infos [`Self::set_infos`] gives).
+    pub fn reads_facts(&self) -> bool {
+        !self.facts.is_empty()
+    }
+
     /// The admission order of `waiting` at `now_s`, into `order`: indices into `waiting`, each at
     /// most once (those left out wait).
     pub fn order(&mut self, now_s: f64, waiting: &[WaitingRequest], order: &mut RVec<u32>) -> Result<(), String> {

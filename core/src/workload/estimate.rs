@@ -88,10 +88,18 @@ pub fn estimate_with(w: &Workload, requests: Option<usize>) -> Estimate {
         let n = requests.map_or_else(|| c.expected_requests(), |n| n as f64);
         let turns = c.generator.turns.max().max(1) as f64;
         let contexts = c.generator.contexts.as_ref().map_or(0.0, |x| x.count as f64);
-        // Per request: the generated request, its segments, its state and its record; a
-        // sketched summary keeps no record (≈ 100 B: docs/performance.md, "Scale").
-        let exact = c.summary.exact(n as usize) || c.disaggregation.is_some();
-        let per_request = if exact { 240.0 } else { 140.0 } + (turns + 2.0) * 16.0;
+        // Per request: the generated request (≈ 48 B) and its segments (16 B each); an exact run
+        // adds its state and its record, a sketched one with KV tiers its state, and any other
+        // sketched run only the state of the requests in flight (docs/performance.md, "Scale").
+        let exact = c.summary.exact(n as usize) || c.disaggregation.is_some() || c.generator.session.is_some();
+        let kept = if exact {
+            192.0
+        } else if c.kv_tiers.is_some() {
+            92.0
+        } else {
+            0.0
+        };
+        let per_request = 48.0 + kept + (turns + 2.0) * 16.0;
         (n * per_request + contexts * 40.0 + c.replicas as f64 * 4096.0, n * CLUSTER_SECONDS_PER_REQUEST)
     } else if let Some(c) = &w.compound {
         runs *= c.variants.len().max(1) as u64;

@@ -19,7 +19,6 @@
 //! Segment ids: 1 is the system prompt, 2 + i is context i, unique segments count up from 2^32,
 //! Mooncake hash id h is 2^48 + h.
 
-use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use rand::RngExt;
@@ -31,10 +30,12 @@ use super::cluster::{Arrivals, ClusterSpec, Popularity, TokenShape, Tokens};
 use super::mooncake::{HASH_ID_BASE, MooncakeRow};
 use super::trace::TraceRow;
 use crate::seeds::{SimRng, stream, stream as stream_rng};
-use crate::time::{SimTime, seconds, ticks};
+use crate::time::{SimTime, ticks};
 
 mod session;
+mod stats;
 pub use session::Sessions;
+pub use stats::{WorkloadStats, stats};
 
 /// One request of the stream.
 #[derive(Clone, Debug, PartialEq)]
@@ -167,7 +168,19 @@ impl Builder {
 
     /// Sorts by arrival (stable: generation order breaks ties) and keeps the first `limit`.
     fn finish(self, limit: Option<u64>, horizon: Option<SimTime>) -> RequestStream {
-        let RequestStream { requests, segments, labels, .. } = self.stream;
+        let RequestStream { mut requests, mut segments, mut labels, .. } = self.stream;
+        let cut = |k: usize, r: &GeneratedRequest| {
+            limit.is_some_and(|l| k as u64 >= l) || horizon.is_some_and(|h| r.arrived_at >= h)
+        };
+        if requests.is_sorted_by_key(|r| r.arrived_at) {
+            // Already in order (one turn per group): cut in place rather than copy, so that
+            // generating a long stream does not hold it twice.
+            let keep = requests.iter().enumerate().position(|(k, r)| cut(k, r)).unwrap_or(requests.len());
+            requests.truncate(keep);
+            segments.truncate(requests.last().map_or(0, |r| r.segments.end as usize));
+            labels.truncate(keep);
+            return RequestStream { requests, segments, labels, ..Default::default() };
+        }
         let mut order: Vec<usize> = (0..requests.len()).collect();
         order.sort_by_key(|&i| requests[i].arrived_at);
         let mut out = RequestStream {
@@ -178,7 +191,7 @@ impl Builder {
         };
         for i in order {
             let r = &requests[i];
-            if limit.is_some_and(|l| out.requests.len() as u64 >= l) || horizon.is_some_and(|h| r.arrived_at >= h) {
+            if cut(out.requests.len(), r) {
                 break;
             }
             let start = out.segments.len() as u32;
@@ -397,219 +410,5 @@ pub fn apply_hints(spec: &ClusterSpec, stream: &mut RequestStream, run_seed: u64
     };
 }
 
-/// What `routelab validate` prints about a generated stream.
-#[derive(Clone, Debug, PartialEq)]
-pub struct WorkloadStats {
-    pub requests: u64,
-    /// Time of the last arrival.
-    pub span_s: f64,
-    pub rate_rps: f64,
-    pub mean_prompt_tokens: f64,
-    pub max_prompt_tokens: u32,
-    pub mean_output_tokens: f64,
-    /// Share of prompt tokens (counted per request) in segments that more than one request uses.
-    pub shared_prompt_share: f64,
-    /// Segment references (one per segment of each request's prompt) and how many name a segment
-    /// an earlier request already had: what an infinite cache would serve. On a Mooncake trace a
-    /// segment is one `hash_ids` entry, so this is the share of block references that repeat, as
-    /// Dynamo counts it for its published 36.64% (105,710 of 288,500) on the conversation trace.
-    pub segment_references: u64,
-    pub repeated_segment_references: u64,
-    pub inter_arrival_min_s: f64,
-    pub inter_arrival_max_s: f64,
-}
-
-/// Statistics of a generated stream.
-pub fn stats(stream: &RequestStream) -> WorkloadStats {
-    let n = stream.requests.len();
-    let mut uses: HashMap<u64, u32> = HashMap::new();
-    for s in &stream.segments {
-        *uses.entry(s.id).or_default() += 1;
-    }
-    let total: u64 = stream.segments.iter().map(|s| s.tokens as u64).sum();
-    let shared: u64 = stream.segments.iter().filter(|s| uses[&s.id] > 1).map(|s| s.tokens as u64).sum();
-    let (mut gap_min, mut gap_max) = (f64::INFINITY, 0.0f64);
-    for w in stream.requests.windows(2) {
-        let gap = seconds(w[1].arrived_at - w[0].arrived_at);
-        gap_min = gap_min.min(gap);
-        gap_max = gap_max.max(gap);
-    }
-    let span_s = stream.requests.last().map_or(0.0, |r| seconds(r.arrived_at));
-    let mut seen: HashSet<u64> = HashSet::new();
-    let mut repeated = 0;
-    for i in 0..n {
-        let prompt = stream.prompt(i);
-        repeated += prompt.iter().filter(|s| seen.contains(&s.id)).count() as u64;
-        seen.extend(prompt.iter().map(|s| s.id));
-    }
-    WorkloadStats {
-        requests: n as u64,
-        span_s,
-        rate_rps: if span_s > 0.0 { (n.saturating_sub(1)) as f64 / span_s } else { f64::NAN },
-        mean_prompt_tokens: stream.requests.iter().map(|r| r.prompt_tokens as f64).sum::<f64>() / n.max(1) as f64,
-        max_prompt_tokens: stream.requests.iter().map(|r| r.prompt_tokens).max().unwrap_or(0),
-        mean_output_tokens: stream.requests.iter().map(|r| r.output_tokens as f64).sum::<f64>() / n.max(1) as f64,
-        shared_prompt_share: if total > 0 { shared as f64 / total as f64 } else { 0.0 },
-        segment_references: stream.segments.len() as u64,
-        repeated_segment_references: repeated,
-        inter_arrival_min_s: if n > 1 { gap_min } else { f64::NAN },
-        inter_arrival_max_s: if n > 1 { gap_max } else { f64::NAN },
-    }
-}
-
-impl std::fmt::Display for WorkloadStats {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "requests              {}", self.requests)?;
-        writeln!(f, "span                  {:.1} s ({:.3} requests/s)", self.span_s, self.rate_rps)?;
-        writeln!(f, "prompt tokens         mean {:.0}, max {}", self.mean_prompt_tokens, self.max_prompt_tokens)?;
-        writeln!(f, "output tokens         mean {:.1}", self.mean_output_tokens)?;
-        writeln!(f, "shared prompt tokens  {:.1}%", self.shared_prompt_share * 100.0)?;
-        let refs = self.segment_references.max(1) as f64;
-        writeln!(
-            f,
-            "repeated segments     {:.2}% ({} of {} segment references; an infinite cache serves these)",
-            self.repeated_segment_references as f64 * 100.0 / refs,
-            self.repeated_segment_references,
-            self.segment_references
-        )?;
-        write!(f, "inter-arrival         min {:.6} s, max {:.3} s", self.inter_arrival_min_s, self.inter_arrival_max_s)
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::workload::cluster::{Contexts, Generator};
-
-    pub(crate) fn spec(yaml: &str) -> ClusterSpec {
-        serde_norway::from_str(yaml).unwrap()
-    }
-
-    fn doc_qa() -> ClusterSpec {
-        spec(
-            "replicas: 4\n\
-             generator: {system_prompt_tokens: 13, contexts: {count: 300, tokens: {lognormal: {mean: 21000, cv: 0.2, max: 30000}}, popularity: {zipf: {s: 1.1}}}, suffix_tokens: {uniform: {min: 1500, max: 2500}}, output_tokens: {uniform: {min: 8, max: 24}}}\n\
-             arrivals: {poisson: {rate: 1.0}}\n\
-             requests: 3000\n",
-        )
-    }
-
-    #[test]
-    fn same_seed_same_stream_other_seed_other_stream() {
-        let s = doc_qa();
-        let a = generate(&s, None, 7).unwrap();
-        assert_eq!(a, generate(&s, None, 7).unwrap());
-        assert_ne!(a, generate(&s, None, 8).unwrap());
-        assert_eq!(a.requests.len(), 3000);
-        assert!(a.requests.windows(2).all(|w| w[0].arrived_at <= w[1].arrived_at));
-    }
-
-    #[test]
-    fn long_doc_stream_has_the_documented_shape() {
-        let st = stats(&generate(&doc_qa(), None, 1).unwrap());
-        assert!((st.rate_rps - 1.0).abs() < 0.1, "{st}");
-        assert!((st.mean_prompt_tokens - 23_000.0).abs() < 2_300.0, "{st}");
-        assert!((st.mean_output_tokens - 16.0).abs() < 1.0, "{st}");
-        // Everything but the question is shared: the documents repeat under Zipf.
-        assert!(st.shared_prompt_share > 0.85 && st.shared_prompt_share < 0.95, "{st}");
-    }
-
-    #[test]
-    fn gamma_arrivals_keep_the_rate_and_are_burstier_than_poisson() {
-        let mut s = doc_qa();
-        s.requests = Some(20_000);
-        let cv_of = |st: &RequestStream| {
-            let gaps: Vec<f64> = st.requests.windows(2).map(|w| seconds(w[1].arrived_at - w[0].arrived_at)).collect();
-            let m = gaps.iter().sum::<f64>() / gaps.len() as f64;
-            ((gaps.iter().map(|g| (g - m).powi(2)).sum::<f64>() / gaps.len() as f64).sqrt() / m, 1.0 / m)
-        };
-        let (cv_poisson, _) = cv_of(&generate(&s, None, 1).unwrap());
-        s.arrivals = Arrivals::Gamma { rate: 1.0, cv: 3.0 };
-        let (cv_gamma, rate) = cv_of(&generate(&s, None, 1).unwrap());
-        assert!((cv_poisson - 1.0).abs() < 0.05, "{cv_poisson}");
-        assert!((cv_gamma - 3.0).abs() < 0.3, "{cv_gamma}");
-        assert!((rate - 1.0).abs() < 0.1, "{rate}");
-    }
-
-    #[test]
-    fn zipf_shares_and_sampling_agree() {
-        let p = Popular::new(300, &Popularity::Zipf { s: 1.1 });
-        let mut rng = stream(3, "t");
-        let n = 200_000;
-        let hits = (0..n).filter(|_| p.sample(&mut rng) == 0).count() as f64 / n as f64;
-        assert!((hits - p.share(0)).abs() < 0.005, "{hits} vs {}", p.share(0));
-        assert!(p.share(0) > p.share(1) && p.share(1) > p.share(299));
-    }
-
-    #[test]
-    fn multi_turn_prompts_grow_by_previous_output_and_fanout_shares_prompts() {
-        let mut s = doc_qa();
-        s.generator = Generator {
-            system_prompt_tokens: 10,
-            contexts: Some(Contexts { count: 1, tokens: Tokens::Constant(100), popularity: Popularity::Uniform }),
-            suffix_tokens: Tokens::Constant(5),
-            output_tokens: Tokens::Constant(7),
-            fanout: 2,
-            turns: Tokens::Constant(3),
-            think_time_s: 0.0,
-            session: None,
-        };
-        s.requests = Some(6);
-        let st = generate(&s, None, 1).unwrap();
-        let prompts: Vec<u32> = st.requests.iter().map(|r| r.prompt_tokens).collect();
-        assert_eq!(prompts, vec![115, 115, 127, 127, 139, 139]);
-        assert_eq!(st.prompt(0), st.prompt(1));
-        let out0 = st.requests[0].output_segment.unwrap();
-        assert_eq!(st.prompt(2)[3], out0);
-        assert!(st.requests[1].output_segment.is_none() && st.requests[4].output_segment.is_none());
-    }
-
-    #[test]
-    fn trace_rows_become_requests_with_the_system_prompt_shared() {
-        let mut s = doc_qa();
-        s.arrivals = Arrivals::Trace { path: "x.csv".into(), time_scale: 0.5, format: Default::default() };
-        s.requests = None;
-        let rows = [
-            TraceRow { at_s: 0.0, context_tokens: 374, generated_tokens: 44, class: 0, tenant: 0, line: 2 },
-            TraceRow { at_s: 4.0, context_tokens: 5, generated_tokens: 0, class: 0, tenant: 0, line: 3 },
-        ];
-        let st = generate(&s, Some(&rows), 1).unwrap();
-        assert_eq!(st.requests[1].arrived_at, ticks(2.0));
-        assert_eq!((st.requests[0].prompt_tokens, st.requests[0].output_tokens), (374, 44));
-        assert_eq!(st.prompt(0)[0].id, SYSTEM_ID);
-        assert_eq!((st.requests[1].prompt_tokens, st.requests[1].output_tokens), (5, 1));
-        let e = generate(&s, None, 1).unwrap_err();
-        assert!(e.contains("AzurePublicDataset"), "{e}");
-    }
-    #[test]
-    fn mooncake_rows_become_block_segments_shared_by_id() {
-        let mut s = doc_qa();
-        s.arrivals = Arrivals::Trace {
-            path: "x.jsonl".into(),
-            time_scale: 2.0,
-            format: super::super::cluster::TraceFormat::Mooncake,
-        };
-        s.requests = None;
-        // Row 1: 1100 tokens = 512 + 512 + 76 over ids [7, 8, 9]. Row 2 shares the first block
-        // (id 7), then its own: 700 tokens = 512 + 188 over [7, 20]. Row 3: its one id covers
-        // 512 of 600 tokens, so 88 are a unique suffix.
-        let row = |at_s, input_length, output_length, hash_ids: &[u64], line| MooncakeRow {
-            at_s,
-            input_length,
-            output_length,
-            hash_ids: hash_ids.to_vec(),
-            line,
-        };
-        let rows = [row(0.0, 1100, 30, &[7, 8, 9], 1), row(1.5, 700, 0, &[7, 20], 2), row(2.0, 600, 4, &[7], 3)];
-        let st = mooncake_stream(&s, &rows);
-        let seg = |id: u64, tokens: u32| Segment { id: HASH_ID_BASE + id, tokens };
-        assert_eq!(st.prompt(0), &[seg(7, 512), seg(8, 512), seg(9, 76)]);
-        assert_eq!(st.prompt(1), &[seg(7, 512), seg(20, 188)]);
-        assert_eq!(&st.prompt(2)[..1], &[seg(7, 512)]);
-        assert_eq!(st.prompt(2)[1], Segment { id: FIRST_UNIQUE_ID, tokens: 88 });
-        assert_eq!((st.requests[0].prompt_tokens, st.requests[0].output_tokens), (1100, 30));
-        assert_eq!((st.requests[1].prompt_tokens, st.requests[1].output_tokens), (700, 1));
-        assert_eq!(st.requests[2].prompt_tokens, 600);
-        assert_eq!(st.requests[1].arrived_at, ticks(3.0));
-    }
-}
+mod tests;

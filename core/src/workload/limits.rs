@@ -43,37 +43,87 @@ pub const MAX_CV: f64 = 100.0;
 /// Reads a file of at most `cap` bytes as UTF-8 text. A regular file's size is checked before
 /// reading; anything else (a pipe, a device such as /dev/zero) is read up to the cap.
 pub fn read_capped(path: &Path, cap: u64, what: &str, fix: &str) -> Result<String, InputError> {
-    let fail = |message: String, fix: &str| InputError {
-        file: path.into(),
-        path: String::new(),
-        line: None,
-        message,
-        fix: fix.into(),
-    };
-    let too_big = || {
-        fail(
-            format!("is larger than the {} MiB allowed for a {what}", cap >> 20),
-            "check the path: it names something far larger than any file of this kind",
-        )
-    };
-    let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot read the {what}: {e}"), fix))?;
-    if let Ok(meta) = file.metadata() {
-        if meta.is_file() && meta.len() > cap {
-            return Err(too_big());
-        }
-        if meta.is_dir() {
-            return Err(fail(format!("cannot read the {what}: it is a directory"), fix));
-        }
-    }
+    let file = open_capped(path, cap, what, fix)?;
     let mut bytes = Vec::new();
-    file.take(cap + 1).read_to_end(&mut bytes).map_err(|e| fail(format!("cannot read the {what}: {e}"), fix))?;
+    file.take(cap + 1).read_to_end(&mut bytes).map_err(|e| unreadable(path, what, e, fix))?;
     if bytes.len() as u64 > cap {
-        return Err(too_big());
+        return Err(too_big(path, cap, what));
     }
     String::from_utf8(bytes).map_err(|e| {
         let line = 1 + e.as_bytes()[..e.utf8_error().valid_up_to()].iter().filter(|&&b| b == b'\n').count();
-        InputError { line: Some(line), ..fail(format!("the {what} is not UTF-8 text"), "save the file as UTF-8 text") }
+        not_utf8(path, what, line)
     })
+}
+
+/// Reads a file of at most `cap` bytes as UTF-8 text one line at a time (numbered from 1, without
+/// its line ending), so that it is never whole in memory: a trace of 10^8 rows streams. The
+/// checks and errors are [`read_capped`]'s, each raised when reading reaches it.
+pub fn read_lines_capped(
+    path: &Path,
+    cap: u64,
+    what: &str,
+    fix: &str,
+    mut each: impl FnMut(usize, &str) -> Result<(), InputError>,
+) -> Result<(), InputError> {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(open_capped(path, cap, what, fix)?.take(cap + 1));
+    let (mut buf, mut read, mut n) = (Vec::new(), 0u64, 0usize);
+    loop {
+        buf.clear();
+        let got = reader.read_until(b'\n', &mut buf).map_err(|e| unreadable(path, what, e, fix))?;
+        if got == 0 {
+            return Ok(());
+        }
+        read += got as u64;
+        if read > cap {
+            return Err(too_big(path, cap, what));
+        }
+        n += 1;
+        if buf.last() == Some(&b'\n') {
+            buf.pop();
+            if buf.last() == Some(&b'\r') {
+                buf.pop();
+            }
+        }
+        each(n, std::str::from_utf8(&buf).map_err(|_| not_utf8(path, what, n))?)?;
+    }
+}
+
+/// Opens a file that [`read_capped`] may read: a regular file's size is checked first.
+fn open_capped(path: &Path, cap: u64, what: &str, fix: &str) -> Result<std::fs::File, InputError> {
+    let file = std::fs::File::open(path).map_err(|e| unreadable(path, what, e, fix))?;
+    if let Ok(meta) = file.metadata() {
+        if meta.is_file() && meta.len() > cap {
+            return Err(too_big(path, cap, what));
+        }
+        if meta.is_dir() {
+            return Err(fail(path, format!("cannot read the {what}: it is a directory"), fix));
+        }
+    }
+    Ok(file)
+}
+
+fn fail(path: &Path, message: String, fix: &str) -> InputError {
+    InputError { file: path.into(), path: String::new(), line: None, message, fix: fix.into() }
+}
+
+fn unreadable(path: &Path, what: &str, e: std::io::Error, fix: &str) -> InputError {
+    fail(path, format!("cannot read the {what}: {e}"), fix)
+}
+
+fn too_big(path: &Path, cap: u64, what: &str) -> InputError {
+    fail(
+        path,
+        format!("is larger than the {} MiB allowed for a {what}", cap >> 20),
+        "check the path: it names something far larger than any file of this kind",
+    )
+}
+
+fn not_utf8(path: &Path, what: &str, line: usize) -> InputError {
+    InputError {
+        line: Some(line),
+        ..fail(path, format!("the {what} is not UTF-8 text"), "save the file as UTF-8 text")
+    }
 }
 
 /// Refuses YAML nested deeper than [`MAX_NESTING`] (counting flow brackets and block

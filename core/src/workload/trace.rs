@@ -59,21 +59,39 @@ fn parse_timestamp(s: &str) -> Option<f64> {
 
 /// Parses trace text; `file` names it in errors. Rows must be in time order.
 pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, InputError> {
-    let err = |line: usize, message: String| InputError {
-        file: file.into(),
-        path: String::new(),
-        line: Some(line),
-        message,
-        fix: "each row must be TIMESTAMP,ContextTokens,GeneratedTokens[,Class[,Tenant]] with rows in time order".into(),
-    };
-    let mut rows = Vec::new();
-    let mut first: Option<f64> = None;
-    let mut last = f64::NEG_INFINITY;
+    let mut rows = Rows::new(file);
     for (i, line) in text.lines().enumerate() {
-        let n = i + 1;
+        rows.line(i + 1, line)?;
+    }
+    rows.finish()
+}
+
+/// The rows parsed so far, one line at a time (from text, or streamed from a file by [`load`]).
+struct Rows<'f> {
+    file: &'f Path,
+    rows: Vec<TraceRow>,
+    first: Option<f64>,
+    last: f64,
+}
+
+impl<'f> Rows<'f> {
+    fn new(file: &'f Path) -> Self {
+        Self { file, rows: Vec::new(), first: None, last: f64::NEG_INFINITY }
+    }
+
+    /// Parses line `n` (1-based).
+    fn line(&mut self, n: usize, line: &str) -> Result<(), InputError> {
+        let err = |line: usize, message: String| InputError {
+            file: self.file.into(),
+            path: String::new(),
+            line: Some(line),
+            message,
+            fix: "each row must be TIMESTAMP,ContextTokens,GeneratedTokens[,Class[,Tenant]] with rows in time order"
+                .into(),
+        };
         let line = line.trim();
-        if line.is_empty() || (i == 0 && line.starts_with(|c: char| c.is_ascii_alphabetic())) {
-            continue;
+        if line.is_empty() || (n == 1 && line.starts_with(|c: char| c.is_ascii_alphabetic())) {
+            return Ok(());
         }
         let cols: Vec<&str> = line.split(',').collect();
         if !(3..=5).contains(&cols.len()) {
@@ -90,11 +108,11 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, InputError> {
         let t = parse_timestamp(cols[0]).ok_or_else(|| err(n, format!("bad TIMESTAMP `{}`", cols[0])))?;
         let ctx: u32 = cols[1].trim().parse().map_err(|_| err(n, format!("bad ContextTokens `{}`", cols[1])))?;
         let gen_: u32 = cols[2].trim().parse().map_err(|_| err(n, format!("bad GeneratedTokens `{}`", cols[2])))?;
-        if t < last {
+        if t < self.last {
             return Err(err(n, format!("TIMESTAMP goes back in time (`{}`)", cols[0])));
         }
-        last = t;
-        let t0 = *first.get_or_insert(t);
+        self.last = t;
+        let t0 = *self.first.get_or_insert(t);
         let at_s = t - t0;
         if !(at_s <= limits::MAX_HORIZON) {
             return Err(err(
@@ -105,21 +123,25 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, InputError> {
                 ),
             ));
         }
-        if rows.len() >= MAX_ROWS {
+        if self.rows.len() >= MAX_ROWS {
             return Err(err(n, format!("the trace has more than {MAX_ROWS} rows")));
         }
-        rows.push(TraceRow { at_s, context_tokens: ctx, generated_tokens: gen_, class, tenant, line: n });
+        self.rows.push(TraceRow { at_s, context_tokens: ctx, generated_tokens: gen_, class, tenant, line: n });
+        Ok(())
     }
-    if rows.is_empty() {
-        return Err(InputError {
-            file: file.into(),
-            path: String::new(),
-            line: None,
-            message: "the trace has no rows".into(),
-            fix: "give a CSV with a header and at least one row".into(),
-        });
+
+    fn finish(self) -> Result<Vec<TraceRow>, InputError> {
+        if self.rows.is_empty() {
+            return Err(InputError {
+                file: self.file.into(),
+                path: String::new(),
+                line: None,
+                message: "the trace has no rows".into(),
+                fix: "give a CSV with a header and at least one row".into(),
+            });
+        }
+        Ok(self.rows)
     }
-    Ok(rows)
 }
 
 /// Largest trace file read, in bytes (the Azure conversation trace is 1 MB, the week-long code
@@ -129,9 +151,11 @@ pub const MAX_TRACE_BYTES: u64 = 1 << 30;
 pub const MAX_ROWS: usize = 50_000_000;
 
 /// Reads and parses a trace file; a missing file says where the public dataset lives.
+/// The file streams (read a line at a time): only its rows are kept, not its text.
 pub fn load(path: &Path) -> Result<Vec<TraceRow>, InputError> {
-    let text = limits::read_capped(path, MAX_TRACE_BYTES, "trace", AZURE_TRACE_HINT)?;
-    parse(&text, path)
+    let mut rows = Rows::new(path);
+    limits::read_lines_capped(path, MAX_TRACE_BYTES, "trace", AZURE_TRACE_HINT, |n, line| rows.line(n, line))?;
+    rows.finish()
 }
 
 /// Refuses, before a cluster run, trace rows that no replica could hold (their prompt plus
@@ -249,5 +273,24 @@ mod tests {
         assert_eq!(e.line, Some(3));
         assert!(e.message.contains("ContextTokens"), "{}", e.message);
         assert!(e.to_string().starts_with("bad.csv:3:"), "{e}");
+    }
+
+    /// A file read a line at a time gives the rows its whole text gives (CRLF endings, a
+    /// blank line, no final newline), and a line that is not UTF-8 is named.
+    #[test]
+    fn streamed_file_reads_like_its_text() {
+        let dir = std::env::temp_dir().join(format!("routelab-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.csv");
+        let text = "TIMESTAMP,ContextTokens,GeneratedTokens\r\n1.0,10,5\r\n\r\n2.5,20,7,1\n3.0,30,9";
+        std::fs::write(&path, text).unwrap();
+        let rows = load(&path).unwrap();
+        assert_eq!(rows, parse(text, &path).unwrap());
+        assert_eq!(rows.iter().map(|r| r.line).collect::<Vec<_>>(), [2, 4, 5]);
+        std::fs::write(&path, b"TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,10,5\n2.0,\xff,5\n").unwrap();
+        let e = load(&path).unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.message.contains("not UTF-8"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -12,7 +12,7 @@
 //! `output − produced` more steps (a heap keyed by step, so a step costs O(changes), not O(batch)).
 
 use super::kv_tier::KvTier;
-use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
+use super::replica::{Phase, Replica, ReplicaConfig, States};
 use crate::handle::SchedulerHandle;
 use crate::step_model::{Chunk, Pricer, Step};
 use crate::time::{SimTime, seconds};
@@ -26,7 +26,7 @@ impl Replica {
         &mut self,
         now: SimTime,
         stream: &RequestStream,
-        states: &mut [RequestState],
+        states: &mut (impl States + ?Sized),
         cfg: &ReplicaConfig,
         pricer: &Pricer,
         scheduler: &mut SchedulerHandle,
@@ -42,7 +42,7 @@ impl Replica {
         &mut self,
         now: SimTime,
         stream: &RequestStream,
-        states: &mut [RequestState],
+        states: &mut (impl States + ?Sized),
         cfg: &ReplicaConfig,
         pricer: &Pricer,
         scheduler: &mut SchedulerHandle,
@@ -193,7 +193,7 @@ impl Replica {
     /// the shown front (`scheduler_window` requests) can have been admitted, so only it is
     /// scanned: filtering the whole queue every step made an overloaded replica quadratic in
     /// its backlog.
-    fn drop_admitted_from_front(&mut self, states: &[RequestState]) {
+    fn drop_admitted_from_front(&mut self, states: &(impl States + ?Sized)) {
         let front = self.shown.len();
         let mut kept = 0;
         for i in 0..front {
@@ -211,7 +211,7 @@ impl Replica {
         &mut self,
         now: SimTime,
         stream: &RequestStream,
-        states: &mut [RequestState],
+        states: &mut (impl States + ?Sized),
         cfg: &ReplicaConfig,
         completed: &mut Vec<u32>,
     ) {
@@ -283,7 +283,7 @@ impl Replica {
         r: u32,
         now: SimTime,
         stream: &RequestStream,
-        states: &mut [RequestState],
+        states: &mut (impl States + ?Sized),
         cfg: &ReplicaConfig,
         decoding: bool,
     ) {

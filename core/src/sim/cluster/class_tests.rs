@@ -20,6 +20,17 @@ pub(super) fn classes_preset() -> ClusterSpec {
 /// Runs `router` on `spec` for `seed`, with the admission policy `admission` (a policy argument)
 /// in front of it, or none.
 pub(super) fn run(spec: &ClusterSpec, router: &str, admission: Option<&str>, seed: u64) -> RunOutcome {
+    run_with(spec, router, admission, seed, |sim| sim.run().unwrap())
+}
+
+/// Builds the run [`run`] runs, and hands it to `go`.
+pub(super) fn run_with<T>(
+    spec: &ClusterSpec,
+    router: &str,
+    admission: Option<&str>,
+    seed: u64,
+    go: impl FnOnce(ClusterSim) -> T,
+) -> T {
     let sm = spec.step_model().unwrap();
     let mut loader = Loader::new();
     let r = loader.router(&PolicySpec::parse(router).unwrap(), &router_context_for(spec, &sm, seed)).unwrap();
@@ -31,7 +42,7 @@ pub(super) fn run(spec: &ClusterSpec, router: &str, admission: Option<&str>, see
         let f = loader.admission_factory(&PolicySpec::parse(a).unwrap()).unwrap();
         sim = sim.with_admission(f.admission(&admission_context(spec, &sm, seed)).unwrap(), a).unwrap();
     }
-    sim.run().unwrap()
+    go(sim)
 }
 
 /// Classes and tenants come from their own random stream: a workload without class-specific

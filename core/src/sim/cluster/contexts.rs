@@ -10,7 +10,9 @@ use crate::facts::RequestInfo;
 use crate::seeds::stream_seed;
 use crate::step_model::StepModel;
 use crate::workload::cluster::ClusterSpec;
+use crate::workload::cluster::classes::ClassSpec;
 use crate::workload::generate::RequestStream;
+use crate::workload::slo::Slo;
 
 /// What a router is told at creation on an aggregated cluster of `replicas` replicas.
 pub fn router_context(sm: &StepModel, replicas: u32, run_seed: u64) -> RouterContext {
@@ -81,24 +83,26 @@ pub fn admission_context(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> r
 /// What the host knows of each request of `stream` beyond its sizes: class, priority, tenant,
 /// SLO bounds (the class's, else the cluster's), output length.
 pub fn request_infos(spec: &ClusterSpec, stream: &RequestStream) -> Vec<RequestInfo> {
-    (0..stream.requests.len())
-        .map(|i| {
-            let label = stream.label(i);
-            let class = spec.classes.get(label.class as usize);
-            let slo = class.and_then(|c| c.slo.as_ref()).or(spec.slo.as_ref());
-            RequestInfo {
-                class: label.class,
-                priority: class.map_or(0, |c| c.priority),
-                tenant: label.tenant,
-                slo_ttft_s: slo.and_then(|s| s.ttft_s).unwrap_or(f64::NAN),
-                slo_tpot_s: slo.and_then(|s| s.tpot_s).unwrap_or(f64::NAN),
-                output_tokens: stream.requests[i].output_tokens,
-                hint_output_tokens: stream.hint(i),
-                session: stream.sessions.as_ref().map_or(f64::NAN, |s| s.session[i] as f64),
-                ..RequestInfo::plain()
-            }
-        })
-        .collect()
+    (0..stream.requests.len()).map(|i| request_info(&spec.classes, spec.slo.as_ref(), stream, i)).collect()
+}
+
+/// What the host knows of request `i` of `stream` ([`request_infos`]), for a workload with
+/// `classes` and the cluster's `slo`.
+pub fn request_info(classes: &[ClassSpec], slo: Option<&Slo>, stream: &RequestStream, i: usize) -> RequestInfo {
+    let label = stream.label(i);
+    let class = classes.get(label.class as usize);
+    let slo = class.and_then(|c| c.slo.as_ref()).or(slo);
+    RequestInfo {
+        class: label.class,
+        priority: class.map_or(0, |c| c.priority),
+        tenant: label.tenant,
+        slo_ttft_s: slo.and_then(|s| s.ttft_s).unwrap_or(f64::NAN),
+        slo_tpot_s: slo.and_then(|s| s.tpot_s).unwrap_or(f64::NAN),
+        output_tokens: stream.requests[i].output_tokens,
+        hint_output_tokens: stream.hint(i),
+        session: stream.sessions.as_ref().map_or(f64::NAN, |s| s.session[i] as f64),
+        ..RequestInfo::plain()
+    }
 }
 
 /// What replica `replica`'s scheduler is told at creation.

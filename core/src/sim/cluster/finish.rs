@@ -8,15 +8,70 @@ use crate::handle::scheduler_stats;
 use crate::time::{SimTime, seconds};
 
 impl ClusterSim<'_> {
+    /// Request `i`'s record (its state must still be held).
+    pub(super) fn record(&self, i: usize) -> RequestRecord {
+        let pd_rejected = self.pd.as_ref().is_some_and(|pd| pd.rejected[i]);
+        let (q, st) = (&self.stream.requests[i], &self.states[i]);
+        let t = |x: Option<SimTime>| x.map_or(f64::NAN, seconds);
+        // Per-request costs outside the engine's steps (a calibration's API and
+        // detokenisation time), charged where the request's tokens come out.
+        let (first, per_token) = self.pricers[pool_of(self.pd.as_ref(), st.replica as usize)].per_request_s();
+        let later = per_token * q.output_tokens.saturating_sub(1) as f64;
+        RequestRecord {
+            replica: st.replica,
+            arrived_at_s: seconds(st.arrived_at),
+            admitted_at_s: t(st.admitted_at),
+            first_token_at_s: t(st.first_token_at) + first,
+            completed_at_s: t(st.completed_at) + first + later,
+            prompt_tokens: q.prompt_tokens,
+            cached_tokens: st.cached_tokens,
+            output_tokens: q.output_tokens,
+            preemptions: st.preemptions,
+            class: self.infos[i].class,
+            tenant: self.infos[i].tenant,
+            end: if pd_rejected { End::Rejected } else { self.ends[i] },
+            dispatched_at_s: seconds(self.dispatched_at[i]),
+        }
+    }
+
+    /// Whether request `i` (held) has ended: finished, rejected or shed.
+    pub(super) fn ended(&self, i: usize) -> bool {
+        self.states[i].completed_at.is_some()
+            || self.ends[i] != End::Served
+            || self.pd.as_ref().is_some_and(|pd| pd.rejected[i])
+    }
+
+    /// A sketched run's summary takes the records of the requests at the front that have ended
+    /// (in request order, as [`Self::finish`] would), and their state is dropped.
+    pub(super) fn retire(&mut self) {
+        if !self.retiring {
+            return;
+        }
+        while self.states.front().is_some() && self.ended(self.states.base()) {
+            let r = self.record(self.states.base());
+            self.tally.add(&r);
+            self.states.pop_front();
+            self.infos.pop_front();
+            self.ends.pop_front();
+            self.dispatched_at.pop_front();
+        }
+    }
+
     /// Per-request records, the host's metrics, then the policies' own figures.
-    pub(super) fn finish(self) -> Result<RunOutcome, RunError> {
-        let pd_rejected = |i: usize| self.pd.as_ref().is_some_and(|pd| pd.rejected[i]);
+    pub(super) fn finish(mut self) -> Result<RunOutcome, RunError> {
+        let total = self.stream.requests.len();
+        // Calls of agent sessions that never arrived still have a record.
+        self.held_up_to(total);
+        let retired = self.states.base();
         // Conservation: every request ends exactly once — finished, rejected or shed — or is
-        // still unfinished at the horizon (held requests included); never two of these.
+        // still unfinished at the horizon (held requests included); never two of these. A
+        // retired request ended once.
         #[cfg(debug_assertions)]
         {
-            let mut ended = 0;
-            for (i, st) in self.states.iter().enumerate() {
+            let pd_rejected = |i: usize| self.pd.as_ref().is_some_and(|pd| pd.rejected[i]);
+            let mut ended = retired;
+            for i in retired..total {
+                let st = &self.states[i];
                 let ways = [st.completed_at.is_some(), pd_rejected(i), self.ends[i] != End::Served];
                 let n = ways.iter().filter(|w| **w).count();
                 assert!(n <= 1, "request {i} ended {n} times ({ways:?})");
@@ -24,61 +79,43 @@ impl ClusterSim<'_> {
             }
             assert_eq!(self.done, ended, "the count of ended requests drifted");
         }
-        let record = |i: usize| {
-            let (q, st) = (&self.stream.requests[i], &self.states[i]);
-            let t = |x: Option<SimTime>| x.map_or(f64::NAN, seconds);
-            // Per-request costs outside the engine's steps (a calibration's API and
-            // detokenisation time), charged where the request's tokens come out.
-            let (first, per_token) = self.pricers[pool_of(self.pd.as_ref(), st.replica as usize)].per_request_s();
-            let later = per_token * q.output_tokens.saturating_sub(1) as f64;
-            RequestRecord {
-                replica: st.replica,
-                arrived_at_s: seconds(st.arrived_at),
-                admitted_at_s: t(st.admitted_at),
-                first_token_at_s: t(st.first_token_at) + first,
-                completed_at_s: t(st.completed_at) + first + later,
-                prompt_tokens: q.prompt_tokens,
-                cached_tokens: st.cached_tokens,
-                output_tokens: q.output_tokens,
-                preemptions: st.preemptions,
-                class: self.infos[i].class,
-                tenant: self.infos[i].tenant,
-                end: if pd_rejected(i) { End::Rejected } else { self.ends[i] },
-                dispatched_at_s: seconds(self.dispatched_at[i]),
-            }
-        };
         // Over every request in order; the cluster's own figures over the served ones (rejected
         // and shed requests were never served), the SLO's over all (a rejection misses it).
-        let mut tally = summary::Tally::new(self.exact, &self.classes, &self.tenants, self.slo.as_ref());
         let records: Vec<RequestRecord> =
-            if self.exact { (0..self.states.len()).map(record).collect() } else { Vec::new() };
+            if self.exact { (0..total).map(|i| self.record(i)).collect() } else { Vec::new() };
         if self.exact {
-            records.iter().for_each(|r| tally.add(r));
+            records.iter().for_each(|r| self.tally.add(r));
         } else {
-            (0..self.states.len()).for_each(|i| tally.add(&record(i)));
+            for i in retired..total {
+                let r = self.record(i);
+                self.tally.add(&r);
+            }
         }
         let p = &self.probes;
-        let mut metrics = tally.summary(&self.replicas, p.waiting_at_half, p.waiting_at_end, p.replication.factor());
+        let mut metrics =
+            self.tally.summary(&self.replicas, p.waiting_at_half, p.waiting_at_end, p.replication.factor());
         if self.pd.is_some() {
             self.pd_metrics(&records, &mut metrics);
         }
         if self.replicas.first().is_some_and(|r| r.tiers.is_some()) {
+            debug_assert_eq!(retired, 0, "a run with KV tiers keeps every request's state");
             let prompts = self.stream.requests.iter().map(|q| q.prompt_tokens);
-            summary::push_tier_metrics(&mut metrics, prompts, &self.states, &self.replicas, self.remote_tier.as_ref());
+            let states = self.states.iter();
+            summary::push_tier_metrics(&mut metrics, prompts, states, &self.replicas, self.remote_tier.as_ref());
         }
         if !self.classes.is_empty() || !self.tenants.is_empty() {
-            tally.push_groups(&mut metrics);
+            self.tally.push_groups(&mut metrics);
         } else if self.slo.is_some() {
-            tally.push_slo(&mut metrics);
+            self.tally.push_slo(&mut metrics);
         }
         if let Some(s) = &self.stream.sessions {
             sessions::push_session_metrics(&mut metrics, &records, s);
         }
         if let Some(a) = self.admission.as_ref().filter(|_| self.admission_metrics) {
-            tally.push_admission(&mut metrics, a.counts.held);
+            self.tally.push_admission(&mut metrics, a.counts.held);
         }
         let detail = (!self.exact).then(|| {
-            let (latency_quantiles, finished_share) = tally.latency_cdf(crate::metrics::CDF_POINTS);
+            let (latency_quantiles, finished_share) = self.tally.latency_cdf(crate::metrics::CDF_POINTS);
             crate::metrics::Detail { latency_quantiles, finished_share, ..Default::default() }
         });
         for (k, v) in self.router.report()?.into_iter().chain(scheduler_stats(&self.schedulers, self.router.label())?) {

@@ -30,7 +30,12 @@
 //! With `slo:`, `slo_attainment` and `goodput_rps` follow ([`push_slo_metrics`]).
 //! Percentiles are nearest-rank over every request's record, or, when `cluster.summary` says
 //! sketch (by default above 10^6 requests), read from HDR histograms within [`crate::sketch`]'s
-//! bound; everything else is a count or a sum either way (`summary::Tally`).
+//! bound; everything else is a count or a sum either way (`summary::Tally`). A sketched run also
+//! hands each request's record to the summary as soon as it and every earlier request have ended,
+//! and drops its state (`window::Window`), so that the simulator's per-request memory follows
+//! the requests from the oldest unfinished one to the newest arrival, not the run's length (not
+//! with KV tiers, whose figures read every request's state at the end; disaggregated clusters and
+//! agent sessions are always exact).
 //! A router's own `report()` figures follow the host's as `router.<name>`, then the schedulers'
 //! summed over replicas as `scheduler.<name>`.
 //!
@@ -62,6 +67,9 @@ mod tests;
 #[cfg(test)]
 mod tier_tests;
 pub mod tiers;
+mod window;
+
+use std::borrow::Cow;
 
 use abi_stable::std_types::RSlice;
 use routelab_policy_api::{Completion, Eviction, ReplicaView, Request, RouterBox, SchedulerBox, Segment, World};
@@ -71,11 +79,12 @@ use self::pd::Pd;
 use self::tiers::ReplicaTiers;
 
 pub use self::contexts::{
-    admission_context, check_fits, request_infos, router_context, router_context_for, scheduler_context,
+    admission_context, check_fits, request_info, request_infos, router_context, router_context_for, scheduler_context,
 };
 use self::replica::{Phase, Replica, ReplicaConfig, RequestState};
-use self::summary::Replication;
+use self::summary::{Replication, Tally};
 pub use self::summary::{RequestRecord, RunOutcome, push_slo_metrics};
+use self::window::Window;
 use super::SetupError;
 use super::event_queue::EventQueue;
 use crate::error::RunError;
@@ -152,7 +161,8 @@ pub struct ClusterSim<'a> {
     router: RouterHandle,
     schedulers: Vec<SchedulerHandle>,
     replicas: Vec<Replica>,
-    states: Vec<RequestState>,
+    /// Per request, by id ([`Window`]: a sketched run drops the requests that have ended).
+    states: Window<RequestState>,
     queue: EventQueue<Event>,
     views: Vec<ReplicaView>,
     /// Scratch: requests finished by the step being handled.
@@ -174,11 +184,11 @@ pub struct ClusterSim<'a> {
     /// without a call).
     admission: Option<AdmissionHandle>,
     /// Every request's class, tenant and SLO (by request id).
-    infos: std::sync::Arc<[RequestInfo]>,
+    infos: Window<RequestInfo>,
     /// How each request ended, beyond finishing (admission's rejections and sheds).
-    ends: Vec<End>,
+    ends: Window<End>,
     /// When each request was handed to the router (its arrival, unless admission held it).
-    dispatched_at: Vec<SimTime>,
+    dispatched_at: Window<SimTime>,
     /// The workload's classes and tenants, for the per-class and per-tenant metrics.
     classes: Vec<crate::workload::cluster::classes::ClassSpec>,
     tenants: Vec<crate::workload::cluster::classes::TenantSpec>,
@@ -194,6 +204,12 @@ pub struct ClusterSim<'a> {
     /// group whether its step is in flight.
     lockstep: usize,
     group_busy: Vec<bool>,
+    /// The summary, fed each request's record in request order.
+    tally: Tally<'static>,
+    /// Whether requests that ended leave the windows as the run goes (a sketched run whose
+    /// end reads no per-request state: not with KV tiers), so that memory follows the requests
+    /// in flight, not the run's length.
+    retiring: bool,
 }
 
 impl<'a> ClusterSim<'a> {
@@ -268,18 +284,25 @@ impl<'a> ClusterSim<'a> {
         let last_arrival = stream.requests.last().map_or(0, |r| r.arrived_at);
         let scrape_interval = (router.reads_scrapes() && spec.metrics.scrape_interval_s > 0.0)
             .then(|| ticks(spec.metrics.scrape_interval_s).max(1));
-        let infos: std::sync::Arc<[RequestInfo]> = request_infos(spec, stream).into();
         let mut schedulers: Vec<SchedulerHandle> =
             schedulers.into_iter().enumerate().map(|(r, s)| SchedulerHandle::new(s, r as u32)).collect();
-        for s in &mut schedulers {
-            s.set_infos(infos.clone());
+        if schedulers.iter().any(|s| s.reads_facts()) {
+            // A scheduler that reads request facts reads them by id, of every request.
+            let infos: std::sync::Arc<[RequestInfo]> = request_infos(spec, stream).into();
+            for s in &mut schedulers {
+                s.set_infos(infos.clone());
+            }
         }
+        // A disaggregated cluster's own figures and an agent session's makespan read every
+        // record (their state is per request).
+        let exact = spec.summary.exact(total) || spec.disaggregation.is_some() || stream.sessions.is_some();
         let mut queue = EventQueue::new();
         if scrape_interval.is_some() {
             // The first scrape at time 0, before any arrival (events run before arrivals at a tie).
             queue.push(0, Event::Scrape);
         }
-        Ok(Self {
+        let done_state = RequestState { phase: Phase::Done, ..Default::default() };
+        let mut sim = Self {
             scrape_interval,
             stream,
             cfgs: [pool_cfg(psm), pool_cfg(dsm), pool_cfg(msm)],
@@ -290,11 +313,7 @@ impl<'a> ClusterSim<'a> {
             router,
             schedulers,
             replicas,
-            states: stream
-                .requests
-                .iter()
-                .map(|r| RequestState { arrived_at: r.arrived_at, ..Default::default() })
-                .collect(),
+            states: Window::new(done_state),
             queue,
             views: vec![ReplicaView::default(); n],
             completed: Vec::new(),
@@ -324,9 +343,9 @@ impl<'a> ClusterSim<'a> {
             },
             slo: spec.slo.clone(),
             admission: None,
-            infos,
-            ends: vec![End::Served; total],
-            dispatched_at: stream.requests.iter().map(|r| r.arrived_at).collect(),
+            infos: Window::new(RequestInfo::plain()),
+            ends: Window::new(End::Served),
+            dispatched_at: Window::new(0),
             classes: spec.classes.clone(),
             tenants: spec.tenants.clone(),
             admission_metrics: spec.admission.trim() != "admit_all",
@@ -335,12 +354,29 @@ impl<'a> ClusterSim<'a> {
                 .as_ref()
                 .and_then(|t| t.remote.as_ref())
                 .map(|r| KvTier::new(r, sm.cost.kv_bytes_per_token)),
-            // A disaggregated cluster's own figures and an agent session's makespan read every
-            // record (their state is per request).
-            exact: spec.summary.exact(total) || spec.disaggregation.is_some() || stream.sessions.is_some(),
+            exact,
             lockstep: spec.lockstep_group().max(1) as usize,
             group_busy: vec![false; n / spec.lockstep_group().max(1) as usize],
-        })
+            tally: Tally::new(exact, spec.classes.clone(), spec.tenants.clone(), spec.slo.clone().map(Cow::Owned)),
+            retiring: !exact && spec.kv_tiers.is_none(),
+        };
+        if !sim.retiring {
+            sim.held_up_to(total);
+        }
+        Ok(sim)
+    }
+
+    /// Holds the state of every request below `upto` (a request's state is added when it
+    /// arrives, or all at the start when the run keeps them all).
+    fn held_up_to(&mut self, upto: usize) {
+        while self.states.len() < upto {
+            let i = self.states.len();
+            let at = self.stream.requests[i].arrived_at;
+            self.states.push(RequestState { arrived_at: at, ..Default::default() });
+            self.infos.push(request_info(&self.classes, self.slo.as_ref(), self.stream, i));
+            self.ends.push(End::Served);
+            self.dispatched_at.push(at);
+        }
     }
 
     /// Puts `admission` (labelled `label`) in front of the router: it decides on every arrival
@@ -364,7 +400,14 @@ impl<'a> ClusterSim<'a> {
     /// Runs every arrival and every event up to the horizon, then summarises. An event at the
     /// same time as an arrival runs first.
     pub fn run(mut self) -> Result<RunOutcome, RunError> {
+        self.run_events()?;
+        self.finish()
+    }
+
+    /// Every arrival and every event up to the horizon.
+    fn run_events(&mut self) -> Result<(), RunError> {
         loop {
+            self.retire();
             self.skip_dependents();
             let arrival = self.stream.requests.get(self.next).map(|r| r.arrived_at);
             let due = self.queue.peek_time().filter(|&t| match arrival {
@@ -388,7 +431,7 @@ impl<'a> ClusterSim<'a> {
             let Some(now) = arrival else { break };
             self.on_arrival(now)?;
         }
-        self.finish()
+        Ok(())
     }
 
     /// Refreshes every replica's view (and the router's `prefilling` signal) for request `id`.
@@ -444,57 +487,12 @@ impl<'a> ClusterSim<'a> {
         Ok(())
     }
 
-    /// Passes over the stream's calls that wait for others (they arrive by [`Event::Release`]).
-    fn skip_dependents(&mut self) {
-        if self.waiting_for.is_empty() {
-            return;
-        }
-        while self.waiting_for.get(self.next).is_some_and(|&w| w > 0) {
-            self.next += 1;
-        }
-    }
-
-    /// Request `id` is done at `now`: the calls of its session that waited only for it (and
-    /// whatever else is done) are sent after their tool pause.
-    fn release_dependents(&mut self, now: SimTime, id: u32) {
-        let Some(s) = &self.stream.sessions else { return };
-        for &d in &self.dependents[id as usize] {
-            let w = &mut self.waiting_for[d as usize];
-            *w -= 1;
-            if *w == 0 && self.ends[d as usize] == End::Served {
-                self.queue.push(now + s.pause[d as usize], Event::Release(d));
-            }
-        }
-    }
-
-    /// Request `id` was turned away (rejected or shed): the calls of its session that wait for
-    /// it will never be sent; they are shed with it.
-    fn abandon_dependents(&mut self, id: usize) {
-        if self.dependents.is_empty() {
-            return;
-        }
-        let mut stack: Vec<u32> = self.dependents[id].clone();
-        while let Some(d) = stack.pop() {
-            if self.ends[d as usize] == End::Served {
-                self.ends[d as usize] = End::Shed;
-                self.done += 1;
-                stack.extend_from_slice(&self.dependents[d as usize]);
-            }
-        }
-    }
-
-    /// A call of an agent session is sent at `now`.
-    fn on_release(&mut self, now: SimTime, id: usize) -> Result<(), RunError> {
-        self.states[id].arrived_at = now;
-        self.dispatched_at[id] = now;
-        self.arrive(now, id)
-    }
-
     /// The next request arrives at `now`: the admission policy (if any) decides, the router
     /// places it, and an idle replica starts.
     fn on_arrival(&mut self, now: SimTime) -> Result<(), RunError> {
         let id = self.next;
         self.next += 1;
+        self.held_up_to(id + 1);
         self.arrive(now, id)
     }
 
@@ -602,7 +600,7 @@ impl<'a> ClusterSim<'a> {
             *v = rep.view(&self.cfgs[pool_of(self.pd.as_ref(), k)]);
         }
         self.router.scrape(&self.views, seconds(now));
-        if self.done < self.states.len() {
+        if self.done < self.stream.requests.len() {
             let interval = self.scrape_interval.expect("scrapes are scheduled only with an interval");
             self.queue.push(now + interval, Event::Scrape);
         }

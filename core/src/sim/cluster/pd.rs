@@ -56,7 +56,7 @@ use routelab_policy_api::{Completion, PdDecision, Request};
 
 use super::batcher::mark_computed;
 use super::kv_tier::KvTier;
-use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
+use super::replica::{Phase, Replica, ReplicaConfig, RequestState, States};
 use super::{ClusterSim, Event, RequestRecord};
 use crate::error::RunError;
 use crate::metrics::Metrics;
@@ -202,7 +202,7 @@ impl Replica {
         id: u32,
         now: SimTime,
         stream: &RequestStream,
-        states: &mut [RequestState],
+        states: &mut (impl States + ?Sized),
         cfg: &ReplicaConfig,
     ) -> bool {
         let req = &stream.requests[id as usize];

@@ -86,6 +86,11 @@ impl RequestState {
     }
 }
 
+/// Per-request states by request id: a list, or a run's `Window` (`window.rs`, which holds
+/// only the requests the run still needs).
+pub trait States: std::ops::IndexMut<usize, Output = RequestState> {}
+impl<S: std::ops::IndexMut<usize, Output = RequestState> + ?Sized> States for S {}
+
 /// Static configuration of every replica.
 #[derive(Clone, Debug)]
 pub struct ReplicaConfig {
@@ -274,7 +279,7 @@ impl Replica {
         self.running.push(id);
     }
 
-    pub(super) fn remove_running(&mut self, id: u32, states: &mut [RequestState]) {
+    pub(super) fn remove_running(&mut self, id: u32, states: &mut (impl States + ?Sized)) {
         let i = states[id as usize].running_index as usize;
         debug_assert_eq!(self.running[i], id);
         self.running.swap_remove(i);
@@ -293,7 +298,7 @@ impl Replica {
 
     /// Preempts the most recently admitted running request (recompute later). Returns false when
     /// nothing runs.
-    pub(super) fn preempt_newest(&mut self, stream: &RequestStream, states: &mut [RequestState]) -> bool {
+    pub(super) fn preempt_newest(&mut self, stream: &RequestStream, states: &mut (impl States + ?Sized)) -> bool {
         // A request whose KV is still arriving is not preempted (its transfer is in flight).
         let Some(&victim) = self
             .running
@@ -348,7 +353,7 @@ impl Replica {
     }
 
     /// The scheduler's view of the first `scheduler_window` waiting requests.
-    pub(super) fn fill_views(&mut self, stream: &RequestStream, states: &[RequestState], cfg: &ReplicaConfig) {
+    pub(super) fn fill_views(&mut self, stream: &RequestStream, states: &(impl States + ?Sized), cfg: &ReplicaConfig) {
         self.views.clear();
         self.shown.clear();
         for &r in self.waiting.iter().take(cfg.scheduler_window as usize) {

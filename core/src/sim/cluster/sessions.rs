@@ -1,4 +1,5 @@
-//! Session-level metrics of a stream of agent sessions (`generator.session`).
+//! Agent sessions (`generator.session`): how the calls that wait for others are sent, and the
+//! session-level metrics of the stream.
 //!
 //! Over the sessions whose every call completed: `session_makespan_*_s` = the last call's
 //! completion − the first call's arrival; `session_llm_mean_s` = the time within the makespan
@@ -8,7 +9,10 @@
 //! counts every session of the stream, `sessions_completed` those whose calls all completed.
 
 use super::summary::RequestRecord;
+use super::{ClusterSim, End, Event};
+use crate::error::RunError;
 use crate::metrics::{Metrics, quantile};
+use crate::time::SimTime;
 use crate::workload::generate::Sessions;
 
 /// One completed session's figures: (makespan, time with a call in flight), in seconds.
@@ -51,4 +55,54 @@ pub(super) fn push_session_metrics(m: &mut Metrics, records: &[RequestRecord], s
     m.push("session_llm_mean_s", mean(&|t| t.1));
     m.push("session_tool_mean_s", mean(&|t| t.0 - t.1));
     m.push("session_llm_share", if total > 0.0 { times.iter().map(|t| t.1).sum::<f64>() / total } else { f64::NAN });
+}
+
+/// How the calls of agent sessions that wait for others are sent (the loop in `mod.rs`).
+impl ClusterSim<'_> {
+    /// Passes over the stream's calls that wait for others (they arrive by [`Event::Release`]).
+    pub(super) fn skip_dependents(&mut self) {
+        if self.waiting_for.is_empty() {
+            return;
+        }
+        while self.waiting_for.get(self.next).is_some_and(|&w| w > 0) {
+            self.next += 1;
+        }
+    }
+
+    /// Request `id` is done at `now`: the calls of its session that waited only for it (and
+    /// whatever else is done) are sent after their tool pause.
+    pub(super) fn release_dependents(&mut self, now: SimTime, id: u32) {
+        let Some(s) = &self.stream.sessions else { return };
+        for &d in &self.dependents[id as usize] {
+            let w = &mut self.waiting_for[d as usize];
+            *w -= 1;
+            if *w == 0 && self.ends[d as usize] == End::Served {
+                self.queue.push(now + s.pause[d as usize], Event::Release(d));
+            }
+        }
+    }
+
+    /// Request `id` was turned away (rejected or shed): the calls of its session that wait for
+    /// it will never be sent; they are shed with it.
+    pub(super) fn abandon_dependents(&mut self, id: usize) {
+        if self.dependents.is_empty() {
+            return;
+        }
+        let mut stack: Vec<u32> = self.dependents[id].clone();
+        while let Some(d) = stack.pop() {
+            if self.ends[d as usize] == End::Served {
+                self.ends[d as usize] = End::Shed;
+                self.done += 1;
+                stack.extend_from_slice(&self.dependents[d as usize]);
+            }
+        }
+    }
+
+    /// A call of an agent session is sent at `now`.
+    pub(super) fn on_release(&mut self, now: SimTime, id: usize) -> Result<(), RunError> {
+        self.held_up_to(id + 1);
+        self.states[id].arrived_at = now;
+        self.dispatched_at[id] = now;
+        self.arrive(now, id)
+    }
 }

@@ -1,7 +1,7 @@
 //! Sketched summaries (`cluster.summary: sketch`) against exact ones on shipped workloads: every
 //! percentile within the sketch's stated bound, every other figure the same, no records kept.
 
-use super::class_tests::{classes_preset, run};
+use super::class_tests::{classes_preset, run, run_with};
 use super::tests::preset;
 use super::*;
 use crate::sketch::{RELATIVE_ERROR, UNIT};
@@ -76,4 +76,28 @@ fn auto_keeps_records_up_to_the_threshold() {
     use crate::workload::cluster::EXACT_UP_TO;
     assert!(Summary::Auto.exact(EXACT_UP_TO) && !Summary::Auto.exact(EXACT_UP_TO + 1));
     assert!(Summary::Exact.exact(usize::MAX) && !Summary::Sketch.exact(1));
+}
+
+/// A sketched run drops each request's state once it and every earlier one have ended: by the
+/// end it holds a few of the requests it ran, and every figure is what a sketched run that keeps
+/// them all gives (the records reach the summary in the same order).
+#[test]
+fn retiring_ended_requests_changes_no_figure() {
+    let mut spec = classes_preset();
+    spec.summary = Summary::Sketch;
+    let total = spec.requests.unwrap() as usize;
+    let admission = Some("gie_saturation");
+    let kept = run_with(&spec, "least_requests", admission, 3, |mut sim| {
+        sim.retiring = false;
+        sim.run().unwrap()
+    });
+    let retired = run_with(&spec, "least_requests", admission, 3, |mut sim| {
+        sim.run_events().unwrap();
+        let held = sim.states.len() - sim.states.base();
+        assert_eq!(sim.states.len(), total, "every request arrived");
+        assert!(held * 20 < total, "{held} of {total} requests still held at the end");
+        sim.finish().unwrap()
+    });
+    assert_eq!(format!("{:?}", kept.metrics), format!("{:?}", retired.metrics));
+    assert_eq!(format!("{:?}", kept.detail), format!("{:?}", retired.detail));
 }

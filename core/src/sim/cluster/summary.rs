@@ -1,6 +1,7 @@
 //! What a cluster run measured: per-request records and their summary (the keys are documented
 //! in the module above).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use super::End;
@@ -109,9 +110,9 @@ struct TenantTally {
 /// (every value kept: nearest-rank percentiles as ever) or sketched ([`crate::sketch`]: memory
 /// bounded, within its stated error); every other figure is a count or a sum, the same either way.
 pub(super) struct Tally<'a> {
-    classes: &'a [ClassSpec],
-    tenants: &'a [TenantSpec],
-    slo: Option<&'a Slo>,
+    classes: Cow<'a, [ClassSpec]>,
+    tenants: Cow<'a, [TenantSpec]>,
+    slo: Option<Cow<'a, Slo>>,
     /// Served requests (neither rejected nor shed): the cluster's own figures.
     total: usize,
     done: usize,
@@ -139,7 +140,14 @@ pub(super) struct Tally<'a> {
 impl<'a> Tally<'a> {
     /// Each request held to its class's SLO, else `slo`, else only to finishing; `exact` keeps
     /// every value of the distributions.
-    pub(super) fn new(exact: bool, classes: &'a [ClassSpec], tenants: &'a [TenantSpec], slo: Option<&'a Slo>) -> Self {
+    pub(super) fn new(
+        exact: bool,
+        classes: impl Into<Cow<'a, [ClassSpec]>>,
+        tenants: impl Into<Cow<'a, [TenantSpec]>>,
+        slo: Option<Cow<'a, Slo>>,
+    ) -> Self {
+        let (classes, tenants): (Cow<_>, Cow<_>) = (classes.into(), tenants.into());
+        let (n_classes, n_tenants) = (classes.len(), tenants.len());
         let class = || ClassTally { requests: 0, met: 0, rejected: 0, shed: 0, ttft: Dist::new(exact) };
         let tenant = || TenantTally { requests: 0, met: 0, served: 0.0 };
         Self {
@@ -160,8 +168,8 @@ impl<'a> Tally<'a> {
             first_arrival: f64::INFINITY,
             last_arrival: f64::NEG_INFINITY,
             met: 0,
-            per_class: (0..classes.len().max(1)).map(|_| class()).collect(),
-            per_tenant: (0..tenants.len().max(1)).map(|_| tenant()).collect(),
+            per_class: (0..n_classes.max(1)).map(|_| class()).collect(),
+            per_tenant: (0..n_tenants.max(1)).map(|_| tenant()).collect(),
             rejected: 0,
             shed: 0,
             routed: 0,
@@ -201,7 +209,8 @@ impl<'a> Tally<'a> {
         self.first_arrival = self.first_arrival.min(r.arrived_at_s);
         self.last_arrival = self.last_arrival.max(r.arrived_at_s);
         let none = Slo::default();
-        let slo = self.classes.get(r.class as usize).and_then(|c| c.slo.as_ref()).or(self.slo).unwrap_or(&none);
+        let slo =
+            self.classes.get(r.class as usize).and_then(|c| c.slo.as_ref()).or(self.slo.as_deref()).unwrap_or(&none);
         let ok = met(r, slo);
         self.met += ok as usize;
         if let Some(c) = self.per_class.get_mut(r.class as usize) {
@@ -356,17 +365,17 @@ fn share(a: usize, n: usize) -> f64 {
 
 /// `slo_attainment` and `goodput_rps` of `records` held to `slo` ([`Tally::push_slo`]).
 pub fn push_slo_metrics(m: &mut Metrics, records: &[RequestRecord], slo: &Slo) {
-    let mut t = Tally::new(true, &[], &[], Some(slo));
+    let mut t = Tally::new(true, &[][..], &[][..], Some(Cow::Borrowed(slo)));
     records.iter().for_each(|r| t.add(r));
     t.push_slo(m);
 }
 
 /// The KV tier metrics (`tiers.rs`) over the admitted requests: `prompt_tokens[i]` and
 /// `states[i]` are request `i`'s (read from the run's state, so exact and sketched summaries agree).
-pub(super) fn push_tier_metrics(
+pub(super) fn push_tier_metrics<'a>(
     m: &mut Metrics,
     prompt_tokens: impl Iterator<Item = u32>,
-    states: &[RequestState],
+    states: impl Iterator<Item = &'a RequestState>,
     replicas: &[Replica],
     remote: Option<&KvTier>,
 ) {
