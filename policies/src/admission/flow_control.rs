@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, VecDeque};
 use routelab_policy_api::{AdmissionContext, AdmissionDecision, AdmissionPolicy, Policy, Replicas, Request, facts};
 use serde::{Deserialize, Serialize};
 
-use super::{check_kv_threshold, saturated};
+use super::{check_kv_threshold, dispatch_paused};
 
 /// How a band picks among its flows.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,7 +188,7 @@ impl AdmissionPolicy for FlowControl {
             self.rejected += 1;
             return AdmissionDecision::reject();
         }
-        if held == 0 && !saturated(replicas, gate.0, gate.1) {
+        if held == 0 && !dispatch_paused(replicas, gate.0, gate.1) {
             return AdmissionDecision::admit();
         }
         band.flows.entry(tenant).or_default().push_back((req.id, req.arrived_at));
@@ -202,7 +202,8 @@ impl AdmissionPolicy for FlowControl {
             self.expired += 1;
             return AdmissionDecision::shed_held(self.pop(b, f));
         }
-        if self.held == 0 || saturated(replicas, self.config.queue_depth_threshold, self.config.kv_cache_util_threshold)
+        if self.held == 0
+            || dispatch_paused(replicas, self.config.queue_depth_threshold, self.config.kv_cache_util_threshold)
         {
             return AdmissionDecision::wait();
         }
@@ -251,7 +252,8 @@ mod tests {
         let config = FlowControlConfig { max_held_per_band: 4, ..FlowControlConfig::default() };
         let mut p = FlowControl::new(config, &ctx).unwrap();
         let free = [ReplicaView { kv_capacity_tokens: 1000, ..ReplicaView::default() }];
-        let busy = [ReplicaView { waiting: 6, kv_capacity_tokens: 1000, ..ReplicaView::default() }];
+        let busy =
+            [ReplicaView { waiting: 6, outstanding_requests: 6, kv_capacity_tokens: 1000, ..ReplicaView::default() }];
         let (free, busy) = (Replicas::new(&free), Replicas::new(&busy));
         assert_eq!(arrive(&mut p, 0, 0.0, 0.0, 0.0, &free), AdmissionDecision::admit());
         for (id, t, prio) in [(1, 0.0, 0.0), (2, 0.0, 0.0), (3, 1.0, 0.0), (4, 2.0, 0.0), (5, 1.0, 2.0), (6, 0.0, -1.0)]
@@ -276,7 +278,7 @@ mod tests {
     #[test]
     fn flow_control_global_strict_and_ttl() {
         let ctx = AdmissionContext::new(World::Cluster, 1, 1);
-        let busy = [ReplicaView { waiting: 6, ..ReplicaView::default() }];
+        let busy = [ReplicaView { waiting: 6, outstanding_requests: 6, ..ReplicaView::default() }];
         let free = [ReplicaView::default()];
         let (free, busy) = (Replicas::new(&free), Replicas::new(&busy));
         let strict = FlowControlConfig { fairness: Fairness::GlobalStrict, ..FlowControlConfig::default() };

@@ -12,9 +12,10 @@
 //! - [`early_reject::EarlyReject`] (`mooncake_early_reject`): Mooncake's early rejection on
 //!   predicted load.
 //!
-//! The three queueing policies hold while the pool is saturated by the inference extension's
-//! detector ([`saturated`], shared with `gie_saturation`) and release when it is not; the host
-//! asks them (`next`) whenever a replica's step ends.
+//! The two queueing policies (`vtc`, `llm_d_flow_control`) hold while the pool is saturated by
+//! the inference extension's detector ([`saturated`], shared with `gie_saturation`) and no
+//! replica is idle ([`dispatch_paused`]), and release when it is not; the host asks them
+//! (`next`) whenever a replica's step ends.
 
 use routelab_policy_api::{
     AdmissionContext, AdmissionDecision, AdmissionPolicy, Policy, Replicas, Request, facts::request,
@@ -35,6 +36,15 @@ pub fn saturated(replicas: &Replicas<'_>, queue_depth: u32, kv_util: f64) -> boo
         let kv = if v.kv_capacity_tokens == 0 { 0.0 } else { v.kv_used_tokens as f64 / v.kv_capacity_tokens as f64 };
         v.waiting <= queue_depth && kv <= kv_util
     })
+}
+
+/// Whether a queueing policy must hold back: the pool is [`saturated`] and no replica is idle.
+/// vLLM counts prefix-cached blocks no request uses as free, while routelab's KV view counts the
+/// whole cache, so an idle replica whose cache is full would read as saturated for ever; an idle
+/// replica has capacity, and while dispatch is paused some replica is busy, so a step will end
+/// and the host will ask again.
+pub fn dispatch_paused(replicas: &Replicas<'_>, queue_depth: u32, kv_util: f64) -> bool {
+    saturated(replicas, queue_depth, kv_util) && replicas.iter().all(|v| v.outstanding_requests > 0)
 }
 
 /// Checks a KV utilisation threshold (the detector's second parameter).

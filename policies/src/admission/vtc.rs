@@ -39,7 +39,7 @@ use routelab_policy_api::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::{check_kv_threshold, saturated};
+use super::{check_kv_threshold, dispatch_paused};
 
 /// Prices, weights and the dispatch gate of [`Vtc`].
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -144,7 +144,7 @@ impl Vtc {
     }
 
     fn gate(&self, replicas: &Replicas<'_>) -> bool {
-        saturated(replicas, self.config.queue_depth_threshold, self.config.kv_cache_util_threshold)
+        dispatch_paused(replicas, self.config.queue_depth_threshold, self.config.kv_cache_util_threshold)
     }
 }
 
@@ -229,7 +229,8 @@ mod tests {
         let config = VtcConfig { weights: vec![1.0, 2.0, 1.0], ..VtcConfig::default() };
         let mut p = Vtc::new(config, &ctx).unwrap();
         let free = [ReplicaView { kv_capacity_tokens: 1000, ..ReplicaView::default() }];
-        let busy = [ReplicaView { waiting: 6, kv_capacity_tokens: 1000, ..ReplicaView::default() }];
+        let busy =
+            [ReplicaView { waiting: 6, outstanding_requests: 6, kv_capacity_tokens: 1000, ..ReplicaView::default() }];
         let (free, busy) = (Replicas::new(&free), Replicas::new(&busy));
         let arrive = |p: &mut Vtc, id: u64, tenant: f64, prompt: u32, views: &Replicas<'_>| {
             let f = [tenant];
@@ -254,5 +255,12 @@ mod tests {
         // A completion of a request VTC never admitted changes nothing.
         p.on_complete(&completion(99, 1000));
         assert_eq!(p.counters(), &[170.0, 120.0, 120.0]);
+        // An idle replica whose cache fills 900 of 1000 KV tokens (> 0.8: "saturated") still
+        // takes work: tenants 1 and 2 tie at 120 → tenant 1's request 4; one running request on it
+        // makes it busy, and the gate holds.
+        let idle_full = [ReplicaView { kv_used_tokens: 900, kv_capacity_tokens: 1000, ..ReplicaView::default() }];
+        assert_eq!(p.next(2.0, &Replicas::new(&idle_full)), AdmissionDecision::release(4));
+        let running_full = [ReplicaView { running: 1, outstanding_requests: 1, ..idle_full[0] }];
+        assert_eq!(p.next(2.0, &Replicas::new(&running_full)), AdmissionDecision::wait());
     }
 }
