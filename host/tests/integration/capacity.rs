@@ -133,7 +133,13 @@ fn bad_slos_are_refused_before_any_run() {
     let classes = "workloads/cluster/classes/overload_shedding.yaml";
     bad(
         &["capacity", classes, "--slo", "critical.ttft_p99<1s,premium.attainment>=0.9"],
-        &["--slo", "premium.attainment>=0.9", "`premium` is not a class or tenant", "critical, standard, batch", "fix:"],
+        &[
+            "--slo",
+            "premium.attainment>=0.9",
+            "`premium` is not a class or tenant",
+            "critical, standard, batch",
+            "fix:",
+        ],
     );
     bad(&["capacity", classes, "--slo", "critical.hit_rate>0.5"], &["not a figure of a class", "ttft_p99_s"]);
 }
