@@ -23,8 +23,10 @@
 //!   `DefaultRequestTTL`, 0 = none, its default (`controller/config.go`, commit
 //!   776120354f8ac2cd56e954bf0301176ccd42e016).
 //!
-//! Parameters (defaults): `fairness` round_robin, `queue_depth_threshold` 5,
-//! `kv_cache_util_threshold` 0.8 (the detector's defaults), `max_held_per_band` 0, `ttl_s` 0.
+//! Parameters (defaults): `fairness` round_robin, `queue_depth_threshold` 5 (the detector's
+//! default), `kv_cache_util_threshold` 1.0 (the detector's is 0.8; see
+//! [`super::dispatch_paused`] for why routelab's is off by default), `max_held_per_band` 0,
+//! `ttl_s` 0.
 //!
 //! routelab: the controller dispatches as soon as a request is enqueued and the pool is not
 //! saturated; here a request arriving with nothing held and the pool not saturated goes at once
@@ -71,7 +73,7 @@ impl Default for FlowControlConfig {
         Self {
             fairness: Fairness::RoundRobin,
             queue_depth_threshold: 5,
-            kv_cache_util_threshold: 0.8,
+            kv_cache_util_threshold: 1.0,
             max_held_per_band: 0,
             ttl_s: 0.0,
         }

@@ -15,7 +15,9 @@
 //! Parameters (defaults): `input_price` 1 and `output_price` 2 (the artifact's defaults, and
 //! AIBrix's `defaultInputTokenWeight`/`defaultOutputTokenWeight`); `weights` per tenant index
 //! (empty: all 1; the workload's `tenants:` weights are not told to policies, so repeat them
-//! here); the dispatch gate `queue_depth_threshold` 5 and `kv_cache_util_threshold` 0.8.
+//! here); the dispatch gate `queue_depth_threshold` 5 (the detector's default) and
+//! `kv_cache_util_threshold` 1.0 (the detector's is 0.8; see [`super::dispatch_paused`] for why
+//! routelab's is off by default).
 //!
 //! routelab: the artifact's queue sits inside the engine and dispatches while the batch has
 //! memory; here it sits at the gateway in front of the router, and "capacity frees" is the
@@ -64,7 +66,7 @@ impl Default for VtcConfig {
             output_price: 2.0,
             weights: Vec::new(),
             queue_depth_threshold: 5,
-            kv_cache_util_threshold: 0.8,
+            kv_cache_util_threshold: 1.0,
         }
     }
 }
@@ -226,7 +228,8 @@ mod tests {
     fn vtc_lifts_idle_tenants_and_releases_the_least_served() {
         let mut ctx = AdmissionContext::new(World::Cluster, 1, 1);
         ctx.facts.push(Fact::new(facts::context::TENANTS_COUNT, 3.0));
-        let config = VtcConfig { weights: vec![1.0, 2.0, 1.0], ..VtcConfig::default() };
+        // The detector's KV threshold 0.8 (upstream's), to see the idle-replica rule at the end.
+        let config = VtcConfig { weights: vec![1.0, 2.0, 1.0], kv_cache_util_threshold: 0.8, ..VtcConfig::default() };
         let mut p = Vtc::new(config, &ctx).unwrap();
         let free = [ReplicaView { kv_capacity_tokens: 1000, ..ReplicaView::default() }];
         let busy =
