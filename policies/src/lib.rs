@@ -79,6 +79,9 @@ pub fn registry() -> Vec<Entry> {
         admission_entry::<admission::AdmitAll>(),
         admission_entry::<admission::GieSaturation>(),
         admission_entry::<admission::TokenBucket>(),
+        admission_entry::<admission::vtc::Vtc>(),
+        admission_entry::<admission::flow_control::FlowControl>(),
+        admission_entry::<admission::early_reject::EarlyReject>(),
     ]
 }
 

@@ -7,6 +7,13 @@
 //! - a per-request bound `ttft_s=`, `tpot_s=`, `latency_s=` (seconds), which sets the cluster
 //!   workload's `slo:` and so defines `slo_attainment` and `goodput_rps`.
 //!
+//! A condition may name a class or tenant of a cluster workload (`cluster.classes`,
+//! `cluster.tenants`): `critical.ttft_p99<1s`, `standard.attainment>=0.9`, `tenant.acme.goodput>5`
+//! (`class.NAME.` and `tenant.NAME.` spell the group out; a bare `NAME.` is a class, else a
+//! tenant). The metric is then that group's figure (`class.critical.ttft_p99_s`): per class
+//! `requests`, `slo_attainment`, `goodput_rps`, `rejected`, `shed`, `ttft_p99_s`; per tenant
+//! `requests`, `slo_attainment`, `goodput_rps` (docs/output.md).
+//!
 //! The SLO holds at a load when every condition holds on the mean over seeds.
 
 use std::fmt;
@@ -123,6 +130,52 @@ impl fmt::Display for Target {
 /// Short names a user may write for a metric.
 const ALIASES: &[(&str, &str)] = &[("attainment", "slo_attainment"), ("goodput", "goodput_rps")];
 
+/// The figures each class reports, as `class.NAME.<figure>`.
+const CLASS_FIGURES: &[&str] = &["requests", "slo_attainment", "goodput_rps", "rejected", "shed", "ttft_p99_s"];
+/// The figures each tenant reports, as `tenant.NAME.<figure>`.
+const TENANT_FIGURES: &[&str] = &["requests", "slo_attainment", "goodput_rps"];
+
+/// A grouped metric name `[class.|tenant.]GROUP.figure` resolved against `w`'s classes and
+/// tenants: `Ok(None)` when `name` names no group (no dot), else the key or why not.
+fn resolve_group(name: &str, w: &Workload) -> Result<Option<String>, (String, String)> {
+    let Some((head, rest)) = name.split_once('.') else { return Ok(None) };
+    let c = w.cluster.as_ref();
+    let classes: Vec<&str> = c.map(|c| c.classes.iter().map(|k| k.name.as_str()).collect()).unwrap_or_default();
+    let tenants: Vec<&str> = c.map(|c| c.tenants.iter().map(|k| k.name.as_str()).collect()).unwrap_or_default();
+    let (kind, group, figure) = match head {
+        "class" | "tenant" => {
+            let (g, f) = rest.split_once('.').unwrap_or((rest, ""));
+            (head, g, f)
+        }
+        _ if classes.contains(&head) => ("class", head, rest),
+        _ if tenants.contains(&head) => ("tenant", head, rest),
+        _ => ("", head, rest),
+    };
+    let list = |v: &[&str]| if v.is_empty() { "none".to_string() } else { v.join(", ") };
+    let known = match kind {
+        "class" if classes.contains(&group) => CLASS_FIGURES,
+        "tenant" if tenants.contains(&group) => TENANT_FIGURES,
+        _ => {
+            let what = if kind.is_empty() { "a class or tenant" } else { kind };
+            return Err((
+                format!(
+                    "`{group}` is not {what} of this workload (classes: {}; tenants: {})",
+                    list(&classes),
+                    list(&tenants)
+                ),
+                "name one of the workload's `cluster.classes` or `cluster.tenants`, e.g. 'critical.ttft_p99<1s'".into(),
+            ));
+        }
+    };
+    let key = resolve(figure, known).ok_or_else(|| {
+        (
+            format!("`{figure}` is not a figure of a {kind} (a {kind} reports {})", known.join(", ")),
+            format!("write e.g. '{group}.{}'", if kind == "class" { "ttft_p99<1s" } else { "attainment>=0.9" }),
+        )
+    })?;
+    Ok(Some(format!("{kind}.{group}.{key}")))
+}
+
 /// The metric keys a world's runs report (besides a policy's own `router.`/`scheduler.` figures).
 pub fn known_keys(world: WorldKind) -> Vec<&'static str> {
     match world {
@@ -153,7 +206,12 @@ pub fn parse(text: &str, w: &Workload) -> Result<Target, FieldError> {
         };
         let name = item[..at].trim();
         let value_text = item[at + op_text.len()..].trim();
-        let metric = resolve(name, &keys).ok_or_else(|| {
+        let metric = if name.starts_with("router.") || name.starts_with("scheduler.") {
+            None
+        } else {
+            resolve_group(name, w).map_err(|(why, fix)| FieldError::new(item, why, fix))?
+        };
+        let metric = metric.or_else(|| resolve(name, &keys)).ok_or_else(|| {
             let bound = if BOUNDS.contains(&name) {
                 format!(" (`{name}` is a per-request bound: write `{name}={value_text}`)")
             } else {
@@ -193,8 +251,10 @@ pub fn parse(text: &str, w: &Workload) -> Result<Target, FieldError> {
             "add one, e.g. --slo 'ttft_s=2,slo_attainment>=0.9' or --slo 'ttft_p99_s<2'",
         ));
     }
-    let per_request = w.cluster.as_ref().is_some_and(|c| c.slo.is_some()) || bounds.is_some();
-    if let Some(c) = conditions.iter().find(|c| SLO_KEYS.contains(&c.metric.as_str())) {
+    let per_request = w.cluster.as_ref().is_some_and(|c| c.slo.is_some() || c.classes.iter().any(|k| k.slo.is_some()))
+        || bounds.is_some();
+    let needs_bounds = |m: &str| SLO_KEYS.contains(&m) || m.ends_with(".slo_attainment") || m.ends_with(".goodput_rps");
+    if let Some(c) = conditions.iter().find(|c| needs_bounds(&c.metric)) {
         if !per_request {
             return Err(FieldError::new(
                 &c.metric,
@@ -265,6 +325,48 @@ mod tests {
         let d = parse("response_mean<=5", &dispatch()).unwrap();
         assert_eq!(d.conditions, vec![c("response_mean", Op::Le, 5.0)]);
         assert_eq!(d.bounds, None);
+    }
+
+    fn classes() -> Workload {
+        let yaml = "cluster:\n  replicas: 1\n  generator: {output_tokens: 8}\n  arrivals: {poisson: {rate: 1}}\n  \
+                    requests: 10\n  classes:\n    - {name: critical, share: 1, priority: 2, slo: {ttft_s: 1}}\n    \
+                    - {name: standard, share: 1}\n  tenants:\n    - {name: acme, weight: 1}\n";
+        routelab_core::workload::parse(yaml, std::path::Path::new("c.yaml")).unwrap()
+    }
+
+    /// Per-class and per-tenant conditions resolve to the group's figure; a class's own SLO is
+    /// enough for its attainment; an unknown group or figure is refused naming what exists.
+    #[test]
+    fn class_and_tenant_conditions_resolve_to_their_figures() {
+        let t = parse(
+            "critical.ttft_p99<1s, standard.attainment>=0.9, tenant.acme.goodput>2, class.critical.shed<=5",
+            &classes(),
+        )
+        .unwrap();
+        let c = |m: &str, op, value| Condition { metric: m.into(), op, value };
+        assert_eq!(
+            t.conditions,
+            vec![
+                c("class.critical.ttft_p99_s", Op::Lt, 1.0),
+                c("class.standard.slo_attainment", Op::Ge, 0.9),
+                c("tenant.acme.goodput_rps", Op::Gt, 2.0),
+                c("class.critical.shed", Op::Le, 5.0),
+            ]
+        );
+        assert_eq!(parse("acme.requests>1", &classes()).unwrap().conditions[0].metric, "tenant.acme.requests");
+        let e = parse("premium.ttft_p99<1s", &classes()).unwrap_err();
+        assert_eq!(e.path, "premium.ttft_p99<1s");
+        assert!(
+            e.message.contains("`premium` is not a class or tenant") && e.message.contains("critical, standard"),
+            "{e:?}"
+        );
+        let e = parse("class.acme.ttft_p99<1s", &classes()).unwrap_err();
+        assert!(e.message.contains("`acme` is not class"), "{e:?}");
+        let e = parse("acme.ttft_p99<1s", &classes()).unwrap_err();
+        assert!(e.message.contains("not a figure of a tenant") && e.message.contains("slo_attainment"), "{e:?}");
+        let e = parse("critical.ttft_p99<1s", &cluster(false)).unwrap_err();
+        assert!(e.message.contains("classes: none"), "{e:?}");
+        assert!(parse("default.attainment>=0.5", &cluster(false)).is_err());
     }
 
     #[test]

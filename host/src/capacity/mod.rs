@@ -378,7 +378,7 @@ pub fn of_policy(
 pub fn impossible(target: &Target, w: &Workload) -> Option<(String, String, String)> {
     let never_negative = |m: &str| !m.starts_with("router.") && !m.starts_with("scheduler.");
     let share = |m: &str| {
-        m == "slo_attainment" || m.ends_with("hit_rate") || m.ends_with("_share") || m.ends_with("utilisation")
+        m.ends_with("slo_attainment") || m.ends_with("hit_rate") || m.ends_with("_share") || m.ends_with("utilisation")
     };
     use expr::Op;
     for c in &target.conditions {
@@ -406,7 +406,8 @@ pub fn impossible(target: &Target, w: &Workload) -> Option<(String, String, Stri
     };
     let fix = format!("bound it above {floor:.4} s, or use a faster GPU or a larger tp");
     for cond in &target.conditions {
-        let m = cond.metric.as_str();
+        // A class's figure (`class.critical.ttft_p99_s`) is bounded by the same step.
+        let m = cond.metric.rsplit('.').next().unwrap_or_default();
         if (m.starts_with("ttft_") || m.starts_with("latency_")) && below(cond.op, cond.value) {
             return Some((cond.to_string(), why("every request's first token waits for at least one step"), fix));
         }

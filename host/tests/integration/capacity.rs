@@ -129,6 +129,19 @@ fn bad_slos_are_refused_before_any_run() {
     bad(&["capacity", tool, "--slo", "ttft_p99_s<2", "--tolerance", "0"], &["--tolerance", "(0, 1)"]);
     bad(&["capacity", tool, "--slo", "ttft_p99_s<2", "--policies", "no_such_router"], &["no_such_router"]);
     bad(&["capacity", "case_study", "--slo", "test_accuracy>0.5"], &["compound"]);
+    // A per-class condition names a class (or tenant) the workload has.
+    let classes = "workloads/cluster/classes/overload_shedding.yaml";
+    bad(
+        &["capacity", classes, "--slo", "critical.ttft_p99<1s,premium.attainment>=0.9"],
+        &[
+            "--slo",
+            "premium.attainment>=0.9",
+            "`premium` is not a class or tenant",
+            "critical, standard, batch",
+            "fix:",
+        ],
+    );
+    bad(&["capacity", classes, "--slo", "critical.hit_rate>0.5"], &["not a figure of a class", "ttft_p99_s"]);
 }
 
 /// A cluster search end to end: every load is judged from its own figures, the answer's

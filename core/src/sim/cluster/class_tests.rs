@@ -205,3 +205,44 @@ fn a_scheduler_reads_each_waiting_requests_priority() {
     // Priorities by row: -1, 0, 1, 2 → rows 3, 2, 1, 0.
     assert_eq!(order.as_slice(), &[3, 2, 1, 0]);
 }
+
+/// The queueing and rejecting built-ins end every request exactly once through an overload
+/// (none left waiting: the held queues drain), and each does what it is for: flow control's
+/// strict bands keep critical's TTFT P99 below admit_all's, its TTL sheds only held requests,
+/// early rejection turns requests away on arrival, and VTC serves tenants at least as evenly
+/// (Jain's index over served tokens ÷ weight) as admitting everything.
+#[test]
+fn queueing_and_rejecting_built_ins_conserve_requests() {
+    let mut spec = classes_preset();
+    spec.requests = Some(1500);
+    let all = run(&spec, "least_requests", Some("admit_all"), 1);
+    let get = |o: &RunOutcome, k: &str| o.metrics.get(k).unwrap_or_else(|| panic!("no {k}"));
+    for a in ["vtc{weights: [4, 2, 1, 1]}", "llm_d_flow_control{ttl_s: 20}", "mooncake_early_reject{threshold: 0.1}"] {
+        spec.admission = a.into();
+        let out = run(&spec, "least_requests", Some(a), 1);
+        let rs = &out.records;
+        let finished = rs.iter().filter(|r| r.completed_at_s.is_finite()).count();
+        let shed = rs.iter().filter(|r| r.end == End::Shed).count();
+        let rejected = rs.iter().filter(|r| r.end == End::Rejected).count();
+        assert_eq!(finished + shed + rejected, rs.len(), "{a}: every request ends, none is left held");
+        assert_eq!(get(&out, "completed"), finished as f64, "{a}");
+        match a.split('{').next().unwrap() {
+            "llm_d_flow_control" => {
+                assert_eq!(rejected, 0);
+                assert_eq!(get(&out, "admission.expired"), shed as f64);
+                let p99 = |o: &RunOutcome| get(o, "class.critical.ttft_p99_s");
+                assert!(p99(&out) < p99(&all), "flow control {} vs admit_all {}", p99(&out), p99(&all));
+            }
+            "mooncake_early_reject" => {
+                assert!(rejected > 0 && shed == 0, "rejected {rejected}, shed {shed}");
+                assert_eq!(get(&out, "admission.rejected"), rejected as f64);
+            }
+            _ => {
+                assert!(shed + rejected == 0);
+                assert!(get(&out, "held_requests") > 0.0, "the overload should make VTC hold");
+                let jain = |o: &RunOutcome| get(o, "tenant_fairness_jain");
+                assert!(jain(&out) >= jain(&all) - 1e-9, "vtc {} vs admit_all {}", jain(&out), jain(&all));
+            }
+        }
+    }
+}

@@ -564,7 +564,7 @@ impl ClusterSpec {
             return Err(FieldError::new(
                 "admission",
                 "is empty",
-                "name an admission policy: admit_all, gie_saturation or token_bucket",
+                "name an admission policy (`routelab policies` lists them): admit_all, gie_saturation, token_bucket, vtc, llm_d_flow_control, mooncake_early_reject",
             ));
         }
         match (self.requests, self.duration_s) {
