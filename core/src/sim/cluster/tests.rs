@@ -479,3 +479,25 @@ fn routers_price_with_the_hosts_pricer_and_read_the_engine_facts() {
     assert_eq!(ctx.fact(facts::context::ENGINE_MAX_BATCH_REQUESTS), Some(spec.max_batch_requests as f64));
     assert_eq!(ctx.fact("no.such.fact"), None);
 }
+
+/// `output_tokens_per_s` recomputed from the records: the completed requests' output tokens over
+/// first arrival → last completion, and per replica; in a run whose arrivals step up.
+#[test]
+fn output_tokens_per_second_is_the_records_output_over_the_makespan() {
+    let mut spec = preset("long_doc_qa");
+    spec.requests = None;
+    spec.arrivals = workload::cluster::Arrivals::Stages(vec![
+        workload::cluster::stages::Stage { rate: 0.5, duration_s: 60.0 },
+        workload::cluster::stages::Stage { rate: 2.0, duration_s: 30.0 },
+    ]);
+    let o = run_named(&spec, None, "least_requests", 1).unwrap();
+    let done: Vec<_> = o.records.iter().filter(|r| r.completed_at_s.is_finite()).collect();
+    assert!(done.len() > 60, "{} completed", done.len());
+    let first = o.records.iter().map(|r| r.arrived_at_s).fold(f64::INFINITY, f64::min);
+    let last = done.iter().map(|r| r.completed_at_s).fold(f64::NEG_INFINITY, f64::max);
+    let tokens: u64 = done.iter().map(|r| r.output_tokens as u64).sum();
+    let want = tokens as f64 / (last - first);
+    assert_eq!(m(&o, "output_tokens_per_s"), want);
+    assert_eq!(m(&o, "output_tokens_per_s_per_replica"), want / spec.replicas as f64);
+    assert_eq!(m(&o, "throughput_rps"), done.len() as f64 / (last - first));
+}
