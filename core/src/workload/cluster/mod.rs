@@ -120,7 +120,8 @@ pub struct ClusterSpec {
     pub kv_tiers: Option<kv_tiers::KvTiers>,
     /// What the requests look like: shared prompt, contexts, suffix, output, fan-out, turns.
     pub generator: Generator,
-    /// How requests arrive: `{poisson: {rate}}`, `{gamma: {rate, cv}}` or `{trace: {path, time_scale, format}}`.
+    /// How requests arrive: `{poisson: {rate}}`, `{gamma: {rate, cv}}`, `{trace: {path, time_scale, format}}` or
+    /// `{stages: [{rate, duration_s}, …]}` (Poisson at a rate that steps over the run).
     #[serde(with = "serde_norway::with::singleton_map")]
     #[schemars(with = "Arrivals")]
     pub arrivals: Arrivals,
