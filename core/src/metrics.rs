@@ -22,6 +22,8 @@ pub const CLUSTER_KEYS: &[&str] = &[
     "tpot_p90_s",
     "tpot_p99_s",
     "throughput_rps",
+    "output_tokens_per_s",
+    "output_tokens_per_s_per_replica",
     "hit_rate",
     "replication_factor",
     "busiest_replica_share",

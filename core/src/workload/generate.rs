@@ -26,6 +26,7 @@ use rand_distr::{Distribution, Exp1, Gamma};
 use routelab_policy_api::Segment;
 
 use super::cluster::classes::{Label, Mix};
+use super::cluster::stages::StageClock;
 use super::cluster::{Arrivals, ClusterSpec, Popularity, TokenShape, Tokens};
 use super::mooncake::{HASH_ID_BASE, MooncakeRow};
 use super::trace::TraceRow;
@@ -305,8 +306,15 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
     let (rate, cv) = match spec.arrivals {
         Arrivals::Poisson { rate } => (rate, 1.0),
         Arrivals::Gamma { rate, cv } => (rate, cv),
+        Arrivals::Stages(_) => (1.0, 1.0),
         Arrivals::Trace { .. } => unreachable!("handled above"),
     };
+    // Stepped rates: unit-rate Poisson time `unit`, mapped to the clock by the stages.
+    let mut stages = match &spec.arrivals {
+        Arrivals::Stages(s) => Some(StageClock::new(s, 1.0 / per_group)),
+        _ => None,
+    };
+    let mut unit = 0.0f64;
     let group_rate = rate / per_group;
     // Gamma with shape k = 1/cv² and mean 1/group_rate; cv = 1 is exponential.
     let gamma = Gamma::new(1.0 / (cv * cv), cv * cv / group_rate).map_err(|e| format!("arrivals: {e}"))?;
@@ -315,11 +323,15 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
     let mut made = 0u64;
     let mut prompt: Vec<Segment> = Vec::new();
     loop {
-        t += if cv == 1.0 {
-            Distribution::<f64>::sample(&Exp1, &mut arrival_rng) / group_rate
+        if let Some(clock) = &mut stages {
+            unit += Distribution::<f64>::sample(&Exp1, &mut arrival_rng);
+            let Some(at) = clock.at(unit) else { break };
+            t = at;
+        } else if cv == 1.0 {
+            t += Distribution::<f64>::sample(&Exp1, &mut arrival_rng) / group_rate
         } else {
-            gamma.sample(&mut arrival_rng)
-        };
+            t += gamma.sample(&mut arrival_rng)
+        }
         if made >= want || horizon.is_some_and(|h| ticks(t) >= h) {
             break;
         }

@@ -61,6 +61,11 @@ impl Knob {
                 Ok((Knob::Rate, *rate))
             }
             Some(cluster::Arrivals::Trace { .. }) => Ok((Knob::TraceSpeed, 1.0)),
+            Some(cluster::Arrivals::Stages(_)) => Err(FieldError::new(
+                "cluster.arrivals.stages",
+                "steps its rate itself, so there is no one rate to search",
+                "use `arrivals: {poisson: {rate: …}}` for a capacity search",
+            )),
             None => Err(FieldError::new(
                 "",
                 "is a compound workload, which has no arrival rate",

@@ -120,6 +120,8 @@ pub(super) struct Tally<'a> {
     last_done: f64,
     cached: u64,
     prompt: u64,
+    /// Output tokens of the finished served requests.
+    output: u64,
     latency: Dist,
     ttft: Dist,
     tpot: Dist,
@@ -160,6 +162,7 @@ impl<'a> Tally<'a> {
             last_done: f64::NAN,
             cached: 0,
             prompt: 0,
+            output: 0,
             latency: Dist::new(exact),
             ttft: Dist::new(exact),
             tpot: Dist::new(exact),
@@ -189,6 +192,7 @@ impl<'a> Tally<'a> {
             }
             if finished {
                 self.done += 1;
+                self.output += r.output_tokens as u64;
                 self.last_done = self.last_done.max(r.completed_at_s);
                 let latency = r.completed_at_s - r.arrived_at_s;
                 self.latency.push(latency);
@@ -268,7 +272,12 @@ impl<'a> Tally<'a> {
         m.push("tpot_p90_s", self.tpot.quantile(0.90));
         m.push("tpot_p99_s", self.tpot.quantile(0.99));
         let last_done = self.last_done;
-        m.push("throughput_rps", if last_done > first { done as f64 / (last_done - first) } else { f64::NAN });
+        let makespan = if last_done > first { last_done - first } else { f64::NAN };
+        m.push("throughput_rps", done as f64 / makespan);
+        // Output tokens over the same makespan: inference-perf's `output_tokens_per_sec`.
+        let tokens_per_s = self.output as f64 / makespan;
+        m.push("output_tokens_per_s", tokens_per_s);
+        m.push("output_tokens_per_s_per_replica", tokens_per_s / replicas.len().max(1) as f64);
         m.push("hit_rate", if self.prompt > 0 { self.cached as f64 / self.prompt as f64 } else { 0.0 });
         m.push("replication_factor", replication_factor);
         m.push("busiest_replica_share", if total > 0 { busiest as f64 / total as f64 } else { f64::NAN });

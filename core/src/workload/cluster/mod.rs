@@ -20,7 +20,8 @@
 //!   metrics: {scrape_interval_s: 0.05}   # engine metrics scraped for routers; 0 = always fresh
 //!   kv_tiers: {cpu: {capacity_gb: 128, bandwidth_gbps: 400}}   # optional (kv_tiers.rs)
 //!   generator: {system_prompt_tokens: 13, contexts: {...}, suffix_tokens: ..., output_tokens: ...}
-//!   arrivals: {poisson: {rate: 1.0}}   # or {gamma: {rate, cv}} or {trace: {path, time_scale, format}}
+//!   arrivals: {poisson: {rate: 1.0}}   # or {gamma: {rate, cv}}, {trace: {path, time_scale, format}},
+//!                              # or {stages: [{rate: 3, duration_s: 20}, …]} (stages.rs)
 //!   requests: 2000             # and/or duration_s
 //!   slo: {ttft_s: 2, tpot_s: 0.1}   # optional: adds slo_attainment and goodput_rps (workload/slo.rs)
 //! ```
@@ -34,6 +35,7 @@ pub mod disaggregation;
 mod generator;
 pub mod kv_tiers;
 pub mod session;
+pub mod stages;
 
 pub use generator::{Contexts, Generator, Popularity, TokenShape, Tokens};
 
@@ -124,7 +126,8 @@ pub struct ClusterSpec {
     pub kv_tiers: Option<kv_tiers::KvTiers>,
     /// What the requests look like: shared prompt, contexts, suffix, output, fan-out, turns.
     pub generator: Generator,
-    /// How requests arrive: `{poisson: {rate}}`, `{gamma: {rate, cv}}` or `{trace: {path, time_scale, format}}`.
+    /// How requests arrive: `{poisson: {rate}}`, `{gamma: {rate, cv}}`, `{trace: {path, time_scale, format}}` or
+    /// `{stages: [{rate, duration_s}, …]}` (Poisson at a rate that steps over the run).
     #[serde(with = "serde_norway::with::singleton_map")]
     #[schemars(with = "Arrivals")]
     pub arrivals: Arrivals,
@@ -313,6 +316,10 @@ pub enum Arrivals {
         #[serde(default, skip_serializing_if = "TraceFormat::is_azure")]
         format: TraceFormat,
     },
+    /// Poisson arrivals whose rate steps over the run: the stages back to back from t = 0, each
+    /// at its own rate (requests/s); the stream ends with the last stage (inference-perf's
+    /// `load.stages`, the QPS ramp of llm-d's benchmarks; see stages.rs).
+    Stages(Vec<stages::Stage>),
 }
 
 /// The file format of a replayed trace.
@@ -568,7 +575,7 @@ impl ClusterSpec {
             ));
         }
         match (self.requests, self.duration_s) {
-            (None, None) if !matches!(self.arrivals, Arrivals::Trace { .. }) => {
+            (None, None) if !matches!(self.arrivals, Arrivals::Trace { .. } | Arrivals::Stages(_)) => {
                 return Err(FieldError::new(
                     "",
                     "needs `requests` or `duration_s`",
@@ -608,6 +615,12 @@ impl ClusterSpec {
             let session = self.generator.think_time_s * self.generator.turns.max() as f64;
             fits_clock("generator.think_time_s", n / rate + session, "shorten the think time")?;
         }
+        if let (Arrivals::Stages(_), n) = (&self.arrivals, self.expected_requests())
+            && n > limits::MAX_CLUSTER_REQUESTS as f64
+        {
+            let m = format!("hold about {n:.3e} requests, above the limit of {}", limits::MAX_CLUSTER_REQUESTS);
+            return Err(FieldError::new("arrivals.stages", m, "shorten the stages or cap the run with `requests`"));
+        }
         if !matches!(self.arrivals, Arrivals::Trace { .. }) {
             let longest = self.max_prompt_tokens();
             let reserve = match self.reservation {
@@ -645,8 +658,9 @@ impl ClusterSpec {
     /// Requests a synthetic stream will hold, about (`requests`, or rate × `duration_s`); trace
     /// replays count rows when the trace is read, so here only `requests` (or 0).
     pub fn expected_requests(&self) -> f64 {
-        let by_time = match (self.arrivals.rate(), self.duration_s) {
-            (Some(rate), Some(d)) => rate * d,
+        let by_time = match (&self.arrivals, self.arrivals.rate(), self.duration_s) {
+            (Arrivals::Stages(s), _, d) => stages::expected_requests(s, d),
+            (_, Some(rate), Some(d)) => rate * d,
             _ => f64::INFINITY,
         };
         let n = self.requests.map_or(f64::INFINITY, |n| n as f64).min(by_time);
@@ -686,7 +700,7 @@ impl Arrivals {
     pub fn rate(&self) -> Option<f64> {
         match self {
             Arrivals::Poisson { rate } | Arrivals::Gamma { rate, .. } => Some(*rate),
-            Arrivals::Trace { .. } => None,
+            Arrivals::Trace { .. } | Arrivals::Stages(_) => None,
         }
     }
 
@@ -708,6 +722,7 @@ impl Arrivals {
                 "needs a path and a positive time_scale",
                 "use e.g. {path: traces/sample_conv.csv, time_scale: 1.0}",
             )),
+            Arrivals::Stages(s) => stages::validate(s),
             _ => Ok(()),
         }
     }
