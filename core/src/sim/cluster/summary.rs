@@ -1,8 +1,6 @@
 //! What a cluster run measured: per-request records and their summary (the keys are documented
 //! in the module above).
 
-use std::collections::HashMap;
-
 use super::End;
 use super::kv_tier::KvTier;
 use super::replica::{Replica, RequestState};
@@ -46,7 +44,7 @@ pub struct RunOutcome {
 /// Time-sampled replication factor: Σ cached tokens ÷ tokens of the union, averaged.
 #[derive(Default)]
 pub(super) struct Replication {
-    union: HashMap<u64, u32>,
+    union: crate::seeds::MixMap<u64, u32>,
     sum: f64,
     samples: u32,
 }
