@@ -15,6 +15,35 @@ pub fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A hasher for the simulators' integer-keyed maps: each written word is folded in with [`mix`].
+/// Deterministic (the same map iterates the same way on every run and build) and a few times
+/// cheaper than the standard library's SipHash, whose flooding resistance a simulation does not
+/// need.
+#[derive(Clone, Copy, Default)]
+pub struct MixHasher(u64);
+
+impl std::hash::Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = mix(self.0 ^ n);
+    }
+}
+
+/// A `HashMap` hashed with [`MixHasher`].
+pub type MixMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<MixHasher>>;
+
 /// Seed of run `index` (0-based) of a workload whose first seed is `base`: `base + index`, so
 /// `--seed` names runs the way users count them.
 pub fn seed_for(base: u64, index: u32) -> u64 {

@@ -5,6 +5,10 @@
 //! `max_tokens` = its output tokens, `ignore_eos` (so a real model generates them all) and
 //! `stream_options.include_usage` (so the engine says how many it generated). Times are reported in model seconds (wall ÷ time_scale).
 //! Every request is bounded by `max_wall_s` from the start.
+//! Agent sessions (`generator.session`, or a trace with session fields) run closed-loop, as the
+//! simulator runs them: a call that waits for others is sent when the last of them has finished
+//! streaming, plus its tool pause × time_scale; a call whose parent failed is not sent (it fails
+//! too, "a call it waits for failed").
 //!
 //! `routelab gateway-bench`: the gateway's overhead — closed-loop requests to a trivial
 //! in-process backend, directly and through an in-process gateway with `least_requests`.
@@ -165,6 +169,17 @@ struct Outcome {
     error: Option<String>,
 }
 
+/// When one request was sent and when its stream ended, in wall seconds from the replay's
+/// start (`sent_s` NaN when it was never sent; `done_s` NaN when it did not complete).
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    pub sent_s: f64,
+    pub done_s: f64,
+}
+
+/// What a finished call tells the calls waiting for it: when it ended, or that it failed.
+type Finished = Option<Result<Instant, ()>>;
+
 /// Replays `stream` against `url` (see the module doc).
 pub async fn replay(
     url: &str,
@@ -173,32 +188,77 @@ pub async fn replay(
     engines: &[String],
     max_wall: Duration,
 ) -> ReplayReport {
+    replay_timed(url, stream, time_scale, engines, max_wall).await.0
+}
+
+/// [`replay`], with every request's [`Timing`] (by request id).
+pub async fn replay_timed(
+    url: &str,
+    stream: &RequestStream,
+    time_scale: f64,
+    engines: &[String],
+    max_wall: Duration,
+) -> (ReplayReport, Vec<Timing>) {
     let client = client();
     let before = cache_counters(&client, engines).await;
     let start = Instant::now();
     let deadline = tokio::time::Instant::from_std(start + max_wall);
     let endpoint = format!("{}/v1/completions", url.trim_end_matches('/'));
     let mut tasks = Vec::with_capacity(stream.requests.len());
+    // One channel per request, written once when it ends; the calls waiting for it watch it.
+    let finished: Vec<tokio::sync::watch::Sender<Finished>> =
+        stream.requests.iter().map(|_| tokio::sync::watch::Sender::new(None)).collect();
     for (i, r) in stream.requests.iter().enumerate() {
         let at = start + Duration::from_secs_f64(routelab_core::time::seconds(r.arrived_at) * time_scale);
+        let (parents, pause) = match &stream.sessions {
+            Some(s) => (
+                s.parents(i).iter().map(|&p| finished[p as usize].subscribe()).collect::<Vec<_>>(),
+                Duration::from_secs_f64(routelab_core::time::seconds(s.pause[i]) * time_scale),
+            ),
+            None => (Vec::new(), Duration::ZERO),
+        };
+        let done = finished[i].clone();
         let body = json!({
             "model": "routelab", "prompt": text::prompt_text(stream, i), "max_tokens": r.output_tokens,
             "stream": true, "stream_options": {"include_usage": true}, "ignore_eos": true,
         });
         let (client, endpoint, want) = (client.clone(), endpoint.clone(), r.output_tokens);
         tasks.push(tokio::spawn(async move {
-            tokio::time::sleep_until(at.into()).await;
+            let unfinished =
+                || Outcome { ttft_s: 0.0, latency_s: 0.0, error: Some("unfinished at --max-wall-s".into()) };
+            let never = Timing { sent_s: f64::NAN, done_s: f64::NAN };
+            let send_at = match tokio::time::timeout_at(deadline, after_parents(parents, at, pause)).await {
+                Ok(Some(t)) => t,
+                Ok(None) => {
+                    done.send_replace(Some(Err(())));
+                    let e = Some("a call it waits for failed".to_string());
+                    return (Outcome { ttft_s: 0.0, latency_s: 0.0, error: e }, never);
+                }
+                Err(_) => {
+                    done.send_replace(Some(Err(())));
+                    return (unfinished(), never);
+                }
+            };
+            tokio::time::sleep_until(send_at.into()).await;
             let sent = Instant::now();
             let run = one_stream(&client, &endpoint, body.to_string(), want, sent);
-            match tokio::time::timeout_at(deadline, run).await {
-                Ok(o) => o,
-                Err(_) => Outcome { ttft_s: 0.0, latency_s: 0.0, error: Some("unfinished at --max-wall-s".into()) },
-            }
+            let o = tokio::time::timeout_at(deadline, run).await.unwrap_or_else(|_| unfinished());
+            let ended = Instant::now();
+            done.send_replace(Some(if o.error.is_none() { Ok(ended) } else { Err(()) }));
+            let since = |t: Instant| t.duration_since(start).as_secs_f64();
+            let done_s = if o.error.is_none() { since(ended) } else { f64::NAN };
+            (o, Timing { sent_s: since(sent), done_s })
         }));
     }
     let mut outcomes = Vec::new();
+    let mut timings = Vec::new();
     for t in tasks {
-        outcomes.push(t.await.unwrap_or(Outcome { ttft_s: 0.0, latency_s: 0.0, error: Some("task panicked".into()) }));
+        let (o, timing) = t.await.unwrap_or((
+            Outcome { ttft_s: 0.0, latency_s: 0.0, error: Some("task panicked".into()) },
+            Timing { sent_s: f64::NAN, done_s: f64::NAN },
+        ));
+        outcomes.push(o);
+        timings.push(timing);
     }
     let after = cache_counters(&client, engines).await;
     let ok: Vec<&Outcome> = outcomes.iter().filter(|o| o.error.is_none()).collect();
@@ -207,7 +267,7 @@ pub async fn replay(
     ttft.sort_by(f64::total_cmp);
     lat.sort_by(f64::total_cmp);
     let mean = |v: &[f64]| if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 };
-    ReplayReport {
+    let report = ReplayReport {
         requests: outcomes.len(),
         complete: ok.len(),
         failed: outcomes.len() - ok.len(),
@@ -218,7 +278,29 @@ pub async fn replay(
         latency_p50_s: quantile(&lat, 0.5),
         latency_p99_s: quantile(&lat, 0.99),
         hit_rate: if engines.is_empty() { f64::NAN } else { (after.0 - before.0) / (after.1 - before.1) },
+    };
+    (report, timings)
+}
+
+/// When a call may be sent: at `at` when it waits for nothing, else `pause` after the last of
+/// `parents` ended; `None` when one of them failed.
+async fn after_parents(
+    parents: Vec<tokio::sync::watch::Receiver<Finished>>,
+    at: Instant,
+    pause: Duration,
+) -> Option<Instant> {
+    if parents.is_empty() {
+        return Some(at);
     }
+    let mut last: Option<Instant> = None;
+    for mut p in parents {
+        let ended = match p.wait_for(|f| f.is_some()).await {
+            Ok(f) => (*f)?.ok()?,
+            Err(_) => return None, // its task is gone without a word
+        };
+        last = Some(last.map_or(ended, |l| l.max(ended)));
+    }
+    last.map(|l| l + pause)
 }
 
 pub fn quantile(sorted: &[f64], q: f64) -> f64 {

@@ -282,6 +282,7 @@ pub fn load(dir: &Path, stream: Option<&Path>) -> Result<Bundle, InputError> {
                 output_length: *output,
                 hash_ids: ids.clone(),
                 line: i + 1,
+                session: None,
             }
         })
         .collect();

@@ -220,7 +220,8 @@ pub fn mooncake_stream(spec: &ClusterSpec, rows: &[MooncakeRow]) -> RequestStrea
 }
 
 /// Rows whose `hash_ids` name `block`-token blocks (the last one partial) as a stream, in row
-/// order (arrival times must not decrease), cut at `limit` requests and `horizon`.
+/// order (arrival times must not decrease), cut at `limit` requests and `horizon` (rows of agent
+/// sessions: [`session::trace_sessions`]).
 pub fn block_stream(
     rows: &[MooncakeRow],
     block: u32,
@@ -234,8 +235,10 @@ pub fn block_stream(
         label: Label::default(),
         labelled: false,
     };
+    let keep = session::kept_rows(rows, time_scale, limit, horizon);
     let mut prompt = Vec::new();
-    for row in rows {
+    let kept = |i: usize| keep.as_ref().is_none_or(|k| k[i]);
+    for row in rows.iter().enumerate().filter(|&(i, _)| kept(i)).map(|(_, r)| r) {
         prompt.clear();
         prompt.extend(
             row.hash_ids
@@ -249,7 +252,10 @@ pub fn block_stream(
         }
         b.push(ticks(row.at_s * time_scale), &prompt, row.output_length.max(1), None);
     }
-    b.finish(limit, horizon)
+    let Some(keep) = keep else { return b.finish(limit, horizon) };
+    b.stream.sessions = Some(session::trace_sessions(rows, &keep, time_scale));
+    // Already in arrival order (the rows are), and whole sessions only.
+    b.stream
 }
 
 /// The stream of `spec` for `run_seed`. `trace` must hold the trace rows when arrivals come from

@@ -10,6 +10,14 @@
 //! need more tokens than it has (`ceil(input_length / 512) < n`) is bad input, as is an id whose
 //! block length differs between rows (equal segment ids must mean equal tokens). Malformed rows
 //! are errors naming the line and the field.
+//!
+//! Agent sessions (routelab's extension; every field optional, the shipped traces have none):
+//! `"session_id"` (a string or an integer) groups rows into a session, `"call_index"` numbers
+//! its calls 0, 1, 2, … in file order, and `"wait_s"` is the time call k waits after call k − 1
+//! completes (a tool's run, a user's think time; 0 when absent). The first call of a session
+//! arrives at its `timestamp`; every later call is sent when the one before it completes, plus
+//! its `wait_s` (its own `timestamp` only orders the file), so a recorded agent trace replays
+//! closed-loop: a slower router delays the rest of the session.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -39,6 +47,90 @@ pub struct MooncakeRow {
     pub hash_ids: Vec<u64>,
     /// Line in the file (1-based), for errors about the row.
     pub line: usize,
+    /// The row's place in an agent session, when it has one.
+    pub session: Option<SessionCall>,
+}
+
+/// A trace row's place in an agent session (the optional session fields).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SessionCall {
+    /// The session, numbered 0, 1, … in order of first appearance in the file.
+    pub session: u32,
+    /// The call's index in its session (0 = the session's first call).
+    pub call: u32,
+    /// Seconds between the previous call's completion and this call's send (0 for call 0).
+    pub wait_s: f64,
+}
+
+const SESSION_FIX: &str = "a session's rows carry \"session_id\" (a string or an integer) and \"call_index\" \
+(0, 1, 2, … in file order), and optionally \"wait_s\" (seconds after the previous call completes; not on call 0)";
+
+/// Reads a row's optional session fields; `sessions` maps each session id to (its number, the
+/// last call index seen, the line of that call).
+fn session_call(
+    obj: &serde_json::Map<String, serde_json::Value>,
+    sessions: &mut HashMap<String, (u32, u32, usize)>,
+    file: &Path,
+    line: usize,
+) -> Result<Option<SessionCall>, InputError> {
+    let err = |field: &str, message: String| InputError {
+        file: file.into(),
+        path: field.into(),
+        line: Some(line),
+        message,
+        fix: SESSION_FIX.into(),
+    };
+    let Some(id) = obj.get("session_id") else {
+        for field in ["call_index", "wait_s"] {
+            if obj.contains_key(field) {
+                return Err(err(field, format!("`{field}` needs a `session_id` on the same row")));
+            }
+        }
+        return Ok(None);
+    };
+    let key = match id {
+        serde_json::Value::String(s) if !s.is_empty() => s.clone(),
+        serde_json::Value::Number(n) if n.is_u64() => n.to_string(),
+        v => return Err(err("session_id", format!("must be a non-empty string or a non-negative integer (got {v})"))),
+    };
+    let call = match obj.get("call_index") {
+        None => return Err(err("call_index", "the field `call_index` is missing (a session's rows need it)".into())),
+        Some(v) => v
+            .as_u64()
+            .and_then(|c| u32::try_from(c).ok())
+            .ok_or_else(|| err("call_index", format!("must be a non-negative integer (got {v})")))?,
+    };
+    let wait_s = match obj.get("wait_s") {
+        None => 0.0,
+        Some(v) => match v.as_f64() {
+            Some(w) if (0.0..=limits::MAX_HORIZON).contains(&w) => w,
+            _ => return Err(err("wait_s", format!("must be seconds in [0, {:.0e}] (got {v})", limits::MAX_HORIZON))),
+        },
+    };
+    let next = sessions.len() as u32;
+    let expected = match sessions.get(&key) {
+        Some(&(_, last, _)) => last + 1,
+        None => 0,
+    };
+    if call != expected {
+        let before = match sessions.get(&key) {
+            Some(&(_, last, at)) => format!("call {last} on line {at}"),
+            None => "no call before it".into(),
+        };
+        return Err(err(
+            "call_index",
+            format!("session `{key}`: call {call} follows {before}; expected call_index {expected}"),
+        ));
+    }
+    if call == 0 && obj.contains_key("wait_s") {
+        return Err(err(
+            "wait_s",
+            format!("call 0 of session `{key}` arrives at its timestamp; `wait_s` is for its later calls"),
+        ));
+    }
+    let entry = sessions.entry(key).or_insert((next, 0, line));
+    (entry.1, entry.2) = (call, line);
+    Ok(Some(SessionCall { session: entry.0, call, wait_s }))
 }
 
 impl MooncakeRow {
@@ -88,6 +180,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<MooncakeRow>, InputError> {
     let mut last_ms = 0u64;
     // Block length of every id seen, and the line that first gave it.
     let mut block_len: HashMap<u64, (u32, usize)> = HashMap::new();
+    let mut sessions = HashMap::new();
     for (i, line) in text.lines().enumerate() {
         let n = i + 1;
         let line = line.trim();
@@ -157,7 +250,8 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<MooncakeRow>, InputError> {
         if rows.len() >= MAX_ROWS {
             return Err(field_error(file, n, "", format!("the trace has more than {MAX_ROWS} rows")));
         }
-        let row = MooncakeRow { at_s, input_length, output_length, hash_ids, line: n };
+        let session = session_call(obj, &mut sessions, file, n)?;
+        let row = MooncakeRow { at_s, input_length, output_length, hash_ids, line: n, session };
         for (k, &id) in row.hash_ids.iter().enumerate() {
             let tokens = row.block_tokens(k);
             let (seen, seen_line) = *block_len.entry(id).or_insert((tokens, n));
@@ -250,6 +344,51 @@ mod tests {
         let e = err("{\"timestamp\": 0, \"input_length\": 1025, \"output_length\": 1, \"hash_ids\": [0, 1, 2, 3]}");
         assert_eq!((e.line, e.path.as_str()), (Some(1), "hash_ids"));
         assert!(e.message.contains("fills only 3 blocks"), "{}", e.message);
+    }
+
+    #[test]
+    fn session_fields_number_sessions_and_calls_and_bad_ones_name_line_and_field() {
+        let row = |extra: &str| {
+            format!("{{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [0]{extra}}}\n")
+        };
+        let a0 = row(", \"session_id\": \"a\", \"call_index\": 0");
+        let b0 = row(", \"session_id\": 4, \"call_index\": 0");
+        let a1 = row(", \"session_id\": \"a\", \"call_index\": 1, \"wait_s\": 2.5");
+        let rows = parse(&format!("{a0}{b0}{}{a1}", row("")), Path::new("m")).unwrap();
+        let calls: Vec<Option<(u32, u32, f64)>> =
+            rows.iter().map(|r| r.session.map(|s| (s.session, s.call, s.wait_s))).collect();
+        assert_eq!(calls, [Some((0, 0, 0.0)), Some((1, 0, 0.0)), None, Some((0, 1, 2.5))]);
+        let cases = [
+            (
+                format!("{a0}{}", row(", \"session_id\": \"a\", \"call_index\": 2")),
+                "call_index",
+                "expected call_index 1",
+            ),
+            (format!("{a0}{a0}"), "call_index", "call 0 on line 1"),
+            (row(", \"session_id\": \"a\", \"call_index\": 1"), "call_index", "no call before it"),
+            (row(", \"session_id\": \"a\""), "call_index", "missing"),
+            (row(", \"call_index\": 0"), "call_index", "needs a `session_id`"),
+            (row(", \"wait_s\": 1"), "wait_s", "needs a `session_id`"),
+            (row(", \"session_id\": -1, \"call_index\": 0"), "session_id", "non-negative"),
+            (row(", \"session_id\": \"\", \"call_index\": 0"), "session_id", "non-empty"),
+            (
+                format!("{a0}{}", row(", \"session_id\": \"a\", \"call_index\": 1, \"wait_s\": -2")),
+                "wait_s",
+                "seconds in",
+            ),
+            (
+                format!("{a0}{}", row(", \"session_id\": \"a\", \"call_index\": 1, \"wait_s\": \"2\"")),
+                "wait_s",
+                "seconds in",
+            ),
+            (row(", \"session_id\": \"a\", \"call_index\": 0, \"wait_s\": 1"), "wait_s", "arrives at its timestamp"),
+        ];
+        for (text, field, says) in cases {
+            let e = err(&text);
+            let last = text.lines().count();
+            assert_eq!((e.line, e.path.as_str()), (Some(last), field), "{text}");
+            assert!(e.message.contains(says), "{text}: {}", e.message);
+        }
     }
 
     #[test]

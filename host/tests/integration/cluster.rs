@@ -312,3 +312,27 @@ fn exercise_9_compares_layouts_decision_orders_and_pairing() {
     );
     assert!(text.contains("near saturation"), "{text}");
 }
+
+/// The shipped agent-session trace replays (every call, its sessions counted); a bad session
+/// field in a swapped-in trace stops the run with exit 2 naming the file, line and field.
+#[test]
+fn a_session_trace_replays_and_a_bad_wait_names_file_line_and_field() {
+    // By its absolute path: the trace's path is relative to the workload file.
+    let file = workspace().join("workloads/cluster/agentic/recorded_sessions.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let w = compare_text(&text, file.to_str().unwrap(), &["least_work_left".to_string()]);
+    assert_eq!(metric(&w, "least_work_left", "completed"), 68.0);
+    assert_eq!(metric(&w, "least_work_left", "sessions_completed"), 12.0);
+    let shipped = std::fs::read_to_string(workspace().join("workloads/traces/agent-sessions/sessions.jsonl")).unwrap();
+    let mut lines: Vec<String> = shipped.lines().map(String::from).collect();
+    let k = lines.iter().position(|l| l.contains("\"wait_s\"")).unwrap();
+    lines[k] = lines[k].replace("\"wait_s\": ", "\"wait_s\": -");
+    let bad = scratch("bad_sessions.jsonl");
+    std::fs::write(&bad, lines.join("\n")).unwrap();
+    let out =
+        routelab(&["compare", "workloads/cluster/agentic/recorded_sessions.yaml", "--trace", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("bad_sessions.jsonl:{}", k + 1)), "{err}");
+    assert!(err.contains("wait_s"), "{err}");
+}

@@ -261,3 +261,46 @@ fn traffic_recorded_by_the_gateway_imports_as_the_trace_it_replayed() {
     off.sort_by(f64::total_cmp);
     assert!(off[off.len() / 2] < 100.0, "median arrival off by {} ms", off[off.len() / 2]);
 }
+
+/// Agent sessions over HTTP: every call that waits for others is sent only after the last of
+/// them finished streaming, plus its tool pause × the time scale (here the generator's loops of
+/// 3–4 calls with 0.5 s tools, and sub-agent bursts that join), against one emulated engine.
+#[test]
+fn a_session_replay_sends_each_call_after_its_parents_and_its_pause() {
+    let mut procs = Procs(Vec::new());
+    let scale = TIME_SCALE.to_string();
+    let engine = start(&mut procs, &["emulate", "--listen", "127.0.0.1:0", "--time-scale", &scale]);
+    let dir = std::env::temp_dir().join(format!("routelab-serving-sessions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("sessions.yaml");
+    std::fs::write(
+        &file,
+        "name: serving_sessions\nseed: 3\nseeds: 1\ncluster:\n  replicas: 1\n  generator:\n    \
+         system_prompt_tokens: 200\n    suffix_tokens: 100\n    output_tokens: {uniform: {min: 5, max: 20}}\n    \
+         session: {steps: {uniform: {min: 3, max: 4}}, tool_tokens: 50, tool_pause_s: 0.5, \
+         subagents: {probability: 0.5, burst: 2, depth: 1, steps: 2, task_tokens: 30}}\n  \
+         arrivals: {poisson: {rate: 2.0}}\n  requests: 30\n",
+    )
+    .unwrap();
+    let stream = replay::load_stream(&file, &[]).unwrap();
+    let sessions = stream.sessions.clone().expect("a session stream");
+    let (report, timings) =
+        runtime().block_on(replay::replay_timed(&engine, &stream, TIME_SCALE, &[], Duration::from_secs(120)));
+    assert_eq!(report.complete, report.requests, "{:?}", report.first_error);
+    let mut waited = 0;
+    for (i, t) in timings.iter().enumerate() {
+        let parents = sessions.parents(i);
+        if parents.is_empty() {
+            continue;
+        }
+        waited += 1;
+        let last = parents.iter().map(|&p| timings[p as usize].done_s).fold(f64::MIN, f64::max);
+        let pause = routelab_core::time::seconds(sessions.pause[i]) * TIME_SCALE;
+        assert!(
+            t.sent_s >= last + pause - 1e-6,
+            "call {i} sent at {} s, its parents ended at {last} s + {pause} s",
+            t.sent_s
+        );
+    }
+    assert!(waited > 4, "{waited} calls waited for others");
+}

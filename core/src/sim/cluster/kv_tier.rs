@@ -13,7 +13,7 @@
 //! concurrent loads)`, `concurrent` counting the loads in flight when one starts (it included);
 //! its time is fixed at its start, as a link transfer's is.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use routelab_policy_api::Segment;
 
@@ -26,7 +26,7 @@ pub(super) struct KvTier {
     base_latency_s: f64,
     kv_bytes_per_token: f64,
     /// Path hash → (tokens, LRU key).
-    blocks: HashMap<u64, (u32, (u64, u32))>,
+    blocks: crate::seeds::MixMap<u64, (u32, (u64, u32))>,
     /// (last use, u32::MAX − depth, path hash): the first is the next victim.
     lru: BTreeSet<(u64, u32, u64)>,
     used_tokens: u64,
@@ -48,7 +48,7 @@ impl KvTier {
             bandwidth_bytes_s: spec.bandwidth_bytes_s(),
             base_latency_s: spec.base_latency_s,
             kv_bytes_per_token,
-            blocks: HashMap::new(),
+            blocks: Default::default(),
             lru: BTreeSet::new(),
             used_tokens: 0,
             clock: 0,

@@ -105,12 +105,16 @@ enum Event {
     Scrape,
     /// A call of an agent session is sent: what it waited for is done, and its tool has run.
     Release(u32),
-    Evicted {
-        replica: u32,
-        evicted_at: SimTime,
-        path: Vec<Segment>,
-        remaining_tokens: u32,
-    },
+    /// Boxed: rare, and unboxed it would double every queued event's size.
+    Evicted(Box<Evicted>),
+}
+
+/// A cut of a replica's cache, on its way to the router.
+struct Evicted {
+    replica: u32,
+    evicted_at: SimTime,
+    path: Vec<Segment>,
+    remaining_tokens: u32,
 }
 
 /// The pool of replica `r`: 0 = prefill, 1 = decode (every replica of an aggregated cluster),
@@ -422,9 +426,7 @@ impl<'a> ClusterSim<'a> {
                     Event::MigrationEnd(id) => self.on_migration_end(now, id)?,
                     Event::Scrape => self.on_scrape(now),
                     Event::Release(id) => self.on_release(now, id as usize)?,
-                    Event::Evicted { replica, evicted_at, path, remaining_tokens } => {
-                        self.on_evicted(replica, evicted_at, &path, remaining_tokens)?
-                    }
+                    Event::Evicted(e) => self.on_evicted(e.replica, e.evicted_at, &e.path, e.remaining_tokens)?,
                 }
                 continue;
             }
@@ -562,8 +564,9 @@ impl<'a> ClusterSim<'a> {
             // Memory freed: handed-off requests waiting for it may start their transfers.
             self.start_transfers(now, r);
         }
+        // The O(nodes) check every max(256, nodes) steps (a power of two): O(1) per step.
         #[cfg(debug_assertions)]
-        if self.replicas[r].steps % 256 == 0 {
+        if self.replicas[r].steps % (self.replicas[r].cache.nodes() as u64).max(256).next_power_of_two() == 0 {
             self.replicas[r].cache.check();
         }
         Ok(())
@@ -647,12 +650,12 @@ impl<'a> ClusterSim<'a> {
         };
         rep.busy = step.is_some();
         for ev in rep.evictions.drain(..) {
-            let event = Event::Evicted {
+            let event = Event::Evicted(Box::new(Evicted {
                 replica: r as u32,
                 evicted_at: now,
                 path: ev.path,
                 remaining_tokens: ev.remaining_tokens,
-            };
+            }));
             self.queue.push(now + self.eviction_delay, event);
         }
         Ok(step)

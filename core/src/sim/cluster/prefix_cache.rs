@@ -12,11 +12,11 @@
 //! node was fully computed (preemption), its uncomputed tail is freed, so an unpinned node is
 //! always fully computed: `tokens == computed`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use routelab_policy_api::Segment;
 
-use crate::seeds::mix;
+use crate::seeds::{MixMap, mix};
 
 /// The root's index; it holds no tokens.
 pub const ROOT: u32 = 0;
@@ -61,7 +61,7 @@ pub struct EvictionEvent {
 pub struct PrefixCache {
     nodes: Vec<Node>,
     free_slots: Vec<u32>,
-    children: HashMap<(u32, u64), u32>,
+    children: MixMap<(u32, u64), u32>,
     /// Evictable nodes: unpinned leaves, by (last_used, index).
     lru: BTreeSet<(u64, u32)>,
     clock: u64,
@@ -94,7 +94,7 @@ impl PrefixCache {
         Self {
             nodes: vec![root],
             free_slots: Vec::new(),
-            children: HashMap::new(),
+            children: MixMap::default(),
             lru: BTreeSet::new(),
             clock: 0,
             total_tokens: 0,
@@ -128,6 +128,11 @@ impl PrefixCache {
         self.pinned_tokens
     }
 
+    /// Nodes holding tokens (the cost of [`PrefixCache::check`]).
+    pub fn nodes(&self) -> usize {
+        self.children.len()
+    }
+
     /// Tokens evicted so far.
     pub fn evicted_tokens(&self) -> u64 {
         self.evicted_tokens
@@ -155,7 +160,7 @@ impl PrefixCache {
 
     /// The exact match a router asks for: leading tokens computed here, or belonging to requests
     /// dispatched here and not yet computed (`pending` counts those by path hash).
-    pub fn cached_or_pending_prefix(&self, prompt: &[Segment], pending: &HashMap<u64, u32>) -> u32 {
+    pub fn cached_or_pending_prefix(&self, prompt: &[Segment], pending: &MixMap<u64, u32>) -> u32 {
         let mut node = Some(ROOT);
         let mut hash = 0;
         let mut matched = 0;
@@ -345,7 +350,9 @@ impl PrefixCache {
     pub fn evict(&mut self, mut tokens: u64, mut events: Option<&mut Vec<EvictionEvent>>) -> u64 {
         let mut evicted = 0;
         while tokens > 0 {
-            let Some((used, c)) = self.lru.pop_first() else { break };
+            // Peeked, not popped: a victim cut partially keeps its place (and its key), so the
+            // common case (a few tokens off the oldest leaf each step) costs no reinsertion.
+            let Some(&(_, c)) = self.lru.first() else { break };
             let whole = self.nodes[c as usize].tokens == self.nodes[c as usize].segment.tokens;
             if whole && self.offloaded.is_some() {
                 let (hash, seg_tokens) = (self.nodes[c as usize].path_hash, self.nodes[c as usize].segment.tokens);
@@ -367,9 +374,9 @@ impl PrefixCache {
                 ev.push(EvictionEvent { path: self.path_of(c), remaining_tokens: remaining });
             }
             if remaining == 0 {
+                // Out of the LRU before `remove` may put its parent in.
+                self.lru.pop_first();
                 self.remove(c);
-            } else {
-                self.lru.insert((used, c));
             }
         }
         evicted
@@ -536,7 +543,7 @@ mod tests {
     fn pending_dispatches_extend_the_exact_match() {
         let mut c = PrefixCache::new();
         serve(&mut c, &[seg(1, 10)]);
-        let mut pending = HashMap::new();
+        let mut pending = MixMap::default();
         let h1 = extend_path_hash(0, 1);
         pending.insert(h1, 1);
         pending.insert(extend_path_hash(h1, 2), 1);

@@ -19,7 +19,7 @@
 //! for routers that ask for exact matches.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 
 use abi_stable::std_types::RVec;
 use routelab_policy_api::{ReplicaView, Segment, WaitingRequest};
@@ -133,7 +133,7 @@ pub struct Replica {
     /// Admission stopped for lack of memory, and nothing has been freed or added since.
     pub blocked: bool,
     pub outstanding_work: u64,
-    pub pending: HashMap<u64, u32>,
+    pub pending: crate::seeds::MixMap<u64, u32>,
     pub evictions: Vec<EvictionEvent>,
     pub dispatched: u64,
     pub preemptions: u64,
@@ -172,7 +172,7 @@ impl Replica {
             busy: false,
             blocked: false,
             outstanding_work: 0,
-            pending: HashMap::new(),
+            pending: Default::default(),
             evictions: Vec::new(),
             dispatched: 0,
             preemptions: 0,

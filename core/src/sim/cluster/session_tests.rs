@@ -147,3 +147,43 @@ fn oracle_hints_equal_the_true_lengths() {
     apply_hints(&s, &mut plain, 4);
     assert!(request_infos(&s, &plain)[0].hint_output_tokens.is_nan(), "no hint reads NaN");
 }
+
+/// A recorded agent trace (Mooncake rows with session fields) replays with its waits: session
+/// `a`'s call 1 is sent 1.5 × time_scale 2 = 3 s after call 0 completes, whatever its own
+/// timestamp says; the row without a session arrives at its timestamp; `requests: 1` keeps
+/// session `a` whole (its first call is the one request asked for) and drops the rest.
+#[test]
+fn a_recorded_session_replays_with_its_waits() {
+    let text = "\
+{\"timestamp\": 0, \"input_length\": 300, \"output_length\": 1, \"hash_ids\": [5], \"session_id\": \"a\", \"call_index\": 0}
+{\"timestamp\": 500, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [9]}
+{\"timestamp\": 600, \"input_length\": 200, \"output_length\": 1, \"hash_ids\": [3], \"session_id\": 7, \"call_index\": 0}
+{\"timestamp\": 900, \"input_length\": 700, \"output_length\": 1, \"hash_ids\": [8, 6], \"session_id\": \"a\", \"call_index\": 1, \"wait_s\": 1.5}
+";
+    let rows = crate::workload::mooncake::parse(text, std::path::Path::new("s.jsonl")).unwrap();
+    let mut s = agent("{steps: 1}", 1);
+    s.generator.session = None;
+    s.requests = None;
+    s.arrivals = crate::workload::cluster::Arrivals::Trace {
+        path: "s.jsonl".into(),
+        time_scale: 2.0,
+        format: crate::workload::cluster::TraceFormat::Mooncake,
+    };
+    let st = crate::workload::generate::mooncake_stream(&s, &rows);
+    let g = st.sessions.as_ref().unwrap();
+    let parents: Vec<&[u32]> = (0..st.requests.len()).map(|i| g.parents(i)).collect();
+    assert_eq!(parents, [&[][..], &[], &[], &[0]]);
+    assert_eq!(g.pause, [0, 0, 0, ticks(3.0)]);
+    assert_eq!((g.session.clone(), g.count), (vec![0, 1, 2, 0], 3));
+    let out = run_sim(&s, &st);
+    let r = &out.records;
+    assert_eq!(out.metrics.get("completed"), Some(4.0));
+    assert_eq!(ticks(r[3].arrived_at_s), ticks(r[0].completed_at_s) + ticks(3.0));
+    assert_eq!((r[1].arrived_at_s, r[2].arrived_at_s), (1.0, 1.2), "single calls keep their timestamps");
+    assert_eq!(out.metrics.get("session_makespan_p90_s"), Some(r[3].completed_at_s - r[0].arrived_at_s));
+    s.requests = Some(1);
+    let cut = crate::workload::generate::mooncake_stream(&s, &rows);
+    let kept: Vec<u32> = cut.requests.iter().map(|q| q.prompt_tokens).collect();
+    assert_eq!(kept, [300, 700], "session a whole, nothing after the limit");
+    assert_eq!(cut.sessions.as_ref().unwrap().parents(1), [0]);
+}

@@ -59,12 +59,12 @@ pub(super) fn push_session_metrics(m: &mut Metrics, records: &[RequestRecord], s
 
 /// How the calls of agent sessions that wait for others are sent (the loop in `mod.rs`).
 impl ClusterSim<'_> {
-    /// Passes over the stream's calls that wait for others (they arrive by [`Event::Release`]).
+    /// Passes over the stream's calls that wait for others (they arrive by [`Event::Release`],
+    /// even when what they wait for is already done: a recorded trace's later calls come in the
+    /// stream long after their parents).
     pub(super) fn skip_dependents(&mut self) {
-        if self.waiting_for.is_empty() {
-            return;
-        }
-        while self.waiting_for.get(self.next).is_some_and(|&w| w > 0) {
+        let Some(s) = &self.stream.sessions else { return };
+        while s.after.get(self.next).is_some_and(|a| !a.is_empty()) {
             self.next += 1;
         }
     }

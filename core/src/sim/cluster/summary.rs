@@ -2,7 +2,6 @@
 //! in the module above).
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 
 use super::End;
 use super::kv_tier::KvTier;
@@ -47,7 +46,7 @@ pub struct RunOutcome {
 /// Time-sampled replication factor: Σ cached tokens ÷ tokens of the union, averaged.
 #[derive(Default)]
 pub(super) struct Replication {
-    union: HashMap<u64, u32>,
+    union: crate::seeds::MixMap<u64, u32>,
     sum: f64,
     samples: u32,
 }

@@ -329,7 +329,8 @@ pub enum TraceFormat {
     /// Azure LLM inference trace CSV: `TIMESTAMP,ContextTokens,GeneratedTokens`.
     #[default]
     Azure,
-    /// Mooncake (FAST'25) JSON Lines: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`.
+    /// Mooncake (FAST'25) JSON Lines: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`;
+    /// optionally `session_id`, `call_index` and `wait_s` (agent sessions replayed with their waits).
     Mooncake,
 }
 

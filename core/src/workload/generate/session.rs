@@ -4,6 +4,7 @@
 //! parents'), all with the session's start as their nominal arrival; the simulator sends a call
 //! when what it waits for is done, a tool pause later.
 
+use std::collections::HashMap;
 use std::ops::Range;
 
 use rand::RngExt;
@@ -15,6 +16,7 @@ use crate::seeds::SimRng;
 use crate::time::{SimTime, ticks};
 use crate::workload::cluster::Tokens;
 use crate::workload::cluster::session::{MAX_SESSION_CALLS, Seconds, SecondsShape, SessionSpec};
+use crate::workload::mooncake::MooncakeRow;
 
 /// Which call waits for which, in a stream of agent sessions (indexed by request id).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -150,4 +152,72 @@ impl SessionBuilder<'_> {
             }
         }
     }
+}
+
+/// Which rows of a trace with agent sessions a replay keeps (`None`: the trace has none, cut it
+/// as any other): a session is kept whole or not at all, by its first call — kept while fewer
+/// than `limit` calls are kept and it starts before `horizon` (a cut session would leave calls
+/// waiting for calls that are not there). Rows without a session are one-call sessions.
+pub(super) fn kept_rows(
+    rows: &[MooncakeRow],
+    time_scale: f64,
+    limit: Option<u64>,
+    horizon: Option<SimTime>,
+) -> Option<Vec<bool>> {
+    if rows.iter().all(|r| r.session.is_none()) {
+        return None;
+    }
+    let sessions = rows.iter().filter_map(|r| r.session.map(|s| s.session + 1)).max().unwrap_or(0);
+    let mut kept_session = vec![false; sessions as usize];
+    let mut kept = 0u64;
+    let mut open = true;
+    let keep = rows
+        .iter()
+        .map(|r| {
+            let first = r.session.is_none_or(|s| s.call == 0);
+            if first {
+                open = open && limit.is_none_or(|l| kept < l) && horizon.is_none_or(|h| ticks(r.at_s * time_scale) < h);
+                if let Some(s) = r.session {
+                    kept_session[s.session as usize] = open;
+                }
+            }
+            let k = match r.session {
+                Some(s) => kept_session[s.session as usize],
+                None => open,
+            };
+            kept += k as u64;
+            k
+        })
+        .collect();
+    Some(keep)
+}
+
+/// The waits of the kept rows of a trace with agent sessions: call k of a session waits for
+/// call k − 1 (the previous kept row of its session), then its `wait_s × time_scale`.
+pub(super) fn trace_sessions(rows: &[MooncakeRow], keep: &[bool], time_scale: f64) -> Sessions {
+    let mut s = Sessions::default();
+    // Per trace session: (its number in the stream, the id of its last call so far).
+    let mut last: HashMap<u32, (u32, u32)> = HashMap::new();
+    for (row, _) in rows.iter().zip(keep).filter(|(_, k)| **k) {
+        let id = s.session.len() as u32;
+        let start = s.waits_for.len() as u32;
+        let (number, pause) = match row.session {
+            Some(c) if c.call > 0 => {
+                let (number, parent) = last[&c.session];
+                s.waits_for.push(parent);
+                (number, ticks(c.wait_s * time_scale))
+            }
+            _ => (s.count, 0),
+        };
+        if number == s.count {
+            s.count += 1;
+        }
+        if let Some(c) = row.session {
+            last.insert(c.session, (number, id));
+        }
+        s.after.push(start..s.waits_for.len() as u32);
+        s.pause.push(pause);
+        s.session.push(number);
+    }
+    s
 }
