@@ -289,9 +289,11 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
     // Sessions' structure (steps, pauses, sub-agents) has its own stream.
     let mut session_rng = stream(run_seed, "cluster.sessions");
     let mut sessions = 0u32;
-    let (rate, cv) = match spec.arrivals {
-        Arrivals::Poisson { rate } => (rate, 1.0),
-        Arrivals::Gamma { rate, cv } => (rate, cv),
+    // A day shape: candidates at the peak rate, each kept with probability rate(t) / peak.
+    let (rate, cv, day) = match spec.arrivals {
+        Arrivals::Poisson { rate } => (rate, 1.0, None),
+        Arrivals::Gamma { rate, cv } => (rate, cv, None),
+        Arrivals::Diurnal { rate, amplitude, period_s } => (rate * (1.0 + amplitude), 1.0, Some((amplitude, period_s))),
         Arrivals::Trace { .. } => unreachable!("handled above"),
     };
     let group_rate = rate / per_group;
@@ -307,6 +309,15 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
         } else {
             gamma.sample(&mut arrival_rng)
         };
+        if let Some((a, period)) = day {
+            let keep = (1.0 - a * (std::f64::consts::TAU * t / period).cos()) / (1.0 + a);
+            if arrival_rng.random::<f64>() >= keep {
+                if horizon.is_some_and(|h| ticks(t) >= h) {
+                    break;
+                }
+                continue;
+            }
+        }
         if made >= want || horizon.is_some_and(|h| ticks(t) >= h) {
             break;
         }

@@ -9,7 +9,7 @@ use crate::time::{SimTime, seconds};
 
 impl ClusterSim<'_> {
     /// Per-request records, the host's metrics, then the policies' own figures.
-    pub(super) fn finish(self) -> Result<RunOutcome, RunError> {
+    pub(super) fn finish(mut self) -> Result<RunOutcome, RunError> {
         let pd_rejected = |i: usize| self.pd.as_ref().is_some_and(|pd| pd.rejected[i]);
         // Conservation: every request ends exactly once — finished, rejected or shed — or is
         // still unfinished at the horizon (held requests included); never two of these.
@@ -77,6 +77,15 @@ impl ClusterSim<'_> {
         if let Some(a) = self.admission.as_ref().filter(|_| self.admission_metrics) {
             tally.push_admission(&mut metrics, a.counts.held);
         }
+        let end = self.states.iter().filter_map(|st| st.completed_at).max().unwrap_or(0);
+        if let Some(f) = &mut self.fleet {
+            let end = end.max(f.last);
+            f.push_metrics(&mut metrics, end, self.cost_per_hour);
+        } else if self.cost_per_hour.is_some() {
+            // A fixed fleet is paid for from the start until its last request finishes.
+            let replicas = self.replicas.len() as f64;
+            super::fleet::push_cost(&mut metrics, replicas * seconds(end), end, self.cost_per_hour);
+        }
         let detail = (!self.exact).then(|| {
             let (latency_quantiles, finished_share) = tally.latency_cdf(crate::metrics::CDF_POINTS);
             crate::metrics::Detail { latency_quantiles, finished_share, ..Default::default() }
@@ -86,6 +95,11 @@ impl ClusterSim<'_> {
         }
         if let Some(a) = &self.admission {
             for (k, v) in a.report()? {
+                metrics.push(k, v);
+            }
+        }
+        if let Some(f) = &self.fleet {
+            for (k, v) in f.report()? {
                 metrics.push(k, v);
             }
         }
