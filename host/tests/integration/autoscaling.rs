@@ -46,8 +46,11 @@ fn bad_autoscaling_is_refused_with_exit_2_naming_line_and_field() {
         let yaml = day.replace(from, to);
         let f = scratch("autoscaling.yaml", &yaml);
         let line = line_of(&yaml, to.split(':').next().unwrap());
-        let path = format!("cluster.autoscaling.{field}");
-        let located = if field == "scaler" { String::new() } else { format!("autoscaling.yaml:{line}:") };
+        // An unknown scaler is named with the built-ins to choose from (as an unknown router is).
+        let (located, path) = match field {
+            "scaler" => (String::new(), "hpa, dynamo_planner, llm_d_wva".to_string()),
+            _ => (format!("autoscaling.yaml:{line}:"), format!("cluster.autoscaling.{field}")),
+        };
         bad(&f, "least_requests", &[&located, &path, why, "fix:"]);
     }
     // A scaler's own config is checked before any run.
