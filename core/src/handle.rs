@@ -73,6 +73,16 @@ impl RouterHandle {
         Self { router, label: label.to_string(), replicas: replicas as usize, caps, signals, facts, unusable }
     }
 
+    /// The routable replicas changed (autoscaling): from now on the router's answers are bounded
+    /// by `change.routable`, and it hears `on_replica_change`.
+    pub fn replicas_changed(&mut self, change: &routelab_policy_api::ReplicaChange) -> Result<(), RunError> {
+        self.replicas = change.routable as usize;
+        self.router
+            .on_replica_change(change)
+            .into_result()
+            .map_err(|e| policy_error(&self.label, "on_replica_change", e.into()))
+    }
+
     /// Whether the router reads scraped engine metrics (the world then scrapes them).
     pub fn reads_scrapes(&self) -> bool {
         self.signals.reads_scrapes()

@@ -19,13 +19,15 @@ use std::path::{Path, PathBuf};
 use abi_stable::library::lib_header_from_path;
 use abi_stable::std_types::RStr;
 use routelab_policy_api::{
-    AdmissionBox, AdmissionContext, Entry, ErrorKind, Maker, PolicyError, PolicyKind, PolicyLibRef, RouterBox,
-    RouterContext, SchedulerBox, SchedulerContext, SelectorBox, SelectorContext,
+    Entry, ErrorKind, Maker, PolicyError, PolicyKind, PolicyLibRef, RouterBox, RouterContext, SchedulerBox,
+    SchedulerContext, SelectorBox, SelectorContext,
 };
 
+mod extra;
 mod library;
 mod spec;
 
+pub use self::extra::{AdmissionFactory, ExtraFactory, ExtraKind, ScalerFactory};
 use self::library::{Refused, check_elf, init_checked, translate};
 pub use self::spec::PolicySpec;
 
@@ -292,123 +294,6 @@ impl Loader {
 
     pub fn selector(&mut self, spec: &PolicySpec, ctx: &SelectorContext) -> Result<SelectorBox, LoadError> {
         self.resolve(spec, PolicyKind::Selector)?.selector(ctx)
-    }
-}
-
-impl Loader {
-    /// The admission policies the built-ins (`None`) or a library offer: name, description,
-    /// default config. A library built before policy-api 0.5.2 offers none.
-    pub fn admission_list(&mut self, library: Option<&Path>) -> Result<Vec<(String, String, String)>, LoadError> {
-        Ok(match library {
-            None => self
-                .builtins
-                .iter()
-                .filter(|e| matches!(e.make, Maker::Admission(_)))
-                .map(|e| {
-                    (e.name.to_string(), e.description.to_string(), e.default_config_checked().unwrap_or_default())
-                })
-                .collect(),
-            Some(p) => {
-                let lib = self.library(p)?;
-                let Some(f) = lib.admission_policies() else { return Ok(Vec::new()) };
-                f().into_result()
-                    .map_err(|e| policy_error(&p.display().to_string(), e))?
-                    .into_iter()
-                    .map(|i| {
-                        let config = i.default_config.into_result().map(String::from).unwrap_or_default();
-                        (i.name.into(), i.description.into(), config)
-                    })
-                    .collect()
-            }
-        })
-    }
-
-    /// Settles the admission policy `spec` names (built in or from a library): the result makes
-    /// instances without the loader.
-    pub fn admission_factory(&mut self, spec: &PolicySpec) -> Result<AdmissionFactory, LoadError> {
-        let offered = self.admission_list(spec.library.as_deref())?;
-        let names: Vec<&str> = offered.iter().map(|o| o.0.as_str()).collect();
-        let where_ = match &spec.library {
-            Some(p) => format!("library {}", p.display()),
-            None => "the built-ins".to_string(),
-        };
-        let name = match &spec.name {
-            Some(n) if names.contains(&n.as_str()) => n.clone(),
-            None if names.len() == 1 => names[0].to_string(),
-            other => {
-                let what = other.as_ref().map_or("an unnamed".to_string(), |n| format!("'{n}', no"));
-                return Err(LoadError::new(
-                    LoadErrorKind::UnknownPolicy,
-                    format!(
-                        "{what} admission policy in {where_}{}",
-                        other
-                            .as_ref()
-                            .map_or(String::new(), |n| crate::suggest::did_you_mean(n, names.iter().copied()))
-                    ),
-                    if names.is_empty() {
-                        "this library exports no admission policy (built against policy-api before 0.5.2?)".to_string()
-                    } else {
-                        format!("use one of: {}", names.join(", "))
-                    },
-                ));
-            }
-        };
-        let source = match &spec.library {
-            None => {
-                let e = self
-                    .builtins
-                    .iter()
-                    .find(|e| e.name == name && matches!(e.make, Maker::Admission(_)))
-                    .expect("listed");
-                Source::Builtin(e.make)
-            }
-            Some(p) => Source::Library(self.library(p)?, name),
-        };
-        Ok(AdmissionFactory { spec: spec.clone(), source })
-    }
-}
-
-/// An admission policy whose name and source are settled (the fourth kind, which is no
-/// [`PolicyKind`]: that enum crosses the boundary and cannot grow within policy-api 0.5).
-#[derive(Clone)]
-pub struct AdmissionFactory {
-    pub spec: PolicySpec,
-    source: Source,
-}
-
-impl std::fmt::Debug for AdmissionFactory {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "AdmissionFactory({:?})", self.spec.label)
-    }
-}
-
-impl AdmissionFactory {
-    /// A fresh instance for `ctx`; its request facts are checked here, before any run.
-    pub fn admission(&self, ctx: &AdmissionContext) -> Result<AdmissionBox, LoadError> {
-        let made = match &self.source {
-            Source::Builtin(Maker::Admission(make)) => make(&self.spec.config, ctx),
-            Source::Library(lib, name) => match lib.new_admission() {
-                Some(f) => f(RStr::from_str(name), RStr::from_str(&self.spec.config), ctx).into_result(),
-                None => {
-                    return Err(LoadError::new(
-                        LoadErrorKind::UnknownPolicy,
-                        format!("policy '{}': its library predates admission policies", self.spec.label),
-                        "rebuild it against routelab-policy-api 0.5.2 or later",
-                    ));
-                }
-            },
-            Source::Builtin(_) => unreachable!("an admission factory holds an admission maker"),
-        };
-        let a = made.map_err(|e| policy_error(&self.spec.label, e))?;
-        let names = a.request_facts().into_result().map_err(|e| policy_error(&self.spec.label, e))?;
-        crate::facts::RequestFacts::negotiate(&names, ctx.world).map_err(|e| {
-            LoadError::new(
-                LoadErrorKind::BadConfig,
-                format!("policy '{}' {e}", self.spec.label),
-                "ask only for the request facts this world provides (routelab_policy_api::facts::request)",
-            )
-        })?;
-        Ok(a)
     }
 }
 

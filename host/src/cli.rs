@@ -23,7 +23,7 @@ use clap::{CommandFactory, Parser};
 pub use args::{Cli, Command, Common, Kind};
 
 use crate::report;
-use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::plugin::{ExtraKind, Loader, PolicySpec};
 use routelab_core::runner::{self, Prepared, RunOptions, WorkloadResult};
 use routelab_core::workload::{self, InputError};
 use run::{exit_code_of_results, run_prepared};
@@ -477,9 +477,12 @@ fn list_policies(plugin: Option<&Path>) -> Result<i32> {
             l.default_config.map_or_else(|e| format!("(unavailable: {e})"), |c| c.trim().to_string()),
         ]);
     }
-    // Admission policies (policy-api 0.5.2) have their own listing: `PolicyKind` cannot grow.
-    for (name, description, config) in loader.admission_list(plugin)? {
-        t.add_row(vec![name, "admission".to_string(), description, config.trim().to_string()]);
+    // Admission policies (policy-api 0.5.2) and scalers (0.5.4) have their own listings:
+    // `PolicyKind` cannot grow.
+    for (kind, label) in [(ExtraKind::Admission, "admission"), (ExtraKind::Scaler, "scaler")] {
+        for (name, description, config) in loader.extra_list(kind, plugin)? {
+            t.add_row(vec![name, label.to_string(), description, config.trim().to_string()]);
+        }
     }
     println!("{t}");
     Ok(0)

@@ -30,13 +30,16 @@ pub mod random;
 pub mod random_search;
 pub mod ray_prefix_aware;
 pub mod round_robin;
+pub mod scalers;
 pub mod selection;
 pub mod sglang_cache_aware;
 pub mod threshold_affinity;
 pub mod vllm_loadaware;
 pub mod vllm_prefix_aware;
 
-use routelab_policy_api::{Entry, admission as admission_entry, pd_router, router, scheduler, selector};
+use routelab_policy_api::{
+    Entry, admission as admission_entry, pd_router, router, scaler as scaler_entry, scheduler, selector,
+};
 
 /// Every built-in policy.
 pub fn registry() -> Vec<Entry> {
@@ -82,6 +85,9 @@ pub fn registry() -> Vec<Entry> {
         admission_entry::<admission::vtc::Vtc>(),
         admission_entry::<admission::flow_control::FlowControl>(),
         admission_entry::<admission::early_reject::EarlyReject>(),
+        scaler_entry::<scalers::Hpa>(),
+        scaler_entry::<scalers::DynamoPlanner>(),
+        scaler_entry::<scalers::LlmDWva>(),
     ]
 }
 

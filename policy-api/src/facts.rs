@@ -105,3 +105,60 @@ pub mod context {
         // } since 0.5.2
     ];
 }
+
+// since 0.5.4 {
+/// Fleet facts (0.5.4): what a scaler ([`crate::scaler`]) is told about each pool at every
+/// decision ([`crate::scaler::Pool::fact`]). Windowed figures cover the interval since the
+/// previous decision (NaN when nothing happened in it).
+pub mod fleet {
+    /// The pool's replicas: ready + loading (what the last decision asked for, as it stands).
+    pub const REPLICAS: &str = "replicas";
+    /// Replicas taking requests.
+    pub const READY_REPLICAS: &str = "ready_replicas";
+    /// Replicas started and still loading the model (not yet routable).
+    pub const LOADING_REPLICAS: &str = "loading_replicas";
+    /// Replicas draining: no new requests, finishing what they have.
+    pub const DRAINING_REPLICAS: &str = "draining_replicas";
+    /// The pool's bounds (the host clamps every answer to them).
+    pub const MIN_REPLICAS: &str = "min_replicas";
+    /// See [`MIN_REPLICAS`].
+    pub const MAX_REPLICAS: &str = "max_replicas";
+    /// Requests waiting in the ready replicas' queues, summed.
+    pub const WAITING: &str = "waiting";
+    /// Requests in the ready replicas' running batches, summed.
+    pub const RUNNING: &str = "running";
+    /// KV tokens in use over KV capacity, averaged over ready replicas (0..1).
+    pub const KV_UTILISATION: &str = "kv_utilisation";
+    /// Arrivals per second over the last interval.
+    pub const ARRIVAL_RATE: &str = "arrival_rate";
+    /// Mean prompt tokens of the last interval's arrivals.
+    pub const PROMPT_TOKENS_MEAN: &str = "prompt_tokens_mean";
+    /// Mean output tokens of the last interval's arrivals (what the client asked for).
+    pub const OUTPUT_TOKENS_MEAN: &str = "output_tokens_mean";
+    /// Mean TTFT of the requests that finished in the last interval, seconds.
+    pub const TTFT_MEAN_S: &str = "ttft_mean_s";
+    /// Mean TPOT (inter-token latency) of the requests that finished in the last interval.
+    pub const TPOT_MEAN_S: &str = "tpot_mean_s";
+    /// Share of the requests finished so far that met the workload's SLO (NaN without one).
+    pub const SLO_ATTAINMENT: &str = "slo_attainment";
+
+    /// Every fleet fact this version defines, with one line each.
+    pub const CATALOGUE: &[(&str, &str)] = &[
+        (REPLICAS, "the pool's replicas: ready + loading"),
+        (READY_REPLICAS, "replicas taking requests"),
+        (LOADING_REPLICAS, "replicas loading the model, not yet routable"),
+        (DRAINING_REPLICAS, "replicas finishing what they have, taking nothing new"),
+        (MIN_REPLICAS, "the pool's lower bound"),
+        (MAX_REPLICAS, "the pool's upper bound"),
+        (WAITING, "requests waiting on ready replicas"),
+        (RUNNING, "requests running on ready replicas"),
+        (KV_UTILISATION, "KV used / capacity, mean over ready replicas"),
+        (ARRIVAL_RATE, "arrivals per second over the last interval"),
+        (PROMPT_TOKENS_MEAN, "mean prompt tokens of the last interval's arrivals"),
+        (OUTPUT_TOKENS_MEAN, "mean output tokens of the last interval's arrivals"),
+        (TTFT_MEAN_S, "mean TTFT of the last interval's completions"),
+        (TPOT_MEAN_S, "mean TPOT of the last interval's completions"),
+        (SLO_ATTAINMENT, "share of finished requests meeting the SLO so far"),
+    ];
+}
+// } since 0.5.4

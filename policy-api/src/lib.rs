@@ -1,7 +1,8 @@
 //! # routelab-policy-api: write a routing policy once, run it built in or as a plugin
 //!
-//! routelab scores request-routing policies on simulated LLM serving. A policy is one of four
-//! kinds (the fourth, admission, since 0.5.2: [`mod@admission`]):
+//! routelab scores request-routing policies on simulated LLM serving. A policy is one of five
+//! kinds (the fourth, admission, since 0.5.2: [`mod@admission`]; the fifth, scaler, since 0.5.4:
+//! [`mod@scaler`]):
 //!
 //! - a **router** picks a replica for each arriving request ([`RouterPolicy`]); the same router
 //!   runs in the classic *dispatch* world (FCFS servers) and in the *cluster* world (LLM replicas
@@ -9,7 +10,9 @@
 //! - a **scheduler** orders one replica's waiting queue before each step ([`SchedulerPolicy`]);
 //! - a **selector** picks a model for each module of a compound AI system ([`SelectorPolicy`]);
 //! - an **admission** policy decides, before routing, whether a request is admitted now, held,
-//!   rejected or shed (`AdmissionPolicy`, 0.5.2).
+//!   rejected or shed (`AdmissionPolicy`, 0.5.2);
+//! - a **scaler** decides, at an interval, how many replicas each pool should have
+//!   (`ScalerPolicy`, 0.5.4).
 //!
 //! ## The contract in five steps
 //!
@@ -70,7 +73,7 @@
 //! | a hook | a method appended to a trait after its `#[sabi(last_prefix_field)]` method, with a default body (as `Router::on_abandon` in 0.5.1) |
 //! | a capability | a new [`Capabilities`] bit (hosts ignore bits they do not know) |
 //! | an error kind, a P/D action | a new [`ErrorKind`] / [`PdDecision`] code (hosts treat unknown kinds as `FAILED`, refuse unknown actions) |
-//! | a policy kind | a field appended to the root module [`root::PolicyLib`] (`missing_field(option)`), with its own listing (as admission in 0.5.2: [`PolicyKind`] cannot grow) |
+//! | a policy kind | a field appended to the root module [`root::PolicyLib`] (`missing_field(option)`), with its own listing (as admission in 0.5.2 and scaler in 0.5.4: [`PolicyKind`] cannot grow) |
 //! | plain-Rust helpers | new types, functions and methods (`policy`, `toolkit`, `cost`) |
 //!
 //! A name a policy asks for that its host does not know (a newer plugin on an older host) is a
@@ -157,6 +160,10 @@ pub mod error;
 pub mod facts;
 pub mod policy;
 pub mod root;
+// since 0.5.4 {
+pub mod scaler;
+pub mod scaler_policy;
+// } since 0.5.4
 pub mod signals;
 pub mod toolkit;
 pub mod traits;
@@ -181,6 +188,10 @@ pub mod prelude {
     pub use crate::admission::{AdmissionContext, AdmissionDecision, AdmissionInfo};
     pub use crate::admission_policy::{AdmissionPolicy, admission};
     // } since 0.5.2
+    // since 0.5.4 {
+    pub use crate::scaler::{Pool, ReplicaChange, ScalerContext};
+    pub use crate::scaler_policy::{ScalerPolicy, scaler};
+    // } since 0.5.4
     pub use rand::{Rng, RngExt, SeedableRng, seq::IndexedRandom, seq::SliceRandom};
 }
 
@@ -188,6 +199,10 @@ pub mod prelude {
 pub use admission::{Admission, AdmissionBox, AdmissionContext, AdmissionDecision, AdmissionInfo};
 pub use admission_policy::{AdmissionPolicy, admission};
 // } since 0.5.2
+// since 0.5.4 {
+pub use scaler::{Pool, ReplicaChange, Scaler, ScalerBox, ScalerContext, ScalerInfo};
+pub use scaler_policy::{ScalerPolicy, scaler};
+// } since 0.5.4
 pub use abi_stable;
 pub use abi_stable::std_types::{RSlice, RString, RVec};
 pub use cost::{Chunk, CostModel, Roofline, Step, StepPricer, StepShape};

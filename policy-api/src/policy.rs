@@ -61,6 +61,11 @@ pub trait RouterPolicy: Policy<Context = RouterContext> {
     fn on_abandon(&mut self, abandoned: &Completion) {
         self.on_complete(abandoned)
     }
+    // since 0.5.4 {
+    /// A replica became routable or stopped taking requests (autoscaling, 0.5.4). Default:
+    /// nothing (the views already show only routable replicas).
+    fn on_replica_change(&mut self, _change: &crate::scaler::ReplicaChange) {}
+    // } since 0.5.4
     /// A replica evicted cache content (only with [`Capabilities::WANTS_EVICTIONS`]).
     fn on_evict(&mut self, _eviction: &Eviction<'_>) {}
     /// Named figures for the end-of-run report, shown as `router.<name>` (a scheduler's as
@@ -362,6 +367,11 @@ impl<P: RouterPolicy> Router for Guarded<P> {
         guard(P::NAME, "on_abandon", || self.policy.on_abandon(abandoned))
     }
     // } since 0.5.1
+    // since 0.5.4 {
+    fn on_replica_change(&mut self, change: &crate::scaler::ReplicaChange) -> RResult<(), PolicyError> {
+        guard(P::NAME, "on_replica_change", || self.policy.on_replica_change(change))
+    }
+    // } since 0.5.4
 }
 
 /// Adapts a plain P/D router to the ABI's [`Router`] (through [`pd_router`]).
@@ -508,6 +518,10 @@ pub enum Maker {
     /// Builds an admission policy from config text and context (0.5.2).
     Admission(fn(&str, &crate::admission::AdmissionContext) -> Result<crate::admission::AdmissionBox, PolicyError>),
     // } since 0.5.2
+    // since 0.5.4 {
+    /// Builds a scaler from config text and context (0.5.4).
+    Scaler(fn(&str, &crate::scaler::ScalerContext) -> Result<crate::scaler::ScalerBox, PolicyError>),
+    // } since 0.5.4
 }
 
 /// One policy in a library's registry.

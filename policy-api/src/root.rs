@@ -40,14 +40,15 @@ impl PolicyKind {
 }
 
 impl Entry {
-    /// The kind of policy the entry makes. Panics for an admission entry (0.5.2), which is of no
+    /// The kind of policy the entry makes. Panics for an admission entry (0.5.2) or a scaler
+    /// entry (0.5.4), each of no
     /// [`PolicyKind`] (that enum crosses the boundary and cannot grow within 0.5): see
     /// [`Entry::kind_of`].
     pub fn kind(&self) -> PolicyKind {
         self.kind_of().expect("an admission entry has no PolicyKind; use Entry::kind_of")
     }
 
-    /// The kind of policy the entry makes; `None` for an admission entry.
+    /// The kind of policy the entry makes; `None` for an admission or a scaler entry.
     pub fn kind_of(&self) -> Option<PolicyKind> {
         match self.make {
             Maker::Router(_) => Some(PolicyKind::Router),
@@ -56,6 +57,9 @@ impl Entry {
             // since 0.5.2 {
             Maker::Admission(_) => None,
             // } since 0.5.2
+            // since 0.5.4 {
+            Maker::Scaler(_) => None,
+            // } since 0.5.4
         }
     }
 }
@@ -106,6 +110,16 @@ pub struct PolicyLib {
         &crate::admission::AdmissionContext,
     ) -> RResult<crate::admission::AdmissionBox, PolicyError>,
     // } since 0.5.2
+    // since 0.5.4 {
+    /// Every scaler the library exports (0.5.4; `None` from an older library).
+    pub scaler_policies: extern "C" fn() -> RResult<RVec<crate::scaler::ScalerInfo>, PolicyError>,
+    /// A scaler by name, from config text and context (0.5.4; `None` from an older library).
+    pub new_scaler: extern "C" fn(
+        RStr<'_>,
+        RStr<'_>,
+        &crate::scaler::ScalerContext,
+    ) -> RResult<crate::scaler::ScalerBox, PolicyError>,
+    // } since 0.5.4
 }
 
 impl RootModule for PolicyLibRef {
@@ -228,6 +242,40 @@ extern "C" fn new_admission(
 }
 // } since 0.5.2
 
+// since 0.5.4 {
+extern "C" fn scaler_policies() -> RResult<RVec<crate::scaler::ScalerInfo>, PolicyError> {
+    catching("listing the library's scalers", || {
+        Ok(registry()?
+            .iter()
+            .filter(|e| matches!(e.make, Maker::Scaler(_)))
+            .map(|e| crate::scaler::ScalerInfo {
+                name: e.name.into(),
+                description: e.description.into(),
+                default_config: e.default_config_checked().map(RString::from).into(),
+            })
+            .collect())
+    })
+}
+
+extern "C" fn new_scaler(
+    name: RStr<'_>,
+    config: RStr<'_>,
+    ctx: &crate::scaler::ScalerContext,
+) -> RResult<crate::scaler::ScalerBox, PolicyError> {
+    catching(&format!("constructor of '{name}'"), || {
+        let registry = registry()?;
+        let scalers = || registry.iter().filter(|e| matches!(e.make, Maker::Scaler(_)));
+        match scalers().find(|e| e.name == name.as_str()).map(|e| e.make) {
+            Some(Maker::Scaler(make)) => make(config.as_str(), ctx),
+            _ => Err(PolicyError::bad_config(format!(
+                "no scaler named '{name}' in this library (it has: {})",
+                scalers().map(|e| e.name).collect::<Vec<_>>().join(", ")
+            ))),
+        }
+    })
+}
+// } since 0.5.4
+
 /// Builds the root module over `entries`. Called once, by [`crate::export_policies!`]'s loader.
 /// A panic in `entries` is kept as the library's error: every call of the module then fails with
 /// a message that says the registry function panicked, and why.
@@ -247,6 +295,10 @@ pub fn library(entries: impl FnOnce() -> Vec<Entry>) -> PolicyLibRef {
         admission_policies,
         new_admission,
         // } since 0.5.2
+        // since 0.5.4 {
+        scaler_policies,
+        new_scaler,
+        // } since 0.5.4
     }
     .leak_into_prefix()
 }

@@ -77,6 +77,17 @@ pub trait Router: Send {
         self.on_complete(abandoned)
     }
     // } since 0.5.1
+
+    // since 0.5.4 {
+    /// Added in 0.5.4. A replica became routable (cold caches) or stopped taking requests (it
+    /// drains): autoscaling ([`crate::scaler`]). The views `route` gets already show only the
+    /// routable replicas; a router keeping per-replica state may reset it here. The default,
+    /// which a library built before 0.5.4 answers with, does nothing.
+    fn on_replica_change(&mut self, change: &crate::scaler::ReplicaChange) -> RResult<(), PolicyError> {
+        let _ = change;
+        abi_stable::std_types::ROk(())
+    }
+    // } since 0.5.4
 }
 
 /// A replica's local scheduler: orders the waiting queue before each step.

@@ -338,6 +338,8 @@ pub struct ResolvedPolicy {
     scheduler: Option<Factory>,
     /// Cluster world: the admission policy in front of the router (the workload's `admission`).
     admission: Option<crate::plugin::AdmissionFactory>,
+    /// Cluster world: the scaler (the workload's `autoscaling.scaler`), if any.
+    scaler: Option<crate::plugin::ScalerFactory>,
 }
 
 impl ResolvedPolicy {
@@ -357,6 +359,7 @@ pub fn resolve(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec) -> R
             policy: loader.resolve(spec, PolicyKind::Router)?,
             scheduler: None,
             admission: None,
+            scaler: None,
         }),
         WorldKind::Cluster => {
             let c = w.cluster.as_ref().expect("cluster world");
@@ -364,13 +367,17 @@ pub fn resolve(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec) -> R
             let scheduler = PolicySpec::parse(spec.scheduler.as_deref().unwrap_or(&c.scheduler))?;
             let scheduler = Some(loader.resolve(&scheduler, PolicyKind::Scheduler)?);
             let admission = Some(loader.admission_factory(&PolicySpec::parse(&c.admission)?)?);
-            Ok(ResolvedPolicy { spec: spec.clone(), policy, scheduler, admission })
+            let scaler = match &c.autoscaling {
+                Some(a) => Some(loader.scaler_factory(&PolicySpec::parse(&a.scaler)?)?),
+                None => None,
+            };
+            Ok(ResolvedPolicy { spec: spec.clone(), policy, scheduler, admission, scaler })
         }
         WorldKind::Compound => {
             let c = w.compound.as_ref().expect("compound world");
             let policy = loader.resolve(spec, PolicyKind::Selector)?;
             policy.selector(&sim::compound::selector_context(c, w.seed))?;
-            Ok(ResolvedPolicy { spec: spec.clone(), policy, scheduler: None, admission: None })
+            Ok(ResolvedPolicy { spec: spec.clone(), policy, scheduler: None, admission: None, scaler: None })
         }
     }
 }
@@ -428,7 +435,7 @@ fn instantiate(policy: &ResolvedPolicy, prepared: &Prepared, run_seed: u64) -> R
             let router =
                 policy.policy.router(&sim::cluster::router_context_for(c, sm, run_seed)).map_err(of(Part::Policy))?;
             let scheduler = policy.scheduler.as_ref().expect("resolved cluster policy");
-            let schedulers = make_schedulers(scheduler, sm, c.replicas, run_seed).map_err(of(Part::Scheduler))?;
+            let schedulers = make_schedulers(scheduler, sm, c.slots(), run_seed).map_err(of(Part::Scheduler))?;
             Ok(Instances::Cluster(router, schedulers))
         }
         WorldKind::Compound => {
@@ -487,10 +494,14 @@ fn run_seed(
                 let admission = a.admission(&sim::cluster::admission_context(c, sm, run_seed))?;
                 sim = sim.with_admission(admission, &a.spec.label).map_err(|e| prepared.setup_error(e))?;
             }
+            if let Some(s) = &policy.scaler {
+                let scaler = s.scaler(&sim::cluster::scaler_context(c, sm, run_seed))?;
+                sim = sim.with_scaler(scaler, &s.spec.label).map_err(|e| prepared.setup_error(e))?;
+            }
             let out = sim.run()?;
             let detail = with_detail.then(|| match out.detail {
                 Some(d) => d,
-                None => cluster_detail(c.replicas as usize, &out.records),
+                None => cluster_detail(c.slots() as usize, &out.records),
             });
             Ok(((out.metrics, Vec::new()), detail))
         }
@@ -539,7 +550,7 @@ pub fn run_cluster(
     let file = Path::new("<cluster spec>");
     let sm = spec.step_model().map_err(|e| InputError::from_field(file, e.under("cluster")))?;
     let scheduler = Loader::new().resolve(&PolicySpec::parse(&spec.scheduler)?, PolicyKind::Scheduler)?;
-    let schedulers = make_schedulers(&scheduler, &sm, spec.replicas, run_seed)?;
+    let schedulers = make_schedulers(&scheduler, &sm, spec.slots(), run_seed)?;
     let setup =
         |e: SetupError| InputError::from_field(file, FieldError::new(&e.field, e.message, e.fix).under("cluster"));
     Ok(ClusterSim::build(spec, &sm, stream, router, schedulers, label).map_err(setup)?.run()?)

@@ -309,10 +309,12 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
     // Sessions' structure (steps, pauses, sub-agents) has its own stream.
     let mut session_rng = stream(run_seed, "cluster.sessions");
     let mut sessions = 0u32;
-    let (rate, cv) = match spec.arrivals {
-        Arrivals::Poisson { rate } => (rate, 1.0),
-        Arrivals::Gamma { rate, cv } => (rate, cv),
-        Arrivals::Stages(_) => (1.0, 1.0),
+    // A day shape: candidates at the peak rate, each kept with probability rate(t) / peak.
+    let (rate, cv, day) = match spec.arrivals {
+        Arrivals::Poisson { rate } => (rate, 1.0, None),
+        Arrivals::Gamma { rate, cv } => (rate, cv, None),
+        Arrivals::Diurnal { rate, amplitude, period_s } => (rate * (1.0 + amplitude), 1.0, Some((amplitude, period_s))),
+        Arrivals::Stages(_) => (1.0, 1.0, None),
         Arrivals::Trace { .. } => unreachable!("handled above"),
     };
     // Stepped rates: unit-rate Poisson time `unit`, mapped to the clock by the stages.
@@ -337,6 +339,15 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
             t += Distribution::<f64>::sample(&Exp1, &mut arrival_rng) / group_rate
         } else {
             t += gamma.sample(&mut arrival_rng)
+        }
+        if let Some((a, period)) = day {
+            let keep = (1.0 - a * (std::f64::consts::TAU * t / period).cos()) / (1.0 + a);
+            if arrival_rng.random::<f64>() >= keep {
+                if horizon.is_some_and(|h| ticks(t) >= h) {
+                    break;
+                }
+                continue;
+            }
         }
         if made >= want || horizon.is_some_and(|h| ticks(t) >= h) {
             break;

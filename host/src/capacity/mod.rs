@@ -57,9 +57,11 @@ impl Knob {
             return Ok((Knob::Utilisation, d.utilisation));
         }
         match w.cluster.as_ref().map(|c| &c.arrivals) {
-            Some(cluster::Arrivals::Poisson { rate } | cluster::Arrivals::Gamma { rate, .. }) => {
-                Ok((Knob::Rate, *rate))
-            }
+            Some(
+                cluster::Arrivals::Poisson { rate }
+                | cluster::Arrivals::Gamma { rate, .. }
+                | cluster::Arrivals::Diurnal { rate, .. },
+            ) => Ok((Knob::Rate, *rate)),
             Some(cluster::Arrivals::Trace { .. }) => Ok((Knob::TraceSpeed, 1.0)),
             Some(cluster::Arrivals::Stages(_)) => Err(FieldError::new(
                 "cluster.arrivals.stages",
@@ -79,9 +81,15 @@ impl Knob {
         let mut w = base.clone();
         match (self, w.dispatch.as_mut(), w.cluster.as_mut().map(|c| &mut c.arrivals)) {
             (Knob::Utilisation, Some(d), _) => d.utilisation = x,
-            (Knob::Rate, _, Some(cluster::Arrivals::Poisson { rate } | cluster::Arrivals::Gamma { rate, .. })) => {
-                *rate = x
-            }
+            (
+                Knob::Rate,
+                _,
+                Some(
+                    cluster::Arrivals::Poisson { rate }
+                    | cluster::Arrivals::Gamma { rate, .. }
+                    | cluster::Arrivals::Diurnal { rate, .. },
+                ),
+            ) => *rate = x,
             (Knob::TraceSpeed, _, Some(cluster::Arrivals::Trace { time_scale, .. })) => *time_scale /= x,
             _ => unreachable!("the knob was read from this workload"),
         }

@@ -133,7 +133,8 @@ pub fn pairings(w: &Workload, specs: &[PolicySpec]) -> Result<(), InputError> {
     }
 }
 
-/// Every policy a workload names — `policies:`, `cluster.scheduler`, `cluster.admission` — exists and is of the
+/// Every policy a workload names — `policies:`, `cluster.scheduler`, `cluster.admission`,
+/// `cluster.autoscaling.scaler` — exists and is of the
 /// right kind (`validate`).
 pub fn policy_names(loader: &mut Loader, w: &Workload, file: &Path) -> Result<(), InputError> {
     let at = |field: String, e: LoadError| InputError {
@@ -153,6 +154,11 @@ pub fn policy_names(loader: &mut Loader, w: &Workload, file: &Path) -> Result<()
         loader.check(&s, PolicyKind::Scheduler).map_err(|e| at("cluster.scheduler".into(), e))?;
         let a = PolicySpec::parse(&c.admission).map_err(|e| at("cluster.admission".into(), e))?;
         loader.admission_factory(&a).map_err(|e| at("cluster.admission".into(), e))?;
+        if let Some(auto) = &c.autoscaling {
+            let field = || "cluster.autoscaling.scaler".to_string();
+            let s = PolicySpec::parse(&auto.scaler).map_err(|e| at(field(), e))?;
+            loader.scaler_factory(&s).map_err(|e| at(field(), e))?;
+        }
     }
     Ok(())
 }

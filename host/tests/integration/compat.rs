@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use routelab_core::handle::RouterHandle;
-use routelab_core::plugin::{Loader, PolicySpec};
+use routelab_core::plugin::{ExtraKind, Loader, PolicySpec};
 use routelab_policy_api::{Completion, ReplicaView, Request, RouterContext, World};
 
 use crate::common::*;
@@ -53,6 +53,10 @@ fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() 
     assert!(read(&current, "root.rs").contains("new_admission") && !read(&root, "root.rs").contains("new_admission"));
     assert!(read(&current, "facts.rs").contains("\"tenant\"") && !read(&root, "facts.rs").contains("\"tenant\""));
     assert!(!read(&root, "lib.rs").contains("pub mod admission"), "the admission module was not cut");
+    // 0.5.4: the scaler kind and `Router::on_replica_change`.
+    assert!(read(&current, "root.rs").contains("new_scaler") && !read(&root, "root.rs").contains("new_scaler"));
+    assert!(!read(&root, "lib.rs").contains("pub mod scaler"), "the scaler module was not cut");
+    assert!(!traits.contains("fn on_replica_change"));
     assert!(traits.contains("#[sabi(last_prefix_field)]") && traits.contains("fn on_complete"));
     let (_, minor, _) = api_version();
     for file in ["lib.rs", "traits.rs", "types.rs", "policy.rs", "root.rs", "cost.rs", "facts.rs", "signals.rs"] {
@@ -72,6 +76,16 @@ fn an_earlier_patch_library_offers_no_admission_policy() {
     assert_eq!(loader.admission_list(Some(&lib)).unwrap(), Vec::new());
     let e = loader.admission_factory(&PolicySpec::parse(&format!("{}:mine", lib.display())).unwrap()).unwrap_err();
     assert!(e.message.contains("'mine'") && e.fix.contains("0.5.2"), "{e:?}");
+}
+
+/// Nor, built before the scaler kind (0.5.4), any scaler.
+#[test]
+fn an_earlier_patch_library_offers_no_scaler() {
+    let lib = compat_plugin().clone();
+    let mut loader = Loader::new();
+    assert_eq!(loader.extra_list(ExtraKind::Scaler, Some(&lib)).unwrap(), Vec::new());
+    let e = loader.scaler_factory(&PolicySpec::parse(&format!("{}:mine", lib.display())).unwrap()).unwrap_err();
+    assert!(e.message.contains("'mine'") && e.message.contains("scaler") && e.fix.contains("0.5.4"), "{e:?}");
 }
 
 /// Loaded into the current host, the plugin gives the built-in `least_requests`'s figures bit for

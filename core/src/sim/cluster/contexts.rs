@@ -42,7 +42,7 @@ pub fn router_context_for(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> 
     )
     .into();
     let Some(d) = &spec.disaggregation else {
-        return RouterContext { facts, ..router_context(sm, spec.replicas, run_seed) };
+        return RouterContext { facts, ..router_context(sm, spec.slots(), run_seed) };
     };
     // Validated with the workload; a failure here would have stopped it before any run.
     let (p, dm) = d.step_models(spec).unwrap_or_else(|_| (sm.clone(), sm.clone()));
@@ -73,10 +73,24 @@ pub fn admission_context(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> r
     let ctx = router_context_for(spec, sm, run_seed);
     routelab_policy_api::AdmissionContext {
         world: World::Cluster,
-        replicas: spec.replicas,
+        replicas: spec.slots(),
         seed: stream_seed(run_seed, "policy.admission"),
         kv_capacity_tokens: sm.kv_capacity_tokens,
         facts: ctx.facts,
+    }
+}
+
+/// What a scaler is told at creation on `spec`'s cluster (one pool; `spec.autoscaling` set).
+pub fn scaler_context(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> routelab_policy_api::ScalerContext {
+    let a = spec.autoscaling.as_ref().expect("a scaler runs on a cluster with autoscaling");
+    routelab_policy_api::ScalerContext {
+        world: World::Cluster,
+        pools: 1,
+        seed: stream_seed(run_seed, "policy.scaler"),
+        interval_s: a.interval_s,
+        model_load_s: a.model_load_s,
+        kv_capacity_tokens: sm.kv_capacity_tokens,
+        facts: router_context_for(spec, sm, run_seed).facts,
     }
 }
 

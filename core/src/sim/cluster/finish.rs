@@ -114,6 +114,15 @@ impl ClusterSim<'_> {
         if let Some(a) = self.admission.as_ref().filter(|_| self.admission_metrics) {
             self.tally.push_admission(&mut metrics, a.counts.held);
         }
+        let end = self.states.iter().filter_map(|st| st.completed_at).max().unwrap_or(0);
+        if let Some(f) = &mut self.fleet {
+            let end = end.max(f.last);
+            f.push_metrics(&mut metrics, end, self.cost_per_hour);
+        } else if self.cost_per_hour.is_some() {
+            // A fixed fleet is paid for from the start until its last request finishes.
+            let replicas = self.replicas.len() as f64;
+            super::fleet::push_cost(&mut metrics, replicas * seconds(end), end, self.cost_per_hour);
+        }
         let detail = (!self.exact).then(|| {
             let (latency_quantiles, finished_share) = self.tally.latency_cdf(crate::metrics::CDF_POINTS);
             crate::metrics::Detail { latency_quantiles, finished_share, ..Default::default() }
@@ -123,6 +132,11 @@ impl ClusterSim<'_> {
         }
         if let Some(a) = &self.admission {
             for (k, v) in a.report()? {
+                metrics.push(k, v);
+            }
+        }
+        if let Some(f) = &self.fleet {
+            for (k, v) in f.report()? {
                 metrics.push(k, v);
             }
         }

@@ -47,6 +47,9 @@ pub mod batcher;
 mod class_tests;
 mod contexts;
 mod finish;
+mod fleet;
+#[cfg(test)]
+mod fleet_tests;
 mod kv_tier;
 mod lockstep;
 #[cfg(test)]
@@ -79,7 +82,8 @@ use self::pd::Pd;
 use self::tiers::ReplicaTiers;
 
 pub use self::contexts::{
-    admission_context, check_fits, request_info, request_infos, router_context, router_context_for, scheduler_context,
+    admission_context, check_fits, request_info, request_infos, router_context, router_context_for, scaler_context,
+    scheduler_context,
 };
 use self::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use self::summary::{Replication, Tally};
@@ -105,6 +109,13 @@ enum Event {
     Scrape,
     /// A call of an agent session is sent: what it waited for is done, and its tool has run.
     Release(u32),
+    /// The scaler decides (autoscaling).
+    Scale,
+    /// A started replica finished loading the model (unless its load was cancelled since).
+    Loaded {
+        slot: u32,
+        generation: u32,
+    },
     /// Boxed: rare, and unboxed it would double every queued event's size.
     Evicted(Box<Evicted>),
 }
@@ -214,6 +225,17 @@ pub struct ClusterSim<'a> {
     /// end reads no per-request state: not with KV tiers), so that memory follows the requests
     /// in flight, not the run's length.
     retiring: bool,
+    /// The replicas routers see, as slots: `routable[k]` is the slot at router index `k` (all
+    /// of them, in order, on a fixed fleet).
+    routable: Vec<u32>,
+    /// Per slot: its router index while ready (and the one its completions keep while draining).
+    index_of: Vec<u32>,
+    /// The scaler and the slots' lives (`cluster.autoscaling`); `None` on a fixed fleet.
+    fleet: Option<fleet::Fleet>,
+    autoscaling: Option<crate::workload::cluster::autoscaling::Autoscaling>,
+    /// What a cold replica's tiers are rebuilt from: spec, KV bytes per token, layers.
+    tier_spec: Option<(crate::workload::cluster::kv_tiers::KvTiers, f64, u32)>,
+    cost_per_hour: Option<f64>,
 }
 
 impl<'a> ClusterSim<'a> {
@@ -228,7 +250,8 @@ impl<'a> ClusterSim<'a> {
         schedulers: Vec<SchedulerBox>,
         label: &str,
     ) -> Result<Self, SetupError> {
-        let n = spec.replicas as usize;
+        // Slots: `autoscaling.max_replicas`, else `replicas`; the first `replicas` start ready.
+        let n = spec.slots() as usize;
         if schedulers.len() != n {
             return Err(SetupError::new(
                 "scheduler",
@@ -319,7 +342,7 @@ impl<'a> ClusterSim<'a> {
             replicas,
             states: Window::new(done_state),
             queue,
-            views: vec![ReplicaView::default(); n],
+            views: vec![ReplicaView::default(); spec.replicas as usize],
             completed: Vec::new(),
             next: 0,
             arrived: 0,
@@ -362,7 +385,14 @@ impl<'a> ClusterSim<'a> {
             lockstep: spec.lockstep_group().max(1) as usize,
             group_busy: vec![false; n / spec.lockstep_group().max(1) as usize],
             tally: Tally::new(exact, spec.classes.clone(), spec.tenants.clone(), spec.slo.clone().map(Cow::Owned)),
-            retiring: !exact && spec.kv_tiers.is_none(),
+            // Runs whose end reads every request's state keep it: KV tiers, a fleet's bill.
+            retiring: !exact && spec.kv_tiers.is_none() && spec.autoscaling.is_none() && spec.cost_per_hour.is_none(),
+            routable: (0..spec.replicas).collect(),
+            index_of: (0..n as u32).collect(),
+            fleet: None,
+            autoscaling: spec.autoscaling.clone(),
+            tier_spec: spec.kv_tiers.clone().map(|t| (t, sm.cost.kv_bytes_per_token, sm.model.layers)),
+            cost_per_hour: spec.cost_per_hour,
         };
         if !sim.retiring {
             sim.held_up_to(total);
@@ -426,6 +456,8 @@ impl<'a> ClusterSim<'a> {
                     Event::MigrationEnd(id) => self.on_migration_end(now, id)?,
                     Event::Scrape => self.on_scrape(now),
                     Event::Release(id) => self.on_release(now, id as usize)?,
+                    Event::Scale => self.on_scale(now)?,
+                    Event::Loaded { slot, generation } => self.on_loaded(now, slot, generation)?,
                     Event::Evicted(e) => self.on_evicted(e.replica, e.evicted_at, &e.path, e.remaining_tokens)?,
                 }
                 continue;
@@ -440,8 +472,9 @@ impl<'a> ClusterSim<'a> {
     fn refresh_views(&mut self, id: usize) {
         let prompt = self.stream.prompt(id);
         let exact = self.router.capabilities().needs_exact_match();
-        for (k, (v, rep)) in self.views.iter_mut().zip(&self.replicas).enumerate() {
-            *v = rep.view(&self.cfgs[pool_of(self.pd.as_ref(), k)]);
+        for (k, (v, &slot)) in self.views.iter_mut().zip(&self.routable).enumerate() {
+            let rep = &self.replicas[slot as usize];
+            *v = rep.view(&self.cfgs[pool_of(self.pd.as_ref(), slot as usize)]);
             if exact {
                 v.matched_tokens = rep.cache.cached_or_pending_prefix(prompt, &rep.pending);
             }
@@ -458,7 +491,7 @@ impl<'a> ClusterSim<'a> {
         if self.pd.is_some() {
             self.on_arrival_pd(now, id, &req)?;
         } else {
-            let r = self.router.dispatch(&req, &self.infos[id], &self.views)? as usize;
+            let r = self.routable[self.router.dispatch(&req, &self.infos[id], &self.views)? as usize] as usize;
             self.replicas[r].enqueue(id as u32, prompt, q.output_tokens, &mut self.states[id], &self.cfgs[1]);
             if self.idle(r) {
                 self.start_step(r, now)?;
@@ -502,6 +535,10 @@ impl<'a> ClusterSim<'a> {
     fn arrive(&mut self, now: SimTime, id: usize) -> Result<(), RunError> {
         self.arrived += 1;
         self.last_arrived = id;
+        if let Some(f) = &mut self.fleet {
+            let q = &self.stream.requests[id];
+            f.arrived(id, q.prompt_tokens, q.output_tokens);
+        }
         self.refresh_views(id);
         let admitted = match &mut self.admission {
             None => Admitted::Now,
@@ -541,6 +578,7 @@ impl<'a> ClusterSim<'a> {
         }
         self.finish_replica_step(now, r)?;
         self.start_step(r, now)?;
+        self.drained_if_idle(now, r);
         self.release_held(now)
     }
 
@@ -577,10 +615,13 @@ impl<'a> ClusterSim<'a> {
     fn report_completion(&mut self, now: SimTime, r: usize, id: u32) -> Result<(), RunError> {
         let (q, st) = (&self.stream.requests[id as usize], &self.states[id as usize]);
         self.done += 1;
-        let first = self.pd.as_ref().map_or(0, |pd| pd.decode_start);
+        let replica = match &self.pd {
+            Some(pd) => (r - pd.decode_start) as u32,
+            None => self.index_of[r],
+        };
         let c = Completion {
             request_id: id as u64,
-            replica: (r - first) as u32,
+            replica,
             arrived_at: seconds(st.arrived_at),
             completed_at: seconds(now),
             ttft: seconds(st.first_token_at.unwrap_or(now) - st.arrived_at),
@@ -591,6 +632,12 @@ impl<'a> ClusterSim<'a> {
         if let Some(a) = &mut self.admission {
             a.complete(&c)?;
         }
+        if let Some(f) = &mut self.fleet {
+            let latency = c.completed_at - c.arrived_at;
+            let tpot = if c.output_tokens > 1 { (latency - c.ttft) / (c.output_tokens - 1) as f64 } else { f64::NAN };
+            let met = self.slo.as_ref().is_some_and(|s| s.met(c.ttft, tpot, latency));
+            f.completed(id as usize, now, c.ttft, tpot, met);
+        }
         self.router.complete(&c)?;
         self.release_dependents(now, id);
         Ok(())
@@ -599,8 +646,8 @@ impl<'a> ClusterSim<'a> {
     /// The gateway scrapes every replica's metrics at `now`, and the next scrape is due one
     /// interval later while requests remain (to arrive or to finish).
     fn on_scrape(&mut self, now: SimTime) {
-        for (k, (v, rep)) in self.views.iter_mut().zip(&self.replicas).enumerate() {
-            *v = rep.view(&self.cfgs[pool_of(self.pd.as_ref(), k)]);
+        for (v, &slot) in self.views.iter_mut().zip(&self.routable) {
+            *v = self.replicas[slot as usize].view(&self.cfgs[pool_of(self.pd.as_ref(), slot as usize)]);
         }
         self.router.scrape(&self.views, seconds(now));
         if self.done < self.stream.requests.len() {
@@ -617,6 +664,7 @@ impl<'a> ClusterSim<'a> {
         path: &[Segment],
         remaining_tokens: u32,
     ) -> Result<(), RunError> {
+        let replica = if self.pd.is_some() { replica } else { self.index_of[replica as usize] };
         let e = Eviction { replica, evicted_at: seconds(evicted_at), path: RSlice::from_slice(path), remaining_tokens };
         self.router.evicted(&e)
     }

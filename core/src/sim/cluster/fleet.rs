@@ -1,0 +1,390 @@
+//! Autoscaling in the loop (`cluster.autoscaling`): a scaler (policy-api 0.5.4) asked every
+//! `interval_s` how many replicas the cluster should have, and the replicas' lives.
+//!
+//! The cluster keeps `max_replicas` slots. A slot is off, loading, ready or draining. A scale-up
+//! turns off slots (lowest first) into loading ones with cold caches (GPU and CPU tier emptied;
+//! the shared remote tier stays); each becomes ready — routable — `model_load_s` later. A
+//! scale-down first cancels loading replicas (newest first: Kubernetes deletes not-ready pods
+//! first), then drains ready ones, newest first: a draining replica takes no new request,
+//! finishes every request dispatched to it (queued ones included), then goes off. Billing runs
+//! from the scale-up decision (a loading replica is paid for) until the slot goes off.
+//!
+//! Routers see the ready replicas only, indexed in the order they became ready; since scale-down
+//! drains the newest, the ready set is a stack and a replica keeps its index while it is ready
+//! (`Router::on_replica_change` says when the set changes; `completion.replica` is the index the
+//! request was placed at, which a replica that joins later may take again).
+//!
+//! What the scaler is told at each decision: the ready replicas' views (with `kv_used_tokens`
+//! the KV running requests hold, as vLLM's `kv_cache_usage_perc` counts: cached blocks no
+//! request references are free) and the figures of
+//! `policy-api`'s `facts::fleet` — counts, queue, KV utilisation (means over ready replicas),
+//! the last interval's arrival rate, mean prompt and output tokens, mean TTFT and TPOT of the
+//! requests finished in it, and the SLO attainment of every request finished so far. Its answer
+//! is clamped to `[min_replicas, max_replicas]`, and to the slots free (draining ones count).
+//!
+//! Metrics (only with `autoscaling` or `cost_per_hour`): `replica_seconds` (over the run, until
+//! its last event), `replicas_mean` (÷ that time), `cost` (× `cost_per_hour` / 3600, with a
+//! price), and with a scaler `replicas_max`, `scale_ups`, `scale_downs` (decisions that raised /
+//! lowered the target), `replicas_started`, `slo_attainment_scaling` (over requests that arrived
+//! while replicas were loading: how the SLO fares during scale-out; NaN if none did).
+
+use abi_stable::std_types::{RSlice, RVec};
+use routelab_policy_api::{Fact, Pool, ReplicaChange, ReplicaView, ScalerBox, facts::fleet};
+
+use super::replica::Replica;
+use super::{ClusterSim, Event};
+use crate::error::RunError;
+use crate::handle::{namespaced, policy_error};
+use crate::metrics::Metrics;
+use crate::time::{SimTime, seconds, ticks};
+use crate::workload::cluster::autoscaling::Autoscaling;
+
+/// A slot's life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Slot {
+    Off,
+    Loading,
+    Ready,
+    Draining,
+}
+
+/// The scaler and the slots' states.
+pub(super) struct Fleet {
+    scaler: ScalerBox,
+    label: String,
+    spec: Autoscaling,
+    interval: SimTime,
+    pub(super) slots: Vec<Slot>,
+    /// Per slot: bumped at every scale-up, so a cancelled load's event is recognised.
+    generation: Vec<u32>,
+    /// Loading slots in the order they were started.
+    loading: Vec<u32>,
+    /// Per slot: since when it is paid for (not off).
+    on_since: Vec<SimTime>,
+    replica_seconds: f64,
+    replicas_max: u32,
+    scale_ups: u64,
+    scale_downs: u64,
+    started: u64,
+    /// The last interval's arrivals: count, prompt and output tokens.
+    win_arrivals: u64,
+    win_prompt: u64,
+    win_output: u64,
+    /// The last interval's completions: count, TTFT sum, TPOT sum and count.
+    win_done: u64,
+    win_ttft: f64,
+    win_tpot: f64,
+    win_tpot_n: u64,
+    /// Requests finished so far, and how many met the SLO.
+    finished: u64,
+    met: u64,
+    /// Per request: whether it arrived while a replica was loading; how many did, and how many
+    /// of those met the SLO.
+    during_scale_out: Vec<bool>,
+    scaling_n: u64,
+    scaling_met: u64,
+    /// The last time anything happened (billing ends there).
+    pub(super) last: SimTime,
+    /// Whether the workload has an SLO (attainment is NaN without).
+    has_slo: bool,
+}
+
+impl Fleet {
+    pub(super) fn new(
+        scaler: ScalerBox,
+        label: &str,
+        spec: &Autoscaling,
+        start: u32,
+        requests: usize,
+        has_slo: bool,
+    ) -> Self {
+        let n = spec.max_replicas as usize;
+        let slots = (0..n).map(|s| if s < start as usize { Slot::Ready } else { Slot::Off }).collect();
+        Self {
+            scaler,
+            label: label.to_string(),
+            spec: spec.clone(),
+            interval: ticks(spec.interval_s).max(1),
+            slots,
+            generation: vec![0; n],
+            loading: Vec::new(),
+            on_since: vec![0; n],
+            replica_seconds: 0.0,
+            replicas_max: start,
+            scale_ups: 0,
+            scale_downs: 0,
+            started: 0,
+            win_arrivals: 0,
+            win_prompt: 0,
+            win_output: 0,
+            win_done: 0,
+            win_ttft: 0.0,
+            win_tpot: 0.0,
+            win_tpot_n: 0,
+            finished: 0,
+            met: 0,
+            during_scale_out: vec![false; requests],
+            scaling_n: 0,
+            scaling_met: 0,
+            last: 0,
+            has_slo,
+        }
+    }
+
+    fn count(&self, s: Slot) -> u32 {
+        self.slots.iter().filter(|&&x| x == s).count() as u32
+    }
+
+    /// Slot `slot` stops being paid for at `now`.
+    fn off(&mut self, slot: usize, now: SimTime) {
+        self.slots[slot] = Slot::Off;
+        self.replica_seconds += seconds(now - self.on_since[slot]);
+    }
+
+    /// Request `id` arrived with these sizes.
+    pub(super) fn arrived(&mut self, id: usize, prompt: u32, output: u32) {
+        self.win_arrivals += 1;
+        self.win_prompt += prompt as u64;
+        self.win_output += output as u64;
+        self.during_scale_out[id] = !self.loading.is_empty();
+        self.scaling_n += self.during_scale_out[id] as u64;
+    }
+
+    /// Request `id` finished at `now` with these times (seconds; `tpot` NaN for one output
+    /// token), meeting the SLO or not.
+    pub(super) fn completed(&mut self, id: usize, now: SimTime, ttft: f64, tpot: f64, met: bool) {
+        self.scaling_met += (met && self.during_scale_out[id]) as u64;
+        self.last = self.last.max(now);
+        self.win_done += 1;
+        self.win_ttft += ttft;
+        if tpot.is_finite() {
+            self.win_tpot += tpot;
+            self.win_tpot_n += 1;
+        }
+        self.finished += 1;
+        self.met += met as u64;
+    }
+
+    fn facts(&self, views: &[ReplicaView]) -> Vec<Fact> {
+        let nan_div = |a: f64, b: u64| if b == 0 { f64::NAN } else { a / b as f64 };
+        let (ready, loading) = (self.count(Slot::Ready), self.count(Slot::Loading));
+        let kv = views.iter().map(|v| v.kv_used_tokens as f64 / v.kv_capacity_tokens.max(1) as f64).sum::<f64>();
+        vec![
+            Fact::new(fleet::REPLICAS, (ready + loading) as f64),
+            Fact::new(fleet::READY_REPLICAS, ready as f64),
+            Fact::new(fleet::LOADING_REPLICAS, loading as f64),
+            Fact::new(fleet::DRAINING_REPLICAS, self.count(Slot::Draining) as f64),
+            Fact::new(fleet::MIN_REPLICAS, self.spec.min_replicas as f64),
+            Fact::new(fleet::MAX_REPLICAS, self.spec.max_replicas as f64),
+            Fact::new(fleet::WAITING, views.iter().map(|v| v.waiting as f64).sum()),
+            Fact::new(fleet::RUNNING, views.iter().map(|v| v.running as f64).sum()),
+            Fact::new(fleet::KV_UTILISATION, nan_div(kv, views.len() as u64)),
+            Fact::new(fleet::ARRIVAL_RATE, self.win_arrivals as f64 / seconds(self.interval)),
+            Fact::new(fleet::PROMPT_TOKENS_MEAN, nan_div(self.win_prompt as f64, self.win_arrivals)),
+            Fact::new(fleet::OUTPUT_TOKENS_MEAN, nan_div(self.win_output as f64, self.win_arrivals)),
+            Fact::new(fleet::TTFT_MEAN_S, nan_div(self.win_ttft, self.win_done)),
+            Fact::new(fleet::TPOT_MEAN_S, nan_div(self.win_tpot, self.win_tpot_n)),
+            Fact::new(
+                fleet::SLO_ATTAINMENT,
+                if self.has_slo { nan_div(self.met as f64, self.finished) } else { f64::NAN },
+            ),
+        ]
+    }
+
+    /// The run's figures (see the module docs); `end` is when the run's last event happened.
+    pub(super) fn push_metrics(&mut self, m: &mut Metrics, end: SimTime, cost_per_hour: Option<f64>) {
+        for s in 0..self.slots.len() {
+            if self.slots[s] != Slot::Off {
+                self.off(s, end.max(self.on_since[s]));
+            }
+        }
+        push_cost(m, self.replica_seconds, end, cost_per_hour);
+        m.push("replicas_max", self.replicas_max as f64);
+        m.push("scale_ups", self.scale_ups as f64);
+        m.push("scale_downs", self.scale_downs as f64);
+        m.push("replicas_started", self.started as f64);
+        let (met, n) = (self.scaling_met, self.scaling_n);
+        m.push("slo_attainment_scaling", if n == 0 || !self.has_slo { f64::NAN } else { met as f64 / n as f64 });
+    }
+
+    /// The scaler's own figures as `scaler.<name>`.
+    pub(super) fn report(&self) -> Result<Vec<(String, f64)>, RunError> {
+        let stats = self.scaler.report().into_result().map_err(|e| policy_error(&self.label, "report", e.into()))?;
+        namespaced("scaler", stats).map_err(|m| RunError(format!("scaler '{}': {m}", self.label)))
+    }
+}
+
+/// `replica_seconds`, `replicas_mean` and, with a price, `cost`.
+pub(super) fn push_cost(m: &mut Metrics, replica_seconds: f64, end: SimTime, cost_per_hour: Option<f64>) {
+    m.push("replica_seconds", replica_seconds);
+    m.push("replicas_mean", if end == 0 { f64::NAN } else { replica_seconds / seconds(end) });
+    if let Some(c) = cost_per_hour {
+        m.push("cost", replica_seconds * c / 3600.0);
+    }
+}
+
+impl ClusterSim<'_> {
+    /// Puts `scaler` (labelled `label`) in charge of the replica count (`cluster.autoscaling`).
+    pub fn with_scaler(mut self, scaler: ScalerBox, label: &str) -> Result<Self, super::SetupError> {
+        let Some(spec) = self.autoscaling.clone() else {
+            return Err(super::SetupError::new(
+                "autoscaling",
+                "a scaler was given for a cluster without `autoscaling:`",
+                "add an `autoscaling:` section",
+            ));
+        };
+        let start = self.routable.len() as u32;
+        let fleet = Fleet::new(scaler, label, &spec, start, self.states.len(), self.slo.is_some());
+        self.queue.push(fleet.interval, Event::Scale);
+        self.fleet = Some(fleet);
+        Ok(self)
+    }
+
+    /// The scaler decides at `now`; the fleet follows; the next decision is queued while
+    /// requests remain.
+    pub(super) fn on_scale(&mut self, now: SimTime) -> Result<(), RunError> {
+        if self.done == self.states.len() {
+            // Every request has ended: the run is over, and so is the bill.
+            return Ok(());
+        }
+        // The scaler reads KV use as vLLM's `kv_cache_usage_perc` counts it: blocks running
+        // requests hold; cached blocks nobody references are free (evictable at once).
+        for (k, &slot) in self.routable.iter().enumerate() {
+            let rep = &self.replicas[slot as usize];
+            self.views[k] = ReplicaView {
+                kv_used_tokens: rep.cache.pinned_tokens() + rep.private_tokens,
+                ..rep.view(&self.cfgs[1])
+            };
+        }
+        let f = self.fleet.as_mut().expect("scale events come with a fleet");
+        f.last = f.last.max(now);
+        let facts = f.facts(&self.views);
+        let pool = Pool {
+            replicas: routelab_policy_api::Replicas {
+                views: RSlice::from_slice(&self.views),
+                signals: RSlice::from_slice(&[]),
+                signal_columns: 0,
+            },
+            facts: RSlice::from_slice(&facts),
+        };
+        let label = f.label.clone();
+        let answer: RVec<u32> = f
+            .scaler
+            .desired(seconds(now), RSlice::from_slice(&[pool]))
+            .into_result()
+            .map_err(|e| policy_error(&label, "desired", e.into()))?;
+        if answer.len() != 1 {
+            return Err(RunError(format!(
+                "scaler '{label}' answered {} replica counts for 1 pool (answer one per pool)",
+                answer.len()
+            )));
+        }
+        let (lo, hi) = (f.spec.min_replicas, f.spec.max_replicas);
+        let desired = answer[0].clamp(lo, hi);
+        let current = f.count(Slot::Ready) + f.count(Slot::Loading);
+        if desired > current {
+            f.scale_ups += 1;
+        } else if desired < current {
+            f.scale_downs += 1;
+        }
+        f.win_arrivals = 0;
+        f.win_prompt = 0;
+        f.win_output = 0;
+        f.win_done = 0;
+        f.win_ttft = 0.0;
+        f.win_tpot = 0.0;
+        f.win_tpot_n = 0;
+        if desired > current {
+            self.scale_up(now, desired - current);
+        } else {
+            self.scale_down(now, current - desired)?;
+        }
+        let f = self.fleet.as_mut().expect("checked");
+        f.replicas_max = f.replicas_max.max(f.count(Slot::Ready) + f.count(Slot::Loading) + f.count(Slot::Draining));
+        let next = now + f.interval;
+        self.queue.push(next, Event::Scale);
+        Ok(())
+    }
+
+    /// Starts up to `n` replicas on free slots, lowest first, with cold caches.
+    fn scale_up(&mut self, now: SimTime, n: u32) {
+        let load = ticks(self.fleet.as_ref().expect("fleet").spec.model_load_s);
+        for _ in 0..n {
+            let f = self.fleet.as_mut().expect("fleet");
+            let Some(slot) = f.slots.iter().position(|&s| s == Slot::Off) else { break };
+            f.slots[slot] = Slot::Loading;
+            f.generation[slot] += 1;
+            f.loading.push(slot as u32);
+            f.on_since[slot] = now;
+            f.started += 1;
+            let generation = f.generation[slot];
+            let rep = &mut self.replicas[slot];
+            debug_assert!(!rep.has_work() && !rep.busy, "an off replica has no work");
+            rep.cache = if rep.tiers.is_some() {
+                super::prefix_cache::PrefixCache::with_offload()
+            } else {
+                super::prefix_cache::PrefixCache::new()
+            };
+            if let (Some(t), Some(spec)) = (rep.tiers.as_mut(), self.tier_spec.as_ref()) {
+                **t = super::tiers::ReplicaTiers::new(&spec.0, spec.1, spec.2);
+            }
+            self.queue.push(now + load, Event::Loaded { slot: slot as u32, generation });
+        }
+    }
+
+    /// Cancels loading replicas (newest first), then drains ready ones (newest first).
+    fn scale_down(&mut self, now: SimTime, mut n: u32) -> Result<(), RunError> {
+        let f = self.fleet.as_mut().expect("fleet");
+        while n > 0 {
+            let Some(slot) = f.loading.pop() else { break };
+            f.off(slot as usize, now);
+            n -= 1;
+        }
+        while n > 0 && self.routable.len() > 1 {
+            let slot = self.routable.pop().expect("non-empty") as usize;
+            self.fleet.as_mut().expect("fleet").slots[slot] = Slot::Draining;
+            self.views.pop();
+            let change = ReplicaChange {
+                at: seconds(now),
+                replica: self.index_of[slot],
+                joined: false,
+                routable: self.routable.len() as u32,
+            };
+            self.router.replicas_changed(&change)?;
+            self.drained_if_idle(now, slot);
+            n -= 1;
+        }
+        Ok(())
+    }
+
+    /// A draining replica with nothing left goes off at `now`.
+    pub(super) fn drained_if_idle(&mut self, now: SimTime, slot: usize) {
+        let Some(f) = self.fleet.as_mut() else { return };
+        let rep: &Replica = &self.replicas[slot];
+        if f.slots[slot] == Slot::Draining && !rep.busy && !rep.has_work() {
+            f.off(slot, now);
+        }
+    }
+
+    /// Slot `slot` finished loading at `now` (unless its load was cancelled): it takes requests.
+    pub(super) fn on_loaded(&mut self, now: SimTime, slot: u32, generation: u32) -> Result<(), RunError> {
+        let f = self.fleet.as_mut().expect("load events come with a fleet");
+        let s = slot as usize;
+        if f.slots[s] != Slot::Loading || f.generation[s] != generation {
+            return Ok(());
+        }
+        f.slots[s] = Slot::Ready;
+        f.loading.retain(|&x| x != slot);
+        f.last = f.last.max(now);
+        self.index_of[s] = self.routable.len() as u32;
+        self.routable.push(slot);
+        self.views.push(ReplicaView::default());
+        let change = ReplicaChange {
+            at: seconds(now),
+            replica: self.index_of[s],
+            joined: true,
+            routable: self.routable.len() as u32,
+        };
+        self.router.replicas_changed(&change)
+    }
+}

@@ -1,0 +1,180 @@
+//! Autoscaling in whole cluster runs: a scale-up's cold replica and a drain, timed by hand, and
+//! conservation while the fleet changes.
+
+use abi_stable::sabi_trait::TD_Opaque;
+use routelab_policy_api::scaler::Scaler_TO;
+use routelab_policy_api::{
+    Guarded, Maker, Policy, Pool, Replicas, Request, RouterContext, RouterPolicy, ScalerContext, ScalerPolicy, Segment,
+};
+
+use super::*;
+use crate::plugin::{Loader, PolicySpec};
+use crate::time::ticks;
+use crate::workload::generate::{GeneratedRequest, RequestStream};
+
+/// Always asks for `n` replicas.
+struct Fixed(u32);
+
+impl Policy for Fixed {
+    const NAME: &'static str = "fixed";
+    const DESCRIPTION: &'static str = "asks for a fixed count";
+    type Config = u32;
+    type Context = ScalerContext;
+    fn new(n: u32, _: &ScalerContext) -> Result<Self, String> {
+        Ok(Fixed(n))
+    }
+}
+
+impl ScalerPolicy for Fixed {
+    fn desired(&mut self, _: f64, pools: &[Pool<'_>]) -> Vec<u32> {
+        vec![self.0; pools.len()]
+    }
+}
+
+/// Sends every request to the newest routable replica (the last index).
+struct Newest;
+
+impl Policy for Newest {
+    const NAME: &'static str = "newest";
+    const DESCRIPTION: &'static str = "the last index";
+    type Config = ();
+    type Context = RouterContext;
+    fn new(_: (), _: &RouterContext) -> Result<Self, String> {
+        Ok(Newest)
+    }
+}
+
+impl RouterPolicy for Newest {
+    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
+        replicas.len() - 1
+    }
+}
+
+/// One A6000, unchunked prefill; `extra` adds fields (autoscaling).
+fn spec(replicas: u32, extra: &str) -> ClusterSpec {
+    serde_norway::from_str(&format!(
+        "replicas: {replicas}\nchunk_tokens: 0\n{extra}\n\
+         generator: {{output_tokens: 1}}\narrivals: {{poisson: {{rate: 1}}}}\nrequests: 3\n"
+    ))
+    .unwrap()
+}
+
+/// Requests of `(arrival s, prompt segment id, prompt tokens, output tokens)`.
+fn stream(rows: &[(f64, u64, u32, u32)]) -> RequestStream {
+    let mut s = RequestStream::default();
+    for &(at, id, tokens, output) in rows {
+        let start = s.segments.len() as u32;
+        s.segments.push(Segment { id, tokens });
+        s.requests.push(GeneratedRequest {
+            arrived_at: ticks(at),
+            prompt_tokens: tokens,
+            output_tokens: output,
+            segments: start..s.segments.len() as u32,
+            output_segment: None,
+        });
+    }
+    s
+}
+
+/// Runs `spec` on `stream` with the `Newest` router and, if given, a `Fixed(n)` scaler.
+fn run(spec: &ClusterSpec, stream: &RequestStream, scaler: Option<u32>) -> RunOutcome {
+    let sm = spec.step_model().unwrap();
+    let ctx = router_context_for(spec, &sm, 1);
+    let Maker::Router(make) = routelab_policy_api::router::<Newest>().make else { unreachable!() };
+    let router = make("", &ctx).unwrap();
+    let mut loader = Loader::new();
+    let sched =
+        loader.resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler).unwrap();
+    let schedulers = crate::runner::make_schedulers(&sched, &sm, spec.slots(), 1).unwrap();
+    let mut sim = ClusterSim::build(spec, &sm, stream, router, schedulers, "newest").unwrap();
+    if let Some(n) = scaler {
+        let s = Scaler_TO::from_value(Guarded::new(Fixed(n)), TD_Opaque);
+        sim = sim.with_scaler(s, "fixed").unwrap();
+    }
+    sim.run().unwrap()
+}
+
+const SCALING: &str =
+    "autoscaling: {scaler: fixed, interval_s: 10, model_load_s: 30, min_replicas: 1, max_replicas: 2}";
+
+/// One replica; the scaler asks for two at its first decision (t = 10 s); the new replica loads
+/// for 30 s, so it takes requests from t = 40 s exactly (an arrival at the same instant as the
+/// load's end comes after it), with a cold cache. Three requests with the same 1,000-token
+/// prompt: at 0 (cold, replica 0), at 39.9 (replica 0 still the only one: a cache hit), at 40
+/// (the new replica, index 1: cold again, so its time to first token equals the first's).
+/// Billing: replica 0 from 0, replica 1 from its decision at 10, both until the last request
+/// ends.
+#[test]
+fn a_scaled_up_replica_takes_requests_after_its_model_load_with_a_cold_cache() {
+    let spec = spec(1, SCALING);
+    let out = run(&spec, &stream(&[(0.0, 7, 1000, 1), (39.9, 7, 1000, 1), (40.0, 7, 1000, 1)]), Some(2));
+    let r = &out.records;
+    assert_eq!(r.iter().map(|x| x.replica).collect::<Vec<_>>(), [0, 0, 1]);
+    assert_eq!(r[0].cached_tokens, 0);
+    assert!(r[1].cached_tokens > 0, "the second request hits replica 0's cache");
+    assert_eq!(r[2].cached_tokens, 0, "the new replica starts cold");
+    let ttft = |x: &RequestRecord| x.first_token_at_s - x.arrived_at_s;
+    assert!((ttft(&r[2]) - ttft(&r[0])).abs() < 1e-9, "{} vs {}", ttft(&r[2]), ttft(&r[0]));
+    let end = r[2].completed_at_s;
+    let m = &out.metrics;
+    assert!((m.get("replica_seconds").unwrap() - (end + (end - 10.0))).abs() < 1e-6, "{m:?}");
+    assert_eq!(m.get("scale_ups"), Some(1.0));
+    assert_eq!(m.get("replicas_started"), Some(1.0));
+    // The third request arrived while no replica was loading any more (it became ready at 40).
+    assert_eq!(m.get("replicas_max"), Some(2.0));
+}
+
+/// Two replicas; the scaler asks for one at t = 10 s. The newest (index 1) is drained: the long
+/// request it runs (from t = 0, 2,000 output tokens) finishes there exactly as it would alone,
+/// a request at 11 s goes to replica 0, and replica 1 stops being paid for when its request ends.
+#[test]
+fn a_drained_replica_finishes_what_it_has_and_then_goes() {
+    let rows = [(0.0, 7, 1000, 2000), (11.0, 8, 500, 1)];
+    // The long request alone on a fixed fleet (where the newest replica would also get the second).
+    let fixed = run(&spec(2, ""), &stream(&rows[..1]), None);
+    let spec = spec(2, SCALING);
+    let out = run(&spec, &stream(&rows), Some(1));
+    let r = &out.records;
+    assert_eq!((r[0].replica, r[1].replica), (1, 0));
+    let done_at = r[0].completed_at_s;
+    assert!(done_at > 11.0, "the long request is still running at the drain ({done_at})");
+    assert_eq!(done_at, fixed.records[0].completed_at_s, "draining does not disturb in-flight work");
+    let end = done_at.max(r[1].completed_at_s);
+    let m = &out.metrics;
+    assert!((m.get("replica_seconds").unwrap() - (end + done_at)).abs() < 1e-6, "{m:?}");
+    assert_eq!((m.get("scale_downs"), m.get("replicas_started")), (Some(1.0), Some(0.0)));
+}
+
+/// The diurnal preset, shortened, under each built-in scaler: every request finishes exactly once
+/// (the finish's conservation check runs under debug assertions), on a replica that existed, and
+/// the fleet both grew and shrank.
+#[test]
+fn every_request_finishes_once_while_the_fleet_scales() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("workloads/cluster/diurnal.yaml");
+    let mut spec = crate::workload::load(&path).unwrap_or_else(|e| panic!("{e}")).cluster.unwrap();
+    spec.arrivals = crate::workload::cluster::Arrivals::Diurnal { rate: 30.0, amplitude: 0.8, period_s: 600.0 };
+    spec.duration_s = Some(600.0);
+    for scaler in ["hpa{metric: requests, target: 8}", "dynamo_planner", "llm_d_wva"] {
+        let sm = spec.step_model().unwrap();
+        let mut loader = Loader::new();
+        let ctx = router_context_for(&spec, &sm, 1);
+        let router = loader.router(&PolicySpec::parse("least_requests").unwrap(), &ctx).unwrap();
+        let sched =
+            loader.resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler).unwrap();
+        let schedulers = crate::runner::make_schedulers(&sched, &sm, spec.slots(), 1).unwrap();
+        let stream = crate::workload::generate::generate(&spec, None, 1).unwrap();
+        let s = loader.scaler_factory(&PolicySpec::parse(scaler).unwrap()).unwrap();
+        let s = s.scaler(&scaler_context(&spec, &sm, 1)).unwrap();
+        let out = ClusterSim::build(&spec, &sm, &stream, router, schedulers, "least_requests")
+            .unwrap()
+            .with_scaler(s, scaler)
+            .unwrap()
+            .run()
+            .unwrap();
+        let m = &out.metrics;
+        assert_eq!(m.get("completed"), Some(stream.requests.len() as f64), "{scaler}: {m:?}");
+        assert!(out.records.iter().all(|r| r.replica < 10 && r.completed_at_s.is_finite()), "{scaler}");
+        assert!(m.get("scale_ups").unwrap() > 0.0 && m.get("scale_downs").unwrap() > 0.0, "{scaler}: {m:?}");
+    }
+}
