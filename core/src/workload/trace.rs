@@ -27,7 +27,8 @@ pub struct TraceRow {
 /// Where the public dataset lives, for messages about a missing trace.
 pub const AZURE_TRACE_HINT: &str = "routelab ships the Azure LLM inference trace 2023 in \
 workloads/traces/azure-llm-2023/ (it is also public in Azure's \"AzurePublicDataset\" repository \
-on GitHub); pass the path of a file in that format";
+on GitHub); pass the path of a file in that format, or a built-in trace by name \
+(`AzureLLMInferenceTrace_conv`, `AzureLLMInferenceTrace_code`)";
 
 /// Seconds since midnight from `YYYY-MM-DD HH:MM:SS.fffffff`, or a plain number of seconds.
 /// Days are counted from the date, so traces may cross midnight.

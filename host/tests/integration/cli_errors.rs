@@ -68,7 +68,7 @@ fn options_a_workload_cannot_use_are_errors() {
     bad(&["compare", "exp_rho09", "--policies", "random", "--trace", csv], &["--trace"]);
     bad(&["validate", "exp_rho09", "--trace", csv], &["--trace"]);
     // A trace that is neither a file nor a built-in's name; a table column no run reports.
-    bad(&["compare", "azure_conv", "--trace", "x.csv"], &["--trace", "no built-in trace", "conversation_trace"]);
+    bad(&["compare", "azure_conv", "--trace", "x.csv"], &["x.csv", "AzurePublicDataset"]);
     bad(&["compare", "tool_use", "--columns", "ttft_p99"], &["--columns", "did you mean `ttft_p99_s`"]);
     bad(&["compare", "exp_rho09", "--columns", "hit_rate"], &["--columns", "dispatch world"]);
     // `@scheduler` outside the cluster world used to run as the plain router.
