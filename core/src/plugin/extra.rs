@@ -57,34 +57,23 @@ impl Loader {
         };
         let lib = self.library(p)?;
         let label = p.display().to_string();
-        let rows = |v: Vec<(String, String, String)>| Ok(v);
+        // The two listings have their own info types with the same three fields.
+        macro_rules! rows {
+            ($listing:expr) => {{
+                let Some(f) = $listing else { return Ok(Vec::new()) };
+                let infos = f().into_result().map_err(|e| policy_error(&label, e))?;
+                Ok(infos
+                    .into_iter()
+                    .map(|i| {
+                        let config = i.default_config.into_result().map(String::from).unwrap_or_default();
+                        (i.name.into(), i.description.into(), config)
+                    })
+                    .collect())
+            }};
+        }
         match kind {
-            ExtraKind::Admission => {
-                let Some(f) = lib.admission_policies() else { return Ok(Vec::new()) };
-                let infos = f().into_result().map_err(|e| policy_error(&label, e))?;
-                rows(
-                    infos
-                        .into_iter()
-                        .map(|i| {
-                            let config = i.default_config.into_result().map(String::from).unwrap_or_default();
-                            (i.name.into(), i.description.into(), config)
-                        })
-                        .collect(),
-                )
-            }
-            ExtraKind::Scaler => {
-                let Some(f) = lib.scaler_policies() else { return Ok(Vec::new()) };
-                let infos = f().into_result().map_err(|e| policy_error(&label, e))?;
-                rows(
-                    infos
-                        .into_iter()
-                        .map(|i| {
-                            let config = i.default_config.into_result().map(String::from).unwrap_or_default();
-                            (i.name.into(), i.description.into(), config)
-                        })
-                        .collect(),
-                )
-            }
+            ExtraKind::Admission => rows!(lib.admission_policies()),
+            ExtraKind::Scaler => rows!(lib.scaler_policies()),
         }
     }
 
