@@ -11,10 +11,21 @@
 //! requests, followers, and the rest — so a difference between the runs can be located.
 //!
 //! Nothing here feeds back into a decision.
+//!
+//! Bounded, so a long-lived gateway does not grow with it: each group's mean is exact, its P99 is
+//! exact up to [`KEPT_LATENCIES`] requests and, past that, the P99 of a uniform sample of that
+//! many (the requests whose hashed id is smallest: deterministic, no random draw); at most
+//! [`PLACED_CAP`] placed prefixes are remembered (later ones are not, so their followers count as
+//! `other`).
 
 use std::collections::{HashMap, HashSet};
 
-use routelab_policy_api::{ROOT_PATH_HASH, ReplicaView, Segment, extend_path_hash};
+use routelab_policy_api::{ROOT_PATH_HASH, ReplicaView, Segment, extend_path_hash, mix64};
+
+/// Latencies kept per group for its P99 (past it, a uniform sample of this many).
+pub(super) const KEPT_LATENCIES: usize = 1 << 18;
+/// Placed prefixes remembered at most.
+pub(super) const PLACED_CAP: usize = 1 << 20;
 
 #[derive(Clone, Copy)]
 enum Group {
@@ -52,9 +63,60 @@ pub(super) struct PairingTrace {
     /// Path hashes of the prefix nodes pairable requests created (past their cached part).
     placed: HashSet<u64>,
     in_flight: HashMap<u64, Group>,
-    pairable_latency: Vec<f64>,
-    follower_latency: Vec<f64>,
-    other_latency: Vec<f64>,
+    pairable_latency: Latencies,
+    follower_latency: Latencies,
+    other_latency: Latencies,
+}
+
+/// One group's latencies: the exact count and sum, and at most `2 × keep` samples for the P99 —
+/// every one while there are at most `keep`, then those whose hashed request id is among the
+/// `keep` smallest seen (bottom-k sampling, a uniform sample that needs no random draw).
+struct Latencies {
+    count: u64,
+    sum: f64,
+    keep: usize,
+    /// (hash of the request id, latency).
+    kept: Vec<(u64, f64)>,
+    /// Samples hashing at or above this are not kept (`u64::MAX` until the first cut).
+    below: u64,
+}
+
+impl Default for Latencies {
+    fn default() -> Self {
+        Self::with_cap(KEPT_LATENCIES)
+    }
+}
+
+impl Latencies {
+    fn with_cap(keep: usize) -> Self {
+        Self { count: 0, sum: 0.0, keep, kept: Vec::new(), below: u64::MAX }
+    }
+
+    fn push(&mut self, request: u64, latency: f64) {
+        self.count += 1;
+        self.sum += latency;
+        let h = mix64(request);
+        if self.count as usize > self.keep && h >= self.below {
+            return;
+        }
+        self.kept.push((h, latency));
+        if self.kept.len() >= 2 * self.keep {
+            self.kept.select_nth_unstable_by_key(self.keep, |&(h, _)| h);
+            self.below = self.kept[self.keep].0;
+            self.kept.truncate(self.keep);
+        }
+    }
+
+    /// Mean and nearest-rank 99th percentile (0 for none: a metric must be a number).
+    fn mean_p99(&self) -> (f64, f64) {
+        if self.count == 0 {
+            return (0.0, 0.0);
+        }
+        let mut sorted: Vec<f64> = self.kept.iter().map(|&(_, l)| l).collect();
+        sorted.sort_by(f64::total_cmp);
+        let rank = ((0.99 * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+        (self.sum / self.count as f64, sorted[rank])
+    }
 }
 
 impl PairingTrace {
@@ -75,7 +137,7 @@ impl PairingTrace {
         for s in p.segments {
             key = extend_path_hash(key, s.id);
             tokens = tokens.saturating_add(s.tokens);
-            if tokens > p.cached_tokens {
+            if tokens > p.cached_tokens && self.placed.len() < PLACED_CAP {
                 self.placed.insert(key);
             }
         }
@@ -91,9 +153,9 @@ impl PairingTrace {
 
     pub(super) fn complete(&mut self, request: u64, latency: f64) {
         match self.in_flight.remove(&request) {
-            Some(Group::Pairable) => self.pairable_latency.push(latency),
-            Some(Group::Follower) => self.follower_latency.push(latency),
-            None => self.other_latency.push(latency),
+            Some(Group::Pairable) => self.pairable_latency.push(request, latency),
+            Some(Group::Follower) => self.follower_latency.push(request, latency),
+            None => self.other_latency.push(request, latency),
         }
     }
 
@@ -114,23 +176,12 @@ impl PairingTrace {
         for (group, latencies) in
             [("pairable", &self.pairable_latency), ("follower", &self.follower_latency), ("other", &self.other_latency)]
         {
-            let (mean, p99) = mean_p99(latencies);
-            put(&format!("{group}_requests"), latencies.len() as f64);
+            let (mean, p99) = latencies.mean_p99();
+            put(&format!("{group}_requests"), latencies.count as f64);
             put(&format!("{group}_latency_mean_s"), mean);
             put(&format!("{group}_latency_p99_s"), p99);
         }
     }
-}
-
-/// Mean and nearest-rank 99th percentile (0 for none: a metric must be a number).
-fn mean_p99(xs: &[f64]) -> (f64, f64) {
-    if xs.is_empty() {
-        return (0.0, 0.0);
-    }
-    let mut sorted = xs.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let rank = ((0.99 * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
-    (xs.iter().sum::<f64>() / xs.len() as f64, sorted[rank])
 }
 
 #[cfg(test)]
@@ -179,5 +230,31 @@ mod tests {
         assert_eq!(report["pd_follower_latency_mean_s"], 2.0);
         assert_eq!(report["pd_other_latency_p99_s"], 4.0);
         assert_eq!(report["pd_heavy_l_excess_mean_s"], 2.0);
+    }
+
+    #[test]
+    fn latencies_stay_bounded_with_an_exact_mean_and_a_uniform_sample_for_the_p99() {
+        let mut l = Latencies::with_cap(16);
+        for id in 0..1000u64 {
+            l.push(id, id as f64);
+            assert!(l.kept.len() < 32, "at most twice the cap is held");
+        }
+        let (mean, p99) = l.mean_p99();
+        assert_eq!(l.count, 1000);
+        assert_eq!(mean, 499.5);
+        // The kept samples are exactly the 16 smallest hashes of all ids seen (or 16..31 of them
+        // between cuts, the smallest first).
+        let mut by_hash: Vec<(u64, f64)> = (0..1000u64).map(|id| (mix64(id), id as f64)).collect();
+        by_hash.sort_by_key(|&(h, _)| h);
+        let mut kept = l.kept.clone();
+        kept.sort_by_key(|&(h, _)| h);
+        assert_eq!(kept[..], by_hash[..kept.len()]);
+        assert!(kept.iter().any(|&(_, v)| v == p99));
+        // Under the cap every sample is kept: the P99 is exact.
+        let mut small = Latencies::with_cap(16);
+        for id in 0..10u64 {
+            small.push(id, (10 - id) as f64);
+        }
+        assert_eq!(small.mean_p99(), (5.5, 10.0));
     }
 }
