@@ -46,6 +46,12 @@
 //! expected wait (`least_load` here approximates it by in-flight count) and has replaced the
 //! guard by a spill gate against the fleet *mean* load; that gate is not modelled.
 //!
+//! Replicas coming and going (`on_replica_change`: autoscaling, crashes): the router's state is
+//! kept by id (`index::members`); a replica that leaves loses its tree and its load count, as
+//! upstream's `remove_worker` removes the worker's tenant from the tree (`tree.remove_tenant`,
+//! `sgl-router/src/policies/cache_aware.rs` @ b6f20641), and one that joins starts empty
+//! (`add_worker` inserts an empty prefix for it), so no stale affinity outlives a replica.
+//!
 //! `imbalanced: keep_affinity` follows sgl-project/sglang PR #32195 ("Keep cache affinity during
 //! cache-aware load rebalancing", open at the time of writing): an imbalance used to discard all
 //! locality, so every request routed during one paid a full prefill even when a lightly loaded
@@ -57,6 +63,8 @@
 
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
+
+use crate::index::members::{Member, Members};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -104,7 +112,9 @@ impl Default for Config {
 pub struct SglangCacheAware {
     cfg: Config,
     tree: PrefixTree,
+    /// Per id (`index::members`): in-flight requests; `tree`'s tenants are ids too.
     in_flight: Vec<u32>,
+    members: Members,
     next_eviction_at: f64,
     matches: Vec<u32>,
     cache_decisions: u64,
@@ -136,6 +146,7 @@ impl Policy for SglangCacheAware {
             cfg,
             tree: PrefixTree::new(n),
             in_flight: vec![0; n],
+            members: Members::new(n),
             matches: vec![0; n],
             cache_decisions: 0,
             balance_decisions: 0,
@@ -147,8 +158,14 @@ impl Policy for SglangCacheAware {
 }
 
 impl SglangCacheAware {
-    fn least_loaded(&self) -> usize {
-        (0..self.in_flight.len()).min_by_key(|&i| self.in_flight[i]).expect("replicas")
+    /// The in-flight count of routable index `i`.
+    fn load(&self, i: usize) -> u32 {
+        self.in_flight[self.members.id(i)]
+    }
+
+    /// The least-loaded of the `n` routable replicas (lowest index on ties).
+    fn least_loaded(&self, n: usize) -> usize {
+        (0..n).min_by_key(|&i| self.load(i)).expect("replicas")
     }
 
     fn evict_due(&mut self, now: f64) {
@@ -166,77 +183,89 @@ impl SglangCacheAware {
     /// PR #32195's imbalanced pick: the longest match among the replicas with load ≤ `min +
     /// balance_abs_threshold`, ties to the lower load then the lowest index; `None` when none of
     /// them matches any token.
-    fn keep_affinity(&mut self, request: &Request<'_>, min: u32) -> Option<usize> {
+    fn keep_affinity(&mut self, request: &Request<'_>, min: u32, n: usize) -> Option<usize> {
         self.tree.match_each(request.segments.as_slice(), &mut self.matches);
         let window = min.saturating_add(self.cfg.balance_abs_threshold);
+        let matched = |r: usize| self.matches[self.members.id(r)];
         let mut best: Option<usize> = None;
-        for r in (0..self.in_flight.len()).filter(|&r| self.in_flight[r] <= window) {
+        for r in (0..n).filter(|&r| self.load(r) <= window) {
             let better = match best {
                 None => true,
-                Some(b) => {
-                    self.matches[r] > self.matches[b]
-                        || (self.matches[r] == self.matches[b] && self.in_flight[r] < self.in_flight[b])
-                }
+                Some(b) => matched(r) > matched(b) || (matched(r) == matched(b) && self.load(r) < self.load(b)),
             };
             if better {
                 best = Some(r);
             }
         }
-        best.filter(|&b| self.matches[b] > 0)
+        best.filter(|&b| matched(b) > 0)
     }
 
     /// The router's belief of how many of `segments`' tokens replica `r` has cached.
     pub fn believed_match(&self, segments: &[Segment], r: usize) -> u32 {
-        self.tree.match_tokens(segments, r)
+        self.tree.match_tokens(segments, self.members.id(r))
     }
 }
 
 impl RouterPolicy for SglangCacheAware {
-    fn route(&mut self, request: &Request<'_>, _replicas: &Replicas<'_>) -> usize {
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         self.evict_due(request.arrived_at);
-        let (min, max) = self.in_flight.iter().fold((u32::MAX, 0), |(lo, hi), &l| (lo.min(l), hi.max(l)));
+        let n = replicas.len();
+        let (min, max) = (0..n).map(|i| self.load(i)).fold((u32::MAX, 0), |(lo, hi), l| (lo.min(l), hi.max(l)));
         if max - min > self.cfg.balance_abs_threshold && max as f64 > self.cfg.balance_rel_threshold * min as f64 {
             self.balance_decisions += 1;
             if self.cfg.imbalanced == Imbalanced::KeepAffinity {
-                if let Some(r) = self.keep_affinity(request, min) {
+                if let Some(r) = self.keep_affinity(request, min, n) {
                     self.kept_affinity_decisions += 1;
                     return r;
                 }
             }
-            return self.least_loaded();
+            return self.least_loaded(n);
         }
         self.tree.match_each(request.segments.as_slice(), &mut self.matches);
+        let matched = |i: usize| self.matches[self.members.id(i)];
         let mut best = 0;
-        for i in 1..self.matches.len() {
-            if self.matches[i] > self.matches[best]
-                || (self.matches[i] == self.matches[best] && self.in_flight[i] < self.in_flight[best])
-            {
+        for i in 1..n {
+            if matched(i) > matched(best) || (matched(i) == matched(best) && self.load(i) < self.load(best)) {
                 best = i;
             }
         }
-        let rate =
-            if request.prompt_tokens == 0 { 0.0 } else { self.matches[best] as f64 / request.prompt_tokens as f64 };
+        let rate = if request.prompt_tokens == 0 { 0.0 } else { matched(best) as f64 / request.prompt_tokens as f64 };
         if rate > self.cfg.cache_threshold {
             self.cache_decisions += 1;
             return best;
         }
         self.below_threshold_decisions += 1;
         match self.cfg.below_threshold {
-            BelowThreshold::LeastLoad => self.least_loaded(),
+            BelowThreshold::LeastLoad => self.least_loaded(n),
             BelowThreshold::SmallestTree => {
-                (0..self.in_flight.len()).min_by_key(|&i| self.tree.held_tokens(i)).expect("replicas")
+                (0..n).min_by_key(|&i| self.tree.held_tokens(self.members.id(i))).expect("replicas")
             }
         }
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, replica: usize) {
-        self.in_flight[replica] += 1;
-        self.tree.insert(request.segments.as_slice(), replica);
+        let id = self.members.id(replica);
+        self.in_flight[id] += 1;
+        self.tree.insert(request.segments.as_slice(), id);
     }
 
     fn on_complete(&mut self, c: &Completion) {
-        let l = &mut self.in_flight[c.replica as usize];
-        *l = l.saturating_sub(1);
+        // A replica that left since (its state dropped) is nobody's now.
+        if let Some(id) = self.members.get(c.replica as usize) {
+            let l = &mut self.in_flight[id];
+            *l = l.saturating_sub(1);
+        }
+    }
+
+    /// A replica that leaves is forgotten, its tree and its load (upstream `remove_worker` →
+    /// `tree.remove_tenant`); one that joins starts with an empty tree (`add_worker` inserts
+    /// the empty string for it).
+    fn on_replica_change(&mut self, change: &ReplicaChange) {
+        if let Some(Member::Left(id)) = self.members.change(change) {
+            self.in_flight[id] = 0;
+            let held = self.tree.held_tokens(id);
+            self.tree.evict_lru(id, held);
+        }
     }
 
     fn report(&self) -> Vec<(String, f64)> {

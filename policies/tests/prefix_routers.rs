@@ -100,6 +100,31 @@ fn sglang_trims_trees_at_its_eviction_interval() {
     assert_eq!(r.believed_match(&b, 0), 21_013);
 }
 
+/// A crash takes index 1 out of four: the replica that held the document moves from index 2 to
+/// 1, and its affinity follows it; when that replica leaves too, no stale affinity sends the
+/// document anywhere, and the replica that joins (at the top index) starts with an empty tree.
+#[test]
+fn sglang_forgets_a_replica_that_leaves_and_its_affinity_follows_the_indices() {
+    let mut r = SglangCacheAware::new(Default::default(), &ctx(4, RNone)).unwrap();
+    let doc = [SYS, DOC, Q];
+    r.on_dispatch(&req(0, 0.0, &doc), 2);
+    assert_eq!(r.route(&req(1, 1.0, &doc), &Replicas::new(&[ReplicaView::default(); 4])), 2);
+    // Index 1 crashes: three routable, the document's holder is index 1 now.
+    r.on_replica_change(&ReplicaChange { at: 2.0, replica: 1, joined: false, routable: 3 });
+    let three = [ReplicaView::default(); 3];
+    assert_eq!(r.route(&req(2, 2.0, &doc), &Replicas::new(&three)), 1);
+    assert_eq!(r.believed_match(&doc, 1), 23_000);
+    // The holder leaves: nothing matches (below the threshold: least loaded, index 0), and no
+    // index names its tree.
+    r.on_replica_change(&ReplicaChange { at: 3.0, replica: 1, joined: false, routable: 2 });
+    let two = [ReplicaView::default(); 2];
+    assert_eq!(r.route(&req(3, 3.0, &doc), &Replicas::new(&two)), 0);
+    assert_eq!((r.believed_match(&doc, 0), r.believed_match(&doc, 1)), (0, 0));
+    // A replica joins at index 2, cold.
+    r.on_replica_change(&ReplicaChange { at: 4.0, replica: 2, joined: true, routable: 3 });
+    assert_eq!(r.believed_match(&doc, 2), 0);
+}
+
 /// Exercise 3's situation: replica 2 holds the system prompt and the document; E2 exploits it.
 #[test]
 fn preble_exploits_a_long_cached_document_and_explores_otherwise() {

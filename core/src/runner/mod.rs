@@ -485,8 +485,9 @@ fn run_seed(
             let c = w.cluster.as_ref().expect("cluster world");
             let sm = prepared.step_model.as_ref().expect("prepared cluster world");
             let stream = input.stream.as_deref().expect("cluster seed input");
-            let mut sim =
-                ClusterSim::build(c, sm, stream, router, schedulers, label).map_err(|e| prepared.setup_error(e))?;
+            let mut sim = ClusterSim::build(c, sm, stream, router, schedulers, label)
+                .map_err(|e| prepared.setup_error(e))?
+                .with_failures(c.failures.as_ref(), run_seed);
             // A disaggregated cluster runs without admission unless the workload names one (which
             // `with_admission` then refuses: P/D routers reject requests themselves).
             let admits_all = c.admission.trim() == "admit_all";
@@ -553,7 +554,8 @@ pub fn run_cluster(
     let schedulers = make_schedulers(&scheduler, &sm, spec.slots(), run_seed)?;
     let setup =
         |e: SetupError| InputError::from_field(file, FieldError::new(&e.field, e.message, e.fix).under("cluster"));
-    Ok(ClusterSim::build(spec, &sm, stream, router, schedulers, label).map_err(setup)?.run()?)
+    let sim = ClusterSim::build(spec, &sm, stream, router, schedulers, label).map_err(setup)?;
+    Ok(sim.with_failures(spec.failures.as_ref(), run_seed).run()?)
 }
 
 /// Compound world, `--all-starts`: `policy` from every starting allocation of the workload's

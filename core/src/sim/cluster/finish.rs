@@ -2,7 +2,7 @@
 //! figures (exact or sketched), then the policies' own.
 
 use super::summary::{self, RequestRecord, RunOutcome};
-use super::{ClusterSim, End, pool_of, sessions};
+use super::{ClusterSim, End, replica_pool, sessions};
 use crate::error::RunError;
 use crate::handle::scheduler_stats;
 use crate::time::{SimTime, seconds};
@@ -15,7 +15,8 @@ impl ClusterSim<'_> {
         let t = |x: Option<SimTime>| x.map_or(f64::NAN, seconds);
         // Per-request costs outside the engine's steps (a calibration's API and
         // detokenisation time), charged where the request's tokens come out.
-        let (first, per_token) = self.pricers[pool_of(self.pd.as_ref(), st.replica as usize)].per_request_s();
+        let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, st.replica as usize);
+        let (first, per_token) = self.pricers[pool].per_request_s();
         let later = per_token * q.output_tokens.saturating_sub(1) as f64;
         RequestRecord {
             replica: st.replica,
@@ -122,6 +123,9 @@ impl ClusterSim<'_> {
             // A fixed fleet is paid for from the start until its last request finishes.
             let replicas = self.replicas.len() as f64;
             super::fleet::push_cost(&mut metrics, replicas * seconds(end), end, self.cost_per_hour);
+        }
+        if let Some(f) = &self.failures {
+            f.push_metrics(&mut metrics, end, self.replicas.len());
         }
         let detail = (!self.exact).then(|| {
             let (latency_quantiles, finished_share) = self.tally.latency_cdf(crate::metrics::CDF_POINTS);

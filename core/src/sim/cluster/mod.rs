@@ -46,6 +46,9 @@ pub mod batcher;
 #[cfg(test)]
 mod class_tests;
 mod contexts;
+mod failures;
+#[cfg(test)]
+mod failures_tests;
 mod finish;
 mod fleet;
 #[cfg(test)]
@@ -57,6 +60,8 @@ mod lockstep_tests;
 mod pd;
 #[cfg(test)]
 mod pd_tests;
+#[cfg(test)]
+mod pools_tests;
 pub mod prefix_cache;
 pub mod replica;
 #[cfg(test)]
@@ -116,6 +121,9 @@ enum Event {
         slot: u32,
         generation: u32,
     },
+    /// A replica crashes (`cluster.failures`), and comes back.
+    Crash(u32),
+    Restart(u32),
     /// Boxed: rare, and unboxed it would double every queued event's size.
     Evicted(Box<Evicted>),
 }
@@ -138,6 +146,15 @@ fn pool_of(pd: Option<&Pd>, r: usize) -> usize {
     }
 }
 
+/// The configuration and pricer index of replica `r`: its GPU pool's (`cluster.pools`, after
+/// the three of [`pool_of`]), or [`pool_of`]'s.
+fn replica_pool(pd: Option<&Pd>, gpu_pool: &[u8], r: usize) -> usize {
+    match gpu_pool.get(r) {
+        Some(&p) => 3 + p as usize,
+        None => pool_of(pd, r),
+    }
+}
+
 /// How a request ended, beyond finishing or not (admission control's outcomes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum End {
@@ -148,6 +165,9 @@ pub enum End {
     Rejected,
     /// Dropped as sheddable (on arrival or while held).
     Shed,
+    /// Lost in replica crashes more often than `failures.max_retries`, or arrived (or was lost)
+    /// while no replica was up.
+    Failed,
 }
 
 /// Figures sampled while requests arrive (overload detection, replication factor).
@@ -164,8 +184,11 @@ struct Probes {
 pub struct ClusterSim<'a> {
     stream: &'a RequestStream,
     /// Per pool: [prefill, decode, mixed] on a disaggregated cluster; all the same otherwise.
-    cfgs: [ReplicaConfig; 3],
-    pricers: [Pricer; 3],
+    /// Then one per GPU pool (`cluster.pools`), in order.
+    cfgs: Vec<ReplicaConfig>,
+    pricers: Vec<Pricer>,
+    /// Per slot: its GPU pool (empty without `cluster.pools`).
+    gpu_pool: Vec<u8>,
     /// Disaggregation state; `None` on an aggregated cluster.
     pd: Option<Pd>,
     eviction_delay: SimTime,
@@ -236,6 +259,8 @@ pub struct ClusterSim<'a> {
     /// What a cold replica's tiers are rebuilt from: spec, KV bytes per token, layers.
     tier_spec: Option<(crate::workload::cluster::kv_tiers::KvTiers, f64, u32)>,
     cost_per_hour: Option<f64>,
+    /// Replica crashes and their toll (`cluster.failures`); `None`: replicas never fail.
+    failures: Option<failures::Failures>,
 }
 
 impl<'a> ClusterSim<'a> {
@@ -291,6 +316,11 @@ impl<'a> ClusterSim<'a> {
         check_fits(psm, stream)?;
         check_fits(dsm, stream)?;
         check_fits(msm, stream)?;
+        let setup = |e: crate::workload::FieldError| SetupError::new(&e.path, e.message, e.fix);
+        let gpu_pools = spec.pool_step_models().map_err(setup)?;
+        for gsm in &gpu_pools {
+            check_fits(gsm, stream)?;
+        }
         let pool_cfg = |sm: &StepModel| ReplicaConfig {
             kv_capacity_tokens: sm.kv_capacity_tokens,
             step_prefill_budget: if spec.chunk_tokens == 0 { spec.max_step_tokens } else { spec.chunk_tokens },
@@ -332,8 +362,14 @@ impl<'a> ClusterSim<'a> {
         let mut sim = Self {
             scrape_interval,
             stream,
-            cfgs: [pool_cfg(psm), pool_cfg(dsm), pool_cfg(msm)],
-            pricers: [psm.pricer, dsm.pricer, msm.pricer],
+            cfgs: [psm, dsm, msm].into_iter().chain(&gpu_pools).map(pool_cfg).collect(),
+            pricers: [psm, dsm, msm].into_iter().chain(&gpu_pools).map(|m| m.pricer).collect(),
+            gpu_pool: spec
+                .pools
+                .iter()
+                .enumerate()
+                .flat_map(|(i, p)| std::iter::repeat_n(i as u8, p.replicas as usize))
+                .collect(),
             pd: pools.map(|(d, _, dm, _)| Pd::new(d, dm.cost.kv_bytes_per_token, dm.model.layers, total)),
             eviction_delay: ticks(spec.eviction_delay_s),
             horizon: last_arrival.saturating_add(ticks(spec.drain_s)),
@@ -392,7 +428,8 @@ impl<'a> ClusterSim<'a> {
             fleet: None,
             autoscaling: spec.autoscaling.clone(),
             tier_spec: spec.kv_tiers.clone().map(|t| (t, sm.cost.kv_bytes_per_token, sm.model.layers)),
-            cost_per_hour: spec.cost_per_hour,
+            cost_per_hour: spec.mean_cost_per_hour(),
+            failures: None,
         };
         if !sim.retiring {
             sim.held_up_to(total);
@@ -458,6 +495,8 @@ impl<'a> ClusterSim<'a> {
                     Event::Release(id) => self.on_release(now, id as usize)?,
                     Event::Scale => self.on_scale(now)?,
                     Event::Loaded { slot, generation } => self.on_loaded(now, slot, generation)?,
+                    Event::Crash(slot) => self.on_crash(now, slot)?,
+                    Event::Restart(slot) => self.on_restart(now, slot)?,
                     Event::Evicted(e) => self.on_evicted(e.replica, e.evicted_at, &e.path, e.remaining_tokens)?,
                 }
                 continue;
@@ -474,7 +513,7 @@ impl<'a> ClusterSim<'a> {
         let exact = self.router.capabilities().needs_exact_match();
         for (k, (v, &slot)) in self.views.iter_mut().zip(&self.routable).enumerate() {
             let rep = &self.replicas[slot as usize];
-            *v = rep.view(&self.cfgs[pool_of(self.pd.as_ref(), slot as usize)]);
+            *v = rep.view(&self.cfgs[replica_pool(self.pd.as_ref(), &self.gpu_pool, slot as usize)]);
             if exact {
                 v.matched_tokens = rep.cache.cached_or_pending_prefix(prompt, &rep.pending);
             }
@@ -490,9 +529,13 @@ impl<'a> ClusterSim<'a> {
         let req = Request::new(id as u64, seconds(self.states[id].arrived_at), q.prompt_tokens).with_segments(prompt);
         if self.pd.is_some() {
             self.on_arrival_pd(now, id, &req)?;
+        } else if self.routable.is_empty() {
+            // Every replica is down (failures): the gateway has nowhere to send it.
+            self.fail_request(id)?;
         } else {
             let r = self.routable[self.router.dispatch(&req, &self.infos[id], &self.views)? as usize] as usize;
-            self.replicas[r].enqueue(id as u32, prompt, q.output_tokens, &mut self.states[id], &self.cfgs[1]);
+            let cfg = &self.cfgs[replica_pool(None, &self.gpu_pool, r)];
+            self.replicas[r].enqueue(id as u32, prompt, q.output_tokens, &mut self.states[id], cfg);
             if self.idle(r) {
                 self.start_step(r, now)?;
             }
@@ -576,6 +619,9 @@ impl<'a> ClusterSim<'a> {
         if self.lockstep > 1 {
             return self.on_group_step_end(now, r / self.lockstep);
         }
+        if self.void_step_ended(now, r)? {
+            return Ok(());
+        }
         self.finish_replica_step(now, r)?;
         self.start_step(r, now)?;
         self.drained_if_idle(now, r);
@@ -585,7 +631,7 @@ impl<'a> ClusterSim<'a> {
     /// Replica `r`'s step ended at `now`: its finished requests complete (or hand off).
     fn finish_replica_step(&mut self, now: SimTime, r: usize) -> Result<(), RunError> {
         self.completed.clear();
-        let cfg = &self.cfgs[pool_of(self.pd.as_ref(), r)];
+        let cfg = &self.cfgs[replica_pool(self.pd.as_ref(), &self.gpu_pool, r)];
         if let Some(t) = self.replicas[r].tiers.as_mut() {
             t.step_ended(self.remote_tier.as_mut());
         }
@@ -647,7 +693,8 @@ impl<'a> ClusterSim<'a> {
     /// interval later while requests remain (to arrive or to finish).
     fn on_scrape(&mut self, now: SimTime) {
         for (v, &slot) in self.views.iter_mut().zip(&self.routable) {
-            *v = self.replicas[slot as usize].view(&self.cfgs[pool_of(self.pd.as_ref(), slot as usize)]);
+            let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, slot as usize);
+            *v = self.replicas[slot as usize].view(&self.cfgs[pool]);
         }
         self.router.scrape(&self.views, seconds(now));
         if self.done < self.stream.requests.len() {
@@ -664,6 +711,9 @@ impl<'a> ClusterSim<'a> {
         path: &[Segment],
         remaining_tokens: u32,
     ) -> Result<(), RunError> {
+        if self.failures.as_ref().is_some_and(|f| f.void_eviction(replica as usize, evicted_at)) {
+            return Ok(());
+        }
         let replica = if self.pd.is_some() { replica } else { self.index_of[replica as usize] };
         let e = Eviction { replica, evicted_at: seconds(evicted_at), path: RSlice::from_slice(path), remaining_tokens };
         self.router.evicted(&e)
@@ -686,7 +736,7 @@ impl<'a> ClusterSim<'a> {
     /// Forms replica `r`'s step at `now` and returns its duration (`None`: nothing to run);
     /// marks the replica busy or idle and queues the evictions the step caused.
     fn form_step(&mut self, r: usize, now: SimTime) -> Result<Option<f64>, RunError> {
-        let pool = pool_of(self.pd.as_ref(), r);
+        let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, r);
         let rep = &mut self.replicas[r];
         let step = if rep.has_work() {
             let (cfg, pricer) = (&self.cfgs[pool], &self.pricers[pool]);

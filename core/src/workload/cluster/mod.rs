@@ -21,6 +21,8 @@
 //!   kv_tiers: {cpu: {capacity_gb: 128, bandwidth_gbps: 400}}   # optional (kv_tiers.rs)
 //!   autoscaling: {scaler: hpa, interval_s: 15, model_load_s: 60, max_replicas: 8}   # optional (autoscaling.rs)
 //!   cost_per_hour: 2.5         # optional: one replica's price per hour, adds `cost`
+//!   pools: [{gpu: h100, replicas: 2, cost_per_hour: 4}, {gpu: a100-80, replicas: 2}]   # optional (pools.rs)
+//!   failures: {crashes: [{replica: 1, at_s: 30}], restart_s: 60, max_retries: 1}   # optional (failures.rs)
 //!   generator: {system_prompt_tokens: 13, contexts: {...}, suffix_tokens: ..., output_tokens: ...}
 //!   arrivals: {poisson: {rate: 1.0}}   # or {gamma: {rate, cv}}, {trace: {path, time_scale, format}},
 //!                              # or {stages: [{rate: 3, duration_s: 20}, …]} (stages.rs)
@@ -36,8 +38,10 @@ mod arrivals;
 pub mod autoscaling;
 pub mod classes;
 pub mod disaggregation;
+pub mod failures;
 mod generator;
 pub mod kv_tiers;
+pub mod pools;
 pub mod session;
 pub mod stages;
 mod validate;
@@ -140,6 +144,15 @@ pub struct ClusterSpec {
     /// (replica-seconds × price / 3600).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_per_hour: Option<f64>,
+    /// Replica crashes, scheduled and/or random, the restart delay and the retry rule
+    /// (failures.rs; aggregated fixed clusters); absent = replicas never fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failures: Option<failures::Failures>,
+    /// Mixed GPUs: pools of replicas, each on its own GPU type and TP degree with its own price
+    /// (`{gpu, tp, replicas, cost_per_hour}` each; pools.rs); `replicas` must be their sum.
+    /// Absent = every replica on `gpu`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<pools::GpuPool>,
     /// What the requests look like: shared prompt, contexts, suffix, output, fan-out, turns.
     pub generator: Generator,
     /// How requests arrive: `{poisson: {rate}}`, `{gamma: {rate, cv}}`, `{diurnal: {rate, amplitude, period_s}}`,

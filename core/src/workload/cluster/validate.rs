@@ -122,6 +122,28 @@ impl ClusterSpec {
                 ));
             }
         }
+        self.validate_pools()?;
+        if let Some(f) = &self.failures {
+            f.validate(self.replicas).map_err(|e| e.under("failures"))?;
+            // A crash takes one replica out of the routable set; autoscaling's slots, P/D pools
+            // and lock-step groups have their own lives that crashes do not model yet.
+            let other = if self.autoscaling.is_some() {
+                Some("autoscaling")
+            } else if self.disaggregation.is_some() {
+                Some("disaggregation")
+            } else if self.lockstep_group() > 1 {
+                Some("data_parallel")
+            } else {
+                None
+            };
+            if let Some(other) = other {
+                return Err(FieldError::new(
+                    "failures",
+                    format!("failures run on fixed aggregated clusters of single replicas, and this one has `{other}`"),
+                    format!("drop `failures:`, or drop `{other}`"),
+                ));
+            }
+        }
         if let Some(c) = self.cost_per_hour {
             if !(c >= 0.0 && c.is_finite()) {
                 return Err(FieldError::new("cost_per_hour", format!("must be ≥ 0 (got {c:?})"), "use e.g. 2.5"));

@@ -1,0 +1,275 @@
+//! Replica failures (`cluster.failures`): scheduled crashes and, with `mtbf_s`, random ones
+//! (each replica's time to its next crash drawn exponential from the run's `failures` stream
+//! after each start, in event order, so a seed replays exactly).
+//!
+//! A crash at `t`: the replica stops at once. The router hears, in this order, `on_abandon` for
+//! every request that was on it (waiting or running, in id order; `replica` is its index,
+//! `output_tokens` what it had streamed), then `on_replica_change` (left): the replica leaves
+//! the routable set and the replicas above it move down one index (as `Vec::remove`; a router
+//! keeping a list per replica removes that entry). Its KV state is gone (GPU cache, CPU tier;
+//! a shared remote tier stays), and eviction notices still on their way are dropped.
+//!
+//! The rule for the lost requests follows Dynamo's request migration (`lib/llm/src/migration.rs`,
+//! `migration_limit`: a request whose stream breaks is sent again to another worker with the
+//! tokens generated so far, which the new worker prefills with the prompt, up to the limit of
+//! attempts): each is routed again at `t` as a new decision, up to `max_retries` times; it keeps
+//! its arrival time, its first token (if it had one: the client has seen it) and the tokens it
+//! had generated, which the new replica recomputes with the prompt, as after a preemption. One
+//! lost more often, or lost while no replica is up, fails (`End::Failed`); so does a request
+//! that arrives while every replica is down (the gateway has nowhere to send it).
+//!
+//! `restart_s` later the replica is routable again (`on_replica_change`, joined, at the top
+//! index) with empty caches. A step that was in flight at the crash is void; if the replica
+//! comes back before that step would have ended, it starts its first step then.
+//!
+//! Metrics (only with `failures`): `crashes`, `requests_lost` (on a replica when it crashed,
+//! counting each loss), `retried_requests` (routings again), `failed_requests`, `availability`
+//! (the share of replica-time up, over the run until its last completion).
+
+use rand_distr::{Distribution, Exp};
+use routelab_policy_api::{Completion, ReplicaChange, ReplicaView, Request};
+
+use super::replica::{Phase, Replica};
+use super::{ClusterSim, End, Event};
+use crate::error::RunError;
+use crate::metrics::Metrics;
+use crate::seeds::SimRng;
+use crate::time::{SimTime, seconds, ticks};
+use crate::workload::cluster::failures::Failures as Spec;
+
+/// The failure process and what it cost.
+pub(super) struct Failures {
+    spec: Spec,
+    rng: SimRng,
+    /// Per slot: down since when (`None`: up).
+    down_since: Vec<Option<SimTime>>,
+    /// Every finished down time, (from, until).
+    down_spans: Vec<(SimTime, SimTime)>,
+    /// Per slot: since when it is up (eviction notices from before are void).
+    up_since: Vec<SimTime>,
+    /// Per slot: a step from before its crash has yet to reach its (void) end.
+    void_step: Vec<bool>,
+    /// Per request: times it was routed again.
+    retries: Vec<u32>,
+    crashes: u64,
+    lost: u64,
+    retried: u64,
+    failed: u64,
+}
+
+impl Failures {
+    pub(super) fn new(spec: &Spec, slots: usize, requests: usize, run_seed: u64) -> Self {
+        Self {
+            spec: spec.clone(),
+            rng: crate::seeds::stream(run_seed, "failures"),
+            down_since: vec![None; slots],
+            down_spans: Vec::new(),
+            up_since: vec![0; slots],
+            void_step: vec![false; slots],
+            retries: vec![0; requests],
+            crashes: 0,
+            lost: 0,
+            retried: 0,
+            failed: 0,
+        }
+    }
+
+    /// When a replica started at `now` next crashes at random (`None` without `mtbf_s`).
+    fn next_crash(&mut self, now: SimTime) -> Option<SimTime> {
+        let mtbf = self.spec.mtbf_s?;
+        let x: f64 = Exp::new(1.0 / mtbf).expect("mtbf_s > 0 (validated)").sample(&mut self.rng);
+        Some(now.saturating_add(ticks(x.min(crate::workload::limits::MAX_HORIZON))))
+    }
+
+    /// Whether an eviction notice of `slot` cut at `evicted_at` is void (the replica crashed since).
+    pub(super) fn void_eviction(&self, slot: usize, evicted_at: SimTime) -> bool {
+        self.down_since[slot].is_some() || evicted_at < self.up_since[slot]
+    }
+
+    /// The run's figures (module docs); `end` is its last completion.
+    pub(super) fn push_metrics(&self, m: &mut Metrics, end: SimTime, slots: usize) {
+        let open = self.down_since.iter().flatten().map(|&since| (since, end));
+        let down: f64 =
+            self.down_spans.iter().copied().chain(open).map(|(a, b)| seconds(b.min(end).saturating_sub(a))).sum();
+        m.push("crashes", self.crashes as f64);
+        m.push("requests_lost", self.lost as f64);
+        m.push("retried_requests", self.retried as f64);
+        m.push("failed_requests", self.failed as f64);
+        let total = seconds(end) * slots as f64;
+        m.push("availability", if total == 0.0 { f64::NAN } else { 1.0 - down / total });
+    }
+}
+
+impl ClusterSim<'_> {
+    /// Makes replicas fail as `cluster.failures` says, with the random crashes drawn from
+    /// `run_seed`'s `failures` stream (a no-op without `failures:`).
+    pub fn with_failures(mut self, spec: Option<&Spec>, run_seed: u64) -> Self {
+        let Some(spec) = spec else { return self };
+        let mut f = Failures::new(spec, self.replicas.len(), self.stream.requests.len(), run_seed);
+        for c in &spec.crashes {
+            self.queue.push(ticks(c.at_s), Event::Crash(c.replica));
+        }
+        for slot in 0..self.replicas.len() {
+            if let Some(at) = f.next_crash(0) {
+                self.queue.push(at, Event::Crash(slot as u32));
+            }
+        }
+        self.failures = Some(f);
+        self
+    }
+
+    /// Whether `slot` is down (crashed, not yet restarted).
+    fn is_down(&self, slot: usize) -> bool {
+        self.failures.as_ref().is_some_and(|f| f.down_since[slot].is_some())
+    }
+
+    /// Replica `slot` crashes at `now` (ignored if it is down, or once every request has ended).
+    pub(super) fn on_crash(&mut self, now: SimTime, slot: u32) -> Result<(), RunError> {
+        let s = slot as usize;
+        if self.is_down(s) || self.done == self.states.len() {
+            return Ok(());
+        }
+        let stream = self.stream;
+        let rep = &self.replicas[s];
+        let mut lost: Vec<u32> = rep.waiting.iter().chain(&rep.running).copied().collect();
+        lost.sort_unstable();
+        let k = self.index_of[s];
+        // What each lost request had streamed, before the replica's state goes.
+        let produced: Vec<u32> = lost.iter().map(|&id| rep.produced_now(&self.states[id as usize])).collect();
+        for (&id, &out) in lost.iter().zip(&produced) {
+            let st = &self.states[id as usize];
+            let q = &stream.requests[id as usize];
+            let c = Completion {
+                request_id: id as u64,
+                replica: k,
+                arrived_at: seconds(st.arrived_at),
+                completed_at: seconds(now),
+                ttft: st.first_token_at.map_or(f64::NAN, |t| seconds(t - st.arrived_at)),
+                prompt_tokens: q.prompt_tokens,
+                cached_tokens: st.cached_tokens,
+                output_tokens: out,
+            };
+            self.router.abandon(&c)?;
+        }
+        // Out of the routable set: the ones above move down one index.
+        let pos = self.routable.iter().position(|&x| x == slot).expect("an up replica is routable");
+        self.routable.remove(pos);
+        self.views.remove(pos);
+        for &above in &self.routable[pos..] {
+            self.index_of[above as usize] -= 1;
+        }
+        let change =
+            ReplicaChange { at: seconds(now), replica: k, joined: false, routable: self.routable.len() as u32 };
+        self.router.replicas_changed(&change)?;
+        // Cold: a new replica keeps only the counters the summary reads.
+        let was_busy = self.replicas[s].busy;
+        self.cold_restart(s);
+        self.replicas[s].busy = was_busy;
+        let f = self.failures.as_mut().expect("crash events come with failures");
+        f.void_step[s] = was_busy;
+        f.down_since[s] = Some(now);
+        f.crashes += 1;
+        f.lost += lost.len() as u64;
+        let restart = ticks(f.spec.restart_s);
+        self.queue.push(now + restart, Event::Restart(slot));
+        for (&id, &out) in lost.iter().zip(&produced) {
+            self.retry_or_fail(now, id as usize, out)?;
+        }
+        Ok(())
+    }
+
+    /// Request `id`, lost at `now` with `produced` tokens out, is routed again or fails.
+    fn retry_or_fail(&mut self, now: SimTime, id: usize, produced: u32) -> Result<(), RunError> {
+        let f = self.failures.as_mut().expect("failures");
+        if f.retries[id] >= f.spec.max_retries || self.routable.is_empty() {
+            return self.fail_request(id);
+        }
+        f.retries[id] += 1;
+        f.retried += 1;
+        let st = &mut self.states[id];
+        st.path.clear();
+        st.generation += 1;
+        st.prefill_done = 0;
+        st.produced = produced;
+        st.phase = Phase::Waiting;
+        self.refresh_views(id);
+        let stream = self.stream;
+        let q = &stream.requests[id];
+        let prompt = stream.prompt(id);
+        let req = Request::new(id as u64, seconds(self.states[id].arrived_at), q.prompt_tokens).with_segments(prompt);
+        let r = self.routable[self.router.dispatch(&req, &self.infos[id], &self.views)? as usize] as usize;
+        let cfg = &self.cfgs[super::replica_pool(None, &self.gpu_pool, r)];
+        self.replicas[r].enqueue(id as u32, prompt, q.output_tokens, &mut self.states[id], cfg);
+        // As after a preemption: the new replica recomputes the generated tokens with the prompt.
+        self.states[id].prefill_target += produced;
+        if self.idle(r) {
+            self.start_step(r, now)?;
+        }
+        Ok(())
+    }
+
+    /// Request `id` fails: it was lost once too often, or no replica was up.
+    pub(super) fn fail_request(&mut self, id: usize) -> Result<(), RunError> {
+        let f = self.failures.as_mut().expect("only failures fail requests");
+        f.failed += 1;
+        self.ends[id] = End::Failed;
+        self.done += 1;
+        self.abandon_dependents(id);
+        Ok(())
+    }
+
+    /// Replica `slot` is back at `now`, cold: it takes requests at the top index.
+    pub(super) fn on_restart(&mut self, now: SimTime, slot: u32) -> Result<(), RunError> {
+        let s = slot as usize;
+        let f = self.failures.as_mut().expect("restart events come with failures");
+        let since = f.down_since[s].take().expect("a restarting replica is down");
+        f.down_spans.push((since, now));
+        f.up_since[s] = now;
+        let next = if self.done < self.states.len() { f.next_crash(now) } else { None };
+        if let Some(at) = next {
+            self.queue.push(at, Event::Crash(slot));
+        }
+        self.index_of[s] = self.routable.len() as u32;
+        self.routable.push(slot);
+        self.views.push(ReplicaView::default());
+        let change = ReplicaChange {
+            at: seconds(now),
+            replica: self.index_of[s],
+            joined: true,
+            routable: self.routable.len() as u32,
+        };
+        self.router.replicas_changed(&change)?;
+        self.release_held(now)
+    }
+
+    /// A step of `slot` ended at `now`: `true` if it was void (begun before a crash); the
+    /// replica, if back up with work, starts its first step.
+    pub(super) fn void_step_ended(&mut self, now: SimTime, slot: usize) -> Result<bool, RunError> {
+        let Some(f) = self.failures.as_mut() else { return Ok(false) };
+        if !std::mem::take(&mut f.void_step[slot]) {
+            return Ok(false);
+        }
+        self.replicas[slot].busy = false;
+        if !self.is_down(slot) {
+            self.start_step(slot, now)?;
+        }
+        Ok(true)
+    }
+
+    /// Replica `slot` becomes a fresh one (empty caches and queues, GPU and CPU tiers emptied;
+    /// the shared remote tier stays), keeping the counters the summary reads.
+    pub(super) fn cold_restart(&mut self, slot: usize) {
+        let old = &self.replicas[slot];
+        let mut fresh = match (&old.tiers, self.tier_spec.as_ref()) {
+            (Some(_), Some(spec)) => {
+                Replica::with_tiers(old.id, super::tiers::ReplicaTiers::new(&spec.0, spec.1, spec.2))
+            }
+            _ => Replica::new(old.id),
+        };
+        fresh.steps = old.steps;
+        fresh.busy_s = old.busy_s;
+        fresh.dispatched = old.dispatched;
+        fresh.preemptions = old.preemptions;
+        self.replicas[slot] = fresh;
+    }
+}

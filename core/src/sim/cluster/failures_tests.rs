@@ -1,0 +1,164 @@
+//! Replica failures in whole cluster runs: a crash's lost request retried elsewhere (or
+//! failed), a restarted replica's cold cache, a fleet with no replica up, and conservation and
+//! determinism under random crashes.
+
+use routelab_policy_api::{Maker, Policy, Replicas, Request, RouterContext, RouterPolicy, Segment};
+
+use super::*;
+use crate::plugin::{Loader, PolicySpec};
+use crate::time::ticks;
+use crate::workload::generate::{GeneratedRequest, RequestStream};
+
+/// Sends every request to the newest routable replica (the last index).
+struct Newest;
+
+impl Policy for Newest {
+    const NAME: &'static str = "newest";
+    const DESCRIPTION: &'static str = "the last index";
+    type Config = ();
+    type Context = RouterContext;
+    fn new(_: (), _: &RouterContext) -> Result<Self, String> {
+        Ok(Newest)
+    }
+}
+
+impl RouterPolicy for Newest {
+    fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
+        replicas.len() - 1
+    }
+}
+
+/// One A6000 per replica, unchunked prefill; `extra` adds fields (failures).
+fn spec(replicas: u32, extra: &str) -> ClusterSpec {
+    serde_norway::from_str(&format!(
+        "replicas: {replicas}\nchunk_tokens: 0\n{extra}\n\
+         generator: {{output_tokens: 1}}\narrivals: {{poisson: {{rate: 1}}}}\nrequests: 3\n"
+    ))
+    .unwrap()
+}
+
+/// Requests of `(arrival s, prompt segment id, prompt tokens, output tokens)`.
+fn stream(rows: &[(f64, u64, u32, u32)]) -> RequestStream {
+    let mut s = RequestStream::default();
+    for &(at, id, tokens, output) in rows {
+        let start = s.segments.len() as u32;
+        s.segments.push(Segment { id, tokens });
+        s.requests.push(GeneratedRequest {
+            arrived_at: ticks(at),
+            prompt_tokens: tokens,
+            output_tokens: output,
+            segments: start..s.segments.len() as u32,
+            output_segment: None,
+        });
+    }
+    s
+}
+
+/// Runs `spec` on `stream` with the `Newest` router, failures as the spec says (seed 1).
+fn run(spec: &ClusterSpec, stream: &RequestStream) -> RunOutcome {
+    let sm = spec.step_model().unwrap();
+    let ctx = router_context_for(spec, &sm, 1);
+    let Maker::Router(make) = routelab_policy_api::router::<Newest>().make else { unreachable!() };
+    let router = make("", &ctx).unwrap();
+    let mut loader = Loader::new();
+    let sched =
+        loader.resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler).unwrap();
+    let schedulers = crate::runner::make_schedulers(&sched, &sm, spec.slots(), 1).unwrap();
+    let sim = ClusterSim::build(spec, &sm, stream, router, schedulers, "newest").unwrap();
+    sim.with_failures(spec.failures.as_ref(), 1).run().unwrap()
+}
+
+/// Two replicas; a long request (2,000 output tokens) starts at 0 on the newest (slot 1), which
+/// crashes at 5 s. Retried (Dynamo's migration), it goes to slot 0 at once and finishes there:
+/// its first token is the one it streamed before the crash, and it ends later than without the
+/// crash by at least the lost decode time. With no retry it fails, and nothing completes.
+#[test]
+fn a_request_lost_in_a_crash_is_retried_on_another_replica_or_fails() {
+    let rows = [(0.0, 7, 1000, 2000)];
+    let calm = run(&spec(2, ""), &stream(&rows));
+    let crash = |retries: u32| {
+        spec(2, &format!("failures: {{crashes: [{{replica: 1, at_s: 5}}], restart_s: 60, max_retries: {retries}}}"))
+    };
+    let out = run(&crash(1), &stream(&rows));
+    let (r, c) = (&out.records[0], &calm.records[0]);
+    assert_eq!((c.replica, r.replica), (1, 0), "calm on the newest; retried on the survivor");
+    assert!(c.completed_at_s > 5.0, "the request was still running at the crash ({})", c.completed_at_s);
+    assert_eq!(r.first_token_at_s, c.first_token_at_s, "the first token streamed before the crash stands");
+    assert!(r.completed_at_s > c.completed_at_s, "{} vs {}", r.completed_at_s, c.completed_at_s);
+    let m = &out.metrics;
+    let got = ["crashes", "requests_lost", "retried_requests", "failed_requests", "completed"].map(|k| m.get(k));
+    assert_eq!(got, [Some(1.0), Some(1.0), Some(1.0), Some(0.0), Some(1.0)], "{m:?}");
+    // Replica 1 was down from 5 s to the end (its restart at 65 s comes after).
+    let end = r.completed_at_s;
+    let want = 1.0 - (end - 5.0).min(60.0) / (2.0 * end);
+    assert!((m.get("availability").unwrap() - want).abs() < 1e-9, "{m:?} vs {want}");
+
+    let out = run(&crash(0), &stream(&rows));
+    assert_eq!(out.records[0].end, End::Failed);
+    assert!(out.records[0].completed_at_s.is_nan());
+    let m = &out.metrics;
+    assert_eq!(
+        (m.get("failed_requests"), m.get("completed"), m.get("retried_requests")),
+        (Some(1.0), Some(0.0), Some(0.0))
+    );
+}
+
+/// One replica crashes at 1 s and restarts 10 s later, cold: a request at 5 s finds no replica
+/// up and fails; one at 11 s (the restart's instant: it comes after) is served with nothing
+/// cached, although the same prompt was computed there at 0 s.
+#[test]
+fn a_restarted_replica_comes_back_cold_and_requests_fail_while_none_is_up() {
+    let spec = spec(1, "failures: {crashes: [{replica: 0, at_s: 1}], restart_s: 10}");
+    let out = run(&spec, &stream(&[(0.0, 7, 1000, 1), (5.0, 7, 1000, 1), (11.0, 7, 1000, 1)]));
+    let r = &out.records;
+    assert!(r[0].completed_at_s < 1.0, "the first request is done before the crash");
+    assert_eq!(r[1].end, End::Failed, "nothing is up at 5 s");
+    assert_eq!((r[2].end, r[2].cached_tokens), (End::Served, 0), "cold after the restart");
+    let ttft = |x: &RequestRecord| x.first_token_at_s - x.arrived_at_s;
+    assert!((ttft(&r[2]) - ttft(&r[0])).abs() < 1e-9, "{} vs {}", ttft(&r[2]), ttft(&r[0]));
+    assert_eq!(out.metrics.get("requests_lost"), Some(0.0));
+}
+
+/// A generated workload under random crashes (MTBF 20 s, restart 5 s, one retry) with a
+/// load-aware and a prefix-aware router: every request completes or fails exactly once (the
+/// finish's conservation check runs under debug assertions), the run replays exactly from its
+/// seed, and another seed crashes differently.
+#[test]
+fn every_request_completes_or_fails_once_under_random_crashes_and_the_seed_replays() {
+    let mut spec = spec(4, "failures: {mtbf_s: 20, restart_s: 5, max_retries: 1}");
+    spec.generator = serde_norway::from_str(
+        "{system_prompt_tokens: 200, contexts: {count: 8, tokens: 800}, suffix_tokens: 50, output_tokens: 200}",
+    )
+    .unwrap();
+    spec.arrivals = crate::workload::cluster::Arrivals::Poisson { rate: 8.0 };
+    spec.requests = Some(1500);
+    let sm = spec.step_model().unwrap();
+    let stream = crate::workload::generate::generate(&spec, None, 1).unwrap();
+    for policy in ["least_requests", "least_work_left", "sglang_cache_aware"] {
+        let once = |seed: u64| {
+            let mut loader = Loader::new();
+            let ctx = router_context_for(&spec, &sm, seed);
+            let router = loader.router(&PolicySpec::parse(policy).unwrap(), &ctx).unwrap();
+            let sched = loader
+                .resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler)
+                .unwrap();
+            let schedulers = crate::runner::make_schedulers(&sched, &sm, spec.slots(), seed).unwrap();
+            let sim = ClusterSim::build(&spec, &sm, &stream, router, schedulers, policy).unwrap();
+            sim.with_failures(spec.failures.as_ref(), seed).run().unwrap_or_else(|e| panic!("{policy}: {e}"))
+        };
+        let (a, b, c) = (once(1), once(1), once(2));
+        let m = &a.metrics;
+        let n = |k: &str| m.get(k).unwrap();
+        assert!(n("crashes") > 0.0 && n("requests_lost") > 0.0, "{policy}: {m:?}");
+        assert_eq!(n("completed") + n("failed_requests") + n("unfinished"), 1500.0, "{policy}: {m:?}");
+        let failed = a.records.iter().filter(|r| r.end == End::Failed).count();
+        assert_eq!(failed as f64, n("failed_requests"), "{policy}");
+        assert!(n("availability") < 1.0 && n("availability") > 0.5, "{policy}: {m:?}");
+        assert_eq!(format!("{:?}", a.metrics), format!("{:?}", b.metrics), "{policy}: same seed, same run");
+        assert_ne!(
+            a.metrics.get("crashes").zip(a.metrics.get("latency_mean_s")),
+            c.metrics.get("crashes").zip(c.metrics.get("latency_mean_s")),
+            "{policy}"
+        );
+    }
+}
