@@ -182,11 +182,12 @@ fn execute(command: Command) -> Result<i32> {
             let allreduce = allreduce.map(|a| resolve_data(&a));
             accuracy::calibrate(&resolve_data(&profile), &runs, allreduce.as_deref(), name, out.as_deref())
         }
-        Command::Accuracy { runs, stream, gpu, model, tp, calibration, json } => {
+        Command::Accuracy { runs, stream, gpu, model, tp, calibration, router, json } => {
             use routelab_core::builtin::resolve_data;
             let runs: Vec<PathBuf> = runs.iter().map(|r| resolve_data(r)).collect();
             let stream = stream.map(|s| resolve_data(&s));
-            accuracy::accuracy(&runs, stream.as_deref(), gpu, model, tp, calibration, json.as_deref())
+            let how = routelab_core::accuracy::replay::Replay { gpu, model, tp, calibration: None, router };
+            accuracy::accuracy(&runs, stream.as_deref(), how, calibration, json.as_deref())
         }
         Command::NewPolicy { dir, kind, name, api_path } => {
             if let Some(n) = &name {

@@ -34,6 +34,7 @@ pub mod scalers;
 pub mod selection;
 pub mod sglang_cache_aware;
 pub mod threshold_affinity;
+pub mod vllm_dp_lb;
 pub mod vllm_loadaware;
 pub mod vllm_prefix_aware;
 
@@ -59,6 +60,7 @@ pub fn registry() -> Vec<Entry> {
         router::<llm_d_predicted_latency::LlmDPredictedLatency>(),
         router::<vllm_prefix_aware::VllmPrefixAware>(),
         router::<vllm_loadaware::VllmLoadAware>(),
+        router::<vllm_dp_lb::VllmDpLb>(),
         router::<chwbl::Chwbl>(),
         router::<aibrix_prefix_cache::AibrixPrefixCache>(),
         router::<ray_prefix_aware::RayPrefixAware>(),

@@ -19,6 +19,8 @@
 
 mod bundle;
 pub mod replay;
+#[cfg(test)]
+mod splitwise;
 
 pub use bundle::{Bundle, Measured, Meta, load};
 

@@ -10,8 +10,9 @@
 //! `max_batch_requests: max_num_seqs`, scheduler `fcfs`, KV reserved for the prompt and one
 //! output token at admission (`reservation: {estimate: {output_tokens: 1}}`), the replica's KV
 //! capacity from `gpu_memory_utilization` 0.9 (vLLM's default). With `data_parallel_size` > 1,
-//! one replica per engine behind `least_requests` (vLLM's DP coordinator sends each request to
-//! the engine with the fewest waiting and running requests); with `enable_expert_parallel` on a
+//! one replica per engine behind `vllm_dp_lb` (vLLM's own DP load balancer: the lowest
+//! `4 · waiting + running` from counts its coordinator publishes every 100 ms, here the scrape
+//! interval); with `enable_expert_parallel` on a
 //! mixture of experts, the experts split across those replicas (`expert_parallel: dp`), and a
 //! mixture of experts' engines step in lock-step (`data_parallel: dp`; `sim/cluster/lockstep.rs`).
 
@@ -31,6 +32,11 @@ use crate::workload::{FieldError, InputError};
 
 use super::bundle::STREAM_BLOCK_TOKENS;
 
+/// How often vLLM's DP coordinator publishes the engines' counts while they change
+/// (`vllm/v1/engine/coordinator.py` @ 0090ad12: `min_stats_update_interval_ms = 100`), the
+/// replay's scrape interval: `vllm_dp_lb` routes on counts this old at most.
+pub const VLLM_DP_STATS_INTERVAL_S: f64 = 0.1;
+
 /// How to replay: the catalog names (from the bundle unless given) and the step model.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Replay {
@@ -39,6 +45,8 @@ pub struct Replay {
     pub tp: Option<u32>,
     /// `None`: the roofline; else a calibration.
     pub calibration: Option<Calibration>,
+    /// The router in front of several engines (a policy spec); `None`: `vllm_dp_lb`.
+    pub router: Option<String>,
 }
 
 /// One run replayed: per figure, measured vs simulated.
@@ -118,6 +126,7 @@ pub fn engine_spec(bundle: &Bundle, how: &Replay) -> Result<ClusterSpec, InputEr
     let lockstep = if is_moe { m.dp } else { 1 };
     let yaml = format!(
         "{{replicas: {}, gpu: {gpu}, model: {model}, tp: {tp}, expert_parallel: {ep}, data_parallel: {lockstep}, kv_cache_dtype: {kv}, memory_fraction: 0.9, chunk_tokens: {}, \
+         metrics: {{scrape_interval_s: {VLLM_DP_STATS_INTERVAL_S}}}, \
          budget_counts_decode: true, max_batch_requests: {}, reservation: {{estimate: {{output_tokens: 1}}}}, \
          scheduler: fcfs, drain_s: 100000, generator: {{suffix_tokens: 1, output_tokens: 1}}, \
          arrivals: {{poisson: {{rate: 1}}}}, requests: {}}}",
@@ -140,7 +149,11 @@ pub fn replay(bundle: &Bundle, how: &Replay) -> Result<RunAccuracy, Error> {
     // Compared request by request: every record, however long the run.
     spec.summary = crate::workload::cluster::Summary::Exact;
     let stream = block_stream(&bundle.rows, STREAM_BLOCK_TOKENS, 1.0, None, None);
-    let router = if spec.replicas > 1 { "least_requests" } else { "round_robin" };
+    let router = match &how.router {
+        _ if spec.replicas == 1 => "round_robin",
+        Some(r) => r.as_str(),
+        None => "vllm_dp_lb",
+    };
     let sm = spec.step_model().map_err(|e| InputError::from_field(Path::new("<replay>"), e))?;
     let ctx = sim::cluster::router_context(&sm, spec.replicas, 1);
     let router = Loader::new().resolve(&PolicySpec::parse(router)?, PolicyKind::Router)?.router(&ctx)?;

@@ -231,9 +231,7 @@ fn abs_pct(x: f64) -> String {
 pub fn accuracy(
     runs: &[PathBuf],
     stream: Option<&Path>,
-    gpu: Option<String>,
-    model: Option<String>,
-    tp: Option<u32>,
+    base: Replay,
     calibration: Option<String>,
     json: Option<&Path>,
 ) -> Result<i32> {
@@ -245,7 +243,7 @@ pub fn accuracy(
     let bundles = dirs.iter().map(|d| acc::load(d, stream)).collect::<Result<Vec<_>, _>>()?;
     let mut results: Vec<(RunAccuracy, String)> = Vec::new();
     for b in &bundles {
-        let mut how = Replay { gpu: gpu.clone(), model: model.clone(), tp, calibration: None };
+        let mut how = base.clone();
         let g = replay::engine_spec(b, &how)?.step_model().map_err(|e| InputError::from_field(&b.dir, e))?.gpu.name;
         let label = match calibration.as_deref() {
             Some("roofline") => "roofline".to_string(),

@@ -278,6 +278,10 @@ pub enum Command {
         /// the run's GPU when there is one, else the roofline).
         #[arg(long)]
         calibration: Option<String>,
+        /// The router in front of a data-parallel run's engines (default: `vllm_dp_lb`, vLLM's
+        /// own balancer; any router spec, e.g. `least_requests`).
+        #[arg(long)]
+        router: Option<String>,
         /// Also write the comparison as JSON.
         #[arg(long)]
         json: Option<PathBuf>,

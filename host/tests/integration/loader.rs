@@ -334,6 +334,8 @@ fn field_routers_are_bit_identical_from_the_plugin_library() {
         "vllm_prefix_aware",
         "vllm_loadaware",
         "vllm_loadaware{beta: 0.25}",
+        "vllm_dp_lb",
+        "vllm_dp_lb{waiting_weight: 1}",
         "dynamo_kv{cost: lmetric}",
         "dynamo_kv{prefill_floor: false, overlap_score_credit: 2, decode_active_request_weight: 1}",
         "sglang_cache_aware{imbalanced: keep_affinity, balance_abs_threshold: 2}",
