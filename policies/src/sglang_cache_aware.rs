@@ -130,7 +130,7 @@ impl Policy for SglangCacheAware {
         if !(cfg.eviction_interval_s > 0.0) {
             return Err(format!("eviction_interval_s must be positive (got {})", cfg.eviction_interval_s));
         }
-        let n = ctx.replicas as usize;
+        let n = ctx.replica_count();
         Ok(Self {
             next_eviction_at: cfg.eviction_interval_s,
             cfg,
@@ -167,7 +167,7 @@ impl SglangCacheAware {
     /// balance_abs_threshold`, ties to the lower load then the lowest index; `None` when none of
     /// them matches any token.
     fn keep_affinity(&mut self, request: &Request<'_>, min: u32) -> Option<usize> {
-        self.tree.match_each(request.segments.as_slice(), &mut self.matches);
+        self.tree.match_each(request.segments(), &mut self.matches);
         let window = min.saturating_add(self.cfg.balance_abs_threshold);
         let mut best: Option<usize> = None;
         for r in (0..self.in_flight.len()).filter(|&r| self.in_flight[r] <= window) {
@@ -205,7 +205,7 @@ impl RouterPolicy for SglangCacheAware {
             }
             return self.least_loaded();
         }
-        self.tree.match_each(request.segments.as_slice(), &mut self.matches);
+        self.tree.match_each(request.segments(), &mut self.matches);
         let mut best = 0;
         for i in 1..self.matches.len() {
             if self.matches[i] > self.matches[best]
@@ -231,11 +231,11 @@ impl RouterPolicy for SglangCacheAware {
 
     fn on_dispatch(&mut self, request: &Request<'_>, replica: usize) {
         self.in_flight[replica] += 1;
-        self.tree.insert(request.segments.as_slice(), replica);
+        self.tree.insert(request.segments(), replica);
     }
 
     fn on_complete(&mut self, c: &Completion) {
-        let l = &mut self.in_flight[c.replica as usize];
+        let l = &mut self.in_flight[c.replica_index()];
         *l = l.saturating_sub(1);
     }
 

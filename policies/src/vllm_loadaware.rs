@@ -78,7 +78,7 @@ impl Policy for VllmLoadAware {
         if !(cfg.qps_window_s > 0.0 && cfg.qps_window_s.is_finite()) {
             return Err(format!("qps_window_s must be positive (got {})", cfg.qps_window_s));
         }
-        let n = ctx.replicas as usize;
+        let n = ctx.replica_count();
         Ok(Self {
             qps: QpsWindow::new(n, cfg.qps_window_s),
             cfg,
@@ -137,7 +137,7 @@ impl RouterPolicy for VllmLoadAware {
     }
 
     fn on_complete(&mut self, c: &Completion) {
-        let l = &mut self.in_flight[c.replica as usize];
+        let l = &mut self.in_flight[c.replica_index()];
         *l = l.saturating_sub(1);
     }
 
