@@ -72,7 +72,7 @@
 //! `testing/dynamo-diff` runs this router and the crate's on the same states and asserts equal
 //! costs, cheapest sets and softmax picks (the active-request weight included); the two
 //! options the crate predates are pinned by hand-computed tests in
-//! `policies/tests/field_options_2026.rs`.
+//! `policies/tests/routers/field_options_2026.rs`.
 //!
 //! Deviations, and why:
 //! - Dynamo learns a request's prefill is done from its first streamed token. Here the

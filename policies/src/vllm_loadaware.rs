@@ -25,7 +25,7 @@
 //! `src/vllm_router/routers/routing_logic.py` (`load_penalty`, `relative_loads`,
 //! `score_endpoint`, `select_url`, `route_request`, `fallback_url`) and `_qps_routing` in the
 //! same file @ a6c01db0; the PR's unit tests, `src/tests/test_loadaware_router.py` @ 9f2a0598,
-//! whose decisions `policies/tests/field_options_2026.rs` pins. `kvaware` itself stays as it
+//! whose decisions `policies/tests/routers/field_options_2026.rs` pins. `kvaware` itself stays as it
 //! was upstream; routelab has no LMCache controller and does not ship `kvaware`.
 //!
 //! Deviations, and why:
