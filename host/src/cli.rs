@@ -119,6 +119,7 @@ fn execute(command: Command) -> Result<i32> {
             seed,
             json,
             plot,
+            report,
             jobs,
             markdown,
         } => capacity::run(capacity::Args {
@@ -130,6 +131,7 @@ fn execute(command: Command) -> Result<i32> {
             seed,
             json,
             plot,
+            report,
             markdown,
             jobs: jobs.map(|j| j as usize),
         }),

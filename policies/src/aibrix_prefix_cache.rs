@@ -287,7 +287,7 @@ impl Policy for AibrixPrefixCache {
         if !(cfg.idle_eviction_s > 0.0) {
             return Err(format!("idle_eviction_s must be positive (got {})", cfg.idle_eviction_s));
         }
-        let n = ctx.replicas as usize;
+        let n = ctx.replica_count();
         Ok(Self {
             capacity_blocks: (cfg.capacity_tokens / cfg.block_tokens as u64) as usize,
             cfg,
@@ -312,7 +312,7 @@ impl Policy for AibrixPrefixCache {
 impl AibrixPrefixCache {
     fn hash_prompt(&mut self, request: &Request<'_>) {
         if self.hashes_for != Some(request.id) {
-            self.prefixes.hashes_into(request.segments.as_slice(), self.cfg.block_tokens, &mut self.hashes);
+            self.prefixes.hashes_into(request.segments(), self.cfg.block_tokens, &mut self.hashes);
             self.hashes_for = Some(request.id);
         }
     }
@@ -440,7 +440,7 @@ impl RouterPolicy for AibrixPrefixCache {
     }
 
     fn on_complete(&mut self, c: &Completion) {
-        let l = &mut self.running[c.replica as usize];
+        let l = &mut self.running[c.replica_index()];
         *l = l.saturating_sub(1);
     }
 

@@ -96,7 +96,7 @@ impl Policy for Chwbl {
             .flat_map(|r| (0..cfg.virtual_nodes).map(move |i| (mix64(mix64(r as u64 + 1) ^ i as u64), r)))
             .collect();
         ring.sort_unstable();
-        Ok(Self { cfg, ring, in_flight: vec![0; ctx.replicas as usize], total: 0, first_choice: 0, decisions: 0 })
+        Ok(Self { cfg, ring, in_flight: vec![0; ctx.replica_count()], total: 0, first_choice: 0, decisions: 0 })
     }
 }
 
@@ -118,7 +118,7 @@ impl Chwbl {
 impl RouterPolicy for Chwbl {
     fn route(&mut self, request: &Request<'_>, _: &Replicas<'_>) -> usize {
         self.decisions += 1;
-        let key = prefix_hash(request.segments.as_slice(), self.cfg.prefix_tokens);
+        let key = prefix_hash(request.segments(), self.cfg.prefix_tokens);
         let start = self.ring.partition_point(|&(p, _)| p < key) % self.ring.len();
         let first = self.ring[start].1 as usize;
         if self.load_ok(first) {
@@ -143,7 +143,7 @@ impl RouterPolicy for Chwbl {
     }
 
     fn on_complete(&mut self, c: &Completion) {
-        let l = &mut self.in_flight[c.replica as usize];
+        let l = &mut self.in_flight[c.replica_index()];
         if *l > 0 {
             *l -= 1;
             self.total -= 1;

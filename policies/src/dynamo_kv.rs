@@ -72,7 +72,7 @@
 //! `testing/dynamo-diff` runs this router and the crate's on the same states and asserts equal
 //! costs, cheapest sets and softmax picks (the active-request weight included); the two
 //! options the crate predates are pinned by hand-computed tests in
-//! `policies/tests/field_options_2026.rs`.
+//! `policies/tests/routers/field_options_2026.rs`.
 //!
 //! Deviations, and why:
 //! - Dynamo learns a request's prefill is done from its first streamed token. Here the
@@ -233,7 +233,7 @@ impl Policy for DynamoKv {
                 return Err(format!("cost: lmetric does not combine with {clash}; use cost: linear for it"));
             }
         }
-        let n = ctx.replicas as usize;
+        let n = ctx.replica_count();
         Ok(Self {
             prompt: PromptRuns::new(cfg.block_tokens),
             cfg,
@@ -274,7 +274,7 @@ impl DynamoKv {
 
     fn hash_prompt(&mut self, request: &Request<'_>) {
         if self.prompt_for != Some(request.id) {
-            self.prompt.cut(request.segments.as_slice());
+            self.prompt.cut(request.segments());
             self.prompt_for = Some(request.id);
         }
     }
@@ -412,7 +412,7 @@ impl RouterPolicy for DynamoKv {
             return;
         }
         if let Some((run, from)) = self.prompt.evicted(e) {
-            self.cached.remove(run.key, from, run.blocks, e.replica as usize);
+            self.cached.remove(run.key, from, run.blocks, e.replica_index());
         }
     }
 

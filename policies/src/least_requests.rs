@@ -47,7 +47,7 @@ impl RouterPolicy for LeastRequests {
         report(&mut self.index, replica, 1);
     }
     fn on_complete(&mut self, c: &Completion) {
-        report(&mut self.index, c.replica as usize, -1);
+        report(&mut self.index, c.replica_index(), -1);
     }
 }
 

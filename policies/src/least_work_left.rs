@@ -103,7 +103,7 @@ impl Policy for LeastWorkLeft {
         Ok(Self {
             rng: policy_rng(ctx.seed),
             world: ctx.world,
-            tally: vec![0.0; ctx.replicas as usize],
+            tally: vec![0.0; ctx.replica_count()],
             shares: Default::default(),
             placing: 0.0,
             cfg,
@@ -171,7 +171,7 @@ impl RouterPolicy for LeastWorkLeft {
             // Clamped: a float sum taken apart in another order may end a hair below 0.
             self.tally[r as usize] = (self.tally[r as usize] - share).max(0.0);
         }
-        report(&mut self.index, c.replica as usize, -1);
+        report(&mut self.index, c.replica_index(), -1);
     }
 }
 

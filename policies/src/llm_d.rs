@@ -189,7 +189,7 @@ impl Policy for LlmD {
             return Err("max_prefix_blocks must be at least 1 (upstream default 256)".into());
         }
         let capacity = cfg.lru_capacity.blocks(ctx, cfg.block_tokens)?;
-        let n = ctx.replicas as usize;
+        let n = ctx.replica_count();
         let index = match cfg.prefix_state {
             PrefixState::Approximate => Index::Approximate(LruRuns::new(n, capacity)),
             PrefixState::Precise => Index::Precise(HeldRuns::new(n)),
@@ -231,7 +231,7 @@ impl LlmD {
             return;
         }
         self.prompt_for = Some(request.id);
-        let segments = request.segments.as_slice();
+        let segments = request.segments();
         match self.index {
             Index::Approximate(_) => self.prompt.cut_limited(segments, self.cfg.max_prefix_blocks as usize, true),
             Index::Precise(_) => self.prompt.cut(segments),
@@ -399,7 +399,7 @@ impl RouterPolicy for LlmD {
     fn on_evict(&mut self, e: &Eviction<'_>) {
         let Index::Precise(held) = &mut self.index else { return };
         if let Some((run, from)) = self.prompt.evicted(e) {
-            held.remove(run.key, from, run.blocks, e.replica as usize);
+            held.remove(run.key, from, run.blocks, e.replica_index());
         }
     }
 

@@ -215,7 +215,7 @@ impl Policy for LlmDPredictedLatency {
             return Err("max_prefix_blocks must be at least 1 (upstream default 256)".into());
         }
         let capacity = cfg.lru_capacity.blocks(ctx, cfg.block_tokens)?;
-        let n = ctx.replicas as usize;
+        let n = ctx.replica_count();
         Ok(Self {
             prompt: PromptRuns::new(cfg.block_tokens),
             rng: policy_rng(ctx.seed),
@@ -260,7 +260,7 @@ impl LlmDPredictedLatency {
             return;
         }
         self.prompt_for = Some(request.id);
-        self.prompt.cut_limited(request.segments.as_slice(), self.cfg.max_prefix_blocks as usize, true);
+        self.prompt.cut_limited(request.segments(), self.cfg.max_prefix_blocks as usize, true);
         self.lru.matched(&self.prompt.runs, &mut self.matched);
     }
 

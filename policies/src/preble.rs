@@ -213,7 +213,7 @@ impl Policy for Preble {
         if !(cfg.pd_window_s > 0.0) {
             return Err(format!("pd_window_s must be positive (got {})", cfg.pd_window_s));
         }
-        let n = ctx.replicas as usize;
+        let n = ctx.replica_count();
         let w = cfg.window_s;
         let pd_w = cfg.pd_window_s;
         Ok(Self {
@@ -423,7 +423,7 @@ impl RouterPolicy for Preble {
 
     fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         let now = request.arrived_at;
-        let segments = request.segments.as_slice();
+        let segments = request.segments();
         self.tree.match_each(segments, &mut self.matches);
         self.compute_costs(request, replicas);
         let (cached, deepest) = self.tree.longest_match(segments);
@@ -508,7 +508,7 @@ impl RouterPolicy for Preble {
 
     fn on_dispatch(&mut self, request: &Request<'_>, replica: usize) {
         let now = request.arrived_at;
-        let segments = request.segments.as_slice();
+        let segments = request.segments();
         let pending = self.pending.take().filter(|p| p.request == request.id);
         let matched = if pending.is_some() { self.matches[replica] } else { self.tree.match_tokens(segments, replica) };
         let missed = request.prompt_tokens.saturating_sub(matched) as u64;
@@ -545,7 +545,7 @@ impl RouterPolicy for Preble {
     }
 
     fn on_evict(&mut self, e: &Eviction<'_>) {
-        self.tree.release_path(e.path.as_slice(), e.replica as usize, e.remaining_tokens);
+        self.tree.release_path(e.path(), e.replica_index(), e.remaining_tokens);
     }
 
     fn report(&self) -> Vec<(String, f64)> {

@@ -66,7 +66,7 @@ impl Policy for RayPrefixAware {
         if !(0.0..=1.0).contains(&cfg.match_rate_threshold) {
             return Err(format!("match_rate_threshold must be in [0, 1] (got {})", cfg.match_rate_threshold));
         }
-        let n = ctx.replicas as usize;
+        let n = ctx.replica_count();
         Ok(Self {
             cfg,
             rng: policy_rng(ctx.seed),
@@ -103,7 +103,7 @@ impl RouterPolicy for RayPrefixAware {
             self.pow2_decisions += 1;
             return self.power_of_two();
         }
-        self.tree.match_each(request.segments.as_slice(), &mut self.matches);
+        self.tree.match_each(request.segments(), &mut self.matches);
         let best = self.matches.iter().copied().max().unwrap_or(0);
         let rate = if request.prompt_tokens == 0 { 0.0 } else { best as f64 / request.prompt_tokens as f64 };
         self.candidates.clear();
@@ -121,11 +121,11 @@ impl RouterPolicy for RayPrefixAware {
 
     fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {
         self.queue[r] += 1;
-        self.tree.insert(request.segments.as_slice(), r);
+        self.tree.insert(request.segments(), r);
     }
 
     fn on_complete(&mut self, c: &Completion) {
-        let q = &mut self.queue[c.replica as usize];
+        let q = &mut self.queue[c.replica_index()];
         *q = q.saturating_sub(1);
     }
 

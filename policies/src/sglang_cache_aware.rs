@@ -140,7 +140,7 @@ impl Policy for SglangCacheAware {
         if !(cfg.eviction_interval_s > 0.0) {
             return Err(format!("eviction_interval_s must be positive (got {})", cfg.eviction_interval_s));
         }
-        let n = ctx.replicas as usize;
+        let n = ctx.replica_count();
         Ok(Self {
             next_eviction_at: cfg.eviction_interval_s,
             cfg,
@@ -184,7 +184,7 @@ impl SglangCacheAware {
     /// balance_abs_threshold`, ties to the lower load then the lowest index; `None` when none of
     /// them matches any token.
     fn keep_affinity(&mut self, request: &Request<'_>, min: u32, n: usize) -> Option<usize> {
-        self.tree.match_each(request.segments.as_slice(), &mut self.matches);
+        self.tree.match_each(request.segments(), &mut self.matches);
         let window = min.saturating_add(self.cfg.balance_abs_threshold);
         let matched = |r: usize| self.matches[self.members.id(r)];
         let mut best: Option<usize> = None;
@@ -221,7 +221,7 @@ impl RouterPolicy for SglangCacheAware {
             }
             return self.least_loaded(n);
         }
-        self.tree.match_each(request.segments.as_slice(), &mut self.matches);
+        self.tree.match_each(request.segments(), &mut self.matches);
         let matched = |i: usize| self.matches[self.members.id(i)];
         let mut best = 0;
         for i in 1..n {
@@ -246,7 +246,7 @@ impl RouterPolicy for SglangCacheAware {
     fn on_dispatch(&mut self, request: &Request<'_>, replica: usize) {
         let id = self.members.id(replica);
         self.in_flight[id] += 1;
-        self.tree.insert(request.segments.as_slice(), id);
+        self.tree.insert(request.segments(), id);
     }
 
     fn on_complete(&mut self, c: &Completion) {

@@ -25,7 +25,7 @@
 //! `src/vllm_router/routers/routing_logic.py` (`load_penalty`, `relative_loads`,
 //! `score_endpoint`, `select_url`, `route_request`, `fallback_url`) and `_qps_routing` in the
 //! same file @ a6c01db0; the PR's unit tests, `src/tests/test_loadaware_router.py` @ 9f2a0598,
-//! whose decisions `policies/tests/field_options_2026.rs` pins. `kvaware` itself stays as it
+//! whose decisions `policies/tests/routers/field_options_2026.rs` pins. `kvaware` itself stays as it
 //! was upstream; routelab has no LMCache controller and does not ship `kvaware`.
 //!
 //! Deviations, and why:
@@ -78,7 +78,7 @@ impl Policy for VllmLoadAware {
         if !(cfg.qps_window_s > 0.0 && cfg.qps_window_s.is_finite()) {
             return Err(format!("qps_window_s must be positive (got {})", cfg.qps_window_s));
         }
-        let n = ctx.replicas as usize;
+        let n = ctx.replica_count();
         Ok(Self {
             qps: QpsWindow::new(n, cfg.qps_window_s),
             cfg,
@@ -137,7 +137,7 @@ impl RouterPolicy for VllmLoadAware {
     }
 
     fn on_complete(&mut self, c: &Completion) {
-        let l = &mut self.in_flight[c.replica as usize];
+        let l = &mut self.in_flight[c.replica_index()];
         *l = l.saturating_sub(1);
     }
 

@@ -73,7 +73,7 @@ impl Policy for VllmPrefixAware {
         if !(cfg.qps_window_s > 0.0 && cfg.qps_window_s.is_finite()) {
             return Err(format!("qps_window_s must be positive (got {})", cfg.qps_window_s));
         }
-        let n = ctx.replicas as usize;
+        let n = ctx.replica_count();
         Ok(Self {
             hashing: BlockHashing { block_tokens: cfg.chunk_tokens, max_blocks: usize::MAX, partial_tail: true },
             qps: QpsWindow::new(n, cfg.qps_window_s),
@@ -92,7 +92,7 @@ impl Policy for VllmPrefixAware {
 impl VllmPrefixAware {
     fn hash_prompt(&mut self, request: &Request<'_>) {
         if self.hashes_for != Some(request.id) {
-            self.hashing.hashes_into(request.segments.as_slice(), &mut self.hashes);
+            self.hashing.hashes_into(request.segments(), &mut self.hashes);
             self.hashes_for = Some(request.id);
         }
     }
@@ -132,7 +132,7 @@ impl VllmPrefixAware {
     /// The chunk where the prompt's last segment starts: where a prompt that shares everything
     /// but its own tail stops matching (a search hint; any hint gives the same answer).
     fn last_segment_chunk(&self, request: &Request<'_>) -> usize {
-        let segs = request.segments.as_slice();
+        let segs = request.segments();
         let head: u64 = segs.iter().map(|s| s.tokens as u64).sum::<u64>() - segs.last().map_or(0, |s| s.tokens as u64);
         (head / self.cfg.chunk_tokens as u64) as usize
     }

@@ -152,6 +152,7 @@
 pub const API_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 // since 0.5.2 {
+mod accessors;
 pub mod admission;
 pub mod admission_policy;
 // } since 0.5.2

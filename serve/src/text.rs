@@ -9,7 +9,8 @@
 //! prompts share exactly the segments of their common leading blocks. The last, partial block is
 //! its own segment.
 //!
-//! With `--tokenizer tokenizer.json` ([`Tokenizer::Hf`], the `tokenizers` crate) the prompt is
+//! With `--tokenizer tokenizer.json` (`Tokenizer::Hf`, the `tokenizers` crate, in a build with
+//! the `tokenizer` feature; without it the flag is refused with how to turn it on) the prompt is
 //! the engine's token ids instead (special tokens added, as vLLM's completions encode it), and
 //! a segment is every [`BLOCK_TOKENS`] ids, its id chained over the ids: blocks fall where the
 //! engine's KV blocks fall, and prompts that tokenise alike share blocks even where their bytes
@@ -119,11 +120,13 @@ pub fn parse_request(body: &[u8], chat: bool) -> Result<Parsed, String> {
 pub enum Tokenizer {
     #[default]
     Bytes,
+    #[cfg(feature = "tokenizer")]
     Hf(Box<tokenizers::Tokenizer>),
 }
 
 impl Tokenizer {
     /// `--tokenizer PATH` (`flag` names the option in the error), or the byte-level fallback.
+    #[cfg(feature = "tokenizer")]
     pub fn load(path: Option<&std::path::Path>, flag: &str) -> Result<Self, routelab_core::workload::InputError> {
         let Some(path) = path else { return Ok(Tokenizer::Bytes) };
         tokenizers::Tokenizer::from_file(path).map(|t| Tokenizer::Hf(Box::new(t))).map_err(|e| {
@@ -139,18 +142,43 @@ impl Tokenizer {
         })
     }
 
+    /// `--tokenizer PATH` in a build without the `tokenizer` feature: refused, saying how to get
+    /// it (before anything starts, as a bad file is in a build with it).
+    #[cfg(not(feature = "tokenizer"))]
+    pub fn load(path: Option<&std::path::Path>, flag: &str) -> Result<Self, routelab_core::workload::InputError> {
+        let Some(path) = path else { return Ok(Tokenizer::Bytes) };
+        Err(routelab_core::workload::InputError {
+            file: "<command line>".into(),
+            path: flag.into(),
+            line: None,
+            message: format!(
+                "{}: this routelab was built without the `tokenizer` feature, so it cannot read a tokenizer.json",
+                path.display()
+            ),
+            fix: "build it with the feature (`cargo install --locked --path host --features tokenizer`, or \
+                  `cargo run --features tokenizer -- …` in the checkout), or leave the flag out for the byte-level \
+                  fallback"
+                .into(),
+        })
+    }
+
     /// The prompt's segments: one per block of [`BLOCK_TOKENS`] tokens (the last may be shorter),
     /// ids chained over the blocks' bytes (fallback) or token ids (a tokenizer.json). An empty
     /// prompt has no segment; a prompt the tokenizer fails on falls back to bytes.
     pub fn segments(&self, prompt: &str, out: &mut Vec<Segment>) {
-        let Tokenizer::Hf(t) = self else { return segments(prompt, out) };
-        let Ok(enc) = t.encode(prompt, true) else { return segments(prompt, out) };
-        out.clear();
-        let mut id = 0u64;
-        for block in enc.get_ids().chunks(BLOCK_TOKENS) {
-            let bytes: Vec<u8> = block.iter().flat_map(|t| t.to_le_bytes()).collect();
-            id = mix(id ^ fnv1a(&bytes));
-            out.push(Segment { id, tokens: block.len() as u32 });
+        match self {
+            Tokenizer::Bytes => segments(prompt, out),
+            #[cfg(feature = "tokenizer")]
+            Tokenizer::Hf(t) => {
+                let Ok(enc) = t.encode(prompt, true) else { return segments(prompt, out) };
+                out.clear();
+                let mut id = 0u64;
+                for block in enc.get_ids().chunks(BLOCK_TOKENS) {
+                    let bytes: Vec<u8> = block.iter().flat_map(|t| t.to_le_bytes()).collect();
+                    id = mix(id ^ fnv1a(&bytes));
+                    out.push(Segment { id, tokens: block.len() as u32 });
+                }
+            }
         }
     }
 }
@@ -270,6 +298,7 @@ mod tests {
     }
 
     /// A word-level tokenizer.json: one id per whitespace-separated word of `words`, `[UNK]` 0.
+    #[cfg(feature = "tokenizer")]
     pub fn word_level(words: &[&str]) -> String {
         let vocab: serde_json::Map<String, Value> = std::iter::once("[UNK]")
             .chain(words.iter().copied())
@@ -284,6 +313,7 @@ mod tests {
         .to_string()
     }
 
+    #[cfg(feature = "tokenizer")]
     #[test]
     fn a_tokenizer_json_puts_block_boundaries_at_every_16_token_ids() {
         let words: Vec<String> = (0..40).map(|i| format!("w{}", "x".repeat(i % 7) + &i.to_string())).collect();
@@ -315,5 +345,17 @@ mod tests {
         let e = Tokenizer::load(Some(&bad), "--tokenizer").err().expect("refused").to_string();
         let _ = std::fs::remove_file(&bad);
         assert!(e.contains("--tokenizer") && e.contains("routelab-not-a-tokenizer"), "{e}");
+    }
+
+    #[cfg(not(feature = "tokenizer"))]
+    #[test]
+    fn without_the_feature_a_tokenizer_is_refused_saying_how_to_build_it() {
+        let path = std::path::Path::new("/models/tokenizer.json");
+        let e = Tokenizer::load(Some(path), "--tokenizer").err().expect("refused").to_string();
+        assert!(
+            e.contains("--tokenizer") && e.contains("/models/tokenizer.json") && e.contains("--features tokenizer"),
+            "{e}"
+        );
+        assert!(matches!(Tokenizer::load(None, "--tokenizer"), Ok(Tokenizer::Bytes)));
     }
 }

@@ -15,6 +15,7 @@
 //! to lie below the lowest load seen to fail (`hi`).
 
 pub mod expr;
+pub mod page;
 pub mod report;
 
 use std::path::Path;
@@ -278,6 +279,9 @@ pub struct PolicyCapacity {
     pub answer: Option<Answer>,
     /// Simulation runs made: loads × seeds.
     pub runs: u64,
+    /// Replaying a trace: the capacity `lo` in requests/s (× the report's `trace_rate_rps`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_rps: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -380,7 +384,7 @@ pub fn of_policy(
         Err(e) if e.exit_code() == 2 => return Err(e),
         Err(e) => (None, Some(routelab_core::builtin::shown(&e.to_string()).into_owned())),
     };
-    Ok(PolicyCapacity { policy: spec.label.clone(), spec: spec.arg.clone(), answer, runs, error })
+    Ok(PolicyCapacity { policy: spec.label.clone(), spec: spec.arg.clone(), answer, runs, capacity_rps: None, error })
 }
 
 /// A condition of `target` no load can meet, found before any run: as (the condition, why, the
@@ -463,6 +467,23 @@ fn quickest_step(c: &cluster::ClusterSpec) -> Option<(f64, String)> {
         }
     }
     quickest
+}
+
+/// A trace replay's arrival rate at speed 1 (`prepared` at its own load), in requests/s: its
+/// requests' gaps over the span of their arrivals, (n − 1) / (last − first). A search's trace
+/// speed m replays them at m × this. `None` unless the workload replays a trace of at least two
+/// requests that do not all arrive at once.
+pub fn trace_rate(prepared: &runner::Prepared) -> Result<Option<f64>, InputError> {
+    let replays =
+        matches!(prepared.workload.cluster.as_ref().map(|c| &c.arrivals), Some(cluster::Arrivals::Trace { .. }));
+    if !replays {
+        return Ok(None);
+    }
+    let input = prepared.seed_input(0)?;
+    let Some(stream) = input.stream() else { return Ok(None) };
+    let (Some(first), Some(last)) = (stream.requests.first(), stream.requests.last()) else { return Ok(None) };
+    let span = routelab_core::time::seconds(last.arrived_at.saturating_sub(first.arrived_at));
+    Ok((span > 0.0).then(|| (stream.requests.len() - 1) as f64 / span))
 }
 
 /// The workload prepared at its starting load: bad input found before any run.

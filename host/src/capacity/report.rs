@@ -28,6 +28,10 @@ pub struct Report<'a> {
     pub knob: Knob,
     /// The load the search started from (the workload's own).
     pub start: f64,
+    /// A trace replay's arrival rate at speed 1, requests/s ([`super::trace_rate`]): speed m is
+    /// m × this. Absent for other knobs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_rate_rps: Option<f64>,
     /// The conditions, as parsed (`metric op value`).
     pub slo: Vec<String>,
     /// Per-request bounds the search ran with (from `--slo` or the workload), if any.
@@ -49,59 +53,133 @@ fn interval(lo: f64, hi: f64) -> String {
     format!("[{}, {})", fmt_num(lo), if hi.is_finite() { fmt_num(hi) } else { "∞".into() })
 }
 
-/// One row per policy: the capacity, the interval it is known to, the work it took, and the
-/// SLO metrics at the capacity.
+impl Report<'_> {
+    /// The load axis's label: a trace replay's speed says what speed 1 is in requests/s.
+    pub fn load_label(&self) -> String {
+        match self.trace_rate_rps {
+            Some(q) => format!("trace speed [× the trace's {} requests/s]", fmt_num(q)),
+            None => self.knob.label().to_string(),
+        }
+    }
+
+    /// `seed N` or `seeds A..B`.
+    pub fn seeds_text(&self) -> String {
+        if self.seeds > 1 {
+            format!("seeds {}..{}", self.seed, self.seed + self.seeds as u64 - 1)
+        } else {
+            format!("seed {}", self.seed)
+        }
+    }
+
+    /// The sentence above the table.
+    pub fn caption(&self) -> String {
+        format!(
+            "{} [{} world, {} at every load]: highest {} with {}",
+            self.workload,
+            self.world,
+            self.seeds_text(),
+            self.knob.label(),
+            self.slo.join(" and "),
+        )
+    }
+}
+
+/// A capacity (or a load's bound of it) as shown, by its status: `x`, `x (unresolved)`, `≥ x`, `< x`;
+/// `scale` converts the load (1, or a trace's requests/s per unit of speed).
+fn capacity_text(a: &super::Answer, scale: f64) -> String {
+    match a.status {
+        Status::Found => fmt_num(a.lo * scale),
+        Status::Unresolved => format!("{} (unresolved)", fmt_num(a.lo * scale)),
+        Status::HoldsEverywhere => format!("≥ {} (held at every load tried)", fmt_num(a.lo * scale)),
+        Status::FailsEverywhere => format!("< {} (failed at every load tried)", fmt_num(a.hi * scale)),
+    }
+}
+
+/// The table as text cells, for the terminal and the HTML page alike: the header, and per policy
+/// its cells, or `Err(the first line of its error)`.
+pub struct Grid {
+    pub header: Vec<String>,
+    pub rows: Vec<(String, Result<Vec<String>, String>)>,
+}
+
+/// One row per policy: the capacity (and, replaying a trace, in requests/s), the interval it is
+/// known to, the work it took, and the SLO metrics at the capacity.
+pub fn grid(r: &Report, target: &Target) -> Grid {
+    let mut header = vec!["policy".to_string(), format!("capacity: {}", r.knob.label())];
+    if r.trace_rate_rps.is_some() {
+        header.push("capacity [requests/s]".into());
+    }
+    header.extend(["known within".into(), "loads".into(), "runs".into()]);
+    header.extend(target.conditions.iter().map(|c| format!("{} at capacity", c.metric)));
+    let rows = r
+        .results
+        .iter()
+        .map(|p| {
+            let Some(a) = &p.answer else {
+                let e = p.error.as_deref().unwrap_or("").lines().next().unwrap_or("");
+                return (p.policy.clone(), Err(e.to_string()));
+            };
+            let mut cells = vec![capacity_text(a, 1.0)];
+            if let Some(q) = r.trace_rate_rps {
+                cells.push(capacity_text(a, q));
+            }
+            cells.extend([interval(a.lo, a.hi), a.points.len().to_string(), p.runs.to_string()]);
+            let at = a.points.iter().find(|pt| pt.load == a.lo && pt.holds);
+            for c in &target.conditions {
+                cells.push(at.and_then(|pt| pt.metrics.get(&c.metric)).map_or("–".into(), fmt_num));
+            }
+            (p.policy.clone(), Ok(cells))
+        })
+        .collect();
+    Grid { header, rows }
+}
+
+/// Each policy's notes and warnings (a warning: the answer may hinge on noise), as
+/// `(policy, is_warning, text)`.
+pub fn remarks<'a>(r: &'a Report) -> Vec<(&'a str, bool, &'a str)> {
+    let mut out = Vec::new();
+    for p in r.results {
+        let Some(a) = &p.answer else { continue };
+        if let Some(note) = &a.note {
+            out.push((p.policy.as_str(), false, note.as_str()));
+        }
+        if let Some(w) = &a.warning {
+            out.push((p.policy.as_str(), true, w.as_str()));
+        }
+    }
+    out
+}
+
+/// The terminal table, its caption above and the notes and warnings below.
 pub fn table(r: &Report, target: &Target, markdown: bool) -> String {
+    let g = grid(r, target);
     let mut t = Table::new();
     t.load_style(if markdown { ASCII_MARKDOWN } else { UTF8_FULL_CONDENSED });
-    let mut header = vec!["policy".to_string(), format!("capacity: {}", r.knob.label()), "known within".into()];
-    header.extend(["loads".into(), "runs".into()]);
-    header.extend(target.conditions.iter().map(|c| format!("{} at capacity", c.metric)));
-    t.set_header(header);
-    for p in r.results {
-        let mut row = vec![Cell::new(&p.policy)];
-        let Some(a) = &p.answer else {
-            let e = p.error.as_deref().unwrap_or("").lines().next().unwrap_or("");
-            row.push(Cell::new(format!("FAILED: {e}")));
-            t.add_row(row);
-            continue;
-        };
-        let capacity = match a.status {
-            Status::Found => fmt_num(a.lo),
-            Status::Unresolved => format!("{} (unresolved)", fmt_num(a.lo)),
-            Status::HoldsEverywhere => format!("≥ {} (held at every load tried)", fmt_num(a.lo)),
-            Status::FailsEverywhere => format!("< {} (failed at every load tried)", fmt_num(a.hi)),
-        };
-        row.push(Cell::new(capacity).set_alignment(CellAlignment::Right));
-        row.push(Cell::new(interval(a.lo, a.hi)));
-        row.push(Cell::new(a.points.len()).set_alignment(CellAlignment::Right));
-        row.push(Cell::new(p.runs).set_alignment(CellAlignment::Right));
-        let at = a.points.iter().find(|pt| pt.load == a.lo && pt.holds);
-        for c in &target.conditions {
-            let v = at.and_then(|pt| pt.metrics.get(&c.metric)).map_or("–".into(), fmt_num);
-            row.push(Cell::new(v).set_alignment(CellAlignment::Right));
+    t.set_header(g.header);
+    for (policy, cells) in g.rows {
+        let mut row = vec![Cell::new(policy)];
+        match cells {
+            Err(e) => row.push(Cell::new(format!("FAILED: {e}"))),
+            Ok(cells) => {
+                // The interval is text; every other cell a number, right-aligned.
+                let interval_at = if r.trace_rate_rps.is_some() { 2 } else { 1 };
+                row.extend(cells.into_iter().enumerate().map(|(i, c)| {
+                    let cell = Cell::new(c);
+                    if i == interval_at { cell } else { cell.set_alignment(CellAlignment::Right) }
+                }));
+            }
         }
         t.add_row(row);
     }
-    let seeds = if r.seeds > 1 {
-        format!("seeds {}..{}", r.seed, r.seed + r.seeds as u64 - 1)
-    } else {
-        format!("seed {}", r.seed)
-    };
-    let mut out = format!(
-        "{} [{} world, {seeds} at every load]: highest {} with {}\n{t}\n",
-        r.workload,
-        r.world,
-        r.knob.label(),
-        r.slo.join(" and "),
-    );
-    for p in r.results {
-        if let Some(note) = p.answer.as_ref().and_then(|a| a.note.as_ref()) {
-            out.push_str(&format!("note: {}: {note}\n", p.policy));
-        }
-        if let Some(w) = p.answer.as_ref().and_then(|a| a.warning.as_ref()) {
-            out.push_str(&format!("warning: {}: {w}\n", p.policy));
-        }
+    let mut out = format!("{}\n{t}\n", r.caption());
+    if let Some(q) = r.trace_rate_rps {
+        out.push_str(&format!(
+            "speed 1 replays the trace at {} requests/s (its requests over the span of their arrivals)\n",
+            fmt_num(q)
+        ));
+    }
+    for (policy, warning, text) in remarks(r) {
+        out.push_str(&format!("{}: {policy}: {text}\n", if warning { "warning" } else { "note" }));
     }
     out
 }
@@ -159,10 +237,11 @@ pub fn chart_svg(r: &Report, c: &super::expr::Condition) -> Result<String> {
         Op::Gt | Op::Ge => SeriesLabelPosition::LowerLeft,
     };
     let title = format!("{}: {c}", r.workload);
+    let x_desc = r.load_label();
     let bound = format!("bound: {c}");
     chart::lines(&LineChart {
         title: &title,
-        x_desc: r.knob.label(),
+        x_desc: &x_desc,
         y_desc: &c.metric,
         series: &series,
         y_range: Some(y_range),

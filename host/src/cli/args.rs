@@ -122,6 +122,11 @@ pub enum Command {
         /// Draw each SLO metric against the load, a line per policy, as SVG into this folder.
         #[arg(long)]
         plot: Option<PathBuf>,
+        /// Write one self-contained HTML page: the answers, notes and warnings, each SLO metric
+        /// against the load, every load run, the workload as run and the command that reproduces
+        /// it (as `compare --report`).
+        #[arg(long)]
+        report: Option<PathBuf>,
         /// Threads running one load's seeds (default: every core); results do not depend on it.
         #[arg(short = 'j', long, value_parser = clap::value_parser!(u32).range(1..))]
         jobs: Option<u32>,

@@ -23,6 +23,8 @@ pub struct Args {
     pub seed: Option<u64>,
     pub json: Option<PathBuf>,
     pub plot: Option<PathBuf>,
+    /// `--report`: the HTML page.
+    pub report: Option<PathBuf>,
     pub markdown: bool,
     /// Threads for one load's seeds (default: every core).
     pub jobs: Option<usize>,
@@ -33,7 +35,8 @@ fn flag_error(flag: &str, path: String, message: String, fix: &str) -> InputErro
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    let common = super::Common { json: a.json.clone(), plot: a.plot.clone(), ..Default::default() };
+    let common =
+        super::Common { json: a.json.clone(), plot: a.plot.clone(), report: a.report.clone(), ..Default::default() };
     output::check(&common)?;
     let t = a.settings.tolerance;
     if !(t > 0.0 && t < 1.0) {
@@ -75,6 +78,9 @@ pub fn run(a: Args) -> Result<i32> {
     if let Some((condition, why, fix)) = capacity::impossible(&target, &prepared.workload) {
         return Err(flag_error("--slo", condition, why, &fix).into());
     }
+    // Replaying a trace, the load is a speed: what speed 1 is in requests/s, for the table, the
+    // JSON, the charts and the progress lines.
+    let rate = capacity::trace_rate(&prepared)?;
     let mut loader = Loader::new();
     for spec in &specs {
         runner::resolve(&mut loader, &prepared, spec)?;
@@ -91,10 +97,18 @@ pub fn run(a: Args) -> Result<i32> {
                     .map(|c| format!("{} {}", c.metric, pt.metrics.get(&c.metric).map_or("–".into(), fmt_num)))
                     .collect();
                 let verdict = if pt.holds { "holds" } else { "fails" };
-                eprintln!("{}: {} = {} {verdict} ({})", spec.label, knob.label(), fmt_num(pt.load), shown.join(", "));
+                let rps = rate.map_or(String::new(), |q| format!(" = {} requests/s", fmt_num(pt.load * q)));
+                eprintln!(
+                    "{}: {} = {}{rps} {verdict} ({})",
+                    spec.label,
+                    knob.label(),
+                    fmt_num(pt.load),
+                    shown.join(", ")
+                );
             }
         };
-        let r = capacity::of_policy(&mut loader, &problem, spec, start, a.settings, &progress)?;
+        let mut r = capacity::of_policy(&mut loader, &problem, spec, start, a.settings, &progress)?;
+        r.capacity_rps = rate.and_then(|q| r.answer.as_ref().map(|a| a.lo * q));
         if let Some(e) = &r.error {
             eprintln!("error: {}: {e}", spec.label);
             code = 1;
@@ -110,6 +124,7 @@ pub fn run(a: Args) -> Result<i32> {
         seeds: w.seeds,
         knob,
         start,
+        trace_rate_rps: rate,
         slo: target.conditions.iter().map(ToString::to_string).collect(),
         bounds: w.cluster.as_ref().and_then(|c| c.slo.as_ref()),
         settings: a.settings,
@@ -119,6 +134,10 @@ pub fn run(a: Args) -> Result<i32> {
     print!("{}", report::table(&doc, &target, a.markdown));
     if let Some(path) = &a.json {
         std::fs::write(path, doc.json()).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &a.report {
+        let argv: Vec<String> = std::env::args().collect();
+        output::write_atomically(path, &capacity::page::render(&doc, &target, &argv)?)?;
     }
     if let Some(dir) = &a.plot {
         for f in report::charts(dir, &doc, &target)? {

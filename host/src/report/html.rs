@@ -61,25 +61,36 @@ const STYLE: &str = "body{font-family:sans-serif;margin:24px auto;max-width:1100
 h1{font-size:1.5em}h2{font-size:1.25em;margin-top:2em;border-bottom:1px solid #ccc}h3{font-size:1.05em}\
 table{border-collapse:collapse;margin:8px 0;font-size:.9em}th,td{border:1px solid #bbb;padding:3px 8px}\
 th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}td.failed{color:#a00}\
+.warning{color:#8a4b00}td.holds{color:#1a6b1a}td.fails{color:#a00}\
 pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:.85em}code{background:#f6f6f6}\
 figure{margin:12px 8px 12px 0;display:inline-block;vertical-align:top}figure svg{max-width:100%;height:auto}.meta{color:#444}";
 
-/// The page's HTML text.
-pub fn render(page: &Page) -> Result<String> {
-    let mut h = String::new();
+/// The start of a report page — head, style, title, version line and the command that
+/// reproduces it — shared by every command's page (`what` follows the version: "2 workload(s)").
+pub fn open(h: &mut String, command: &str, argv: &[String], what: &str) {
     let version = env!("CARGO_PKG_VERSION");
-    let cmd = command_line(page.argv);
     let _ = write!(
         h,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <title>routelab {} report</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
-         <h1>routelab {} report</h1>\n<p class=\"meta\">routelab {version} · {} workload(s)</p>\n\
+         <h1>routelab {} report</h1>\n<p class=\"meta\">routelab {version} · {}</p>\n\
          <p>Reproduce: <code>{}</code></p>\n",
-        escape(page.command),
-        escape(page.command),
-        page.results.len(),
-        escape(&cmd),
+        escape(command),
+        escape(command),
+        escape(what),
+        escape(&command_line(argv)),
     );
+}
+
+/// The end of a report page.
+pub fn close(h: &mut String) {
+    h.push_str("</body>\n</html>\n");
+}
+
+/// The page's HTML text.
+pub fn render(page: &Page) -> Result<String> {
+    let mut h = String::new();
+    open(&mut h, page.command, page.argv, &format!("{} workload(s)", page.results.len()));
     let _ = writeln!(
         h,
         "<p class=\"meta\">Same command, same routelab version: the same numbers. Bars show the mean over \
@@ -99,11 +110,12 @@ pub fn render(page: &Page) -> Result<String> {
     for w in page.results {
         workload(&mut h, w)?;
     }
-    h.push_str("</body>\n</html>\n");
+    close(&mut h);
     Ok(h)
 }
 
-fn figure(h: &mut String, f: &Figure) {
+/// A chart, inline, with an id to link to.
+pub fn figure(h: &mut String, f: &Figure) {
     let _ = writeln!(h, "<figure id=\"{}\">\n{}\n</figure>", escape(&f.stem), f.svg);
 }
 

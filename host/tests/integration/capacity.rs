@@ -272,3 +272,73 @@ fn impossible_slos_are_said_early() {
     assert_eq!(loads[1], loads[0] / 1048576.0);
     assert!(r["note"].as_str().unwrap().contains("the SLO fails even at load"), "{r}");
 }
+
+/// Issue 32: a trace replay's capacity is a speed and, beside it, requests/s — the trace's rate
+/// at speed 1 computed here from the trace file itself ((n − 1) gaps over the span of its
+/// timestamps, in ms) — in the table, the JSON and the `--report` page, which shows every load
+/// each policy ran.
+#[test]
+fn a_trace_replays_capacity_is_also_in_requests_per_second_and_the_report_shows_the_search() {
+    let trace = std::fs::read_to_string(workspace().join("workloads/traces/example-requests/trace.jsonl")).unwrap();
+    let stamps: Vec<f64> = trace
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["timestamp"].as_f64().unwrap())
+        .collect();
+    let expected = (stamps.len() - 1) as f64 / ((stamps[stamps.len() - 1] - stamps[0]) / 1000.0);
+    let (json, page) = (scratch("trace.json"), scratch("trace.html"));
+    let _ = std::fs::remove_file(&page);
+    let args = [
+        "capacity",
+        "example_requests",
+        "--slo",
+        "ttft_p99_s<2",
+        "--policies",
+        "round_robin,least_requests",
+        "--tolerance",
+        "0.1",
+        "--json",
+        json.to_str().unwrap(),
+        "--report",
+        page.to_str().unwrap(),
+    ];
+    let out = routelab(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rate = doc["trace_rate_rps"].as_f64().expect("a trace replay states its rate");
+    assert!((rate - expected).abs() < 1e-9 * expected, "{rate} vs {expected} from the file");
+    assert!(
+        stdout.contains("capacity [requests/s]") && stdout.contains("speed 1 replays the trace at 1.378 requests/s")
+    );
+    let html = std::fs::read_to_string(&page).expect("the report was written");
+    assert!(html.contains("<code>routelab capacity example_requests --slo"));
+    assert!(html.contains("id=\"example_requests_capacity_ttft_p99_s\""));
+    for r in doc["results"].as_array().unwrap() {
+        let (policy, lo) = (r["policy"].as_str().unwrap(), r["lo"].as_f64().unwrap());
+        assert_eq!(r["status"], "found", "{policy}");
+        assert_eq!(r["capacity_rps"].as_f64(), Some(lo * rate), "{policy}");
+        // Its row, and a table of every load it ran, as many as the JSON's points.
+        assert!(html.contains(&format!("<tr><td>{policy}</td><td class=\"num\">")), "{policy}");
+        let n = r["points"].as_array().unwrap().len();
+        let loads = html.split(&format!("<summary>{policy}: the {n} loads run, in order</summary>")).nth(1);
+        let loads = loads.expect("a table of the loads").split("</table>").next().unwrap();
+        assert_eq!(loads.matches("<tr><td class=\"num\">").count(), n, "{policy}");
+    }
+    // Without a trace there is no rate to state.
+    let plain = json_of(
+        &[
+            "capacity",
+            "tool_use",
+            "--slo",
+            "ttft_p99_s<2",
+            "--policies",
+            "round_robin",
+            "--seeds",
+            "1",
+            "--tolerance",
+            "0.2",
+        ],
+        "plain.json",
+    );
+    assert!(plain.get("trace_rate_rps").is_none() && plain["results"][0].get("capacity_rps").is_none());
+}

@@ -75,7 +75,10 @@ fn cargo_build_with(dir: &Path, args: &[&str]) {
 /// the policies from scratch. Asked for the whole workspace it finds them built.
 pub fn workspace_libraries() {
     static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| cargo_build_with(&workspace(), &["--workspace", "--lib"]));
+    // The features this test was built with, too (`.ci/run` turns `tokenizer` on): else the
+    // serving crate and everything above it would be built a second time without them.
+    let features: &[&str] = if cfg!(feature = "tokenizer") { &["--features", "routelab/tokenizer"] } else { &[] };
+    BUILT.get_or_init(|| cargo_build_with(&workspace(), &[&["--workspace", "--lib"], features].concat()));
 }
 
 pub fn lib_path(crate_snake: &str) -> PathBuf {

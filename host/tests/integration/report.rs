@@ -245,7 +245,23 @@ fn reports_render_in_chromium_with_every_policy_workload_and_chart() {
     let run = scratch("browser-run.html");
     let run_html =
         report(&["run", d.to_str().unwrap(), "--policy", "round_robin", "--report", run.to_str().unwrap()], &run);
-    let cases: [(&str, &str, &[&str], &[&str]); 3] = [
+    let capacity = scratch("browser-capacity.html");
+    let capacity_html = report(
+        &[
+            "capacity",
+            "example_requests",
+            "--slo",
+            "ttft_p99_s<2",
+            "--policies",
+            "round_robin,least_requests",
+            "--tolerance",
+            "0.1",
+            "--report",
+            capacity.to_str().unwrap(),
+        ],
+        &capacity,
+    );
+    let cases: [(&str, &str, &[&str], &[&str]); 4] = [
         ("compare", &compare_html, &POLICIES, &["rep_dispatch", "rep_cluster"]),
         (
             "sweep",
@@ -254,6 +270,7 @@ fn reports_render_in_chromium_with_every_policy_workload_and_chart() {
             &["rep_dispatch[utilisation=x0.5]", "rep_dispatch[utilisation=x1]"],
         ),
         ("run", &run_html, &["round_robin"], &["rep_dispatch"]),
+        ("capacity", &capacity_html, &["round_robin", "least_requests"], &["example_requests"]),
     ];
     for (name, html, policies, workloads) in cases {
         assert_self_contained(html);

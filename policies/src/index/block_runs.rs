@@ -125,7 +125,7 @@ impl PromptRuns {
     /// run of the path's last segment; blocks before the cut are intact, and blocks reaching past
     /// the last segment were its children's, reported when those went).
     pub fn evicted(&mut self, e: &Eviction<'_>) -> Option<(Run, u32)> {
-        let (&last, above) = e.path.as_slice().split_last()?;
+        let (&last, above) = e.path().split_last()?;
         // Resume at the deepest prefix of the path met before (usually its parent).
         self.keys.clear();
         let mut key = Self::ROOT_KEY;

@@ -195,7 +195,7 @@ impl Pools {
         }
         let first_decode = self.pd.prefill_replicas - self.pd.mixed_replicas;
         if eviction.replica >= first_decode {
-            let path = RSlice::from_slice(eviction.path.as_slice());
+            let path = RSlice::from_slice(eviction.path());
             let e = Eviction { replica: eviction.replica - first_decode, path, ..*eviction };
             ok(self.decode.router.on_evict(&e));
         }

@@ -1,21 +1,5 @@
-//! Chained block hashes of a prompt, the way production routers key their prefix indexes —
-//! computed from the prompt's segments, never from materialised tokens.
-//!
-//! Production routers cut the token sequence into blocks of B tokens (the engine's KV block:
-//! 16 in vLLM by default) and hash block k together with block k−1's hash, so a block hash names
-//! the whole prefix that ends with it: two prompts share their first k block hashes exactly when
-//! they share their first k·B tokens. Dynamo (`compute_block_hash_for_seq`), vLLM and the
-//! precise llm-d scorer hash **full blocks only**; a partial last block is not a cache unit.
-//! Routers that hash characters rather than KV blocks (llm-d's approximate producer, vLLM
-//! production-stack's hash trie) also hash the partial tail; [`BlockHashing::partial_tail`]
-//! offers that, and a tail hash never equals a full block's (its length is part of the hash).
-//!
-//! Here a block's content is described by the pieces of segments it covers — `(segment id,
-//! offset in the segment, length)` — which name its tokens exactly, since equal segment ids mean
-//! equal tokens. The work is O(blocks + segments) per prompt, with no per-token step and no
-//! allocation beyond the output buffer ([`BlockHashing::hashes_into`] reuses the caller's).
-//! The hash is SplitMix64-style mixing, not XXH3: the values differ from any upstream router's,
-//! the equalities between them do not.
+//! Chained block hashes of a prompt ([`BlockHashing`], whose docs give the rule: this module is
+//! private, its items are re-exported from `toolkit`).
 
 use crate::Segment;
 
@@ -38,7 +22,56 @@ fn absorb(acc: u64, id: u64, offset: u32, len: u32) -> u64 {
         .wrapping_mul(0xff51_afd7_ed55_8ccd)
 }
 
-/// How to cut a prompt into hashed blocks.
+/// How to cut a prompt into hashed blocks: chained block hashes of a prompt, the way production
+/// routers key their prefix indexes — computed from the prompt's segments, never from
+/// materialised tokens.
+///
+/// Production routers cut the token sequence into blocks of B tokens (the engine's KV block:
+/// 16 in vLLM by default) and hash block k together with block k−1's hash, so a block hash names
+/// the whole prefix that ends with it: two prompts share their first k block hashes exactly when
+/// they share their first k·B tokens. Dynamo (`compute_block_hash_for_seq`), vLLM and the
+/// precise llm-d scorer hash **full blocks only**; a partial last block is not a cache unit.
+/// Routers that hash characters rather than KV blocks (llm-d's approximate producer, vLLM
+/// production-stack's hash trie) also hash the partial tail; [`BlockHashing::partial_tail`]
+/// offers that, and a tail hash never equals a full block's (its length is part of the hash).
+///
+/// Here a block's content is described by the pieces of segments it covers — `(segment id,
+/// offset in the segment, length)` — which name its tokens exactly, since equal segment ids mean
+/// equal tokens. The work is O(blocks + segments) per prompt, with no per-token step and no
+/// allocation beyond the output buffer ([`BlockHashing::hashes_into`] reuses the caller's).
+/// The hash is SplitMix64-style mixing, not XXH3: the values differ from any upstream router's,
+/// the equalities between them do not.
+///
+/// # Example
+///
+/// Two prompts that share a 40-token system prompt, then differ: their first two blocks of 16
+/// lie wholly inside the shared part and hash alike; the third mixes the shared tail with the
+/// different questions. The partial last block is hashed only with `partial_tail`.
+///
+/// ```
+/// use routelab_policy_api::{BlockHashing, Segment};
+///
+/// let system = Segment { id: 1, tokens: 40 };
+/// let a = [system, Segment { id: 2, tokens: 30 }]; // 70 tokens: 4 full blocks and 6 over
+/// let b = [system, Segment { id: 3, tokens: 30 }];
+/// let blocks = BlockHashing::full_blocks(16);
+/// let (ha, hb) = (blocks.hashes(&a), blocks.hashes(&b));
+/// assert_eq!(ha.len(), 4);
+/// assert_eq!(ha[..2], hb[..2]);
+/// assert_ne!(ha[2], hb[2]);
+///
+/// // The tail, and a cap on the blocks hashed (llm-d's `maxPrefixBlocksToMatch`).
+/// let with_tail = BlockHashing { partial_tail: true, ..blocks };
+/// let ht = with_tail.hashes(&a);
+/// assert_eq!((ht.len(), &ht[..4]), (5, &ha[..]));
+/// let capped = BlockHashing { max_blocks: 2, ..blocks };
+/// assert_eq!(capped.hashes(&a), ha[..2]);
+///
+/// // A buffer reused across requests.
+/// let mut buf = Vec::new();
+/// blocks.hashes_into(&b, &mut buf);
+/// assert_eq!(buf, hb);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockHashing {
     /// Tokens per block (B). Must be at least 1.

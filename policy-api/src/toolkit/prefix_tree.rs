@@ -1,22 +1,5 @@
-//! A segment-level prefix tree shared by all replicas, recording which replicas hold each node.
-//!
-//! A node is one [`Segment`] (a system prompt, a document, a question); a path from the root is a
-//! prompt prefix. Each node records, for the replicas that hold it (a sparse set: memory grows with
-//! the holdings, not with nodes × replicas), how many of its tokens the replica holds (fewer than
-//! the segment's: partly evicted) and when the replica last used it. Per
-//! replica, the tree keeps its *leaves* — held nodes with no held child — ordered by last use, so
-//! least-recently-used eviction (or planning one, for a cost estimate) walks them in order
-//! without scanning the tree.
-//!
-//! Routers use it as their picture of the replicas' caches: SGLang-style routers insert what they
-//! dispatch and evict LRU when a replica's tree grows too large; Preble inserts at dispatch and
-//! removes what replicas report evicted. Every choice here is deterministic: children are kept in
-//! a `BTreeMap`, and time is an access counter, ties broken by node id.
-//!
-//! Each node also carries its *path hash* — a 64-bit hash of the segment ids from the root down to
-//! it ([`extend_path_hash`] from [`ROOT_PATH_HASH`]) — and the tokens above it, so a router can key
-//! per-prefix statistics by node without walking to the root, and look a node up (or release it)
-//! by hash, as engines that publish block-hash removal events address them.
+//! The segment-level prefix tree ([`PrefixTree`], whose docs say what it is: this module is
+//! private, its items are re-exported from `toolkit`).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
@@ -130,7 +113,65 @@ impl Node {
     }
 }
 
-/// The prefix tree; see the module docs.
+/// A segment-level prefix tree shared by all replicas, recording which replicas hold each node.
+///
+/// A node is one [`Segment`] (a system prompt, a document, a question); a path from the root is a
+/// prompt prefix. Each node records, for the replicas that hold it (a sparse set: memory grows with
+/// the holdings, not with nodes × replicas), how many of its tokens the replica holds (fewer than
+/// the segment's: partly evicted) and when the replica last used it. Per
+/// replica, the tree keeps its *leaves* — held nodes with no held child — ordered by last use, so
+/// least-recently-used eviction (or planning one, for a cost estimate) walks them in order
+/// without scanning the tree.
+///
+/// Routers use it as their picture of the replicas' caches: SGLang-style routers insert what they
+/// dispatch and evict LRU when a replica's tree grows too large; Preble inserts at dispatch and
+/// removes what replicas report evicted. Every choice here is deterministic: children are kept in
+/// a `BTreeMap`, and time is an access counter, ties broken by node id.
+///
+/// Each node also carries its *path hash* — a 64-bit hash of the segment ids from the root down to
+/// it ([`extend_path_hash`] from [`ROOT_PATH_HASH`]) — and the tokens above it, so a router can key
+/// per-prefix statistics by node without walking to the root, and look a node up (or release it)
+/// by hash, as engines that publish block-hash removal events address them.
+///
+/// # Example
+///
+/// Two replicas, prompts of a shared system prompt and one document each: each replica's match
+/// on a new request, the holders of a node, and least-recently-used eviction.
+///
+/// ```
+/// use routelab_policy_api::{PrefixTree, Segment};
+///
+/// let system = Segment { id: 1, tokens: 1000 };
+/// let (doc_a, doc_b) = (Segment { id: 2, tokens: 200 }, Segment { id: 3, tokens: 300 });
+/// let mut tree = PrefixTree::new(2);
+/// assert_eq!(tree.insert(&[system, doc_a], 0), 1200); // tokens newly held by replica 0
+/// tree.insert(&[system, doc_b], 1);
+///
+/// // A request for document B: replica 0 holds the system prompt, replica 1 all of it.
+/// let prompt = [system, doc_b, Segment { id: 4, tokens: 20 }];
+/// assert_eq!(tree.match_tokens(&prompt, 0), 1000);
+/// let mut matched = [0; 2];
+/// tree.match_each(&prompt, &mut matched);
+/// assert_eq!(matched, [1000, 1300]);
+/// assert_eq!(tree.longest_match(&prompt).0, 1300);
+///
+/// // Nodes: the system prompt is held by both replicas, and found by path or path hash.
+/// let node = tree.find(&[system]).unwrap();
+/// assert_eq!(tree.holders(node).collect::<Vec<_>>(), [0, 1]);
+/// assert_eq!(tree.find_hash(tree.path_hash(node)), Some(node));
+/// assert_eq!(tree.context_tokens(tree.find(&[system, doc_b]).unwrap()), 1000);
+///
+/// // Replica 0 also reads document C, then document A again: C is now its least recently used
+/// // leaf. Eviction takes leaves whole, oldest first, never a node a held child still needs.
+/// let doc_c = Segment { id: 5, tokens: 100 };
+/// tree.insert(&[system, doc_c], 0);
+/// tree.insert(&[system, doc_a], 0);
+/// let (a, c) = (tree.find(&[system, doc_a]).unwrap(), tree.find(&[system, doc_c]).unwrap());
+/// assert_eq!(tree.plan_eviction(0, 150), [(c, 100), (a, 200)]); // a plan, nothing evicted
+/// assert_eq!(tree.evict_lru(0, 50), 100);
+/// assert_eq!(tree.held_tokens(0), 1200);
+/// assert_eq!((tree.held(a, 0), tree.held(c, 0)), (200, 0));
+/// ```
 #[derive(Clone, Debug)]
 pub struct PrefixTree {
     replicas: usize,

@@ -2,7 +2,23 @@
 
 use std::collections::VecDeque;
 
-/// Sum of values added within the last `window` time units (simulated time).
+/// Sum of values added within the last `window` time units (simulated time). A value added at
+/// `t` counts at every time before `t + window`; each call is amortised O(1).
+///
+/// # Example
+///
+/// Tokens a router sent to one replica over the last 10 seconds:
+///
+/// ```
+/// use routelab_policy_api::WindowSum;
+///
+/// let mut sent = WindowSum::new(10.0);
+/// sent.add(0.0, 100.0);
+/// sent.add(4.0, 50.0);
+/// assert_eq!(sent.sum_count(9.5), (150.0, 2));
+/// assert_eq!(sent.sum(10.0), 50.0); // the value added at 0 has left
+/// assert_eq!((sent.sum(14.0), sent.count(14.0)), (0.0, 0));
+/// ```
 #[derive(Clone, Debug)]
 pub struct WindowSum {
     window: f64,

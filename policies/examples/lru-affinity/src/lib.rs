@@ -57,8 +57,8 @@ impl Policy for LruAffinity {
         Ok(Self {
             cfg,
             budget_tokens: budget,
-            tree: PrefixTree::new(ctx.replicas as usize),
-            matches: vec![0; ctx.replicas as usize],
+            tree: PrefixTree::new(ctx.replica_count()),
+            matches: vec![0; ctx.replica_count()],
             affinity: 0,
             load: 0,
         })
@@ -68,7 +68,7 @@ impl Policy for LruAffinity {
 impl RouterPolicy for LruAffinity {
     fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         let least = (0..replicas.len()).min_by_key(|&i| replicas[i].outstanding_requests).expect("replicas");
-        self.tree.match_each(request.segments.as_slice(), &mut self.matches);
+        self.tree.match_each(request.segments(), &mut self.matches);
         let best = (0..replicas.len()).max_by_key(|&i| (self.matches[i], std::cmp::Reverse(i))).expect("replicas");
         let covers =
             request.prompt_tokens > 0 && self.matches[best] as f64 >= self.cfg.min_match * request.prompt_tokens as f64;
@@ -83,7 +83,7 @@ impl RouterPolicy for LruAffinity {
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, replica: usize) {
-        self.tree.insert(request.segments.as_slice(), replica);
+        self.tree.insert(request.segments(), replica);
         let held = self.tree.held_tokens(replica);
         if held > self.budget_tokens {
             self.tree.evict_lru(replica, held - self.budget_tokens);

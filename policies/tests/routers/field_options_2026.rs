@@ -9,8 +9,7 @@ use routelab_policies::sglang_cache_aware::{self, Imbalanced, SglangCacheAware};
 use routelab_policies::vllm_loadaware::{self, VllmLoadAware};
 use routelab_policy_api::*;
 
-mod common;
-use common::{ctx, done, make, req, seg};
+use crate::common::{ctx, done, make, req, seg};
 
 /// Dynamo on 2 replicas (blocks of 16), nothing awaiting prefill, after three requests to r0:
 /// A = 160 tokens (10 blocks), C = 160 fresh tokens (10), D = 64 fresh tokens (4) — r0 holds

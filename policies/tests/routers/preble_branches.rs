@@ -5,8 +5,7 @@ use abi_stable::std_types::{RNone, RSome};
 use routelab_policies::preble::{Config, Preble};
 use routelab_policy_api::*;
 
-mod common;
-use common::a6000_mistral;
+use crate::common::a6000_mistral;
 
 /// Preble over `replicas` replicas with only the named adjustment possibly on.
 fn preble(replicas: u32, rebalance: bool, autoscale: bool, pd_pairing: bool) -> Preble {

@@ -9,8 +9,7 @@ use routelab_policies::{
 };
 use routelab_policy_api::*;
 
-mod common;
-use common::{ctx, done, make, req, seg};
+use crate::common::{ctx, done, make, req, seg};
 
 fn ctx_seed(replicas: u32, seed: u64) -> RouterContext {
     RouterContext { seed, ..ctx(replicas) }

@@ -1,10 +1,8 @@
 //! The PD routers: one hand-computed decision per field policy from its upstream rule (the
 //! arithmetic is in the comments), composition, and what they refuse.
 
-mod common;
-
+use crate::common::a6000_mistral;
 use abi_stable::std_types::{RNone, RSome};
-use common::a6000_mistral;
 use routelab_policies::pd::{
     pd_aibrix, pd_dynamo, pd_dynamo::PdDynamo, pd_llm_d, pd_llm_d::PdLlmD, pd_mooncake, pd_mooncake::PdMooncake,
     pd_sglang::PdSglang,

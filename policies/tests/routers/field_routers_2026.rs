@@ -9,8 +9,7 @@ use routelab_policies::{
 use routelab_policy_api::facts::context::ENGINE_MAX_STEP_TOKENS;
 use routelab_policy_api::*;
 
-mod common;
-use common::{ctx, make, req, seg};
+use crate::common::{ctx, make, req, seg};
 
 fn waiting(w: [u32; 3]) -> [ReplicaView; 3] {
     w.map(|waiting| ReplicaView { waiting, ..Default::default() })

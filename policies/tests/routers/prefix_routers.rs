@@ -8,8 +8,7 @@ use routelab_policies::{
 };
 use routelab_policy_api::*;
 
-mod common;
-use common::a6000_mistral;
+use crate::common::a6000_mistral;
 
 fn ctx(replicas: u32, cost: ROption<CostModel>) -> RouterContext {
     RouterContext {

@@ -1,4 +1,4 @@
-//! What the policy tests share. Each test crate uses some of it.
+//! What the policy tests share. Each test module uses some of it.
 #![allow(dead_code)]
 
 use abi_stable::std_types::RNone;

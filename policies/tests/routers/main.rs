@@ -1,0 +1,10 @@
+//! The built-in policies' tests as one test binary, each former file a module: one link of the
+//! policies instead of six (the README's test command builds every test binary of the workspace).
+
+mod common;
+mod field_options_2026;
+mod field_routers;
+mod field_routers_2026;
+mod pd_routers;
+mod preble_branches;
+mod prefix_routers;
