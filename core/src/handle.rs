@@ -295,6 +295,11 @@ impl SchedulerHandle {
         self.infos = infos;
     }
 
+    /// Request `id`'s class priority, from the infos [`Self::set_infos`] gave (0 beyond them).
+    pub fn priority(&self, id: u32) -> i32 {
+        self.infos.get(id as usize).map_or(0, |i| i.priority)
+    }
+
     /// Whether it negotiated request facts (then it reads the infos [`Self::set_infos`] gives).
     pub fn reads_facts(&self) -> bool {
         !self.facts.is_empty()

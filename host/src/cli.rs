@@ -196,7 +196,7 @@ fn execute(command: Command) -> Result<i32> {
                 checks::new_policy_name(n)?;
             }
             let api = api_path.unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy-api"));
-            let made = crate::scaffold::new_policy(&dir, kind_of(kind), name.as_deref(), &api)?;
+            let made = crate::scaffold::new_policy(&dir, kind, name.as_deref(), &api)?;
             println!("{made}");
             Ok(0)
         }
@@ -241,14 +241,6 @@ fn execute(command: Command) -> Result<i32> {
         Command::Replay(args) => routelab_serve::replay::main(args),
         Command::GatewayBench(args) => routelab_serve::replay::bench(args),
         Command::IsolatedRun { request, result } => routelab_core::runner::isolate::child_main(&request, &result),
-    }
-}
-
-fn kind_of(k: Kind) -> routelab_policy_api::PolicyKind {
-    match k {
-        Kind::Router => routelab_policy_api::PolicyKind::Router,
-        Kind::Scheduler => routelab_policy_api::PolicyKind::Scheduler,
-        Kind::Selector => routelab_policy_api::PolicyKind::Selector,
     }
 }
 

@@ -25,6 +25,7 @@ pub mod max_affinity;
 pub mod pd;
 pub mod power_of_two;
 pub mod preble;
+pub mod priority;
 pub mod priority_groups;
 pub mod random;
 pub mod random_search;
@@ -81,6 +82,7 @@ pub fn registry() -> Vec<Entry> {
         scheduler::<fcfs::Fcfs>(),
         scheduler::<lpm::Lpm>(),
         scheduler::<priority_groups::PriorityGroups>(),
+        scheduler::<priority::Priority>(),
         admission_entry::<admission::AdmitAll>(),
         admission_entry::<admission::GieSaturation>(),
         admission_entry::<admission::TokenBucket>(),

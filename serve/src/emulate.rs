@@ -152,6 +152,7 @@ impl Prepared {
             budget_counts_decode: false,
             max_batch_requests: args.max_batch_requests,
             reservation: Reservation::Full,
+            preemption: Default::default(),
             scheduler_window: 512,
             track_pending: false,
             report_evictions: false,

@@ -439,15 +439,7 @@ fn parse_slo(text: &str) -> Result<routelab_core::workload::slo::Slo, String> {
     })
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug)]
-pub enum Kind {
-    /// Picks a replica for each request (dispatch and cluster workloads).
-    Router,
-    /// Orders a replica's waiting queue (cluster workloads).
-    Scheduler,
-    /// Picks a model for each module of a compound AI system (compound workloads).
-    Selector,
-}
+pub use crate::scaffold::Kind;
 
 /// A `--trace` value: a file, or a built-in trace by name.
 fn trace_arg(s: &str) -> Result<PathBuf, String> {

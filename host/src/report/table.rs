@@ -61,11 +61,13 @@ pub fn grid(w: &WorkloadResult, columns: Option<&[String]>) -> Grid {
             .collect(),
         None => {
             let slo = has("slo_attainment");
-            COLUMNS
+            let mut cols: Vec<(String, String)> = COLUMNS
                 .iter()
                 .filter(|c| has(c.key) && (slo || !c.with_slo))
                 .map(|c| (c.key.to_string(), c.header.to_string()))
-                .collect()
+                .collect();
+            cols.extend(class_columns(&ok));
+            cols
         }
     };
     let ratio_key = RATIO_KEYS.iter().find(|k| ok.iter().any(|r| r.metrics.get(k).is_some()));
@@ -120,6 +122,34 @@ pub fn grid(w: &WorkloadResult, columns: Option<&[String]>) -> Grid {
         format!("seed {}", w.seed)
     };
     Grid { header, rows, caption: format!("{} [{} world, {}]", w.name, w.world, seeds) }
+}
+
+/// Per-class columns for a workload with `classes:` (grouped by class, in the workload's order):
+/// each class's SLO attainment and TTFT P99. None for a workload without classes, whose only
+/// class is `default`, so its table is what it was before classes existed.
+fn class_columns(ok: &[&routelab_core::runner::PolicyResult]) -> Vec<(String, String)> {
+    let mut names: Vec<&str> = Vec::new();
+    for r in ok {
+        for (k, _) in &r.metrics.0 {
+            if let Some(name) = k.strip_prefix("class.").and_then(|k| k.strip_suffix(".slo_attainment"))
+                && !names.contains(&name)
+            {
+                names.push(name);
+            }
+        }
+    }
+    if names == ["default"] {
+        return Vec::new();
+    }
+    names
+        .iter()
+        .flat_map(|n| {
+            [
+                (format!("class.{n}.slo_attainment"), format!("{n} att")),
+                (format!("class.{n}.ttft_p99_s"), format!("{n} TTFT p99 [s]")),
+            ]
+        })
+        .collect()
 }
 
 /// Renders one workload's comparison: box-drawn for the terminal (wrapped to its width when

@@ -98,6 +98,8 @@ pub struct Plugins {
     pub lru_affinity: PathBuf,
     /// The example prefill/decode-disaggregation router.
     pub pd_threshold: PathBuf,
+    /// The example admission policy (`routelab new-policy --kind admission`).
+    pub my_admission: PathBuf,
 }
 
 /// Builds (once per test process) the workspace's plugin libraries: the built-ins, the faulty
@@ -113,6 +115,7 @@ pub fn plugins() -> &'static Plugins {
             example: lib_path("my_router"),
             lru_affinity: lib_path("lru_affinity"),
             pd_threshold: lib_path("pd_threshold"),
+            my_admission: lib_path("my_admission"),
         }
     })
 }

@@ -3,6 +3,7 @@
 //! passes with `cargo test --release --workspace` and nothing prebuilt.
 
 mod accuracy;
+mod admission;
 mod autoscaling;
 mod capacity;
 mod cli;

@@ -12,7 +12,7 @@
 //! `output − produced` more steps (a heap keyed by step, so a step costs O(changes), not O(batch)).
 
 use super::kv_tier::KvTier;
-use super::replica::{Phase, Replica, ReplicaConfig, States};
+use super::replica::{Phase, Replica, ReplicaConfig, States, reserve_tokens};
 use crate::handle::SchedulerHandle;
 use crate::step_model::{Chunk, Pricer, Step};
 use crate::time::{SimTime, seconds};
@@ -50,12 +50,15 @@ impl Replica {
     ) -> Result<Option<f64>, String> {
         self.chunks.clear();
         // (1) Room for this step's new tokens: one per decoder, one per prefill that may finish.
+        // (0) Under priority preemption, room for the most important waiting request first.
+        self.preempt_for_waiting(stream, states, cfg, scheduler);
         let mut need = self.decoding as u64 + self.prefilling.len() as u64;
         while self.cache.pinned_tokens() + self.private_tokens + need > cfg.kv_capacity_tokens {
             debug_assert!(matches!(cfg.reservation, Reservation::Estimate { .. }), "full reservation never runs out");
-            if !self.preempt_newest(stream, states) {
+            let Some(victim) = self.memory_victim(states, cfg, scheduler) else {
                 break;
-            }
+            };
+            self.preempt(victim, stream, states, cfg);
             need = self.decoding as u64 + self.prefilling.len() as u64;
         }
         self.make_room(need, cfg);
@@ -102,12 +105,7 @@ impl Replica {
                 let st = &mut states[r as usize];
                 let redo = st.prefill_target - req.prompt_tokens;
                 let output_here = st.output_here(req.output_tokens);
-                let reserve = match cfg.reservation {
-                    Reservation::Full => output_here as u64,
-                    Reservation::Estimate { output_tokens } => {
-                        output_tokens.max(1).min(output_here - st.produced) as u64 + redo as u64
-                    }
-                };
+                let reserve = reserve_tokens(cfg, st, req);
                 if self.committed_tokens(cfg) + plan.newly_pinned_tokens + plan.new_tokens + reserve
                     > cfg.kv_capacity_tokens
                 {

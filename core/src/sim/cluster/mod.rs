@@ -63,6 +63,9 @@ mod pd_tests;
 #[cfg(test)]
 mod pools_tests;
 pub mod prefix_cache;
+mod priority;
+#[cfg(test)]
+mod priority_tests;
 pub mod replica;
 #[cfg(test)]
 mod session_tests;
@@ -101,7 +104,7 @@ use crate::facts::RequestInfo;
 use crate::handle::{AdmissionHandle, Admitted, RouterHandle, SchedulerHandle};
 use crate::step_model::{Pricer, StepModel};
 use crate::time::{SimTime, seconds, ticks};
-use crate::workload::cluster::ClusterSpec;
+use crate::workload::cluster::{ClusterSpec, Preemption};
 use crate::workload::generate::RequestStream;
 
 enum Event {
@@ -327,6 +330,7 @@ impl<'a> ClusterSim<'a> {
             budget_counts_decode: spec.budget_counts_decode,
             max_batch_requests: spec.max_batch_requests,
             reservation: spec.reservation.clone(),
+            preemption: spec.preemption,
             scheduler_window: spec.scheduler_window,
             track_pending: caps.needs_exact_match(),
             report_evictions: caps.wants_evictions(),
@@ -343,8 +347,9 @@ impl<'a> ClusterSim<'a> {
             .then(|| ticks(spec.metrics.scrape_interval_s).max(1));
         let mut schedulers: Vec<SchedulerHandle> =
             schedulers.into_iter().enumerate().map(|(r, s)| SchedulerHandle::new(s, r as u32)).collect();
-        if schedulers.iter().any(|s| s.reads_facts()) {
-            // A scheduler that reads request facts reads them by id, of every request.
+        if schedulers.iter().any(|s| s.reads_facts()) || spec.preemption == Preemption::Priority {
+            // A scheduler that reads request facts reads them by id, of every request (and so
+            // does priority preemption, through the handle).
             let infos: std::sync::Arc<[RequestInfo]> = request_infos(spec, stream).into();
             for s in &mut schedulers {
                 s.set_infos(infos.clone());

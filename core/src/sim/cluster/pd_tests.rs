@@ -82,6 +82,7 @@ fn config(capacity: u64) -> ReplicaConfig {
         budget_counts_decode: false,
         max_batch_requests: 256,
         reservation: Reservation::Full,
+        preemption: Default::default(),
         scheduler_window: 512,
         track_pending: false,
         report_evictions: false,

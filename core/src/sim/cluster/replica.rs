@@ -28,7 +28,7 @@ use super::prefix_cache::{EvictionEvent, PrefixCache, extend_path_hash};
 use super::tiers::ReplicaTiers;
 use crate::handle::SchedulerHandle;
 use crate::time::SimTime;
-use crate::workload::cluster::Reservation;
+use crate::workload::cluster::{Preemption, Reservation};
 use crate::workload::generate::RequestStream;
 
 /// Where a request is.
@@ -91,6 +91,22 @@ impl RequestState {
 pub trait States: std::ops::IndexMut<usize, Output = RequestState> {}
 impl<S: std::ops::IndexMut<usize, Output = RequestState> + ?Sized> States for S {}
 
+/// The KV memory admitting `st` reserves beyond its prompt: its whole output (`full`), or the
+/// headroom plus the generated tokens it recomputes after a preemption (`estimate`).
+pub(super) fn reserve_tokens(
+    cfg: &ReplicaConfig,
+    st: &RequestState,
+    req: &crate::workload::generate::GeneratedRequest,
+) -> u64 {
+    let output_here = st.output_here(req.output_tokens);
+    match cfg.reservation {
+        Reservation::Full => output_here as u64,
+        Reservation::Estimate { output_tokens } => {
+            output_tokens.max(1).min(output_here - st.produced) as u64 + (st.prefill_target - req.prompt_tokens) as u64
+        }
+    }
+}
+
 /// Static configuration of every replica.
 #[derive(Clone, Debug)]
 pub struct ReplicaConfig {
@@ -101,6 +117,7 @@ pub struct ReplicaConfig {
     pub budget_counts_decode: bool,
     pub max_batch_requests: u32,
     pub reservation: Reservation,
+    pub preemption: Preemption,
     pub scheduler_window: u32,
     pub track_pending: bool,
     pub report_evictions: bool,
@@ -296,18 +313,26 @@ impl Replica {
         }
     }
 
-    /// Preempts the most recently admitted running request (recompute later). Returns false when
-    /// nothing runs.
-    pub(super) fn preempt_newest(&mut self, stream: &RequestStream, states: &mut (impl States + ?Sized)) -> bool {
-        // A request whose KV is still arriving is not preempted (its transfer is in flight).
-        let Some(&victim) = self
-            .running
+    /// The most recently admitted running request, the victim of vLLM's FCFS policy (`None`
+    /// when nothing runs). A request whose KV is still arriving is never a victim (its transfer
+    /// is in flight).
+    pub(super) fn newest_running(&self, states: &(impl States + ?Sized)) -> Option<u32> {
+        self.running
             .iter()
             .filter(|&&r| states[r as usize].phase != Phase::Transfer)
             .max_by_key(|&&r| states[r as usize].admit_seq)
-        else {
-            return false;
-        };
+            .copied()
+    }
+
+    /// Preempts running request `victim` (recompute later). Under `full` reservation (only
+    /// priority preemption preempts there) its reserved output is released too.
+    pub(super) fn preempt(
+        &mut self,
+        victim: u32,
+        stream: &RequestStream,
+        states: &mut (impl States + ?Sized),
+        cfg: &ReplicaConfig,
+    ) {
         let v = victim as usize;
         let produced = self.produced_now(&states[v]);
         let prompt_tokens = stream.requests[v].prompt_tokens;
@@ -332,6 +357,9 @@ impl Replica {
         // Private KV: the generated tokens (decoding), or the ones being recomputed (prefill).
         let private = if st.phase == Phase::Decode { produced } else { st.prefill_target - prompt_tokens };
         self.private_tokens -= private as u64;
+        if cfg.reservation == Reservation::Full {
+            self.reserved_output_tokens -= output_tokens as u64;
+        }
         let path = std::mem::take(&mut st.path);
         self.cache.release(&path);
         st.path = path;
@@ -349,7 +377,6 @@ impl Replica {
         self.waiting.insert(pos, victim);
         self.preemptions += 1;
         self.blocked = false;
-        true
     }
 
     /// The scheduler's view of the first `scheduler_window` waiting requests.

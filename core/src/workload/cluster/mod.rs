@@ -13,6 +13,7 @@
 //!   max_step_tokens: 32768     # most prefill tokens in one unchunked step
 //!   max_batch_requests: 256    # most running requests per replica
 //!   reservation: full          # or {estimate: {output_tokens: 64}} (preempts by recompute)
+//!   preemption: newest         # or priority: lowest class priority first, and for a waiting higher one
 //!   scheduler: fcfs            # a scheduler policy: name or "name{key: value}"
 //!   scheduler_window: 512      # waiting requests shown to the scheduler per step (oldest first)
 //!   eviction_delay_s: 0        # delay before routers that want evictions hear of them
@@ -113,6 +114,11 @@ pub struct ClusterSpec {
     #[serde(default, with = "serde_norway::with::singleton_map")]
     #[schemars(with = "Reservation")]
     pub reservation: Reservation,
+    /// Which running request a replica preempts (by recomputation): `newest` (the most recently
+    /// admitted, when memory runs out) or `priority` (the lowest class priority, latest arrival
+    /// first, also to make room for a waiting request of higher priority): `sim/cluster/priority.rs`.
+    #[serde(default, skip_serializing_if = "Preemption::is_newest")]
+    pub preemption: Preemption,
     /// The local scheduler of every replica: a policy name, optionally with config in braces.
     #[serde(default = "default_scheduler")]
     pub scheduler: String,
@@ -321,6 +327,26 @@ pub enum Reservation {
         /// Output tokens reserved at admission, beyond the uncached prompt.
         output_tokens: u32,
     },
+}
+
+/// Which running request a replica preempts, and when (`cluster.preemption`).
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Preemption {
+    /// When memory runs out mid-decode (`estimate` reservation), the most recently admitted
+    /// request (vLLM's FCFS policy).
+    #[default]
+    Newest,
+    /// vLLM's priority policy: when memory runs out, the running request of the lowest class
+    /// priority, latest arrival first; and before a step, running requests of lower priority
+    /// than the most important waiting one, until it fits (any reservation).
+    Priority,
+}
+
+impl Preemption {
+    fn is_newest(&self) -> bool {
+        *self == Preemption::Newest
+    }
 }
 
 impl ClusterSpec {
