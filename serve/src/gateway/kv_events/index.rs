@@ -71,10 +71,27 @@ impl KvIndex {
         self.paths.clear();
     }
 
-    /// The blocks that start a chain (no parent, or a parent no longer held), as prefixes.
-    pub fn roots(&self) -> Vec<Vec<Segment>> {
-        let roots = self.blocks.values().filter(|b| b.parent.is_none_or(|p| !self.blocks.contains_key(&p)));
-        roots.map(|b| b.segments.to_vec()).collect()
+    /// Calls `f` with the prefix of every block, children before their parent (as a cache
+    /// evicts: leaves first), e.g. to report a clear as evictions. Blocks in a broken chain are
+    /// skipped.
+    pub fn for_each_prefix_leaf_first(&self, f: &mut dyn FnMut(&[Segment])) {
+        let mut children: HashMap<Option<BlockKey>, Vec<BlockKey>> = HashMap::new();
+        for (&k, b) in &self.blocks {
+            children.entry(b.parent.filter(|p| self.blocks.contains_key(p))).or_default().push(k);
+        }
+        let mut path: Vec<Segment> = Vec::new();
+        let mut stack: Vec<(BlockKey, bool)> = children.get(&None).into_iter().flatten().map(|&k| (k, false)).collect();
+        while let Some((k, done)) = stack.pop() {
+            let b = &self.blocks[&k];
+            if done {
+                f(&path);
+                path.truncate(path.len() - b.segments.len());
+                continue;
+            }
+            path.extend_from_slice(&b.segments);
+            stack.push((k, true));
+            stack.extend(children.get(&Some(k)).into_iter().flatten().map(|&c| (c, false)));
+        }
     }
 
     pub fn stored(

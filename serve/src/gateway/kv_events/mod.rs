@@ -267,9 +267,19 @@ impl Gateway {
     pub fn apply(&self, i: usize, batch: &wire::Batch) {
         let now = self.now_s();
         let mut guard = self.routing.lock().expect("routing lock");
-        let r = &mut *guard;
-        let Some(view) = r.kv.get_mut(i).and_then(Option::as_mut) else { return };
-        let mut gone = Vec::new();
+        let super::Routing { kv, router, wants_evictions, .. } = &mut *guard;
+        let Some(view) = kv.get_mut(i).and_then(Option::as_mut) else { return };
+        let mut evict = |path: &[routelab_policy_api::Segment]| {
+            if !*wants_evictions {
+                return;
+            }
+            let e =
+                Eviction { replica: i as u32, evicted_at: now, path: RSlice::from_slice(path), remaining_tokens: 0 };
+            if let Err(e) = router.evicted(&e) {
+                self.policy_errors.fetch_add(1, Ordering::Relaxed);
+                eprintln!("serve: {e}");
+            }
+        };
         for ev in &batch.events {
             match ev {
                 wire::KvEvent::Stored { hashes, parent, token_ids, block_size, medium } if gpu(medium) => {
@@ -280,29 +290,15 @@ impl Gateway {
                 }
                 wire::KvEvent::Removed { hashes, medium } if gpu(medium) => {
                     if let index::Applied::Removed(paths) = view.index.removed(hashes) {
-                        gone.extend(paths);
+                        paths.iter().for_each(|p| evict(p));
                     }
                 }
                 wire::KvEvent::Cleared => {
-                    gone.extend(view.index.roots());
+                    view.index.for_each_prefix_leaf_first(&mut evict);
                     view.index.clear();
                     view.live = true;
                 }
                 _ => {}
-            }
-        }
-        if r.wants_evictions {
-            for path in &gone {
-                let e = Eviction {
-                    replica: i as u32,
-                    evicted_at: now,
-                    path: RSlice::from_slice(path),
-                    remaining_tokens: 0,
-                };
-                if let Err(e) = r.router.evicted(&e) {
-                    self.policy_errors.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("serve: {e}");
-                }
             }
         }
     }

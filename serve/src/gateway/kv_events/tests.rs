@@ -383,3 +383,39 @@ async fn events_on_loopback_flip_the_routers_choice_and_losses_degrade_it() {
     task.abort();
     replays.abort();
 }
+
+#[test]
+fn removed_blocks_reach_a_router_that_wants_evictions() {
+    let tok = std::env::temp_dir().join(format!("routelab-kv-evict-tokenizer-{}.json", std::process::id()));
+    std::fs::write(&tok, crate::text::tests::word_level(&["a", "b"])).unwrap();
+    let mut args = ServeArgs::with_backends(&["http://127.0.0.1:9".into(), "http://127.0.0.1:9".into()]);
+    args.policy = "dynamo_kv{prefix_state: events}".into();
+    args.tokenizer = Some(tok.clone());
+    args.kv_events = vec!["tcp://127.0.0.1:1".into(), "tcp://127.0.0.1:2".into()];
+    let gw = Gateway::new(args).expect("starts");
+    let _ = std::fs::remove_file(&tok);
+    let gw = Arc::new(gw);
+    let held = || {
+        let r = gw.routing.lock().unwrap();
+        let stats = r.router.report().unwrap();
+        stats
+            .iter()
+            .find(|(k, _)| k == "router.router_cached_blocks_mean" || k == "router_cached_blocks_mean")
+            .unwrap()
+            .1
+    };
+    let pid: Vec<u32> = (1..49).collect();
+    let b = gw.route(&segments(&pid), 48, 1, &[false, false]).expect("routed").backend;
+    let before = held();
+    assert!(before > 0.0, "the router learnt the prompt's blocks from its dispatch");
+    let apply = |events| gw.apply(b, &wire::decode(&batch(events)).unwrap());
+    apply(vec![stored(&[h(1), h(2), h(3)], None, &pid, None)]);
+    assert_eq!(held(), before, "a store changes nothing the router did not already know");
+    // The engine evicts the prompt's last block: the router hears it.
+    apply(vec![removed(&[h(3)])]);
+    let after = held();
+    assert!(after < before, "{before} → {after}");
+    // A clear evicts every chain.
+    apply(vec![cleared()]);
+    assert_eq!(held(), 0.0);
+}
