@@ -93,6 +93,14 @@ impl Gateway {
                 let _ = writeln!(out, "routelab_gateway_kv_events_total{{backend=\"{url}\",outcome=\"{label}\"}} {n}");
             }
         }
+        // 1 while the SUB socket is connected (it reconnects by itself).
+        let _ = writeln!(out, "# TYPE routelab_gateway_kv_events_connected gauge");
+        for ((b, stats), spec) in self.backends.iter().zip(&self.kv_stats).zip(&self.kv_specs) {
+            if spec.is_some() {
+                let up = stats.connected.load(std::sync::atomic::Ordering::Relaxed) as u8;
+                let _ = writeln!(out, "routelab_gateway_kv_events_connected{{backend=\"{}\"}} {up}", b.url);
+            }
+        }
         let r = self.routing.lock().expect("routing lock");
         type Get = fn(&super::kv_events::View) -> usize;
         let gauges: [(&str, Get); 2] = [

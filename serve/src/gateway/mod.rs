@@ -7,10 +7,10 @@
 //! gateway's own exact counters; `waiting`, `running` and KV use are the last scrape of the
 //! backend's `/metrics` (vLLM or SGLang names), as are the `scraped.` signals; `matched_tokens`
 //! (for routers that ask for exact matches) counts leading segments the gateway has sent to that
-//! backend before — the gateway cannot see the engine's cache, so this ignores evictions.
-//! Completions reach the policy through `on_complete` (TTFT, tokens, cached tokens when the
-//! engine reports them in `usage`); no engine publishes KV events here, so `on_evict` is never
-//! called and prefix-aware routers run in their approximate mode.
+//! backend before — a guess that ignores evictions — unless the backend publishes KV events
+//! ([`kv_events`], `--kv-events`): then it is what the engine holds or is computing, and removed
+//! blocks reach the router as `on_evict`. Completions reach the policy through `on_complete`
+//! (TTFT, tokens, cached tokens when the engine reports them in `usage`).
 //!
 //! Robustness: a policy that fails or panics (a panic is caught at the ABI boundary) does not
 //! stop the gateway: that request is routed by the fallback (fewest requests in flight among

@@ -26,7 +26,7 @@
 //! degraded the same way. Messages that are not `[topic, 8-byte seq, payload]`, or a payload
 //! over [`MAX_PAYLOAD_BYTES`], are counted and dropped. All of it is on `/metrics`
 //! (`routelab_gateway_kv_events_total{backend,outcome}`, `routelab_gateway_kv_blocks`,
-//! `routelab_gateway_kv_events_live`).
+//! `routelab_gateway_kv_events_live`, `routelab_gateway_kv_events_connected`).
 //!
 //! Only GPU blocks (`medium` absent or `"GPU"`) count; a data-parallel engine publishes one
 //! stream per rank (port + rank): give the backend the rank it serves.

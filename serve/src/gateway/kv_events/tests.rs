@@ -380,6 +380,7 @@ async fn events_on_loopback_flip_the_routers_choice_and_losses_degrade_it() {
         text.contains("routelab_gateway_kv_events_total{backend=\"http://127.0.0.1:9\",outcome=\"gap_filled\"} 1"),
         "{text}"
     );
+    assert!(text.contains("routelab_gateway_kv_events_connected{backend=\"http://127.0.0.1:9\"} 1"), "{text}");
     task.abort();
     replays.abort();
 }
