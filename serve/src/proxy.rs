@@ -199,7 +199,7 @@ async fn proxy(gw: Arc<Gateway>, path: String, mut body: Held, auth: Option<Head
     for attempt in 0..=gw.args.retries {
         let sent_at = Instant::now();
         let (d, resp) = match attempt_once(&gw, &orig, &mut tried, attempt, &mut last_error).await {
-            Attempt::Sent(d, resp) => (d, resp),
+            Attempt::Sent(d, resp) => (d, *resp),
             Attempt::Failed => continue,
             Attempt::NoBackend => break,
             Attempt::GenerationTimeout => return generation_timeout(&gw),
@@ -262,7 +262,7 @@ fn generation_timeout(gw: &Gateway) -> Response<OutBody> {
 }
 
 enum Attempt {
-    Sent(Decision, Response<Incoming>),
+    Sent(Decision, Box<Response<Incoming>>),
     /// A non-streamed request got no response within the generation timeout.
     GenerationTimeout,
     /// Refused, reset, timed out or a 5xx: recorded, and `last_error` says which.
@@ -288,7 +288,7 @@ async fn attempt_once(
     tried[d.backend] = true;
     let timeout = Duration::from_secs_f64(if orig.stream { gw.args.timeout_s } else { gw.args.generation_timeout_s });
     match send(gw, d.backend, Method::POST, &orig.path, orig.body.bytes.clone(), orig.auth.as_ref(), timeout).await {
-        Ok(resp) if !resp.status().is_server_error() => return Attempt::Sent(d, resp),
+        Ok(resp) if !resp.status().is_server_error() => return Attempt::Sent(d, Box::new(resp)),
         Ok(resp) => *last_error = format!("{} answered {}", gw.backends[d.backend].url, resp.status()),
         Err(Sent::TimedOut(_)) if !orig.stream => {
             gw.failure(d.backend);
@@ -372,7 +372,7 @@ async fn relay(
                 while gw.args.resume_streams && resumed.is_none() && resumes < gw.args.retries {
                     resumes += 1;
                     match attempt_once(&gw, &orig, &mut tried, 1, &mut last_error).await {
-                        Attempt::Sent(d2, r2) if r2.status().is_success() => resumed = Some((d2, r2)),
+                        Attempt::Sent(d2, r2) if r2.status().is_success() => resumed = Some((d2, *r2)),
                         Attempt::Sent(d2, r2) => {
                             last_error = format!("{} answered {}", gw.backends[d2.backend].url, r2.status());
                         }
@@ -530,10 +530,14 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let g = gw.clone();
     let scrapes = tokio::spawn(async move { g.scrape_loop().await });
+    let events: Vec<_> = (gw.kv_specs.iter().enumerate())
+        .filter_map(|(i, s)| Some(tokio::spawn(gw.clone().kv_events_loop(i, s.clone()?))))
+        .collect();
     let limits = gw.args.limits;
     let h = move |req| handle(gw.clone(), req);
     let served = super::serve(listener, h, shutdown, Duration::from_secs(30), limits).await;
     scrapes.abort();
+    events.iter().for_each(|e| e.abort());
     served
 }
 

@@ -174,13 +174,19 @@ impl Tokenizer {
                 out.clear();
                 let mut id = 0u64;
                 for block in enc.get_ids().chunks(BLOCK_TOKENS) {
-                    let bytes: Vec<u8> = block.iter().flat_map(|t| t.to_le_bytes()).collect();
-                    id = mix(id ^ fnv1a(&bytes));
+                    id = segment_id(id, block);
                     out.push(Segment { id, tokens: block.len() as u32 });
                 }
             }
         }
     }
+}
+
+/// The id of a segment of token ids after the segment `prev` (0 for the first): the chaining
+/// [`Tokenizer::segments`] uses, shared with the KV events' blocks so the two match.
+pub fn segment_id(prev: u64, ids: &[u32]) -> u64 {
+    let bytes: Vec<u8> = ids.iter().flat_map(|t| t.to_le_bytes()).collect();
+    mix(prev ^ fnv1a(&bytes))
 }
 
 /// The byte-level fallback's segments: one per block of [`BLOCK_TOKENS`] tokens (the last may be
@@ -224,7 +230,7 @@ pub fn prompt_text(stream: &RequestStream, i: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use routelab_core::workload::generate::GeneratedRequest;
 

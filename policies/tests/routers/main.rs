@@ -5,6 +5,7 @@ mod common;
 mod field_options_2026;
 mod field_routers;
 mod field_routers_2026;
+mod llm_d_upstream_cases;
 mod pd_routers;
 mod preble_branches;
 mod prefix_routers;

@@ -64,6 +64,12 @@ pub struct ServeArgs {
     /// token).
     #[arg(long)]
     pub tokenizer: Option<std::path::PathBuf>,
+    /// A backend's KV-cache event publisher (vLLM's `--kv-events-config` ZMQ endpoint),
+    /// `tcp://HOST:PORT[,replay=tcp://HOST:PORT][,topic=T]`, repeated once per --backend in the
+    /// same order (`none` for one without). Routers then see the engines' own caches instead of
+    /// the gateway's guess. Needs --tokenizer (the events carry token ids).
+    #[arg(long = "kv-events")]
+    pub kv_events: Vec<String>,
     #[command(flatten)]
     pub limits: crate::ConnLimits,
 }

@@ -69,6 +69,7 @@ impl Gateway {
         ] {
             let _ = writeln!(out, "# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));
         }
+        self.kv_events_metrics(&mut out);
         let r = self.routing.lock().expect("routing lock");
         if let Ok(stats) = r.router.report() {
             let _ = writeln!(out, "# TYPE routelab_gateway_policy_stat gauge");
@@ -77,5 +78,42 @@ impl Gateway {
             }
         }
         out
+    }
+
+    /// `--kv-events`: batches by outcome, blocks held, live or degraded (backends with events).
+    fn kv_events_metrics(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        if self.kv_specs.iter().all(Option::is_none) {
+            return;
+        }
+        let _ = writeln!(out, "# TYPE routelab_gateway_kv_events_total counter");
+        for (b, stats) in self.backends.iter().zip(&self.kv_stats) {
+            for o in super::kv_events::Outcome::ALL {
+                let (url, label, n) = (&b.url, o.label(), stats.count(o));
+                let _ = writeln!(out, "routelab_gateway_kv_events_total{{backend=\"{url}\",outcome=\"{label}\"}} {n}");
+            }
+        }
+        // 1 while the SUB socket is connected (it reconnects by itself).
+        let _ = writeln!(out, "# TYPE routelab_gateway_kv_events_connected gauge");
+        for ((b, stats), spec) in self.backends.iter().zip(&self.kv_stats).zip(&self.kv_specs) {
+            if spec.is_some() {
+                let up = stats.connected.load(std::sync::atomic::Ordering::Relaxed) as u8;
+                let _ = writeln!(out, "routelab_gateway_kv_events_connected{{backend=\"{}\"}} {up}", b.url);
+            }
+        }
+        let r = self.routing.lock().expect("routing lock");
+        type Get = fn(&super::kv_events::View) -> usize;
+        let gauges: [(&str, Get); 2] = [
+            ("routelab_gateway_kv_blocks", |v| v.index.len()),
+            ("routelab_gateway_kv_events_live", |v| v.live as usize),
+        ];
+        for (name, get) in gauges {
+            let _ = writeln!(out, "# TYPE {name} gauge");
+            for (b, view) in self.backends.iter().zip(&r.kv) {
+                if let Some(v) = view {
+                    let _ = writeln!(out, "{name}{{backend=\"{}\"}} {}", b.url, get(v));
+                }
+            }
+        }
     }
 }

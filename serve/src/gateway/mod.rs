@@ -7,10 +7,10 @@
 //! gateway's own exact counters; `waiting`, `running` and KV use are the last scrape of the
 //! backend's `/metrics` (vLLM or SGLang names), as are the `scraped.` signals; `matched_tokens`
 //! (for routers that ask for exact matches) counts leading segments the gateway has sent to that
-//! backend before — the gateway cannot see the engine's cache, so this ignores evictions.
-//! Completions reach the policy through `on_complete` (TTFT, tokens, cached tokens when the
-//! engine reports them in `usage`); no engine publishes KV events here, so `on_evict` is never
-//! called and prefix-aware routers run in their approximate mode.
+//! backend before — a guess that ignores evictions — unless the backend publishes KV events
+//! ([`kv_events`], `--kv-events`): then it is what the engine holds or is computing, and removed
+//! blocks reach the router as `on_evict`. Completions reach the policy through `on_complete`
+//! (TTFT, tokens, cached tokens when the engine reports them in `usage`).
 //!
 //! Robustness: a policy that fails or panics (a panic is caught at the ABI boundary) does not
 //! stop the gateway: that request is routed by the fallback (fewest requests in flight among
@@ -43,6 +43,7 @@ use routelab_core::sim::cluster::prefix_cache::extend_path_hash;
 mod args;
 mod breaker;
 pub mod capacity;
+pub mod kv_events;
 mod metrics;
 mod scrape;
 
@@ -85,6 +86,10 @@ pub struct Routing {
     views: Vec<ReplicaView>,
     /// Path hashes sent to each backend (for `matched_tokens`); cleared when it grows past a bound.
     sent_paths: Vec<HashSet<u64>>,
+    /// The router hears `on_evict` (from KV events).
+    wants_evictions: bool,
+    /// Each backend's cache as its KV events tell it (`--kv-events`), if it publishes them.
+    pub kv: Vec<Option<kv_events::View>>,
 }
 
 const MAX_SENT_PATHS: usize = 1 << 20;
@@ -109,6 +114,9 @@ pub struct Gateway {
     pub tokenizer: crate::text::Tokenizer,
     /// `--record`'s file.
     pub recorder: Option<super::record::Recorder>,
+    /// `--kv-events`, per backend, and what came of them.
+    pub kv_specs: Vec<Option<kv_events::Spec>>,
+    pub kv_stats: Vec<kv_events::Stats>,
 }
 
 /// A routing decision, and the request's hold on its backend's `in_flight` and
@@ -126,6 +134,8 @@ pub struct Decision {
     prompt_tokens: u32,
     /// `completed` reported this request's end to the router.
     ended: std::sync::atomic::AtomicBool,
+    /// The request's path hashes, pending in its backend's KV event view until it ends.
+    pending: Vec<u64>,
 }
 
 impl Drop for Decision {
@@ -133,6 +143,20 @@ impl Drop for Decision {
         let b = &self.gw.backends[self.backend];
         b.in_flight.fetch_sub(1, Ordering::Relaxed);
         b.outstanding_work.fetch_sub(self.work, Ordering::Relaxed);
+        if !self.pending.is_empty() {
+            if let Ok(mut r) = self.gw.routing.lock() {
+                if let Some(view) = r.kv.get_mut(self.backend).and_then(Option::as_mut) {
+                    for p in &self.pending {
+                        if let Some(n) = view.pending.get_mut(p) {
+                            *n -= 1;
+                            if *n == 0 {
+                                view.pending.remove(p);
+                            }
+                        }
+                    }
+                }
+            }
+        }
         if !self.ended.load(Ordering::Relaxed) {
             let now = self.gw.now_s();
             let c = Completion {
@@ -245,6 +269,17 @@ impl Gateway {
             });
         }
         let n = backends.len() as u32;
+        let kv_specs = kv_events::parse(&args.kv_events, backends.len())?;
+        if kv_specs.iter().any(Option::is_some) && args.tokenizer.is_none() {
+            return Err(cli_error(
+                "--kv-events",
+                "needs --tokenizer: the events carry token ids, which the byte-level fallback cannot match".into(),
+                "give the model's tokenizer.json with --tokenizer, or leave --kv-events out",
+            )
+            .into());
+        }
+        // Twice the cache's blocks: room for what the engine holds and removals in flight.
+        let max_blocks = (kv_capacity_tokens / crate::text::BLOCK_TOKENS as u64 * 2).clamp(1 << 10, 1 << 24) as usize;
         let spec = PolicySpec::parse(&args.policy)?;
         let ctx = RouterContext {
             kv_capacity_tokens,
@@ -253,11 +288,14 @@ impl Gateway {
         };
         let router = RouterHandle::new(Loader::new().router(&spec, &ctx)?, n, World::Cluster, &spec.label);
         let exact = router.capabilities().needs_exact_match();
+        let wants_evictions = router.capabilities().wants_evictions();
         let routing = Routing {
             router,
             exact,
             views: vec![ReplicaView::default(); n as usize],
             sent_paths: vec![HashSet::new(); if exact { n as usize } else { 0 }],
+            wants_evictions,
+            kv: kv_specs.iter().map(|s| s.as_ref().map(|_| kv_events::View::new(max_blocks))).collect(),
         };
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
@@ -282,6 +320,8 @@ impl Gateway {
             resumed: AtomicU64::new(0),
             tokenizer,
             recorder,
+            kv_stats: kv_specs.iter().map(|_| kv_events::Stats::default()).collect(),
+            kv_specs,
         })
     }
 
@@ -369,11 +409,17 @@ impl Gateway {
             }
         }
         if r.exact {
-            for (v, sent) in r.views.iter_mut().zip(&r.sent_paths) {
+            for ((v, sent), kv) in r.views.iter_mut().zip(&r.sent_paths).zip(&r.kv) {
+                // With live KV events: what the engine holds or is computing; else the guess
+                // (what was routed there), united with events since a loss.
+                let held = |h: u64| match kv {
+                    Some(k) => k.index.holds(h) || k.pending.contains_key(&h) || (!k.live && sent.contains(&h)),
+                    None => sent.contains(&h),
+                };
                 let mut h = 0;
                 for s in segments {
                     h = extend_path_hash(h, s.id);
-                    if !sent.contains(&h) {
+                    if !held(h) {
                         break;
                     }
                     v.matched_tokens += s.tokens;
@@ -426,6 +472,7 @@ impl Gateway {
             (None, _) => false,
         };
         let backend = backend?;
+        let mut pending = Vec::new();
         if r.exact {
             let sent = &mut r.sent_paths[backend];
             if sent.len() > MAX_SENT_PATHS {
@@ -436,6 +483,14 @@ impl Gateway {
                 h = extend_path_hash(h, s.id);
                 sent.insert(h);
             }
+            if let Some(view) = r.kv[backend].as_mut() {
+                let mut h = 0;
+                for s in segments {
+                    h = extend_path_hash(h, s.id);
+                    *view.pending.entry(h).or_default() += 1;
+                    pending.push(h);
+                }
+            }
         }
         drop(guard);
         let b = &self.backends[backend];
@@ -444,7 +499,7 @@ impl Gateway {
         b.in_flight.fetch_add(1, Ordering::Relaxed);
         b.outstanding_work.fetch_add(work, Ordering::Relaxed);
         let ended = std::sync::atomic::AtomicBool::new(!committed);
-        Some(Decision { backend, request_id, arrived_at, gw: self.clone(), work, prompt_tokens, ended })
+        Some(Decision { backend, request_id, arrived_at, gw: self.clone(), work, prompt_tokens, ended, pending })
     }
 
     /// A request to `backend` failed (refused, reset, timed out, or a 5xx).

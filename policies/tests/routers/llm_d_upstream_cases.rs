@@ -22,8 +22,7 @@ use routelab_policies::llm_d::{self, LlmD};
 use routelab_policies::llm_d_sticky::{self, LlmDSticky};
 use routelab_policy_api::*;
 
-mod common;
-use common::{ctx, req, seg};
+use crate::common::{ctx, req, seg};
 
 /// A sticky router on `n` replicas with a peak prefill of 1,000 tokens/s (upstream's tests'
 /// `PeakPrefillThroughput: 1000`), the given threshold, penalty and token-load threshold.
