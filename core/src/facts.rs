@@ -24,6 +24,8 @@ pub struct RequestInfo {
     /// (NaN: none).
     pub hint_output_tokens: f64,
     pub session: f64,
+    /// The request's LoRA adapter index (NaN: the base model).
+    pub adapter: f64,
 }
 
 impl RequestInfo {
@@ -34,6 +36,7 @@ impl RequestInfo {
             slo_tpot_s: f64::NAN,
             hint_output_tokens: f64::NAN,
             session: f64::NAN,
+            adapter: f64::NAN,
             ..Self::default()
         }
     }
@@ -55,6 +58,7 @@ fn column(name: &str, world: World) -> Option<Column> {
         (facts::request::OUTPUT_TOKENS, World::Cluster) => Some(|r| r.output_tokens as f64),
         (facts::request::HINT_OUTPUT_TOKENS, World::Cluster) => Some(|r| r.hint_output_tokens),
         (facts::request::SESSION, World::Cluster) => Some(|r| r.session),
+        (facts::request::ADAPTER, World::Cluster) => Some(|r| r.adapter),
         _ => None,
     }
 }

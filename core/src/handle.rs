@@ -115,6 +115,16 @@ impl RouterHandle {
         self.signals.set_prefilling(replica, requests);
     }
 
+    /// Whether the router reads the `lora.*` signals.
+    pub fn reads_lora(&self) -> bool {
+        self.signals.reads_lora()
+    }
+
+    /// What `replica` holds of the routed request's adapter (the `lora.*` signals).
+    pub fn set_lora(&mut self, replica: usize, figures: crate::signals::AdapterFigures) {
+        self.signals.set_lora(replica, figures);
+    }
+
     /// What the router asked for at creation (read once).
     pub fn capabilities(&self) -> Capabilities {
         self.caps

@@ -29,6 +29,9 @@ pub const CLUSTER_KEYS: &[&str] = &[
     "busiest_replica_share",
 ];
 
+/// The keys a cluster run with `lora:` adds (docs/output.md).
+pub const LORA_KEYS: &[&str] = &["lora_loads", "lora_hit_rate", "lora_load_s"];
+
 /// The keys a disaggregated cluster run adds (docs/output.md).
 pub const PD_KEYS: &[&str] = &[
     "transfer_time_mean_s",

@@ -31,6 +31,18 @@ impl Scrape {
     }
 }
 
+/// What a router is told of one replica about the LoRA adapter of the request it routes (the
+/// `lora.*` signals; cluster world).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AdapterFigures {
+    pub resident: f64,
+    pub running: f64,
+    pub waiting: f64,
+    pub running_adapters: f64,
+    pub waiting_adapters: f64,
+    pub max_adapters: f64,
+}
+
 /// Per-replica figures a world sets that are not in the view (0 until it sets them).
 #[derive(Clone, Copy, Debug, Default)]
 struct Figures {
@@ -38,6 +50,8 @@ struct Figures {
     busy_until: f64,
     /// Requests admitted whose first token is not out yet (cluster world).
     prefilling: f64,
+    /// About the routed request's adapter (cluster world with `lora:`).
+    lora: AdapterFigures,
 }
 
 /// What the host knows of one replica when it fills its row: the view, the last scrape of it,
@@ -63,6 +77,12 @@ fn column(name: &str) -> Option<Column> {
         signals::SCRAPED_AGE_S => |r| (r.now - r.scrape.at_s).max(0.0),
         signals::BUSY_UNTIL => |r| r.figures.busy_until,
         signals::PREFILLING => |r| r.figures.prefilling,
+        signals::LORA_RESIDENT => |r| r.figures.lora.resident,
+        signals::LORA_RUNNING => |r| r.figures.lora.running,
+        signals::LORA_WAITING => |r| r.figures.lora.waiting,
+        signals::LORA_RUNNING_ADAPTERS => |r| r.figures.lora.running_adapters,
+        signals::LORA_WAITING_ADAPTERS => |r| r.figures.lora.waiting_adapters,
+        signals::LORA_MAX_ADAPTERS => |r| r.figures.lora.max_adapters,
         _ => return None,
     })
 }
@@ -77,6 +97,8 @@ pub struct SignalTable {
     values: Vec<f64>,
     /// Whether any column reads a scrape (the world then schedules scrapes).
     reads_scrapes: bool,
+    /// Whether any column reads the `lora.*` figures (the world then sets them per request).
+    reads_lora: bool,
     /// Whether a column moves with the clock once a scrape exists (`scraped.age_s`).
     reads_age: bool,
     /// The last scrape of every replica; empty until the world scrapes, and then the `scraped.`
@@ -114,12 +136,27 @@ impl SignalTable {
             .collect::<Result<_, _>>()?;
         let reads_scrapes = names.iter().any(|n| n.as_str().starts_with("scraped."));
         let reads_age = names.iter().any(|n| n.as_str() == signals::SCRAPED_AGE_S);
-        Ok(Self { columns, reads_scrapes, reads_age, all_dirty: true, ..Self::default() })
+        let reads_lora = names.iter().any(|n| n.as_str().starts_with("lora."));
+        Ok(Self { columns, reads_scrapes, reads_age, reads_lora, all_dirty: true, ..Self::default() })
     }
 
     /// Whether the router reads scraped metrics (otherwise scraping would be wasted work).
     pub fn reads_scrapes(&self) -> bool {
         self.reads_scrapes
+    }
+
+    /// Whether the router reads the `lora.*` signals (otherwise setting them is wasted work).
+    pub fn reads_lora(&self) -> bool {
+        self.reads_lora
+    }
+
+    /// What `replica` holds of the routed request's adapter (the `lora.*` signals); also marks
+    /// it changed when the figures moved.
+    pub fn set_lora(&mut self, replica: usize, figures: AdapterFigures) {
+        if self.figures.get(replica).is_some_and(|f| f.lora == figures) {
+            return;
+        }
+        self.set_figure(replica, |f| f.lora = figures);
     }
 
     /// Records a scrape of every replica at `at_s`.

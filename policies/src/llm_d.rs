@@ -9,6 +9,11 @@
 //!      `match_length_weight` w > 0 (llm-d-router PR 1459, the fix for short prompts becoming
 //!      hot spots under a pure ratio, GIE #2561): `w · min(1, m · block_tokens /
 //!      match_length_scale_tokens)² + (1 − w) · m / total`;
+//!    - `lora` (off unless `lora_weight` > 0; GIE's `lora-affinity-scorer`): 1 when a request on
+//!      the request's adapter runs on the replica; else 0.8 when the replica's running plus
+//!      waiting adapter counts are below its `max_loras` (room to load one more); else 0.6 when a
+//!      request on the adapter waits there; else 0. A base-model request is never "active"
+//!      (vLLM lists adapters only), so it scores 0.8 or 0 by room, as upstream.
 //!    - `no_hit_lru` (off unless `no_hit_lru_weight` > 0): a request is cold when no replica
 //!      matches any of its blocks. Warm: 0.5 for every replica. Cold: replicas that never took a
 //!      cold request first, in index order, then those that did, least recently first; the one at
@@ -33,7 +38,7 @@
 //! `no_hit_lru_weight` 0 (a weight of 0 switches its scorer off; upstream's no-hit-lru sample
 //! config weighs prefix 2, no-hit-lru 1), `no_hit_lru_size` 1024, `match_length_weight` 0 (in
 //! [0, 1]), `match_length_scale_tokens` 8192, `block_tokens` 16, `max_prefix_blocks` 256,
-//! `prefix_state` approximate, `lru_capacity` auto.
+//! `prefix_state` approximate, `lru_capacity` auto, `lora_weight` 0.
 //!
 //! Source: llm-d/llm-d-inference-scheduler @ 520af478 (module `llm-d-router`):
 //! `pkg/epp/config/loader/defaults.go` (weights 2/2/3), `pkg/epp/scheduling/scheduler_profile.go`
@@ -47,6 +52,9 @@
 //! and `.../scheduling/scorer/nohitlru/no_hit_lru.go` (cold = no endpoint with a matched block,
 //! neutral 0.5 otherwise, never-used first, LRU of 1024 updated in `PreRequest` for cold
 //! requests only), weights from `deploy/config/sim-epp-no-hit-lru.yaml`.
+//! The LoRA scorer follows kubernetes-sigs/gateway-api-inference-extension @ bc202fce:
+//! `pkg/epp/scheduling/framework/plugins/scorer/lora_affinity.go` (`ActiveModels`,
+//! `WaitingModels`, `MaxActiveModels`: vLLM's `lora_requests_info` metric).
 //!
 //! Deviations, and why:
 //! - Upstream hashes 4 characters per token of the JSON-marshalled messages; here blocks are
@@ -55,6 +63,7 @@
 //!   `scraped.kv_utilisation`, read through [`LlmD::waiting`] and [`LlmD::kv_usage`] only: as
 //!   old as the workload's `cluster.metrics.scrape_interval_s` (default 0.05 s, upstream's
 //!   50 ms refresh); the prefix index is the router's own, always exact.
+//! - The LoRA figures are the live `lora.*` signals, not a scrape of the metric.
 //! - `precise` records blocks at dispatch (the simulator emits no "stored" events); upstream's
 //!   optional speculative entries (2 s TTL) are the closest thing to that.
 
@@ -111,6 +120,7 @@ pub struct Config {
     pub max_prefix_blocks: u32,
     pub prefix_state: PrefixState,
     pub lru_capacity: LruCapacity,
+    pub lora_weight: f64,
 }
 
 impl Default for Config {
@@ -127,6 +137,7 @@ impl Default for Config {
             max_prefix_blocks: 256,
             prefix_state: PrefixState::Approximate,
             lru_capacity: LruCapacity::Auto,
+            lora_weight: 0.0,
         }
     }
 }
@@ -168,6 +179,7 @@ impl Policy for LlmD {
             ("kv_cache_weight", cfg.kv_cache_weight),
             ("prefix_weight", cfg.prefix_weight),
             ("no_hit_lru_weight", cfg.no_hit_lru_weight),
+            ("lora_weight", cfg.lora_weight),
         ] {
             if !(w >= 0.0 && w.is_finite()) {
                 return Err(format!("{name} must be a finite number ≥ 0 (got {w}); 0 switches the scorer off"));
@@ -271,6 +283,12 @@ impl LlmD {
                 *s += self.cfg.kv_cache_weight * (1.0 - Self::kv_usage(replicas, i)).clamp(0.0, 1.0);
             }
         }
+        if self.cfg.lora_weight > 0.0 && replicas.signal_columns >= 2 + LORA_SIGNALS.len() as u32 {
+            for (i, s) in self.scores.iter_mut().enumerate() {
+                let f = |k: usize| replicas.signal(i, 2 + k);
+                *s += self.cfg.lora_weight * lora_affinity(f(0) > 0.0, f(1) > 0.0, f(2) + f(3) < f(4));
+            }
+        }
         if self.uses_prefix() {
             self.hash_prompt(request);
             self.match_blocks();
@@ -358,14 +376,39 @@ impl LlmD {
     }
 }
 
+/// What the LoRA scorer reads, in this order (signal columns 2..).
+const LORA_SIGNALS: [&str; 5] = [
+    signals::LORA_RUNNING,
+    signals::LORA_WAITING,
+    signals::LORA_RUNNING_ADAPTERS,
+    signals::LORA_WAITING_ADAPTERS,
+    signals::LORA_MAX_ADAPTERS,
+];
+
+/// GIE's LoRA affinity score of a replica: `active` (a request on the adapter runs there),
+/// `waiting` (one waits there), `room` (running + waiting adapters below `max_loras`).
+pub fn lora_affinity(active: bool, waiting: bool, room: bool) -> f64 {
+    match () {
+        _ if active => 1.0,
+        _ if room => 0.8,
+        _ if waiting => 0.6,
+        _ => 0.0,
+    }
+}
+
 impl RouterPolicy for LlmD {
     fn capabilities(&self) -> Capabilities {
         if self.cfg.prefix_state == PrefixState::Precise { Capabilities::WANTS_EVICTIONS } else { Capabilities::NONE }
     }
 
     /// Waiting requests and KV utilisation as upstream's EPP reads them: scraped from the engines.
+    /// With `lora_weight`, the `lora.*` figures follow (live).
     fn signals(&self) -> Vec<String> {
-        vec![signals::SCRAPED_WAITING.into(), signals::SCRAPED_KV_UTILISATION.into()]
+        let mut s = vec![signals::SCRAPED_WAITING.into(), signals::SCRAPED_KV_UTILISATION.into()];
+        if self.cfg.lora_weight > 0.0 {
+            s.extend(LORA_SIGNALS.iter().map(|n| n.to_string()));
+        }
+        s
     }
 
     fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {

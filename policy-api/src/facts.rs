@@ -5,7 +5,7 @@
 //!
 //! - **Request facts** ([`request`]): numbers about one request (its service time in the
 //!   dispatch world; since 0.5.2 class, priority, tenant, SLO bounds and output length in the
-//!   cluster world; since 0.5.3 an output-length hint and the agent session). A policy lists the names it
+//!   cluster world; since 0.5.3 an output-length hint and the agent session; since 0.5.5 the LoRA adapter). A policy lists the names it
 //!   wants ([`crate::RouterPolicy::request_facts`], [`crate::SchedulerPolicy::request_facts`]);
 //!   the host reads the list once, at creation, refuses a name it does not provide (a
 //!   configuration error naming it), and then hands the values over with every request, in the
@@ -54,6 +54,12 @@ pub mod request {
     pub const SESSION: &str = "session";
     // } since 0.5.3
 
+    // since 0.5.5 {
+    /// The request's LoRA adapter: its 0-based index in the workload's `cluster.lora` adapters
+    /// (cluster world; NaN: the base model).
+    pub const ADAPTER: &str = "adapter";
+    // } since 0.5.5
+
     /// Every request fact this version defines, with one line each.
     pub const CATALOGUE: &[(&str, &str)] = &[
         (SERVICE_TIME, "the job's service time (dispatch world)"),
@@ -69,6 +75,9 @@ pub mod request {
         (HINT_OUTPUT_TOKENS, "the output length the request says to expect, NaN for none (cluster world)"),
         (SESSION, "the request's agent session index, NaN without sessions (cluster world)"),
         // } since 0.5.3
+        // since 0.5.5 {
+        (ADAPTER, "the request's LoRA adapter index, NaN for the base model (cluster world)"),
+        // } since 0.5.5
     ];
 }
 

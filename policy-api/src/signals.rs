@@ -47,6 +47,28 @@ pub const BUSY_UNTIL: &str = "busy_until";
 /// request's first token (Dynamo) knows. 0 in the dispatch world.
 pub const PREFILLING: &str = "prefilling";
 
+// since 0.5.5 {
+/// LoRA adapters (0.5.5): whether the adapter of the request being routed (the request fact
+/// `adapter`) is loaded on the replica, so serving it costs no cold load: 1 or 0 (1 for a
+/// request on the base model, and on a replica whose adapters are all preloaded). Unlike every
+/// other signal, the `lora.*` figures are about the request being routed as well as the replica
+/// (0 in the dispatch world).
+pub const LORA_RESIDENT: &str = "lora.resident";
+/// Requests of the routed request's adapter running on the replica (vLLM's
+/// `running_lora_adapters` lists the adapter when > 0; 0 for a base-model request).
+pub const LORA_RUNNING: &str = "lora.running";
+/// Requests of the routed request's adapter waiting on the replica (`waiting_lora_adapters`).
+pub const LORA_WAITING: &str = "lora.waiting";
+/// Distinct adapters among the replica's running requests (the length of vLLM's
+/// `running_lora_adapters`).
+pub const LORA_RUNNING_ADAPTERS: &str = "lora.running_adapters";
+/// Distinct adapters among the replica's waiting requests (`waiting_lora_adapters`).
+pub const LORA_WAITING_ADAPTERS: &str = "lora.waiting_adapters";
+/// Most distinct adapters one batch of the replica may use (vLLM's `max_loras`; infinity when
+/// the workload sets no limit).
+pub const LORA_MAX_ADAPTERS: &str = "lora.max_adapters";
+// } since 0.5.5
+
 /// Every signal name this version of the crate defines, with one line each. A host provides a
 /// subset (routelab provides all of these); a later minor appends names.
 pub const CATALOGUE: &[(&str, &str)] = &[
@@ -57,4 +79,12 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     (SCRAPED_AGE_S, "seconds since the last metrics scrape"),
     (BUSY_UNTIL, "when the queued work ends (dispatch world; 0 in the cluster world)"),
     (PREFILLING, "requests admitted, first token not yet out (cluster world)"),
+    // since 0.5.5 {
+    (LORA_RESIDENT, "1 if the routed request's LoRA adapter is loaded here, else 0 (cluster world)"),
+    (LORA_RUNNING, "requests of the routed request's adapter running here (cluster world)"),
+    (LORA_WAITING, "requests of the routed request's adapter waiting here (cluster world)"),
+    (LORA_RUNNING_ADAPTERS, "distinct adapters among the running requests (cluster world)"),
+    (LORA_WAITING_ADAPTERS, "distinct adapters among the waiting requests (cluster world)"),
+    (LORA_MAX_ADAPTERS, "most distinct adapters in one batch, infinity for no limit (cluster world)"),
+    // } since 0.5.5
 ];

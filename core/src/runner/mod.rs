@@ -207,6 +207,7 @@ impl Prepared {
         let mut stream = generate(c, self.trace.as_deref(), seed)
             .map_err(|m| self.setup_error(SetupError::new("arrivals", m, "see the message")))?;
         crate::workload::generate::apply_hints(c, &mut stream, seed);
+        crate::workload::generate::apply_lora(c, &mut stream, seed);
         let sm = self.step_model.as_ref().expect("cluster world");
         sim::cluster::check_fits(sm, &stream).map_err(|e| self.setup_error(e))?;
         Ok(stream)
@@ -293,6 +294,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
         // The stream is built from the rows directly (the generator is not used) and checked once.
         let mut stream = crate::workload::generate::mooncake_stream(c, &rows);
         crate::workload::generate::apply_hints(c, &mut stream, prepared.workload.seed);
+        crate::workload::generate::apply_lora(c, &mut stream, prepared.workload.seed);
         let sm = prepared.step_model.as_ref().expect("cluster world");
         sim::cluster::check_fits(sm, &stream).map_err(|e| prepared.setup_error(e))?;
         prepared.trace_stream = Some(Arc::new(stream));

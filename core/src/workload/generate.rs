@@ -33,8 +33,10 @@ use super::trace::TraceRow;
 use crate::seeds::{SimRng, stream, stream as stream_rng};
 use crate::time::{SimTime, ticks};
 
+mod lora;
 mod session;
 mod stats;
+pub use lora::{NO_ADAPTER, apply_lora};
 pub use session::Sessions;
 pub use stats::{WorkloadStats, stats};
 
@@ -64,6 +66,9 @@ pub struct RequestStream {
     pub sessions: Option<Sessions>,
     /// Every request's expected output length (`cluster.hints`), by request id; empty = none.
     pub hints: Vec<u32>,
+    /// Every request's LoRA adapter (`cluster.lora`), by request id ([`NO_ADAPTER`]: the base
+    /// model); empty = every request on the base model.
+    pub adapters: Vec<u32>,
 }
 
 impl RequestStream {
@@ -75,6 +80,11 @@ impl RequestStream {
     /// Request `i`'s output-length hint (NaN: none).
     pub fn hint(&self, i: usize) -> f64 {
         self.hints.get(i).map_or(f64::NAN, |&h| h as f64)
+    }
+
+    /// Request `i`'s LoRA adapter, if it has one.
+    pub fn adapter(&self, i: usize) -> Option<u32> {
+        self.adapters.get(i).copied().filter(|&a| a != NO_ADAPTER)
     }
 
     /// Request `i`'s class and tenant.
@@ -130,7 +140,11 @@ impl Popular {
     }
 
     pub fn sample(&self, rng: &mut SimRng) -> usize {
-        let u: f64 = rng.random();
+        self.pick(rng.random())
+    }
+
+    /// The index whose share of the unit interval holds `u` (in [0, 1)).
+    pub fn pick(&self, u: f64) -> usize {
         self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
     }
 }

@@ -34,7 +34,9 @@ pub fn specs(args: &[String]) -> Result<Vec<PolicySpec>, LoadError> {
 fn table_columns(w: &Workload, columns: &[String]) -> Result<(), InputError> {
     let mut keys = crate::capacity::expr::known_keys(w.world());
     match w.world() {
-        WorldKind::Cluster => keys.extend(routelab_core::metrics::PD_KEYS),
+        WorldKind::Cluster => {
+            keys.extend(routelab_core::metrics::PD_KEYS.iter().chain(routelab_core::metrics::LORA_KEYS))
+        }
         WorldKind::Compound => keys.extend(crate::report::COLUMNS.iter().map(|c| c.key)),
         WorldKind::Dispatch => {}
     }

@@ -296,3 +296,19 @@ fn bad_session_and_hint_specs_name_file_line_and_field() {
     std::fs::write(&w, hints).unwrap();
     bad(&["validate", w.to_str().unwrap()], &[":3", "cluster.hints.output_tokens.noisy.cv"]);
 }
+
+/// Issue 29: bad LoRA specs name the file, the line and the field, exit 2; LoRA on a
+/// disaggregated cluster is refused before anything runs.
+#[test]
+fn bad_lora_specs_name_file_line_and_field() {
+    let w = scratch("lora.yaml");
+    let body = "cluster:\n  replicas: 2\n  generator: {suffix_tokens: 100, output_tokens: 10}\n  lora:\n    \
+                adapters: 8\n    max_loras: 4\n    max_cpu_loras: 2\n  arrivals: {poisson: {rate: 1}}\n  \
+                requests: 10\npolicies: [round_robin]\n";
+    std::fs::write(&w, body).unwrap();
+    bad(&["validate", w.to_str().unwrap()], &["lora.yaml:7", "cluster.lora.max_cpu_loras", "max_cpu_loras: 4"]);
+    std::fs::write(&w, body.replace("adapters: 8", "adapters: 0")).unwrap();
+    bad(&["compare", w.to_str().unwrap()], &["lora.yaml:5", "cluster.lora.adapters"]);
+    std::fs::write(&w, body.replace("    max_loras: 4\n", "")).unwrap();
+    bad(&["validate", w.to_str().unwrap()], &["cluster.lora.max_cpu_loras", "max_loras"]);
+}

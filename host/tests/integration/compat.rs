@@ -58,6 +58,9 @@ fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() 
     assert!(!read(&root, "lib.rs").contains("pub mod scaler"), "the scaler module was not cut");
     assert!(!traits.contains("fn on_replica_change"));
     assert!(traits.contains("#[sabi(last_prefix_field)]") && traits.contains("fn on_complete"));
+    // 0.5.5: the request fact `adapter` and the `lora.*` engine signals.
+    assert!(read(&current, "facts.rs").contains("\"adapter\"") && !read(&root, "facts.rs").contains("\"adapter\""));
+    assert!(read(&current, "signals.rs").contains("\"lora.resident\"") && !read(&root, "signals.rs").contains("lora."));
     let (_, minor, _) = api_version();
     for file in ["lib.rs", "traits.rs", "types.rs", "policy.rs", "root.rs", "cost.rs", "facts.rs", "signals.rs"] {
         assert!(

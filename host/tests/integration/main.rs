@@ -18,6 +18,7 @@ mod isolate;
 mod layers;
 mod llama;
 mod loader;
+mod lora;
 mod pd;
 mod report;
 mod scale;

@@ -99,6 +99,11 @@ impl Replica {
                 }
                 let i = self.order[k] as usize;
                 let r = self.shown[i];
+                // A batch uses at most `max_loras` adapters: vLLM skips such a request.
+                let adapter = super::lora::adapter_of(&self.lora, stream, r);
+                if adapter.is_some_and(|a| !self.lora.as_ref().expect("tracked").can_run(a)) {
+                    continue;
+                }
                 let req = &stream.requests[r as usize];
                 let prompt = stream.prompt(r as usize);
                 let plan = self.cache.plan(prompt);
@@ -154,6 +159,9 @@ impl Replica {
                 self.chunks.push((r, n));
                 self.prefilling.push_back(r);
                 self.add_running(r, &mut states[r as usize]);
+                if let Some(a) = adapter {
+                    self.lora.as_mut().expect("tracked").admit(a);
+                }
                 admitted = true;
             }
             if admitted {
@@ -176,9 +184,14 @@ impl Replica {
         );
         let step = Step::mixed(self.decode_batch as u64, self.decode_context_tokens, &self.step_chunks);
         let compute_s = pricer.step_time_s(&step);
-        Ok(Some(match self.tiers.as_mut() {
+        let step_s = match self.tiers.as_mut() {
             Some(t) => t.step_time_s(compute_s, remote),
             None => compute_s,
+        };
+        // Cold adapter loads run before the step's forward pass (vLLM's `execute_model`).
+        Ok(Some(match self.lora.as_mut().map(|l| l.take_step_load_s()) {
+            Some(load_s) if load_s > 0.0 => step_s + load_s,
+            _ => step_s,
         }))
     }
 
@@ -312,6 +325,9 @@ impl Replica {
             st.completed_at = Some(now);
         }
         self.remove_running(r, states);
+        if let Some(a) = super::lora::adapter_of(&self.lora, stream, r) {
+            self.lora.as_mut().expect("tracked").left(a, false);
+        }
         self.blocked = false;
     }
 }

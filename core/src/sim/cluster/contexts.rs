@@ -115,6 +115,7 @@ pub fn request_info(classes: &[ClassSpec], slo: Option<&Slo>, stream: &RequestSt
         output_tokens: stream.requests[i].output_tokens,
         hint_output_tokens: stream.hint(i),
         session: stream.sessions.as_ref().map_or(f64::NAN, |s| s.session[i] as f64),
+        adapter: stream.adapter(i).map_or(f64::NAN, |a| a as f64),
         ..RequestInfo::plain()
     }
 }

@@ -109,6 +109,9 @@ impl ClusterSim<'_> {
         } else if self.slo.is_some() {
             self.tally.push_slo(&mut metrics);
         }
+        if self.replicas.first().is_some_and(|r| r.lora.is_some()) {
+            super::lora::push_lora_metrics(&mut metrics, self.replicas.iter().filter_map(|r| r.lora.as_deref()));
+        }
         if let Some(s) = &self.stream.sessions {
             sessions::push_session_metrics(&mut metrics, &records, s);
         }

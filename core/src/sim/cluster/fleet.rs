@@ -325,6 +325,9 @@ impl ClusterSim<'_> {
             } else {
                 super::prefix_cache::PrefixCache::new()
             };
+            if let Some(l) = rep.lora.as_mut() {
+                l.cold_start();
+            }
             if let (Some(t), Some(spec)) = (rep.tiers.as_mut(), self.tier_spec.as_ref()) {
                 **t = super::tiers::ReplicaTiers::new(&spec.0, spec.1, spec.2);
             }

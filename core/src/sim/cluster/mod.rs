@@ -57,6 +57,9 @@ mod kv_tier;
 mod lockstep;
 #[cfg(test)]
 mod lockstep_tests;
+mod lora;
+#[cfg(test)]
+mod lora_tests;
 mod pd;
 #[cfg(test)]
 mod pd_tests;
@@ -336,12 +339,13 @@ impl<'a> ClusterSim<'a> {
             report_evictions: caps.wants_evictions(),
         };
         let total = stream.requests.len();
-        let replicas: Vec<Replica> = (0..n as u32)
+        let mut replicas: Vec<Replica> = (0..n as u32)
             .map(|r| match &spec.kv_tiers {
                 Some(t) => Replica::with_tiers(r, ReplicaTiers::new(t, sm.cost.kv_bytes_per_token, sm.model.layers)),
                 None => Replica::new(r),
             })
             .collect();
+        lora::track(spec, &mut replicas)?;
         let last_arrival = stream.requests.last().map_or(0, |r| r.arrived_at);
         let scrape_interval = (router.reads_scrapes() && spec.metrics.scrape_interval_s > 0.0)
             .then(|| ticks(spec.metrics.scrape_interval_s).max(1));
@@ -524,6 +528,7 @@ impl<'a> ClusterSim<'a> {
             }
             self.router.set_prefilling(k, rep.prefilling.len() as u32);
         }
+        self.refresh_lora(id);
     }
 
     /// The router places request `id` at `now` (views fresh), and an idle replica starts.
@@ -541,6 +546,7 @@ impl<'a> ClusterSim<'a> {
             let r = self.routable[self.router.dispatch(&req, &self.infos[id], &self.views)? as usize] as usize;
             let cfg = &self.cfgs[replica_pool(None, &self.gpu_pool, r)];
             self.replicas[r].enqueue(id as u32, prompt, q.output_tokens, &mut self.states[id], cfg);
+            self.lora_enqueued(r, id);
             if self.idle(r) {
                 self.start_step(r, now)?;
             }

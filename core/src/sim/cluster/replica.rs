@@ -128,6 +128,8 @@ pub struct Replica {
     pub cache: PrefixCache,
     /// The KV tiers below the GPU cache, if the cluster has them.
     pub tiers: Option<Box<ReplicaTiers>>,
+    /// Its LoRA adapters, if the workload has `lora:` (`lora.rs`).
+    pub lora: Option<Box<super::lora::Adapters>>,
     /// Not yet admitted, in arrival order.
     pub waiting: VecDeque<u32>,
     /// Admitted and still prefilling, in admission order.
@@ -176,6 +178,7 @@ impl Replica {
             id,
             cache: PrefixCache::new(),
             tiers: None,
+            lora: None,
             waiting: VecDeque::new(),
             prefilling: VecDeque::new(),
             running: Vec::new(),
@@ -353,6 +356,9 @@ impl Replica {
             _ => unreachable!("only running requests are preempted"),
         }
         self.remove_running(victim, states);
+        if let Some(a) = super::lora::adapter_of(&self.lora, stream, victim) {
+            self.lora.as_mut().expect("tracked").left(a, true);
+        }
         let st = &mut states[v];
         // Private KV: the generated tokens (decoding), or the ones being recomputed (prefill).
         let private = if st.phase == Phase::Decode { produced } else { st.prefill_target - prompt_tokens };

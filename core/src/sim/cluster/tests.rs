@@ -29,7 +29,8 @@ pub(crate) fn run_named(
 ) -> Result<RunOutcome, crate::error::Error> {
     let sm = spec.step_model().unwrap();
     let r = Loader::new().router(&PolicySpec::parse(router).unwrap(), &router_context_for(spec, &sm, seed)).unwrap();
-    let stream = generate(spec, trace, seed).unwrap();
+    let mut stream = generate(spec, trace, seed).unwrap();
+    crate::workload::generate::apply_lora(spec, &mut stream, seed);
     run_cluster(spec, &stream, r, router, seed)
 }
 

@@ -42,6 +42,7 @@ pub mod disaggregation;
 pub mod failures;
 mod generator;
 pub mod kv_tiers;
+pub mod lora;
 pub mod pools;
 pub mod session;
 pub mod stages;
@@ -188,6 +189,10 @@ pub struct ClusterSpec {
     /// `{output_tokens: {noisy: {cv}}}` (the request fact `hint.output_tokens`); absent = none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hints: Option<session::Hints>,
+    /// LoRA adapters: how many, their popularity, and every replica's adapter slots
+    /// (`workload/cluster/lora.rs`); absent = every request on the base model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<lora::Lora>,
     /// The admission policy in front of the router: a policy name, optionally with config in
     /// braces (`admit_all`, the default, admits every request on arrival).
     #[serde(default = "default_admission", skip_serializing_if = "is_default_admission")]

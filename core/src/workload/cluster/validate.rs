@@ -153,6 +153,9 @@ impl ClusterSpec {
         if let Some(h) = &self.hints {
             h.validate().map_err(|e| e.under("hints"))?;
         }
+        if let Some(l) = &self.lora {
+            l.validate().map_err(|e| e.under("lora"))?;
+        }
         if let Some(slo) = &self.slo {
             slo.validate().map_err(|e| e.under("slo"))?;
         }
