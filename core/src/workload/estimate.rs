@@ -90,16 +90,19 @@ pub fn estimate_with(w: &Workload, requests: Option<usize>) -> Estimate {
         let contexts = c.generator.contexts.as_ref().map_or(0.0, |x| x.count as f64);
         // Per request: the generated request (≈ 48 B) and its segments (16 B each); an exact run
         // adds its state and its record, a sketched one with KV tiers its state, and any other
-        // sketched run only the state of the requests in flight (docs/performance.md, "Scale").
+        // sketched run only the state of the requests in flight — and when its stream is
+        // generated as the run goes, not even the request (docs/performance.md, "Scale").
         let exact = c.summary.exact(n as usize) || c.disaggregation.is_some() || c.generator.session.is_some();
+        let retiring = !exact && c.kv_tiers.is_none() && c.autoscaling.is_none() && c.cost_per_hour.is_none();
         let kept = if exact {
             192.0
-        } else if c.kv_tiers.is_some() {
+        } else if !retiring {
             92.0
         } else {
             0.0
         };
-        let per_request = 48.0 + kept + (turns + 2.0) * 16.0;
+        let stream = if retiring && super::generate::LazyStream::fits(c) { 0.0 } else { 48.0 + (turns + 2.0) * 16.0 };
+        let per_request = stream + kept;
         (n * per_request + contexts * 40.0 + c.replicas as f64 * 4096.0, n * CLUSTER_SECONDS_PER_REQUEST)
     } else if let Some(c) = &w.compound {
         runs *= c.variants.len().max(1) as u64;

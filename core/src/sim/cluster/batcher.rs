@@ -96,7 +96,7 @@ impl Replica {
                 }
                 let i = self.order[k] as usize;
                 let r = self.shown[i];
-                let req = &stream.requests[r as usize];
+                let req = stream.request(r as usize);
                 let prompt = stream.prompt(r as usize);
                 let plan = self.cache.plan(prompt);
                 let st = &mut states[r as usize];
@@ -221,7 +221,7 @@ impl Replica {
         let mut prefill_finished = false;
         for k in 0..self.chunks.len() {
             let (r, n) = self.chunks[k];
-            let req = &stream.requests[r as usize];
+            let req = stream.request(r as usize);
             let prompt = stream.prompt(r as usize);
             let st = &mut states[r as usize];
             let before = st.prefill_done;
@@ -287,7 +287,7 @@ impl Replica {
         cfg: &ReplicaConfig,
         decoding: bool,
     ) {
-        let req = &stream.requests[r as usize];
+        let req = stream.request(r as usize);
         let produced = self.produced_now(&states[r as usize]);
         let output_here = states[r as usize].output_here(req.output_tokens);
         debug_assert_eq!(produced, output_here);
