@@ -339,6 +339,14 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
 /// A cluster workload's generated-stream statistics for seed `workload.seed` (`None` elsewhere).
 pub fn cluster_stats(p: &Prepared) -> Result<Option<(String, usize)>, InputError> {
     let Some(c) = &p.workload.cluster else { return Ok(None) };
+    if p.trace_stream.is_none() && LazyStream::fits(c) {
+        // One pass holding a group at a time: a day of 10^8 requests is never whole.
+        let sm = p.step_model.as_ref().expect("cluster world");
+        let stats = crate::workload::generate::stats_lazy(c, p.workload.seed, |i, r| sim::cluster::check_fit(sm, i, r))
+            .map_err(|m| p.setup_error(SetupError::new("arrivals", m, "see the message")))?
+            .map_err(|e| p.setup_error(e))?;
+        return Ok(Some((stats.to_string(), stats.requests as usize)));
+    }
     let stream = match &p.trace_stream {
         Some(s) => s.clone(),
         None => Arc::new(p.generate(c, p.workload.seed)?),

@@ -38,7 +38,7 @@ mod stats;
 mod synth;
 pub use lazy::{Extent, LazyStream};
 pub use session::Sessions;
-pub use stats::{WorkloadStats, stats};
+pub use stats::{WorkloadStats, stats, stats_lazy};
 use synth::Synth;
 
 /// One request of the stream.

@@ -55,7 +55,8 @@ impl<'s> LazyStream<'s> {
         Ok(s)
     }
 
-    fn unhinted(spec: &'s ClusterSpec, run_seed: u64) -> Result<Self, String> {
+    /// As [`Self::new`], without hints and of unknown extent (a pass over the whole stream).
+    pub(crate) fn unhinted(spec: &'s ClusterSpec, run_seed: u64) -> Result<Self, String> {
         debug_assert!(Self::fits(spec));
         let labelled = !spec.classes.is_empty() || !spec.tenants.is_empty();
         let b = Builder {
@@ -192,6 +193,15 @@ mod tests {
             }
             assert!(!lazy.reach(whole.len()), "the stream ends where the whole one does");
             assert!(most_held <= 2 * DROP_BATCH + 3, "held {most_held}");
+        }
+    }
+
+    #[test]
+    fn one_pass_statistics_are_those_of_the_whole_stream() {
+        for s in specs() {
+            let whole = generate(&s, None, 9).unwrap();
+            let lazy = super::super::stats_lazy(&s, 9, |_, _| Ok::<(), ()>(())).unwrap().unwrap();
+            assert_eq!(format!("{lazy:?}"), format!("{:?}", super::super::stats(&whole)));
         }
     }
 

@@ -126,7 +126,7 @@ impl<'s> Synth<'s> {
         if let Some((a, period)) = self.day {
             let keep = (1.0 - a * (std::f64::consts::TAU * t / period).cos()) / (1.0 + a);
             if arrival_rng.random::<f64>() >= keep {
-                return !horizon.is_some_and(|h| ticks(t) >= h);
+                return horizon.is_none_or(|h| ticks(t) < h);
             }
         }
         if self.made >= self.want || horizon.is_some_and(|h| ticks(t) >= h) {
