@@ -382,7 +382,7 @@ pub fn child_main(request_path: &Path, result_path: &Path) -> anyhow::Result<i32
     };
     let result = match runner::prepare(workload, &request.file) {
         Ok(prepared) => {
-            let inputs = prepared.seed_inputs().map_err(crate::error::Error::from);
+            let inputs = prepared.run_inputs().map_err(crate::error::Error::from);
             runner::run_policy(&mut Loader::new(), &prepared, &spec, &inputs, &|_| {})
         }
         Err(e) => PolicyResult { error: Some(e.to_string()), input_error: true, ..runner::empty_result(&spec) },

@@ -25,11 +25,11 @@ use crate::error::Error;
 use crate::metrics::{Detail, Metrics, in_flight_timeline, quantile_vector};
 use crate::plugin::{Factory, LoadError, Loader, PolicySpec};
 use crate::seeds::seed_for;
-use crate::sim::cluster::{ClusterSim, RunOutcome};
+use crate::sim::cluster::{ClusterSim, Feed, RunOutcome};
 use crate::sim::{self, SetupError};
 use crate::step_model::StepModel;
 use crate::workload::cluster::{ClusterSpec, TraceFormat};
-use crate::workload::generate::{RequestStream, generate};
+use crate::workload::generate::{Extent, LazyStream, RequestStream, generate};
 use crate::workload::{FieldError, InputError, Workload, WorldKind, mooncake, trace};
 
 /// One policy's results on one workload.
@@ -176,6 +176,9 @@ pub struct SeedInput {
     pub seed: u64,
     /// Cluster world: the request stream.
     stream: Option<Arc<RequestStream>>,
+    /// Cluster world, a stream each run generates as it goes ([`Prepared::run_input`]): its
+    /// length and last arrival (then `stream` is `None`).
+    lazy: Option<Extent>,
 }
 
 impl Prepared {
@@ -191,7 +194,7 @@ impl Prepared {
         (0..self.workload.seeds).map(|k| self.seed_input(k)).collect()
     }
 
-    /// Seed `k`'s input (0-based: the seed is `seed_for(workload.seed, k)`).
+    /// Seed `k`'s input (0-based: the seed is `seed_for(workload.seed, k)`), its stream whole.
     pub fn seed_input(&self, k: u32) -> Result<SeedInput, InputError> {
         let w = &self.workload;
         let seed = seed_for(w.seed, k);
@@ -200,7 +203,32 @@ impl Prepared {
             (Some(c), None) => Some(Arc::new(self.generate(c, seed)?)),
             (None, _) => None,
         };
-        Ok(SeedInput { seed, stream })
+        Ok(SeedInput { seed, stream, lazy: None })
+    }
+
+    /// Every seed's input for runs ([`Prepared::run_input`]).
+    pub fn run_inputs(&self) -> Result<Vec<SeedInput>, InputError> {
+        (0..self.workload.seeds).map(|k| self.run_input(k)).collect()
+    }
+
+    /// Seed `k`'s input for runs: as [`Prepared::seed_input`], except that a stream the run may
+    /// generate as it goes ([`LazyStream::fits`], and sketched: more requests than
+    /// `summary: auto` keeps exactly) is generated here once without being kept — to check
+    /// that every request fits a replica and to learn its length — and again by each run.
+    pub fn run_input(&self, k: u32) -> Result<SeedInput, InputError> {
+        let w = &self.workload;
+        let Some(c) = w.cluster.as_ref().filter(|c| self.trace_stream.is_none() && LazyStream::fits(c)) else {
+            return self.seed_input(k);
+        };
+        let seed = seed_for(w.seed, k);
+        let sm = self.step_model.as_ref().expect("cluster world");
+        let extent = LazyStream::extent(c, seed, |i, r| sim::cluster::check_fit(sm, i, r))
+            .map_err(|m| self.setup_error(SetupError::new("arrivals", m, "see the message")))?
+            .map_err(|e| self.setup_error(e))?;
+        if c.summary.exact(extent.total) {
+            return self.seed_input(k);
+        }
+        Ok(SeedInput { seed, stream: None, lazy: Some(extent) })
     }
 
     fn generate(&self, c: &ClusterSpec, seed: u64) -> Result<RequestStream, InputError> {
@@ -313,6 +341,14 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
 /// A cluster workload's generated-stream statistics for seed `workload.seed` (`None` elsewhere).
 pub fn cluster_stats(p: &Prepared) -> Result<Option<(String, usize)>, InputError> {
     let Some(c) = &p.workload.cluster else { return Ok(None) };
+    if p.trace_stream.is_none() && LazyStream::fits(c) {
+        // One pass holding a group at a time: a day of 10^8 requests is never whole.
+        let sm = p.step_model.as_ref().expect("cluster world");
+        let stats = crate::workload::generate::stats_lazy(c, p.workload.seed, |i, r| sim::cluster::check_fit(sm, i, r))
+            .map_err(|m| p.setup_error(SetupError::new("arrivals", m, "see the message")))?
+            .map_err(|e| p.setup_error(e))?;
+        return Ok(Some((stats.to_string(), stats.requests as usize)));
+    }
     let stream = match &p.trace_stream {
         Some(s) => s.clone(),
         None => Arc::new(p.generate(c, p.workload.seed)?),
@@ -486,7 +522,13 @@ fn run_seed(
         Instances::Cluster(router, schedulers) => {
             let c = w.cluster.as_ref().expect("cluster world");
             let sm = prepared.step_model.as_ref().expect("prepared cluster world");
-            let stream = input.stream.as_deref().expect("cluster seed input");
+            let stream: Feed = match (&input.stream, input.lazy) {
+                (Some(s), _) => Feed::from(&**s),
+                (None, Some(extent)) => LazyStream::new(c, run_seed, extent)
+                    .map_err(|m| prepared.setup_error(SetupError::new("arrivals", m, "see the message")))?
+                    .into(),
+                (None, None) => unreachable!("a cluster seed input has a stream"),
+            };
             let mut sim = ClusterSim::build(c, sm, stream, router, schedulers, label)
                 .map_err(|e| prepared.setup_error(e))?
                 .with_failures(c.failures.as_ref(), run_seed);
@@ -605,7 +647,7 @@ pub fn run_workload(
     progress: &dyn Fn(&str),
     on_result: &dyn Fn(&WorkloadResult),
 ) -> WorkloadResult {
-    let inputs = prepared.seed_inputs().map_err(Error::from);
+    let inputs = prepared.run_inputs().map_err(Error::from);
     run_workload_by(prepared, policies, on_result, &mut |spec| run_policy(loader, prepared, spec, &inputs, progress))
 }
 

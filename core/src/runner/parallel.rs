@@ -91,7 +91,7 @@ impl<'a> Planned<'a> {
 
     fn input(&self, k: u32) -> SharedInput {
         let mut slot = self.inputs[k as usize].lock().unwrap_or_else(|e| e.into_inner());
-        slot.get_or_insert_with(|| Arc::new(self.prepared.seed_input(k).map_err(Error::from))).clone()
+        slot.get_or_insert_with(|| Arc::new(self.prepared.run_input(k).map_err(Error::from))).clone()
     }
 
     fn forget_inputs(&self) {

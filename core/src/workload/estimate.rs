@@ -69,6 +69,11 @@ pub fn estimate(w: &Workload) -> Estimate {
 /// most of the spread: Preble and Dynamo's indexer on long Mooncake prompts cost the most.
 const CLUSTER_SECONDS_PER_REQUEST: f64 = 7e-6;
 
+/// Seconds per request and replica: each arrival refreshes the router's view of every replica
+/// (`routelab compare` of tool_use at 10^5 requests, least_work_left, sketched: 1.72 CPU s at
+/// 1,000 replicas, 14.75 at 10,000: ≈ 15 ns a view).
+const CLUSTER_SECONDS_PER_REPLICA_VIEW: f64 = 15e-9;
+
 /// [`estimate`] with the cluster world's request count when it is known (the generated or
 /// replayed stream's length), instead of the one the sizes imply.
 pub fn estimate_with(w: &Workload, requests: Option<usize>) -> Estimate {
@@ -90,17 +95,27 @@ pub fn estimate_with(w: &Workload, requests: Option<usize>) -> Estimate {
         let contexts = c.generator.contexts.as_ref().map_or(0.0, |x| x.count as f64);
         // Per request: the generated request (≈ 48 B) and its segments (16 B each); an exact run
         // adds its state and its record, a sketched one with KV tiers its state, and any other
-        // sketched run only the state of the requests in flight (docs/performance.md, "Scale").
+        // sketched run only the state of the requests in flight — and when its stream is
+        // generated as the run goes, not even the request (docs/performance.md, "Scale").
         let exact = c.summary.exact(n as usize) || c.disaggregation.is_some() || c.generator.session.is_some();
+        let retiring = !exact && !c.keeps_request_state();
         let kept = if exact {
             192.0
-        } else if c.kv_tiers.is_some() {
+        } else if !retiring {
             92.0
         } else {
             0.0
         };
-        let per_request = 48.0 + kept + (turns + 2.0) * 16.0;
-        (n * per_request + contexts * 40.0 + c.replicas as f64 * 4096.0, n * CLUSTER_SECONDS_PER_REQUEST)
+        let stream = if retiring && super::generate::LazyStream::fits(c) { 0.0 } else { 48.0 + (turns + 2.0) * 16.0 };
+        let per_request = stream + kept;
+        // Per replica: its state and prefix cache (≈ 36 KB on tool_use at 100 requests a replica,
+        // less when lighter); per request and replica: refreshing the router's view of it
+        // (≈ 15 ns; docs/performance.md, "Scale": 10 → 10,000 replicas).
+        let replicas = c.slots() as f64;
+        (
+            n * per_request + contexts * 40.0 + replicas * 40e3,
+            n * (CLUSTER_SECONDS_PER_REQUEST + replicas * CLUSTER_SECONDS_PER_REPLICA_VIEW),
+        )
     } else if let Some(c) = &w.compound {
         runs *= c.variants.len().max(1) as u64;
         let questions = c.questions.train as f64 + c.questions.test as f64;

@@ -22,23 +22,26 @@
 use std::ops::Range;
 
 use rand::RngExt;
-use rand_distr::{Distribution, Exp1, Gamma};
+use rand_distr::Distribution;
 use routelab_policy_api::Segment;
 
-use super::cluster::classes::{Label, Mix};
-use super::cluster::stages::StageClock;
+use super::cluster::classes::Label;
 use super::cluster::{Arrivals, ClusterSpec, Popularity, TokenShape, Tokens};
 use super::mooncake::{HASH_ID_BASE, MooncakeRow};
 use super::trace::TraceRow;
-use crate::seeds::{SimRng, stream, stream as stream_rng};
+use crate::seeds::{SimRng, stream as stream_rng};
 use crate::time::{SimTime, ticks};
 
+mod lazy;
 mod lora;
 mod session;
 mod stats;
+mod synth;
+pub use lazy::{Extent, LazyStream};
 pub use lora::{NO_ADAPTER, apply_lora};
 pub use session::Sessions;
-pub use stats::{WorkloadStats, stats};
+pub use stats::{WorkloadStats, stats, stats_lazy};
+use synth::Synth;
 
 /// One request of the stream.
 #[derive(Clone, Debug, PartialEq)]
@@ -69,27 +72,51 @@ pub struct RequestStream {
     /// Every request's LoRA adapter (`cluster.lora`), by request id ([`NO_ADAPTER`]: the base
     /// model); empty = every request on the base model.
     pub adapters: Vec<u32>,
+    /// The id of `requests[0]`: a [`LazyStream`] holds only the requests from the oldest one a
+    /// run still reads to the newest generated (`labels` and `hints` likewise); 0 otherwise.
+    pub base: usize,
+    /// The whole stream's length and last arrival, when it is not all held (a [`LazyStream`]).
+    pub extent: Option<Extent>,
 }
 
 impl RequestStream {
+    /// Request `i` (it must be held: see [`RequestStream::base`]).
+    pub fn request(&self, i: usize) -> &GeneratedRequest {
+        &self.requests[i - self.base]
+    }
+
     pub fn prompt(&self, i: usize) -> &[Segment] {
-        let r = &self.requests[i].segments;
+        let r = &self.request(i).segments;
         &self.segments[r.start as usize..r.end as usize]
     }
 
     /// Request `i`'s output-length hint (NaN: none).
     pub fn hint(&self, i: usize) -> f64 {
-        self.hints.get(i).map_or(f64::NAN, |&h| h as f64)
+        self.hints.get(i - self.base).map_or(f64::NAN, |&h| h as f64)
     }
 
     /// Request `i`'s LoRA adapter, if it has one.
     pub fn adapter(&self, i: usize) -> Option<u32> {
-        self.adapters.get(i).copied().filter(|&a| a != NO_ADAPTER)
+        self.adapters.get(i - self.base).copied().filter(|&a| a != NO_ADAPTER)
     }
 
     /// Request `i`'s class and tenant.
     pub fn label(&self, i: usize) -> Label {
-        self.labels.get(i).copied().unwrap_or_default()
+        self.labels.get(i - self.base).copied().unwrap_or_default()
+    }
+
+    /// How many requests the whole stream has (held or not).
+    pub fn len(&self) -> usize {
+        self.extent.map_or(self.requests.len(), |e| e.total)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The whole stream's last arrival (0 when empty).
+    pub fn last_arrival(&self) -> SimTime {
+        self.extent.map_or_else(|| self.requests.last().map_or(0, |r| r.arrived_at), |e| e.last_arrival)
     }
 }
 
@@ -149,7 +176,7 @@ impl Popular {
     }
 }
 
-struct Builder {
+pub(crate) struct Builder {
     stream: RequestStream,
     next_unique: u64,
     /// The label of the requests pushed next (kept only when `labelled`).
@@ -305,122 +332,8 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
         return Ok(b.finish(spec.requests, horizon));
     }
 
-    let mut arrival_rng = stream(run_seed, "cluster.arrivals");
-    let mut size_rng = stream(run_seed, "cluster.sizes");
-    let mut context_rng = stream(run_seed, "cluster.contexts");
-    // Classes and tenants have their own stream: adding them moves no arrival and no size.
-    let mut class_rng = stream(run_seed, "cluster.classes");
-    let class_mix = Mix::new(spec.classes.iter().map(|c| c.share));
-    let tenant_mix = Mix::new(spec.tenants.iter().map(|t| t.weight));
-    let contexts: Vec<Segment> = g.contexts.as_ref().map_or_else(Vec::new, |c| {
-        (0..c.count).map(|i| Segment { id: 2 + i as u64, tokens: sample_tokens(&c.tokens, &mut context_rng) }).collect()
-    });
-    let popular = g.contexts.as_ref().map(|c| Popular::new(c.count, &c.popularity));
-    let per_group = match &g.session {
-        Some(s) => s.expected_calls().max(1.0),
-        None => mean_tokens(&g.turns).max(1.0) * g.fanout as f64,
-    };
-    // Sessions' structure (steps, pauses, sub-agents) has its own stream.
-    let mut session_rng = stream(run_seed, "cluster.sessions");
-    let mut sessions = 0u32;
-    // A day shape: candidates at the peak rate, each kept with probability rate(t) / peak.
-    let (rate, cv, day) = match spec.arrivals {
-        Arrivals::Poisson { rate } => (rate, 1.0, None),
-        Arrivals::Gamma { rate, cv } => (rate, cv, None),
-        Arrivals::Diurnal { rate, amplitude, period_s } => (rate * (1.0 + amplitude), 1.0, Some((amplitude, period_s))),
-        Arrivals::Stages(_) => (1.0, 1.0, None),
-        Arrivals::Trace { .. } => unreachable!("handled above"),
-    };
-    // Stepped rates: unit-rate Poisson time `unit`, mapped to the clock by the stages.
-    let mut stages = match &spec.arrivals {
-        Arrivals::Stages(s) => Some(StageClock::new(s, 1.0 / per_group)),
-        _ => None,
-    };
-    let mut unit = 0.0f64;
-    let group_rate = rate / per_group;
-    // Gamma with shape k = 1/cv² and mean 1/group_rate; cv = 1 is exponential.
-    let gamma = Gamma::new(1.0 / (cv * cv), cv * cv / group_rate).map_err(|e| format!("arrivals: {e}"))?;
-    let want = spec.requests.unwrap_or(u64::MAX);
-    let mut t = 0.0f64;
-    let mut made = 0u64;
-    let mut prompt: Vec<Segment> = Vec::new();
-    loop {
-        if let Some(clock) = &mut stages {
-            unit += Distribution::<f64>::sample(&Exp1, &mut arrival_rng);
-            let Some(at) = clock.at(unit) else { break };
-            t = at;
-        } else if cv == 1.0 {
-            t += Distribution::<f64>::sample(&Exp1, &mut arrival_rng) / group_rate
-        } else {
-            t += gamma.sample(&mut arrival_rng)
-        }
-        if let Some((a, period)) = day {
-            let keep = (1.0 - a * (std::f64::consts::TAU * t / period).cos()) / (1.0 + a);
-            if arrival_rng.random::<f64>() >= keep {
-                if horizon.is_some_and(|h| ticks(t) >= h) {
-                    break;
-                }
-                continue;
-            }
-        }
-        if made >= want || horizon.is_some_and(|h| ticks(t) >= h) {
-            break;
-        }
-        prompt.clear();
-        prompt.push(system);
-        if let (Some(p), false) = (&popular, contexts.is_empty()) {
-            prompt.push(contexts[p.sample(&mut size_rng)]);
-        }
-        let (mut suffix_tokens, mut output_tokens) = (&g.suffix_tokens, &g.output_tokens);
-        if labelled {
-            let class = class_mix.pick(class_rng.random());
-            let tenant = tenant_mix.pick(class_rng.random());
-            b.label = Label { class: class as u16, tenant: tenant as u32 };
-            if let Some(c) = spec.classes.get(class) {
-                suffix_tokens = c.suffix_tokens.as_ref().unwrap_or(suffix_tokens);
-                output_tokens = c.output_tokens.as_ref().unwrap_or(output_tokens);
-            }
-        }
-        if let Some(spec) = &g.session {
-            let suffix = sample_tokens(suffix_tokens, &mut size_rng);
-            prompt.push(b.unique(suffix));
-            let s = session::SessionBuilder {
-                b: &mut b,
-                rng: &mut session_rng,
-                spec,
-                output: output_tokens,
-                at: ticks(t),
-                session: sessions,
-                calls: 0,
-            };
-            made += s.root(&mut prompt) as u64;
-            sessions += 1;
-            continue;
-        }
-        let turns = sample_tokens(&g.turns, &mut size_rng).max(1);
-        let mut at = t;
-        for turn in 0..turns {
-            if turn > 0 {
-                at += Distribution::<f64>::sample(&Exp1, &mut size_rng) * g.think_time_s;
-            }
-            let suffix = sample_tokens(suffix_tokens, &mut size_rng);
-            let suffix = b.unique(suffix);
-            prompt.push(suffix);
-            let mut history_output = None;
-            for sample in 0..g.fanout {
-                let output = sample_tokens(output_tokens, &mut size_rng).max(1);
-                let reused = (sample == 0 && turn + 1 < turns).then(|| b.unique(output));
-                if sample == 0 {
-                    history_output = reused;
-                }
-                b.push(ticks(at), &prompt, output, reused);
-                made += 1;
-            }
-            if let Some(o) = history_output {
-                prompt.push(o);
-            }
-        }
-    }
+    let mut synth = Synth::new(spec, run_seed)?;
+    while synth.group(&mut b) {}
     if g.session.is_some() {
         // Already in arrival order (sessions start in order; a session's calls share its start),
         // and whole: a cut would leave calls waiting for calls that are not there.
@@ -432,25 +345,37 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
 /// Fills `stream`'s output-length hints as `spec.hints` asks (`oracle`: the true lengths;
 /// `noisy`: the true length times a lognormal factor of mean 1, from the run seed's own stream).
 pub fn apply_hints(spec: &ClusterSpec, stream: &mut RequestStream, run_seed: u64) {
-    use super::cluster::session::OutputHint;
-    let Some(h) = &spec.hints else { return };
-    stream.hints = match h.output_tokens {
-        OutputHint::None => Vec::new(),
-        OutputHint::Oracle => stream.requests.iter().map(|r| r.output_tokens).collect(),
-        OutputHint::Noisy { cv } => {
-            let mut rng = stream_rng(run_seed, "cluster.hints");
-            let s2 = (1.0 + cv * cv).ln();
-            let (mu, sigma) = (-s2 / 2.0, s2.sqrt());
-            stream
-                .requests
-                .iter()
-                .map(|r| {
-                    let z: f64 = rand_distr::StandardNormal.sample(&mut rng);
-                    (r.output_tokens as f64 * (mu + sigma * z).exp()).round().clamp(1.0, u32::MAX as f64) as u32
-                })
-                .collect()
-        }
+    let Some(mut h) = Hinter::new(spec, run_seed) else {
+        stream.hints = Vec::new();
+        return;
     };
+    stream.hints = stream.requests.iter().map(|r| h.hint(r.output_tokens)).collect();
+}
+
+/// Draws output-length hints one request at a time, in request order (`None`: no hints).
+pub(crate) struct Hinter {
+    /// `None`: the true length (oracle); else the lognormal's (mu, sigma) and its stream.
+    noise: Option<(f64, f64, SimRng)>,
+}
+
+impl Hinter {
+    pub(crate) fn new(spec: &ClusterSpec, run_seed: u64) -> Option<Self> {
+        use super::cluster::session::OutputHint;
+        match spec.hints.as_ref()?.output_tokens {
+            OutputHint::None => None,
+            OutputHint::Oracle => Some(Self { noise: None }),
+            OutputHint::Noisy { cv } => {
+                let s2 = (1.0 + cv * cv).ln();
+                Some(Self { noise: Some((-s2 / 2.0, s2.sqrt(), stream_rng(run_seed, "cluster.hints"))) })
+            }
+        }
+    }
+
+    pub(crate) fn hint(&mut self, output_tokens: u32) -> u32 {
+        let Some((mu, sigma, rng)) = &mut self.noise else { return output_tokens };
+        let z: f64 = rand_distr::StandardNormal.sample(rng);
+        (output_tokens as f64 * (*mu + *sigma * z).exp()).round().clamp(1.0, u32::MAX as f64) as u32
+    }
 }
 
 #[cfg(test)]

@@ -175,17 +175,45 @@ fn count(
 
 /// Parses trace text; `file` names it in errors.
 pub fn parse(text: &str, file: &Path) -> Result<Vec<MooncakeRow>, InputError> {
-    let mut rows = Vec::new();
-    let mut first_ms: Option<u64> = None;
-    let mut last_ms = 0u64;
-    // Block length of every id seen, and the line that first gave it.
-    let mut block_len: HashMap<u64, (u32, usize)> = HashMap::new();
-    let mut sessions = HashMap::new();
+    let mut rows = Rows::new(file);
     for (i, line) in text.lines().enumerate() {
-        let n = i + 1;
+        rows.line(i + 1, line)?;
+    }
+    rows.finish()
+}
+
+/// Reads and parses a Mooncake trace file (capped at [`MAX_TRACE_BYTES`]) one line at a time, so
+/// that its text is never whole in memory (as the Azure trace's: [`limits::read_lines_capped`]).
+pub fn load(path: &Path) -> Result<Vec<MooncakeRow>, InputError> {
+    let hint = "routelab ships the Mooncake FAST'25 traces in workloads/traces/mooncake-fast25/; pass the path of a \
+                JSONL file in that format";
+    let mut rows = Rows::new(path);
+    limits::read_lines_capped(path, MAX_TRACE_BYTES, "trace", hint, |n, line| rows.line(n, line))?;
+    rows.finish()
+}
+
+/// The rows read so far and what checking the next one needs.
+struct Rows<'f> {
+    file: &'f Path,
+    rows: Vec<MooncakeRow>,
+    first_ms: Option<u64>,
+    last_ms: u64,
+    /// Block length of every id seen, and the line that first gave it.
+    block_len: HashMap<u64, (u32, usize)>,
+    sessions: HashMap<String, (u32, u32, usize)>,
+}
+
+impl<'f> Rows<'f> {
+    fn new(file: &'f Path) -> Self {
+        Self { file, rows: Vec::new(), first_ms: None, last_ms: 0, block_len: HashMap::new(), sessions: HashMap::new() }
+    }
+
+    /// Line `n` (from 1) of the trace.
+    fn line(&mut self, n: usize, line: &str) -> Result<(), InputError> {
+        let file = self.file;
         let line = line.trim();
         if line.is_empty() {
-            continue;
+            return Ok(());
         }
         let value: serde_json::Value =
             serde_json::from_str(line).map_err(|e| field_error(file, n, "", format!("not valid JSON: {e}")))?;
@@ -233,11 +261,16 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<MooncakeRow>, InputError> {
                 ),
             ));
         }
-        if ts < last_ms {
-            return Err(field_error(file, n, "timestamp", format!("goes back in time ({ts} ms after {last_ms} ms)")));
+        if ts < self.last_ms {
+            return Err(field_error(
+                file,
+                n,
+                "timestamp",
+                format!("goes back in time ({ts} ms after {} ms)", self.last_ms),
+            ));
         }
-        last_ms = ts;
-        let t0 = *first_ms.get_or_insert(ts);
+        self.last_ms = ts;
+        let t0 = *self.first_ms.get_or_insert(ts);
         let at_s = (ts - t0) as f64 / 1000.0;
         if !(at_s <= limits::MAX_HORIZON) {
             return Err(field_error(
@@ -247,14 +280,14 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<MooncakeRow>, InputError> {
                 format!("is {at_s:.3e} s after the first row, beyond the clock's {:.1e} s", limits::MAX_HORIZON),
             ));
         }
-        if rows.len() >= MAX_ROWS {
+        if self.rows.len() >= MAX_ROWS {
             return Err(field_error(file, n, "", format!("the trace has more than {MAX_ROWS} rows")));
         }
-        let session = session_call(obj, &mut sessions, file, n)?;
+        let session = session_call(obj, &mut self.sessions, file, n)?;
         let row = MooncakeRow { at_s, input_length, output_length, hash_ids, line: n, session };
         for (k, &id) in row.hash_ids.iter().enumerate() {
             let tokens = row.block_tokens(k);
-            let (seen, seen_line) = *block_len.entry(id).or_insert((tokens, n));
+            let (seen, seen_line) = *self.block_len.entry(id).or_insert((tokens, n));
             if seen != tokens {
                 return Err(field_error(
                     file,
@@ -266,26 +299,22 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<MooncakeRow>, InputError> {
                 ));
             }
         }
-        rows.push(row);
+        self.rows.push(row);
+        Ok(())
     }
-    if rows.is_empty() {
-        return Err(InputError {
-            file: file.into(),
-            path: String::new(),
-            line: None,
-            message: "the trace has no rows".into(),
-            fix: "give a JSONL file with at least one row".into(),
-        });
-    }
-    Ok(rows)
-}
 
-/// Reads and parses a Mooncake trace file (capped at [`MAX_TRACE_BYTES`]).
-pub fn load(path: &Path) -> Result<Vec<MooncakeRow>, InputError> {
-    let hint = "routelab ships the Mooncake FAST'25 traces in workloads/traces/mooncake-fast25/; pass the path of a \
-                JSONL file in that format";
-    let text = limits::read_capped(path, MAX_TRACE_BYTES, "trace", hint)?;
-    parse(&text, path)
+    fn finish(self) -> Result<Vec<MooncakeRow>, InputError> {
+        if self.rows.is_empty() {
+            return Err(InputError {
+                file: self.file.into(),
+                path: String::new(),
+                line: None,
+                message: "the trace has no rows".into(),
+                fix: "give a JSONL file with at least one row".into(),
+            });
+        }
+        Ok(self.rows)
+    }
 }
 
 #[cfg(test)]

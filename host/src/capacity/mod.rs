@@ -345,7 +345,7 @@ fn run_seeds(
                         break;
                     }
                     let run = prepared
-                        .seed_input(k as u32)
+                        .run_input(k as u32)
                         .map_err(Error::from)
                         .and_then(|input| runner::run_one(resolved, prepared, &input).map(|o| o.0));
                     *slots[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(run);

@@ -104,7 +104,7 @@ impl Replica {
                 if adapter.is_some_and(|a| !self.lora.as_ref().expect("tracked").can_run(a)) {
                     continue;
                 }
-                let req = &stream.requests[r as usize];
+                let req = stream.request(r as usize);
                 let prompt = stream.prompt(r as usize);
                 let plan = self.cache.plan(prompt);
                 let st = &mut states[r as usize];
@@ -232,7 +232,7 @@ impl Replica {
         let mut prefill_finished = false;
         for k in 0..self.chunks.len() {
             let (r, n) = self.chunks[k];
-            let req = &stream.requests[r as usize];
+            let req = stream.request(r as usize);
             let prompt = stream.prompt(r as usize);
             let st = &mut states[r as usize];
             let before = st.prefill_done;
@@ -298,7 +298,7 @@ impl Replica {
         cfg: &ReplicaConfig,
         decoding: bool,
     ) {
-        let req = &stream.requests[r as usize];
+        let req = stream.request(r as usize);
         let produced = self.produced_now(&states[r as usize]);
         let output_here = states[r as usize].output_here(req.output_tokens);
         debug_assert_eq!(produced, output_here);

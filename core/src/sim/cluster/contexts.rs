@@ -11,7 +11,7 @@ use crate::seeds::stream_seed;
 use crate::step_model::StepModel;
 use crate::workload::cluster::ClusterSpec;
 use crate::workload::cluster::classes::ClassSpec;
-use crate::workload::generate::RequestStream;
+use crate::workload::generate::{GeneratedRequest, RequestStream};
 use crate::workload::slo::Slo;
 
 /// What a router is told at creation on an aggregated cluster of `replicas` replicas.
@@ -97,7 +97,7 @@ pub fn scaler_context(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> rout
 /// What the host knows of each request of `stream` beyond its sizes: class, priority, tenant,
 /// SLO bounds (the class's, else the cluster's), output length.
 pub fn request_infos(spec: &ClusterSpec, stream: &RequestStream) -> Vec<RequestInfo> {
-    (0..stream.requests.len()).map(|i| request_info(&spec.classes, spec.slo.as_ref(), stream, i)).collect()
+    (0..stream.len()).map(|i| request_info(&spec.classes, spec.slo.as_ref(), stream, i)).collect()
 }
 
 /// What the host knows of request `i` of `stream` ([`request_infos`]), for a workload with
@@ -112,7 +112,7 @@ pub fn request_info(classes: &[ClassSpec], slo: Option<&Slo>, stream: &RequestSt
         tenant: label.tenant,
         slo_ttft_s: slo.and_then(|s| s.ttft_s).unwrap_or(f64::NAN),
         slo_tpot_s: slo.and_then(|s| s.tpot_s).unwrap_or(f64::NAN),
-        output_tokens: stream.requests[i].output_tokens,
+        output_tokens: stream.request(i).output_tokens,
         hint_output_tokens: stream.hint(i),
         session: stream.sessions.as_ref().map_or(f64::NAN, |s| s.session[i] as f64),
         adapter: stream.adapter(i).map_or(f64::NAN, |a| a as f64),
@@ -133,17 +133,20 @@ pub fn scheduler_context(sm: &StepModel, replica: u32, run_seed: u64) -> Schedul
 /// Every request of `stream` fits in one replica's KV memory (prompt plus output): a trace row
 /// that does not could never be admitted.
 pub fn check_fits(sm: &StepModel, stream: &RequestStream) -> Result<(), SetupError> {
-    for (i, r) in stream.requests.iter().enumerate() {
-        if r.prompt_tokens as u64 + r.output_tokens as u64 > sm.kv_capacity_tokens {
-            return Err(SetupError::new(
-                "arrivals",
-                format!(
-                    "request {i} needs {} prompt + {} output tokens of KV, more than a replica's capacity ({} tokens)",
-                    r.prompt_tokens, r.output_tokens, sm.kv_capacity_tokens
-                ),
-                "raise tp or use a GPU with more memory",
-            ));
-        }
+    (stream.base..).zip(&stream.requests).try_for_each(|(i, r)| check_fit(sm, i, r))
+}
+
+/// Request `i` (`r`) fits in one replica's KV memory.
+pub fn check_fit(sm: &StepModel, i: usize, r: &GeneratedRequest) -> Result<(), SetupError> {
+    if r.prompt_tokens as u64 + r.output_tokens as u64 > sm.kv_capacity_tokens {
+        return Err(SetupError::new(
+            "arrivals",
+            format!(
+                "request {i} needs {} prompt + {} output tokens of KV, more than a replica's capacity ({} tokens)",
+                r.prompt_tokens, r.output_tokens, sm.kv_capacity_tokens
+            ),
+            "raise tp or use a GPU with more memory",
+        ));
     }
     Ok(())
 }

@@ -129,7 +129,7 @@ impl ClusterSim<'_> {
         if self.is_down(s) || self.done == self.states.len() {
             return Ok(());
         }
-        let stream = self.stream;
+        let stream = self.stream.whole().expect("crashes run on whole streams (`LazyStream::fits`)");
         let rep = &self.replicas[s];
         let mut lost: Vec<u32> = rep.waiting.iter().chain(&rep.running).copied().collect();
         lost.sort_unstable();
@@ -193,7 +193,7 @@ impl ClusterSim<'_> {
         st.produced = produced;
         st.phase = Phase::Waiting;
         self.refresh_views(id);
-        let stream = self.stream;
+        let stream = self.stream.whole().expect("crashes run on whole streams (`LazyStream::fits`)");
         let q = &stream.requests[id];
         let prompt = stream.prompt(id);
         let req = Request::new(id as u64, seconds(self.states[id].arrived_at), q.prompt_tokens).with_segments(prompt);

@@ -11,7 +11,7 @@ impl ClusterSim<'_> {
     /// Request `i`'s record (its state must still be held).
     pub(super) fn record(&self, i: usize) -> RequestRecord {
         let pd_rejected = self.pd.as_ref().is_some_and(|pd| pd.rejected[i]);
-        let (q, st) = (&self.stream.requests[i], &self.states[i]);
+        let (q, st) = (self.stream.request(i), &self.states[i]);
         let t = |x: Option<SimTime>| x.map_or(f64::NAN, seconds);
         // Per-request costs outside the engine's steps (a calibration's API and
         // detokenisation time), charged where the request's tokens come out.
@@ -56,11 +56,12 @@ impl ClusterSim<'_> {
             self.ends.pop_front();
             self.dispatched_at.pop_front();
         }
+        self.stream.forget_below(self.states.base());
     }
 
     /// Per-request records, the host's metrics, then the policies' own figures.
     pub(super) fn finish(mut self) -> Result<RunOutcome, RunError> {
-        let total = self.stream.requests.len();
+        let total = self.stream.len();
         // Calls of agent sessions that never arrived still have a record.
         self.held_up_to(total);
         let retired = self.states.base();

@@ -186,7 +186,7 @@ impl super::ClusterSim<'_> {
     /// Request `id` joined replica `r`'s waiting queue.
     pub(super) fn lora_enqueued(&mut self, r: usize, id: usize) {
         let rep = &mut self.replicas[r];
-        if let Some(a) = adapter_of(&rep.lora, self.stream, id as u32) {
+        if let Some(a) = adapter_of(&rep.lora, &self.stream, id as u32) {
             rep.lora.as_mut().expect("tracked").enqueued(a);
         }
     }

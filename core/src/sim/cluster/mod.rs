@@ -49,6 +49,7 @@ mod contexts;
 mod failures;
 #[cfg(test)]
 mod failures_tests;
+mod feed;
 mod finish;
 mod fleet;
 #[cfg(test)]
@@ -82,6 +83,7 @@ mod tests;
 mod tier_tests;
 pub mod tiers;
 mod window;
+pub use feed::Feed;
 
 use std::borrow::Cow;
 
@@ -93,8 +95,8 @@ use self::pd::Pd;
 use self::tiers::ReplicaTiers;
 
 pub use self::contexts::{
-    admission_context, check_fits, request_info, request_infos, router_context, router_context_for, scaler_context,
-    scheduler_context,
+    admission_context, check_fit, check_fits, request_info, request_infos, router_context, router_context_for,
+    scaler_context, scheduler_context,
 };
 use self::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use self::summary::{Replication, Tally};
@@ -108,7 +110,6 @@ use crate::handle::{AdmissionHandle, Admitted, RouterHandle, SchedulerHandle};
 use crate::step_model::{Pricer, StepModel};
 use crate::time::{SimTime, seconds, ticks};
 use crate::workload::cluster::{ClusterSpec, Preemption};
-use crate::workload::generate::RequestStream;
 
 enum Event {
     StepEnd(u32),
@@ -188,7 +189,7 @@ struct Probes {
 /// One run of the cluster world over a generated stream: the replicas, the policies and the
 /// event queue, with one handler per event.
 pub struct ClusterSim<'a> {
-    stream: &'a RequestStream,
+    stream: Feed<'a>,
     /// Per pool: [prefill, decode, mixed] on a disaggregated cluster; all the same otherwise.
     /// Then one per GPU pool (`cluster.pools`), in order.
     cfgs: Vec<ReplicaConfig>,
@@ -276,7 +277,7 @@ impl<'a> ClusterSim<'a> {
     pub fn build(
         spec: &ClusterSpec,
         sm: &StepModel,
-        stream: &'a RequestStream,
+        stream: impl Into<Feed<'a>>,
         router: RouterBox,
         schedulers: Vec<SchedulerBox>,
         label: &str,
@@ -319,13 +320,19 @@ impl<'a> ClusterSim<'a> {
             None => None,
         };
         let (psm, dsm, msm) = pools.as_ref().map_or((sm, sm, sm), |(_, p, d, m)| (p, d, m));
-        check_fits(psm, stream)?;
-        check_fits(dsm, stream)?;
-        check_fits(msm, stream)?;
+        let mut stream: Feed<'a> = stream.into();
+        let (total, sessions) = (stream.len(), stream.sessions.is_some());
+        // A disaggregated cluster's own figures and an agent session's makespan read every
+        // record (their state is per request).
+        let exact = spec.summary.exact(total) || spec.disaggregation.is_some() || sessions;
+        let retiring = !exact && !spec.keeps_request_state();
+        check_fits(psm, &stream)?;
+        check_fits(dsm, &stream)?;
+        check_fits(msm, &stream)?;
         let setup = |e: crate::workload::FieldError| SetupError::new(&e.path, e.message, e.fix);
         let gpu_pools = spec.pool_step_models().map_err(setup)?;
         for gsm in &gpu_pools {
-            check_fits(gsm, stream)?;
+            check_fits(gsm, &stream)?;
         }
         let pool_cfg = |sm: &StepModel| ReplicaConfig {
             kv_capacity_tokens: sm.kv_capacity_tokens,
@@ -338,7 +345,6 @@ impl<'a> ClusterSim<'a> {
             track_pending: caps.needs_exact_match(),
             report_evictions: caps.wants_evictions(),
         };
-        let total = stream.requests.len();
         let mut replicas: Vec<Replica> = (0..n as u32)
             .map(|r| match &spec.kv_tiers {
                 Some(t) => Replica::with_tiers(r, ReplicaTiers::new(t, sm.cost.kv_bytes_per_token, sm.model.layers)),
@@ -346,27 +352,39 @@ impl<'a> ClusterSim<'a> {
             })
             .collect();
         lora::track(spec, &mut replicas)?;
-        let last_arrival = stream.requests.last().map_or(0, |r| r.arrived_at);
+        let last_arrival = stream.last_arrival();
         let scrape_interval = (router.reads_scrapes() && spec.metrics.scrape_interval_s > 0.0)
             .then(|| ticks(spec.metrics.scrape_interval_s).max(1));
         let mut schedulers: Vec<SchedulerHandle> =
             schedulers.into_iter().enumerate().map(|(r, s)| SchedulerHandle::new(s, r as u32)).collect();
-        if schedulers.iter().any(|s| s.reads_facts()) || spec.preemption == Preemption::Priority {
+        let priority_preemption = spec.preemption == Preemption::Priority;
+        if !retiring || schedulers.iter().any(|s| s.reads_facts()) || priority_preemption {
+            stream.hold_all();
+        }
+        if schedulers.iter().any(|s| s.reads_facts()) || priority_preemption {
             // A scheduler that reads request facts reads them by id, of every request (and so
             // does priority preemption, through the handle).
-            let infos: std::sync::Arc<[RequestInfo]> = request_infos(spec, stream).into();
+            let infos: std::sync::Arc<[RequestInfo]> = request_infos(spec, &stream).into();
             for s in &mut schedulers {
                 s.set_infos(infos.clone());
             }
         }
-        // A disaggregated cluster's own figures and an agent session's makespan read every
-        // record (their state is per request).
-        let exact = spec.summary.exact(total) || spec.disaggregation.is_some() || stream.sessions.is_some();
         let mut queue = EventQueue::new();
         if scrape_interval.is_some() {
             // The first scrape at time 0, before any arrival (events run before arrivals at a tie).
             queue.push(0, Event::Scrape);
         }
+        let waiting_for =
+            stream.sessions.as_ref().map_or_else(Vec::new, |s| s.after.iter().map(|r| r.len() as u32).collect());
+        let dependents = stream.sessions.as_ref().map_or_else(Vec::new, |s| {
+            let mut d = vec![Vec::new(); total];
+            for i in 0..total {
+                for &p in s.parents(i) {
+                    d[p as usize].push(i as u32);
+                }
+            }
+            d
+        });
         let done_state = RequestState { phase: Phase::Done, ..Default::default() };
         let mut sim = Self {
             scrape_interval,
@@ -392,19 +410,8 @@ impl<'a> ClusterSim<'a> {
             next: 0,
             arrived: 0,
             last_arrived: 0,
-            waiting_for: stream
-                .sessions
-                .as_ref()
-                .map_or_else(Vec::new, |s| s.after.iter().map(|r| r.len() as u32).collect()),
-            dependents: stream.sessions.as_ref().map_or_else(Vec::new, |s| {
-                let mut d = vec![Vec::new(); total];
-                for i in 0..total {
-                    for &p in s.parents(i) {
-                        d[p as usize].push(i as u32);
-                    }
-                }
-                d
-            }),
+            waiting_for,
+            dependents,
             done: 0,
             probes: Probes {
                 half: total / 2,
@@ -430,8 +437,7 @@ impl<'a> ClusterSim<'a> {
             lockstep: spec.lockstep_group().max(1) as usize,
             group_busy: vec![false; n / spec.lockstep_group().max(1) as usize],
             tally: Tally::new(exact, spec.classes.clone(), spec.tenants.clone(), spec.slo.clone().map(Cow::Owned)),
-            // Runs whose end reads every request's state keep it: KV tiers, a fleet's bill.
-            retiring: !exact && spec.kv_tiers.is_none() && spec.autoscaling.is_none() && spec.cost_per_hour.is_none(),
+            retiring,
             routable: (0..spec.replicas).collect(),
             index_of: (0..n as u32).collect(),
             fleet: None,
@@ -451,9 +457,9 @@ impl<'a> ClusterSim<'a> {
     fn held_up_to(&mut self, upto: usize) {
         while self.states.len() < upto {
             let i = self.states.len();
-            let at = self.stream.requests[i].arrived_at;
+            let at = self.stream.arrival(i).expect("a request of the stream");
             self.states.push(RequestState { arrived_at: at, ..Default::default() });
-            self.infos.push(request_info(&self.classes, self.slo.as_ref(), self.stream, i));
+            self.infos.push(request_info(&self.classes, self.slo.as_ref(), &self.stream, i));
             self.ends.push(End::Served);
             self.dispatched_at.push(at);
         }
@@ -489,7 +495,7 @@ impl<'a> ClusterSim<'a> {
         loop {
             self.retire();
             self.skip_dependents();
-            let arrival = self.stream.requests.get(self.next).map(|r| r.arrived_at);
+            let arrival = self.stream.arrival(self.next);
             let due = self.queue.peek_time().filter(|&t| match arrival {
                 Some(a) => t <= a,
                 None => t <= self.horizon,
@@ -533,23 +539,27 @@ impl<'a> ClusterSim<'a> {
 
     /// The router places request `id` at `now` (views fresh), and an idle replica starts.
     fn place(&mut self, now: SimTime, id: usize) -> Result<(), RunError> {
-        let stream = self.stream;
-        let q = &stream.requests[id];
-        let prompt = stream.prompt(id);
-        let req = Request::new(id as u64, seconds(self.states[id].arrived_at), q.prompt_tokens).with_segments(prompt);
+        let arrived_at = seconds(self.states[id].arrived_at);
         if self.pd.is_some() {
-            self.on_arrival_pd(now, id, &req)?;
-        } else if self.routable.is_empty() {
+            // The router's request borrows the prompt while the handler changes the run.
+            let prompt = self.stream.prompt(id).to_vec();
+            let req = Request::new(id as u64, arrived_at, self.stream.request(id).prompt_tokens).with_segments(&prompt);
+            return self.on_arrival_pd(now, id, &req);
+        }
+        if self.routable.is_empty() {
             // Every replica is down (failures): the gateway has nowhere to send it.
-            self.fail_request(id)?;
-        } else {
-            let r = self.routable[self.router.dispatch(&req, &self.infos[id], &self.views)? as usize] as usize;
-            let cfg = &self.cfgs[replica_pool(None, &self.gpu_pool, r)];
-            self.replicas[r].enqueue(id as u32, prompt, q.output_tokens, &mut self.states[id], cfg);
-            self.lora_enqueued(r, id);
-            if self.idle(r) {
-                self.start_step(r, now)?;
-            }
+            return self.fail_request(id);
+        }
+        let stream = &*self.stream;
+        let q = stream.request(id);
+        let prompt = stream.prompt(id);
+        let req = Request::new(id as u64, arrived_at, q.prompt_tokens).with_segments(prompt);
+        let r = self.routable[self.router.dispatch(&req, &self.infos[id], &self.views)? as usize] as usize;
+        let cfg = &self.cfgs[replica_pool(None, &self.gpu_pool, r)];
+        self.replicas[r].enqueue(id as u32, prompt, q.output_tokens, &mut self.states[id], cfg);
+        self.lora_enqueued(r, id);
+        if self.idle(r) {
+            self.start_step(r, now)?;
         }
         Ok(())
     }
@@ -590,14 +600,14 @@ impl<'a> ClusterSim<'a> {
         self.arrived += 1;
         self.last_arrived = id;
         if let Some(f) = &mut self.fleet {
-            let q = &self.stream.requests[id];
+            let q = self.stream.request(id);
             f.arrived(id, q.prompt_tokens, q.output_tokens);
         }
         self.refresh_views(id);
         let admitted = match &mut self.admission {
             None => Admitted::Now,
             Some(a) => {
-                let q = &self.stream.requests[id];
+                let q = self.stream.request(id);
                 let req = Request::new(id as u64, seconds(now), q.prompt_tokens).with_segments(self.stream.prompt(id));
                 a.arrive(&req, &self.infos[id], &self.views)?
             }
@@ -616,7 +626,7 @@ impl<'a> ClusterSim<'a> {
         if self.arrived == p.half.max(1) {
             p.waiting_at_half = waiting();
         }
-        if self.arrived == self.stream.requests.len() {
+        if self.arrived == self.stream.len() {
             p.waiting_at_end = waiting();
         }
         if self.arrived % p.sample_every == 0 {
@@ -646,7 +656,7 @@ impl<'a> ClusterSim<'a> {
         if let Some(t) = self.replicas[r].tiers.as_mut() {
             t.step_ended(self.remote_tier.as_mut());
         }
-        self.replicas[r].finish_step(now, self.stream, &mut self.states, cfg, &mut self.completed);
+        self.replicas[r].finish_step(now, &self.stream, &mut self.states, cfg, &mut self.completed);
         for k in 0..self.completed.len() {
             let id = self.completed[k];
             if self.states[id as usize].phase == Phase::Transfer {
@@ -670,7 +680,7 @@ impl<'a> ClusterSim<'a> {
     /// Request `id` finished on replica `r` at `now`: the router hears of it (on a disaggregated
     /// cluster, `replica` indexes the decode candidates).
     fn report_completion(&mut self, now: SimTime, r: usize, id: u32) -> Result<(), RunError> {
-        let (q, st) = (&self.stream.requests[id as usize], &self.states[id as usize]);
+        let (q, st) = (self.stream.request(id as usize), &self.states[id as usize]);
         self.done += 1;
         let replica = match &self.pd {
             Some(pd) => (r - pd.decode_start) as u32,
@@ -708,7 +718,7 @@ impl<'a> ClusterSim<'a> {
             *v = self.replicas[slot as usize].view(&self.cfgs[pool]);
         }
         self.router.scrape(&self.views, seconds(now));
-        if self.done < self.stream.requests.len() {
+        if self.done < self.stream.len() {
             let interval = self.scrape_interval.expect("scrapes are scheduled only with an interval");
             self.queue.push(now + interval, Event::Scrape);
         }
@@ -752,7 +762,7 @@ impl<'a> ClusterSim<'a> {
         let step = if rep.has_work() {
             let (cfg, pricer) = (&self.cfgs[pool], &self.pricers[pool]);
             let remote = self.remote_tier.as_mut();
-            rep.start_step_tiered(now, self.stream, &mut self.states, cfg, pricer, &mut self.schedulers[r], remote)
+            rep.start_step_tiered(now, &self.stream, &mut self.states, cfg, pricer, &mut self.schedulers[r], remote)
                 .map_err(|e| RunError(format!("policy '{}': {e}", self.router.label())))?
         } else {
             None

@@ -143,7 +143,7 @@ impl Replica {
         st: &mut RequestState,
         cfg: &ReplicaConfig,
     ) -> Option<u32> {
-        let req = &stream.requests[id as usize];
+        let req = stream.request(id as usize);
         let prompt = stream.prompt(id as usize);
         if self.running.len() >= cfg.max_batch_requests as usize {
             return None;
@@ -205,7 +205,7 @@ impl Replica {
         states: &mut (impl States + ?Sized),
         cfg: &ReplicaConfig,
     ) -> bool {
-        let req = &stream.requests[id as usize];
+        let req = stream.request(id as usize);
         let st = &mut states[id as usize];
         debug_assert_eq!(st.phase, Phase::Transfer);
         mark_computed(&mut self.cache, stream.prompt(id as usize), &st.path, 0, req.prompt_tokens);
@@ -237,7 +237,7 @@ impl ClusterSim<'_> {
         let (first, end) = (pd.decode_start, pd.prefill_end);
         let decision =
             self.router.dispatch_pair(req, &crate::facts::RequestInfo::default(), &self.views, end, first)?;
-        let stream = self.stream;
+        let stream = &*self.stream;
         let prompt = stream.prompt(id);
         let pd = self.pd.as_mut().expect("disaggregated");
         let target = match decision.action {
@@ -319,7 +319,7 @@ impl ClusterSim<'_> {
     /// token); an idle instance starts.
     fn join_queue(&mut self, now: SimTime, id: u32, target: usize) -> Result<(), RunError> {
         let rep = &mut self.replicas[target];
-        let out = self.states[id as usize].output_here(self.stream.requests[id as usize].output_tokens);
+        let out = self.states[id as usize].output_here(self.stream.request(id as usize).output_tokens);
         let cfg = &self.cfgs[super::pool_of(self.pd.as_ref(), target)];
         rep.enqueue(id, self.stream.prompt(id as usize), out, &mut self.states[id as usize], cfg);
         if !rep.busy {
@@ -331,7 +331,7 @@ impl ClusterSim<'_> {
     /// Prefill instance `p` finished request `id`'s prefill at `now`: the router hears of it and
     /// the request queues for its decode instance's memory.
     pub(super) fn on_handoff(&mut self, now: SimTime, p: usize, id: u32) -> Result<(), RunError> {
-        let (q, st) = (&self.stream.requests[id as usize], &self.states[id as usize]);
+        let (q, st) = (self.stream.request(id as usize), &self.states[id as usize]);
         let c = Completion {
             request_id: id as u64,
             replica: p as u32,
@@ -366,9 +366,9 @@ impl ClusterSim<'_> {
         let cfg = &self.cfgs[super::pool_of(Some(&*pd), d)];
         while let Some(&id) = pd.waiting[k].front() {
             let st = &mut self.states[id as usize];
-            let Some(cached) = self.replicas[d].admit_transfer(id, self.stream, st, cfg) else { break };
+            let Some(cached) = self.replicas[d].admit_transfer(id, &self.stream, st, cfg) else { break };
             pd.waiting[k].pop_front();
-            let prompt = self.stream.requests[id as usize].prompt_tokens;
+            let prompt = self.stream.request(id as usize).prompt_tokens;
             let tokens = match pd.transfer {
                 TransferTokens::Missing => prompt - cached,
                 TransferTokens::FullPrompt => prompt,
@@ -426,7 +426,7 @@ impl ClusterSim<'_> {
         let d = pd.decode_of[id as usize] as usize;
         pd.active[d - pd.decode_start] -= 1;
         let cfg = &self.cfgs[super::pool_of(Some(&*pd), d)];
-        let finished = self.replicas[d].begin_decode(id, now, self.stream, &mut self.states, cfg);
+        let finished = self.replicas[d].begin_decode(id, now, &self.stream, &mut self.states, cfg);
         if finished {
             self.report_completion(now, d, id)?;
             self.start_transfers(now, d);

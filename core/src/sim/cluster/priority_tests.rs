@@ -6,7 +6,7 @@ use super::*;
 use crate::handle::SchedulerHandle;
 use crate::plugin::{Loader, PolicySpec};
 use crate::workload::cluster::{Preemption, Reservation};
-use crate::workload::generate::generate;
+use crate::workload::generate::{RequestStream, generate};
 
 /// Three requests of 100 own prompt tokens (nothing shared) and 50 output tokens.
 fn stream() -> RequestStream {

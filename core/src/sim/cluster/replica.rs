@@ -338,8 +338,8 @@ impl Replica {
     ) {
         let v = victim as usize;
         let produced = self.produced_now(&states[v]);
-        let prompt_tokens = stream.requests[v].prompt_tokens;
-        let output_tokens = states[v].output_here(stream.requests[v].output_tokens);
+        let prompt_tokens = stream.request(v).prompt_tokens;
+        let output_tokens = states[v].output_here(stream.request(v).output_tokens);
         let st = &states[v];
         let remaining_work = (output_tokens - produced) as u64
             + if st.phase == Phase::Prefill { (st.prefill_target - st.prefill_done) as u64 } else { 0 };
@@ -390,7 +390,7 @@ impl Replica {
         self.views.clear();
         self.shown.clear();
         for &r in self.waiting.iter().take(cfg.scheduler_window as usize) {
-            let req = &stream.requests[r as usize];
+            let req = stream.request(r as usize);
             let st = &states[r as usize];
             let cached = self.cache.cached_prefix(stream.prompt(r as usize)).min(req.prompt_tokens);
             self.views.push(WaitingRequest {

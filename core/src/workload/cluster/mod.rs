@@ -474,6 +474,17 @@ impl ClusterSpec {
 }
 
 impl ClusterSpec {
+    /// Whether a run's end reads every request's state, so a sketched run keeps it instead of
+    /// retiring finished requests: KV tiers (their figures), a billed fleet (the bill reads every
+    /// completion), crashes (a lost request is routed again), LoRA adapters (per request).
+    pub fn keeps_request_state(&self) -> bool {
+        self.kv_tiers.is_some()
+            || self.autoscaling.is_some()
+            || self.mean_cost_per_hour().is_some()
+            || self.failures.is_some()
+            || self.lora.is_some()
+    }
+
     /// Requests a synthetic stream will hold, about (`requests`, or rate × `duration_s`); trace
     /// replays count rows when the trace is read, so here only `requests` (or 0).
     pub fn expected_requests(&self) -> f64 {

@@ -83,3 +83,75 @@ impl std::fmt::Display for WorkloadStats {
         write!(f, "inter-arrival         min {:.6} s, max {:.3} s", self.inter_arrival_min_s, self.inter_arrival_max_s)
     }
 }
+
+/// [`stats`] of `spec`'s stream for `run_seed` when it can be generated lazily
+/// ([`super::LazyStream::fits`]), in one pass that holds no more than a group of requests: the
+/// same figures, bit for bit. In such a stream an id from [`super::FIRST_UNIQUE_ID`] on is one
+/// group's own (its parallel samples, consecutive requests), so its uses are counted while the
+/// group lasts; the shared ids below it (system prompt, contexts) are few. `each` sees every
+/// request (by id) first; its error stops the pass.
+pub fn stats_lazy<E>(
+    spec: &crate::workload::cluster::ClusterSpec,
+    run_seed: u64,
+    mut each: impl FnMut(usize, &super::GeneratedRequest) -> Result<(), E>,
+) -> Result<Result<WorkloadStats, E>, String> {
+    let mut lazy = super::LazyStream::unhinted(spec, run_seed)?;
+    let (mut n, mut total, mut shared, mut repeated, mut references) = (0usize, 0u64, 0u64, 0u64, 0u64);
+    let (mut prompt_sum, mut output_sum, mut max_prompt) = (0.0f64, 0.0f64, 0u32);
+    let (mut gap_min, mut gap_max, mut last) = (f64::INFINITY, 0.0f64, None);
+    // Shared ids: every reference's tokens, by id; a group's own ids: its references so far.
+    let mut common: HashMap<u64, (u32, u64)> = HashMap::new();
+    let mut group: HashMap<u64, (u32, u64)> = HashMap::new();
+    let settle = |m: &mut HashMap<u64, (u32, u64)>, shared: &mut u64| {
+        *shared += m.drain().filter(|(_, (uses, _))| *uses > 1).map(|(_, (_, tokens))| tokens).sum::<u64>();
+    };
+    while lazy.reach(n) {
+        let s = lazy.stream();
+        let (r, prompt) = (s.request(n), s.prompt(n));
+        if let Err(e) = each(n, r) {
+            return Ok(Err(e));
+        }
+        if prompt.iter().any(|p| p.id >= super::FIRST_UNIQUE_ID && !group.contains_key(&p.id)) {
+            settle(&mut group, &mut shared);
+        }
+        // Repeats are of ids an earlier request had, as in [`stats`].
+        let had =
+            |id: u64| if id >= super::FIRST_UNIQUE_ID { group.contains_key(&id) } else { common.contains_key(&id) };
+        repeated += prompt.iter().filter(|p| had(p.id)).count() as u64;
+        for p in prompt {
+            let m = if p.id >= super::FIRST_UNIQUE_ID { &mut group } else { &mut common };
+            let e = m.entry(p.id).or_default();
+            e.0 += 1;
+            e.1 += p.tokens as u64;
+            total += p.tokens as u64;
+        }
+        references += prompt.len() as u64;
+        if let Some(prev) = last {
+            let gap = seconds(r.arrived_at - prev);
+            gap_min = gap_min.min(gap);
+            gap_max = gap_max.max(gap);
+        }
+        last = Some(r.arrived_at);
+        prompt_sum += r.prompt_tokens as f64;
+        output_sum += r.output_tokens as f64;
+        max_prompt = max_prompt.max(r.prompt_tokens);
+        n += 1;
+        lazy.forget_below(n);
+    }
+    settle(&mut group, &mut shared);
+    settle(&mut common, &mut shared);
+    let span_s = last.map_or(0.0, seconds);
+    Ok(Ok(WorkloadStats {
+        requests: n as u64,
+        span_s,
+        rate_rps: if span_s > 0.0 { (n.saturating_sub(1)) as f64 / span_s } else { f64::NAN },
+        mean_prompt_tokens: prompt_sum / n.max(1) as f64,
+        max_prompt_tokens: max_prompt,
+        mean_output_tokens: output_sum / n.max(1) as f64,
+        shared_prompt_share: if total > 0 { shared as f64 / total as f64 } else { 0.0 },
+        segment_references: references,
+        repeated_segment_references: repeated,
+        inter_arrival_min_s: if n > 1 { gap_min } else { f64::NAN },
+        inter_arrival_max_s: if n > 1 { gap_max } else { f64::NAN },
+    }))
+}

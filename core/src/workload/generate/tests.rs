@@ -1,6 +1,7 @@
 //! Tests of the generated streams.
 
 use super::*;
+use crate::seeds::stream;
 use crate::time::seconds;
 use crate::workload::cluster::{Contexts, Generator};
 

@@ -1,0 +1,221 @@
+//! A synthetic stream generated as the simulation reaches it: the requests from the oldest one a
+//! run still reads to the newest arrival are held, so a sketched run's memory does not grow with
+//! its length. The numbers are those of [`super::generate`]: the same generator ([`Synth`]),
+//! one group at a time, and hints drawn in request order.
+//!
+//! Only streams [`super::generate`] does not reorder qualify ([`LazyStream::fits`]): one turn per
+//! group (later turns arrive out of order and the whole stream is sorted), no agent sessions
+//! (whose calls are sent by their parents), no trace (its rows are read whole to be checked).
+//! Everything else is generated whole, as before.
+
+use super::{Builder, FIRST_UNIQUE_ID, GeneratedRequest, Hinter, RequestStream, Synth};
+use crate::time::SimTime;
+use crate::workload::cluster::classes::Label;
+use crate::workload::cluster::{Arrivals, ClusterSpec, TokenShape, Tokens};
+
+/// A stream's length and last arrival, found by one generating pass that keeps nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub total: usize,
+    pub last_arrival: SimTime,
+}
+
+/// Held requests are dropped in batches of at least this many (amortised O(1) per request).
+const DROP_BATCH: usize = 4096;
+
+pub struct LazyStream<'s> {
+    b: Builder,
+    synth: Synth<'s>,
+    hinter: Option<Hinter>,
+    /// At most this many requests (`cluster.requests`): a group of parallel samples may pass it.
+    limit: usize,
+    /// The generator has ended (or the limit is reached).
+    ended: bool,
+    /// Never drop held requests (a run that reads every request's state).
+    keep: bool,
+}
+
+impl<'s> LazyStream<'s> {
+    /// Whether `spec`'s stream can be generated lazily: arrivals from a process (not a trace),
+    /// no agent sessions, one turn per group.
+    pub fn fits(spec: &ClusterSpec) -> bool {
+        let one_turn = match &spec.generator.turns {
+            Tokens::Constant(v) => *v <= 1,
+            Tokens::Shaped(TokenShape::Uniform { max, .. } | TokenShape::Lognormal { max, .. }) => *max <= 1,
+        };
+        // Adapters are drawn per session over the whole stream (`apply_lora`); GPU pools and crashes
+        // are checked and run on whole streams.
+        one_turn
+            && spec.generator.session.is_none()
+            && !matches!(spec.arrivals, Arrivals::Trace { .. })
+            && spec.lora.is_none()
+            && spec.pools.is_empty()
+            && spec.failures.is_none()
+    }
+
+    /// `spec`'s stream for `run_seed` (`spec` must [fit](Self::fits)), nothing generated yet;
+    /// `extent` is its length and last arrival ([`Self::extent`]).
+    pub fn new(spec: &'s ClusterSpec, run_seed: u64, extent: Extent) -> Result<Self, String> {
+        let mut s = Self::unhinted(spec, run_seed)?;
+        s.hinter = Hinter::new(spec, run_seed);
+        s.b.stream.extent = Some(extent);
+        Ok(s)
+    }
+
+    /// As [`Self::new`], without hints and of unknown extent (a pass over the whole stream).
+    pub(crate) fn unhinted(spec: &'s ClusterSpec, run_seed: u64) -> Result<Self, String> {
+        debug_assert!(Self::fits(spec));
+        let labelled = !spec.classes.is_empty() || !spec.tenants.is_empty();
+        let b = Builder {
+            stream: RequestStream::default(),
+            next_unique: FIRST_UNIQUE_ID,
+            label: Label::default(),
+            labelled,
+        };
+        let limit = spec.requests.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+        Ok(Self { b, synth: Synth::new(spec, run_seed)?, hinter: None, limit, ended: false, keep: false })
+    }
+
+    /// Generates `spec`'s stream for `run_seed` once, keeping nothing: its extent, after `each`
+    /// has seen every request (by id) — an error from `each` stops the pass.
+    pub fn extent<E>(
+        spec: &ClusterSpec,
+        run_seed: u64,
+        mut each: impl FnMut(usize, &GeneratedRequest) -> Result<(), E>,
+    ) -> Result<Result<Extent, E>, String> {
+        let mut s = LazyStream::unhinted(spec, run_seed)?;
+        let (mut id, mut last_arrival) = (0, 0);
+        while s.reach(id) {
+            let r = s.b.stream.request(id);
+            if let Err(e) = each(id, r) {
+                return Ok(Err(e));
+            }
+            last_arrival = r.arrived_at;
+            id += 1;
+            s.forget_below(id);
+        }
+        Ok(Ok(Extent { total: id, last_arrival }))
+    }
+
+    /// The requests held (ids from `base`).
+    pub fn stream(&self) -> &RequestStream {
+        &self.b.stream
+    }
+
+    /// Generates up to request `id`; `false` when the stream ends before it.
+    pub fn reach(&mut self, id: usize) -> bool {
+        while self.b.stream.base + self.b.stream.requests.len() <= id && !self.ended {
+            let before = self.b.stream.requests.len();
+            self.ended = !self.synth.group(&mut self.b);
+            let s = &mut self.b.stream;
+            if s.base + s.requests.len() >= self.limit {
+                // Cut at the limit, as the whole stream is (its last group's extra samples go).
+                let keep = self.limit - s.base;
+                s.requests.truncate(keep);
+                s.segments.truncate(s.requests.last().map_or(0, |r| r.segments.end as usize));
+                s.labels.truncate(keep);
+                self.ended = true;
+            }
+            if let Some(h) = &mut self.hinter {
+                s.hints.extend(s.requests[before..].iter().map(|r| h.hint(r.output_tokens)));
+            }
+        }
+        id < self.b.stream.base + self.b.stream.requests.len()
+    }
+
+    /// The run reads no request below `id` again: they may be dropped.
+    pub fn forget_below(&mut self, id: usize) {
+        let s = &mut self.b.stream;
+        let k = id.saturating_sub(s.base).min(s.requests.len());
+        if self.keep || k < DROP_BATCH || k < s.requests.len() / 2 {
+            return;
+        }
+        s.requests.drain(..k);
+        let shift = s.requests.first().map_or(s.segments.len() as u32, |r| r.segments.start);
+        s.segments.drain(..shift as usize);
+        for r in &mut s.requests {
+            r.segments = r.segments.start - shift..r.segments.end - shift;
+        }
+        s.labels.drain(..k.min(s.labels.len()));
+        s.hints.drain(..k.min(s.hints.len()));
+        s.base += k;
+    }
+
+    /// Generates the whole stream and keeps it (a run that reads every request's state).
+    pub fn hold_all(&mut self) {
+        self.keep = true;
+        self.reach(usize::MAX - 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::generate::tests::spec;
+    use crate::workload::generate::{apply_hints, generate};
+
+    const BASE: &str = "replicas: 4\n\
+        generator: {system_prompt_tokens: 13, contexts: {count: 30, tokens: 500, popularity: {zipf: {s: 1.1}}}, suffix_tokens: {uniform: {min: 10, max: 90}}, output_tokens: {uniform: {min: 1, max: 50}}";
+
+    /// Streams that fit: classes and tenants with noisy hints; parallel samples cut mid-group
+    /// by `requests`; a diurnal day cut by `duration_s`; stepped rates; gamma arrivals.
+    fn specs() -> Vec<ClusterSpec> {
+        [
+            format!("{BASE}}}\narrivals: {{poisson: {{rate: 50}}}}\nrequests: 20000\nhints: {{output_tokens: {{noisy: {{cv: 1.0}}}}}}\nclasses: [{{name: a, share: 0.3}}, {{name: b, share: 0.7, output_tokens: 7}}]\ntenants: [{{name: x, weight: 1}}, {{name: y, weight: 3}}]\n"),
+            format!("{BASE}, fanout: 3}}\narrivals: {{poisson: {{rate: 50}}}}\nrequests: 13001\n"),
+            format!("{BASE}}}\narrivals: {{diurnal: {{rate: 30, amplitude: 0.8, period_s: 200}}}}\nduration_s: 600\n"),
+            format!("{BASE}}}\narrivals: {{stages: [{{rate: 40, duration_s: 100}}, {{rate: 120, duration_s: 100}}]}}\n"),
+            format!("{BASE}}}\narrivals: {{gamma: {{rate: 40, cv: 3}}}}\nrequests: 13000\nhints: {{output_tokens: oracle}}\n"),
+        ]
+        .iter()
+        .map(|y| spec(y))
+        .collect()
+    }
+
+    #[test]
+    fn a_lazy_stream_is_the_whole_stream_request_by_request_in_bounded_memory() {
+        for s in specs() {
+            assert!(LazyStream::fits(&s));
+            let mut whole = generate(&s, None, 5).unwrap();
+            apply_hints(&s, &mut whole, 5);
+            let extent = LazyStream::extent(&s, 5, |_, _| Ok::<(), ()>(())).unwrap().unwrap();
+            assert_eq!(extent, Extent { total: whole.len(), last_arrival: whole.last_arrival() });
+            assert!(extent.total > 3 * DROP_BATCH, "{extent:?}");
+            let mut lazy = LazyStream::new(&s, 5, extent).unwrap();
+            let mut most_held = 0;
+            for i in 0..whole.len() {
+                assert!(lazy.reach(i));
+                let held = lazy.stream();
+                assert_eq!(held.request(i).arrived_at, whole.request(i).arrived_at, "request {i}");
+                assert_eq!(
+                    (held.request(i).prompt_tokens, held.request(i).output_tokens),
+                    (whole.request(i).prompt_tokens, whole.request(i).output_tokens)
+                );
+                assert_eq!(held.request(i).output_segment, whole.request(i).output_segment);
+                assert_eq!(held.prompt(i), whole.prompt(i), "request {i}");
+                assert_eq!(held.label(i), whole.label(i), "request {i}");
+                assert_eq!(held.hint(i).to_bits(), whole.hint(i).to_bits(), "request {i}");
+                most_held = most_held.max(held.requests.len());
+                lazy.forget_below(i + 1);
+            }
+            assert!(!lazy.reach(whole.len()), "the stream ends where the whole one does");
+            assert!(most_held <= 2 * DROP_BATCH + 3, "held {most_held}");
+        }
+    }
+
+    #[test]
+    fn one_pass_statistics_are_those_of_the_whole_stream() {
+        for s in specs() {
+            let whole = generate(&s, None, 9).unwrap();
+            let lazy = super::super::stats_lazy(&s, 9, |_, _| Ok::<(), ()>(())).unwrap().unwrap();
+            assert_eq!(format!("{lazy:?}"), format!("{:?}", super::super::stats(&whole)));
+        }
+    }
+
+    #[test]
+    fn multi_turn_sessions_and_traces_are_generated_whole() {
+        let s = spec(&format!("{BASE}, turns: 3}}\narrivals: {{poisson: {{rate: 5}}}}\nrequests: 100\n"));
+        assert!(!LazyStream::fits(&s));
+        assert!(LazyStream::fits(&spec(&format!("{BASE}, turns: 1}}\narrivals: {{poisson: {{rate: 5}}}}\n"))));
+    }
+}

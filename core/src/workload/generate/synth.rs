@@ -1,0 +1,192 @@
+//! The synthetic generator, one step of its arrival process at a time (see the parent module
+//! for what it generates).
+
+use rand::RngExt;
+use rand_distr::{Distribution, Exp1, Gamma};
+use routelab_policy_api::Segment;
+
+use super::{Builder, Popular, SYSTEM_ID, mean_tokens, sample_tokens, session};
+use crate::seeds::{SimRng, stream};
+use crate::time::{SimTime, ticks};
+use crate::workload::cluster::classes::{Label, Mix};
+use crate::workload::cluster::stages::StageClock;
+use crate::workload::cluster::{Arrivals, ClusterSpec};
+
+/// The synthetic generator between two groups: [`generate`] runs it to the end, and a
+/// [`lazy::LazyStream`] as far as the simulation has come. One call of [`Synth::group`] is one
+/// step of the arrival process (a group, or a diurnal candidate dropped), so both draw the
+/// same numbers in the same order.
+pub(crate) struct Synth<'s> {
+    spec: &'s ClusterSpec,
+    arrival_rng: SimRng,
+    size_rng: SimRng,
+    class_rng: SimRng,
+    session_rng: SimRng,
+    class_mix: Mix,
+    tenant_mix: Mix,
+    contexts: Vec<Segment>,
+    popular: Option<Popular>,
+    system: Segment,
+    day: Option<(f64, f64)>,
+    stages: Option<StageClock<'s>>,
+    unit: f64,
+    cv: f64,
+    group_rate: f64,
+    gamma: Gamma<f64>,
+    want: u64,
+    horizon: Option<SimTime>,
+    t: f64,
+    made: u64,
+    sessions: u32,
+    prompt: Vec<Segment>,
+}
+
+impl<'s> Synth<'s> {
+    /// The generator of `spec` (synthetic arrivals, not a trace) for `run_seed`.
+    pub(crate) fn new(spec: &'s ClusterSpec, run_seed: u64) -> Result<Self, String> {
+        let g = &spec.generator;
+        let arrival_rng = stream(run_seed, "cluster.arrivals");
+        let size_rng = stream(run_seed, "cluster.sizes");
+        let mut context_rng = stream(run_seed, "cluster.contexts");
+        // Classes and tenants have their own stream: adding them moves no arrival and no size.
+        let class_rng = stream(run_seed, "cluster.classes");
+        let class_mix = Mix::new(spec.classes.iter().map(|c| c.share));
+        let tenant_mix = Mix::new(spec.tenants.iter().map(|t| t.weight));
+        let contexts: Vec<Segment> = g.contexts.as_ref().map_or_else(Vec::new, |c| {
+            (0..c.count)
+                .map(|i| Segment { id: 2 + i as u64, tokens: sample_tokens(&c.tokens, &mut context_rng) })
+                .collect()
+        });
+        let popular = g.contexts.as_ref().map(|c| Popular::new(c.count, &c.popularity));
+        let per_group = match &g.session {
+            Some(s) => s.expected_calls().max(1.0),
+            None => mean_tokens(&g.turns).max(1.0) * g.fanout as f64,
+        };
+        // Sessions' structure (steps, pauses, sub-agents) has its own stream.
+        let session_rng = stream(run_seed, "cluster.sessions");
+        // A day shape: candidates at the peak rate, each kept with probability rate(t) / peak.
+        let (rate, cv, day) = match spec.arrivals {
+            Arrivals::Poisson { rate } => (rate, 1.0, None),
+            Arrivals::Gamma { rate, cv } => (rate, cv, None),
+            Arrivals::Diurnal { rate, amplitude, period_s } => {
+                (rate * (1.0 + amplitude), 1.0, Some((amplitude, period_s)))
+            }
+            Arrivals::Stages(_) => (1.0, 1.0, None),
+            Arrivals::Trace { .. } => return Err("a trace is replayed, not generated".into()),
+        };
+        // Stepped rates: unit-rate Poisson time `unit`, mapped to the clock by the stages.
+        let stages = match &spec.arrivals {
+            Arrivals::Stages(s) => Some(StageClock::new(s, 1.0 / per_group)),
+            _ => None,
+        };
+        let group_rate = rate / per_group;
+        // Gamma with shape k = 1/cv² and mean 1/group_rate; cv = 1 is exponential.
+        let gamma = Gamma::new(1.0 / (cv * cv), cv * cv / group_rate).map_err(|e| format!("arrivals: {e}"))?;
+        Ok(Self {
+            spec,
+            arrival_rng,
+            size_rng,
+            class_rng,
+            session_rng,
+            class_mix,
+            tenant_mix,
+            contexts,
+            popular,
+            system: Segment { id: SYSTEM_ID, tokens: g.system_prompt_tokens },
+            day,
+            stages,
+            unit: 0.0,
+            cv,
+            group_rate,
+            gamma,
+            want: spec.requests.unwrap_or(u64::MAX),
+            horizon: spec.duration_s.map(ticks),
+            t: 0.0,
+            made: 0,
+            sessions: 0,
+            prompt: Vec::new(),
+        })
+    }
+
+    /// One step of the arrival process: pushes the next group's requests onto `b` (none when a
+    /// diurnal candidate is dropped); `false` once the stream has ended.
+    pub(crate) fn group(&mut self, b: &mut Builder) -> bool {
+        let (spec, g, horizon) = (self.spec, &self.spec.generator, self.horizon);
+        let arrival_rng = &mut self.arrival_rng;
+        if let Some(clock) = &mut self.stages {
+            self.unit += Distribution::<f64>::sample(&Exp1, arrival_rng);
+            let Some(at) = clock.at(self.unit) else { return false };
+            self.t = at;
+        } else if self.cv == 1.0 {
+            self.t += Distribution::<f64>::sample(&Exp1, arrival_rng) / self.group_rate
+        } else {
+            self.t += self.gamma.sample(arrival_rng)
+        }
+        let t = self.t;
+        if let Some((a, period)) = self.day {
+            let keep = (1.0 - a * (std::f64::consts::TAU * t / period).cos()) / (1.0 + a);
+            if arrival_rng.random::<f64>() >= keep {
+                return horizon.is_none_or(|h| ticks(t) < h);
+            }
+        }
+        if self.made >= self.want || horizon.is_some_and(|h| ticks(t) >= h) {
+            return false;
+        }
+        let (size_rng, prompt) = (&mut self.size_rng, &mut self.prompt);
+        prompt.clear();
+        prompt.push(self.system);
+        if let (Some(p), false) = (&self.popular, self.contexts.is_empty()) {
+            prompt.push(self.contexts[p.sample(size_rng)]);
+        }
+        let (mut suffix_tokens, mut output_tokens) = (&g.suffix_tokens, &g.output_tokens);
+        if b.labelled {
+            let class = self.class_mix.pick(self.class_rng.random());
+            let tenant = self.tenant_mix.pick(self.class_rng.random());
+            b.label = Label { class: class as u16, tenant: tenant as u32 };
+            if let Some(c) = spec.classes.get(class) {
+                suffix_tokens = c.suffix_tokens.as_ref().unwrap_or(suffix_tokens);
+                output_tokens = c.output_tokens.as_ref().unwrap_or(output_tokens);
+            }
+        }
+        if let Some(spec) = &g.session {
+            let suffix = sample_tokens(suffix_tokens, size_rng);
+            prompt.push(b.unique(suffix));
+            let s = session::SessionBuilder {
+                b,
+                rng: &mut self.session_rng,
+                spec,
+                output: output_tokens,
+                at: ticks(t),
+                session: self.sessions,
+                calls: 0,
+            };
+            self.made += s.root(prompt) as u64;
+            self.sessions += 1;
+            return true;
+        }
+        let turns = sample_tokens(&g.turns, size_rng).max(1);
+        let mut at = t;
+        for turn in 0..turns {
+            if turn > 0 {
+                at += Distribution::<f64>::sample(&Exp1, size_rng) * g.think_time_s;
+            }
+            let suffix = sample_tokens(suffix_tokens, size_rng);
+            let suffix = b.unique(suffix);
+            prompt.push(suffix);
+            let mut history_output = None;
+            for sample in 0..g.fanout {
+                let output = sample_tokens(output_tokens, size_rng).max(1);
+                let reused = (sample == 0 && turn + 1 < turns).then(|| b.unique(output));
+                if sample == 0 {
+                    history_output = reused;
+                }
+                b.push(ticks(at), prompt, output, reused);
+                self.made += 1;
+            }
+            if let Some(o) = history_output {
+                prompt.push(o);
+            }
+        }
+        true
+    }
+}
