@@ -205,12 +205,9 @@ impl super::ClusterSim<'_> {
     }
 }
 
-/// Every replica tracks its adapters when the workload has `lora:` (aggregated clusters only).
-pub(super) fn track(
-    spec: &crate::workload::cluster::ClusterSpec,
-    replicas: &mut [super::replica::Replica],
-) -> Result<(), crate::sim::SetupError> {
-    let Some(l) = &spec.lora else { return Ok(()) };
+/// The workload's adapters (`lora:`), which every replica then tracks (aggregated clusters only).
+pub(super) fn tracked(spec: &crate::workload::cluster::ClusterSpec) -> Result<Option<&Lora>, crate::sim::SetupError> {
+    let Some(l) = &spec.lora else { return Ok(None) };
     if spec.disaggregation.is_some() {
         return Err(crate::sim::SetupError::new(
             "lora",
@@ -218,8 +215,5 @@ pub(super) fn track(
             "drop `lora:`, or drop `disaggregation:`",
         ));
     }
-    for r in replicas {
-        r.lora = Some(Box::new(Adapters::new(l)));
-    }
-    Ok(())
+    Ok(Some(l))
 }

@@ -1,0 +1,191 @@
+//! Building a run: the stream checked against every pool's replicas, the replicas, schedulers,
+//! scrapes, disaggregation, tiers, adapters and the window of held requests wired together.
+
+use super::*;
+
+impl<'a> ClusterSim<'a> {
+    /// Checks the stream against the replicas (every request must fit in one replica's KV) and
+    /// wires `router` (labelled `label` in errors) and one scheduler per replica. `sm` is `spec`'s
+    /// resolved step model.
+    pub fn build(
+        spec: &ClusterSpec,
+        sm: &StepModel,
+        stream: impl Into<Feed<'a>>,
+        router: RouterBox,
+        schedulers: Vec<SchedulerBox>,
+        label: &str,
+    ) -> Result<Self, SetupError> {
+        // Slots: `autoscaling.max_replicas`, else `replicas`; the first `replicas` start ready.
+        let n = spec.slots() as usize;
+        if schedulers.len() != n {
+            return Err(SetupError::new(
+                "scheduler",
+                format!("{} schedulers for {n} replicas", schedulers.len()),
+                "give one scheduler per replica",
+            ));
+        }
+        let router = RouterHandle::new(router, spec.replicas, World::Cluster, label);
+        let caps = router.capabilities();
+        let pools = match &spec.disaggregation {
+            Some(d) => {
+                if !caps.disaggregated() {
+                    return Err(SetupError::new(
+                        "disaggregation",
+                        format!("policy '{label}' is not a disaggregation router, and this cluster is disaggregated"),
+                        format!(
+                            "use a PD router (pd_dynamo, pd_llm_d, pd_aibrix, pd_mooncake, pd_random, pd_round_robin, pd_least_loaded), or compose: \"pd_sglang{{prefill: {0}, decode: {0}}}\"",
+                            label
+                        ),
+                    ));
+                }
+                let setup = |e: crate::workload::FieldError| SetupError::new(&e.path, e.message, e.fix);
+                let (p, dm) = d.step_models(spec).map_err(setup)?;
+                let mm = d.mixed_step_model(spec).map_err(setup)?.unwrap_or_else(|| dm.clone());
+                Some((d, p, dm, mm))
+            }
+            None if caps.disaggregated() => {
+                return Err(SetupError::new(
+                    "disaggregation",
+                    format!("policy '{label}' is a disaggregation router, and this cluster is aggregated"),
+                    "add a `disaggregation:` section (prefill and decode pools, link), or use an aggregated router",
+                ));
+            }
+            None => None,
+        };
+        let (psm, dsm, msm) = pools.as_ref().map_or((sm, sm, sm), |(_, p, d, m)| (p, d, m));
+        let mut stream: Feed<'a> = stream.into();
+        let (total, sessions) = (stream.len(), stream.sessions.is_some());
+        // A disaggregated cluster's own figures and an agent session's makespan read every
+        // record (their state is per request).
+        let exact = spec.summary.exact(total) || spec.disaggregation.is_some() || sessions;
+        let retiring = !exact && !spec.keeps_request_state();
+        check_fits(psm, &stream)?;
+        check_fits(dsm, &stream)?;
+        check_fits(msm, &stream)?;
+        let setup = |e: crate::workload::FieldError| SetupError::new(&e.path, e.message, e.fix);
+        let gpu_pools = spec.pool_step_models().map_err(setup)?;
+        for gsm in &gpu_pools {
+            check_fits(gsm, &stream)?;
+        }
+        let pool_cfg = |sm: &StepModel| ReplicaConfig {
+            kv_capacity_tokens: sm.kv_capacity_tokens,
+            step_prefill_budget: if spec.chunk_tokens == 0 { spec.max_step_tokens } else { spec.chunk_tokens },
+            budget_counts_decode: spec.budget_counts_decode,
+            max_batch_requests: spec.max_batch_requests,
+            reservation: spec.reservation.clone(),
+            preemption: spec.preemption,
+            scheduler_window: spec.scheduler_window,
+            track_pending: caps.needs_exact_match(),
+            report_evictions: caps.wants_evictions(),
+        };
+        let mut replicas: Vec<Replica> = (0..n as u32)
+            .map(|r| match &spec.kv_tiers {
+                Some(t) => Replica::with_tiers(r, ReplicaTiers::new(t, sm.cost.kv_bytes_per_token, sm.model.layers)),
+                None => Replica::new(r),
+            })
+            .collect();
+        if let Some(l) = lora::tracked(spec)? {
+            for r in &mut replicas {
+                r.lora = Some(Box::new(lora::Adapters::new(l)));
+            }
+        }
+        let last_arrival = stream.last_arrival();
+        let scrape_interval = (router.reads_scrapes() && spec.metrics.scrape_interval_s > 0.0)
+            .then(|| ticks(spec.metrics.scrape_interval_s).max(1));
+        let mut schedulers: Vec<SchedulerHandle> =
+            schedulers.into_iter().enumerate().map(|(r, s)| SchedulerHandle::new(s, r as u32)).collect();
+        let priority_preemption = spec.preemption == Preemption::Priority;
+        if !retiring || schedulers.iter().any(|s| s.reads_facts()) || priority_preemption {
+            stream.hold_all();
+        }
+        if schedulers.iter().any(|s| s.reads_facts()) || priority_preemption {
+            // A scheduler that reads request facts reads them by id, of every request (and so
+            // does priority preemption, through the handle).
+            let infos: std::sync::Arc<[RequestInfo]> = request_infos(spec, &stream).into();
+            for s in &mut schedulers {
+                s.set_infos(infos.clone());
+            }
+        }
+        let mut queue = EventQueue::new();
+        if scrape_interval.is_some() {
+            // The first scrape at time 0, before any arrival (events run before arrivals at a tie).
+            queue.push(0, Event::Scrape);
+        }
+        let waiting_for =
+            stream.sessions.as_ref().map_or_else(Vec::new, |s| s.after.iter().map(|r| r.len() as u32).collect());
+        let dependents = stream.sessions.as_ref().map_or_else(Vec::new, |s| {
+            let mut d = vec![Vec::new(); total];
+            for i in 0..total {
+                for &p in s.parents(i) {
+                    d[p as usize].push(i as u32);
+                }
+            }
+            d
+        });
+        let done_state = RequestState { phase: Phase::Done, ..Default::default() };
+        let mut sim = Self {
+            scrape_interval,
+            stream,
+            cfgs: [psm, dsm, msm].into_iter().chain(&gpu_pools).map(pool_cfg).collect(),
+            pricers: [psm, dsm, msm].into_iter().chain(&gpu_pools).map(|m| m.pricer).collect(),
+            gpu_pool: spec
+                .pools
+                .iter()
+                .enumerate()
+                .flat_map(|(i, p)| std::iter::repeat_n(i as u8, p.replicas as usize))
+                .collect(),
+            pd: pools.map(|(d, _, dm, _)| Pd::new(d, dm.cost.kv_bytes_per_token, dm.model.layers, total)),
+            eviction_delay: ticks(spec.eviction_delay_s),
+            horizon: last_arrival.saturating_add(ticks(spec.drain_s)),
+            router,
+            schedulers,
+            replicas,
+            states: Window::new(done_state),
+            queue,
+            views: vec![ReplicaView::default(); spec.replicas as usize],
+            completed: Vec::new(),
+            next: 0,
+            arrived: 0,
+            last_arrived: 0,
+            waiting_for,
+            dependents,
+            done: 0,
+            probes: Probes {
+                half: total / 2,
+                waiting_at_half: 0,
+                waiting_at_end: 0,
+                sample_every: (total / 20).max(1),
+                replication: Replication::default(),
+            },
+            slo: spec.slo.clone(),
+            admission: None,
+            infos: Window::new(RequestInfo::plain()),
+            ends: Window::new(End::Served),
+            dispatched_at: Window::new(0),
+            classes: spec.classes.clone(),
+            tenants: spec.tenants.clone(),
+            admission_metrics: spec.admission.trim() != "admit_all",
+            remote_tier: spec
+                .kv_tiers
+                .as_ref()
+                .and_then(|t| t.remote.as_ref())
+                .map(|r| KvTier::new(r, sm.cost.kv_bytes_per_token)),
+            exact,
+            lockstep: spec.lockstep_group().max(1) as usize,
+            group_busy: vec![false; n / spec.lockstep_group().max(1) as usize],
+            tally: Tally::new(exact, spec.classes.clone(), spec.tenants.clone(), spec.slo.clone().map(Cow::Owned)),
+            retiring,
+            routable: (0..spec.replicas).collect(),
+            index_of: (0..n as u32).collect(),
+            fleet: None,
+            autoscaling: spec.autoscaling.clone(),
+            tier_spec: spec.kv_tiers.clone().map(|t| (t, sm.cost.kv_bytes_per_token, sm.model.layers)),
+            cost_per_hour: spec.mean_cost_per_hour(),
+            failures: None,
+        };
+        if !sim.retiring {
+            sim.held_up_to(total);
+        }
+        Ok(sim)
+    }
+}
