@@ -48,7 +48,7 @@ pub fn check(common: &Common) -> Result<(), InputError> {
             // to probe it would wait for a reader, so it is not probed.)
             continue;
         };
-        // Results are written through `<file>.partial` then renamed: try exactly that.
+        // Results are written through `<file>.<pid>.partial` then renamed: try exactly that.
         let probe = partial(&target);
         std::fs::write(&probe, "").map_err(|e| {
             bad(flag, path, format!("cannot be written: {e}"), "check that the folder exists and is writable")
@@ -66,7 +66,7 @@ pub fn check(common: &Common) -> Result<(), InputError> {
     Ok(())
 }
 
-/// Checks that `path` can be written (for outputs written directly, not through `.partial`),
+/// Checks that `path` can be written (for outputs written directly, not through a `.partial` file),
 /// without truncating what is there; FIFOs and devices are not probed.
 pub fn check_writable(flag: &str, path: &Path) -> Result<(), InputError> {
     let fail = |e: std::io::Error| {
@@ -82,9 +82,11 @@ pub fn check_writable(flag: &str, path: &Path) -> Result<(), InputError> {
     }
 }
 
+/// `<file>.<pid>.partial`: this process's own, so two runs writing the same file at once never
+/// rename (or probe and delete) each other's half-written copy; the last rename wins.
 fn partial(path: &Path) -> PathBuf {
     let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(".partial");
+    name.push(format!(".{}.partial", std::process::id()));
     path.with_file_name(name)
 }
 
@@ -137,7 +139,7 @@ pub fn report(
 
 /// How an output path is written.
 enum Destination {
-    /// A regular file, or nothing yet: through `<file>.partial`, renamed onto this path (a
+    /// A regular file, or nothing yet: through `<file>.<pid>.partial`, renamed onto this path (a
     /// symlink's target, so the link stays a link).
     Replace(PathBuf),
     /// Anything else at the path (a FIFO, a device such as /dev/stdout or /dev/null): written in

@@ -17,7 +17,10 @@ fn routelab(args: &[&str]) -> Output {
 
 /// The signed error of `key` in each run of an `accuracy --json` document.
 fn errors(args: &[&str], key: &str) -> Vec<f64> {
-    let json = fixture("accuracy", &format!("{}.json", args.join("_").replace(['/', '.'], "-")));
+    // One file per call: tests that ask the same question run at once.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let json = fixture("accuracy", &format!("{n}-{key}-{}.json", args.join("_").replace(['/', '.'], "-")));
     let mut all: Vec<&str> = vec!["accuracy"];
     all.extend_from_slice(args);
     all.extend_from_slice(&["--json", json.to_str().unwrap()]);
