@@ -15,7 +15,7 @@ use routelab_policy_api::{
     RouterBox, SchedulerBox, Stat, Waiting, WaitingRequest, World,
 };
 
-use crate::error::RunError;
+use crate::error::{Role, RunError};
 use crate::facts::{RequestFacts, RequestInfo, negotiate_facts, negotiate_scheduler_facts};
 use crate::signals::SignalTable;
 
@@ -60,7 +60,7 @@ impl RouterHandle {
             Err(e) => (Capabilities::NONE, Some(policy_error(label, "capabilities", e.into()))),
         };
         let mut refuse = |e: String| {
-            unusable = unusable.take().or(Some(RunError(format!("policy '{label}' {e}"))));
+            unusable = unusable.take().or(Some(RunError::refused(Role::Policy, label, e)));
         };
         let signals = SignalTable::negotiate(&router).unwrap_or_else(|e| {
             refuse(e);
@@ -159,11 +159,11 @@ impl RouterHandle {
             .map_err(|e| policy_error(&self.label, "route", e.into()))? as usize;
         let n = self.replicas;
         if i >= n {
-            return Err(RunError(format!(
-                "policy '{}' returned replica {i}, but there are only {n} replicas (valid: 0..{})",
-                self.label,
-                n - 1
-            )));
+            return Err(RunError::refused(
+                Role::Policy,
+                &self.label,
+                format!("returned replica {i}, but there are only {n} replicas (valid: 0..{})", n - 1),
+            ));
         }
         Ok(Ticket { replica: i as u32, ended: false })
     }
@@ -230,7 +230,7 @@ impl RouterHandle {
             other => Some(format!("the unknown action {other} (known: 0 disaggregate, 1 decode only, 2 reject)")),
         };
         if let Some(what) = bad {
-            return Err(RunError(format!("policy '{}' returned {what} from route_pair", self.label)));
+            return Err(RunError::refused(Role::Policy, &self.label, format!("returned {what} from route_pair")));
         }
         self.router
             .on_dispatch_pair(req, d)
@@ -263,7 +263,7 @@ impl RouterHandle {
     /// The router's own figures as `router.<name>`.
     pub fn report(&self) -> Result<Vec<(String, f64)>, RunError> {
         let stats = self.router.report().into_result().map_err(|e| self.fail("report", e.into()))?;
-        namespaced("router", stats).map_err(|m| RunError(format!("policy '{}': {m}", self.label)))
+        namespaced("router", stats).map_err(|m| RunError::failed(Role::Policy, &self.label, m))
     }
 
     fn fail(&self, method: &str, e: String) -> RunError {
@@ -271,9 +271,9 @@ impl RouterHandle {
     }
 }
 
-/// A policy's error message, naming the policy when the policy's own message does not.
+/// A router's, scheduler's or selector's error from `method`.
 pub fn policy_error(label: &str, method: &str, e: String) -> RunError {
-    if e.starts_with("policy '") { RunError(e) } else { RunError(format!("policy '{label}' failed in {method}: {e}")) }
+    RunError::erred(Role::Policy, label, method, e)
 }
 
 /// One replica's local scheduler and the checks on its answers.
@@ -404,7 +404,7 @@ impl AdmissionHandle {
             .and_then(|n| RequestFacts::negotiate(&n, world))
         {
             Ok(f) => (f, None),
-            Err(e) => (RequestFacts::default(), Some(RunError(format!("admission policy '{label}' {e}")))),
+            Err(e) => (RequestFacts::default(), Some(RunError::refused(Role::Admission, label, e))),
         };
         Self {
             admission,
@@ -440,7 +440,7 @@ impl AdmissionHandle {
             .admission
             .on_arrival(req, Replicas::new(views))
             .into_result()
-            .map_err(|e| policy_error(&self.label, "on_arrival", e.into()))?;
+            .map_err(|e| RunError::erred(Role::Admission, &self.label, "on_arrival", e.into()))?;
         Ok(match d.action {
             AdmissionDecision::ADMIT => {
                 self.counts.admitted += 1;
@@ -460,11 +460,11 @@ impl AdmissionHandle {
                 Admitted::Shed
             }
             other => {
-                return Err(RunError(format!(
-                    "admission policy '{}' answered on_arrival with the action {other} (known: 0 admit, 1 hold, 2 reject, \
-                     3 shed)",
-                    self.label
-                )));
+                return Err(RunError::refused(
+                    Role::Admission,
+                    &self.label,
+                    format!("answered on_arrival with the action {other} (known: 0 admit, 1 hold, 2 reject, 3 shed)"),
+                ));
             }
         })
     }
@@ -479,23 +479,25 @@ impl AdmissionHandle {
             .admission
             .next(now, Replicas::new(views))
             .into_result()
-            .map_err(|e| policy_error(&self.label, "next", e.into()))?;
+            .map_err(|e| RunError::erred(Role::Admission, &self.label, "next", e.into()))?;
         let admit = match d.action {
             AdmissionDecision::WAIT => return Ok(None),
             AdmissionDecision::ADMIT => true,
             AdmissionDecision::SHED => false,
             other => {
-                return Err(RunError(format!(
-                    "admission policy '{}' answered next with the action {other} (known: 0 admit, 3 shed, 4 wait)",
-                    self.label
-                )));
+                return Err(RunError::refused(
+                    Role::Admission,
+                    &self.label,
+                    format!("answered next with the action {other} (known: 0 admit, 3 shed, 4 wait)"),
+                ));
             }
         };
         let Some(k) = self.held.iter().position(|&id| id == d.request) else {
-            return Err(RunError(format!(
-                "admission policy '{}' released request {} from next, which is not held",
-                self.label, d.request
-            )));
+            return Err(RunError::refused(
+                Role::Admission,
+                &self.label,
+                format!("released request {} from next, which is not held", d.request),
+            ));
         };
         self.held.remove(k);
         if admit {
@@ -508,13 +510,20 @@ impl AdmissionHandle {
 
     /// An admitted request finished.
     pub fn complete(&mut self, c: &Completion) -> Result<(), RunError> {
-        self.admission.on_complete(c).into_result().map_err(|e| policy_error(&self.label, "on_complete", e.into()))
+        self.admission
+            .on_complete(c)
+            .into_result()
+            .map_err(|e| RunError::erred(Role::Admission, &self.label, "on_complete", e.into()))
     }
 
     /// The policy's own figures as `admission.<name>`.
     pub fn report(&self) -> Result<Vec<(String, f64)>, RunError> {
-        let stats = self.admission.report().into_result().map_err(|e| policy_error(&self.label, "report", e.into()))?;
-        namespaced("admission", stats).map_err(|m| RunError(format!("admission policy '{}': {m}", self.label)))
+        let stats = self
+            .admission
+            .report()
+            .into_result()
+            .map_err(|e| RunError::erred(Role::Admission, &self.label, "report", e.into()))?;
+        namespaced("admission", stats).map_err(|m| RunError::failed(Role::Admission, &self.label, m))
     }
 }
 
@@ -526,7 +535,7 @@ pub fn scheduler_stats(schedulers: &[SchedulerHandle], label: &str) -> Result<Ve
     let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for s in schedulers {
         let stats = s.raw_report().map_err(|e| policy_error(label, "report", e))?;
-        for (name, value) in namespaced("scheduler", stats).map_err(|m| RunError(format!("policy '{label}': {m}")))? {
+        for (name, value) in namespaced("scheduler", stats).map_err(|m| RunError::failed(Role::Policy, label, m))? {
             match at.get(&name) {
                 Some(&i) => sum[i].1 += value,
                 None => {

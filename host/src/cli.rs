@@ -206,13 +206,7 @@ fn execute(command: Command) -> Result<i32> {
                 return Ok(0);
             }
             let n = number.expect("checked");
-            let text = crate::exercises::run(n).map_err(|m| InputError {
-                file: PathBuf::from("<command line>"),
-                path: "exercise".into(),
-                line: None,
-                message: m,
-                fix: "`routelab exercise --list` names the exercises".into(),
-            })?;
+            let text = crate::exercises::run(n)?;
             print!("{text}");
             Ok(0)
         }

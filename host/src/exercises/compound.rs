@@ -30,10 +30,10 @@ fn run_policy(
 ) -> Result<CompoundOutcome, RunError> {
     let mut selector = Loader::new()
         .selector(
-            &PolicySpec::parse(policy).map_err(|e| RunError(e.to_string()))?,
+            &PolicySpec::parse(policy).map_err(|e| RunError::Run(e.to_string()))?,
             &compound::selector_context(spec, seed),
         )
-        .map_err(|e| RunError(e.to_string()))?;
+        .map_err(|e| RunError::Run(e.to_string()))?;
     compound::run(spec, &mut selector, policy, seed, start)
 }
 
@@ -106,7 +106,7 @@ pub fn exercise_6(p: &Exercise6) -> Result<String, RunError> {
         print_training_table: false,
         variants: Vec::new(),
     };
-    debate.validate().map_err(|e| RunError(format!("exercise 6: {}: {}", e.path, e.message)))?;
+    debate.validate().map_err(|e| RunError::Run(format!("exercise 6: {}: {}", e.path, e.message)))?;
     let first = run_policy(&debate, "llmselector", p.seed, None)?;
     let again = run_policy(&debate, "llmselector", p.seed, Some(&first.allocation))?;
     let _ = writeln!(
@@ -131,8 +131,8 @@ pub fn exercise_6(p: &Exercise6) -> Result<String, RunError> {
     let score = |e: &Evaluation, q: usize, module: usize, _: u32| {
         (1.0 - e.faults[q * 2 + module] as u8 as f64) + e.correct[q] as u8 as f64
     };
-    let search =
-        coordinate_search(&problem(&world, None, None), &mut recording, start, 1000, &score, &[]).map_err(RunError)?;
+    let search = coordinate_search(&problem(&world, None, None), &mut recording, start, 1000, &score, &[])
+        .map_err(RunError::Run)?;
     let (rounds, k_case, l_case) = (search.rounds() as u64, world.models.len() as u64, world.modules() as u64);
     let trace: Vec<String> = search.trace.iter().map(|a| world.names(a).join("+")).collect();
     let mut distinct = recording.shown.clone();

@@ -29,18 +29,26 @@ pub fn list() -> String {
     out
 }
 
-/// The answer to exercise `n`, or why there is none.
-pub fn run(n: u32) -> Result<String, String> {
+/// The answer to exercise `n`; bad input for a number with no exercise, a run error when a
+/// policy of exercise 6 or 7 fails.
+pub fn run(n: u32) -> Result<String, routelab_core::error::Error> {
     match n {
         1 => Ok(dispatch::exercise1()),
         2 => Ok(dispatch::exercise2()),
         3 => Ok(routing::exercise3()),
         4 => Ok(cluster::exercise4()),
         5 => Ok(cluster::exercise5()),
-        6 => compound::exercise_6(&compound::Exercise6::default()).map_err(|e| e.0),
-        7 => compound::exercise_7(&compound::Exercise7::default()).map_err(|e| e.0),
+        6 => Ok(compound::exercise_6(&compound::Exercise6::default())?),
+        7 => Ok(compound::exercise_7(&compound::Exercise7::default())?),
         8 => Ok(routing::exercise8()),
         9 => Ok(pd::exercise9()),
-        _ => Err(format!("no exercise {n} in this build")),
+        _ => Err(routelab_core::workload::InputError {
+            file: "<command line>".into(),
+            path: "exercise".into(),
+            line: None,
+            message: format!("no exercise {n} in this build"),
+            fix: "`routelab exercise --list` names the exercises".into(),
+        }
+        .into()),
     }
 }

@@ -30,7 +30,7 @@ fn selector(spec: &CompoundSpec, policy: &str, seed: u64) -> Result<SelectorBox,
 /// Creates the selector (whose constructor may refuse the problem) and runs it.
 fn run(spec: &CompoundSpec, policy: &str, seed: u64, start: Option<&[&str]>) -> Result<CompoundOutcome, String> {
     let start: Option<Vec<String>> = start.map(|s| s.iter().map(|n| n.to_string()).collect());
-    compound::run(spec, &mut selector(spec, policy, seed)?, policy, seed, start.as_deref()).map_err(|e| e.0)
+    compound::run(spec, &mut selector(spec, policy, seed)?, policy, seed, start.as_deref()).map_err(|e| e.to_string())
 }
 
 fn names(v: &[&str]) -> Vec<String> {

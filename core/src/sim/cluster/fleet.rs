@@ -33,8 +33,8 @@ use routelab_policy_api::{Fact, Pool, ReplicaChange, ReplicaView, ScalerBox, fac
 
 use super::replica::Replica;
 use super::{ClusterSim, Event};
-use crate::error::RunError;
-use crate::handle::{namespaced, policy_error};
+use crate::error::{Role, RunError};
+use crate::handle::namespaced;
 use crate::metrics::Metrics;
 use crate::time::{SimTime, seconds, ticks};
 use crate::workload::cluster::autoscaling::Autoscaling;
@@ -209,8 +209,12 @@ impl Fleet {
 
     /// The scaler's own figures as `scaler.<name>`.
     pub(super) fn report(&self) -> Result<Vec<(String, f64)>, RunError> {
-        let stats = self.scaler.report().into_result().map_err(|e| policy_error(&self.label, "report", e.into()))?;
-        namespaced("scaler", stats).map_err(|m| RunError(format!("scaler '{}': {m}", self.label)))
+        let stats = self
+            .scaler
+            .report()
+            .into_result()
+            .map_err(|e| RunError::erred(Role::Scaler, &self.label, "report", e.into()))?;
+        namespaced("scaler", stats).map_err(|m| RunError::failed(Role::Scaler, &self.label, m))
     }
 }
 
@@ -272,12 +276,13 @@ impl ClusterSim<'_> {
             .scaler
             .desired(seconds(now), RSlice::from_slice(&[pool]))
             .into_result()
-            .map_err(|e| policy_error(&label, "desired", e.into()))?;
+            .map_err(|e| RunError::erred(Role::Scaler, &label, "desired", e.into()))?;
         if answer.len() != 1 {
-            return Err(RunError(format!(
-                "scaler '{label}' answered {} replica counts for 1 pool (answer one per pool)",
-                answer.len()
-            )));
+            return Err(RunError::refused(
+                Role::Scaler,
+                &label,
+                format!("answered {} replica counts for 1 pool (answer one per pool)", answer.len()),
+            ));
         }
         let (lo, hi) = (f.spec.min_replicas, f.spec.max_replicas);
         let desired = answer[0].clamp(lo, hi);

@@ -105,7 +105,7 @@ pub use self::summary::{RequestRecord, RunOutcome, push_slo_metrics};
 use self::window::Window;
 use super::SetupError;
 use super::event_queue::EventQueue;
-use crate::error::RunError;
+use crate::error::{Role, RunError};
 use crate::facts::RequestInfo;
 use crate::handle::{AdmissionHandle, Admitted, RouterHandle, SchedulerHandle};
 use crate::step_model::{Pricer, StepModel};
@@ -583,7 +583,7 @@ impl<'a> ClusterSim<'a> {
             let (cfg, pricer) = (&self.cfgs[pool], &self.pricers[pool]);
             let remote = self.remote_tier.as_mut();
             rep.start_step_tiered(now, &self.stream, &mut self.states, cfg, pricer, &mut self.schedulers[r], remote)
-                .map_err(|e| RunError(format!("policy '{}': {e}", self.router.label())))?
+                .map_err(|e| RunError::failed(Role::Policy, self.router.label(), e))?
         } else {
             None
         };

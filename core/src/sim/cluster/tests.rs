@@ -313,13 +313,15 @@ fn run_with_scheduler(spec: &ClusterSpec, twice: bool) -> Result<RunOutcome, Run
 fn a_scheduler_answering_out_of_range_or_twice_fails_the_run_naming_it() {
     let mut spec = preset("tool_use");
     spec.requests = Some(50);
-    let e = run_with_scheduler(&spec, false).unwrap_err().0;
+    let err = run_with_scheduler(&spec, false).unwrap_err();
+    assert!(matches!(&err, RunError::Failed { policy, .. } if policy.label == "round_robin"), "{err:?}");
+    let e = err.to_string();
     assert!(
         e.contains("policy 'round_robin'")
             && e.contains("scheduler of replica 0 returned index 1, but only 1 requests wait"),
         "{e}"
     );
-    let e = run_with_scheduler(&spec, true).unwrap_err().0;
+    let e = run_with_scheduler(&spec, true).unwrap_err().to_string();
     assert!(e.contains("scheduler of replica 0 returned index 0 twice"), "{e}");
 }
 

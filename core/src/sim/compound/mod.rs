@@ -20,7 +20,7 @@ use routelab_policy_api::{Evaluator_TO, ModelInfo, ModuleInfo, Problem, Selector
 pub use studies::{AllStarts, all_starts, best_allocation, training_table};
 pub use world::{Split, World};
 
-use crate::error::RunError;
+use crate::error::{Role, RunError};
 use crate::metrics::Metrics;
 use crate::seeds::stream_seed;
 use crate::workload::compound::CompoundSpec;
@@ -71,7 +71,7 @@ pub fn run(
     start: Option<&[String]>,
 ) -> Result<CompoundOutcome, RunError> {
     if !spec.variants.is_empty() {
-        return Err(RunError(format!(
+        return Err(RunError::Run(format!(
             "the workload has {} variants: run each spec of CompoundSpec::variants() separately",
             spec.variants.len()
         )));
@@ -80,7 +80,7 @@ pub fn run(
     let start = match start.or(spec.start.as_deref()) {
         Some(names) => Some(
             spec.resolve_allocation(names, "start")
-                .map_err(|e| RunError(format!("{}: {} ({})", e.path, e.message, e.fix)))?,
+                .map_err(|e| RunError::Run(format!("{}: {} ({})", e.path, e.message, e.fix)))?,
         ),
         None => None,
     };
@@ -127,12 +127,16 @@ pub fn select_and_score(
         .into_result()
         .map_err(|e| crate::handle::policy_error(label, "select", e.into()))?;
     if !world.is_allocation(&chosen) {
-        return Err(RunError(format!(
-            "policy '{label}' returned {:?}, which is not an allocation: it needs one model index in 0..{} for each of the {} modules",
-            chosen.as_slice(),
-            world.models.len(),
-            world.modules()
-        )));
+        return Err(RunError::refused(
+            Role::Policy,
+            label,
+            format!(
+                "returned {:?}, which is not an allocation: it needs one model index in 0..{} for each of the {} modules",
+                chosen.as_slice(),
+                world.models.len(),
+                world.modules()
+            ),
+        ));
     }
     let train_correct = world.correct_count(&chosen, Split::Train);
     let mut metrics = Metrics::new();
@@ -148,9 +152,7 @@ pub fn select_and_score(
         metrics.push("gap_to_exhaustive", (best as f64 - train_correct as f64) / world.train as f64);
     }
     let stats = selector.report().into_result().map_err(|e| crate::handle::policy_error(label, "report", e.into()))?;
-    for (k, v) in
-        crate::handle::namespaced("selector", stats).map_err(|m| RunError(format!("policy '{label}': {m}")))?
-    {
+    for (k, v) in crate::handle::namespaced("selector", stats).map_err(|m| RunError::failed(Role::Policy, label, m))? {
         metrics.push(k, v);
     }
     Ok(CompoundOutcome { metrics, allocation: world.names(&chosen) })

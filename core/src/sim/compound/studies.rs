@@ -126,7 +126,7 @@ pub fn all_starts(
 ) -> Result<AllStarts, RunError> {
     let world = World::new(spec, run_seed);
     let space = world.space().filter(|&n| n <= ALL_STARTS_LIMIT).ok_or_else(|| {
-        RunError(format!(
+        RunError::Run(format!(
             "{} models ^ {} modules is above {ALL_STARTS_LIMIT} starting allocations; use a smaller pool or system",
             world.models.len(),
             world.modules()
@@ -145,7 +145,7 @@ pub fn all_starts(
     for_each_allocation(world.models.len(), world.modules(), |a| starts.push(a.to_vec()));
     let mut evaluations = 0.0;
     for start in starts {
-        let mut selector = make_selector().map_err(RunError)?;
+        let mut selector = make_selector().map_err(RunError::Run)?;
         let CompoundOutcome { metrics, .. } = select_and_score(
             &world,
             spec.budget,
