@@ -166,19 +166,39 @@ impl Tokenizer {
     /// ids chained over the blocks' bytes (fallback) or token ids (a tokenizer.json). An empty
     /// prompt has no segment; a prompt the tokenizer fails on falls back to bytes.
     pub fn segments(&self, prompt: &str, out: &mut Vec<Segment>) {
+        self.segments_and_ids(prompt, out, None)
+    }
+
+    /// As [`Tokenizer::segments`], and with a tokenizer.json the prompt's token ids into `ids`
+    /// (left empty by the byte-level fallback, which has none).
+    pub fn segments_and_ids(&self, prompt: &str, out: &mut Vec<Segment>, mut ids: Option<&mut Vec<u32>>) {
+        if let Some(ids) = ids.as_deref_mut() {
+            ids.clear();
+        }
         match self {
             Tokenizer::Bytes => segments(prompt, out),
             #[cfg(feature = "tokenizer")]
-            Tokenizer::Hf(t) => {
-                let Ok(enc) = t.encode(prompt, true) else { return segments(prompt, out) };
-                out.clear();
-                let mut id = 0u64;
-                for block in enc.get_ids().chunks(BLOCK_TOKENS) {
-                    id = segment_id(id, block);
-                    out.push(Segment { id, tokens: block.len() as u32 });
+            Tokenizer::Hf(t) => match t.encode(prompt, true) {
+                Ok(enc) => {
+                    if let Some(ids) = ids {
+                        ids.extend_from_slice(enc.get_ids());
+                    }
+                    segments_of_ids(enc.get_ids(), out)
                 }
-            }
+                Err(_) => segments(prompt, out),
+            },
         }
+    }
+}
+
+/// Segments of token ids: one per [`BLOCK_TOKENS`] ids (the last may be shorter).
+#[cfg_attr(not(feature = "tokenizer"), allow(dead_code))]
+fn segments_of_ids(ids: &[u32], out: &mut Vec<Segment>) {
+    out.clear();
+    let mut id = 0u64;
+    for block in ids.chunks(BLOCK_TOKENS) {
+        id = segment_id(id, block);
+        out.push(Segment { id, tokens: block.len() as u32 });
     }
 }
 

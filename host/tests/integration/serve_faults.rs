@@ -162,6 +162,7 @@ pub fn emulate_args() -> EmulateArgs {
         time_scale: 0.1,
         served_model_name: None,
         tokenizer: None,
+        kv_events: None,
         limits: ConnLimits::default(),
     }
 }
