@@ -1,6 +1,6 @@
 //! End to end on loopback: two emulated engines publish their caches as KV events (one in vLLM's
 //! format, one in SGLang's with 1-token pages), a gateway subscribes to both, and its decisions
-//! follow what the engines' caches hold.
+//! follow what the engines' caches hold, as they store and as they evict.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -58,8 +58,11 @@ async fn the_gateway_follows_two_emulated_engines_caches_through_their_kv_events
     // Engine 0 publishes vLLM's format, engine 1 SGLang's (one event per token).
     let mut engines = Vec::new();
     let mut subscriptions = Vec::new();
-    for format in ["format=vllm", "format=sglang,page=1"] {
+    // Engine 1 has room for ≈3,000 tokens of KV (0.31 of an A6000 after Mistral-7B's weights).
+    for (format, memory) in [("format=vllm", "0.9"), ("format=sglang,page=1", "0.31")] {
         let args = emulate_args(&[
+            "--memory-fraction".into(),
+            memory.into(),
             "--time-scale".into(),
             "0.01".into(),
             "--tokenizer".into(),
@@ -130,6 +133,26 @@ async fn the_gateway_follows_two_emulated_engines_caches_through_their_kv_events
     let body = post(gateway, "/v1/completions", &complete(&p)).await;
     assert_eq!(dispatched(), before + 1, "P went to engine 1");
     assert!(cached_tokens(&body) >= 48, "and hit its cache there: {body}");
+
+    // Engine 1 evicts P to make room for other prompts: its BlockRemoved events take P out of
+    // the gateway's view, and P goes back to the tie's backend.
+    let holds_p =
+        || {
+            let r = gw.routing.lock().unwrap();
+            r.kv[1].as_ref().unwrap().index.holds(
+                segs.0.iter().fold(0, |h, s| routelab_core::sim::cluster::prefix_cache::extend_path_hash(h, s.id)),
+            )
+        };
+    assert!(holds_p());
+    let mut k = 0;
+    while holds_p() {
+        assert!(k < 150, "engine 1 never evicted P (or the gateway never heard)");
+        post(engines[1], "/v1/completions", &complete(&text(130 + k % 100, 64))).await;
+        k += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(k > 30, "P went only once ≈3,000 tokens of other prompts came ({k} prompts of 64)");
+    assert_eq!(route(&segs.0), 0, "P is no longer cached anywhere");
     for i in 0..2 {
         let stats = &gw.kv_stats[i];
         assert_eq!(
