@@ -159,7 +159,7 @@ fn the_tracker_publishes_the_caches_full_blocks_as_they_come_and_go() {
     // Evicting B's leaf (16 tokens) and A's tail: B's last block goes.
     cache.evict(24, None);
     let gone = publish(&mut t, &cache, &mut ix).expect("a removal");
-    assert_eq!(gone, [b.clone()]);
+    assert_eq!(gone, std::slice::from_ref(&b));
     assert!(ix.holds(path_of(&b[..3])) && !ix.holds(path_of(&b)));
     // Only published blocks keep their ids once no request holds them.
     assert_eq!(t.kept(), 3);
