@@ -171,22 +171,26 @@ impl Tokenizer {
 
     /// As [`Tokenizer::segments`], and with a tokenizer.json the prompt's token ids into `ids`
     /// (left empty by the byte-level fallback, which has none).
-    pub fn segments_and_ids(&self, prompt: &str, out: &mut Vec<Segment>, mut ids: Option<&mut Vec<u32>>) {
-        if let Some(ids) = ids.as_deref_mut() {
-            ids.clear();
-        }
+    pub fn segments_and_ids(&self, prompt: &str, out: &mut Vec<Segment>, ids: Option<&mut Vec<u32>>) {
         match self {
-            Tokenizer::Bytes => segments(prompt, out),
-            #[cfg(feature = "tokenizer")]
-            Tokenizer::Hf(t) => match t.encode(prompt, true) {
-                Ok(enc) => {
-                    if let Some(ids) = ids {
-                        ids.extend_from_slice(enc.get_ids());
-                    }
-                    segments_of_ids(enc.get_ids(), out)
+            Tokenizer::Bytes => {
+                if let Some(ids) = ids {
+                    ids.clear();
                 }
-                Err(_) => segments(prompt, out),
-            },
+                segments(prompt, out)
+            }
+            #[cfg(feature = "tokenizer")]
+            Tokenizer::Hf(t) => {
+                let enc = t.encode(prompt, true).ok();
+                if let Some(ids) = ids {
+                    ids.clear();
+                    ids.extend_from_slice(enc.as_ref().map_or(&[][..], |e| e.get_ids()));
+                }
+                match enc {
+                    Some(e) => segments_of_ids(e.get_ids(), out),
+                    None => segments(prompt, out),
+                }
+            }
         }
     }
 }
