@@ -15,11 +15,11 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use routelab_policy_api::{SchedulerContext, Segment};
+use routelab_policy_api::SchedulerContext;
 use serde_json::json;
 
 use super::engine::{Engine, Snapshot, TokenEvent};
-use super::{OutBody, error, text};
+use super::{OutBody, error, kv_publish, text};
 use routelab_core::plugin::{Loader, PolicySpec};
 use routelab_core::sim::cluster::replica::ReplicaConfig;
 use routelab_core::step_model::StepModel;
@@ -94,6 +94,11 @@ pub struct EmulateArgs {
     /// KV block), as `routelab serve --tokenizer` splits them. Without it, the byte-level fallback.
     #[arg(long)]
     pub tokenizer: Option<std::path::PathBuf>,
+    /// Publish the cache as KV events (needs --tokenizer: events carry token ids):
+    /// tcp://HOST:PORT[,replay=tcp://HOST:PORT][,topic=T][,format=vllm|sglang][,page=N][,buffer=N]
+    /// (vLLM's --kv-events-config endpoint and replay_endpoint; port 0: any free port, printed).
+    #[arg(long)]
+    pub kv_events: Option<String>,
     #[command(flatten)]
     pub limits: super::ConnLimits,
 }
@@ -117,6 +122,8 @@ pub struct Prepared {
     model: String,
     tokenizer: text::Tokenizer,
     limits: super::ConnLimits,
+    kv_events: Option<kv_publish::Spec>,
+    publisher: Option<kv_publish::Publisher>,
 }
 
 impl Prepared {
@@ -159,19 +166,52 @@ impl Prepared {
         };
         let model = args.served_model_name.clone().unwrap_or_else(|| sm.model.name.clone());
         let tokenizer = text::Tokenizer::load(args.tokenizer.as_deref(), "--tokenizer")?;
-        Ok(Self { cfg, cost: sm.cost, scheduler, time_scale: args.time_scale, model, tokenizer, limits: args.limits })
+        let kv_events = args.kv_events.as_deref().map(kv_publish::parse).transpose()?;
+        if kv_events.is_some() && args.tokenizer.is_none() {
+            return Err(cli_error(
+                "--kv-events",
+                "needs --tokenizer: the events carry the prompts' token ids, which the byte-level fallback has not"
+                    .into(),
+                "give the model's tokenizer.json with --tokenizer (the same one `routelab serve --tokenizer` reads)",
+            )
+            .into());
+        }
+        Ok(Self {
+            cfg,
+            cost: sm.cost,
+            scheduler,
+            time_scale: args.time_scale,
+            model,
+            tokenizer,
+            limits: args.limits,
+            kv_events,
+            publisher: None,
+        })
+    }
+
+    /// Binds the `--kv-events` sockets (if asked for and not yet bound) and says where.
+    pub async fn bind_kv_events(&mut self) -> std::io::Result<Option<kv_publish::Bound>> {
+        let Some(spec) = self.kv_events.take() else { return Ok(None) };
+        let (publisher, bound) = kv_publish::Publisher::bind(&spec).await?;
+        let replay = bound.replay.as_deref().map(|r| format!(", replay {r}")).unwrap_or_default();
+        println!("KV events on {}{replay} ({:?})", bound.endpoint, spec.format);
+        self.publisher = Some(publisher);
+        Ok(Some(bound))
     }
 
     /// Serves on `listener` until `shutdown` resolves, then lets open streams finish (30 s at most).
     pub async fn run(
-        self,
+        mut self,
         listener: tokio::net::TcpListener,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> std::io::Result<()> {
-        let engine = Engine::start(self.cfg, self.cost, self.scheduler, self.time_scale);
+        self.bind_kv_events().await?;
+        let mirror = self.publisher.map(kv_publish::mirror::Mirror::new);
+        let token_ids = mirror.is_some();
+        let engine = Engine::start(self.cfg, self.cost, self.scheduler, self.time_scale, mirror);
         let buffers = self.limits.buffers();
         let (model, tokenizer) = (self.model, self.tokenizer);
-        let server = Arc::new(Server { engine, model, tokenizer, next_id: AtomicU64::new(0), buffers });
+        let server = Arc::new(Server { engine, model, tokenizer, next_id: AtomicU64::new(0), buffers, token_ids });
         let handle = move |req| {
             let s = server.clone();
             async move { s.handle(req).await }
@@ -190,12 +230,14 @@ pub struct Server {
     pub tokenizer: text::Tokenizer,
     next_id: AtomicU64,
     buffers: super::bounded::Buffers,
+    /// Whether the engine wants prompts' token ids (it publishes KV events).
+    token_ids: bool,
 }
 
 impl Server {
     pub fn new(engine: Engine, model: String) -> Self {
         let buffers = super::ConnLimits::default().buffers();
-        Self { engine, model, tokenizer: text::Tokenizer::Bytes, next_id: AtomicU64::new(0), buffers }
+        Self { engine, model, tokenizer: text::Tokenizer::Bytes, next_id: AtomicU64::new(0), buffers, token_ids: false }
     }
 
     pub async fn handle(&self, req: Request<Incoming>) -> Response<OutBody> {
@@ -228,9 +270,9 @@ impl Server {
             Ok(p) => p,
             Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", m),
         };
-        let mut prompt: Vec<Segment> = Vec::new();
-        self.tokenizer.segments(&parsed.prompt, &mut prompt);
-        let mut events = match self.engine.submit(prompt, parsed.max_tokens) {
+        let (mut prompt, mut ids) = (Vec::new(), Vec::new());
+        self.tokenizer.segments_and_ids(&parsed.prompt, &mut prompt, self.token_ids.then_some(&mut ids));
+        let mut events = match self.engine.submit(prompt, ids, parsed.max_tokens) {
             Ok(rx) => rx,
             Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", m),
         };

@@ -23,6 +23,8 @@ use routelab_core::step_model::Pricer;
 use routelab_core::time::{SimTime, seconds, ticks};
 use routelab_core::workload::generate::{GeneratedRequest, RequestStream};
 
+use super::kv_publish::mirror::Mirror;
+
 /// What an active request hears from the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TokenEvent {
@@ -51,7 +53,7 @@ pub struct Snapshot {
 }
 
 enum Command {
-    Submit { prompt: Vec<Segment>, output_tokens: u32, events: mpsc::UnboundedSender<TokenEvent> },
+    Submit { prompt: Vec<Segment>, ids: Vec<u32>, output_tokens: u32, events: mpsc::UnboundedSender<TokenEvent> },
     Snapshot(oneshot::Sender<Snapshot>),
 }
 
@@ -63,8 +65,15 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Starts the engine task on the current tokio runtime.
-    pub fn start(cfg: ReplicaConfig, cost: Roofline, scheduler: SchedulerBox, time_scale: f64) -> Self {
+    /// Starts the engine task on the current tokio runtime; `mirror` publishes its cache as KV
+    /// events (`--kv-events`).
+    pub fn start(
+        cfg: ReplicaConfig,
+        cost: Roofline,
+        scheduler: SchedulerBox,
+        time_scale: f64,
+        mirror: Option<Mirror>,
+    ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let kv_capacity_tokens = cfg.kv_capacity_tokens;
         let core = Core {
@@ -81,16 +90,19 @@ impl Engine {
             step_end: None,
             last_end: 0,
             snap: Snapshot { kv_capacity_tokens, ..Snapshot::default() },
+            mirror,
         };
         tokio::spawn(core.run(rx));
         Self { commands: tx, kv_capacity_tokens }
     }
 
-    /// Queues a request; its tokens arrive on the returned channel. `Err` when its prompt is empty,
-    /// it can never fit in KV memory (prompt plus output), or the engine has stopped.
+    /// Queues a request (`ids`: its prompt's token ids, for KV events; may be empty); its tokens
+    /// arrive on the returned channel. `Err` when its prompt is empty, it can never fit in KV
+    /// memory (prompt plus output), or the engine has stopped.
     pub fn submit(
         &self,
         prompt: Vec<Segment>,
+        ids: Vec<u32>,
         output_tokens: u32,
     ) -> Result<mpsc::UnboundedReceiver<TokenEvent>, String> {
         let prompt_tokens = super::text::tokens_of(&prompt);
@@ -107,7 +119,7 @@ impl Engine {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         self.commands
-            .send(Command::Submit { prompt, output_tokens, events: tx })
+            .send(Command::Submit { prompt, ids, output_tokens, events: tx })
             .map_err(|_| "the engine has stopped".to_string())?;
         Ok(rx)
     }
@@ -140,6 +152,7 @@ struct Core {
     step_end: Option<SimTime>,
     last_end: SimTime,
     snap: Snapshot,
+    mirror: Option<Mirror>,
 }
 
 impl Core {
@@ -150,7 +163,12 @@ impl Core {
                 biased;
                 _ = sleep_until(deadline), if deadline.is_some() => self.on_step_end(),
                 cmd = commands.recv() => match cmd {
-                    Some(Command::Submit { prompt, output_tokens, events }) => self.on_arrival(prompt, output_tokens, events),
+                    Some(Command::Submit { prompt, ids, output_tokens, events }) => {
+                        if let Some(m) = &mut self.mirror {
+                            m.hold(&prompt, &ids);
+                        }
+                        self.on_arrival(prompt, output_tokens, events)
+                    }
                     Some(Command::Snapshot(reply)) => {
                         let _ = reply.send(self.snapshot());
                     }
@@ -195,6 +213,9 @@ impl Core {
         self.last_end = now;
         self.completed.clear();
         self.replica.finish_step(now, &self.stream, &mut self.states, &self.cfg, &mut self.completed);
+        if let Some(m) = &mut self.mirror {
+            m.sync(&self.replica.cache);
+        }
         let (stream, states) = (&self.stream, &self.states);
         for (&id, a) in self.active.iter_mut() {
             let st = &states[id as usize];
@@ -207,7 +228,14 @@ impl Core {
                 a.sent = produced;
             }
         }
-        self.active.retain(|&id, _| states[id as usize].phase != Phase::Done);
+        let mirror = &mut self.mirror;
+        self.active.retain(|&id, _| {
+            let done = states[id as usize].phase == Phase::Done;
+            if let Some(m) = mirror.as_mut().filter(|_| done) {
+                m.release(stream.prompt(id as usize));
+            }
+            !done
+        });
         self.snap.requests_finished += self.completed.len() as u64;
         self.start_step(now);
     }
@@ -226,10 +254,16 @@ impl Core {
             Err(e) => {
                 // A failing scheduler cannot order the queue: fail every request it holds.
                 eprintln!("emulate: {e}");
-                for (_, a) in self.active.drain() {
+                for (id, a) in self.active.drain() {
                     let _ = a.events.send(TokenEvent::Failed);
+                    if let Some(m) = &mut self.mirror {
+                        m.release(self.stream.prompt(id as usize));
+                    }
                 }
                 self.replica = Replica::new(0);
+                if let Some(m) = &mut self.mirror {
+                    m.cleared();
+                }
                 self.step_end = None;
             }
         }

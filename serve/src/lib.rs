@@ -13,6 +13,7 @@ pub mod bounded;
 pub mod emulate;
 pub mod engine;
 pub mod gateway;
+pub mod kv_publish;
 pub mod prom;
 pub mod proxy;
 pub mod record;

@@ -166,19 +166,43 @@ impl Tokenizer {
     /// ids chained over the blocks' bytes (fallback) or token ids (a tokenizer.json). An empty
     /// prompt has no segment; a prompt the tokenizer fails on falls back to bytes.
     pub fn segments(&self, prompt: &str, out: &mut Vec<Segment>) {
+        self.segments_and_ids(prompt, out, None)
+    }
+
+    /// As [`Tokenizer::segments`], and with a tokenizer.json the prompt's token ids into `ids`
+    /// (left empty by the byte-level fallback, which has none).
+    pub fn segments_and_ids(&self, prompt: &str, out: &mut Vec<Segment>, ids: Option<&mut Vec<u32>>) {
         match self {
-            Tokenizer::Bytes => segments(prompt, out),
+            Tokenizer::Bytes => {
+                if let Some(ids) = ids {
+                    ids.clear();
+                }
+                segments(prompt, out)
+            }
             #[cfg(feature = "tokenizer")]
             Tokenizer::Hf(t) => {
-                let Ok(enc) = t.encode(prompt, true) else { return segments(prompt, out) };
-                out.clear();
-                let mut id = 0u64;
-                for block in enc.get_ids().chunks(BLOCK_TOKENS) {
-                    id = segment_id(id, block);
-                    out.push(Segment { id, tokens: block.len() as u32 });
+                let enc = t.encode(prompt, true).ok();
+                if let Some(ids) = ids {
+                    ids.clear();
+                    ids.extend_from_slice(enc.as_ref().map_or(&[][..], |e| e.get_ids()));
+                }
+                match enc {
+                    Some(e) => segments_of_ids(e.get_ids(), out),
+                    None => segments(prompt, out),
                 }
             }
         }
+    }
+}
+
+/// Segments of token ids: one per [`BLOCK_TOKENS`] ids (the last may be shorter).
+#[cfg_attr(not(feature = "tokenizer"), allow(dead_code))]
+fn segments_of_ids(ids: &[u32], out: &mut Vec<Segment>) {
+    out.clear();
+    let mut id = 0u64;
+    for block in ids.chunks(BLOCK_TOKENS) {
+        id = segment_id(id, block);
+        out.push(Segment { id, tokens: block.len() as u32 });
     }
 }
 

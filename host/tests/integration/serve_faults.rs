@@ -162,6 +162,7 @@ pub fn emulate_args() -> EmulateArgs {
         time_scale: 0.1,
         served_model_name: None,
         tokenizer: None,
+        kv_events: None,
         limits: ConnLimits::default(),
     }
 }
@@ -553,6 +554,9 @@ fn impossible_emulate_and_serve_arguments_are_refused() {
     );
     let missing = std::path::PathBuf::from("/nonexistent/tokenizer.json");
     refused(&|a| a.tokenizer = Some(missing.clone()), "--tokenizer");
+    // KV events carry token ids: without --tokenizer, refused (and a malformed value in any case).
+    refused(&|a| a.kv_events = Some("tcp://127.0.0.1:0".into()), "needs --tokenizer");
+    refused(&|a| a.kv_events = Some("tcp://127.0.0.1:0,format=trt".into()), "--kv-events");
     let mut s = serve_args(&["http://127.0.0.1:9".into()]);
     s.tokenizer = Some(missing.clone());
     let e = Gateway::new(s).err().expect("a missing tokenizer.json was accepted").to_string();

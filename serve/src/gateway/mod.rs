@@ -278,8 +278,8 @@ impl Gateway {
             )
             .into());
         }
-        // Twice the cache's blocks: room for what the engine holds and removals in flight.
-        let max_blocks = (kv_capacity_tokens / crate::text::BLOCK_TOKENS as u64 * 2).clamp(1 << 10, 1 << 24) as usize;
+        // Twice the cache: room for what the engine holds and removals in flight.
+        let max_tokens = (kv_capacity_tokens * 2).clamp(1 << 14, 1 << 26) as usize;
         let spec = PolicySpec::parse(&args.policy)?;
         let ctx = RouterContext {
             kv_capacity_tokens,
@@ -295,7 +295,7 @@ impl Gateway {
             views: vec![ReplicaView::default(); n as usize],
             sent_paths: vec![HashSet::new(); if exact { n as usize } else { 0 }],
             wants_evictions,
-            kv: kv_specs.iter().map(|s| s.as_ref().map(|_| kv_events::View::new(max_blocks))).collect(),
+            kv: kv_specs.iter().map(|s| s.as_ref().map(|_| kv_events::View::new(max_tokens))).collect(),
         };
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);

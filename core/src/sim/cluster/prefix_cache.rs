@@ -404,6 +404,16 @@ impl PrefixCache {
         path
     }
 
+    /// (path hash, parent's path hash (0 under the root), segment) of every node whose segment
+    /// is wholly computed: what an engine's prefix cache holds as full blocks (the emulator
+    /// publishes it as KV events).
+    pub fn computed_segments(&self) -> impl Iterator<Item = (u64, u64, Segment)> + '_ {
+        self.children.values().filter_map(|&c| {
+            let n = &self.nodes[c as usize];
+            (n.computed == n.segment.tokens).then(|| (n.path_hash, self.nodes[n.parent as usize].path_hash, n.segment))
+        })
+    }
+
     /// (path hash, tokens) of every node holding tokens.
     pub fn contents(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
         self.children.values().map(|&c| {

@@ -1,5 +1,6 @@
-//! `--kv-events`: the backends' own KV-cache events, in vLLM's wire format ([`wire`]), feed the
-//! policy's view of each backend's cache.
+//! `--kv-events`: the backends' own KV-cache events, in vLLM's or SGLang's wire format
+//! ([`wire`]: the two are told apart by their shape, no flag needed), feed the policy's view of
+//! each backend's cache.
 //!
 //! Per backend with events, a task subscribes (ZMQ SUB) to the engine's publisher. Each batch's
 //! `BlockStored` / `BlockRemoved` / `AllBlocksCleared` updates that backend's [`KvIndex`] (which
@@ -22,7 +23,7 @@
 //! match forever) and its matches are the gateway's own guess (what it routed there, as without
 //! events) united with what events arrive after, until the engine sends `AllBlocksCleared` or
 //! restarts (a sequence number below the expected one: its cache is empty again), which makes it
-//! live again. An index past its bound (`max_blocks`, twice the KV capacity in blocks) is
+//! live again. An index past its bound (`max_tokens`, twice the KV capacity) is
 //! degraded the same way. Messages that are not `[topic, 8-byte seq, payload]`, or a payload
 //! over [`MAX_PAYLOAD_BYTES`], are counted and dropped. All of it is on `/metrics`
 //! (`routelab_gateway_kv_events_total{backend,outcome}`, `routelab_gateway_kv_blocks`,
@@ -39,7 +40,7 @@ use std::time::Duration;
 use abi_stable::std_types::RSlice;
 use bytes::Bytes;
 use routelab_core::workload::InputError;
-use routelab_policy_api::Eviction;
+use routelab_policy_api::{Eviction, Segment};
 use zeromq::{Socket as _, SocketRecv as _, SocketSend as _};
 
 use super::Gateway;
@@ -121,8 +122,8 @@ pub struct View {
 }
 
 impl View {
-    pub fn new(max_blocks: usize) -> Self {
-        Self { index: KvIndex::new(max_blocks), live: true, pending: HashMap::new() }
+    pub fn new(max_tokens: usize) -> Self {
+        Self { index: KvIndex::new(max_tokens), live: true, pending: HashMap::new() }
     }
 }
 
@@ -269,7 +270,7 @@ impl Gateway {
         let mut guard = self.routing.lock().expect("routing lock");
         let super::Routing { kv, router, wants_evictions, .. } = &mut *guard;
         let Some(view) = kv.get_mut(i).and_then(Option::as_mut) else { return };
-        let mut evict = |path: &[routelab_policy_api::Segment]| {
+        let mut evict = |path: &[Segment]| {
             if !*wants_evictions {
                 return;
             }
@@ -280,17 +281,28 @@ impl Gateway {
                 eprintln!("serve: {e}");
             }
         };
+        // Removals in a row are applied together (SGLang removes a node's pages first page
+        // first, one event each: their prefixes are read before any goes).
+        let mut removals: Vec<wire::BlockKey> = Vec::new();
+        fn remove(view: &mut View, removals: &mut Vec<wire::BlockKey>, evict: &mut dyn FnMut(&[Segment])) {
+            if let index::Applied::Removed(paths) = view.index.removed(removals) {
+                paths.iter().for_each(|p| evict(p));
+            }
+            removals.clear();
+        }
         for ev in &batch.events {
+            if let wire::KvEvent::Removed { hashes, medium } = ev {
+                if gpu(medium) {
+                    removals.extend_from_slice(hashes);
+                }
+                continue;
+            }
+            remove(view, &mut removals, &mut evict);
             match ev {
                 wire::KvEvent::Stored { hashes, parent, token_ids, block_size, medium } if gpu(medium) => {
                     if let index::Applied::Overflow = view.index.stored(hashes, *parent, token_ids, *block_size) {
                         self.kv_stats[i].add(Outcome::Overflow);
                         view.live = false;
-                    }
-                }
-                wire::KvEvent::Removed { hashes, medium } if gpu(medium) => {
-                    if let index::Applied::Removed(paths) = view.index.removed(hashes) {
-                        paths.iter().for_each(|p| evict(p));
                     }
                 }
                 wire::KvEvent::Cleared => {
@@ -301,6 +313,7 @@ impl Gateway {
                 _ => {}
             }
         }
+        remove(view, &mut removals, &mut evict);
     }
 
     /// The engine restarted: its cache is empty, the view live.

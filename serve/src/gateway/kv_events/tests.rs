@@ -168,10 +168,10 @@ fn path_of(segs: &[Segment]) -> u64 {
 fn the_index_places_blocks_under_their_parents_and_stays_bounded() {
     let ids: Vec<u32> = (0..64).collect();
     let segs = segments(&ids);
-    let mut ix = KvIndex::new(4);
+    let mut ix = KvIndex::new(64);
     // Two blocks of 32 tokens (two gateway segments each), then their child.
-    ix.stored(&[1, 2], None, &ids[..40], 32);
-    assert_eq!((ix.len(), ix.unplaced), (0, 2), "token ids that do not fill the blocks are refused");
+    ix.stored(&[1, 2], None, &ids[..24], 32);
+    assert_eq!((ix.len(), ix.unplaced), (0, 2), "token ids that do not reach the last block are refused");
     ix.stored(&[1], None, &ids[..32], 32);
     ix.stored(&[2], Some(1), &ids[32..], 32);
     assert_eq!(ix.len(), 2);
@@ -186,13 +186,37 @@ fn the_index_places_blocks_under_their_parents_and_stays_bounded() {
     let Applied::Removed(gone) = ix.removed(&[2, 42]) else { panic!() };
     assert_eq!(gone, std::slice::from_ref(&segs));
     assert!(ix.holds(path_of(&segs[..2])) && !ix.holds(path_of(&segs[..3])));
-    // Bounded: a fifth block drops the whole view.
-    let mut ix = KvIndex::new(4);
+    // Bounded: a fifth block of 16 tokens past 64 drops the whole view.
+    let mut ix = KvIndex::new(64);
     for k in 0..4u32 {
         ix.stored(&[k as u64], None, &[k; 16], 16);
     }
     assert!(matches!(ix.stored(&[4], None, &[4; 16], 16), Applied::Overflow));
     assert!(ix.is_empty());
+}
+
+#[test]
+fn blocks_of_any_size_fill_the_gateways_16_token_segments() {
+    // SGLang's 1-token pages and 5-token blocks (a block spans a segment boundary): the same
+    // paths as 16-token blocks, each held by the block that completes it.
+    let ids: Vec<u32> = (0..40).collect();
+    let segs = segments(&ids[..32]);
+    for bs in [1usize, 5, 16] {
+        let mut ix = KvIndex::new(1 << 10);
+        let n = 32usize.div_ceil(bs);
+        let keys: Vec<u64> = (1..=n as u64).collect();
+        // One event per block, each naming its parent (as SGLang sends them).
+        for (k, c) in ids[..32].chunks(bs).enumerate() {
+            ix.stored(&keys[k..=k], k.checked_sub(1).map(|p| keys[p]), c, bs as u32);
+        }
+        assert_eq!(ix.unplaced, 0, "block size {bs}");
+        assert!(ix.holds(path_of(&segs[..1])) && ix.holds(path_of(&segs)), "block size {bs}");
+        // Removing the chain first block first, in one call (a batch's removals): the
+        // prefixes are named though their parents went before them.
+        let Applied::Removed(gone) = ix.removed(&keys) else { panic!("block size {bs}") };
+        assert_eq!(gone, [segs[..1].to_vec(), segs.clone()], "block size {bs}");
+        assert!(ix.is_empty() && !ix.holds(path_of(&segs[..1])));
+    }
 }
 
 #[test]
@@ -221,3 +245,7 @@ fn kv_events_flags_are_checked() {
 /// The tests that load a tokenizer.json (the `tokenizer` feature; `.ci/run` runs them).
 #[cfg(feature = "tokenizer")]
 mod live;
+
+/// Two emulated engines publishing events, a gateway following them (the `tokenizer` feature).
+#[cfg(feature = "tokenizer")]
+mod emulated;

@@ -1,4 +1,4 @@
-//! vLLM's KV-cache event batches, decoded from msgpack.
+//! vLLM's and SGLang's KV-cache event batches, decoded from msgpack.
 //!
 //! Source: vllm `vllm/distributed/kv_events.py` @0181ea3173e53eea8cf04a86891488e3dc89bb34. A
 //! publisher sends multipart ZMQ messages `[topic, seq, payload]`: `seq` an 8-byte big-endian
@@ -16,6 +16,14 @@
 //! `array_like` (`[ts, events, rank]`, `["BlockStored", hashes, parent, ids, size, ...]`, as in
 //! vLLM's `examples/online_serving/kv_events_subscriber.py`); both forms are read. Keys this
 //! reader does not know are ignored; an event of an unknown type is skipped.
+//!
+//! SGLang publishes the same sockets and event names in the array form
+//! (`python/sglang/srt/disaggregation/kv_events.py` @006d053f182f9b488d2bd841afa06d5f9120a258:
+//! `array_like=True`, a batch `[ts, events]`, `["BlockStored", hashes, parent, ids, size,
+//! lora_id]`, `["BlockRemoved", hashes]`), with int64 hashes and one event per page of its radix
+//! cache (`mem_cache/radix_cache.py` @006b0e3d317f1cd4a7300e919a4eaa878b1947e7; `--page-size`
+//! 1 by default, so blocks of one token): this reader takes it as it is (a map or an array tells
+//! the forms apart), and the index ([`super::index`]) takes blocks of any size.
 
 use rmpv::Value;
 
