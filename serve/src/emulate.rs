@@ -163,6 +163,7 @@ impl Prepared {
             scheduler_window: 512,
             track_pending: false,
             report_evictions: false,
+            async_scheduling: false,
         };
         let model = args.served_model_name.clone().unwrap_or_else(|| sm.model.name.clone());
         let tokenizer = text::Tokenizer::load(args.tokenizer.as_deref(), "--tokenizer")?;

@@ -201,7 +201,7 @@ impl Core {
         });
         self.states.push(RequestState::default());
         let (stream, st) = (&self.stream, &mut self.states[id as usize]);
-        self.replica.enqueue(id, stream.prompt(id as usize), output_tokens.max(1), st, &self.cfg);
+        self.replica.enqueue(now, id, stream.prompt(id as usize), output_tokens.max(1), st, &self.cfg);
         self.active.insert(id, Active { events, sent: 0, counted: false });
         if self.step_end.is_none() {
             self.start_step(now);

@@ -13,6 +13,8 @@ use crate::workload::trace::MAX_TRACE_BYTES;
 /// What the engine measured for one request (engine clock, seconds).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Measured {
+    /// When the client sent it (client clock, s).
+    pub arrival_time: f64,
     pub input_toks: u32,
     pub output_toks: u32,
     pub queued_ts: f64,
@@ -44,6 +46,9 @@ pub struct Meta {
     pub max_num_batched_tokens: u32,
     /// `kv_cache_dtype` as the engine was given it (`auto`, `fp8`, `fp8_e4m3`, …).
     pub kv_cache_dtype: String,
+    /// `async_scheduling` when the run set it; `None`: vLLM's default (on since vLLM PR #27614
+    /// unless a feature is incompatible; the shipped 0.19.0 runs leave it out).
+    pub async_scheduling: Option<bool>,
 }
 
 /// A measured run: its engine, its requests as measured, and its request stream.
@@ -53,8 +58,8 @@ pub struct Bundle {
     pub name: String,
     pub meta: Meta,
     pub measured: Vec<Measured>,
-    /// The stream at the engine's arrival times (`queued_ts` from the first), in arrival order;
-    /// `order[k]` is the request (line of `requests.jsonl`, 0-based) of row `k`.
+    /// The stream at the times the requests reached the engine's process, in arrival order (see
+    /// [`load`]); `order[k]` is the request (line of `requests.jsonl`, 0-based) of row `k`.
     pub rows: Vec<MooncakeRow>,
     pub order: Vec<usize>,
 }
@@ -128,6 +133,12 @@ fn read_meta(dir: &Path) -> Result<Meta, InputError> {
             }),
         }
     };
+    let flag = |k: &str| match kw.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_bool().map(Some).ok_or_else(|| {
+            err(&file, None, &format!("engine_kwargs.{k}"), format!("must be true or false (got {v})"), META_FIX)
+        }),
+    };
     // vLLM's defaults where the run left a knob out.
     let meta = Meta {
         device: m.get("device").and_then(Value::as_str).map(str::to_string).or_else(|| device_beside(dir)),
@@ -136,13 +147,8 @@ fn read_meta(dir: &Path) -> Result<Meta, InputError> {
         max_num_seqs: knob("max_num_seqs", 256)?,
         max_num_batched_tokens: knob("max_num_batched_tokens", 8192)?,
         kv_cache_dtype: kw.get("kv_cache_dtype").and_then(Value::as_str).unwrap_or("auto").to_string(),
-        expert_parallel: match kw.get("enable_expert_parallel") {
-            None | Some(Value::Null) => false,
-            Some(v) => v.as_bool().ok_or_else(|| {
-                let message = format!("must be true or false (got {v})");
-                err(&file, None, "engine_kwargs.enable_expert_parallel", message, META_FIX)
-            })?,
-        },
+        expert_parallel: flag("enable_expert_parallel")?.unwrap_or(false),
+        async_scheduling: flag("async_scheduling")?,
         model,
     };
     Ok(meta)
@@ -175,6 +181,7 @@ fn read_requests(dir: &Path) -> Result<Vec<Measured>, InputError> {
         }
         last_arrival = arrival;
         let r = Measured {
+            arrival_time: arrival,
             input_toks: count(&m, "input_toks", &file, n, REQUESTS_FIX)?,
             output_toks: count(&m, "output_toks", &file, n, REQUESTS_FIX)?,
             queued_ts: number(&m, "queued_ts", &file, n, REQUESTS_FIX)?,
@@ -268,16 +275,23 @@ pub fn load(dir: &Path, stream: Option<&Path>) -> Result<Bundle, InputError> {
     let measured = read_requests(dir)?;
     let stream_file = stream.map_or_else(|| dir.join("stream.jsonl"), Path::to_path_buf);
     let lines = read_stream(&stream_file, &measured)?;
-    // The engine's arrival order and times.
+    // When each request reached the engine: its client send time on the engine's clock. vLLM
+    // stamps `queued_ts` when its busy loop takes a request in, between steps, so a request
+    // sent mid-step is stamped at that step's end (in the shipped runs, 0–108 ms after it was
+    // sent on the 8B and the MoE, up to 374 ms on Qwen3-32B's longer steps); the replay's
+    // engine does the same (`sim/cluster/async_sched.rs`). The clocks' offset is the one that
+    // makes the quickest request's wait zero.
+    let offset = measured.iter().map(|m| m.arrival_time - m.queued_ts).fold(f64::NEG_INFINITY, f64::max);
+    let engine_arrival = |m: &Measured| m.arrival_time - offset;
     let mut order: Vec<usize> = (0..measured.len()).collect();
-    order.sort_by(|&a, &b| measured[a].queued_ts.total_cmp(&measured[b].queued_ts).then(a.cmp(&b)));
-    let t0 = measured[order[0]].queued_ts;
+    order.sort_by(|&a, &b| engine_arrival(&measured[a]).total_cmp(&engine_arrival(&measured[b])).then(a.cmp(&b)));
+    let t0 = engine_arrival(&measured[order[0]]);
     let rows = order
         .iter()
         .map(|&i| {
             let (input, output, ids) = &lines[i];
             MooncakeRow {
-                at_s: measured[i].queued_ts - t0,
+                at_s: engine_arrival(&measured[i]) - t0,
                 input_length: *input,
                 output_length: *output,
                 hash_ids: ids.clone(),

@@ -15,6 +15,9 @@
 //! interval); with `enable_expert_parallel` on a
 //! mixture of experts, the experts split across those replicas (`expert_parallel: dp`), and a
 //! mixture of experts' engines step in lock-step (`data_parallel: dp`; `sim/cluster/lockstep.rs`).
+//! The engine schedules one step ahead (vLLM's async scheduling, `sim/cluster/async_sched.rs`)
+//! when the profile declares it, unless the run's `engine_kwargs.async_scheduling` says how it
+//! scheduled; the roofline replays a synchronous engine.
 
 use std::path::Path;
 
@@ -136,7 +139,12 @@ pub fn engine_spec(bundle: &Bundle, how: &Replay) -> Result<ClusterSpec, InputEr
         bundle.rows.len()
     );
     let mut spec: ClusterSpec = serde_norway::from_str(&yaml).map_err(|e| bad("", e.to_string(), String::new()))?;
-    spec.calibration = how.calibration.clone().map(Choice::Custom);
+    // The engine schedules as the profile declares, unless the run says how it scheduled.
+    let calibration = how.calibration.clone().map(|mut c| {
+        c.async_scheduling = m.async_scheduling.unwrap_or(c.async_scheduling);
+        c
+    });
+    spec.calibration = calibration.map(Choice::Custom);
     let as_input = |e: FieldError| InputError::from_field(&meta_file, e.under("(replayed cluster)"));
     spec.validate().map_err(as_input)?;
     spec.step_model().map_err(as_input)?;
@@ -160,11 +168,12 @@ pub fn replay(bundle: &Bundle, how: &Replay) -> Result<RunAccuracy, Error> {
     let outcome = crate::runner::run_cluster(&spec, &stream, router, "replay", 1)?;
     // Records are in the stream's (arrival) order; `order` maps them back to requests.
     let mut sim_figs = Vec::with_capacity(outcome.records.len());
+    // Timed from when the engine took the request in, as vLLM's `queued_ts`.
     for rec in &outcome.records {
-        let ttft = rec.first_token_at_s - rec.arrived_at_s;
+        let ttft = rec.first_token_at_s - rec.queued_at_s;
         let tpot = (rec.output_tokens > 1)
             .then(|| (rec.completed_at_s - rec.first_token_at_s) / (rec.output_tokens - 1) as f64);
-        sim_figs.push((ttft, tpot, rec.completed_at_s - rec.arrived_at_s));
+        sim_figs.push((ttft, tpot, rec.completed_at_s - rec.queued_at_s));
     }
     let real: Vec<_> = bundle.measured.iter().map(|r| r.figures()).collect();
     let (real, sim) = (figures(&real), figures(&sim_figs));

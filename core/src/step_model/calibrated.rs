@@ -112,6 +112,14 @@ pub struct Calibration {
     pub request_overhead_s: f64,
     /// Added to every output token after the first, s.
     pub output_token_s: f64,
+    /// The engine schedules one step ahead (vLLM's async scheduling, on by default since it
+    /// stopped being opt-in): a step's batch is formed when the step before it starts, so a
+    /// request the engine picks up mid-step joins the step after the next, and a slot a request
+    /// frees at a step's end is refilled one step later (`sim/cluster/async_sched.rs`). Declared
+    /// by a profile whose overheads were fitted on runs of such an engine; off by default (the
+    /// replica forms each step when the last one ends).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub async_scheduling: bool,
     /// How well each term fits the measurements it was fitted on (shown by `step-model`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub fit: BTreeMap<String, TermFit>,
@@ -175,6 +183,7 @@ impl Calibration {
             allreduce_gb_s: 50.0,
             request_overhead_s: 0.0,
             output_token_s: 0.0,
+            async_scheduling: false,
             fit: BTreeMap::new(),
         }
     }

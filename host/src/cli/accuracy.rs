@@ -122,7 +122,10 @@ pub fn calibrate(
             format!("fitted to mean TPOT of {}", bundles.iter().map(|b| b.name.as_str()).collect::<Vec<_>>().join(", "))
         }
     );
-    let base = Calibration::unfitted(&name, &gpu, &source);
+    let mut base = Calibration::unfitted(&name, &gpu, &source);
+    // Fitted on runs, the profile describes their engine: async scheduling unless a run turned
+    // it off (vLLM's default since PR #27614; `sim/cluster/async_sched.rs`).
+    base.async_scheduling = !bundles.is_empty() && bundles.iter().all(|b| b.meta.async_scheduling.unwrap_or(true));
     let measurement = |e: fit::MeasurementError| InputError {
         file: PathBuf::from(&e.file),
         path: e.field,

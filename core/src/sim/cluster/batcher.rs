@@ -84,17 +84,17 @@ impl Replica {
             }
         }
 
-        // (3) Admissions in the scheduler's order.
-        if budget > 0
-            && !self.blocked
-            && !self.waiting.is_empty()
-            && self.running.len() < cfg.max_batch_requests as usize
-        {
-            self.fill_views(stream, states, cfg);
+        // (3) Admissions in the scheduler's order, of the requests taken in when the batch was
+        // formed (one step ahead under async scheduling, with the slots of requests that just
+        // finished still held: `async_sched.rs`).
+        let (taken_in_by, held) = self.look_ahead(now, states, cfg);
+        let slots = cfg.max_batch_requests.saturating_sub(held) as usize;
+        if budget > 0 && !self.blocked && !self.waiting.is_empty() && self.running.len() < slots {
+            self.fill_views(stream, states, cfg, taken_in_by);
             self.ask_scheduler(scheduler, seconds(now))?;
             let mut admitted = false;
             for k in 0..self.order.len() {
-                if budget == 0 || self.running.len() >= cfg.max_batch_requests as usize {
+                if budget == 0 || self.running.len() >= slots {
                     break;
                 }
                 let i = self.order[k] as usize;
@@ -227,6 +227,7 @@ impl Replica {
         completed: &mut Vec<u32>,
     ) {
         self.steps += 1;
+        let completed_before = completed.len();
         self.decode_context_tokens += self.decode_batch as u64;
         self.outstanding_work -= self.decode_batch as u64;
         let mut prefill_finished = false;
@@ -284,6 +285,7 @@ impl Replica {
             self.complete(r, now, stream, states, cfg, true);
             completed.push(r);
         }
+        self.last_finish = (now, (completed.len() - completed_before) as u32);
     }
 
     /// Frees a finished request: its output KV (kept in the cache when a later turn reuses it)

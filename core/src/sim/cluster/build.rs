@@ -77,6 +77,7 @@ impl<'a> ClusterSim<'a> {
             scheduler_window: spec.scheduler_window,
             track_pending: caps.needs_exact_match(),
             report_evictions: caps.wants_evictions(),
+            async_scheduling: sm.calibration.as_ref().is_some_and(|c| c.async_scheduling),
         };
         let mut replicas: Vec<Replica> = (0..n as u32)
             .map(|r| match &spec.kv_tiers {

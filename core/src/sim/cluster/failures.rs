@@ -199,7 +199,7 @@ impl ClusterSim<'_> {
         let req = Request::new(id as u64, seconds(self.states[id].arrived_at), q.prompt_tokens).with_segments(prompt);
         let r = self.routable[self.router.dispatch(&req, &self.infos[id], &self.views)? as usize] as usize;
         let cfg = &self.cfgs[super::replica_pool(None, &self.gpu_pool, r)];
-        self.replicas[r].enqueue(id as u32, prompt, q.output_tokens, &mut self.states[id], cfg);
+        self.replicas[r].enqueue(now, id as u32, prompt, q.output_tokens, &mut self.states[id], cfg);
         // As after a preemption: the new replica recomputes the generated tokens with the prompt.
         self.states[id].prefill_target += produced;
         if self.idle(r) {

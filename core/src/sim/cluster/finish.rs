@@ -21,6 +21,7 @@ impl ClusterSim<'_> {
         RequestRecord {
             replica: st.replica,
             arrived_at_s: seconds(st.arrived_at),
+            queued_at_s: if st.phase == super::replica::Phase::NotArrived { f64::NAN } else { seconds(st.queued_at) },
             admitted_at_s: t(st.admitted_at),
             first_token_at_s: t(st.first_token_at) + first,
             completed_at_s: t(st.completed_at) + first + later,

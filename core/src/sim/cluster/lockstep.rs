@@ -55,9 +55,12 @@ impl ClusterSim<'_> {
             steps.iter().map(|&(d, t)| d.unwrap_or(dummy) + pricer.lockstep_delta_s(t, group)).fold(0.0, f64::max);
         let t = ticks(slowest).max(1);
         for (m, (d, _)) in members.zip(&steps) {
+            let rep = &mut self.replicas[m];
             if d.is_some() {
-                self.replicas[m].busy_s += seconds(t);
+                rep.busy_s += seconds(t);
             }
+            // A dummy step holds the engine too: what reaches it waits for the group's step.
+            (rep.step_started_at, rep.step_ends_at) = (now, now + t);
         }
         self.group_busy[g] = true;
         self.queue.push(now + t, Event::StepEnd((g * self.lockstep) as u32));

@@ -42,6 +42,9 @@
 //! [`ClusterSim::build`] checks and wires everything (bad input is a [`SetupError`] before the
 //! first event); [`ClusterSim::run`] only runs, one handler per event.
 
+mod async_sched;
+#[cfg(test)]
+mod async_sched_tests;
 pub mod batcher;
 mod build;
 #[cfg(test)]
@@ -376,7 +379,7 @@ impl<'a> ClusterSim<'a> {
         let req = Request::new(id as u64, arrived_at, q.prompt_tokens).with_segments(prompt);
         let r = self.routable[self.router.dispatch(&req, &self.infos[id], &self.views)? as usize] as usize;
         let cfg = &self.cfgs[replica_pool(None, &self.gpu_pool, r)];
-        self.replicas[r].enqueue(id as u32, prompt, q.output_tokens, &mut self.states[id], cfg);
+        self.replicas[r].enqueue(now, id as u32, prompt, q.output_tokens, &mut self.states[id], cfg);
         self.lora_enqueued(r, id);
         if self.idle(r) {
             self.start_step(r, now)?;
@@ -568,7 +571,9 @@ impl<'a> ClusterSim<'a> {
         }
         if let Some(d) = self.form_step(r, now)? {
             let t = ticks(d).max(1);
-            self.replicas[r].busy_s += seconds(t);
+            let rep = &mut self.replicas[r];
+            rep.busy_s += seconds(t);
+            (rep.step_started_at, rep.step_ends_at) = (now, now + t);
             self.queue.push(now + t, Event::StepEnd(r as u32));
         }
         Ok(())

@@ -321,7 +321,7 @@ impl ClusterSim<'_> {
         let rep = &mut self.replicas[target];
         let out = self.states[id as usize].output_here(self.stream.request(id as usize).output_tokens);
         let cfg = &self.cfgs[super::pool_of(self.pd.as_ref(), target)];
-        rep.enqueue(id, self.stream.prompt(id as usize), out, &mut self.states[id as usize], cfg);
+        rep.enqueue(now, id, self.stream.prompt(id as usize), out, &mut self.states[id as usize], cfg);
         if !rep.busy {
             self.start_step(target, now)?;
         }

@@ -86,6 +86,7 @@ fn config(capacity: u64) -> ReplicaConfig {
         scheduler_window: 512,
         track_pending: false,
         report_evictions: false,
+        async_scheduling: false,
     }
 }
 

@@ -32,6 +32,7 @@ fn config(capacity: u64, reservation: Reservation, preemption: Preemption) -> Re
         scheduler_window: 512,
         track_pending: false,
         report_evictions: false,
+        async_scheduling: false,
     }
 }
 
@@ -65,12 +66,12 @@ fn third_arrives(priorities: [i32; 3], preemption: Preemption) -> (Replica, Vec<
     let mut sched = scheduler("priority", &priorities);
     let mut done = Vec::new();
     for r in 0..2u32 {
-        rep.enqueue(r, stream.prompt(r as usize), 50, &mut states[r as usize], &cfg);
+        rep.enqueue(0, r, stream.prompt(r as usize), 50, &mut states[r as usize], &cfg);
     }
     rep.start_step(0, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
     rep.finish_step(1, &stream, &mut states, &cfg, &mut done);
     assert_eq!(sorted(&rep.running), [0, 1], "both fit: 300 tokens committed of 300");
-    rep.enqueue(2, stream.prompt(2), 50, &mut states[2], &cfg);
+    rep.enqueue(0, 2, stream.prompt(2), 50, &mut states[2], &cfg);
     rep.start_step(1, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
     (rep, states)
 }
@@ -120,7 +121,7 @@ fn out_of_memory_the_victim_is_the_least_important_not_the_newest() {
         let mut sched = scheduler("fcfs", &[0, 2, 0]);
         let mut done = Vec::new();
         for r in 0..2u32 {
-            rep.enqueue(r, stream.prompt(r as usize), 50, &mut states[r as usize], &cfg);
+            rep.enqueue(0, r, stream.prompt(r as usize), 50, &mut states[r as usize], &cfg);
         }
         let mut now = 0;
         while rep.preemptions == 0 && done.is_empty() {

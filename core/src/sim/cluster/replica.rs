@@ -77,6 +77,9 @@ pub struct RequestState {
     /// When the request arrived: its stream's `arrived_at`, or, for a call of an agent session
     /// that waited for others, when it was sent.
     pub arrived_at: SimTime,
+    /// When its replica's engine took it in (vLLM's `queued_ts`): on arrival at an idle
+    /// replica, else when the step in flight ends (`async_sched.rs`).
+    pub queued_at: SimTime,
 }
 
 impl RequestState {
@@ -121,6 +124,8 @@ pub struct ReplicaConfig {
     pub scheduler_window: u32,
     pub track_pending: bool,
     pub report_evictions: bool,
+    /// vLLM's async scheduling (`async_sched.rs`): each step's batch is formed one step ahead.
+    pub async_scheduling: bool,
 }
 
 pub struct Replica {
@@ -156,6 +161,11 @@ pub struct Replica {
     pub evictions: Vec<EvictionEvent>,
     pub dispatched: u64,
     pub preemptions: u64,
+    /// The last step formed (a lock-step group's dummy step included): its start and end.
+    pub step_started_at: SimTime,
+    pub step_ends_at: SimTime,
+    /// When the last finished step ended, and how many requests it completed.
+    pub(super) last_finish: (SimTime, u32),
     next_admit_seq: u64,
     // Scratch, reused every step.
     pub(super) chunks: Vec<(u32, u32)>,
@@ -196,6 +206,9 @@ impl Replica {
             evictions: Vec::new(),
             dispatched: 0,
             preemptions: 0,
+            step_started_at: 0,
+            step_ends_at: 0,
+            last_finish: (0, 0),
             next_admit_seq: 0,
             chunks: Vec::new(),
             step_chunks: Vec::new(),
@@ -230,9 +243,10 @@ impl Replica {
         !self.running.is_empty() || !self.waiting.is_empty()
     }
 
-    /// A request routed here joins the waiting queue.
+    /// A request routed here at `now` joins the waiting queue.
     pub fn enqueue(
         &mut self,
+        now: SimTime,
         id: u32,
         prompt: &[Segment],
         output_tokens: u32,
@@ -241,6 +255,7 @@ impl Replica {
     ) {
         st.phase = Phase::Waiting;
         st.replica = self.id;
+        st.queued_at = self.pickup_at(now);
         let prompt_tokens: u32 = prompt.iter().map(|s| s.tokens).sum();
         st.prefill_target = prompt_tokens;
         self.outstanding_work += prompt_tokens as u64 + output_tokens as u64;
@@ -385,11 +400,19 @@ impl Replica {
         self.blocked = false;
     }
 
-    /// The scheduler's view of the first `scheduler_window` waiting requests.
-    pub(super) fn fill_views(&mut self, stream: &RequestStream, states: &(impl States + ?Sized), cfg: &ReplicaConfig) {
+    /// The scheduler's view of the first `scheduler_window` waiting requests, up to the first
+    /// taken in after `taken_in_by` (`async_sched.rs`).
+    pub(super) fn fill_views(
+        &mut self,
+        stream: &RequestStream,
+        states: &(impl States + ?Sized),
+        cfg: &ReplicaConfig,
+        taken_in_by: SimTime,
+    ) {
         self.views.clear();
         self.shown.clear();
-        for &r in self.waiting.iter().take(cfg.scheduler_window as usize) {
+        let window = self.waiting.iter().take(cfg.scheduler_window as usize);
+        for &r in window.take_while(|&&r| states[r as usize].queued_at <= taken_in_by) {
             let req = stream.request(r as usize);
             let st = &states[r as usize];
             let cached = self.cache.cached_prefix(stream.prompt(r as usize)).min(req.prompt_tokens);

@@ -100,6 +100,7 @@ fn llm_time_is_the_union_of_the_calls_spans() {
     let rec = |a: f64, b: f64| RequestRecord {
         replica: 0,
         arrived_at_s: a,
+        queued_at_s: a,
         admitted_at_s: a,
         first_token_at_s: b,
         completed_at_s: b,

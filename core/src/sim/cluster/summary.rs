@@ -16,6 +16,9 @@ use crate::workload::slo::Slo;
 pub struct RequestRecord {
     pub replica: u32,
     pub arrived_at_s: f64,
+    /// When its replica's engine took it in (vLLM's `queued_ts`, `async_sched.rs`): its
+    /// arrival, or the end of the step in flight then; NaN if never routed.
+    pub queued_at_s: f64,
     pub admitted_at_s: f64,
     pub first_token_at_s: f64,
     pub completed_at_s: f64,
@@ -419,6 +422,7 @@ mod tests {
         RequestRecord {
             replica: 0,
             arrived_at_s: arrived,
+            queued_at_s: arrived,
             admitted_at_s: arrived,
             first_token_at_s: first_token,
             completed_at_s: completed,
