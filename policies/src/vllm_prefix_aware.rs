@@ -35,8 +35,8 @@
 //! request #711 ("Add HashTrie LRU to prevent OOM") evicts least-recently-used nodes, children
 //! first, once the router's memory passes `PREFIXAWARE_MAX_MEMORY_SIZE_GB` (default 2). Here the
 //! limit counts nodes, not bytes, so that decisions do not depend on the allocator: 2^24 nodes
-//! is ≈ 1.4 GB at the ≈ 85 bytes a node `routelab bench` measures ("router memory"), inside
-//! that pull request's 2 GB. No shipped workload reaches it (`router_evicted_chunks` 0 on each:
+//! is ≈ 2.1 GB (1.9 GiB) at the ≈ 124 bytes a node `routelab bench` measures ("router memory":
+//! the holder bits, the recency entry and its queue slot), that pull request's 2 GB. No shipped workload reaches it (`router_evicted_chunks` 0 on each:
 //! docs/performance.md, "Bounded router state"), so their results are those of the unbounded
 //! trie; `max_chunks: 18446744073709551615` is upstream's unbounded trie.
 
