@@ -19,6 +19,7 @@ use routelab_policy_api::{
 };
 
 mod figures;
+mod memory;
 
 pub use figures::{Figure, Recorder, Report};
 
@@ -106,6 +107,7 @@ pub fn run(opts: &Options, echo: bool) -> Result<(String, Report)> {
     ));
     if let Some(routers) = &opts.routers {
         decisions_table(&mut loader, &mut rec, routers)?;
+        memory::memory_section(&mut loader, &mut rec, routers)?;
         return Ok(rec.report(opts.requests));
     }
     let requests = opts.requests;
@@ -423,6 +425,7 @@ fn bench_cluster(loader: &mut Loader, rec: &mut Recorder) -> Result<()> {
         "ray_prefix_aware",
     ];
     decisions_table(loader, rec, &routers)?;
+    memory::memory_section(loader, rec, &["sglang_cache_aware", "preble", "vllm_prefix_aware", "ray_prefix_aware"])?;
     mooncake_section(loader, rec, &routers)?;
     // The Preble grid's policies on the five presets at their base rate, one seed each.
     let grid = [

@@ -6,26 +6,43 @@
 //! 1. If `max − min > imbalanced_threshold` over the replicas' queue lengths: power of two —
 //!    two distinct replicas at random, the shorter queue (the first drawn on ties).
 //! 2. Otherwise match the prompt on the router's prefix tree (every prompt it routed, under the
-//!    replica it went to; never evicted by default). `rate` = longest match / prompt length.
+//!    replica it went to; trimmed as in the last paragraph). `rate` = longest match / prompt length.
 //!    `rate ≥ match_rate_threshold`: candidates = the replicas with that longest match;
 //!    otherwise the replicas whose share of the tree is smallest.
 //! 3. Among the candidates, the shortest queue, ties uniformly at random.
 //! 4. Record the prompt under the chosen replica.
 //!
-//! Parameters (defaults): `imbalanced_threshold` 10, `match_rate_threshold` 0.1.
+//! Eviction (Ray's `PrefixTree._run_eviction_loop`): every `eviction_interval_s`, each replica
+//! whose share of the tree holds more than `eviction_threshold_tokens` loses its least recently
+//! used leaves until it holds at most `eviction_target_tokens`. Here the check runs at the first
+//! decision at or after each interval's end (the tree is read only then).
+//!
+//! Parameters (defaults): `imbalanced_threshold` 10, `match_rate_threshold` 0.1,
+//! `do_eviction` true, `eviction_interval_s` 10, `eviction_threshold_tokens` 67,108,864 (2^26),
+//! `eviction_target_tokens` 90% of the threshold (60,397,977).
 //!
 //! Source: ray-project/ray @ ff32243d,
 //! `python/ray/llm/_internal/serve/request_router/prefix_aware/prefix_aware_router.py`
 //! (`_prefix_match_best_replicas`, `on_request_routed`), `.../prefix_aware/prefix_tree.py`
 //! (`prefix_match`, `get_smallest_tenants`), and
 //! `python/ray/serve/_private/request_router/request_router.py` (candidates: the one with the
-//! lowest queue length; queue-length cache `on_send_request` / `decrement_queue_len_cache`).
+//! lowest queue length; queue-length cache `on_send_request` / `decrement_queue_len_cache`);
+//! eviction: `prefix_aware_router.py` `initialize_state` (`do_eviction` False,
+//! `eviction_threshold_chars` 400,000, `eviction_target_chars` 360,000, `eviction_interval_secs`
+//! 10) and `prefix_tree.py` @ 81c8c490 (`start_eviction_loop`, `evict_tenant_by_lru`).
 //!
 //! Deviations, and why: Ray's tree holds characters of the concatenated message contents;
 //! here it holds the prompt's segments (toolkit `PrefixTree`), so match and tree size are in
 //! tokens. Ray returns *all* best candidates and takes the shortest queue among them (not a
-//! two-sample among them); ties, which Ray resolves by set order, are uniform here. Eviction
-//! (off by default upstream) is not offered.
+//! two-sample among them); ties, which Ray resolves by set order, are uniform here. Ray's
+//! eviction is off by default, and its tree then grows with every distinct prompt; here it is on
+//! with a threshold of 2^26 tokens a replica (the bound `sglang_cache_aware` uses, 2^26 being
+//! SGLang's `max_tree_size`), which no shipped workload reaches, so their results are those of
+//! Ray's defaults (docs/performance.md, "Bounded router state"). Ray's own on-values, 400,000
+//! and 360,000 characters, are `eviction_threshold_tokens: 100000, eviction_target_tokens:
+//! 90000` at 4 characters a token; `do_eviction: false` is Ray's default, unbounded. Ray evicts
+//! every node stamped with the oldest time together; here leaves go whole, oldest first
+//! (`PrefixTree::evict_lru`), and a node is a segment, not a run of characters.
 
 use rand::RngExt;
 use routelab_policy_api::*;
@@ -36,11 +53,23 @@ use serde::{Deserialize, Serialize};
 pub struct Config {
     pub imbalanced_threshold: u32,
     pub match_rate_threshold: f64,
+    pub do_eviction: bool,
+    pub eviction_interval_s: f64,
+    pub eviction_threshold_tokens: u64,
+    /// `None`: 90% of the threshold (Ray's 360,000 of 400,000).
+    pub eviction_target_tokens: Option<u64>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Self { imbalanced_threshold: 10, match_rate_threshold: 0.1 }
+        Self {
+            imbalanced_threshold: 10,
+            match_rate_threshold: 0.1,
+            do_eviction: true,
+            eviction_interval_s: 10.0,
+            eviction_threshold_tokens: 1 << 26,
+            eviction_target_tokens: None,
+        }
     }
 }
 
@@ -54,6 +83,10 @@ pub struct RayPrefixAware {
     pow2_decisions: u64,
     match_decisions: u64,
     smallest_tree_decisions: u64,
+    /// Tokens a replica's share is trimmed to once over the threshold.
+    eviction_target: u64,
+    next_eviction_at: f64,
+    evicted_tokens: u64,
 }
 
 impl Policy for RayPrefixAware {
@@ -66,9 +99,19 @@ impl Policy for RayPrefixAware {
         if !(0.0..=1.0).contains(&cfg.match_rate_threshold) {
             return Err(format!("match_rate_threshold must be in [0, 1] (got {})", cfg.match_rate_threshold));
         }
+        if !(cfg.eviction_interval_s > 0.0 && cfg.eviction_interval_s.is_finite()) {
+            return Err(format!("eviction_interval_s must be positive (got {})", cfg.eviction_interval_s));
+        }
+        let eviction_target =
+            cfg.eviction_target_tokens.unwrap_or((cfg.eviction_threshold_tokens as u128 * 9 / 10) as u64);
+        if eviction_target > cfg.eviction_threshold_tokens {
+            return Err(format!(
+                "eviction_target_tokens ({eviction_target}) must not exceed eviction_threshold_tokens ({})",
+                cfg.eviction_threshold_tokens
+            ));
+        }
         let n = ctx.replica_count();
         Ok(Self {
-            cfg,
             rng: policy_rng(ctx.seed),
             tree: PrefixTree::new(n),
             queue: vec![0; n],
@@ -77,6 +120,10 @@ impl Policy for RayPrefixAware {
             pow2_decisions: 0,
             match_decisions: 0,
             smallest_tree_decisions: 0,
+            eviction_target,
+            next_eviction_at: cfg.eviction_interval_s,
+            evicted_tokens: 0,
+            cfg,
         })
     }
 }
@@ -94,10 +141,26 @@ impl RayPrefixAware {
         }
         if self.queue[b] < self.queue[a] { b } else { a }
     }
+
+    /// Ray's eviction loop, for every interval that ended by `now`.
+    fn evict_due(&mut self, now: f64) {
+        while now >= self.next_eviction_at {
+            for r in 0..self.queue.len() {
+                let held = self.tree.held_tokens(r);
+                if held > self.cfg.eviction_threshold_tokens {
+                    self.evicted_tokens += self.tree.evict_lru(r, held - self.eviction_target);
+                }
+            }
+            self.next_eviction_at += self.cfg.eviction_interval_s;
+        }
+    }
 }
 
 impl RouterPolicy for RayPrefixAware {
     fn route(&mut self, request: &Request<'_>, _: &Replicas<'_>) -> usize {
+        if self.cfg.do_eviction {
+            self.evict_due(request.arrived_at);
+        }
         let (lo, hi) = self.queue.iter().fold((u32::MAX, 0), |(a, b), &q| (a.min(q), b.max(q)));
         if hi - lo > self.cfg.imbalanced_threshold {
             self.pow2_decisions += 1;
@@ -134,6 +197,7 @@ impl RouterPolicy for RayPrefixAware {
             ("pow2_decisions".into(), self.pow2_decisions as f64),
             ("match_decisions".into(), self.match_decisions as f64),
             ("smallest_tree_decisions".into(), self.smallest_tree_decisions as f64),
+            ("router_evicted_tokens".into(), self.evicted_tokens as f64),
         ]
     }
 }

@@ -3,7 +3,7 @@
 //! Algorithm (per request):
 //! 1. The prompt is cut into chunks of `chunk_tokens` (the last, shorter chunk included) and
 //!    looked up in a trie of chunk hashes whose nodes record every replica that was sent a
-//!    prompt through them. Nothing is ever evicted.
+//!    prompt through them. The trie holds at most `max_chunks` nodes (below).
 //! 2. Walk from the root while the replicas recorded at the next node intersect the set still
 //!    in play (initially all replicas); each step adds `chunk_tokens` to the match length and
 //!    narrows the set to the intersection.
@@ -11,9 +11,14 @@
 //!    request rate over the last `qps_window_s` seconds (a replica never routed to first; the
 //!    first in index order on ties). Otherwise pick uniformly at random from the set in play —
 //!    with no match at all that is every replica, so a miss is a uniformly random pick.
-//! 4. Record the prompt under the chosen replica.
+//! 4. Record the prompt under the chosen replica; every node on its path becomes the most
+//!    recently used. While the trie has more than `max_chunks` nodes, the least recently used
+//!    node is forgotten (on every replica). A node is used whenever a path through it is, after
+//!    its descendants, so the least recently used node is always a leaf: the replicas recorded
+//!    at a node stay a subset of those at its parent.
 //!
-//! Parameters (defaults): `chunk_tokens` 32, `min_match_tokens` 0, `qps_window_s` 60.
+//! Parameters (defaults): `chunk_tokens` 32, `min_match_tokens` 0, `qps_window_s` 60,
+//! `max_chunks` 16,777,216 (2^24).
 //!
 //! Source: vllm-project/production-stack @ a6c01db0, `src/vllm_router/routers/routing_logic.py`
 //! (`PrefixAwareRouter`, `_qps_routing`), `src/vllm_router/prefix/hashtrie.py` (128-character
@@ -24,12 +29,22 @@
 //! at about 4 characters per token is `chunk_tokens` 32 here (the simulator has no text), and
 //! `min_match_tokens` counts tokens where upstream counts characters. A trie node is identified
 //! by its chained chunk hash (the same thing: a chained hash names its whole path).
+//!
+//! The bound is ours: production-stack's merged `HashTrie` never evicts, and the router's
+//! memory grows until it is killed (vllm-project/production-stack issue #687); the open pull
+//! request #711 ("Add HashTrie LRU to prevent OOM") evicts least-recently-used nodes, children
+//! first, once the router's memory passes `PREFIXAWARE_MAX_MEMORY_SIZE_GB` (default 2). Here the
+//! limit counts nodes, not bytes, so that decisions do not depend on the allocator: 2^24 nodes
+//! is ≈ 2.1 GB (1.9 GiB) at the ≈ 124 bytes a node `routelab bench` measures ("router memory":
+//! the holder bits, the recency entry and its queue slot), that pull request's 2 GB. No shipped workload reaches it (`router_evicted_chunks` 0 on each:
+//! docs/performance.md, "Bounded router state"), so their results are those of the unbounded
+//! trie; `max_chunks: 18446744073709551615` is upstream's unbounded trie.
 
 use rand::RngExt;
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
 
-use crate::index::block_index::BlockIndex;
+use crate::index::block_index::{BlockIndex, Stamps};
 use crate::index::qps::QpsWindow;
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -38,11 +53,12 @@ pub struct Config {
     pub chunk_tokens: u32,
     pub min_match_tokens: u32,
     pub qps_window_s: f64,
+    pub max_chunks: u64,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Self { chunk_tokens: 32, min_match_tokens: 0, qps_window_s: 60.0 }
+        Self { chunk_tokens: 32, min_match_tokens: 0, qps_window_s: 60.0, max_chunks: 1 << 24 }
     }
 }
 
@@ -58,12 +74,16 @@ pub struct VllmPrefixAware {
     /// The request whose match `in_play` holds, and its chunks matched.
     matched: Option<(u64, usize)>,
     below_min_match: u64,
+    /// The trie's nodes by last use (one entry per node, stamped with `clock`).
+    recency: Stamps,
+    clock: u64,
+    evicted_chunks: u64,
 }
 
 impl Policy for VllmPrefixAware {
     const NAME: &'static str = "vllm_prefix_aware";
     const DESCRIPTION: &'static str =
-        "vLLM production-stack prefixaware: never-evicted chunk trie, random among the longest matches";
+        "vLLM production-stack prefixaware: chunk trie (LRU past 2^24 nodes), random among the longest matches";
     type Config = Config;
     type Context = RouterContext;
     fn new(cfg: Config, ctx: &RouterContext) -> Result<Self, String> {
@@ -72,6 +92,9 @@ impl Policy for VllmPrefixAware {
         }
         if !(cfg.qps_window_s > 0.0 && cfg.qps_window_s.is_finite()) {
             return Err(format!("qps_window_s must be positive (got {})", cfg.qps_window_s));
+        }
+        if cfg.max_chunks == 0 {
+            return Err("max_chunks must be at least 1 (the trie's node limit; 16777216 by default)".into());
         }
         let n = ctx.replica_count();
         Ok(Self {
@@ -85,6 +108,9 @@ impl Policy for VllmPrefixAware {
             in_play: vec![0; n.div_ceil(64).max(1)],
             matched: None,
             below_min_match: 0,
+            recency: Stamps::default(),
+            clock: 0,
+            evicted_chunks: 0,
         })
     }
 }
@@ -127,6 +153,23 @@ impl VllmPrefixAware {
         self.hashes = hashes;
         self.matched = Some((request.id, matched));
         matched
+    }
+
+    /// Marks the prompt's chunks used, deepest first (a node's stamp then exceeds every
+    /// descendant's), and forgets least recently used nodes while the trie is over its limit.
+    fn touch_and_trim(&mut self) {
+        for &h in self.hashes.iter().rev() {
+            self.clock += 1;
+            self.recency.stamp(h, 0, self.clock);
+        }
+        while self.recency.len() as u64 > self.cfg.max_chunks {
+            let (h, _) = self.recency.pop_oldest().expect("over the limit: not empty");
+            self.trie.remove_block(h);
+            self.evicted_chunks += 1;
+            // A match found before this may name a forgotten node.
+            self.matched = None;
+        }
+        self.recency.compact();
     }
 
     /// The chunk where the prompt's last segment starts: where a prompt that shares everything
@@ -191,6 +234,7 @@ impl RouterPolicy for VllmPrefixAware {
         for &h in &self.hashes[held..] {
             self.trie.insert(h, r);
         }
+        self.touch_and_trim();
         self.qps.record(r, request.arrived_at);
     }
 
@@ -200,6 +244,8 @@ impl RouterPolicy for VllmPrefixAware {
         vec![
             ("below_min_match_decisions".into(), self.below_min_match as f64),
             ("router_trie_chunks_mean".into(), held as f64 / n),
+            ("router_trie_nodes".into(), self.recency.len() as f64),
+            ("router_evicted_chunks".into(), self.evicted_chunks as f64),
         ]
     }
 }

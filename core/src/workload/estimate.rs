@@ -69,10 +69,12 @@ pub fn estimate(w: &Workload) -> Estimate {
 /// most of the spread: Preble and Dynamo's indexer on long Mooncake prompts cost the most.
 const CLUSTER_SECONDS_PER_REQUEST: f64 = 7e-6;
 
-/// Seconds per request and replica: each arrival refreshes the router's view of every replica
-/// (`routelab compare` of tool_use at 10^5 requests, least_work_left, sketched: 1.72 CPU s at
-/// 1,000 replicas, 14.75 at 10,000: ≈ 15 ns a view).
-const CLUSTER_SECONDS_PER_REPLICA_VIEW: f64 = 15e-9;
+/// Seconds per request and replica: a router that reads every replica's view (least_work_left's
+/// scan) and the replicas' steps. It was ≈ 15 ns while each arrival rebuilt every view; since
+/// only the views that changed are (`sim/cluster/slots.rs`), `routelab compare` of
+/// fleet_10000.yaml cut to 2 × 10^4 requests, least_work_left, takes 1.19–1.26 CPU s (was
+/// 3.71–4.23): ≈ 6 ns a request and replica (docs/performance.md, "Scale").
+const CLUSTER_SECONDS_PER_REPLICA_VIEW: f64 = 6e-9;
 
 /// [`estimate`] with the cluster world's request count when it is known (the generated or
 /// replayed stream's length), instead of the one the sizes imply.
@@ -109,8 +111,8 @@ pub fn estimate_with(w: &Workload, requests: Option<usize>) -> Estimate {
         let stream = if retiring && super::generate::LazyStream::fits(c) { 0.0 } else { 48.0 + (turns + 2.0) * 16.0 };
         let per_request = stream + kept;
         // Per replica: its state and prefix cache (≈ 36 KB on tool_use at 100 requests a replica,
-        // less when lighter); per request and replica: refreshing the router's view of it
-        // (≈ 15 ns; docs/performance.md, "Scale": 10 → 10,000 replicas).
+        // less when lighter); per request and replica: the router reading its view (≈ 6 ns;
+        // docs/performance.md, "Scale").
         let replicas = c.slots() as f64;
         (
             n * per_request + contexts * 40.0 + replicas * 40e3,

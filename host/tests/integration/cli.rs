@@ -334,7 +334,8 @@ fn readme_commands_run_as_written_from_another_directory() {
 }
 
 /// `routelab bench --json`: one figure per router and replica count, each with as many samples as
-/// `--runs`, the median among them (no timing is asserted: only the shape of what was measured).
+/// `--runs`, the median among them (no timing is asserted: only the shape of what was measured),
+/// then the router's memory per remembered prompt.
 #[test]
 fn bench_json_has_every_figure_with_its_runs() {
     let json = scratch("bench.json");
@@ -355,8 +356,13 @@ fn bench_json_has_every_figure_with_its_runs() {
     assert_eq!(v["runs"], 3);
     let figures = v["figures"].as_array().unwrap();
     let names: Vec<&str> = figures.iter().map(|f| f["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["round_robin 8 replicas", "round_robin 64 replicas"]);
-    for f in figures {
+    assert_eq!(names, ["round_robin 8 replicas", "round_robin 64 replicas", "round_robin"]);
+    // The memory section: round_robin remembers nothing per prompt (a prefix router's hundreds
+    // of bytes would show).
+    let memory = &figures[2];
+    assert_eq!((memory["section"].as_str(), memory["unit"].as_str()), (Some("router_memory"), Some("bytes/prompt")));
+    assert!(memory["median"].as_f64().unwrap().abs() < 16.0, "{memory}");
+    for f in &figures[..2] {
         let samples: Vec<f64> = f["samples"].as_array().unwrap().iter().map(|s| s.as_f64().unwrap()).collect();
         assert_eq!(samples.len(), 3);
         let median = f["median"].as_f64().unwrap();

@@ -315,3 +315,23 @@ fn gnu_parallel_recipe_gives_the_unsharded_file() {
     ok(&out);
     assert!(std::fs::read(d.join("all.json")).unwrap() == std::fs::read(&full).unwrap());
 }
+
+/// Issue 30: the prefix routers' default bounds (vllm_prefix_aware's 2^24 trie nodes,
+/// ray_prefix_aware's 2^26 tokens a replica) are not reached on mooncake_conversation, the shipped
+/// workload whose prompts fill the trees most (12,031 prompts of ≈ 12k tokens on 4 replicas), so
+/// every figure is the unbounded structure's (the bound's counters say 0).
+#[test]
+fn prefix_router_bounds_leave_the_shipped_results_as_they_were() {
+    let bounded = ["vllm_prefix_aware", "ray_prefix_aware"];
+    let unbounded = ["vllm_prefix_aware{max_chunks: 18446744073709551615}", "ray_prefix_aware{do_eviction: false}"];
+    let w = compare_file(
+        "workloads/cluster/mooncake_conversation.yaml",
+        &[bounded[0], unbounded[0], bounded[1], unbounded[1]],
+    );
+    for (k, counter) in [(0, "router.router_evicted_chunks"), (2, "router.router_evicted_tokens")] {
+        let (b, u) = (&w.results[k], &w.results[k + 1]);
+        assert!(b.error.is_none() && u.error.is_none(), "{:?} {:?}", b.error, u.error);
+        assert_eq!(b.metrics.get(counter), Some(0.0), "{}: the bound was reached", b.policy);
+        assert_eq!(format!("{:?}", b.metrics), format!("{:?}", u.metrics), "{} moved", b.policy);
+    }
+}

@@ -111,6 +111,20 @@ impl BlockIndex {
         had
     }
 
+    /// Forgets `hash` on every replica that holds it (a whole trie node); returns how many did.
+    pub fn remove_block(&mut self, hash: u64) -> u32 {
+        let mut had = 0;
+        for w in 0..self.words {
+            let Some(mut bits) = self.bits.remove(&word_key(hash, w)) else { continue };
+            while bits != 0 {
+                self.held[w * 64 + bits.trailing_zeros() as usize] -= 1;
+                had += 1;
+                bits &= bits - 1;
+            }
+        }
+        had
+    }
+
     /// Per replica, how many leading blocks of `hashes` it holds without a gap (Dynamo's overlap,
     /// the longest-prefix match of every radix-tree router). Stops at the first block nobody
     /// still in the race holds.
@@ -211,6 +225,17 @@ impl Stamps {
         None
     }
 
+    /// Drops the queue's stale slots once they outnumber the live entries (plus a margin): a
+    /// queue re-stamped on every use would otherwise grow with the uses, not the entries.
+    /// Amortised O(1) a stamp; the live entries keep their order.
+    pub fn compact(&mut self) {
+        if self.queue.len() <= 2 * self.current.len() + 1024 {
+            return;
+        }
+        let current = &self.current;
+        self.queue.retain(|&(s, h, r)| current.get(&pair_key(h, r as usize)) == Some(&s));
+    }
+
     /// Forgets (`hash`, `r`) (its queue slot becomes stale).
     pub fn forget(&mut self, hash: u64, r: usize) {
         self.current.remove(&pair_key(hash, r));
@@ -261,5 +286,32 @@ mod tests {
         assert_eq!(gone, vec![(2, 0)]);
         assert_eq!(s.pop_oldest(), Some((1, 0)));
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn compaction_drops_only_stale_slots_and_keeps_the_order() {
+        let mut s = Stamps::default();
+        for t in 0..5000u64 {
+            s.stamp(t % 3, 0, t);
+            s.compact();
+        }
+        assert!(s.queue.len() <= 2 * 3 + 1024, "{} slots for 3 entries", s.queue.len());
+        assert_eq!(
+            (s.pop_oldest(), s.pop_oldest(), s.pop_oldest(), s.pop_oldest()),
+            (Some((2, 0)), Some((0, 0)), Some((1, 0)), None)
+        );
+    }
+
+    #[test]
+    fn remove_block_forgets_every_holder_across_words() {
+        let mut ix = BlockIndex::new(130);
+        for r in [0, 63, 64, 129] {
+            ix.insert(7, r);
+        }
+        ix.insert(8, 64);
+        assert_eq!(ix.remove_block(7), 4);
+        assert_eq!(ix.remove_block(7), 0);
+        assert_eq!((ix.held_blocks(0), ix.held_blocks(64), ix.held_blocks(129)), (0, 1, 0));
+        assert!(ix.holds(8, 64) && !ix.holds(7, 64));
     }
 }

@@ -1,6 +1,7 @@
 //! The built-in policies' tests as one test binary, each former file a module: one link of the
 //! policies instead of six (the README's test command builds every test binary of the workspace).
 
+mod bounded_state;
 mod common;
 mod field_options_2026;
 mod field_routers;

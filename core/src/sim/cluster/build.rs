@@ -24,7 +24,10 @@ impl<'a> ClusterSim<'a> {
                 "give one scheduler per replica",
             ));
         }
-        let router = RouterHandle::new(router, spec.replicas, World::Cluster, label);
+        let mut router = RouterHandle::new(router, spec.replicas, World::Cluster, label);
+        // Every change to a view goes through `refresh_views` (`slots.rs`), which names it: the
+        // signal table refills only those rows.
+        router.track_view_changes();
         let caps = router.capabilities();
         let pools = match &spec.disaggregation {
             Some(d) => {
@@ -140,7 +143,7 @@ impl<'a> ClusterSim<'a> {
             horizon: last_arrival.saturating_add(ticks(spec.drain_s)),
             router,
             schedulers,
-            replicas,
+            replicas: super::slots::Slots::new(replicas),
             states: Window::new(done_state),
             queue,
             views: vec![ReplicaView::default(); spec.replicas as usize],

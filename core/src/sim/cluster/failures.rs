@@ -155,6 +155,7 @@ impl ClusterSim<'_> {
         let pos = self.routable.iter().position(|&x| x == slot).expect("an up replica is routable");
         self.routable.remove(pos);
         self.views.remove(pos);
+        self.replicas.mark_all();
         for &above in &self.routable[pos..] {
             self.index_of[above as usize] -= 1;
         }
@@ -232,6 +233,7 @@ impl ClusterSim<'_> {
         self.index_of[s] = self.routable.len() as u32;
         self.routable.push(slot);
         self.views.push(ReplicaView::default());
+        self.replicas.mark_all();
         let change = ReplicaChange {
             at: seconds(now),
             replica: self.index_of[s],

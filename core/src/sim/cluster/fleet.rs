@@ -260,6 +260,8 @@ impl ClusterSim<'_> {
                 ..rep.view(&self.cfgs[1])
             };
         }
+        // These views count KV use another way: the router's are rebuilt at its next decision.
+        self.replicas.mark_all();
         let f = self.fleet.as_mut().expect("scale events come with a fleet");
         f.last = f.last.max(now);
         let facts = f.facts(&self.views);
@@ -352,6 +354,7 @@ impl ClusterSim<'_> {
             let slot = self.routable.pop().expect("non-empty") as usize;
             self.fleet.as_mut().expect("fleet").slots[slot] = Slot::Draining;
             self.views.pop();
+            self.replicas.mark_all();
             let change = ReplicaChange {
                 at: seconds(now),
                 replica: self.index_of[slot],
@@ -387,6 +390,7 @@ impl ClusterSim<'_> {
         self.index_of[s] = self.routable.len() as u32;
         self.routable.push(slot);
         self.views.push(ReplicaView::default());
+        self.replicas.mark_all();
         let change = ReplicaChange {
             at: seconds(now),
             replica: self.index_of[s],

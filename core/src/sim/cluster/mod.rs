@@ -80,6 +80,7 @@ mod session_tests;
 mod sessions;
 #[cfg(test)]
 mod sketch_tests;
+mod slots;
 mod summary;
 #[cfg(test)]
 mod tests;
@@ -209,7 +210,7 @@ pub struct ClusterSim<'a> {
     horizon: SimTime,
     router: RouterHandle,
     schedulers: Vec<SchedulerHandle>,
-    replicas: Vec<Replica>,
+    replicas: slots::Slots,
     /// Per request, by id ([`Window`]: a sketched run drops the requests that have ended).
     states: Window<RequestState>,
     queue: EventQueue<Event>,
@@ -343,21 +344,6 @@ impl<'a> ClusterSim<'a> {
             self.on_arrival(now)?;
         }
         Ok(())
-    }
-
-    /// Refreshes every replica's view (and the router's `prefilling` signal) for request `id`.
-    fn refresh_views(&mut self, id: usize) {
-        let prompt = self.stream.prompt(id);
-        let exact = self.router.capabilities().needs_exact_match();
-        for (k, (v, &slot)) in self.views.iter_mut().zip(&self.routable).enumerate() {
-            let rep = &self.replicas[slot as usize];
-            *v = rep.view(&self.cfgs[replica_pool(self.pd.as_ref(), &self.gpu_pool, slot as usize)]);
-            if exact {
-                v.matched_tokens = rep.cache.cached_or_pending_prefix(prompt, &rep.pending);
-            }
-            self.router.set_prefilling(k, rep.prefilling.len() as u32);
-        }
-        self.refresh_lora(id);
     }
 
     /// The router places request `id` at `now` (views fresh), and an idle replica starts.
