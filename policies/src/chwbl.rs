@@ -27,9 +27,9 @@
 //!
 //! Replicas coming and going (`on_replica_change`: crashes, autoscaling): the ring holds a
 //! replica's points while it is routable, and a replica that leaves is forgotten with its
-//! in-flight count, as KubeAI's `removeEndpoint` deletes the endpoint's points and load
-//! (`internal/loadbalancer/balance_chwbl.go` @ 2f32ef49, `AddEndpoint`/`RemoveEndpoint` on every
-//! endpoint change) and SGLang's ring is rebuilt from the live workers. The ring is built once
+//! in-flight count, as KubeAI deletes a removed endpoint's points (`balance_chwbl.go` @
+//! 8fbbb358, `chwblRemoveEndpoint`; `chwblAddEndpoint` for a new one) and divides the load
+//! bound by the endpoints there are now (`chwblLoadOK`'s `len(g.endpoints)`). The ring is built once
 //! over every slot the router may see, keyed by id (`index::members`); a walk skips the points
 //! of ids not routable now, which is the ring without them. A replica that joins takes its id's
 //! points (upstream a new pod's name hashes anew); the load average divides by the routable
