@@ -190,14 +190,15 @@ impl Table {
     /// Replica `r` holds no block any more (a block nobody holds stays until it is evicted:
     /// matching stops there, as at a block not in the table).
     fn forget(&mut self, r: usize) {
-        for s in 0..self.slots.len() {
-            if self.slots[s].next == FREED {
+        let words = self.more_words;
+        for (s, slot) in self.slots.iter_mut().enumerate() {
+            if slot.next == FREED {
                 continue;
             }
             if r < 64 {
-                self.slots[s].holders &= !(1 << r);
+                slot.holders &= !(1 << r);
             } else {
-                self.more_holders[s * self.more_words + r / 64 - 1] &= !(1 << (r % 64));
+                self.more_holders[s * words + r / 64 - 1] &= !(1 << (r % 64));
             }
         }
     }

@@ -331,8 +331,8 @@ impl Preble {
             (self.cfg.decode_estimate != DecodeEstimate::Batched).then(|| self.decode_estimate(output, context, 0));
         // P for the last matched length seen: most replicas match the same (often none).
         let mut last_p: Option<(u64, f64)> = None;
-        for i in 0..self.routable.len() {
-            let r = self.routable[i];
+        let routable = std::mem::take(&mut self.routable);
+        for (i, &r) in routable.iter().enumerate() {
             let matched = self.matches[r] as u64;
             let missed = (request.prompt_tokens as u64).saturating_sub(matched);
             let w = &mut self.replicas[r];
@@ -359,6 +359,7 @@ impl Preble {
             self.needed[r] = missed + output as u64;
             self.costs[r] = Cost { l, m: f64::NAN, p };
         }
+        self.routable = routable;
     }
 
     /// Replica `r`'s L + M + P for this decision, computing M on first use.
@@ -407,13 +408,14 @@ impl Preble {
     /// ties), if at least `pd_hit_ratio`.
     fn decode_heavy(&mut self, now: f64) -> Option<(usize, f64)> {
         let mut best: Option<(usize, f64)> = None;
-        for i in 0..self.routable.len() {
-            let r = self.routable[i];
+        let routable = std::mem::take(&mut self.routable);
+        for &r in &routable {
             let ratio = self.hit_ratio(r, now);
             if best.is_none_or(|(_, b)| ratio > b) {
                 best = Some((r, ratio));
             }
         }
+        self.routable = routable;
         best.filter(|&(_, ratio)| ratio >= self.cfg.pd_hit_ratio)
     }
 
