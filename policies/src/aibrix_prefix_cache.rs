@@ -34,6 +34,13 @@
 //! keeps upstream's reach in tokens (200,000 blocks × ~1 token). The gateway's in-flight count
 //! is the router's own (`on_dispatch` / `on_complete`), fresh like upstream's.
 //!
+//! Replicas coming and going (`on_replica_change`: crashes, autoscaling): state is kept by id
+//! (`index::members`) and a replica that leaves is forgotten — its running count and its bit in
+//! every block's holders. Upstream the gateway routes over the pods its informer cache lists
+//! (`pkg/cache/informers.go` @ 00895699, `deletePod`: the pod, its model mappings and its
+//! metrics go, so its request count goes with it), and a new pod's name never matches the old
+//! pod's table entries; a reused id here must start with none of them, so they are cleared.
+//!
 //! The table is one slot per block (hash, holders bitset, last recording time) on an intrusive
 //! list in order of last recording: LRU eviction and idle eviction both take the list's head, and
 //! dropping a block frees its slot whatever the replica count (it used to cost one map removal per
@@ -45,6 +52,7 @@ use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
 
 use crate::index::block_index::KeyMap;
+use crate::index::members::{Member, Members};
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(default, deny_unknown_fields)]
@@ -179,6 +187,22 @@ impl Table {
         }
     }
 
+    /// Replica `r` holds no block any more (a block nobody holds stays until it is evicted:
+    /// matching stops there, as at a block not in the table).
+    fn forget(&mut self, r: usize) {
+        let words = self.more_words;
+        for (s, slot) in self.slots.iter_mut().enumerate() {
+            if slot.next == FREED {
+                continue;
+            }
+            if r < 64 {
+                slot.holders &= !(1 << r);
+            } else {
+                self.more_holders[s * words + r / 64 - 1] &= !(1 << (r % 64));
+            }
+        }
+    }
+
     /// The least recently recorded block's time, if any.
     fn oldest_at(&self) -> Option<f64> {
         (self.head != NIL).then(|| self.slots[self.head as usize].at)
@@ -253,7 +277,9 @@ pub struct AibrixPrefixCache {
     table: Table,
     capacity_blocks: usize,
     next_idle_check: f64,
+    /// Per id (`index::members`), as the table's holder bits and `percent`.
     running: Vec<u32>,
+    members: Members,
     hashes: Vec<u64>,
     hashes_for: Option<u64>,
     prefixes: PrefixHashes,
@@ -295,6 +321,7 @@ impl Policy for AibrixPrefixCache {
             table: Table::new(n),
             next_idle_check: 1.0,
             running: vec![0; n],
+            members: Members::new(n),
             hashes: Vec::new(),
             hashes_for: None,
             prefixes: PrefixHashes::default(),
@@ -328,9 +355,10 @@ impl AibrixPrefixCache {
         }
     }
 
-    /// The least-loaded replica, ties uniformly at random.
-    fn least_request(&mut self) -> usize {
-        argmin_random_tie(self.running.iter().copied(), &mut self.rng).expect("replicas")
+    /// The least-loaded of the `n` routable replicas (an index), ties uniformly at random.
+    fn least_request(&mut self, n: usize) -> usize {
+        let (members, running) = (&self.members, &self.running);
+        argmin_random_tie((0..n).map(|i| running[members.id(i)]), &mut self.rng).expect("replicas")
     }
 
     /// Fills `percent` for the candidates in `alive` (0 elsewhere), `matched` (those above 0
@@ -375,26 +403,33 @@ impl AibrixPrefixCache {
 }
 
 impl RouterPolicy for AibrixPrefixCache {
-    fn route(&mut self, request: &Request<'_>, _: &Replicas<'_>) -> usize {
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         self.evict_idle(request.arrived_at);
         self.hash_prompt(request);
-        let n = self.running.len();
-        let (lo, hi) = self.running.iter().fold((u32::MAX, 0), |(a, b), &l| (a.min(l), b.max(l)));
+        // Loads of the routable replicas, in index order; the table, `alive`, `percent` and
+        // `matched` are by id.
+        let n = replicas.len();
+        let (members, running) = (&self.members, &self.running);
+        let load = |i: usize| running[members.id(i)];
+        let (lo, hi) = (0..n).map(load).fold((u32::MAX, 0), |(a, b), l| (a.min(l), b.max(l)));
         self.alive.fill(0);
         let imbalanced = hi - lo > self.cfg.imbalance_abs;
-        for r in 0..n {
-            if !imbalanced || self.running[r] == lo {
+        for i in 0..n {
+            if !imbalanced || load(i) == lo {
+                let r = members.id(i);
                 self.alive[r / 64] |= 1 << (r % 64);
             }
         }
         self.imbalanced_decisions += imbalanced as u64;
         self.match_prefix(request.id);
         if !self.matched.is_empty() {
-            let mean = self.running.iter().map(|&l| l as f64).sum::<f64>() / n as f64;
+            let (members, running) = (&self.members, &self.running);
+            let load = |i: usize| running[members.id(i)] as f64;
+            let mean = (0..n).map(load).sum::<f64>() / n as f64;
             let sd = if n <= 1 {
                 0.0
             } else {
-                (self.running.iter().map(|&l| (l as f64 - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+                ((0..n).map(|i| (load(i) - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
             };
             let matched = &mut self.matched;
             for i in (1..matched.len()).rev() {
@@ -420,13 +455,14 @@ impl RouterPolicy for AibrixPrefixCache {
             }
             if let Some(r) = pick {
                 self.prefix_decisions += 1;
-                return r;
+                return self.members.index_of(r).expect("only routable ids are candidates");
             }
         }
-        self.least_request()
+        self.least_request(n)
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {
+        let r = self.members.place(request.id, r);
         self.running[r] += 1;
         self.hash_prompt(request);
         let hints: &[u32] = if self.slots_for == Some(request.id) { &self.slots } else { &[] };
@@ -440,8 +476,18 @@ impl RouterPolicy for AibrixPrefixCache {
     }
 
     fn on_complete(&mut self, c: &Completion) {
-        let l = &mut self.running[c.replica_index()];
-        *l = l.saturating_sub(1);
+        if let Some(id) = self.members.finish(c.request_id) {
+            let l = &mut self.running[id];
+            *l = l.saturating_sub(1);
+        }
+    }
+
+    /// A replica that leaves is forgotten: its running count and its table entries.
+    fn on_replica_change(&mut self, change: &ReplicaChange) {
+        if let Some(Member::Left(id)) = self.members.change(change) {
+            self.running[id] = 0;
+            self.table.forget(id);
+        }
     }
 
     fn report(&self) -> Vec<(String, f64)> {

@@ -25,6 +25,16 @@
 //! `src/policies/prefix_hash.rs` (256 tokens, load factor 1.25, absolute margin 10, least-load
 //! overflow).
 //!
+//! Replicas coming and going (`on_replica_change`: crashes, autoscaling): the ring holds a
+//! replica's points while it is routable, and a replica that leaves is forgotten with its
+//! in-flight count, as KubeAI deletes a removed endpoint's points (`balance_chwbl.go` @
+//! 8fbbb358, `chwblRemoveEndpoint`; `chwblAddEndpoint` for a new one) and divides the load
+//! bound by the endpoints there are now (`chwblLoadOK`'s `len(g.endpoints)`). The ring is built once
+//! over every slot the router may see, keyed by id (`index::members`); a walk skips the points
+//! of ids not routable now, which is the ring without them. A replica that joins takes its id's
+//! points (upstream a new pod's name hashes anew); the load average divides by the routable
+//! count.
+//!
 //! Deviations, and why: KubeAI keys on the first 100 characters of the first *user* message; a
 //! prompt here carries no roles, so the key is the prompt's head as in SGLang, and the default
 //! length is SGLang's 256 tokens (KubeAI's 100 characters ≈ 25 tokens is `prefix_tokens: 25`).
@@ -34,6 +44,8 @@
 
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
+
+use crate::index::members::{Member, Members};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -68,9 +80,13 @@ impl Default for Config {
 
 pub struct Chwbl {
     cfg: Config,
-    /// (point, replica), sorted by point.
+    /// (point, replica id), sorted by point.
     ring: Vec<(u64, u32)>,
+    /// Per id (`index::members`): requests in flight.
     in_flight: Vec<u32>,
+    members: Members,
+    /// Routable replicas at the last decision.
+    routable: usize,
     total: u64,
     first_choice: u64,
     decisions: u64,
@@ -96,16 +112,27 @@ impl Policy for Chwbl {
             .flat_map(|r| (0..cfg.virtual_nodes).map(move |i| (mix64(mix64(r as u64 + 1) ^ i as u64), r)))
             .collect();
         ring.sort_unstable();
-        Ok(Self { cfg, ring, in_flight: vec![0; ctx.replica_count()], total: 0, first_choice: 0, decisions: 0 })
+        let n = ctx.replica_count();
+        Ok(Self {
+            cfg,
+            ring,
+            in_flight: vec![0; n],
+            members: Members::new(n),
+            routable: n,
+            total: 0,
+            first_choice: 0,
+            decisions: 0,
+        })
     }
 }
 
 impl Chwbl {
+    /// Whether id `r` may take the request.
     fn load_ok(&self, r: usize) -> bool {
         if self.total == 0 {
             return true;
         }
-        let avg = (self.total + 1) as f64 / self.in_flight.len() as f64;
+        let avg = (self.total + 1) as f64 / self.routable as f64;
         let bound = (avg * self.cfg.load_factor).max(if self.cfg.balance_abs_threshold > 0 {
             avg + self.cfg.balance_abs_threshold as f64
         } else {
@@ -113,40 +140,60 @@ impl Chwbl {
         });
         self.in_flight[r] as f64 <= bound
     }
+
+    /// The routable index of ring point `k`'s replica, if it is routable now.
+    fn routable_at(&self, k: usize) -> Option<usize> {
+        self.members.index_of(self.ring[k].1 as usize).filter(|&i| i < self.routable)
+    }
 }
 
 impl RouterPolicy for Chwbl {
-    fn route(&mut self, request: &Request<'_>, _: &Replicas<'_>) -> usize {
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         self.decisions += 1;
+        self.routable = replicas.len();
         let key = prefix_hash(request.segments(), self.cfg.prefix_tokens);
-        let start = self.ring.partition_point(|&(p, _)| p < key) % self.ring.len();
-        let first = self.ring[start].1 as usize;
-        if self.load_ok(first) {
+        let len = self.ring.len();
+        let at = self.ring.partition_point(|&(p, _)| p < key);
+        // The first point of a routable replica at or after the key (wrapping round).
+        let (start, first) =
+            (0..len).find_map(|k| self.routable_at((at + k) % len).map(|i| ((at + k) % len, i))).expect("replicas");
+        let ok = |i: usize| self.load_ok(self.members.id(i));
+        if ok(first) {
             self.first_choice += 1;
             return first;
         }
         match self.cfg.overflow {
-            Overflow::Walk => (1..self.ring.len())
-                .map(|k| self.ring[(start + k) % self.ring.len()].1 as usize)
-                .find(|&r| self.load_ok(r))
-                .unwrap_or(first),
-            Overflow::LeastLoad => (0..self.in_flight.len())
-                .filter(|&r| self.load_ok(r))
-                .min_by_key(|&r| self.in_flight[r])
+            Overflow::Walk => {
+                (1..len).filter_map(|k| self.routable_at((start + k) % len)).find(|&i| ok(i)).unwrap_or(first)
+            }
+            Overflow::LeastLoad => (0..self.routable)
+                .filter(|&i| ok(i))
+                .min_by_key(|&i| self.in_flight[self.members.id(i)])
                 .unwrap_or(first),
         }
     }
 
-    fn on_dispatch(&mut self, _: &Request<'_>, r: usize) {
-        self.in_flight[r] += 1;
+    fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {
+        let id = self.members.place(request.id, r);
+        self.in_flight[id] += 1;
         self.total += 1;
     }
 
     fn on_complete(&mut self, c: &Completion) {
-        let l = &mut self.in_flight[c.replica_index()];
+        let Some(id) = self.members.finish(c.request_id) else { return };
+        let l = &mut self.in_flight[id];
         if *l > 0 {
             *l -= 1;
             self.total -= 1;
+        }
+    }
+
+    /// A replica that leaves takes its points and its load with it (KubeAI's `RemoveEndpoint`).
+    fn on_replica_change(&mut self, change: &ReplicaChange) {
+        self.routable = change.routable as usize;
+        if let Some(Member::Left(id)) = self.members.change(change) {
+            self.total -= self.in_flight[id] as u64;
+            self.in_flight[id] = 0;
         }
     }
 

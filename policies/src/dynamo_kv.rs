@@ -74,6 +74,13 @@
 //! options the crate predates are pinned by hand-computed tests in
 //! `policies/tests/routers/field_options_2026.rs`.
 //!
+//! Replicas coming and going (`on_replica_change`: crashes, autoscaling): state is kept by id
+//! (`index::members`); a replica that leaves is forgotten — its cached and in-flight blocks,
+//! its active requests and its prefill load — as Dynamo's indexer removes a worker that left
+//! from every block it held (ai-dynamo/dynamo @ 4276866e, `lib/kv-router/src/radix_tree.rs`,
+//! `remove_worker` → `remove_or_clear_worker_blocks`, called when the worker's instance goes
+//! away); one that joins starts with none. Costs are computed for the routable replicas only.
+//!
 //! Deviations, and why:
 //! - Dynamo learns a request's prefill is done from its first streamed token. Here the
 //!   requests that still owe theirs are the last `waiting_w + prefilling_w` dispatched to w
@@ -93,6 +100,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::index::block_index::KeyMap;
 use crate::index::block_runs::{ActiveRuns, HeldRuns, PromptRuns, Run};
+use crate::index::members::{Member, Members};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -161,6 +169,7 @@ impl Default for Config {
 const BUCKETS_PER_S: f64 = 10.0;
 
 struct InFlight {
+    /// The id (`index::members`) it was placed on.
     replica: usize,
     runs: Vec<Run>,
 }
@@ -174,7 +183,10 @@ pub struct DynamoKv {
     active: ActiveRuns,
     in_flight: KeyMap<InFlight>,
     /// Per replica: requests dispatched and not finished (upstream's `active_requests`).
+    /// Per id (`index::members`), as `cached`, `active`, `prefill_cum`, `overlap` and `shared`;
+    /// `costs` per routable index.
     active_requests: Vec<u32>,
+    members: Members,
     /// Per replica: cumulative uncached prompt tokens of the requests dispatched there, in order.
     prefill_cum: Vec<Vec<u64>>,
     /// The prompt's blocks as runs (also cuts eviction notices' paths), for request `prompt_for`.
@@ -242,6 +254,7 @@ impl Policy for DynamoKv {
             active: ActiveRuns::new(n),
             in_flight: KeyMap::default(),
             active_requests: vec![0; n],
+            members: Members::new(n),
             prefill_cum: vec![vec![0]; n],
             prompt_for: None,
             overlap_for: None,
@@ -264,9 +277,10 @@ impl DynamoKv {
         replicas[r].waiting as u64 + prefilling
     }
 
-    /// Uncached prompt tokens of the requests on replica `r` whose first token is not out yet.
+    /// Uncached prompt tokens of the requests on routable index `r` whose first token is not out
+    /// yet.
     fn active_prefill_tokens(&self, r: usize, replicas: &Replicas<'_>) -> u64 {
-        let cum = &self.prefill_cum[r];
+        let cum = &self.prefill_cum[self.members.id(r)];
         let last = cum.len() - 1;
         let k = (Self::prefill_pending(replicas, r) as usize).min(last);
         cum[last] - cum[last - k]
@@ -297,10 +311,13 @@ impl DynamoKv {
         // Full blocks only: upstream's decode load counts the request's block hashes, and a
         // partial last block has none.
         let request_blocks = (request.prompt_tokens / self.cfg.block_tokens) as f64;
-        for r in 0..replicas.len() {
-            let credit = self.cfg.overlap_score_credit * self.overlap[r] as f64;
-            let decode_blocks = self.active.held_blocks(r) as f64 + request_blocks - self.shared[r] as f64;
-            let active_cost = self.cfg.decode_active_request_weight * self.active_requests[r] as f64;
+        let n = replicas.len();
+        self.costs.resize(n, 0.0);
+        for r in 0..n {
+            let id = self.members.id(r);
+            let credit = self.cfg.overlap_score_credit * self.overlap[id] as f64;
+            let decode_blocks = self.active.held_blocks(id) as f64 + request_blocks - self.shared[id] as f64;
+            let active_cost = self.cfg.decode_active_request_weight * self.active_requests[id] as f64;
             self.costs[r] = match self.cfg.role {
                 Role::Decode if credit > 0.0 => (decode_blocks - credit).max(0.0) + active_cost,
                 Role::Decode => decode_blocks + active_cost,
@@ -316,13 +333,13 @@ impl DynamoKv {
                 }
             };
         }
-        &self.costs
+        &self.costs[..n]
     }
 
     /// Upstream's softmax sampling over normalised costs at draw `u`.
-    fn softmax_pick(&mut self) -> usize {
+    fn softmax_pick(&mut self, n: usize) -> usize {
         let u: f64 = self.rng.random();
-        softmax_sample_index(&self.costs, self.cfg.temperature, u, &mut self.probabilities)
+        softmax_sample_index(&self.costs[..n], self.cfg.temperature, u, &mut self.probabilities)
     }
 }
 
@@ -371,17 +388,19 @@ impl RouterPolicy for DynamoKv {
 
     fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         self.costs(request, replicas);
+        let n = replicas.len();
         let pick = if self.cfg.temperature == 0.0 {
-            argmin_random_tie(self.costs.iter().copied(), &mut self.rng).expect("replicas")
+            argmin_random_tie(self.costs[..n].iter().copied(), &mut self.rng).expect("replicas")
         } else {
-            self.softmax_pick()
+            self.softmax_pick(n)
         };
         self.decisions += 1;
-        self.chosen_overlap_blocks += self.overlap[pick] as u64;
+        self.chosen_overlap_blocks += self.overlap[self.members.id(pick)] as u64;
         pick
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {
+        let r = self.members.id(r);
         self.hash_prompt(request);
         let runs = &self.prompt.runs;
         let overlap =
@@ -411,8 +430,22 @@ impl RouterPolicy for DynamoKv {
         if self.cfg.prefix_state != PrefixState::Events {
             return;
         }
+        let Some(r) = self.members.get(e.replica_index()) else { return };
         if let Some((run, from)) = self.prompt.evicted(e) {
-            self.cached.remove(run.key, from, run.blocks, e.replica_index());
+            self.cached.remove(run.key, from, run.blocks, r);
+        }
+    }
+
+    /// A replica that leaves is forgotten: its blocks, its in-flight requests (their completions
+    /// will find nothing) and its prefill load (upstream `remove_worker`).
+    fn on_replica_change(&mut self, change: &ReplicaChange) {
+        if let Some(Member::Left(id)) = self.members.change(change) {
+            self.cached.forget(id);
+            self.active.forget(id);
+            self.in_flight.retain(|_, f| f.replica != id);
+            self.active_requests[id] = 0;
+            self.prefill_cum[id] = vec![0];
+            self.overlap_for = None;
         }
     }
 

@@ -42,6 +42,7 @@
 
 use routelab_policy_api::*;
 
+use crate::index::members::{Member, Members};
 use crate::index::min_index::{INDEX_FROM, MinIndex, argmin_one_draw_by, decide, report};
 
 /// Where the work left comes from.
@@ -75,7 +76,9 @@ pub struct LeastWorkLeft {
     world: World,
     cfg: Config,
     /// `work: hints`: every replica's tally, and each request's (replica, share) until it completes.
+    /// By id (`index::members`).
     tally: Vec<f64>,
+    members: Members,
     shares: std::collections::HashMap<u64, (u32, f64)>,
     /// The share of the request being placed (set by `route`, kept by `on_dispatch`).
     placing: f64,
@@ -104,6 +107,7 @@ impl Policy for LeastWorkLeft {
             rng: policy_rng(ctx.seed),
             world: ctx.world,
             tally: vec![0.0; ctx.replica_count()],
+            members: Members::new(ctx.replica_count()),
             shares: Default::default(),
             placing: 0.0,
             cfg,
@@ -138,7 +142,8 @@ impl RouterPolicy for LeastWorkLeft {
             let prompt = req.prompt_tokens as f64;
             self.placing = if hint.is_nan() { self.cfg.default_output_ratio * prompt } else { hint };
             let uncached = |r: &ReplicaView| prompt - (r.matched_tokens as f64).min(prompt);
-            let work = replicas.iter().zip(&self.tally).map(|(r, t)| t + uncached(r));
+            let (members, tally) = (&self.members, &self.tally);
+            let work = replicas.iter().enumerate().map(|(i, r)| tally[members.id(i)] + uncached(r));
             let k = argmin_random_tie(work, &mut self.rng).expect("at least one replica");
             self.placing += uncached(&replicas[k]);
             return k;
@@ -161,8 +166,9 @@ impl RouterPolicy for LeastWorkLeft {
     }
     fn on_dispatch(&mut self, req: &Request<'_>, replica: usize) {
         if self.cfg.work == Work::Hints {
-            self.tally[replica] += self.placing;
-            self.shares.insert(req.id, (replica as u32, self.placing));
+            let id = self.members.id(replica);
+            self.tally[id] += self.placing;
+            self.shares.insert(req.id, (id as u32, self.placing));
         }
         report(&mut self.index, replica, 1);
     }
@@ -172,6 +178,14 @@ impl RouterPolicy for LeastWorkLeft {
             self.tally[r as usize] = (self.tally[r as usize] - share).max(0.0);
         }
         report(&mut self.index, c.replica_index(), -1);
+    }
+    /// With `work: hints`, a replica that leaves takes its tally, and the shares of its requests,
+    /// with it (kept by id, `index::members`).
+    fn on_replica_change(&mut self, change: &ReplicaChange) {
+        if let Some(Member::Left(id)) = self.members.change(change) {
+            self.tally[id] = 0.0;
+            self.shares.retain(|_, &mut (r, _)| r as usize != id);
+        }
     }
 }
 

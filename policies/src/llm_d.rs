@@ -56,6 +56,16 @@
 //! `pkg/epp/scheduling/framework/plugins/scorer/lora_affinity.go` (`ActiveModels`,
 //! `WaitingModels`, `MaxActiveModels`: vLLM's `lora_requests_info` metric).
 //!
+//! Replicas coming and going (`on_replica_change`: crashes, autoscaling): the prefix index and
+//! the no-hit LRU are kept by id (`index::members`); a replica that leaves is forgotten — its
+//! blocks and its LRU place — and one that joins starts with none, as the EPP drops a pod
+//! that left the pool from its indexer (kubernetes-sigs/gateway-api-inference-extension @
+//! 05aed77e, `pkg/epp/framework/plugins/scheduling/scorer/prefix/plugin.go`,
+//! `CleanUpInactivePods` → `indexer.RemovePod`). Upstream does it lazily, every
+//! `PodActiveCheckInterval` (2 min), so a pod that comes back under the same name sooner keeps
+//! its stale blocks; here the replica is forgotten at once (a restart is cold).
+//! Scores are computed for the routable replicas only.
+//!
 //! Deviations, and why:
 //! - Upstream hashes 4 characters per token of the JSON-marshalled messages; here blocks are
 //!   token blocks of the prompt's segments (the simulator has no text).
@@ -73,6 +83,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::index::block_runs::{HeldRuns, PromptRuns};
 use crate::index::lru_runs::LruRuns;
+use crate::index::members::{Member, Members};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -149,10 +160,13 @@ pub struct LlmD {
     /// `prompt_for`.
     prompt: PromptRuns,
     prompt_for: Option<u64>,
-    /// Which replicas hold which blocks, per run of blocks.
+    /// Which replicas hold which blocks, per run of blocks (by id, as `matched` and `cold_lru`).
     index: Index,
+    members: Members,
     matched: Vec<u32>,
+    /// Per routable index (the first `routable`).
     scores: Vec<f64>,
+    routable: usize,
     /// No-hit LRU: replicas that took a cold request, least recently first.
     cold_lru: Vec<usize>,
     /// Whether request `.0` was cold when scored.
@@ -212,8 +226,10 @@ impl Policy for LlmD {
             rng: policy_rng(ctx.seed),
             prompt_for: None,
             index,
+            members: Members::new(n),
             matched: vec![0; n],
             scores: vec![0.0; n],
+            routable: n,
             cold_lru: Vec::new(),
             cold_for: None,
         })
@@ -267,8 +283,10 @@ impl LlmD {
 
     /// Every replica's weighted total for `request`, engine metrics from the scraped signals.
     fn scores_of(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> &[f64] {
-        self.scores.fill(0.0);
         let n = replicas.len();
+        self.routable = n;
+        self.scores.clear();
+        self.scores.resize(n, 0.0);
         if self.cfg.queue_weight > 0.0 {
             let (lo, hi) = (0..n)
                 .map(|i| Self::waiting(replicas, i))
@@ -298,7 +316,9 @@ impl LlmD {
             if total > 0 {
                 let (w, scale) = (self.cfg.match_length_weight, self.cfg.match_length_scale_tokens as f64);
                 let b = self.cfg.block_tokens as f64;
-                for (s, &m) in self.scores.iter_mut().zip(&self.matched) {
+                let members = &self.members;
+                for (i, s) in self.scores.iter_mut().enumerate() {
+                    let m = self.matched[members.id(i)];
                     let ratio = m as f64 / total as f64;
                     let score = if w > 0.0 {
                         let length = (m as f64 * b / scale).min(1.0);
@@ -311,7 +331,7 @@ impl LlmD {
             }
         }
         if self.cfg.no_hit_lru_weight > 0.0 {
-            let cold = self.matched.iter().all(|&m| m == 0);
+            let cold = self.is_cold(n);
             self.cold_for = Some((request.id, cold));
             let w = self.cfg.no_hit_lru_weight;
             if !cold {
@@ -323,13 +343,13 @@ impl LlmD {
                 let mut rank = 0usize;
                 let denom = (n - 1) as f64;
                 for (i, s) in self.scores.iter_mut().enumerate() {
-                    if !self.cold_lru.contains(&i) {
+                    if !self.cold_lru.contains(&self.members.id(i)) {
                         *s += w * (1.0 - rank as f64 / denom).max(0.0);
                         rank += 1;
                     }
                 }
-                for &i in &self.cold_lru {
-                    if i < n {
+                for &id in &self.cold_lru {
+                    if let Some(i) = self.members.index_of(id).filter(|&i| i < n) {
                         self.scores[i] += w * (1.0 - rank as f64 / denom).max(0.0);
                         rank += 1;
                     }
@@ -339,18 +359,23 @@ impl LlmD {
         &self.scores
     }
 
+    /// Whether no routable replica (of `n`) matches any of the prompt's blocks.
+    fn is_cold(&self, n: usize) -> bool {
+        (0..n).all(|i| self.matched[self.members.id(i)] == 0)
+    }
+
     /// Whether a scorer reads the prefix index.
     fn uses_prefix(&self) -> bool {
         self.cfg.prefix_weight > 0.0 || self.cfg.no_hit_lru_weight > 0.0
     }
 
-    /// No-hit LRU: a cold request moves its replica to the most-recent end.
+    /// No-hit LRU: a cold request moves its replica (id `r`) to the most-recent end.
     fn touch_cold(&mut self, request: &Request<'_>, r: usize) {
         let cold = match self.cold_for {
             Some((id, cold)) if id == request.id => cold,
             _ => {
                 self.match_blocks();
-                self.matched.iter().all(|&m| m == 0)
+                self.is_cold(self.routable)
             }
         };
         if !cold {
@@ -415,7 +440,7 @@ impl RouterPolicy for LlmD {
         self.scores_of(request, replicas);
         // Max score, ties uniformly at random (reservoir sampling over the maxima).
         let (mut best, mut ties) = (0usize, 0u32);
-        for i in 0..self.scores.len() {
+        for i in 0..replicas.len() {
             if i == 0 || self.scores[i] > self.scores[best] {
                 best = i;
                 ties = 1;
@@ -430,6 +455,7 @@ impl RouterPolicy for LlmD {
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {
+        let r = self.members.id(r);
         if self.uses_prefix() {
             self.hash_prompt(request);
             if self.cfg.no_hit_lru_weight > 0.0 {
@@ -441,8 +467,23 @@ impl RouterPolicy for LlmD {
 
     fn on_evict(&mut self, e: &Eviction<'_>) {
         let Index::Precise(held) = &mut self.index else { return };
+        let Some(r) = self.members.get(e.replica_index()) else { return };
         if let Some((run, from)) = self.prompt.evicted(e) {
-            held.remove(run.key, from, run.blocks, e.replica_index());
+            held.remove(run.key, from, run.blocks, r);
+        }
+    }
+
+    /// A replica that leaves is forgotten: its blocks and its no-hit LRU place (the EPP's
+    /// `RemovePod`).
+    fn on_replica_change(&mut self, change: &ReplicaChange) {
+        self.routable = change.routable as usize;
+        if let Some(Member::Left(id)) = self.members.change(change) {
+            match &mut self.index {
+                Index::Approximate(lru) => lru.forget(id),
+                Index::Precise(held) => held.forget(id),
+            }
+            self.cold_lru.retain(|&r| r != id);
+            self.cold_for = None;
         }
     }
 

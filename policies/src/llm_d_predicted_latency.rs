@@ -48,6 +48,12 @@
 //! `.../requestcontrol/dataproducer/predictedlatency/{training,prediction}.go` (features,
 //! `headroom = SLO − predicted`).
 //!
+//! Replicas coming and going (`on_replica_change`: crashes, autoscaling): as `llm_d` — the
+//! prefix LRU and the in-flight token ledger are kept by id (`index::members`), a replica that
+//! leaves is forgotten (the EPP's `RemovePod`, see `llm_d`), one that joins starts empty; the
+//! features, predictions, filters and scores cover the routable replicas only. The latency
+//! models are fleet-wide and keep what they learnt.
+//!
 //! Deviations, and why:
 //! - Upstream trains XGBoost (or quantile) models in a Python sidecar on a sliding window;
 //!   here a recursive-least-squares linear model, updated in-process per completion (no
@@ -68,6 +74,7 @@ use serde::{Deserialize, Serialize};
 use crate::index::block_index::KeyMap;
 use crate::index::block_runs::PromptRuns;
 use crate::index::lru_runs::LruRuns;
+use crate::index::members::{Member, Members};
 use crate::llm_d::LruCapacity;
 
 /// Features per (request, replica), with the bias.
@@ -163,7 +170,10 @@ pub struct LlmDPredictedLatency {
     rng: PolicyRng,
     prompt: PromptRuns,
     prompt_for: Option<u64>,
+    /// By id (`index::members`), as `matched_ids` and `uncached_cum`; the rest by routable index.
     lru: LruRuns,
+    members: Members,
+    matched_ids: Vec<u32>,
     matched: Vec<u32>,
     uncached_cum: Vec<Vec<u64>>,
     features: Vec<[f64; FEATURES]>,
@@ -221,6 +231,8 @@ impl Policy for LlmDPredictedLatency {
             rng: policy_rng(ctx.seed),
             prompt_for: None,
             lru: LruRuns::new(n, capacity),
+            members: Members::new(n),
+            matched_ids: vec![0; n],
             matched: vec![0; n],
             uncached_cum: vec![vec![0]; n],
             features: vec![[0.0; FEATURES]; n],
@@ -261,7 +273,11 @@ impl LlmDPredictedLatency {
         }
         self.prompt_for = Some(request.id);
         self.prompt.cut_limited(request.segments(), self.cfg.max_prefix_blocks as usize, true);
-        self.lru.matched(&self.prompt.runs, &mut self.matched);
+        self.lru.matched(&self.prompt.runs, &mut self.matched_ids);
+        let (members, ids) = (&self.members, &self.matched_ids);
+        for (i, m) in self.matched.iter_mut().enumerate().take(members.routable()) {
+            *m = ids[members.id(i)];
+        }
     }
 
     fn prefix_score(&self, r: usize) -> f64 {
@@ -288,8 +304,13 @@ impl LlmDPredictedLatency {
         let b = self.cfg.block_tokens as u64;
         let input = request.prompt_tokens as f64;
         let ready = self.ready();
+        // Per routable index from here on.
+        self.features.resize(n, [0.0; FEATURES]);
+        self.predicted.resize(n, None);
+        self.kept.resize(n, true);
+        self.scores.resize(n, 0.0);
         for r in 0..n {
-            let cum = &self.uncached_cum[r];
+            let cum = &self.uncached_cum[self.members.id(r)];
             let last = cum.len() - 1;
             let k = Self::pending(replicas, r).min(last);
             let inflight = (cum[last] - cum[last - k]) as f64;
@@ -473,6 +494,9 @@ impl RouterPolicy for LlmDPredictedLatency {
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {
+        if self.features.len() <= r {
+            self.features.resize(r + 1, [0.0; FEATURES]);
+        }
         if self.prompt_for != Some(request.id) {
             // Dispatched without a route call: features from what the router knows.
             self.hash_prompt(request);
@@ -482,9 +506,10 @@ impl RouterPolicy for LlmDPredictedLatency {
         let total = self.prompt.blocks;
         let uncached =
             total.saturating_sub(self.matched[r] as u64) * b + (request.prompt_tokens as u64).saturating_sub(total * b);
-        let cum = &mut self.uncached_cum[r];
+        let id = self.members.id(r);
+        let cum = &mut self.uncached_cum[id];
         cum.push(cum.last().copied().unwrap_or(0) + uncached);
-        self.lru.record(&self.prompt.runs, r);
+        self.lru.record(&self.prompt.runs, id);
         self.in_flight.insert(mix64(request.id), self.features[r]);
         self.prompt_for = None;
     }
@@ -501,6 +526,15 @@ impl RouterPolicy for LlmDPredictedLatency {
     /// A request given up trains nothing (its TTFT may be censored).
     fn on_abandon(&mut self, a: &Completion) {
         self.in_flight.remove(&mix64(a.request_id));
+    }
+
+    /// A replica that leaves is forgotten: its blocks and its in-flight tokens.
+    fn on_replica_change(&mut self, change: &ReplicaChange) {
+        if let Some(Member::Left(id)) = self.members.change(change) {
+            self.lru.forget(id);
+            self.uncached_cum[id] = vec![0];
+            self.prompt_for = None;
+        }
     }
 
     fn report(&self) -> Vec<(String, f64)> {

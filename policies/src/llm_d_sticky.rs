@@ -44,6 +44,11 @@
 //! (`uncachedInputTokens`; without estimated output tokens a request's tokens are released at
 //! its first streamed chunk), and the prefix producer and max-score picker of [`crate::llm_d`].
 //!
+//! Replicas coming and going (`on_replica_change`: crashes, autoscaling): as `llm_d` — the
+//! prefix index and the in-flight token ledger are kept by id (`index::members`), a replica that
+//! leaves is forgotten (the EPP's `RemovePod`, see `llm_d`), one that joins starts empty, and
+//! scores cover the routable replicas only.
+//!
 //! Deviations, and why:
 //! - The summary ("keep the sticky endpoints while their token load stays under τ")
 //!   reads as an absolute bound; upstream's gate is relative to the best non-sticky replica,
@@ -62,6 +67,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::index::block_runs::{HeldRuns, PromptRuns};
 use crate::index::lru_runs::LruRuns;
+use crate::index::members::{Member, Members};
 use crate::llm_d::{LruCapacity, PrefixState};
 
 /// Upstream's `peakPrefillThroughput` default, tokens/s.
@@ -119,7 +125,10 @@ pub struct LlmDSticky {
     peak: f64,
     prompt: PromptRuns,
     prompt_for: Option<u64>,
+    /// By id (`index::members`), as `matched`, `uncached` and `uncached_cum`; `inflight`,
+    /// `kept` and `scores` by routable index.
     index: Index,
+    members: Members,
     matched: Vec<u32>,
     /// Per replica, this request's uncached prompt tokens there (valid for `prompt_for`).
     uncached: Vec<u64>,
@@ -184,6 +193,7 @@ impl Policy for LlmDSticky {
             peak,
             prompt_for: None,
             index,
+            members: Members::new(n),
             matched: vec![0; n],
             uncached: vec![0; n],
             uncached_cum: vec![vec![0]; n],
@@ -251,7 +261,7 @@ impl LlmDSticky {
         self.hash_prompt(request);
         let n = replicas.len();
         for r in 0..n {
-            let cum = &self.uncached_cum[r];
+            let cum = &self.uncached_cum[self.members.id(r)];
             let last = cum.len() - 1;
             let k = Self::pending(replicas, r).min(last);
             self.inflight[r] = cum[last] - cum[last - k];
@@ -262,11 +272,11 @@ impl LlmDSticky {
             self.scores[r] = if !self.kept[r] {
                 f64::NEG_INFINITY
             } else {
-                let load = (self.inflight[r] + self.uncached[r]) as f64;
+                let load = (self.inflight[r] + self.uncached[self.members.id(r)]) as f64;
                 if load <= 0.0 { 1.0 } else { 1.0 - load.min(q) / q }
             };
         }
-        &self.scores
+        &self.scores[..n]
     }
 
     /// The prefix-cache affinity filter: sets `kept`.
@@ -283,7 +293,7 @@ impl LlmDSticky {
         let mut any_sticky = false;
         for r in 0..n {
             let ttft = self.inflight[r] as f64 / self.peak;
-            if self.matched[r] as f64 / total as f64 >= self.cfg.affinity_threshold {
+            if self.matched[self.members.id(r)] as f64 / total as f64 >= self.cfg.affinity_threshold {
                 any_sticky = true;
                 best_sticky = best_sticky.min(ttft);
             } else {
@@ -317,7 +327,7 @@ impl RouterPolicy for LlmDSticky {
         self.decisions += 1;
         // Max score, ties uniformly at random (reservoir sampling over the maxima).
         let (mut best, mut ties) = (0usize, 0u32);
-        for i in 0..self.scores.len() {
+        for i in 0..replicas.len() {
             if i == 0 || self.scores[i] > self.scores[best] {
                 best = i;
                 ties = 1;
@@ -332,6 +342,7 @@ impl RouterPolicy for LlmDSticky {
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {
+        let r = self.members.id(r);
         self.hash_prompt(request);
         let uncached = self.uncached[r];
         let cum = &mut self.uncached_cum[r];
@@ -351,10 +362,23 @@ impl RouterPolicy for LlmDSticky {
 
     fn on_evict(&mut self, e: &Eviction<'_>) {
         let Index::Precise(held) = &mut self.index else { return };
+        let Some(r) = self.members.get(e.replica_index()) else { return };
         if let Some((run, from)) = self.prompt.evicted(e) {
-            held.remove(run.key, from, run.blocks, e.replica_index());
+            held.remove(run.key, from, run.blocks, r);
         }
         self.prompt_for = None;
+    }
+
+    /// A replica that leaves is forgotten: its blocks and its in-flight tokens.
+    fn on_replica_change(&mut self, change: &ReplicaChange) {
+        if let Some(Member::Left(id)) = self.members.change(change) {
+            match &mut self.index {
+                Index::Approximate(lru) => lru.forget(id),
+                Index::Precise(held) => held.forget(id),
+            }
+            self.uncached_cum[id] = vec![0];
+            self.prompt_for = None;
+        }
     }
 
     fn report(&self) -> Vec<(String, f64)> {

@@ -46,6 +46,13 @@
 //!
 //! Ablations: E2 only = `preble{rebalance: false, autoscale: false, pd_pairing: false}`; the full
 //! system also runs the `priority_groups` scheduler on each replica.
+//! Replicas coming and going (`on_replica_change`: crashes, autoscaling): Preble (paper and
+//! code, WukLab/preble @ 8e7906a3) schedules over a fixed set of GPUs and has no rule for one
+//! that leaves. Here the state is kept by id (`index::members`) and a replica that leaves is
+//! forgotten as if it had reported evicting every node it held (`on_evict`'s path), with its
+//! windows (L's prefill seconds, the P/D hit ratio) emptied; one that joins starts with none.
+//! Costs, candidates and the rebalancing and pairing tests cover the routable replicas only.
+//!
 //! Source: Srivatsa, He, Abhyankar, Li, Zhang, "Preble: Efficient Distributed Prompt Scheduling
 //! for LLM Serving", ICLR 2025, §3.2–3.3 (E2, cost model, load adjustment) and its public code.
 //! Reports the run's mean L, M and P of the chosen replicas and the count of each decision kind,
@@ -56,6 +63,7 @@ mod hits;
 mod pairing;
 
 use self::hits::{KeyMap, NodeHits, request_key};
+use crate::index::members::{Member, Members};
 
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
@@ -158,7 +166,11 @@ pub struct Preble {
     cfg: Config,
     model: CostModel,
     kv_capacity_tokens: u64,
+    /// By id (`index::members`), as `replicas`, `matches`, `costs` and `needed`.
     tree: PrefixTree,
+    members: Members,
+    /// The routable replicas' ids, in index order (for the decision being made).
+    routable: Vec<usize>,
     replicas: Vec<ReplicaWindow>,
     outputs: WindowSum,
     prompts: WindowSum,
@@ -220,6 +232,8 @@ impl Policy for Preble {
             model,
             kv_capacity_tokens: ctx.kv_capacity_tokens,
             tree: PrefixTree::new(n),
+            members: Members::new(n),
+            routable: Vec::with_capacity(n),
             replicas: (0..n)
                 .map(|_| ReplicaWindow {
                     prefill_s: WindowSum::new(w),
@@ -305,6 +319,7 @@ impl Preble {
         m
     }
 
+    /// Every routable replica's L and P (by id; `views` by index).
     fn compute_costs(&mut self, request: &Request<'_>, views: &[ReplicaView]) {
         let now = request.arrived_at;
         let output = self.mean_output(now);
@@ -316,12 +331,13 @@ impl Preble {
             (self.cfg.decode_estimate != DecodeEstimate::Batched).then(|| self.decode_estimate(output, context, 0));
         // P for the last matched length seen: most replicas match the same (often none).
         let mut last_p: Option<(u64, f64)> = None;
-        for r in 0..self.costs.len() {
+        let routable = std::mem::take(&mut self.routable);
+        for (i, &r) in routable.iter().enumerate() {
             let matched = self.matches[r] as u64;
             let missed = (request.prompt_tokens as u64).saturating_sub(matched);
             let w = &mut self.replicas[r];
             let (prefill, n) = w.prefill_s.sum_count(now);
-            let batch = views.get(r).map_or(0, |v| v.running);
+            let batch = views.get(i).map_or(0, |v| v.running);
             let decoding = match self.cfg.decode_load {
                 DecodeLoad::Windowed => n as f64,
                 DecodeLoad::Running => f64::from(batch),
@@ -343,6 +359,7 @@ impl Preble {
             self.needed[r] = missed + output as u64;
             self.costs[r] = Cost { l, m: f64::NAN, p };
         }
+        self.routable = routable;
     }
 
     /// Replica `r`'s L + M + P for this decision, computing M on first use.
@@ -374,26 +391,31 @@ impl Preble {
 
     /// Whether `choice` is the most loaded replica (the first one on ties), given its total.
     fn is_most_loaded(&mut self, choice: usize, total: f64, now: f64) -> bool {
-        (0..self.costs.len()).all(|r| {
+        let routable = std::mem::take(&mut self.routable);
+        let most = routable.iter().all(|&r| {
             r == choice || {
                 self.costs[r].lower_bound() <= total && {
                     let t = self.total(r, now);
                     t < total || (t == total && r > choice)
                 }
             }
-        })
+        });
+        self.routable = routable;
+        most
     }
 
     /// The decode-heavy replica and its hit ratio: the highest windowed hit ratio (first on
     /// ties), if at least `pd_hit_ratio`.
     fn decode_heavy(&mut self, now: f64) -> Option<(usize, f64)> {
         let mut best: Option<(usize, f64)> = None;
-        for r in 0..self.replicas.len() {
+        let routable = std::mem::take(&mut self.routable);
+        for &r in &routable {
             let ratio = self.hit_ratio(r, now);
             if best.is_none_or(|(_, b)| ratio > b) {
                 best = Some((r, ratio));
             }
         }
+        self.routable = routable;
         best.filter(|&(_, ratio)| ratio >= self.cfg.pd_hit_ratio)
     }
 
@@ -424,11 +446,15 @@ impl RouterPolicy for Preble {
     fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         let now = request.arrived_at;
         let segments = request.segments();
+        self.routable.clear();
+        self.routable.extend((0..replicas.len()).map(|i| self.members.id(i)));
         self.tree.match_each(segments, &mut self.matches);
         self.compute_costs(request, replicas);
         let (cached, deepest) = self.tree.longest_match(segments);
         let missed = request.prompt_tokens.saturating_sub(cached);
-        let all = 0..self.costs.len();
+        // One small copy per decision, so the candidates can be walked while costs are priced.
+        let routable = self.routable.clone();
+        let all = routable.iter().copied();
         let mut prefix_key = None;
         let chosen = match deepest {
             Some(node) if cached > missed => {
@@ -452,7 +478,7 @@ impl RouterPolicy for Preble {
                         choice = global;
                     }
                 }
-                let warm = self.dispatched >= self.cfg.rebalance_after_per_replica * self.costs.len() as u64;
+                let warm = self.dispatched >= self.cfg.rebalance_after_per_replica * routable.len() as u64;
                 if self.cfg.rebalance && warm {
                     let min = match global_min {
                         Some(min) => min,
@@ -479,9 +505,9 @@ impl RouterPolicy for Preble {
                             segments,
                             prompt_tokens: request.prompt_tokens,
                             cached_tokens: cached,
-                            heavy: r,
+                            heavy: self.members.index_of(r).expect("routable"),
                             hit_ratio,
-                            cheapest,
+                            cheapest: self.members.index_of(cheapest).expect("routable"),
                             cheapest_hit_ratio: self.hit_ratio(cheapest, now),
                             l_excess_s: self.costs[r].l - self.costs[cheapest].l,
                         };
@@ -503,10 +529,11 @@ impl RouterPolicy for Preble {
         self.sums.m += c.m;
         self.sums.p += c.p;
         self.pending = Some(Pending { request: request.id, prefix_key });
-        chosen
+        self.members.index_of(chosen).expect("only routable replicas are candidates")
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, replica: usize) {
+        let replica = self.members.id(replica);
         let now = request.arrived_at;
         let segments = request.segments();
         let pending = self.pending.take().filter(|p| p.request == request.id);
@@ -545,7 +572,22 @@ impl RouterPolicy for Preble {
     }
 
     fn on_evict(&mut self, e: &Eviction<'_>) {
-        self.tree.release_path(e.path(), e.replica_index(), e.remaining_tokens);
+        if let Some(r) = self.members.get(e.replica_index()) {
+            self.tree.release_path(e.path(), r, e.remaining_tokens);
+        }
+    }
+
+    /// A replica that leaves is forgotten: its share of the tree and its windows.
+    fn on_replica_change(&mut self, change: &ReplicaChange) {
+        if let Some(Member::Left(id)) = self.members.change(change) {
+            let held = self.tree.held_tokens(id);
+            self.tree.evict_lru(id, held);
+            let w = &mut self.replicas[id];
+            w.prefill_s = WindowSum::new(self.cfg.window_s);
+            w.prompt_tokens = WindowSum::new(self.cfg.pd_window_s);
+            w.cached_tokens = WindowSum::new(self.cfg.pd_window_s);
+            self.pending = None;
+        }
     }
 
     fn report(&self) -> Vec<(String, f64)> {

@@ -31,6 +31,12 @@
 //! `eviction_threshold_chars` 400,000, `eviction_target_chars` 360,000, `eviction_interval_secs`
 //! 10) and `prefix_tree.py` @ 81c8c490 (`start_eviction_loop`, `evict_tenant_by_lru`).
 //!
+//! Replicas coming and going (`on_replica_change`: crashes, autoscaling): state is kept by id
+//! (`index::members`); a replica that leaves loses its tree and its queue-length entry, as
+//! Ray's router removes a dead or removed replica's tenant (`PrefixCacheAffinityRouter`:
+//! `on_replica_actor_died` and `update_replicas` → `_tree_actor.remove_tenants`, same file and
+//! commit) and drops it from the queue-length cache; one that joins starts with none.
+//!
 //! Deviations, and why: Ray's tree holds characters of the concatenated message contents;
 //! here it holds the prompt's segments (toolkit `PrefixTree`), so match and tree size are in
 //! tokens. Ray returns *all* best candidates and takes the shortest queue among them (not a
@@ -47,6 +53,8 @@
 use rand::RngExt;
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
+
+use crate::index::members::{Member, Members};
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(default, deny_unknown_fields)]
@@ -76,9 +84,11 @@ impl Default for Config {
 pub struct RayPrefixAware {
     cfg: Config,
     rng: PolicyRng,
+    /// Per id (`index::members`): the tree's tenants, the queue lengths, the matches.
     tree: PrefixTree,
     queue: Vec<u32>,
     matches: Vec<u32>,
+    members: Members,
     candidates: Vec<usize>,
     pow2_decisions: u64,
     match_decisions: u64,
@@ -116,6 +126,7 @@ impl Policy for RayPrefixAware {
             tree: PrefixTree::new(n),
             queue: vec![0; n],
             matches: vec![0; n],
+            members: Members::new(n),
             candidates: Vec::with_capacity(n),
             pow2_decisions: 0,
             match_decisions: 0,
@@ -129,8 +140,12 @@ impl Policy for RayPrefixAware {
 }
 
 impl RayPrefixAware {
-    fn power_of_two(&mut self) -> usize {
-        let n = self.queue.len();
+    /// The queue length of routable index `i`.
+    fn queue(&self, i: usize) -> u32 {
+        self.queue[self.members.id(i)]
+    }
+
+    fn power_of_two(&mut self, n: usize) -> usize {
         let a = self.rng.random_range(0..n);
         if n == 1 {
             return a;
@@ -139,7 +154,7 @@ impl RayPrefixAware {
         if b >= a {
             b += 1;
         }
-        if self.queue[b] < self.queue[a] { b } else { a }
+        if self.queue(b) < self.queue(a) { b } else { a }
     }
 
     /// Ray's eviction loop, for every interval that ended by `now`.
@@ -157,39 +172,57 @@ impl RayPrefixAware {
 }
 
 impl RouterPolicy for RayPrefixAware {
-    fn route(&mut self, request: &Request<'_>, _: &Replicas<'_>) -> usize {
+    fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         if self.cfg.do_eviction {
             self.evict_due(request.arrived_at);
         }
-        let (lo, hi) = self.queue.iter().fold((u32::MAX, 0), |(a, b), &q| (a.min(q), b.max(q)));
+        let n = replicas.len();
+        let (lo, hi) = (0..n).map(|i| self.queue(i)).fold((u32::MAX, 0), |(a, b), q| (a.min(q), b.max(q)));
         if hi - lo > self.cfg.imbalanced_threshold {
             self.pow2_decisions += 1;
-            return self.power_of_two();
+            return self.power_of_two(n);
         }
         self.tree.match_each(request.segments(), &mut self.matches);
-        let best = self.matches.iter().copied().max().unwrap_or(0);
+        let (members, matches) = (&self.members, &self.matches);
+        let matched = |i: usize| matches[members.id(i)];
+        let best = (0..n).map(matched).max().unwrap_or(0);
         let rate = if request.prompt_tokens == 0 { 0.0 } else { best as f64 / request.prompt_tokens as f64 };
         self.candidates.clear();
         if rate >= self.cfg.match_rate_threshold {
             self.match_decisions += 1;
-            self.candidates.extend((0..self.matches.len()).filter(|&r| self.matches[r] == best));
+            self.candidates.extend((0..n).filter(|&i| matched(i) == best));
         } else {
             self.smallest_tree_decisions += 1;
-            let smallest = (0..self.queue.len()).map(|r| self.tree.held_tokens(r)).min().unwrap_or(0);
-            self.candidates.extend((0..self.queue.len()).filter(|&r| self.tree.held_tokens(r) == smallest));
+            let held = |i: usize| self.tree.held_tokens(members.id(i));
+            let smallest = (0..n).map(held).min().unwrap_or(0);
+            self.candidates.extend((0..n).filter(|&i| held(i) == smallest));
         }
-        let k = argmin_random_tie(self.candidates.iter().map(|&r| self.queue[r]), &mut self.rng).expect("candidates");
+        let queues = self.candidates.iter().map(|&i| self.queue[self.members.id(i)]);
+        let k = argmin_random_tie(queues, &mut self.rng).expect("candidates");
         self.candidates[k]
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {
-        self.queue[r] += 1;
-        self.tree.insert(request.segments(), r);
+        let id = self.members.place(request.id, r);
+        self.queue[id] += 1;
+        self.tree.insert(request.segments(), id);
     }
 
     fn on_complete(&mut self, c: &Completion) {
-        let q = &mut self.queue[c.replica_index()];
-        *q = q.saturating_sub(1);
+        if let Some(id) = self.members.finish(c.request_id) {
+            let q = &mut self.queue[id];
+            *q = q.saturating_sub(1);
+        }
+    }
+
+    /// A replica that leaves is forgotten: its tenant and its queue length (upstream
+    /// `remove_tenants`); one that joins starts with an empty tree.
+    fn on_replica_change(&mut self, change: &ReplicaChange) {
+        if let Some(Member::Left(id)) = self.members.change(change) {
+            self.queue[id] = 0;
+            let held = self.tree.held_tokens(id);
+            self.tree.evict_lru(id, held);
+        }
     }
 
     fn report(&self) -> Vec<(String, f64)> {

@@ -244,14 +244,14 @@ impl RouterPolicy for SglangCacheAware {
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, replica: usize) {
-        let id = self.members.id(replica);
+        let id = self.members.place(request.id, replica);
         self.in_flight[id] += 1;
         self.tree.insert(request.segments(), id);
     }
 
     fn on_complete(&mut self, c: &Completion) {
         // A replica that left since (its state dropped) is nobody's now.
-        if let Some(id) = self.members.get(c.replica as usize) {
+        if let Some(id) = self.members.finish(c.request_id) {
             let l = &mut self.in_flight[id];
             *l = l.saturating_sub(1);
         }

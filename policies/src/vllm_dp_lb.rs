@@ -140,6 +140,14 @@ impl RouterPolicy for VllmDpLb {
         best
     }
 
+    /// The engine set changed (crashes, autoscaling): the next decision starts from a fresh
+    /// publication, as the coordinator publishes the new engine list; additions made against the
+    /// old indices are dropped.
+    fn on_replica_change(&mut self, _change: &ReplicaChange) {
+        self.published_at = None;
+        self.counts.clear();
+    }
+
     fn report(&self) -> Vec<(String, f64)> {
         vec![
             ("stale_decisions".into(), self.stale_decisions as f64),

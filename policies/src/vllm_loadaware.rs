@@ -39,6 +39,7 @@
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
 
+use crate::index::members::{Member, Members};
 use crate::index::qps::QpsWindow;
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -57,7 +58,9 @@ impl Default for Config {
 pub struct VllmLoadAware {
     cfg: Config,
     /// Requests routed to each replica and not finished.
+    /// By id (`index::members`), as `qps`; `scores` by routable index.
     in_flight: Vec<u32>,
+    members: Members,
     qps: QpsWindow,
     scores: Vec<f64>,
     fallback_decisions: u64,
@@ -83,6 +86,7 @@ impl Policy for VllmLoadAware {
             qps: QpsWindow::new(n, cfg.qps_window_s),
             cfg,
             in_flight: vec![0; n],
+            members: Members::new(n),
             scores: vec![0.0; n],
             fallback_decisions: 0,
             load_won_decisions: 0,
@@ -95,15 +99,17 @@ impl VllmLoadAware {
     /// the scores; meaningless when no replica matches, where the router falls back).
     pub fn scores(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> &[f64] {
         let n = replicas.len();
-        let mean = self.in_flight.iter().map(|&l| l as f64).sum::<f64>() / n as f64;
+        let load = |r: usize| self.in_flight[self.members.id(r)] as f64;
+        let mean = (0..n).map(load).sum::<f64>() / n as f64;
         let denominator = mean.max(1.0);
         let prompt = request.prompt_tokens;
+        self.scores.resize(n, 0.0);
         for r in 0..n {
             let benefit = replicas[r].matched_tokens.min(prompt) as f64 / prompt.max(1) as f64;
-            let relative = (self.in_flight[r] as f64 - mean) / denominator;
+            let relative = (self.in_flight[self.members.id(r)] as f64 - mean) / denominator;
             self.scores[r] = benefit - self.cfg.beta * relative;
         }
-        &self.scores
+        &self.scores[..n]
     }
 }
 
@@ -116,11 +122,12 @@ impl RouterPolicy for VllmLoadAware {
         let longest = replicas.iter().map(|v| v.matched_tokens).max().unwrap_or(0);
         if longest == 0 {
             self.fallback_decisions += 1;
-            return self.qps.lowest(request.arrived_at);
+            let members = &self.members;
+            return self.qps.lowest_of(request.arrived_at, replicas.len(), |i| members.id(i));
         }
         self.scores(request, replicas);
         let mut best = 0;
-        for r in 1..self.scores.len() {
+        for r in 1..replicas.len() {
             if self.scores[r] > self.scores[best] {
                 best = r;
             }
@@ -132,13 +139,25 @@ impl RouterPolicy for VllmLoadAware {
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {
+        let r = self.members.place(request.id, r);
         self.in_flight[r] += 1;
         self.qps.record(r, request.arrived_at);
     }
 
     fn on_complete(&mut self, c: &Completion) {
-        let l = &mut self.in_flight[c.replica_index()];
-        *l = l.saturating_sub(1);
+        if let Some(id) = self.members.finish(c.request_id) {
+            let l = &mut self.in_flight[id];
+            *l = l.saturating_sub(1);
+        }
+    }
+
+    /// A replica that leaves is forgotten: its load and its request rate (upstream routes over
+    /// the endpoints discovered now; a new one has no stats).
+    fn on_replica_change(&mut self, change: &ReplicaChange) {
+        if let Some(Member::Left(id)) = self.members.change(change) {
+            self.in_flight[id] = 0;
+            self.qps.forget(id);
+        }
     }
 
     fn report(&self) -> Vec<(String, f64)> {

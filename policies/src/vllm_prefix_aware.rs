@@ -25,6 +25,13 @@
 //! chunks, xxh64, no eviction), `src/vllm_router/parsers/parser.py` (`--prefix-min-match-length`
 //! 0, `--request-stats-window` 60 s).
 //!
+//! Replicas coming and going (`on_replica_change`: crashes, autoscaling): state is kept by id
+//! (`index::members`). Upstream matches only among the endpoints available now
+//! (`route_request`: `longest_prefix_match(prompt, available_endpoints)`, same file and commit)
+//! and a new endpoint's URL matches nothing old; so here a replica that leaves is forgotten —
+//! its trie entries and its request rate — and one that joins starts with none (and counts as
+//! never routed to for `_qps_routing`).
+//!
 //! Deviations, and why: upstream chunks characters of the concatenated messages; 128 characters
 //! at about 4 characters per token is `chunk_tokens` 32 here (the simulator has no text), and
 //! `min_match_tokens` counts tokens where upstream counts characters. A trie node is identified
@@ -45,6 +52,7 @@ use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
 
 use crate::index::block_index::{BlockIndex, Stamps};
+use crate::index::members::{Member, Members};
 use crate::index::qps::QpsWindow;
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -66,7 +74,9 @@ pub struct VllmPrefixAware {
     cfg: Config,
     rng: PolicyRng,
     hashing: BlockHashing,
+    /// By id (`index::members`), as `qps` and `in_play`.
     trie: BlockIndex,
+    members: Members,
     qps: QpsWindow,
     hashes: Vec<u64>,
     hashes_for: Option<u64>,
@@ -103,6 +113,7 @@ impl Policy for VllmPrefixAware {
             cfg,
             rng: policy_rng(ctx.seed),
             trie: BlockIndex::new(n),
+            members: Members::new(n),
             hashes: Vec::new(),
             hashes_for: None,
             in_play: vec![0; n.div_ceil(64).max(1)],
@@ -140,10 +151,12 @@ impl VllmPrefixAware {
         let hashes = std::mem::take(&mut self.hashes);
         let matched = leading_true(hashes.len(), hint, |k| self.present(hashes[k]));
         if matched == 0 {
-            self.in_play.fill(u64::MAX);
-            if n % 64 != 0 {
-                let last = self.in_play.len() - 1;
-                self.in_play[last] = (1u64 << (n % 64)) - 1;
+            // Every routable replica (ids; only routable ones hold chunks: a replica that left
+            // was forgotten).
+            self.in_play.fill(0);
+            for i in 0..n {
+                let r = self.members.id(i);
+                self.in_play[r / 64] |= 1 << (r % 64);
             }
         } else {
             for w in 0..self.in_play.len() {
@@ -213,14 +226,17 @@ impl RouterPolicy for VllmPrefixAware {
         let matched = self.longest_match(request, n) as u32 * self.cfg.chunk_tokens;
         if matched < self.cfg.min_match_tokens {
             self.below_min_match += 1;
-            return self.qps.lowest(request.arrived_at);
+            let members = &self.members;
+            return self.qps.lowest_of(request.arrived_at, n, |i| members.id(i));
         }
         let count: u32 = self.in_play.iter().map(|w| w.count_ones()).sum();
         let k = self.rng.random_range(0..count);
-        crate::index::min_index::nth_set_bit(&self.in_play, k).expect("the set in play is never empty")
+        let id = crate::index::min_index::nth_set_bit(&self.in_play, k).expect("the set in play is never empty");
+        self.members.index_of(id).expect("only routable replicas are in play")
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {
+        let r = self.members.id(r);
         self.hash_prompt(request);
         // `r` holds a prefix of the chunks (see `longest_match`): insert from its end. A replica
         // in play holds exactly the matched chunks.
@@ -236,6 +252,15 @@ impl RouterPolicy for VllmPrefixAware {
         }
         self.touch_and_trim();
         self.qps.record(r, request.arrived_at);
+    }
+
+    /// A replica that leaves is forgotten: its trie entries and its request rate.
+    fn on_replica_change(&mut self, change: &ReplicaChange) {
+        if let Some(Member::Left(id)) = self.members.change(change) {
+            self.trie.forget(id);
+            self.qps.forget(id);
+            self.matched = None;
+        }
     }
 
     fn report(&self) -> Vec<(String, f64)> {

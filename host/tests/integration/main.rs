@@ -13,6 +13,7 @@ mod common;
 mod compat;
 mod compound;
 mod dispatch_results;
+mod fleet;
 mod hardening;
 mod isolate;
 mod layers;

@@ -5,8 +5,7 @@
 //! `PrefixHashTable` and production-stack's hash trie once hashes are chained (a chained hash
 //! names its whole prefix, so a flat map from hash to holders is the trie). Holders are a bitset
 //! per block: one map entry per block and 64 replicas; with more replicas, word w of a block
-//! lives under a remixed key (a collision is as unlikely as one between two block hashes, which
-//! every upstream router accepts too).
+//! lives in the w-th map (so a replica that leaves is forgotten from its word's map alone).
 //!
 //! Dynamo and llm-d keep holders per run of blocks instead ([`crate::index::block_runs`],
 //! [`crate::index::lru_runs`]): the same answers at a cost per prompt segment rather than per block.
@@ -43,16 +42,12 @@ pub fn pair_key(hash: u64, replica: usize) -> u64 {
     mix64(hash ^ ((replica as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)))
 }
 
-#[inline]
-fn word_key(hash: u64, w: usize) -> u64 {
-    if w == 0 { hash } else { mix64(hash ^ (w as u64).wrapping_mul(0xd1b5_4a32_d192_ed03)) }
-}
-
 /// Which replicas hold each block hash, and how many blocks each replica holds.
 #[derive(Clone, Debug)]
 pub struct BlockIndex {
     words: usize,
-    bits: KeyMap<u64>,
+    /// Per word of 64 replicas: block hash → holder bits.
+    bits: Vec<KeyMap<u64>>,
     held: Vec<u64>,
     /// Scratch of [`Self::consecutive`]: replicas still matching.
     alive: Vec<u64>,
@@ -61,7 +56,7 @@ pub struct BlockIndex {
 impl BlockIndex {
     pub fn new(replicas: usize) -> Self {
         let words = replicas.div_ceil(64).max(1);
-        Self { words, bits: KeyMap::default(), held: vec![0; replicas], alive: vec![0; words] }
+        Self { words, bits: vec![KeyMap::default(); words], held: vec![0; replicas], alive: vec![0; words] }
     }
 
     pub fn replicas(&self) -> usize {
@@ -76,7 +71,7 @@ impl BlockIndex {
     /// Word `w` of `hash`'s holder bitset (replicas 64·w ..).
     #[inline]
     pub fn word(&self, hash: u64, w: usize) -> u64 {
-        self.bits.get(&word_key(hash, w)).copied().unwrap_or(0)
+        self.bits[w].get(&hash).copied().unwrap_or(0)
     }
 
     pub fn words(&self) -> usize {
@@ -89,7 +84,7 @@ impl BlockIndex {
 
     /// Records that `r` holds `hash`; true if it did not before.
     pub fn insert(&mut self, hash: u64, r: usize) -> bool {
-        let e = self.bits.entry(word_key(hash, r / 64)).or_insert(0);
+        let e = self.bits[r / 64].entry(hash).or_insert(0);
         let bit = 1u64 << (r % 64);
         let new = *e & bit == 0;
         *e |= bit;
@@ -99,13 +94,13 @@ impl BlockIndex {
 
     /// Forgets that `r` holds `hash`; true if it did.
     pub fn remove(&mut self, hash: u64, r: usize) -> bool {
-        let k = word_key(hash, r / 64);
-        let Some(e) = self.bits.get_mut(&k) else { return false };
+        let map = &mut self.bits[r / 64];
+        let Some(e) = map.get_mut(&hash) else { return false };
         let bit = 1u64 << (r % 64);
         let had = *e & bit != 0;
         *e &= !bit;
         if *e == 0 {
-            self.bits.remove(&k);
+            map.remove(&hash);
         }
         self.held[r] -= had as u64;
         had
@@ -115,7 +110,7 @@ impl BlockIndex {
     pub fn remove_block(&mut self, hash: u64) -> u32 {
         let mut had = 0;
         for w in 0..self.words {
-            let Some(mut bits) = self.bits.remove(&word_key(hash, w)) else { continue };
+            let Some(mut bits) = self.bits[w].remove(&hash) else { continue };
             while bits != 0 {
                 self.held[w * 64 + bits.trailing_zeros() as usize] -= 1;
                 had += 1;
@@ -123,6 +118,16 @@ impl BlockIndex {
             }
         }
         had
+    }
+
+    /// Forgets every hash `r` holds (a replica that left).
+    pub fn forget(&mut self, r: usize) {
+        let bit = 1u64 << (r % 64);
+        self.bits[r / 64].retain(|_, e| {
+            *e &= !bit;
+            *e != 0
+        });
+        self.held[r] = 0;
     }
 
     /// Per replica, how many leading blocks of `hashes` it holds without a gap (Dynamo's overlap,
@@ -140,7 +145,7 @@ impl BlockIndex {
             // One word (≤ 64 replicas): the common case, without the loop over words.
             let mut a = alive[0];
             for (k, &h) in hashes.iter().enumerate() {
-                let bits = self.bits.get(&h).copied().unwrap_or(0) & a;
+                let bits = self.bits[0].get(&h).copied().unwrap_or(0) & a;
                 let mut dropped = a & !bits;
                 while dropped != 0 {
                     out[dropped.trailing_zeros() as usize] = k as u32;

@@ -323,6 +323,17 @@ impl HeldRuns {
         self.held[r] -= removed;
     }
 
+    /// Replica `r` holds nothing any more (it left; its queued stamps find nothing of it, or
+    /// only younger spans a later life stamped, which they leave alone).
+    pub fn forget(&mut self, r: usize) {
+        let replica = r as u32;
+        self.runs.retain(|_, spans| {
+            spans.retain(|s| s.replica != replica);
+            !spans.is_empty()
+        });
+        self.held[r] = 0;
+    }
+
     /// Forgets every block stamped before `limit`.
     pub fn expire_before(&mut self, limit: u64) {
         while let Some(&(s, run, replica)) = self.queue.front() {
@@ -446,6 +457,16 @@ impl ActiveRuns {
         if refs.is_empty() {
             self.runs.remove(&run);
         }
+    }
+
+    /// Replica `r` has no request in flight any more (it left).
+    pub fn forget(&mut self, r: usize) {
+        let replica = r as u32;
+        self.runs.retain(|_, refs| {
+            refs.retain(|e| e.0 != replica);
+            !refs.is_empty()
+        });
+        self.held[r] = 0;
     }
 
     /// Per replica, how many leading blocks of the prompt cut into `runs` (`total` blocks) its

@@ -99,6 +99,17 @@ impl LruRuns {
         }
     }
 
+    /// Replica `r` holds nothing any more (it left).
+    pub fn forget(&mut self, r: usize) {
+        let replica = r as u32;
+        self.runs.retain(|_, spans| {
+            spans.retain(|s| s.replica != replica);
+            !spans.is_empty()
+        });
+        self.held[r] = 0;
+        self.queues[r].clear();
+    }
+
     /// Per replica, the blocks it holds among the prompt's leading blocks that some replica holds
     /// (the walk stops at the first block nobody holds).
     pub fn matched(&self, runs: &[Run], out: &mut [u32]) {

@@ -9,8 +9,15 @@
 //! routers drop a removed worker), a joining one takes the lowest free id, whose state is empty
 //! (the replica starts cold). Until the first change the map is the identity, so a fixed fleet
 //! routes exactly as without it.
+//!
+//! A completion names the index its request was placed at, and a drained replica's requests
+//! finish after it left — when a replica that joined since may hold that index. So a router
+//! that counts what it placed records each placement ([`Members::place`]) and settles it by
+//! request id ([`Members::finish`]): a request whose replica left is nobody's any more.
 
-use routelab_policy_api::ReplicaChange;
+use routelab_policy_api::{ReplicaChange, mix64};
+
+use crate::index::block_index::KeyMap;
 
 /// A change, by id: what the router should reset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,12 +36,16 @@ pub struct Members {
     ids: Option<Vec<usize>>,
     /// Ids not in use, lowest last (popped first).
     free: Vec<usize>,
+    /// Per id: its routable index (`usize::MAX`: none); kept with `ids`.
+    at: Vec<usize>,
+    /// In-flight requests (by mixed id) → the id they were placed on.
+    placed: KeyMap<usize>,
 }
 
 impl Members {
     /// Ids for `slots` replicas (the router context's `replicas`).
     pub fn new(slots: usize) -> Self {
-        Self { slots, ids: None, free: Vec::new() }
+        Self { slots, ids: None, free: Vec::new(), at: Vec::new(), placed: KeyMap::default() }
     }
 
     /// The id of routable index `i` (`i` below the routable count).
@@ -52,6 +63,32 @@ impl Members {
         }
     }
 
+    /// How many replicas are routable now.
+    pub fn routable(&self) -> usize {
+        self.ids.as_ref().map_or(self.slots, Vec::len)
+    }
+
+    /// The routable index of id `id`, if it holds one.
+    pub fn index_of(&self, id: usize) -> Option<usize> {
+        match &self.ids {
+            None => (id < self.slots).then_some(id),
+            Some(_) => self.at.get(id).copied().filter(|&i| i != usize::MAX),
+        }
+    }
+
+    /// `request` was placed at routable index `i`: its id, recorded until [`Self::finish`].
+    pub fn place(&mut self, request: u64, i: usize) -> usize {
+        let id = self.id(i);
+        self.placed.insert(mix64(request), id);
+        id
+    }
+
+    /// `request` finished (or was abandoned): the id it was placed on, unless that replica left
+    /// since (its state is gone) or the request was never placed.
+    pub fn finish(&mut self, request: u64) -> Option<usize> {
+        self.placed.remove(&mix64(request))
+    }
+
     /// Applies `change`; `None` if it names an index that does not exist (ignored).
     pub fn change(&mut self, change: &ReplicaChange) -> Option<Member> {
         let ids = self.ids.get_or_insert_with(|| {
@@ -62,19 +99,26 @@ impl Members {
             (0..before).collect()
         });
         let k = change.replica as usize;
-        if change.joined {
+        let member = if change.joined {
             let id = self.free.pop()?;
             ids.insert(k.min(ids.len()), id);
-            Some(Member::Joined(id))
+            Member::Joined(id)
         } else {
             if k >= ids.len() {
                 return None;
             }
             let id = ids.remove(k);
+            self.placed.retain(|_, &mut p| p != id);
             let at = self.free.partition_point(|&f| f > id);
             self.free.insert(at, id);
-            Some(Member::Left(id))
+            Member::Left(id)
+        };
+        self.at.clear();
+        self.at.resize(self.slots, usize::MAX);
+        for (i, &id) in ids.iter().enumerate() {
+            self.at[id] = i;
         }
+        Some(member)
     }
 }
 
@@ -108,5 +152,18 @@ mod tests {
         assert_eq!(m.change(&change(2, true, 3)), Some(Member::Joined(2)));
         assert_eq!(m.change(&change(2, false, 2)), Some(Member::Left(2)));
         assert_eq!(m.get(2), None);
+    }
+
+    #[test]
+    fn a_drained_replicas_completions_are_nobodys_once_its_index_is_taken_again() {
+        let mut m = Members::new(3);
+        assert_eq!((m.place(10, 2), m.place(11, 0)), (2, 0));
+        // Index 2 drains (request 10 still on it), and a cold replica joins at index 2.
+        assert_eq!(m.change(&change(2, false, 2)), Some(Member::Left(2)));
+        assert_eq!(m.change(&change(2, true, 3)), Some(Member::Joined(2)));
+        assert_eq!(m.place(12, 2), 2);
+        assert_eq!(m.finish(10), None, "request 10's replica left: not the newcomer's");
+        assert_eq!((m.finish(12), m.finish(11), m.finish(11)), (Some(2), Some(0), None));
+        assert_eq!((m.routable(), m.index_of(2), m.index_of(1)), (3, Some(2), Some(1)));
     }
 }

@@ -11,11 +11,12 @@ use routelab_policy_api::WindowSum;
 pub struct QpsWindow {
     recent: Vec<WindowSum>,
     ever: Vec<bool>,
+    window_s: f64,
 }
 
 impl QpsWindow {
     pub fn new(replicas: usize, window_s: f64) -> Self {
-        Self { recent: vec![WindowSum::new(window_s); replicas], ever: vec![false; replicas] }
+        Self { recent: vec![WindowSum::new(window_s); replicas], ever: vec![false; replicas], window_s }
     }
 
     /// A request was routed to `r` at `now`.
@@ -26,18 +27,31 @@ impl QpsWindow {
 
     /// The replica `_qps_routing` picks at `now`.
     pub fn lowest(&mut self, now: f64) -> usize {
-        if let Some(r) = self.ever.iter().position(|&e| !e) {
-            return r;
+        let n = self.ever.len();
+        self.lowest_of(now, n, |r| r)
+    }
+
+    /// The position `_qps_routing` picks at `now` among `n` replicas, position `i` being
+    /// replica `id(i)` (the routable ones, when replicas come and go).
+    pub fn lowest_of(&mut self, now: f64, n: usize, id: impl Fn(usize) -> usize) -> usize {
+        if let Some(i) = (0..n).position(|i| !self.ever[id(i)]) {
+            return i;
         }
         let mut best = 0;
         let mut best_qps = f64::INFINITY;
-        for (r, w) in self.recent.iter_mut().enumerate() {
-            let qps = w.sum(now);
+        for i in 0..n {
+            let qps = self.recent[id(i)].sum(now);
             if qps < best_qps {
                 best_qps = qps;
-                best = r;
+                best = i;
             }
         }
         best
+    }
+
+    /// Replica `r` left: a replica that joins in its place is new (never routed to).
+    pub fn forget(&mut self, r: usize) {
+        self.recent[r] = WindowSum::new(self.window_s);
+        self.ever[r] = false;
     }
 }

@@ -181,6 +181,7 @@ impl<'a> ClusterSim<'a> {
             retiring,
             routable: (0..spec.replicas).collect(),
             index_of: (0..n as u32).collect(),
+            routable_since: vec![0; n],
             fleet: None,
             autoscaling: spec.autoscaling.clone(),
             tier_spec: spec.kv_tiers.clone().map(|t| (t, sm.cost.kv_bytes_per_token, sm.model.layers)),

@@ -27,7 +27,7 @@
 //! (the share of replica-time up, over the run until its last completion).
 
 use rand_distr::{Distribution, Exp};
-use routelab_policy_api::{Completion, ReplicaChange, ReplicaView, Request};
+use routelab_policy_api::{Completion, Request};
 
 use super::replica::{Phase, Replica};
 use super::{ClusterSim, End, Event};
@@ -45,8 +45,6 @@ pub(super) struct Failures {
     down_since: Vec<Option<SimTime>>,
     /// Every finished down time, (from, until).
     down_spans: Vec<(SimTime, SimTime)>,
-    /// Per slot: since when it is up (eviction notices from before are void).
-    up_since: Vec<SimTime>,
     /// Per slot: a step from before its crash has yet to reach its (void) end.
     void_step: Vec<bool>,
     /// Per request: times it was routed again.
@@ -64,7 +62,6 @@ impl Failures {
             rng: crate::seeds::stream(run_seed, "failures"),
             down_since: vec![None; slots],
             down_spans: Vec::new(),
-            up_since: vec![0; slots],
             void_step: vec![false; slots],
             retries: vec![0; requests],
             crashes: 0,
@@ -79,11 +76,6 @@ impl Failures {
         let mtbf = self.spec.mtbf_s?;
         let x: f64 = Exp::new(1.0 / mtbf).expect("mtbf_s > 0 (validated)").sample(&mut self.rng);
         Some(now.saturating_add(ticks(x.min(crate::workload::limits::MAX_HORIZON))))
-    }
-
-    /// Whether an eviction notice of `slot` cut at `evicted_at` is void (the replica crashed since).
-    pub(super) fn void_eviction(&self, slot: usize, evicted_at: SimTime) -> bool {
-        self.down_since[slot].is_some() || evicted_at < self.up_since[slot]
     }
 
     /// The run's figures (module docs); `end` is its last completion.
@@ -152,16 +144,7 @@ impl ClusterSim<'_> {
             self.router.abandon(&c)?;
         }
         // Out of the routable set: the ones above move down one index.
-        let pos = self.routable.iter().position(|&x| x == slot).expect("an up replica is routable");
-        self.routable.remove(pos);
-        self.views.remove(pos);
-        self.replicas.mark_all();
-        for &above in &self.routable[pos..] {
-            self.index_of[above as usize] -= 1;
-        }
-        let change =
-            ReplicaChange { at: seconds(now), replica: k, joined: false, routable: self.routable.len() as u32 };
-        self.router.replicas_changed(&change)?;
+        self.leave_routable(now, slot)?;
         // Cold: a new replica keeps only the counters the summary reads.
         let was_busy = self.replicas[s].busy;
         self.cold_restart(s);
@@ -225,22 +208,11 @@ impl ClusterSim<'_> {
         let f = self.failures.as_mut().expect("restart events come with failures");
         let since = f.down_since[s].take().expect("a restarting replica is down");
         f.down_spans.push((since, now));
-        f.up_since[s] = now;
         let next = if self.done < self.states.len() { f.next_crash(now) } else { None };
         if let Some(at) = next {
             self.queue.push(at, Event::Crash(slot));
         }
-        self.index_of[s] = self.routable.len() as u32;
-        self.routable.push(slot);
-        self.views.push(ReplicaView::default());
-        self.replicas.mark_all();
-        let change = ReplicaChange {
-            at: seconds(now),
-            replica: self.index_of[s],
-            joined: true,
-            routable: self.routable.len() as u32,
-        };
-        self.router.replicas_changed(&change)?;
+        self.join_routable(now, slot)?;
         self.release_held(now)
     }
 

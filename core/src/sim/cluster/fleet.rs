@@ -12,7 +12,9 @@
 //! Routers see the ready replicas only, indexed in the order they became ready; since scale-down
 //! drains the newest, the ready set is a stack and a replica keeps its index while it is ready
 //! (`Router::on_replica_change` says when the set changes; `completion.replica` is the index the
-//! request was placed at, which a replica that joins later may take again).
+//! request was placed at, which a replica that joins later may take again). A draining
+//! replica's eviction notices are not delivered: the router forgot it when it left
+//! (`routable.rs`, which both joins and leaves go through, as a crash's do).
 //!
 //! What the scaler is told at each decision: the ready replicas' views (with `kv_used_tokens`
 //! the KV running requests hold, as vLLM's `kv_cache_usage_perc` counts: cached blocks no
@@ -29,7 +31,7 @@
 //! while replicas were loading: how the SLO fares during scale-out; NaN if none did).
 
 use abi_stable::std_types::{RSlice, RVec};
-use routelab_policy_api::{Fact, Pool, ReplicaChange, ReplicaView, ScalerBox, facts::fleet};
+use routelab_policy_api::{Fact, Pool, ReplicaView, ScalerBox, facts::fleet};
 
 use super::replica::Replica;
 use super::{ClusterSim, Event};
@@ -351,18 +353,10 @@ impl ClusterSim<'_> {
             n -= 1;
         }
         while n > 0 && self.routable.len() > 1 {
-            let slot = self.routable.pop().expect("non-empty") as usize;
-            self.fleet.as_mut().expect("fleet").slots[slot] = Slot::Draining;
-            self.views.pop();
-            self.replicas.mark_all();
-            let change = ReplicaChange {
-                at: seconds(now),
-                replica: self.index_of[slot],
-                joined: false,
-                routable: self.routable.len() as u32,
-            };
-            self.router.replicas_changed(&change)?;
-            self.drained_if_idle(now, slot);
+            let slot = *self.routable.last().expect("non-empty");
+            self.fleet.as_mut().expect("fleet").slots[slot as usize] = Slot::Draining;
+            self.leave_routable(now, slot)?;
+            self.drained_if_idle(now, slot as usize);
             n -= 1;
         }
         Ok(())
@@ -387,16 +381,6 @@ impl ClusterSim<'_> {
         f.slots[s] = Slot::Ready;
         f.loading.retain(|&x| x != slot);
         f.last = f.last.max(now);
-        self.index_of[s] = self.routable.len() as u32;
-        self.routable.push(slot);
-        self.views.push(ReplicaView::default());
-        self.replicas.mark_all();
-        let change = ReplicaChange {
-            at: seconds(now),
-            replica: self.index_of[s],
-            joined: true,
-            routable: self.routable.len() as u32,
-        };
-        self.router.replicas_changed(&change)
+        self.join_routable(now, slot)
     }
 }

@@ -75,6 +75,7 @@ mod priority;
 #[cfg(test)]
 mod priority_tests;
 pub mod replica;
+mod routable;
 #[cfg(test)]
 mod session_tests;
 mod sessions;
@@ -265,6 +266,8 @@ pub struct ClusterSim<'a> {
     routable: Vec<u32>,
     /// Per slot: its router index while ready (and the one its completions keep while draining).
     index_of: Vec<u32>,
+    /// Per slot: when it last became routable (`routable.rs`).
+    routable_since: Vec<SimTime>,
     /// The scaler and the slots' lives (`cluster.autoscaling`); `None` on a fixed fleet.
     fleet: Option<fleet::Fleet>,
     autoscaling: Option<crate::workload::cluster::autoscaling::Autoscaling>,
@@ -541,7 +544,8 @@ impl<'a> ClusterSim<'a> {
         path: &[Segment],
         remaining_tokens: u32,
     ) -> Result<(), RunError> {
-        if self.failures.as_ref().is_some_and(|f| f.void_eviction(replica as usize, evicted_at)) {
+        let changing = self.failures.is_some() || self.fleet.is_some();
+        if changing && self.stale_eviction(replica as usize, evicted_at) {
             return Ok(());
         }
         let replica = if self.pd.is_some() { replica } else { self.index_of[replica as usize] };

@@ -1,0 +1,158 @@
+//! A living fleet (issue 28): the stateful built-in routers stay correct while replicas leave
+//! and join — two crashes (one shifting every index above it) and an autoscaled day with
+//! scale-ups and drains — linked in or loaded from the built-in plugin, bit for bit; bad
+//! `failures:` input stops with exit code 2 naming file, line, field and the fix.
+
+use std::process::Command;
+
+use crate::common::*;
+use routelab_core::metrics::Metrics;
+
+/// The routers that keep per-replica state of their own (prefix indices, in-flight counts).
+const STATEFUL: [&str; 8] = [
+    "llm_d",
+    "llm_d{prefix_state: precise, no_hit_lru_weight: 1}",
+    "dynamo_kv",
+    "aibrix_prefix_cache",
+    "vllm_prefix_aware",
+    "chwbl",
+    "ray_prefix_aware",
+    "preble",
+];
+
+fn bits(m: &Metrics) -> Vec<(String, u64)> {
+    m.0.iter().map(|(k, v)| (k.clone(), v.to_bits())).collect()
+}
+
+/// `crash.yaml` cut to 30 s, one seed: replica 0 crashes at 8 s (every index above it moves
+/// down), replica 5 at 12 s; both are back, cold, 6 s later.
+fn crashes() -> String {
+    std::fs::read_to_string(workspace().join("workloads/cluster/crash.yaml"))
+        .unwrap()
+        .replace("crashes: [{replica: 0, at_s: 40}]", "crashes: [{replica: 0, at_s: 8}, {replica: 5, at_s: 12}]")
+        .replace("restart_s: 30", "restart_s: 6")
+        .replace("duration_s: 120", "duration_s: 30")
+        .replace("seeds: 3", "seeds: 1")
+}
+
+/// The diurnal preset shortened to a 4-minute day with an eager scaler (a 5 s interval, a 20 s
+/// scale-down window): the fleet grows from 2 and drains again.
+fn day() -> String {
+    std::fs::read_to_string(workspace().join("workloads/cluster/diurnal.yaml"))
+        .unwrap()
+        .replace("    scaler: hpa\n", "    scaler: \"hpa{metric: requests, target: 8, scale_down_window_s: 20}\"\n")
+        .replace("interval_s: 15", "interval_s: 5")
+        .replace("model_load_s: 60", "model_load_s: 10")
+        .replace("period_s: 1200}", "period_s: 240}")
+        .replace("duration_s: 1200", "duration_s: 240")
+        .replace("seeds: 3", "seeds: 1")
+}
+
+/// Runs every stateful router on `yaml` linked and loaded: each run ends every request
+/// (completed or failed, none left over), and the two runs agree bit for bit.
+fn survives(yaml: &str, name: &str, changed: &dyn Fn(&Metrics) -> bool) {
+    let lib = plugins().builtin.display().to_string();
+    let linked: Vec<String> = STATEFUL.iter().map(|s| s.to_string()).collect();
+    let loaded: Vec<String> = STATEFUL.iter().map(|s| format!("{lib}:{s}")).collect();
+    let (a, b) = (compare_text(yaml, name, &linked), compare_text(yaml, name, &loaded));
+    for (x, y) in a.results.iter().zip(&b.results) {
+        assert!(x.error.is_none() && y.error.is_none(), "{}: {:?} / {:?}", x.policy, x.error, y.error);
+        let m = &x.per_seed[0];
+        let n = |k: &str| m.get(k).unwrap_or(0.0);
+        assert!(changed(m), "{}: the fleet never changed: {m:?}", x.policy);
+        assert_eq!(n("unfinished"), 0.0, "{}: {m:?}", x.policy);
+        assert_eq!(n("completed") + n("failed_requests"), n("requests"), "{}: {m:?}", x.policy);
+        assert_eq!(bits(m), bits(&y.per_seed[0]), "{}: linked ≠ loaded", x.policy);
+    }
+}
+
+#[test]
+fn stateful_routers_survive_crashes_linked_or_loaded() {
+    // (A router that herds every request onto one replica — `vllm_prefix_aware` here — may lose none.)
+    survives(&crashes(), "crashes.yaml", &|m| m.get("crashes") == Some(2.0));
+}
+
+#[test]
+fn stateful_routers_survive_scale_ups_and_drains_linked_or_loaded() {
+    // A router that overloads the fleet (`vllm_prefix_aware` herds onto one replica) never lets
+    // it shrink; every other one sees it grow and drain.
+    survives(&day(), "day.yaml", &|m| {
+        m.get("scale_ups") > Some(0.0) && (m.get("scale_downs") > Some(0.0) || m.get("overloaded") == Some(1.0))
+    });
+}
+
+/// Every aggregated built-in router (the view-only ones too), linked: each run through the
+/// crashes and the scaled day ends every request, with no answer out of range.
+#[test]
+fn every_aggregated_router_survives_crashes_and_scaling() {
+    let mut loader = routelab_core::plugin::Loader::new();
+    let routers: Vec<String> = loader
+        .list(None)
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.kind == routelab_policy_api::PolicyKind::Router && !l.name.starts_with("pd_"))
+        .map(|l| l.name)
+        .collect();
+    assert!(routers.len() >= 19, "{routers:?}");
+    for (yaml, name) in [(crashes(), "crashes.yaml"), (day(), "day.yaml")] {
+        let w = compare_text(&yaml, name, &routers);
+        for r in &w.results {
+            assert!(r.error.is_none(), "{name}: {}: {:?}", r.policy, r.error);
+            let m = &r.per_seed[0];
+            let n = |k: &str| m.get(k).unwrap_or(0.0);
+            assert_eq!(n("completed") + n("failed_requests"), n("requests"), "{name}: {}: {m:?}", r.policy);
+        }
+    }
+}
+
+/// `routelab compare FILE --policies round_robin` on `yaml` fails with exit 2 naming each of `wanted`.
+fn refused(name: &str, yaml: &str, wanted: &[&str]) {
+    let f = fixture("fleet", name);
+    std::fs::write(&f, yaml).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_routelab"))
+        .args(["compare", &f.display().to_string(), "--policies", "round_robin"])
+        .output()
+        .expect("routelab runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+    for w in wanted {
+        assert!(err.contains(w), "{name}: stderr lacks {w:?}: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_failures_are_refused_with_exit_2_naming_file_line_field_and_fix() {
+    let crash = std::fs::read_to_string(workspace().join("workloads/cluster/crash.yaml")).unwrap();
+    let line_of = |yaml: &str, key: &str| 1 + yaml.lines().position(|l| l.trim_start().starts_with(key)).unwrap();
+    let at = "crashes: [{replica: 0, at_s: 40}]";
+    for (i, (field, to, why)) in [
+        ("crashes[0].replica", "crashes: [{replica: 8, at_s: 40}]", "cluster has 8 replicas"),
+        ("crashes[0].at_s", "crashes: [{replica: 0, at_s: -1}]", "must be ≥ 0"),
+        ("crashes", "crashes: []", "nothing would fail"),
+        ("mtbf_s", "crashes: []\n    mtbf_s: 0", "must be positive"),
+        ("restart_s", "crashes: [{replica: 0, at_s: 40}]\n    restart_s: -5", "must be ≥ 0"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut yaml = crash.replace(at, to);
+        if field == "restart_s" {
+            yaml = yaml.replacen("    restart_s: 30\n", "", 1);
+        }
+        let key = field.split(['.', '[']).next().unwrap();
+        let key = if field == "crashes" || field.starts_with("crashes[") { "crashes" } else { key };
+        let line = line_of(&yaml, &format!("{key}:"));
+        let name = format!("failures_{i}.yaml");
+        let located = format!("{name}:{line}:");
+        refused(&name, &yaml, &[&located, &format!("cluster.failures.{field}"), why, "fix:"]);
+    }
+    // A field the section does not know, and failures beside autoscaling.
+    let yaml = crash.replace("max_retries: 1", "max_retry: 1");
+    refused("failures_unknown.yaml", &yaml, &["failures_unknown.yaml", "max_retry", "max_retries"]);
+    let yaml = crash.replace(
+        "  failures:\n",
+        "  autoscaling: {scaler: hpa, interval_s: 15, model_load_s: 60, min_replicas: 1, max_replicas: 8}\n  failures:\n",
+    );
+    refused("failures_scaled.yaml", &yaml, &["failures_scaled.yaml", "cluster.failures", "autoscaling", "fix:"]);
+}
