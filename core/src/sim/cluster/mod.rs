@@ -355,6 +355,7 @@ impl<'a> ClusterSim<'a> {
             self.router.set_prefilling(k, rep.prefilling.len() as u32);
         }
         self.refresh_lora(id);
+        self.refresh_tier_matches(id);
     }
 
     /// The router places request `id` at `now` (views fresh), and an idle replica starts.
