@@ -168,8 +168,8 @@ impl PdMooncake {
             }
             Scheduling::GlobalCacheAware | Scheduling::LocalCacheAware => {
                 let mut pick = (0, f64::INFINITY, false);
-                for i in 0..prefill.len() {
-                    let (t, m) = self.ttft(len, &prefill[i], best_len, global);
+                for (i, v) in prefill.iter().enumerate() {
+                    let (t, m) = self.ttft(len, v, best_len, global);
                     if t < pick.1 {
                         pick = (i, t, m);
                     }
