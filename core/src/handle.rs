@@ -120,6 +120,16 @@ impl RouterHandle {
         self.signals.reads_lora()
     }
 
+    /// Whether the router reads the `tier.*` signals.
+    pub fn reads_tiers(&self) -> bool {
+        self.signals.reads_tiers()
+    }
+
+    /// The routed request's GPU match on `replica` continued in its KV tiers [cpu, remote].
+    pub fn set_tier_matches(&mut self, replica: usize, tokens: [u32; 2]) {
+        self.signals.set_tier_matches(replica, tokens);
+    }
+
     /// What `replica` holds of the routed request's adapter (the `lora.*` signals).
     pub fn set_lora(&mut self, replica: usize, figures: crate::signals::AdapterFigures) {
         self.signals.set_lora(replica, figures);

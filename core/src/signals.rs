@@ -52,6 +52,9 @@ struct Figures {
     prefilling: f64,
     /// About the routed request's adapter (cluster world with `lora:`).
     lora: AdapterFigures,
+    /// The routed request's GPU match continued in the KV tiers, tokens [cpu, remote]
+    /// (cluster world with `kv_tiers:`).
+    tier_matched: [f64; 2],
 }
 
 /// What the host knows of one replica when it fills its row: the view, the last scrape of it,
@@ -83,6 +86,8 @@ fn column(name: &str) -> Option<Column> {
         signals::LORA_RUNNING_ADAPTERS => |r| r.figures.lora.running_adapters,
         signals::LORA_WAITING_ADAPTERS => |r| r.figures.lora.waiting_adapters,
         signals::LORA_MAX_ADAPTERS => |r| r.figures.lora.max_adapters,
+        signals::TIER_CPU_MATCHED_TOKENS => |r| r.figures.tier_matched[0],
+        signals::TIER_REMOTE_MATCHED_TOKENS => |r| r.figures.tier_matched[1],
         _ => return None,
     })
 }
@@ -101,6 +106,8 @@ pub struct SignalTable {
     reads_lora: bool,
     /// Whether a column moves with the clock once a scrape exists (`scraped.age_s`).
     reads_age: bool,
+    /// Whether any column reads the `tier.*` matches (the world then sets them per request).
+    reads_tiers: bool,
     /// The last scrape of every replica; empty until the world scrapes, and then the `scraped.`
     /// signals read the live view (a world that never scrapes is always fresh).
     scraped: Vec<Scrape>,
@@ -137,7 +144,8 @@ impl SignalTable {
         let reads_scrapes = names.iter().any(|n| n.as_str().starts_with("scraped."));
         let reads_age = names.iter().any(|n| n.as_str() == signals::SCRAPED_AGE_S);
         let reads_lora = names.iter().any(|n| n.as_str().starts_with("lora."));
-        Ok(Self { columns, reads_scrapes, reads_age, reads_lora, all_dirty: true, ..Self::default() })
+        let reads_tiers = names.iter().any(|n| n.as_str().starts_with("tier."));
+        Ok(Self { columns, reads_scrapes, reads_age, reads_lora, reads_tiers, all_dirty: true, ..Self::default() })
     }
 
     /// Whether the router reads scraped metrics (otherwise scraping would be wasted work).
@@ -157,6 +165,21 @@ impl SignalTable {
             return;
         }
         self.set_figure(replica, |f| f.lora = figures);
+    }
+
+    /// Whether the router reads the `tier.*` signals (otherwise matching in the tiers is wasted work).
+    pub fn reads_tiers(&self) -> bool {
+        self.reads_tiers
+    }
+
+    /// The routed request's GPU match on `replica` continued in its KV tiers, tokens [cpu,
+    /// remote] (the `tier.*.matched_tokens` signals); also marks it changed when they moved.
+    pub fn set_tier_matches(&mut self, replica: usize, tokens: [u32; 2]) {
+        let tokens = tokens.map(f64::from);
+        if self.figures.get(replica).is_some_and(|f| f.tier_matched == tokens) {
+            return;
+        }
+        self.set_figure(replica, |f| f.tier_matched = tokens);
     }
 
     /// Records a scrape of every replica at `at_s`.

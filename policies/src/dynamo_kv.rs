@@ -11,8 +11,11 @@
 //!    blocks de-duplicated by hash: `router_assume_kv_reuse`).
 //! 4. `role: aggregated` (default; also the prefill pool), `cost: linear` (default):
 //!    `cost_w = prefill_load_scale · adjusted_w + decode_blocks_w + decode_active_request_weight ·
-//!    active_requests_w`, where `adjusted_w = max(prefill_blocks_w − overlap_score_credit ·
-//!    overlap_w, 0)` (`prefill_floor: true`, the pinned crate) or the same without the `max`
+//!    active_requests_w`, where `adjusted_w = max(prefill_blocks_w − credit_w, 0)` and
+//!    `credit_w = overlap_score_credit · overlap_w + host_cache_hit_weight · host_w +
+//!    disk_cache_hit_weight · disk_w` (`host_w`, `disk_w`: the blocks past `overlap_w` that w's
+//!    CPU tier and the shared remote tier hold — the engine signals `tier.cpu.matched_tokens` and
+//!    `tier.remote.matched_tokens` over `block_tokens`, rounded down; 0 without KV tiers) (`prefill_floor: true`, the pinned crate) or the same without the `max`
 //!    (`prefill_floor: false`, Dynamo since PR #11714: a credit above 1 can then push the
 //!    prefill term below 0 and offset decode load; at a credit ≤ 1 the two are equal, since
 //!    `overlap_w ≤ prompt_tokens / block_tokens ≤ prefill_blocks_w`), and `active_requests_w` is
@@ -23,13 +26,15 @@
 //!    prefill tracking, so `lmetric` is refused with `role: decode`; the PR's formula has no
 //!    `prefill_load_scale` and no active-request term, so both must stay at their defaults.
 //!    `role: decode` (a decode pool: no prefill tracking): `cost_w = max(0, decode_blocks_w −
-//!    overlap_score_credit · overlap_w) + decode_active_request_weight · active_requests_w`,
-//!    which is `decode_blocks_w + …` at credit 0.
+//!    credit_w) + decode_active_request_weight · active_requests_w`, which is
+//!    `decode_blocks_w + …` at `overlap_score_credit` 0.
 //! 5. `temperature` 0: the lowest cost, ties uniformly at random (reservoir sampling). Above 0:
 //!    sample w with probability ∝ `exp(−(cost_w − min) / ((max − min) · temperature))`
 //!    (uniform when all costs are equal), computed as upstream computes it
 //!    ([`softmax_sample_index`]), so one draw picks the same replica in both.
-//! 6. At dispatch the prompt's blocks are recorded for w. Prefix state (`prefix_state`):
+//! 6. At dispatch the prompt's blocks are recorded for w, and its uncached tokens (`prompt −
+//!    round((overlap_w + host_cache_hit_weight · host_w + disk_cache_hit_weight · disk_w) ·
+//!    block_tokens)`, upstream's `effective_cached_tokens`) join w's active prefill tokens. Prefix state (`prefix_state`):
 //!    `events` — kept until the replica reports evicting them (`on_evict`, which the host
 //!    delivers after the workload's `eviction_delay_s`: Dynamo's KV events); `approximate` —
 //!    the router's own decisions, each block forgotten `ttl_s` after it was last routed to w
@@ -38,7 +43,9 @@
 //! Parameters (defaults): `block_tokens` 16, `overlap_score_credit` 1.0, `prefill_load_scale`
 //! 1.0, `temperature` 0, `prefix_state` events, `ttl_s` 120, `role` aggregated, `cost` linear,
 //! `prefill_floor` true, `decode_active_request_weight` 0 (upstream's default; its agentic
-//! preset, PR #13447, uses 64 with credit 2 and scale 4).
+//! preset, PR #13447, uses 64 with credit 2 and scale 4), `host_cache_hit_weight` 0.75,
+//! `disk_cache_hit_weight` 0.25 (upstream's defaults; the tier terms apply with `prefix_state:
+//! events` only — upstream learns tiers from KV events, and its approximate indexer has none).
 //! `block_tokens` 16: Dynamo takes the block size from the engine, and 16 is vLLM's default KV
 //! block on CUDA (SGLang pages are 1 token, TensorRT-LLM's default 32): the common deployment.
 //!
@@ -58,8 +65,16 @@
 //!   (`effective_prefill_tokens = isl − cached`, no decay without a duration estimate);
 //!   `src/sequences/multi_worker.rs` l. 1057 (`mark_prefill_completed`, called on the first
 //!   token, drops a request's prefill tokens);
-//! - `src/scheduling/config.rs` (defaults), `src/indexer/pruning.rs` (TTL 120 s, 100 ms
-//!   buckets, refreshed by every routing decision).
+//! - `src/scheduling/config.rs` (defaults; `default_host_cache_hit_weight` 0.75 and
+//!   `default_disk_cache_hit_weight` 0.25 at l. 79–85), `src/indexer/pruning.rs` (TTL 120 s,
+//!   100 ms buckets, refreshed by every routing decision);
+//! - KV tiers: `src/scheduling/selector/reference.rs` l. 326–331 (`overlap_credit_blocks =
+//!   credit · device + host_cache_hit_weight · host_overlap_blocks + disk_cache_hit_weight ·
+//!   disk_overlap_blocks`, used by both branches), `src/scheduling/overlap.rs`
+//!   (`tier_overlap_blocks_from_tiered_matches`: host-pinned hits are the blocks continuing the
+//!   device match, disk and external hits the blocks continuing that; `cache_hit_weight_for_tier`
+//!   l. 361–367; `cache_hit_estimates_from_tiered_matches`: effective cached tokens =
+//!   round(weighted blocks · block size)).
 //!
 //! The 2026 options: `prefill_floor: false` follows ai-dynamo/dynamo PR #11714 (merged
 //! 2026-07-15, head 47a8602e: "remove the zero floor from adjusted prefill blocks"; the
@@ -90,7 +105,11 @@
 //!   beside a long one) are attributed to the newest requests.
 //! - Events mode records blocks at dispatch (the simulator emits no "stored" events), so a
 //!   block counts as cached a prefill earlier than Dynamo would see it.
-//! - Host and disk tiers, the credit decay (default 0), the queue threshold (default off),
+//! - Tier hits are the host's exact walk past the GPU match (signals), not the router's own
+//!   index of tiered KV events: no eviction delay below the GPU, and the walk tries the CPU tier
+//!   then the remote tier segment by segment where upstream's chain takes every host block
+//!   before the first disk one.
+//! - The credit decay (default 0), the queue threshold (default off),
 //!   per-request overrides, DP ranks and the 2^20-node pruning are not modelled.
 //! - Blocks are hashed from segments (toolkit `BlockHashing`), not XXH3 over token ids.
 
@@ -124,6 +143,8 @@ pub struct Config {
     pub cost: Cost,
     pub prefill_floor: bool,
     pub decode_active_request_weight: f64,
+    pub host_cache_hit_weight: f64,
+    pub disk_cache_hit_weight: f64,
 }
 
 /// How the prefill and decode terms combine (upstream's `router_selection_policy`).
@@ -161,6 +182,8 @@ impl Default for Config {
             cost: Cost::Linear,
             prefill_floor: true,
             decode_active_request_weight: 0.0,
+            host_cache_hit_weight: 0.75,
+            disk_cache_hit_weight: 0.25,
         }
     }
 }
@@ -195,6 +218,8 @@ pub struct DynamoKv {
     /// The request whose overlaps `overlap` holds.
     overlap_for: Option<u64>,
     overlap: Vec<u32>,
+    /// Per id: `overlap` plus the weighted tier blocks (upstream's effective overlap).
+    effective: Vec<f64>,
     shared: Vec<u32>,
     costs: Vec<f64>,
     probabilities: Vec<f64>,
@@ -216,6 +241,8 @@ impl Policy for DynamoKv {
             ("overlap_score_credit", cfg.overlap_score_credit),
             ("prefill_load_scale", cfg.prefill_load_scale),
             ("decode_active_request_weight", cfg.decode_active_request_weight),
+            ("host_cache_hit_weight", cfg.host_cache_hit_weight),
+            ("disk_cache_hit_weight", cfg.disk_cache_hit_weight),
         ] {
             if !(v >= 0.0 && v.is_finite()) {
                 return Err(format!("{name} must be a finite number ≥ 0 (got {v})"));
@@ -259,6 +286,7 @@ impl Policy for DynamoKv {
             prompt_for: None,
             overlap_for: None,
             overlap: vec![0; n],
+            effective: vec![0.0; n],
             shared: vec![0; n],
             costs: vec![0.0; n],
             probabilities: Vec::with_capacity(n),
@@ -284,6 +312,23 @@ impl DynamoKv {
         let last = cum.len() - 1;
         let k = (Self::prefill_pending(replicas, r) as usize).min(last);
         cum[last] - cum[last - k]
+    }
+
+    /// Whether the cost reads the KV tiers' matches (signal columns 1 and 2).
+    fn reads_tiers(&self) -> bool {
+        self.cfg.prefix_state == PrefixState::Events
+            && (self.cfg.host_cache_hit_weight > 0.0 || self.cfg.disk_cache_hit_weight > 0.0)
+    }
+
+    /// Replica `r`'s blocks past the GPU match held in its CPU tier and in the remote tier
+    /// (signal columns 1 and 2, in whole blocks; 0 when the caller gives no such columns).
+    fn tier_blocks(&self, replicas: &Replicas<'_>, r: usize) -> (f64, f64) {
+        if !self.reads_tiers() || replicas.signal_columns < 3 {
+            return (0.0, 0.0);
+        }
+        let b = self.cfg.block_tokens as u64;
+        let blocks = |k| ((replicas.signal(r, k) as u64) / b) as f64;
+        (blocks(1), blocks(2))
     }
 
     fn hash_prompt(&mut self, request: &Request<'_>) {
@@ -315,11 +360,15 @@ impl DynamoKv {
         self.costs.resize(n, 0.0);
         for r in 0..n {
             let id = self.members.id(r);
-            let credit = self.cfg.overlap_score_credit * self.overlap[id] as f64;
+            let (host, disk) = self.tier_blocks(replicas, r);
+            let device = self.overlap[id] as f64;
+            let (wh, wd) = (self.cfg.host_cache_hit_weight, self.cfg.disk_cache_hit_weight);
+            self.effective[id] = device + wh * host + wd * disk;
+            let credit = self.cfg.overlap_score_credit * device + wh * host + wd * disk;
             let decode_blocks = self.active.held_blocks(id) as f64 + request_blocks - self.shared[id] as f64;
             let active_cost = self.cfg.decode_active_request_weight * self.active_requests[id] as f64;
             self.costs[r] = match self.cfg.role {
-                Role::Decode if credit > 0.0 => (decode_blocks - credit).max(0.0) + active_cost,
+                Role::Decode if self.cfg.overlap_score_credit > 0.0 => (decode_blocks - credit).max(0.0) + active_cost,
                 Role::Decode => decode_blocks + active_cost,
                 Role::Aggregated => {
                     let prefill_blocks =
@@ -379,7 +428,11 @@ pub fn softmax_sample_index(costs: &[f64], temperature: f64, sample: f64, probab
 
 impl RouterPolicy for DynamoKv {
     fn signals(&self) -> Vec<String> {
-        vec![signals::PREFILLING.into()]
+        let mut s = vec![signals::PREFILLING.into()];
+        if self.reads_tiers() {
+            s.extend([signals::TIER_CPU_MATCHED_TOKENS.into(), signals::TIER_REMOTE_MATCHED_TOKENS.into()]);
+        }
+        s
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -403,15 +456,19 @@ impl RouterPolicy for DynamoKv {
         let r = self.members.id(r);
         self.hash_prompt(request);
         let runs = &self.prompt.runs;
-        let overlap =
-            if self.overlap_for == Some(request.id) { self.overlap[r] as u64 } else { self.cached.leading(runs, r) };
+        // Upstream's effective cached tokens: the weighted overlap in tokens, rounded.
+        let cached = if self.overlap_for == Some(request.id) {
+            (self.effective[r] * self.cfg.block_tokens as f64).round() as u64
+        } else {
+            self.cached.leading(runs, r) * self.cfg.block_tokens as u64
+        };
         let bucket = (self.cfg.prefix_state == PrefixState::Approximate)
             .then(|| ((request.arrived_at + self.cfg.ttl_s) * BUCKETS_PER_S).ceil() as u64);
         for run in runs {
             self.cached.insert(run.key, run.blocks, r, bucket);
             self.active.add(run.key, run.blocks, r);
         }
-        let uncached = (request.prompt_tokens as u64).saturating_sub(overlap * self.cfg.block_tokens as u64);
+        let uncached = (request.prompt_tokens as u64).saturating_sub(cached);
         let cum = &mut self.prefill_cum[r];
         cum.push(cum.last().copied().unwrap_or(0) + uncached);
         self.in_flight.insert(mix64(request.id), InFlight { replica: r, runs: runs.clone() });

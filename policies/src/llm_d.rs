@@ -32,13 +32,20 @@
 //!      `num_gpu_blocks`).
 //!    - `precise` (the KV-events scorer): full blocks only, recorded at dispatch and removed when
 //!      the replica reports their eviction (after the workload's `eviction_delay_s`); score =
-//!      leading blocks held without a gap / the prompt's full blocks.
+//!      leading blocks held without a gap / the prompt's full blocks. With KV tiers the chain
+//!      continues below the GPU: `m` blocks on the GPU, then `c` blocks the replica's CPU tier
+//!      holds and `r` the shared remote tier holds (the engine signals `tier.cpu.matched_tokens`
+//!      and `tier.remote.matched_tokens` over `block_tokens`, rounded down), and `m` becomes the
+//!      weighted count `m + cpu_weight · c + remote_weight · r` (each block scores its medium's
+//!      weight; a block on the GPU and below scores the GPU's 1).
 //!
 //! Parameters (defaults): `queue_weight` 2, `kv_cache_weight` 2, `prefix_weight` 3,
 //! `no_hit_lru_weight` 0 (a weight of 0 switches its scorer off; upstream's no-hit-lru sample
 //! config weighs prefix 2, no-hit-lru 1), `no_hit_lru_size` 1024, `match_length_weight` 0 (in
 //! [0, 1]), `match_length_scale_tokens` 8192, `block_tokens` 16, `max_prefix_blocks` 256,
-//! `prefix_state` approximate, `lru_capacity` auto, `lora_weight` 0.
+//! `prefix_state` approximate, `lru_capacity` auto, `lora_weight` 0, `cpu_weight` 0.8,
+//! `remote_weight` 1 (the tier weights apply with `prefix_state: precise` only: upstream's
+//! approximate producer knows no tiers).
 //!
 //! Source: llm-d/llm-d-inference-scheduler @ 520af478 (module `llm-d-router`):
 //! `pkg/epp/config/loader/defaults.go` (weights 2/2/3), `pkg/epp/scheduling/scheduler_profile.go`
@@ -52,6 +59,12 @@
 //! and `.../scheduling/scorer/nohitlru/no_hit_lru.go` (cold = no endpoint with a matched block,
 //! neutral 0.5 otherwise, never-used first, LRU of 1024 updated in `PreRequest` for cold
 //! requests only), weights from `deploy/config/sim-epp-no-hit-lru.yaml`.
+//! The tier weights follow llm-d/llm-d-kv-cache @ 7be76e11: `pkg/kvcache/backend.go`
+//! (`DefaultKVCacheBackendConfig`: gpu 1.0, cpu 0.8) and `pkg/kvcache/kvblock_scorer.go`
+//! (`LongestPrefixScorer.Score`: the chain of consecutive blocks held in any medium, each
+//! adding the largest weight among the media holding it on the pod; `fillMaxWeights` gives a
+//! medium the config does not name the weight 1.0 — hence `remote_weight` 1: a shared tier is
+//! no medium llm-d's default config names).
 //! The LoRA scorer follows kubernetes-sigs/gateway-api-inference-extension @ bc202fce:
 //! `pkg/epp/scheduling/framework/plugins/scorer/lora_affinity.go` (`ActiveModels`,
 //! `WaitingModels`, `MaxActiveModels`: vLLM's `lora_requests_info` metric).
@@ -76,6 +89,9 @@
 //! - The LoRA figures are the live `lora.*` signals, not a scrape of the metric.
 //! - `precise` records blocks at dispatch (the simulator emits no "stored" events); upstream's
 //!   optional speculative entries (2 s TTL) are the closest thing to that.
+//! - The blocks below the GPU are the host's exact walk (signals), not an index of the CPU
+//!   medium's KV events: no eviction delay there, and the chain is counted past the host's GPU
+//!   match rather than the router's own.
 
 use rand::RngExt;
 use routelab_policy_api::*;
@@ -132,6 +148,8 @@ pub struct Config {
     pub prefix_state: PrefixState,
     pub lru_capacity: LruCapacity,
     pub lora_weight: f64,
+    pub cpu_weight: f64,
+    pub remote_weight: f64,
 }
 
 impl Default for Config {
@@ -149,6 +167,8 @@ impl Default for Config {
             prefix_state: PrefixState::Approximate,
             lru_capacity: LruCapacity::Auto,
             lora_weight: 0.0,
+            cpu_weight: 0.8,
+            remote_weight: 1.0,
         }
     }
 }
@@ -164,6 +184,9 @@ pub struct LlmD {
     index: Index,
     members: Members,
     matched: Vec<u32>,
+    /// Per routable index, the prefix scorer's block count: `matched` of its id, plus the
+    /// tiers' weighted blocks.
+    weighted: Vec<f64>,
     /// Per routable index (the first `routable`).
     scores: Vec<f64>,
     routable: usize,
@@ -194,6 +217,8 @@ impl Policy for LlmD {
             ("prefix_weight", cfg.prefix_weight),
             ("no_hit_lru_weight", cfg.no_hit_lru_weight),
             ("lora_weight", cfg.lora_weight),
+            ("cpu_weight", cfg.cpu_weight),
+            ("remote_weight", cfg.remote_weight),
         ] {
             if !(w >= 0.0 && w.is_finite()) {
                 return Err(format!("{name} must be a finite number ≥ 0 (got {w}); 0 switches the scorer off"));
@@ -228,6 +253,7 @@ impl Policy for LlmD {
             index,
             members: Members::new(n),
             matched: vec![0; n],
+            weighted: vec![0.0; n],
             scores: vec![0.0; n],
             routable: n,
             cold_lru: Vec::new(),
@@ -275,6 +301,30 @@ impl LlmD {
         }
     }
 
+    /// The signal column of `tier.cpu.matched_tokens` (`tier.remote.matched_tokens` follows),
+    /// when the prefix scorer weighs the tiers: precise, and a tier weight other than 0.
+    fn tier_column(&self) -> Option<usize> {
+        let weighs = self.cfg.cpu_weight > 0.0 || self.cfg.remote_weight > 0.0;
+        (self.cfg.prefix_state == PrefixState::Precise && self.cfg.prefix_weight > 0.0 && weighs)
+            .then(|| 2 + if self.cfg.lora_weight > 0.0 { LORA_SIGNALS.len() } else { 0 })
+    }
+
+    /// Per routable index, `matched` of its id plus the tiers' blocks past it, weighted
+    /// (`self.weighted`).
+    fn weigh_tiers(&mut self, replicas: &Replicas<'_>) {
+        let column = self.tier_column().filter(|&k| replicas.signal_columns as usize >= k + 2);
+        let b = self.cfg.block_tokens as u64;
+        self.weighted.clear();
+        for i in 0..replicas.len() {
+            let mut w = self.matched[self.members.id(i)] as f64;
+            if let Some(k) = column {
+                let blocks = |k| ((replicas.signal(i, k) as u64) / b) as f64;
+                w += self.cfg.cpu_weight * blocks(k) + self.cfg.remote_weight * blocks(k + 1);
+            }
+            self.weighted.push(w);
+        }
+    }
+
     /// Every replica's weighted total for `request` (fills `self.scores`), with engine metrics
     /// read live from `views`.
     pub fn scores(&mut self, request: &Request<'_>, views: &[ReplicaView]) -> &[f64] {
@@ -312,16 +362,15 @@ impl LlmD {
             self.match_blocks();
         }
         if self.cfg.prefix_weight > 0.0 {
+            self.weigh_tiers(replicas);
             let total = self.prompt.blocks;
             if total > 0 {
                 let (w, scale) = (self.cfg.match_length_weight, self.cfg.match_length_scale_tokens as f64);
                 let b = self.cfg.block_tokens as f64;
-                let members = &self.members;
-                for (i, s) in self.scores.iter_mut().enumerate() {
-                    let m = self.matched[members.id(i)];
-                    let ratio = m as f64 / total as f64;
+                for (s, &m) in self.scores.iter_mut().zip(&self.weighted) {
+                    let ratio = m / total as f64;
                     let score = if w > 0.0 {
-                        let length = (m as f64 * b / scale).min(1.0);
+                        let length = (m * b / scale).min(1.0);
                         w * length * length + (1.0 - w) * ratio
                     } else {
                         ratio
@@ -432,6 +481,9 @@ impl RouterPolicy for LlmD {
         let mut s = vec![signals::SCRAPED_WAITING.into(), signals::SCRAPED_KV_UTILISATION.into()];
         if self.cfg.lora_weight > 0.0 {
             s.extend(LORA_SIGNALS.iter().map(|n| n.to_string()));
+        }
+        if self.tier_column().is_some() {
+            s.extend([signals::TIER_CPU_MATCHED_TOKENS.into(), signals::TIER_REMOTE_MATCHED_TOKENS.into()]);
         }
         s
     }

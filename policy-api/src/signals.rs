@@ -69,6 +69,23 @@ pub const LORA_WAITING_ADAPTERS: &str = "lora.waiting_adapters";
 pub const LORA_MAX_ADAPTERS: &str = "lora.max_adapters";
 // } since 0.5.5
 
+// since 0.5.6 {
+/// KV tiers (0.5.6): tokens of the routed request's prompt that continue the replica's GPU
+/// prefix match (the match [`crate::ReplicaView::matched_tokens`] counts: cached or pending,
+/// whether or not the router asked for it) from the replica's own CPU tier — what admitting the
+/// request there now would load over PCIe instead of computing. The match continues segment by
+/// segment: a segment the CPU tier holds counts here, else one the remote tier holds counts in
+/// [`TIER_REMOTE_MATCHED_TOKENS`], and the first segment neither holds ends it (a partly evicted
+/// GPU segment continues with its evicted tail). Like Dynamo's host-pinned "extension" blocks
+/// and the CPU medium of llm-d's KV-block index: a router weighs them below GPU hits. 0 without
+/// KV tiers, and in the dispatch world.
+pub const TIER_CPU_MATCHED_TOKENS: &str = "tier.cpu.matched_tokens";
+/// KV tiers (0.5.6): the tokens of the same continued match that the remote tier every replica
+/// shares holds (Dynamo's disk/external tiers): see [`TIER_CPU_MATCHED_TOKENS`]. 0 without a
+/// remote tier.
+pub const TIER_REMOTE_MATCHED_TOKENS: &str = "tier.remote.matched_tokens";
+// } since 0.5.6
+
 /// Every signal name this version of the crate defines, with one line each. A host provides a
 /// subset (routelab provides all of these); a later minor appends names.
 pub const CATALOGUE: &[(&str, &str)] = &[
@@ -87,4 +104,8 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     (LORA_WAITING_ADAPTERS, "distinct adapters among the waiting requests (cluster world)"),
     (LORA_MAX_ADAPTERS, "most distinct adapters in one batch, infinity for no limit (cluster world)"),
     // } since 0.5.5
+    // since 0.5.6 {
+    (TIER_CPU_MATCHED_TOKENS, "the routed request's prefix match continued in this replica's CPU KV tier, tokens"),
+    (TIER_REMOTE_MATCHED_TOKENS, "the routed request's prefix match continued in the shared remote KV tier, tokens"),
+    // } since 0.5.6
 ];

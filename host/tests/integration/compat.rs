@@ -61,6 +61,11 @@ fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() 
     // 0.5.5: the request fact `adapter` and the `lora.*` engine signals.
     assert!(read(&current, "facts.rs").contains("\"adapter\"") && !read(&root, "facts.rs").contains("\"adapter\""));
     assert!(read(&current, "signals.rs").contains("\"lora.resident\"") && !read(&root, "signals.rs").contains("lora."));
+    // 0.5.6: the `tier.*.matched_tokens` engine signals.
+    assert!(
+        read(&current, "signals.rs").contains("\"tier.cpu.matched_tokens\"")
+            && !read(&root, "signals.rs").contains("tier.")
+    );
     let (_, minor, _) = api_version();
     for file in ["lib.rs", "traits.rs", "types.rs", "policy.rs", "root.rs", "cost.rs", "facts.rs", "signals.rs"] {
         assert!(

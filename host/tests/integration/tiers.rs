@@ -34,9 +34,12 @@ fn bad_kv_tiers_are_refused_with_exit_2_naming_line_and_field() {
         let path = if field.is_empty() { "cluster.kv_tiers".to_string() } else { format!("cluster.kv_tiers.{field}") };
         bad(&f, "round_robin", &[&format!("tiers.yaml:{line}:"), &path, why, "fix:"]);
     }
-    // Tiers per replica are for aggregated clusters; a disaggregated one has `shared_kv`.
-    let pd = pd_tool_use(50)
-        .replace("  replicas: 8\n", "  replicas: 8\n  kv_tiers: {cpu: {capacity_gb: 64, bandwidth_gbps: 400}}\n");
+    // A disaggregated cluster takes CPU tiers under its prefill instances, but its shared tier is
+    // `shared_kv`, not `kv_tiers.remote`.
+    let pd = pd_tool_use(50).replace(
+        "  replicas: 8\n",
+        "  replicas: 8\n  kv_tiers: {cpu: {capacity_gb: 64, bandwidth_gbps: 400}, remote: {capacity_gb: 900, bandwidth_gbps: 100}}\n",
+    );
     let f = scratch("pd_tiers.yaml", &pd);
-    bad(&f, "pd_random", &["cluster.kv_tiers", "aggregated clusters only", "disaggregation.shared_kv"]);
+    bad(&f, "pd_random", &["cluster.kv_tiers.remote", "disaggregation.shared_kv"]);
 }

@@ -2,7 +2,9 @@
 //! global cache awareness and hot-prefix migration, decode by load, SLO admission.
 //!
 //! Algorithm (per request of `len` prompt tokens; `prefix_len_i` = the prompt's prefix cached,
-//! or being computed, on prefill instance i):
+//! or being computed, on prefill instance i — in its GPU memory, continued in its CPU tier when
+//! the cluster has `kv_tiers` (the engine signal `tier.cpu.matched_tokens`): Mooncake's prefix
+//! cache is each node's DRAM, which the prefill streams back layer by layer):
 //! 1. `best_len, best` = the longest `prefix_len` over the prefill pool.
 //! 2. For each prefill instance i:
 //!    - if `best_len / prefix_len_i > balancing_threshold` (global cache awareness): `prefix =
@@ -33,7 +35,8 @@
 //!
 //! Deviations: `T_prefill` and `T_queue` come from the roofline cost model rather than a
 //! regression on profiled data; KV is not streamed layer by layer; the prefix match is the host's
-//! exact one, where Mooncake's Conductor reads KV events.
+//! exact one, where Mooncake's Conductor reads KV events; a CPU-tier hit counts as cached in the
+//! estimate (its load time, which the host charges, is not in `T_prefill`).
 
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
@@ -72,6 +75,8 @@ pub struct PdMooncake {
     rng: PolicyRng,
     rejected: u64,
     migrations: u64,
+    /// The prefill views with each instance's CPU-tier match added to `matched_tokens`.
+    tiered: Vec<ReplicaView>,
 }
 
 impl Policy for PdMooncake {
@@ -97,6 +102,7 @@ impl Policy for PdMooncake {
             rng: policy_rng(ctx.seed),
             rejected: 0,
             migrations: 0,
+            tiered: Vec::new(),
         })
     }
 }
@@ -122,8 +128,31 @@ impl PdRouterPolicy for PdMooncake {
     fn capabilities(&self) -> Capabilities {
         super::PD | Capabilities::NEEDS_EXACT_MATCH
     }
+    /// The prompt's match continued in each prefill instance's CPU tier (0 without tiers).
+    fn signals(&self) -> Vec<String> {
+        vec![signals::TIER_CPU_MATCHED_TOKENS.into()]
+    }
+
     fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdRoute {
         let len = request.prompt_tokens;
+        let mut tiered = std::mem::take(&mut self.tiered);
+        tiered.clear();
+        tiered.extend((0..prefill.len()).map(|i| {
+            let below = if prefill.signal_columns > 0 { prefill.signal(i, 0) as u32 } else { 0 };
+            ReplicaView { matched_tokens: prefill[i].matched_tokens + below, ..prefill[i] }
+        }));
+        let route = self.route_on(&tiered, len, decode);
+        self.tiered = tiered;
+        route
+    }
+    fn report(&self) -> Vec<(String, f64)> {
+        vec![("rejected".into(), self.rejected as f64), ("migrations".into(), self.migrations as f64)]
+    }
+}
+
+impl PdMooncake {
+    /// The decision on prefill views whose `matched_tokens` include the tiers.
+    fn route_on(&mut self, prefill: &[ReplicaView], len: u32, decode: &Replicas<'_>) -> PdRoute {
         let (best, best_len) = (0..prefill.len())
             .map(|i| (i, prefill[i].matched_tokens.min(len)))
             .fold((0, 0), |acc, x| if x.1 > acc.1 { x } else { acc });
@@ -139,8 +168,8 @@ impl PdRouterPolicy for PdMooncake {
             }
             Scheduling::GlobalCacheAware | Scheduling::LocalCacheAware => {
                 let mut pick = (0, f64::INFINITY, false);
-                for i in 0..prefill.len() {
-                    let (t, m) = self.ttft(len, &prefill[i], best_len, global);
+                for (i, v) in prefill.iter().enumerate() {
+                    let (t, m) = self.ttft(len, v, best_len, global);
                     if t < pick.1 {
                         pick = (i, t, m);
                     }
@@ -158,8 +187,5 @@ impl PdRouterPolicy for PdMooncake {
         let prefix_from = (migrate && best != p).then_some(best);
         self.migrations += u64::from(prefix_from.is_some());
         PdRoute::Disaggregate { prefill: p, decode: d, prefix_from }
-    }
-    fn report(&self) -> Vec<(String, f64)> {
-        vec![("rejected".into(), self.rejected as f64), ("migrations".into(), self.migrations as f64)]
     }
 }

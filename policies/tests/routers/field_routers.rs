@@ -62,7 +62,7 @@ fn dynamo_counts_full_blocks_only_and_requests_still_prefilling() {
     // counts it, so its 64 uncached tokens stay in r0's prefill load, as upstream keeps them
     // until the first token: r0 (64 + 100)/16 = 10.25 + 4 active + 6 = 20.25.
     d.on_dispatch(&req(1, 0.0, &[seg(1, 64)]), 0);
-    assert_eq!(d.signals(), vec![signals::PREFILLING.to_string()]);
+    assert_eq!(d.signals()[0], signals::PREFILLING);
     let admitted = [ReplicaView { running: 1, ..Default::default() }, ReplicaView::default()];
     let prefilling = [1.0, 0.0];
     let r = Replicas::with_signals(&admitted, &prefilling, 1);

@@ -10,3 +10,4 @@ mod llm_d_upstream_cases;
 mod pd_routers;
 mod preble_branches;
 mod prefix_routers;
+mod tier_routers;

@@ -70,8 +70,9 @@ fn dynamo_isl_bounding_bypasses_only_small_mostly_cached_prompts() {
     let prefill = [view(0, 0, 0, 0); 2];
     let decode = [view(900, 0, 0, 0); 2];
     let r = req(&PROMPT);
-    // One signal column (dynamo_kv's `prefilling`), 0 on both instances.
-    let (p, d) = (Replicas::with_signals(&prefill, &[0.0; 2], 1), Replicas::with_signals(&decode, &[0.0; 2], 1));
+    // Three signal columns (dynamo_kv's `prefilling` and its two tier matches), 0 on both.
+    assert_eq!(on.signals().len(), 3);
+    let (p, d) = (Replicas::with_signals(&prefill, &[0.0; 6], 3), Replicas::with_signals(&decode, &[0.0; 6], 3));
     assert!(matches!(on.route_pair(&r, &p, &d), PdRoute::DecodeOnly { .. }));
     assert!(matches!(off.route_pair(&r, &p, &d), PdRoute::Disaggregate { .. }));
 }
@@ -85,7 +86,7 @@ fn dynamo_decode_router_keeps_the_overlap_credit_under_conditional_disaggregatio
     let other = [Segment { id: 9, tokens: 160 }];
     let prefill = [view(0, 0, 0, 0); 2];
     let decode = [view(0, 0, 0, 0); 2];
-    let (p, d) = (Replicas::with_signals(&prefill, &[0.0; 2], 1), Replicas::with_signals(&decode, &[0.0; 2], 1));
+    let (p, d) = (Replicas::with_signals(&prefill, &[0.0; 6], 3), Replicas::with_signals(&decode, &[0.0; 6], 3));
     let decisions = |conditional: bool| {
         let cfg = pd_dynamo::Config { conditional_disagg: conditional, ..Default::default() };
         let mut router = PdDynamo::new(cfg, &ctx(2, 2)).unwrap();

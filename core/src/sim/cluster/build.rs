@@ -82,10 +82,15 @@ impl<'a> ClusterSim<'a> {
             report_evictions: caps.wants_evictions(),
             async_scheduling: sm.calibration.as_ref().is_some_and(|c| c.async_scheduling),
         };
+        // On a disaggregated cluster the tiers sit under the instances that prefill (prefill-only
+        // and mixed): a decode-only instance's cache holds what transfers bring.
+        let tiered = |r: u32| pools.as_ref().is_none_or(|(d, ..)| r < d.prefill.instances + d.mixed_instances());
         let mut replicas: Vec<Replica> = (0..n as u32)
             .map(|r| match &spec.kv_tiers {
-                Some(t) => Replica::with_tiers(r, ReplicaTiers::new(t, sm.cost.kv_bytes_per_token, sm.model.layers)),
-                None => Replica::new(r),
+                Some(t) if tiered(r) => {
+                    Replica::with_tiers(r, ReplicaTiers::new(t, sm.cost.kv_bytes_per_token, sm.model.layers))
+                }
+                _ => Replica::new(r),
             })
             .collect();
         if let Some(l) = lora::tracked(spec)? {

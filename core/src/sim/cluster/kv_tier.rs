@@ -115,6 +115,11 @@ impl KvTier {
         true
     }
 
+    /// Whether the block at path `hash` is held; changes nothing.
+    pub fn holds(&self, hash: u64) -> bool {
+        self.blocks.contains_key(&hash)
+    }
+
     /// The leading whole segments of `prompt` held here, as (segments, tokens); refreshes them.
     pub fn get(&mut self, prompt: &[Segment]) -> (usize, u32) {
         self.clock += 1;

@@ -254,7 +254,10 @@ impl ClusterSim<'_> {
                 if decision.prefix_from != PdDecision::NO_SOURCE && src != p {
                     // Copy the whole segments of the prompt cached on `src` that `p` lacks.
                     let have = self.replicas[p].cache.cached_prefix(prompt);
-                    let there = self.replicas[src].cache.cached_prefix(prompt);
+                    // What `src` holds in GPU memory, continued in its CPU tier (`kv_tiers`).
+                    let gpu = self.replicas[src].cache.cached_prefix(prompt);
+                    let below = self.replicas[src].tiers.as_deref().map_or(0, |t| t.peek(prompt, gpu, None)[0]);
+                    let there = gpu + below;
                     let (mut n, mut tokens) = (0, 0);
                     while n < prompt.len() && tokens + prompt[n].tokens <= there {
                         tokens += prompt[n].tokens;

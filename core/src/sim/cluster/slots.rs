@@ -106,6 +106,7 @@ impl super::ClusterSim<'_> {
         #[cfg(debug_assertions)]
         self.check_views();
         self.refresh_lora(id);
+        self.refresh_tier_matches(id);
     }
 
     /// Rebuilds the view of the replica at router index `k`.

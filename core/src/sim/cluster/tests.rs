@@ -542,3 +542,28 @@ fn mooncake_fast25_scheduling_keeps_the_published_ttft_order() {
     assert!(balance > 1.15 * local, "load balancing {balance} vs local cache-aware {local} s");
     assert!(local > 1.04 * global, "local {local} vs global cache-aware {global} s");
 }
+
+/// The same experiment with each prefill node's DRAM cache as a CPU tier under the instance
+/// (`published/mooncake_fast25_tiered.yaml`): the published order still holds, and the schedulers
+/// that see the DRAM match (`tier.cpu.matched_tokens`) reuse more of it than load balancing.
+#[test]
+fn mooncake_fast25_with_a_dram_tier_keeps_the_published_ttft_order() {
+    let spec = preset("published/mooncake_fast25_tiered");
+    let rows = workload::mooncake::load(&repo_root().join("workloads/traces/mooncake-fast25/conversation_trace.jsonl"))
+        .unwrap();
+    let mut stream = crate::workload::generate::mooncake_stream(&spec, &rows);
+    crate::workload::generate::apply_hints(&spec, &mut stream, 1);
+    let sm = spec.step_model().unwrap();
+    let run = |mode: &str| {
+        let name = format!("pd_mooncake{{scheduling: {mode}}}");
+        let r = Loader::new().router(&PolicySpec::parse(&name).unwrap(), &router_context_for(&spec, &sm, 1)).unwrap();
+        let o = run_cluster(&spec, &stream, r, &name, 1).unwrap();
+        (m(&o, "ttft_mean_s"), m(&o, "tier.hit_rate_all"))
+    };
+    let (random, balance, local, global) =
+        (run("random"), run("load_balance"), run("local_cache_aware"), run("global_cache_aware"));
+    assert!(random.0 > 1.5 * balance.0, "random {random:?} vs load balancing {balance:?}");
+    assert!(balance.0 > 1.2 * local.0, "load balancing {balance:?} vs local cache-aware {local:?}");
+    assert!(local.0 > 1.04 * global.0, "local {local:?} vs global cache-aware {global:?}");
+    assert!(local.1 > 1.5 * balance.1 && global.1 > local.1, "hit rates (all tiers) {balance:?} {local:?} {global:?}");
+}

@@ -125,3 +125,58 @@ fn tiers_keep_every_request_and_replay_exactly() {
     assert!(m(&a, "tier.hit_rate_all") > m(&base, "hit_rate"), "{:?}", a.metrics);
     assert!(m(&a, "tier.cpu.hit_rate") > 0.0);
 }
+
+/// Records the `tier.*.matched_tokens` signals of replica 0 at every decision.
+struct SeesTiers(std::sync::Arc<std::sync::Mutex<Vec<(f64, f64)>>>);
+
+impl routelab_policy_api::Policy for SeesTiers {
+    const NAME: &'static str = "sees_tiers";
+    const DESCRIPTION: &'static str = "test router";
+    type Config = routelab_policies::NoConfig;
+    type Context = routelab_policy_api::RouterContext;
+    fn new(_: Self::Config, _: &Self::Context) -> Result<Self, String> {
+        Ok(Self(Default::default()))
+    }
+}
+
+impl routelab_policy_api::RouterPolicy for SeesTiers {
+    fn signals(&self) -> Vec<String> {
+        use routelab_policy_api::signals::{TIER_CPU_MATCHED_TOKENS, TIER_REMOTE_MATCHED_TOKENS};
+        vec![TIER_CPU_MATCHED_TOKENS.into(), TIER_REMOTE_MATCHED_TOKENS.into()]
+    }
+    fn route(&mut self, _: &routelab_policy_api::Request<'_>, r: &routelab_policy_api::Replicas<'_>) -> usize {
+        self.0.lock().unwrap().push((r.signal(0, 0), r.signal(0, 1)));
+        0
+    }
+}
+
+/// The routers' view of the tiers (policy-api 0.5.6): when the third request (A + C) arrives,
+/// the GPU holds `left` tokens of A and the CPU tier the other `20,000 − left` — exactly what
+/// its admission then loads (the hand count above); C is nowhere. Earlier decisions see nothing
+/// below the GPU. With the CPU tier too small for A, the same tokens show as remote.
+#[test]
+fn routers_see_the_gpu_match_continued_in_the_tiers() {
+    use abi_stable::sabi_trait::TD_Opaque;
+    use routelab_policy_api::{Guarded, Router_TO};
+    let sm = spec("").step_model().unwrap();
+    let loaded = 20_000 - (sm.kv_capacity_tokens as u32 - 20_001);
+    let kv = sm.cost.kv_bytes_per_token;
+    let small = 10_000.0 * kv / 1e9;
+    for (tiers, want) in [
+        ("kv_tiers: {cpu: {capacity_gb: 10, bandwidth_gbps: 400}}".to_string(), (loaded as f64, 0.0)),
+        (
+            format!(
+                "kv_tiers: {{cpu: {{capacity_gb: {small}, bandwidth_gbps: 400}}, remote: {{capacity_gb: 100, bandwidth_gbps: 100}}}}"
+            ),
+            (0.0, loaded as f64),
+        ),
+    ] {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let router = Router_TO::from_value(Guarded::new(SeesTiers(seen.clone())), TD_Opaque);
+        let out = run_cluster(&spec(&tiers), &stream(), router, "sees_tiers", 1).unwrap();
+        assert_eq!(*seen.lock().unwrap(), [(0.0, 0.0), (0.0, 0.0), want], "{tiers}");
+        // What the signals promised is what the admission loaded.
+        let m = |k: &str| out.metrics.get(k).unwrap_or(0.0);
+        assert_eq!((m("tier.cpu.tokens_loaded"), m("tier.remote.tokens_loaded")), want, "{tiers}");
+    }
+}

@@ -1,5 +1,8 @@
-//! KV tiers under each replica of an aggregated cluster (`cluster.kv_tiers`): GPU memory (the
-//! prefix cache) → a CPU tier per replica → optionally a remote tier every replica shares. Each
+//! KV tiers under each replica (`cluster.kv_tiers`): GPU memory (the prefix cache) → a CPU tier
+//! per replica → optionally a remote tier every replica shares (aggregated clusters; a
+//! disaggregated one has `shared_kv` for that). On a disaggregated cluster the CPU tiers sit
+//! under the instances that prefill (Mooncake's DRAM cache on every prefill node), and a prefix
+//! migration copies what the source holds in GPU memory and continued in its CPU tier. Each
 //! tier is a [`KvTier`] (the store a disaggregated cluster's `shared_kv` uses).
 //!
 //! - **Eviction cascades down.** A prompt segment the GPU cache cuts for the first time is
@@ -11,8 +14,10 @@
 //!   segment past what the GPU holds: a segment continues the match if the CPU tier holds it,
 //!   else the remote tier (a partially evicted GPU segment continues with its evicted tail). The
 //!   matched tokens are allocated in GPU memory like uncached ones (the admission check is
-//!   unchanged) and count as computed: the request prefills only the rest. Routers and local
-//!   schedulers still see GPU matches only (tier-resolved views need the policy ABI to grow).
+//!   unchanged) and count as computed: the request prefills only the rest. Routers that ask for
+//!   the engine signals `tier.cpu.matched_tokens` / `tier.remote.matched_tokens` (policy-api
+//!   0.5.6) get, per replica, the same walk past its GPU match (cached or pending) without
+//!   refreshing anything; local schedulers still see GPU matches only.
 //! - **Loads are on the step's critical path.** The step that admits the request waits for its
 //!   KV: a step's loads from one tier are one transfer, `base + tokens × kv_bytes / (bandwidth /
 //!   concurrent)` ([`KvTier::load_time_s`]; `concurrent` counts the replicas loading from the
@@ -84,24 +89,14 @@ impl ReplicaTiers {
     /// The tokens of `prompt` past its first `gpu_cached` (the GPU's match) that the tiers
     /// hold, as [from cpu, from remote]; the blocks used are refreshed.
     pub(super) fn lookup(&mut self, prompt: &[Segment], gpu_cached: u32, mut remote: Option<&mut KvTier>) -> [u32; 2] {
-        let mut found = [0u32; 2];
-        let (mut hash, mut start) = (0, 0u32);
-        for s in prompt {
-            hash = extend_path_hash(hash, s.id);
-            let end = start + s.tokens;
-            if end > gpu_cached {
-                let need = end - start.max(gpu_cached);
-                if self.cpu.hit(hash) {
-                    found[0] += need;
-                } else if remote.as_deref_mut().is_some_and(|r| r.hit(hash)) {
-                    found[1] += need;
-                } else {
-                    break;
-                }
-            }
-            start = end;
-        }
-        found
+        let cpu = &mut self.cpu;
+        continued(prompt, gpu_cached, |h| cpu.hit(h), |h| remote.as_deref_mut().is_some_and(|r| r.hit(h)))
+    }
+
+    /// What [`Self::lookup`] would find past `gpu_matched`, changing nothing (the routers'
+    /// `tier.*.matched_tokens` signals).
+    pub(super) fn peek(&self, prompt: &[Segment], gpu_matched: u32, remote: Option<&KvTier>) -> [u32; 2] {
+        continued(prompt, gpu_matched, |h| self.cpu.holds(h), |h| remote.is_some_and(|r| r.holds(h)))
     }
 
     /// A request admitted in the step being formed loads `tokens` [from cpu, from remote].
@@ -162,6 +157,54 @@ impl ReplicaTiers {
     pub(super) fn step_ended(&mut self, remote: Option<&mut KvTier>) {
         if std::mem::take(&mut self.loading_remote) {
             remote.expect("remote loads only with a remote tier").loading -= 1;
+        }
+    }
+}
+
+/// The GPU's match of `prompt`, its first `gpu` tokens, continued segment by segment: a
+/// segment the CPU tier holds (`in_cpu` of its path hash) counts as [cpu], else one the remote
+/// tier holds as [remote]; the first segment neither holds ends it. A segment the GPU holds in
+/// part continues with its tail.
+fn continued(
+    prompt: &[Segment],
+    gpu: u32,
+    mut in_cpu: impl FnMut(u64) -> bool,
+    mut in_remote: impl FnMut(u64) -> bool,
+) -> [u32; 2] {
+    let mut found = [0u32; 2];
+    let (mut hash, mut start) = (0, 0u32);
+    for s in prompt {
+        hash = extend_path_hash(hash, s.id);
+        let end = start + s.tokens;
+        if end > gpu {
+            let need = end - start.max(gpu);
+            if in_cpu(hash) {
+                found[0] += need;
+            } else if in_remote(hash) {
+                found[1] += need;
+            } else {
+                break;
+            }
+        }
+        start = end;
+    }
+    found
+}
+
+impl super::ClusterSim<'_> {
+    /// The `tier.*.matched_tokens` signals of every routable replica for request `id` (when the
+    /// router reads them and the replicas have tiers): its GPU match — cached or pending, as
+    /// `matched_tokens` counts it — continued in the replica's CPU tier and the remote tier.
+    pub(super) fn refresh_tier_matches(&mut self, id: usize) {
+        if !self.router.reads_tiers() {
+            return;
+        }
+        let prompt = self.stream.prompt(id);
+        for (k, &slot) in self.routable.iter().enumerate() {
+            let rep = &self.replicas[slot as usize];
+            let Some(t) = rep.tiers.as_deref() else { continue };
+            let gpu = rep.cache.cached_or_pending_prefix(prompt, &rep.pending);
+            self.router.set_tier_matches(k, t.peek(prompt, gpu, self.remote_tier.as_ref()));
         }
     }
 }

@@ -1,6 +1,7 @@
-//! KV tiers below GPU memory: the `cluster.kv_tiers:` section of an aggregated cluster (a CPU
-//! tier per replica, optionally a remote tier every replica shares), and the tier spec it shares
-//! with a disaggregated cluster's `shared_kv:`.
+//! KV tiers below GPU memory: the `cluster.kv_tiers:` section (a CPU tier per replica,
+//! optionally — aggregated clusters only — a remote tier every replica shares; on a
+//! disaggregated cluster the CPU tiers sit under the instances that prefill), and the tier spec
+//! it shares with a disaggregated cluster's `shared_kv:`.
 //!
 //! ```yaml
 //! cluster:

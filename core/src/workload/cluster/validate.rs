@@ -65,11 +65,11 @@ impl ClusterSpec {
             ));
         }
         if let Some(t) = &self.kv_tiers {
-            if self.disaggregation.is_some() {
+            if self.disaggregation.is_some() && t.remote.is_some() {
                 return Err(FieldError::new(
-                    "kv_tiers",
-                    "per-replica KV tiers run on aggregated clusters only",
-                    "remove `kv_tiers:`, and give the disaggregated cluster a shared tier with `disaggregation.shared_kv:`",
+                    "kv_tiers.remote",
+                    "a disaggregated cluster's shared tier is `disaggregation.shared_kv` (per-instance CPU tiers are fine)",
+                    "remove `kv_tiers.remote:`, and give the disaggregated cluster a shared tier with `disaggregation.shared_kv:`",
                 ));
             }
             t.validate(sm.kv_capacity_tokens, sm.cost.kv_bytes_per_token)?;
