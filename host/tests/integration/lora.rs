@@ -28,13 +28,7 @@ fn lora_routers_are_bit_identical_from_the_plugin_library() {
     let loads = |r: &routelab_core::runner::PolicyResult| r.metrics.get("lora_loads").unwrap();
     // And so do the load-state scorer (the adapter fact and `lora.resident` across the ABI) and
     // AIBrix's placement (each adapter on one replica: only the cache's churn there reloads it).
-    for k in 1..names.len() {
-        assert!(
-            loads(&a.results[k]) < loads(&a.results[0]),
-            "{}: {} vs {}",
-            names[k],
-            loads(&a.results[k]),
-            loads(&a.results[0])
-        );
+    for (name, r) in names.iter().zip(&a.results).skip(1) {
+        assert!(loads(r) < loads(&a.results[0]), "{name}: {} vs {}", loads(r), loads(&a.results[0]));
     }
 }
