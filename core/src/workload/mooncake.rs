@@ -65,8 +65,9 @@ pub struct MooncakeRow {
     pub adapter: Option<u32>,
 }
 
-/// `"adapter": null` — the base model.
-pub use super::generate::NO_ADAPTER;
+/// `"adapter": null` — the base model (also the stream's mark for a request without an
+/// adapter: `generate::NO_ADAPTER`).
+pub const NO_ADAPTER: u32 = u32::MAX;
 
 /// A trace row's place in an agent session (the optional session fields).
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -15,8 +15,8 @@ use super::{FIRST_UNIQUE_ID, Popular, RequestStream};
 use crate::seeds::mix;
 use crate::workload::cluster::ClusterSpec;
 
-/// A request on the base model.
-pub const NO_ADAPTER: u32 = u32::MAX;
+/// A request on the base model (a trace's `"adapter": null`).
+pub use crate::workload::mooncake::NO_ADAPTER;
 
 /// Fills `stream.adapters` as `spec.lora` asks — unless a trace gave them (kept as they are) —
 /// and re-keys the segments of requests on an adapter. Nothing without `lora:`.
