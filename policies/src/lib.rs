@@ -5,6 +5,7 @@
 //! `routelab-builtin-plugin` exports the same registry through the plugin ABI.
 
 pub mod admission;
+pub mod aibrix_lora;
 pub mod aibrix_prefix_cache;
 pub mod best_single;
 pub mod chwbl;
@@ -20,6 +21,7 @@ pub mod llm_d_predicted_latency;
 pub mod llm_d_sticky;
 pub mod llmselector;
 pub mod llmselector_cost;
+pub mod lora_load_state;
 pub mod lpm;
 pub mod max_affinity;
 pub mod pd;
@@ -64,6 +66,7 @@ pub fn registry() -> Vec<Entry> {
         router::<vllm_dp_lb::VllmDpLb>(),
         router::<chwbl::Chwbl>(),
         router::<aibrix_prefix_cache::AibrixPrefixCache>(),
+        router::<aibrix_lora::AibrixLora>(),
         router::<ray_prefix_aware::RayPrefixAware>(),
         pd_router::<pd::pd_random::PdRandom>(),
         pd_router::<pd::pd_round_robin::PdRoundRobin>(),

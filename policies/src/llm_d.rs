@@ -14,6 +14,10 @@
 //!      waiting adapter counts are below its `max_loras` (room to load one more); else 0.6 when a
 //!      request on the adapter waits there; else 0. A base-model request is never "active"
 //!      (vLLM lists adapters only), so it scores 0.8 or 0 by room, as upstream.
+//!    - `lora_state` (off unless `lora_state_weight` > 0; llm-d's `lora-load-state-scorer`):
+//!      the adapter's residency rather than activity — loaded 1.0, a free batch slot 0.6, every
+//!      slot busy 0; a rendezvous home and free slots add small bonuses within a tier
+//!      ([`crate::lora_load_state`], which has the details and the source).
 //!    - `no_hit_lru` (off unless `no_hit_lru_weight` > 0): a request is cold when no replica
 //!      matches any of its blocks. Warm: 0.5 for every replica. Cold: replicas that never took a
 //!      cold request first, in index order, then those that did, least recently first; the one at
@@ -43,7 +47,8 @@
 //! `no_hit_lru_weight` 0 (a weight of 0 switches its scorer off; upstream's no-hit-lru sample
 //! config weighs prefix 2, no-hit-lru 1), `no_hit_lru_size` 1024, `match_length_weight` 0 (in
 //! [0, 1]), `match_length_scale_tokens` 8192, `block_tokens` 16, `max_prefix_blocks` 256,
-//! `prefix_state` approximate, `lru_capacity` auto, `lora_weight` 0, `cpu_weight` 0.8,
+//! `prefix_state` approximate, `lru_capacity` auto, `lora_weight` 0, `lora_state_weight` 0,
+//! `lora_state` (the load-state scorer's tier scores and bonuses) upstream's, `cpu_weight` 0.8,
 //! `remote_weight` 1 (the tier weights apply with `prefix_state: precise` only: upstream's
 //! approximate producer knows no tiers).
 //!
@@ -100,6 +105,7 @@ use serde::{Deserialize, Serialize};
 use crate::index::block_runs::{HeldRuns, PromptRuns};
 use crate::index::lru_runs::LruRuns;
 use crate::index::members::{Member, Members};
+use crate::lora_load_state;
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -150,6 +156,8 @@ pub struct Config {
     pub lora_weight: f64,
     pub cpu_weight: f64,
     pub remote_weight: f64,
+    pub lora_state_weight: f64,
+    pub lora_state: lora_load_state::Scores,
 }
 
 impl Default for Config {
@@ -169,6 +177,8 @@ impl Default for Config {
             lora_weight: 0.0,
             cpu_weight: 0.8,
             remote_weight: 1.0,
+            lora_state_weight: 0.0,
+            lora_state: lora_load_state::Scores::default(),
         }
     }
 }
@@ -219,11 +229,13 @@ impl Policy for LlmD {
             ("lora_weight", cfg.lora_weight),
             ("cpu_weight", cfg.cpu_weight),
             ("remote_weight", cfg.remote_weight),
+            ("lora_state_weight", cfg.lora_state_weight),
         ] {
             if !(w >= 0.0 && w.is_finite()) {
                 return Err(format!("{name} must be a finite number ≥ 0 (got {w}); 0 switches the scorer off"));
             }
         }
+        cfg.lora_state.check()?;
         if !(0.0..=1.0).contains(&cfg.match_length_weight) {
             return Err(format!("match_length_weight must be in [0, 1] (got {})", cfg.match_length_weight));
         }
@@ -306,7 +318,7 @@ impl LlmD {
     fn tier_column(&self) -> Option<usize> {
         let weighs = self.cfg.cpu_weight > 0.0 || self.cfg.remote_weight > 0.0;
         (self.cfg.prefix_state == PrefixState::Precise && self.cfg.prefix_weight > 0.0 && weighs)
-            .then(|| 2 + if self.cfg.lora_weight > 0.0 { LORA_SIGNALS.len() } else { 0 })
+            .then(|| 2 + if self.reads_lora() { LORA_SIGNALS.len() } else { 0 })
     }
 
     /// Per routable index, `matched` of its id plus the tiers' blocks past it, weighted
@@ -355,6 +367,17 @@ impl LlmD {
             for (i, s) in self.scores.iter_mut().enumerate() {
                 let f = |k: usize| replicas.signal(i, 2 + k);
                 *s += self.cfg.lora_weight * lora_affinity(f(0) > 0.0, f(1) > 0.0, f(2) + f(3) < f(4));
+            }
+        }
+        if self.cfg.lora_state_weight > 0.0 && replicas.signal_columns >= 2 + LORA_SIGNALS.len() as u32 {
+            // The request fact `adapter` (NaN: the base model).
+            let adapter = request.facts().first().filter(|a| !a.is_nan()).map(|&a| a as u32);
+            let home = adapter.map_or(0, |a| lora_load_state::home(a, n));
+            let w = self.cfg.lora_state_weight;
+            for (i, s) in self.scores.iter_mut().enumerate() {
+                let f = |k: usize| replicas.signal(i, 2 + k);
+                let replica = lora_load_state::Replica { resident: f(5) > 0.0, busy: f(2), slots: f(4) };
+                *s += w * lora_load_state::score(&self.cfg.lora_state, adapter, replica, i, home);
             }
         }
         if self.uses_prefix() {
@@ -413,6 +436,11 @@ impl LlmD {
         (0..n).all(|i| self.matched[self.members.id(i)] == 0)
     }
 
+    /// Whether a scorer reads the `lora.*` signals.
+    fn reads_lora(&self) -> bool {
+        self.cfg.lora_weight > 0.0 || self.cfg.lora_state_weight > 0.0
+    }
+
     /// Whether a scorer reads the prefix index.
     fn uses_prefix(&self) -> bool {
         self.cfg.prefix_weight > 0.0 || self.cfg.no_hit_lru_weight > 0.0
@@ -450,13 +478,14 @@ impl LlmD {
     }
 }
 
-/// What the LoRA scorer reads, in this order (signal columns 2..).
-const LORA_SIGNALS: [&str; 5] = [
+/// What the LoRA scorers read, in this order (signal columns 2..).
+const LORA_SIGNALS: [&str; 6] = [
     signals::LORA_RUNNING,
     signals::LORA_WAITING,
     signals::LORA_RUNNING_ADAPTERS,
     signals::LORA_WAITING_ADAPTERS,
     signals::LORA_MAX_ADAPTERS,
+    signals::LORA_RESIDENT,
 ];
 
 /// GIE's LoRA affinity score of a replica: `active` (a request on the adapter runs there),
@@ -476,16 +505,21 @@ impl RouterPolicy for LlmD {
     }
 
     /// Waiting requests and KV utilisation as upstream's EPP reads them: scraped from the engines.
-    /// With `lora_weight`, the `lora.*` figures follow (live).
+    /// With a LoRA scorer, the `lora.*` figures follow (live).
     fn signals(&self) -> Vec<String> {
         let mut s = vec![signals::SCRAPED_WAITING.into(), signals::SCRAPED_KV_UTILISATION.into()];
-        if self.cfg.lora_weight > 0.0 {
+        if self.reads_lora() {
             s.extend(LORA_SIGNALS.iter().map(|n| n.to_string()));
         }
         if self.tier_column().is_some() {
             s.extend([signals::TIER_CPU_MATCHED_TOKENS.into(), signals::TIER_REMOTE_MATCHED_TOKENS.into()]);
         }
         s
+    }
+
+    /// The load-state scorer reads the request's adapter.
+    fn request_facts(&self) -> Vec<String> {
+        if self.cfg.lora_state_weight > 0.0 { vec![facts::request::ADAPTER.into()] } else { Vec::new() }
     }
 
     fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {

@@ -297,6 +297,8 @@ pub fn load(dir: &Path, stream: Option<&Path>) -> Result<Bundle, InputError> {
                 hash_ids: ids.clone(),
                 line: i + 1,
                 session: None,
+                parents: Vec::new(),
+                adapter: None,
             }
         })
         .collect();

@@ -16,6 +16,17 @@
 //! multi-turn conversation's earlier answers appear in later prompts as blocks like any other,
 //! but the replay does not know they were generated (routelab keeps an answer cached after a turn
 //! completes; a replayed trace has no such link).
+//!
+//! Agent sessions (`generator.session`) carry their graph in the format's session fields
+//! ([`super::mooncake`]): `session_id` (the session's number), `call_index` (its calls in stream
+//! order), `parents` (the calls it waits for, written when they are not just the previous call:
+//! sub-agents, and the call that joins them) and `wait_s` (the tool's run after the last parent
+//! completes, exact to the nanosecond tick). A replay sends each call when its parents complete,
+//! as the run did, so the per-request stream — who waits for whom, for how long, with which
+//! prompt and output lengths — is the same. A stream with LoRA adapters (`cluster.lora`) writes
+//! every row's `adapter` (`null`: the base model), which the replay keeps instead of drawing.
+//! Turn groups (`turns`, `think_time_s`) are open-loop in routelab — a turn arrives at its time
+//! whatever the previous answer did — so their timestamps alone replay them.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -77,11 +88,51 @@ impl BlockIds {
     }
 }
 
+/// Each request's index among its session's calls (`None`: no agent sessions).
+fn call_indexes(stream: &RequestStream) -> Option<Vec<u32>> {
+    let s = stream.sessions.as_ref()?;
+    let mut next = vec![0u32; s.count as usize];
+    Some(
+        s.session
+            .iter()
+            .map(|&k| {
+                next[k as usize] += 1;
+                next[k as usize] - 1
+            })
+            .collect(),
+    )
+}
+
+/// Appends request `i`'s session and adapter fields (none when it has neither) to `line`.
+fn push_extensions(stream: &RequestStream, calls: Option<&[u32]>, i: usize, line: &mut String) {
+    if let (Some(s), Some(calls)) = (stream.sessions.as_ref(), calls) {
+        let call = calls[i];
+        line.push_str(&format!(", \"session_id\": {}, \"call_index\": {call}", s.session[i]));
+        let parents: Vec<u32> = s.parents(i).iter().map(|&p| calls[p as usize]).collect();
+        if call > 0 {
+            if parents != [call - 1] {
+                let list: Vec<String> = parents.iter().map(u32::to_string).collect();
+                line.push_str(&format!(", \"parents\": [{}]", list.join(", ")));
+            }
+            if s.pause[i] > 0 {
+                line.push_str(&format!(", \"wait_s\": {}", seconds(s.pause[i])));
+            }
+        }
+    }
+    if !stream.adapters.is_empty() {
+        match stream.adapter(i) {
+            Some(a) => line.push_str(&format!(", \"adapter\": {a}")),
+            None => line.push_str(", \"adapter\": null"),
+        }
+    }
+}
+
 /// Writes `stream` as Mooncake JSON Lines; returns the number of distinct blocks.
 pub fn write_mooncake(stream: &RequestStream, out: &mut impl Write) -> io::Result<usize> {
     let mut ids = BlockIds::default();
     let mut hash_ids = Vec::new();
     let mut line = String::new();
+    let calls = call_indexes(stream);
     for (i, r) in stream.requests.iter().enumerate() {
         ids.of(stream.prompt(i), &mut hash_ids);
         let ms = (seconds(r.arrived_at) * 1000.0).round() as u64;
@@ -96,7 +147,9 @@ pub fn write_mooncake(stream: &RequestStream, out: &mut impl Write) -> io::Resul
             }
             line.push_str(&id.to_string());
         }
-        line.push_str("]}\n");
+        line.push(']');
+        push_extensions(stream, calls.as_deref(), i, &mut line);
+        line.push_str("}\n");
         out.write_all(line.as_bytes())?;
     }
     Ok(ids.distinct())
@@ -189,5 +242,95 @@ mod tests {
             assert_eq!(got, want, "request {i}: one segment per block, named by its id");
         }
         assert!(blocks < stream.requests.len() * 4, "shared prefixes share blocks ({blocks} blocks)");
+    }
+
+    /// An agentic stream with LoRA adapters (sub-agent bursts joined by one call, tool pauses,
+    /// adapters per session) exported and replayed is the same per-request stream: the same
+    /// session of every call, the same calls waited for and pauses (to the tick), the same
+    /// session starts (to the millisecond), lengths and adapters.
+    #[test]
+    fn an_agentic_stream_with_adapters_replays_as_the_same_stream() {
+        let spec: ClusterSpec = serde_norway::from_str(
+            "{replicas: 2, gpu: a6000, model: mistral-7b, generator: {system_prompt_tokens: 700, suffix_tokens: \
+             {uniform: {min: 100, max: 400}}, output_tokens: {uniform: {min: 10, max: 200}}, session: {steps: \
+             {uniform: {min: 2, max: 5}}, tool_tokens: {uniform: {min: 50, max: 600}}, tool_pause_s: {lognormal: \
+             {mean: 3, cv: 1.0, max: 30}}, subagents: {probability: 0.4, burst: {uniform: {min: 2, max: 5}}, depth: \
+             1, steps: {uniform: {min: 1, max: 3}}, task_tokens: 80}}}, lora: {adapters: 6, popularity: {zipf: {s: \
+             1.0}}, base_share: 0.2, max_loras: 2}, arrivals: {poisson: {rate: 1.0}}, requests: 150}",
+        )
+        .unwrap();
+        spec.validate().unwrap();
+        let mut stream = generate(&spec, None, 5).unwrap();
+        crate::workload::generate::apply_lora(&spec, &mut stream, 5);
+        let mut text = Vec::new();
+        write_mooncake(&stream, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        let rows = mooncake::parse(&text, Path::new("agentic.jsonl")).unwrap();
+        mooncake::check_adapters(&rows, spec.lora.as_ref(), Path::new("agentic.jsonl")).unwrap();
+        // Another seed's draw must not matter: the trace's adapters are kept.
+        let mut replay = mooncake_stream(&spec, &rows);
+        crate::workload::generate::apply_lora(&spec, &mut replay, 99);
+
+        let (a, b) = (stream.sessions.as_ref().unwrap(), replay.sessions.as_ref().unwrap());
+        assert_eq!(replay.requests.len(), stream.requests.len());
+        assert_eq!((a.count, &a.session), (b.count, &b.session), "every call in the same session");
+        let t0 = seconds(stream.requests[0].arrived_at);
+        let (mut joins, mut paused, mut on_adapter, mut on_base) = (0, 0, 0, 0);
+        for i in 0..stream.requests.len() {
+            let (x, y) = (&stream.requests[i], &replay.requests[i]);
+            assert_eq!((x.prompt_tokens, x.output_tokens), (y.prompt_tokens, y.output_tokens), "request {i}");
+            assert_eq!(a.parents(i), b.parents(i), "request {i}: the calls it waits for");
+            assert_eq!(a.pause[i], b.pause[i], "request {i}: its tool pause, to the tick");
+            if a.parents(i).is_empty() {
+                let shift = seconds(x.arrived_at) - t0;
+                assert!((seconds(y.arrived_at) - shift).abs() <= 0.001, "request {i}: session start");
+            }
+            assert_eq!(stream.adapter(i), replay.adapter(i), "request {i}: adapter");
+            joins += (a.parents(i).len() > 1) as u32;
+            paused += (a.pause[i] > 0) as u32;
+            on_adapter += stream.adapter(i).is_some() as u32;
+            on_base += stream.adapter(i).is_none() as u32;
+        }
+        // The stream exercises what the fields carry: joins of bursts, pauses, both kinds of request.
+        assert!(joins > 0 && paused > 0 && on_adapter > 0 && on_base > 0, "{joins} {paused} {on_adapter} {on_base}");
+        // Exporting the replay writes the same file but for the time origin: the trace is a
+        // fixed point of export → replay → export.
+        let mut again = Vec::new();
+        write_mooncake(&replay, &mut again).unwrap();
+        let again = String::from_utf8(again).unwrap();
+        let body = |t: &str| -> Vec<String> {
+            t.lines().map(|l| l.split_once("\"input_length\"").unwrap().1.to_string()).collect()
+        };
+        assert_eq!(body(&again), body(&text));
+    }
+
+    /// A call whose parents are not the previous call (a sub-agent's first call, a join) writes
+    /// them; a chain does not.
+    #[test]
+    fn parents_are_written_only_when_not_the_previous_call() {
+        let rows = mooncake::parse(
+            "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2], \"session_id\": 0, \"call_index\": 0}\n\
+             {\"timestamp\": 0, \"input_length\": 700, \"output_length\": 5, \"hash_ids\": [1, 3], \"session_id\": 0, \"call_index\": 1}\n\
+             {\"timestamp\": 0, \"input_length\": 700, \"output_length\": 5, \"hash_ids\": [1, 4], \"session_id\": 0, \"call_index\": 2, \"parents\": [0]}\n\
+             {\"timestamp\": 0, \"input_length\": 900, \"output_length\": 5, \"hash_ids\": [1, 5], \"session_id\": 0, \"call_index\": 3, \"parents\": [1, 2], \"wait_s\": 0.25}\n",
+            Path::new("p.jsonl"),
+        )
+        .unwrap();
+        let spec: ClusterSpec = serde_norway::from_str(
+            "{replicas: 1, gpu: a6000, model: mistral-7b, generator: {suffix_tokens: 1, output_tokens: 1}, arrivals: \
+             {poisson: {rate: 1}}}",
+        )
+        .unwrap();
+        let st = mooncake_stream(&spec, &rows);
+        let s = st.sessions.as_ref().unwrap();
+        assert_eq!([s.parents(1), s.parents(2), s.parents(3)], [&[0][..], &[0], &[1, 2]]);
+        assert_eq!(s.pause[3], 250_000_000);
+        let mut out = Vec::new();
+        write_mooncake(&st, &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(!lines[1].contains("parents"), "{}", lines[1]);
+        assert!(lines[2].ends_with("\"call_index\": 2, \"parents\": [0]}"), "{}", lines[2]);
+        assert!(lines[3].ends_with("\"parents\": [1, 2], \"wait_s\": 0.25}"), "{}", lines[3]);
     }
 }

@@ -279,7 +279,13 @@ pub fn block_stream(
     let keep = session::kept_rows(rows, time_scale, limit, horizon);
     let mut prompt = Vec::new();
     let kept = |i: usize| keep.as_ref().is_none_or(|k| k[i]);
+    // The trace's adapters, when it gives them (`apply_lora` then keeps them).
+    let given = rows.iter().any(|r| r.adapter.is_some());
+    let mut adapters = Vec::new();
     for row in rows.iter().enumerate().filter(|&(i, _)| kept(i)).map(|(_, r)| r) {
+        if given {
+            adapters.push(row.adapter.unwrap_or(NO_ADAPTER));
+        }
         prompt.clear();
         prompt.extend(
             row.hash_ids
@@ -293,10 +299,18 @@ pub fn block_stream(
         }
         b.push(ticks(row.at_s * time_scale), &prompt, row.output_length.max(1), None);
     }
-    let Some(keep) = keep else { return b.finish(limit, horizon) };
-    b.stream.sessions = Some(session::trace_sessions(rows, &keep, time_scale));
-    // Already in arrival order (the rows are), and whole sessions only.
-    b.stream
+    let mut stream = match keep {
+        None => b.finish(limit, horizon),
+        Some(keep) => {
+            b.stream.sessions = Some(session::trace_sessions(rows, &keep, time_scale));
+            // Already in arrival order (the rows are), and whole sessions only.
+            b.stream
+        }
+    };
+    // The rows are in arrival order, so a cut keeps a prefix of them.
+    adapters.truncate(stream.requests.len());
+    stream.adapters = adapters;
+    stream
 }
 
 /// The stream of `spec` for `run_seed`. `trace` must hold the trace rows when arrivals come from

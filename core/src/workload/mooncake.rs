@@ -13,11 +13,19 @@
 //!
 //! Agent sessions (routelab's extension; every field optional, the shipped traces have none):
 //! `"session_id"` (a string or an integer) groups rows into a session, `"call_index"` numbers
-//! its calls 0, 1, 2, … in file order, and `"wait_s"` is the time call k waits after call k − 1
-//! completes (a tool's run, a user's think time; 0 when absent). The first call of a session
-//! arrives at its `timestamp`; every later call is sent when the one before it completes, plus
-//! its `wait_s` (its own `timestamp` only orders the file), so a recorded agent trace replays
-//! closed-loop: a slower router delays the rest of the session.
+//! its calls 0, 1, 2, … in file order, `"parents"` lists the earlier calls of the session a call
+//! waits for (by call index; `[k − 1]` when absent: a chain), and `"wait_s"` is the time call k
+//! waits after the last of its parents completes (a tool's run, a user's think time; 0 when
+//! absent). The first call of a session arrives at its `timestamp`; every later call is sent when
+//! its parents complete, plus its `wait_s` (its own `timestamp` only orders the file), so a
+//! recorded agent trace replays closed-loop: a slower router delays the rest of the session. A
+//! sub-agent burst is calls whose parents are the one call that spawned them; the call that reads
+//! their results lists all of them.
+//!
+//! LoRA adapters (routelab's extension): `"adapter"` is the row's adapter, an index into the
+//! workload's `cluster.lora` adapters, or `null` for the base model. A trace that gives it on any
+//! row gives every request's adapter (a row without it is on the base model); without it anywhere
+//! the replay draws adapters per session as for generated streams (`generate/lora.rs`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -49,7 +57,17 @@ pub struct MooncakeRow {
     pub line: usize,
     /// The row's place in an agent session, when it has one.
     pub session: Option<SessionCall>,
+    /// The calls of its session the row waits for, by call index, when the trace lists them
+    /// (empty: the previous call; call 0 waits for none).
+    pub parents: Vec<u32>,
+    /// The row's LoRA adapter when the trace gives one ([`NO_ADAPTER`] for `null`: the base
+    /// model); `None`: not given.
+    pub adapter: Option<u32>,
 }
+
+/// `"adapter": null` — the base model (also the stream's mark for a request without an
+/// adapter: `generate::NO_ADAPTER`).
+pub const NO_ADAPTER: u32 = u32::MAX;
 
 /// A trace row's place in an agent session (the optional session fields).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -58,79 +76,182 @@ pub struct SessionCall {
     pub session: u32,
     /// The call's index in its session (0 = the session's first call).
     pub call: u32,
-    /// Seconds between the previous call's completion and this call's send (0 for call 0).
+    /// Seconds between the last parent's completion and this call's send (0 for call 0).
     pub wait_s: f64,
 }
 
 const SESSION_FIX: &str = "a session's rows carry \"session_id\" (a string or an integer) and \"call_index\" \
-(0, 1, 2, … in file order), and optionally \"wait_s\" (seconds after the previous call completes; not on call 0)";
+(0, 1, 2, … in file order), and optionally \"parents\" (call indexes of earlier calls; the previous call when absent) \
+and \"wait_s\" (seconds after the last parent completes); call 0 has neither";
 
-/// Reads a row's optional session fields; `sessions` maps each session id to (its number, the
-/// last call index seen, the line of that call).
-fn session_call(
-    obj: &serde_json::Map<String, serde_json::Value>,
-    sessions: &mut HashMap<String, (u32, u32, usize)>,
-    file: &Path,
-    line: usize,
-) -> Result<Option<SessionCall>, InputError> {
-    let err = |field: &str, message: String| InputError {
-        file: file.into(),
-        path: field.into(),
-        line: Some(line),
-        message,
-        fix: SESSION_FIX.into(),
-    };
-    let Some(id) = obj.get("session_id") else {
-        for field in ["call_index", "wait_s"] {
-            if obj.contains_key(field) {
-                return Err(err(field, format!("`{field}` needs a `session_id` on the same row")));
+/// Reads rows' optional session fields, numbering sessions in order of first appearance
+/// (`routelab import` reads a request log's with it too).
+#[derive(Default)]
+pub struct SessionReader {
+    /// Per session id: its number, the last call index seen, the line of that call.
+    sessions: HashMap<String, (u32, u32, usize)>,
+}
+
+impl SessionReader {
+    /// The row's place in its session and the parents it lists (empty: the default, the
+    /// previous call), from `obj` on line `line` of `file`.
+    pub fn read(
+        &mut self,
+        obj: &serde_json::Map<String, serde_json::Value>,
+        file: &Path,
+        line: usize,
+    ) -> Result<(Option<SessionCall>, Vec<u32>), InputError> {
+        let err = |field: &str, message: String| InputError {
+            file: file.into(),
+            path: field.into(),
+            line: Some(line),
+            message,
+            fix: SESSION_FIX.into(),
+        };
+        let Some(id) = obj.get("session_id") else {
+            for field in ["call_index", "parents", "wait_s"] {
+                if obj.contains_key(field) {
+                    return Err(err(field, format!("`{field}` needs a `session_id` on the same row")));
+                }
+            }
+            return Ok((None, Vec::new()));
+        };
+        let key = match id {
+            serde_json::Value::String(s) if !s.is_empty() => s.clone(),
+            serde_json::Value::Number(n) if n.is_u64() => n.to_string(),
+            v => {
+                return Err(err(
+                    "session_id",
+                    format!("must be a non-empty string or a non-negative integer (got {v})"),
+                ));
+            }
+        };
+        let call = match obj.get("call_index") {
+            None => {
+                return Err(err("call_index", "the field `call_index` is missing (a session's rows need it)".into()));
+            }
+            Some(v) => v
+                .as_u64()
+                .and_then(|c| u32::try_from(c).ok())
+                .ok_or_else(|| err("call_index", format!("must be a non-negative integer (got {v})")))?,
+        };
+        let wait_s = match obj.get("wait_s") {
+            None => 0.0,
+            Some(v) => match v.as_f64() {
+                Some(w) if (0.0..=limits::MAX_HORIZON).contains(&w) => w,
+                _ => {
+                    return Err(err(
+                        "wait_s",
+                        format!("must be seconds in [0, {:.0e}] (got {v})", limits::MAX_HORIZON),
+                    ));
+                }
+            },
+        };
+        let next = self.sessions.len() as u32;
+        let expected = match self.sessions.get(&key) {
+            Some(&(_, last, _)) => last + 1,
+            None => 0,
+        };
+        if call != expected {
+            let before = match self.sessions.get(&key) {
+                Some(&(_, last, at)) => format!("call {last} on line {at}"),
+                None => "no call before it".into(),
+            };
+            return Err(err(
+                "call_index",
+                format!("session `{key}`: call {call} follows {before}; expected call_index {expected}"),
+            ));
+        }
+        for field in ["wait_s", "parents"] {
+            if call == 0 && obj.contains_key(field) {
+                return Err(err(
+                    field,
+                    format!("call 0 of session `{key}` arrives at its timestamp; `{field}` is for its later calls"),
+                ));
             }
         }
-        return Ok(None);
-    };
-    let key = match id {
-        serde_json::Value::String(s) if !s.is_empty() => s.clone(),
-        serde_json::Value::Number(n) if n.is_u64() => n.to_string(),
-        v => return Err(err("session_id", format!("must be a non-empty string or a non-negative integer (got {v})"))),
-    };
-    let call = match obj.get("call_index") {
-        None => return Err(err("call_index", "the field `call_index` is missing (a session's rows need it)".into())),
-        Some(v) => v
-            .as_u64()
-            .and_then(|c| u32::try_from(c).ok())
-            .ok_or_else(|| err("call_index", format!("must be a non-negative integer (got {v})")))?,
-    };
-    let wait_s = match obj.get("wait_s") {
-        None => 0.0,
-        Some(v) => match v.as_f64() {
-            Some(w) if (0.0..=limits::MAX_HORIZON).contains(&w) => w,
-            _ => return Err(err("wait_s", format!("must be seconds in [0, {:.0e}] (got {v})", limits::MAX_HORIZON))),
-        },
-    };
-    let next = sessions.len() as u32;
-    let expected = match sessions.get(&key) {
-        Some(&(_, last, _)) => last + 1,
-        None => 0,
-    };
-    if call != expected {
-        let before = match sessions.get(&key) {
-            Some(&(_, last, at)) => format!("call {last} on line {at}"),
-            None => "no call before it".into(),
+        let parents = match obj.get("parents") {
+            None => Vec::new(),
+            Some(v) => {
+                let list = v.as_array().filter(|l| !l.is_empty()).ok_or_else(|| {
+                    err("parents", format!("must be a non-empty list of earlier call indexes (got {v})"))
+                })?;
+                let mut parents = Vec::with_capacity(list.len());
+                for (k, p) in list.iter().enumerate() {
+                    let p = p.as_u64().filter(|&p| p < call as u64).ok_or_else(|| {
+                        err(
+                            &format!("parents[{k}]"),
+                            format!("must be the index of an earlier call, 0..{call} (got {p})"),
+                        )
+                    })? as u32;
+                    if parents.contains(&p) {
+                        return Err(err(&format!("parents[{k}]"), format!("lists call {p} twice")));
+                    }
+                    parents.push(p);
+                }
+                parents
+            }
         };
-        return Err(err(
-            "call_index",
-            format!("session `{key}`: call {call} follows {before}; expected call_index {expected}"),
-        ));
+        let entry = self.sessions.entry(key).or_insert((next, 0, line));
+        (entry.1, entry.2) = (call, line);
+        Ok((Some(SessionCall { session: entry.0, call, wait_s }), parents))
     }
-    if call == 0 && obj.contains_key("wait_s") {
-        return Err(err(
-            "wait_s",
-            format!("call 0 of session `{key}` arrives at its timestamp; `wait_s` is for its later calls"),
-        ));
+}
+
+/// The row's optional `"adapter"`: an adapter index, `null` ([`NO_ADAPTER`]), or absent (`None`).
+pub fn read_adapter(
+    obj: &serde_json::Map<String, serde_json::Value>,
+    file: &Path,
+    line: usize,
+) -> Result<Option<u32>, InputError> {
+    match obj.get("adapter") {
+        None => Ok(None),
+        Some(serde_json::Value::Null) => Ok(Some(NO_ADAPTER)),
+        Some(v) => v.as_u64().filter(|&a| a < NO_ADAPTER as u64).map(|a| Some(a as u32)).ok_or_else(|| InputError {
+            file: file.into(),
+            path: "adapter".into(),
+            line: Some(line),
+            message: format!("must be a LoRA adapter index (an integer ≥ 0) or null for the base model (got {v})"),
+            fix: "give the index of the request's adapter in the workload's `cluster.lora` adapters".into(),
+        }),
     }
-    let entry = sessions.entry(key).or_insert((next, 0, line));
-    (entry.1, entry.2) = (call, line);
-    Ok(Some(SessionCall { session: entry.0, call, wait_s }))
+}
+
+/// Checks the rows' adapters against the workload's `cluster.lora` (`None`: no `lora:`): every
+/// index names one of its adapters, and a trace that gives adapters needs the section.
+pub fn check_adapters(
+    rows: &[MooncakeRow],
+    lora: Option<&super::cluster::lora::Lora>,
+    file: &Path,
+) -> Result<(), InputError> {
+    let Some(first) = rows.iter().find(|r| r.adapter.is_some()) else { return Ok(()) };
+    let bad = |line: usize, message: String, fix: String| InputError {
+        file: file.into(),
+        path: "adapter".into(),
+        line: Some(line),
+        message,
+        fix,
+    };
+    let Some(l) = lora else {
+        return Err(bad(
+            first.line,
+            "the trace gives LoRA adapters, but the workload has no `cluster.lora` section".into(),
+            "add `lora: {adapters: N, max_loras: 4}` under `cluster:` (N above every adapter index), or drop \"adapter\" from the rows".into(),
+        ));
+    };
+    match rows.iter().find(|r| r.adapter.is_some_and(|a| a != NO_ADAPTER && a >= l.adapters)) {
+        Some(r) => Err(bad(
+            r.line,
+            format!(
+                "adapter {} is not one of the workload's {} adapters (0..{})",
+                r.adapter.unwrap(),
+                l.adapters,
+                l.adapters
+            ),
+            format!("raise `cluster.lora.adapters` above {}, or fix the row", r.adapter.unwrap()),
+        )),
+        None => Ok(()),
+    }
 }
 
 impl MooncakeRow {
@@ -200,12 +321,19 @@ struct Rows<'f> {
     last_ms: u64,
     /// Block length of every id seen, and the line that first gave it.
     block_len: HashMap<u64, (u32, usize)>,
-    sessions: HashMap<String, (u32, u32, usize)>,
+    sessions: SessionReader,
 }
 
 impl<'f> Rows<'f> {
     fn new(file: &'f Path) -> Self {
-        Self { file, rows: Vec::new(), first_ms: None, last_ms: 0, block_len: HashMap::new(), sessions: HashMap::new() }
+        Self {
+            file,
+            rows: Vec::new(),
+            first_ms: None,
+            last_ms: 0,
+            block_len: HashMap::new(),
+            sessions: SessionReader::default(),
+        }
     }
 
     /// Line `n` (from 1) of the trace.
@@ -283,8 +411,9 @@ impl<'f> Rows<'f> {
         if self.rows.len() >= MAX_ROWS {
             return Err(field_error(file, n, "", format!("the trace has more than {MAX_ROWS} rows")));
         }
-        let session = session_call(obj, &mut self.sessions, file, n)?;
-        let row = MooncakeRow { at_s, input_length, output_length, hash_ids, line: n, session };
+        let (session, parents) = self.sessions.read(obj, file, n)?;
+        let adapter = read_adapter(obj, file, n)?;
+        let row = MooncakeRow { at_s, input_length, output_length, hash_ids, line: n, session, parents, adapter };
         for (k, &id) in row.hash_ids.iter().enumerate() {
             let tokens = row.block_tokens(k);
             let (seen, seen_line) = *self.block_len.entry(id).or_insert((tokens, n));
@@ -418,6 +547,67 @@ mod tests {
             assert_eq!((e.line, e.path.as_str()), (Some(last), field), "{text}");
             assert!(e.message.contains(says), "{text}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn bad_parents_and_adapters_name_line_and_field() {
+        let row = |extra: &str| {
+            format!("{{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [0]{extra}}}\n")
+        };
+        let a0 = row(", \"session_id\": \"a\", \"call_index\": 0");
+        let a1 = row(", \"session_id\": \"a\", \"call_index\": 1");
+        let ok = parse(
+            &format!(
+                "{a0}{a1}{}",
+                row(", \"session_id\": \"a\", \"call_index\": 2, \"parents\": [0, 1], \"adapter\": 3")
+            ),
+            Path::new("m"),
+        )
+        .unwrap();
+        assert_eq!((ok[2].parents.as_slice(), ok[2].adapter), (&[0, 1][..], Some(3)));
+        assert_eq!((ok[1].parents.is_empty(), ok[1].adapter), (true, None));
+        let cases = [
+            (
+                format!("{a0}{}", row(", \"session_id\": \"a\", \"call_index\": 1, \"parents\": [1]")),
+                "parents[0]",
+                "earlier call",
+            ),
+            (
+                format!("{a0}{}", row(", \"session_id\": \"a\", \"call_index\": 1, \"parents\": []")),
+                "parents",
+                "non-empty",
+            ),
+            (
+                format!("{a0}{a1}{}", row(", \"session_id\": \"a\", \"call_index\": 2, \"parents\": [0, 0]")),
+                "parents[1]",
+                "twice",
+            ),
+            (
+                row(", \"session_id\": \"a\", \"call_index\": 0, \"parents\": [0]"),
+                "parents",
+                "arrives at its timestamp",
+            ),
+            (row(", \"parents\": [0]"), "parents", "needs a `session_id`"),
+            (row(", \"adapter\": -1"), "adapter", "adapter index"),
+            (row(", \"adapter\": \"x\""), "adapter", "adapter index"),
+        ];
+        for (text, field, says) in cases {
+            let e = err(&text);
+            let last = text.lines().count();
+            assert_eq!((e.line, e.path.as_str()), (Some(last), field), "{text}");
+            assert!(e.message.contains(says), "{text}: {}", e.message);
+        }
+        // Adapters against the workload's `lora:`: an index past its adapters, or no section.
+        let rows =
+            parse(&format!("{}{}", row(", \"adapter\": null"), row(", \"adapter\": 4")), Path::new("m")).unwrap();
+        let lora: super::super::cluster::lora::Lora = serde_norway::from_str("{adapters: 4}").unwrap();
+        let e = check_adapters(&rows, Some(&lora), Path::new("m")).unwrap_err();
+        assert_eq!((e.line, e.path.as_str()), (Some(2), "adapter"));
+        assert!(e.message.contains("not one of the workload's 4 adapters"), "{}", e.message);
+        let e = check_adapters(&rows, None, Path::new("m")).unwrap_err();
+        assert_eq!((e.line, e.path.as_str()), (Some(1), "adapter"));
+        let five: super::super::cluster::lora::Lora = serde_norway::from_str("{adapters: 5}").unwrap();
+        assert!(check_adapters(&rows, Some(&five), Path::new("m")).is_ok());
     }
 
     #[test]

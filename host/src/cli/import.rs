@@ -8,6 +8,12 @@
 //! - the output length in tokens: `output_tokens`, or `usage.completion_tokens`, or
 //!   `response.usage.completion_tokens` (what an OpenAI-compatible server returns).
 //!
+//! - optionally the trace's extensions, copied as they are: an agent session's `session_id`,
+//!   `call_index` (its turn: 0, 1, 2, … in time order), `parents` and `wait_s` (think or tool
+//!   time after the parents complete), and the request's LoRA `adapter` (an index into the
+//!   replaying workload's `cluster.lora` adapters, `null` for the base model) — checked as the
+//!   replay checks them (`routelab_core::workload::mooncake`), line numbers those of the log.
+//!
 //! Other fields are ignored. The prompt becomes tokens and prefix blocks exactly as the gateway
 //! counts them (the byte-level fallback of `routelab_serve::text`: 4 bytes a token, blocks chained
 //! so equal leading text gives equal blocks), then 512-token `hash_ids` as `export-trace` writes
@@ -24,17 +30,24 @@ use serde_json::Value;
 use routelab_core::time::ticks;
 use routelab_core::workload::InputError;
 use routelab_core::workload::export::BlockIds;
+use routelab_core::workload::mooncake::{SessionReader, read_adapter};
 use routelab_policy_api::Segment;
 use routelab_serve::text;
 
 const FIX: &str = "each line must be a JSON object with `timestamp` (seconds), the request body (`messages` or \
 `prompt`, inline or under `request`) and `output_tokens` (or `usage.completion_tokens`)";
 
+/// The trace extensions a log line may carry (written in the order of their names).
+const EXTENSIONS: [&str; 5] = ["session_id", "call_index", "parents", "wait_s", "adapter"];
+
 /// One imported request.
 struct Row {
     at_s: f64,
     output_tokens: u32,
     prompt: Vec<Segment>,
+    /// Its line in the log, and the extensions it carries.
+    line: usize,
+    extensions: serde_json::Map<String, Value>,
 }
 
 fn bad(file: &Path, line: usize, field: &str, message: String) -> InputError {
@@ -93,7 +106,8 @@ fn row(file: &Path, n: usize, text: &str) -> Result<Row, InputError> {
         as u32;
     let mut prompt = Vec::new();
     text::segments(&parsed.prompt, &mut prompt);
-    Ok(Row { at_s, output_tokens, prompt })
+    let extensions = EXTENSIONS.iter().filter_map(|&k| obj.get(k).map(|v| (k.to_string(), v.clone()))).collect();
+    Ok(Row { at_s, output_tokens, prompt, line: n, extensions })
 }
 
 /// What an import read and wrote.
@@ -124,6 +138,12 @@ pub fn import(file: &Path, out: &mut impl Write) -> Result<Imported> {
     }
     let reordered = rows.windows(2).filter(|w| w[1].at_s < w[0].at_s).count();
     rows.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    // Sessions in time order, as the trace will hold them.
+    let mut sessions = SessionReader::default();
+    for r in &rows {
+        sessions.read(&r.extensions, file, r.line)?;
+        read_adapter(&r.extensions, file, r.line)?;
+    }
     let start = ticks(rows[0].at_s);
     let mut ids = BlockIds::default();
     let mut hash_ids = Vec::new();
@@ -132,9 +152,10 @@ pub fn import(file: &Path, out: &mut impl Write) -> Result<Imported> {
         let ms = ((ticks(r.at_s) - start) as f64 / 1e6).round() as u64;
         let input: u32 = text::tokens_of(&r.prompt);
         let ids: Vec<String> = hash_ids.iter().map(u64::to_string).collect();
+        let extensions: String = r.extensions.iter().map(|(k, v)| format!(", \"{k}\": {v}")).collect();
         writeln!(
             out,
-            "{{\"timestamp\": {ms}, \"input_length\": {input}, \"output_length\": {}, \"hash_ids\": [{}]}}",
+            "{{\"timestamp\": {ms}, \"input_length\": {input}, \"output_length\": {}, \"hash_ids\": [{}]{extensions}}}",
             r.output_tokens,
             ids.join(", ")
         )?;
@@ -149,7 +170,10 @@ mod tests {
     fn import_text(log: &str) -> Result<(String, Imported)> {
         let dir = std::env::temp_dir().join(format!("routelab-import-unit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join(format!("log-{}.jsonl", log.len()));
+        // One file per call: tests run in parallel threads of one process.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let k = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let f = dir.join(format!("log-{k}.jsonl"));
         std::fs::write(&f, log).unwrap();
         let mut out = Vec::new();
         let got = import(&f, &mut out)?;
@@ -204,5 +228,30 @@ mod tests {
             let e = e.downcast_ref::<InputError>().unwrap();
             assert_eq!((e.line, e.path.as_str()), (Some(2), field), "{line}: {e:?}");
         }
+    }
+
+    /// A log's session and adapter fields reach the trace (sorted by time like the rest), and
+    /// the trace replays them; a session out of order names the log's line.
+    #[test]
+    fn session_and_adapter_fields_are_carried_and_checked() {
+        let log = "{\"timestamp\": 12.5, \"prompt\": \"call one, after the tool\", \"output_tokens\": 4, \"session_id\": \"s\", \"call_index\": 1, \"wait_s\": 2.5, \"adapter\": 2}\n\
+                   {\"timestamp\": 10, \"prompt\": \"call zero\", \"output_tokens\": 3, \"session_id\": \"s\", \"call_index\": 0, \"adapter\": 2}\n\
+                   {\"timestamp\": 11, \"prompt\": \"no session\", \"output_tokens\": 5, \"adapter\": null}\n";
+        let (trace, got) = import_text(log).unwrap();
+        assert_eq!((got.requests, got.reordered), (3, 1));
+        let rows = routelab_core::workload::mooncake::parse(&trace, Path::new("t.jsonl")).unwrap();
+        let calls: Vec<_> =
+            rows.iter().map(|r| (r.session.map(|s| (s.session, s.call, s.wait_s)), r.adapter)).collect();
+        let base = routelab_core::workload::mooncake::NO_ADAPTER;
+        assert_eq!(calls, [(Some((0, 0, 0.0)), Some(2)), (None, Some(base)), (Some((0, 1, 2.5)), Some(2))]);
+
+        let swapped = "{\"timestamp\": 1, \"prompt\": \"a\", \"output_tokens\": 1, \"session_id\": 7, \"call_index\": 1}\n\
+                       {\"timestamp\": 2, \"prompt\": \"b\", \"output_tokens\": 1, \"session_id\": 7, \"call_index\": 0}\n";
+        let e = import_text(swapped).err().unwrap();
+        let e = e.downcast_ref::<InputError>().unwrap();
+        assert_eq!((e.line, e.path.as_str()), (Some(1), "call_index"), "{e:?}");
+        let bad = "{\"timestamp\": 1, \"prompt\": \"a\", \"output_tokens\": 1, \"adapter\": \"lora-a\"}\n";
+        let e = import_text(bad).err().unwrap();
+        assert_eq!(e.downcast_ref::<InputError>().unwrap().path, "adapter");
     }
 }

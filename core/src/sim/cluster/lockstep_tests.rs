@@ -31,6 +31,8 @@ fn run(spec: &ClusterSpec) -> Vec<(f64, f64)> {
         hash_ids: (first..first + input.div_ceil(16) as u64).collect(),
         line: 1,
         session: None,
+        parents: Vec::new(),
+        adapter: None,
     };
     let stream = block_stream(&[row(20_480, 2, 0), row(16, 41, 10_000)], 16, 1.0, None, None);
     let sm = spec.step_model().unwrap();

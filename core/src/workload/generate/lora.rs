@@ -15,13 +15,19 @@ use super::{FIRST_UNIQUE_ID, Popular, RequestStream};
 use crate::seeds::mix;
 use crate::workload::cluster::ClusterSpec;
 
-/// A request on the base model.
-pub const NO_ADAPTER: u32 = u32::MAX;
+/// A request on the base model (a trace's `"adapter": null`).
+pub use crate::workload::mooncake::NO_ADAPTER;
 
-/// Fills `stream.adapters` as `spec.lora` asks, and re-keys the segments of requests on an
-/// adapter. Nothing without `lora:`.
+/// Fills `stream.adapters` as `spec.lora` asks — unless a trace gave them (kept as they are) —
+/// and re-keys the segments of requests on an adapter. Nothing without `lora:`.
 pub fn apply_lora(spec: &ClusterSpec, stream: &mut RequestStream, run_seed: u64) {
     let Some(l) = &spec.lora else { return };
+    if stream.adapters.len() == stream.requests.len() && !stream.requests.is_empty() {
+        let adapters = std::mem::take(&mut stream.adapters);
+        rekey_all(stream, &adapters);
+        stream.adapters = adapters;
+        return;
+    }
     let popular = Popular::new(l.adapters, &l.popularity);
     let cdf_seed = mix(run_seed ^ 0x6c6f_7261_u64.rotate_left(40));
     let n = stream.requests.len();
@@ -45,6 +51,12 @@ pub fn apply_lora(spec: &ClusterSpec, stream: &mut RequestStream, run_seed: u64)
         };
         adapters.push(adapter);
     }
+    rekey_all(stream, &adapters);
+    stream.adapters = adapters;
+}
+
+/// Re-keys the segments of every request on an adapter.
+fn rekey_all(stream: &mut RequestStream, adapters: &[u32]) {
     for (i, &a) in adapters.iter().enumerate() {
         if a == NO_ADAPTER {
             continue;
@@ -57,7 +69,6 @@ pub fn apply_lora(spec: &ClusterSpec, stream: &mut RequestStream, run_seed: u64)
             *o = rekey(*o, a);
         }
     }
-    stream.adapters = adapters;
 }
 
 /// Segment `s` as cached under adapter `a`.

@@ -192,20 +192,25 @@ pub(super) fn kept_rows(
     Some(keep)
 }
 
-/// The waits of the kept rows of a trace with agent sessions: call k of a session waits for
-/// call k − 1 (the previous kept row of its session), then its `wait_s × time_scale`.
+/// The waits of the kept rows of a trace with agent sessions: call k of a session waits for the
+/// calls its `parents` name (the previous call when it names none), then its `wait_s ×
+/// time_scale`.
 pub(super) fn trace_sessions(rows: &[MooncakeRow], keep: &[bool], time_scale: f64) -> Sessions {
     let mut s = Sessions::default();
-    // Per trace session: (its number in the stream, the id of its last call so far).
-    let mut last: HashMap<u32, (u32, u32)> = HashMap::new();
+    // Per trace session: its number in the stream and the ids of its calls so far.
+    let mut calls: HashMap<u32, (u32, Vec<u32>)> = HashMap::new();
     for (row, _) in rows.iter().zip(keep).filter(|(_, k)| **k) {
         let id = s.session.len() as u32;
         let start = s.waits_for.len() as u32;
         let (number, pause) = match row.session {
             Some(c) if c.call > 0 => {
-                let (number, parent) = last[&c.session];
-                s.waits_for.push(parent);
-                (number, ticks(c.wait_s * time_scale))
+                let (number, ids) = &calls[&c.session];
+                if row.parents.is_empty() {
+                    s.waits_for.push(ids[c.call as usize - 1]);
+                } else {
+                    s.waits_for.extend(row.parents.iter().map(|&p| ids[p as usize]));
+                }
+                (*number, ticks(c.wait_s * time_scale))
             }
             _ => (s.count, 0),
         };
@@ -213,7 +218,7 @@ pub(super) fn trace_sessions(rows: &[MooncakeRow], keep: &[bool], time_scale: f6
             s.count += 1;
         }
         if let Some(c) = row.session {
-            last.insert(c.session, (number, id));
+            calls.entry(c.session).or_insert_with(|| (number, Vec::new())).1.push(id);
         }
         s.after.push(start..s.waits_for.len() as u32);
         s.pause.push(pause);
