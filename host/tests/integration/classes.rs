@@ -2,7 +2,7 @@
 //! class's attainment and TTFT P99 (terminal and HTML alike) and no other table does; bad class
 //! and tenant input stops with exit code 2 naming file, line and field.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::common::*;
@@ -37,7 +37,7 @@ fn table(stdout: &str) -> (Vec<String>, Vec<Vec<String>>) {
 }
 
 /// Runs `compare FILE --markdown --json J [extra]` and returns the table and the JSON.
-fn compare(file: &PathBuf, extra: &[&str]) -> (Vec<String>, Vec<Vec<String>>, serde_json::Value) {
+fn compare(file: &Path, extra: &[&str]) -> (Vec<String>, Vec<Vec<String>>, serde_json::Value) {
     let json = file.with_extension("json");
     let mut args = vec!["compare", file.to_str().unwrap(), "--markdown", "--json", json.to_str().unwrap()];
     args.extend(extra);
@@ -105,7 +105,7 @@ fn other_tables_have_no_class_columns() {
 }
 
 /// `routelab compare FILE` fails with exit 2 and stderr naming each of `wanted`.
-fn refused(file: &PathBuf, wanted: &[&str]) {
+fn refused(file: &Path, wanted: &[&str]) {
     let out = routelab(&["compare", file.to_str().unwrap(), "--policies", "round_robin"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{}: {err}", file.display());
