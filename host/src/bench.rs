@@ -93,7 +93,12 @@ pub struct Options {
     pub warmup: u32,
     /// Only the routing-decisions table, for these routers.
     pub routers: Option<Vec<String>>,
+    /// Only the admission-and-classes figures.
+    pub admission_only: bool,
 }
+
+/// Requests per run of the admission figures: tool_use's own count.
+const ADMISSION_REQUESTS: u64 = 20_000;
 
 /// Runs the bench, printing its lines as they come when `echo`: the whole text and the figures
 /// for `--json`.
@@ -110,11 +115,16 @@ pub fn run(opts: &Options, echo: bool) -> Result<(String, Report)> {
         memory::memory_section(&mut loader, &mut rec, routers)?;
         return Ok(rec.report(opts.requests));
     }
+    if opts.admission_only {
+        admission_section(&mut loader, &mut rec, ADMISSION_REQUESTS)?;
+        return Ok(rec.report(ADMISSION_REQUESTS));
+    }
     let requests = opts.requests;
     let plugin = opts.plugin.clone().or_else(default_plugin_path);
     dispatch_section(&mut loader, &mut rec, requests, plugin.as_deref())?;
     per_call_section(&mut loader, &mut rec, plugin.as_deref())?;
     bench_cluster(&mut loader, &mut rec)?;
+    admission_section(&mut loader, &mut rec, ADMISSION_REQUESTS)?;
     rec.section("compound", "compound world, debate (6 modules, 5 models), 1,000 training questions:");
     for accuracy in [1.0, 0.8] {
         let mut checksum = 0;
@@ -223,6 +233,18 @@ fn per_call_section(loader: &mut Loader, rec: &mut Recorder, plugin: Option<&Pat
 /// Seconds to generate and to simulate `requests` requests of a cluster workload with `policy`,
 /// and the router's share of the simulation (its calls, timed one by one).
 pub fn cluster_timing(loader: &mut Loader, spec: &ClusterSpec, policy: &str, requests: u64) -> Result<ClusterTiming> {
+    cluster_timing_with(loader, spec, policy, requests, None)
+}
+
+/// [`cluster_timing`] with the admission policy `admission` (a policy argument) in front of the
+/// router, or none at all (the run as it was before admission existed: no admission calls).
+pub fn cluster_timing_with(
+    loader: &mut Loader,
+    spec: &ClusterSpec,
+    policy: &str,
+    requests: u64,
+    admission: Option<&str>,
+) -> Result<ClusterTiming> {
     use routelab_core::sim::cluster;
     let mut spec = spec.clone();
     spec.requests = Some(requests);
@@ -240,9 +262,17 @@ pub fn cluster_timing(loader: &mut Loader, spec: &ClusterSpec, policy: &str, req
     let t = Instant::now();
     let stream = routelab_core::workload::generate::generate(&spec, None, 1).map_err(anyhow::Error::msg)?;
     let generate_s = t.elapsed().as_secs_f64();
+    let admission = match admission {
+        Some(a) => Some((loader.admission_factory(&PolicySpec::parse(a)?)?, a)),
+        None => None,
+    };
     let t = Instant::now();
-    let sim =
+    let mut sim =
         cluster::ClusterSim::build(&spec, &sm, &stream, router, schedulers, policy).map_err(anyhow::Error::msg)?;
+    if let Some((factory, label)) = admission {
+        let a = factory.admission(&cluster::admission_context(&spec, &sm, 1))?;
+        sim = sim.with_admission(a, label).map_err(anyhow::Error::msg)?;
+    }
     let outcome = sim.run()?;
     let simulate_s = t.elapsed().as_secs_f64();
     let overloaded = outcome.metrics.get("overloaded").unwrap_or(0.0) > 0.0;
@@ -453,6 +483,57 @@ fn bench_cluster(loader: &mut Loader, rec: &mut Recorder) -> Result<()> {
         "preble_grid end to end (5 presets × 5 policies at the base rate, one seed): {requests} requests, {} simulated requests/s",
         f.show(1.0, 0)
     ));
+    Ok(())
+}
+
+/// What admission and classes cost (issue 27's goal: at most 10% on a tool_use run): the same
+/// tool_use traffic (`requests` requests, least_work_left) run with no admission policy at all
+/// (no admission calls, as before admission existed), behind `admit_all`, and behind `admit_all`
+/// with two classes and two tenants (class labels come from their own random stream, so the
+/// arrivals and sizes stay request for request the same: only the labels, the facts and the
+/// per-class and per-tenant figures are added). Each sample is one whole run, generation and
+/// simulation; the three alternate run by run, and the ratios are of their medians.
+fn admission_section(loader: &mut Loader, rec: &mut Recorder, requests: u64) -> Result<()> {
+    rec.section(
+        "admission",
+        &format!("admission and classes, tool_use, least_work_left, {requests} requests (simulated requests/s):"),
+    );
+    let plain = preset("tool_use")?;
+    let mut classes = plain.clone();
+    classes.classes = serde_norway::from_str(
+        "[{name: interactive, share: 0.5, priority: 1, slo: {ttft_s: 1}}, \
+          {name: batch, share: 0.5, priority: -1, slo: {ttft_s: 60}}]",
+    )?;
+    classes.tenants = serde_norway::from_str("[{name: a, weight: 2}, {name: b, weight: 1}]")?;
+    let variants: [(&str, &ClusterSpec, Option<&str>); 3] = [
+        ("no admission", &plain, None),
+        ("admit_all", &plain, Some("admit_all")),
+        ("admit_all + 2 classes, 2 tenants", &classes, Some("admit_all")),
+    ];
+    let names = variants.map(|v| v.0);
+    let figs = rec.compare(&names, "requests/s", |i| {
+        let (_, spec, admission) = variants[i];
+        let t = cluster_timing_with(loader, spec, "least_work_left", requests, admission)?;
+        Ok(requests as f64 / (t.generate_s + t.simulate_s))
+    })?;
+    for f in &figs {
+        // Time per run relative to no admission, round by round (the variants of one round ran
+        // back to back, so a slow patch of the machine falls on all of them): the median of
+        // the rounds' time ratios, and their range.
+        let mut ratios: Vec<f64> = figs[0].samples.iter().zip(&f.samples).map(|(base, x)| base / x).collect();
+        ratios.sort_by(f64::total_cmp);
+        let median = ratios[ratios.len() / 2];
+        let pct = |r: f64| (r - 1.0) * 100.0;
+        let (lo, hi) = (ratios[0], ratios[ratios.len() - 1]);
+        rec.line(format!(
+            "  {:<34} {:>14}/s   time {:+.1}% (rounds {:+.1}%..{:+.1}%)",
+            f.name,
+            f.show(1.0, 0),
+            pct(median),
+            pct(lo),
+            pct(hi)
+        ));
+    }
     Ok(())
 }
 

@@ -306,10 +306,8 @@ fn run_seed(
             let mut sim = ClusterSim::build(c, sm, stream, router, schedulers, label)
                 .map_err(|e| prepared.setup_error(e))?
                 .with_failures(c.failures.as_ref(), run_seed);
-            // A disaggregated cluster runs without admission unless the workload names one (which
-            // `with_admission` then refuses: P/D routers reject requests themselves).
-            let admits_all = c.admission.trim() == "admit_all";
-            if let Some(a) = policy.admission.as_ref().filter(|_| c.disaggregation.is_none() || !admits_all) {
+            // Aggregated or disaggregated, the workload's admission policy stands before the router.
+            if let Some(a) = &policy.admission {
                 let admission = a.admission(&sim::cluster::admission_context(c, sm, run_seed))?;
                 sim = sim.with_admission(admission, &a.spec.label).map_err(|e| prepared.setup_error(e))?;
             }

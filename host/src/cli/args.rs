@@ -325,6 +325,10 @@ pub enum Command {
         /// Only the routing-decisions table, for these routers (comma-separated).
         #[arg(long, value_delimiter = ',')]
         routers: Option<Vec<String>>,
+        /// Only what admission and request classes cost: a tool_use run without an admission
+        /// policy, behind admit_all, and behind admit_all with classes (time ratios in one run).
+        #[arg(long, conflicts_with = "routers")]
+        admission: bool,
         /// Kept runs per figure (each figure is their median).
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
         runs: u32,

@@ -62,3 +62,33 @@ fn the_scaffolded_admission_policy_loads_and_holds_only_the_sheddable() {
     assert!(m("class.batch.shed") > 0.0, "batch requests held half a second are shed");
     assert_eq!(m("completed") + m("shed_requests"), 1000.0, "every request ends once");
 }
+
+/// `classes/pd_overload` (the overload's classes on 3 prefill + 1 decode instance) cut to
+/// `requests` requests and one seed, with `admission`.
+fn pd_overload(admission: &str, requests: u64) -> String {
+    std::fs::read_to_string(workspace().join("workloads/cluster/classes/pd_overload.yaml"))
+        .unwrap()
+        .replace("  admission: admit_all\n", &format!("  admission: \"{admission}\"\n"))
+        .replace("requests: 3000", &format!("requests: {requests}"))
+        .replace("seeds: 2", "seeds: 1")
+}
+
+/// On a disaggregated cluster the admission policy stands before the P/D router through the same
+/// calls: linked or loaded, `gie_saturation` sheds the same batch requests bit for bit (and only
+/// batch ones), and every request ends once.
+#[test]
+fn admission_sheds_batch_before_a_pd_router_the_same_linked_or_loaded() {
+    let lib = plugins().builtin.display().to_string();
+    let policies = ["pd_least_loaded".to_string()];
+    let linked = compare_text(&pd_overload("gie_saturation", 1500), "pd_overload.yaml", &policies);
+    let loaded = compare_text(&pd_overload(&format!("{lib}:gie_saturation"), 1500), "pd_overload.yaml", &policies);
+    let (a, b) = (&linked.results[0], &loaded.results[0]);
+    assert!(a.error.is_none() && b.error.is_none(), "{:?} {:?}", a.error, b.error);
+    assert_eq!(bits(&a.per_seed[0]), bits(&b.per_seed[0]));
+    let m = |k: &str| a.per_seed[0].get(k).unwrap_or_else(|| panic!("no {k}"));
+    assert!(m("class.batch.shed") > 0.0, "the overload sheds batch requests");
+    assert_eq!(m("class.critical.shed") + m("class.standard.shed"), 0.0, "only batch is sheddable");
+    assert_eq!(m("shed_requests"), m("class.batch.shed"));
+    assert!(m("transfer_share") > 0.0, "a disaggregated run");
+    assert_eq!(m("completed") + m("shed_requests") + m("rejected_requests"), 1500.0, "every request ends once");
+}

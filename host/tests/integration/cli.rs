@@ -371,6 +371,27 @@ fn bench_json_has_every_figure_with_its_runs() {
     }
 }
 
+/// `routelab bench --admission --json`: the three variants of one tool_use run (no admission,
+/// admit_all, admit_all with classes), each sampled `--runs` times, and each variant's per-round
+/// time ratio printed (no timing is asserted: only the shape of what was measured).
+#[test]
+fn bench_admission_measures_three_variants_of_one_run() {
+    let json = scratch("bench_admission.json");
+    let out = routelab(&["bench", "--admission", "--runs", "1", "--warmup", "0", "--json", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches("(rounds ").count(), 3, "a time ratio per variant: {stdout}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let figures = v["figures"].as_array().unwrap();
+    let names: Vec<&str> = figures.iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["no admission", "admit_all", "admit_all + 2 classes, 2 tenants"]);
+    for f in figures {
+        assert_eq!(f["section"], "admission");
+        assert_eq!(f["samples"].as_array().unwrap().len(), 1);
+        assert!(f["median"].as_f64().unwrap() > 0.0, "{f}");
+    }
+}
+
 /// `export-trace` of a Mooncake replay writes the shipped trace back byte for byte (same ids,
 /// numbered in order of first appearance, same timestamps and lengths); a workload without a
 /// request stream is bad input.

@@ -6,6 +6,7 @@ mod accuracy;
 mod admission;
 mod autoscaling;
 mod capacity;
+mod classes;
 mod cli;
 mod cli_errors;
 mod cluster;

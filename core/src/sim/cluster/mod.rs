@@ -67,6 +67,8 @@ mod lora;
 mod lora_tests;
 mod pd;
 #[cfg(test)]
+mod pd_admission_tests;
+#[cfg(test)]
 mod pd_tests;
 #[cfg(test)]
 mod pools_tests;
@@ -293,19 +295,13 @@ impl<'a> ClusterSim<'a> {
     }
 
     /// Puts `admission` (labelled `label`) in front of the router: it decides on every arrival
-    /// whether the request is routed now, held, rejected or shed. Aggregated clusters only.
+    /// whether the request is routed now, held, rejected or shed — on a disaggregated cluster
+    /// too, before the P/D router's pair (its views: every instance, prefill, mixed, then decode).
     pub fn with_admission(
         mut self,
         admission: routelab_policy_api::AdmissionBox,
         label: &str,
     ) -> Result<Self, SetupError> {
-        if self.pd.is_some() {
-            return Err(SetupError::new(
-                "admission",
-                "admission policies run on aggregated clusters only (a P/D router may reject requests itself)",
-                "drop `admission:` (or use admit_all), or drop `disaggregation:`",
-            ));
-        }
         self.admission = Some(AdmissionHandle::new(admission, World::Cluster, label));
         Ok(self)
     }

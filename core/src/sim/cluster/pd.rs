@@ -44,6 +44,13 @@
 //! `prefix_migrations`; with a tier, `tier_hit_rate` (tokens loaded ÷ prompt tokens, served
 //! requests) and `tier_tokens_loaded`.
 //!
+//! Admission control (`cluster.admission`) stands in front of the P/D router as it does in front
+//! of an aggregated one, through the same calls (`ClusterSim::arrive`, `release_held`): its views
+//! are every instance's (prefill, mixed, then decode), a held request meets the router when it is
+//! released, a rejected or shed one never does (and counts in neither `rejected` nor
+//! `decode_only_share`'s served requests). Capacity also frees when a request completes at its
+//! transfer's end, so held requests are offered then too.
+//!
 //! Prefix migration (`PdDecision::prefix_from`, Mooncake): before the prefill, the whole prompt
 //! segments cached on the source prefill instance that the chosen one lacks are copied over one
 //! link (`base + tokens × kv_bytes / bandwidth`, not shared with decode transfers); the request
@@ -235,8 +242,8 @@ impl ClusterSim<'_> {
     pub(super) fn on_arrival_pd(&mut self, now: SimTime, id: usize, req: &Request<'_>) -> Result<(), RunError> {
         let pd = self.pd.as_ref().expect("disaggregated");
         let (first, end) = (pd.decode_start, pd.prefill_end);
-        let decision =
-            self.router.dispatch_pair(req, &crate::facts::RequestInfo::default(), &self.views, end, first)?;
+        // The request's class, tenant and SLO, as an aggregated router sees them.
+        let decision = self.router.dispatch_pair(req, &self.infos[id], &self.views, end, first)?;
         let stream = &*self.stream;
         let prompt = stream.prompt(id);
         let pd = self.pd.as_mut().expect("disaggregated");
@@ -437,6 +444,10 @@ impl ClusterSim<'_> {
         if !self.replicas[d].busy {
             self.start_step(d, now)?;
         }
+        if finished {
+            // Capacity freed without a step's end: held requests may go (as after a step).
+            self.release_held(now)?;
+        }
         Ok(())
     }
 
@@ -470,7 +481,8 @@ impl ClusterSim<'_> {
         let decode_cached =
             |i: usize| if pd.transfer_s[i].is_finite() { pd.decode_cached[i] } else { records[i].cached_tokens };
         m.push("decode_hit_rate", ratio(&mut done.iter().copied(), &decode_cached));
-        let served_n = pd.rejected.iter().filter(|r| !**r).count();
+        // Served: neither rejected by the router nor turned away by admission control.
+        let served_n = (0..records.len()).filter(|&i| !pd.rejected[i] && records[i].end == super::End::Served).count();
         m.push("decode_only_share", if served_n > 0 { pd.decode_only as f64 / served_n as f64 } else { f64::NAN });
         m.push("rejected", pd.rejected.iter().filter(|r| **r).count() as f64);
         m.push("prefix_migrations", pd.migrations as f64);
