@@ -37,6 +37,8 @@ fn run(spec: &ClusterSpec, requests: &[(f64, u32, u32)]) -> Vec<summary::Request
             hash_ids: (0..input.div_ceil(16) as u64).map(|b| b + 1_000 * i as u64).collect(),
             line: i + 1,
             session: None,
+            parents: Vec::new(),
+            adapter: None,
         })
         .collect();
     let stream = block_stream(&rows, 16, 1.0, None, None);
