@@ -27,8 +27,9 @@ fn kv_use(v: &ReplicaView) -> f64 {
 /// 00067268967ec95a40035bd666374a1caf48dd1a), `calcPlainMetricReplicas` and `groupPods` (a Pods
 /// metric: `GetMetricReplicas`); the stabilisation, `horizontal.go`
 /// `stabilizeRecommendationWithBehaviors` in its envelope form since kubernetes/kubernetes#97348
-/// (merged 2020-12, v1.21; that commit's `horizontal.go` still has the older form, which looks
-/// at one window by the direction of the move); the rate limit, `horizontal.go`
+/// ("Up and down scale stabilize with envelope", fixing #96671; the `horizontal.go` of commit
+/// 00067268 still has the older form, which looks at one window by the direction of the move;
+/// no stored commit of the newer file was found to pin); the rate limit, `horizontal.go`
 /// `convertDesiredReplicasWithBehaviorRate` / `calculateScaleUpLimitWithScalingRules` with the
 /// default `behavior.scaleUp` of `pkg/apis/autoscaling/v2/defaults.go` (`GenerateHPAScaleUpRules`:
 /// 4 Pods and 100 Percent per 15 s, `selectPolicy: Max`); the tolerance, kube-controller-manager's
@@ -221,9 +222,10 @@ impl ScalerPolicy for Hpa {
 /// decode blocks; +1 if every worker is above the SLA point of either, −1 if every worker is
 /// below `(n − 1)/n × sensitivity` of both; `loadbased_plan_adjustment` in the two files above).
 /// That rule regresses each worker's own TTFT and ITL observations over a learning window, which
-/// the scaler's view (per-replica queue and KV, fleet-wide means) does not carry, so this built-in is the throughput (disaggregated) formula applied to an
-/// aggregated replica; the load-based rule is not implemented. The expected TTFT and ITL are
-/// one profile point, where upstream interpolates them at the last ISL and concurrency.
+/// the scaler's view (per-replica queue and KV, fleet-wide means) does not carry, so this built-in
+/// is the throughput (disaggregated) formula applied to an aggregated replica; the load-based rule
+/// is not implemented. The expected TTFT and ITL are one profile point, where upstream interpolates
+/// them at the last ISL and concurrency.
 pub struct DynamoPlanner {
     config: DynamoConfig,
     last: Option<u32>,
@@ -327,8 +329,9 @@ impl ScalerPolicy for DynamoPlanner {
 /// Deviations: upstream's test is "the last desired count ≠ the variant's current replicas"
 /// (`VariantReplicaState`); here it is "some replica is still loading", the simulator's form of
 /// a scale-up not yet complete (a scale-down here is immediate: loading replicas are cancelled
-/// and ready ones stop taking requests at once); one variant, so the cheapest/most-expensive variant choice is moot; the queue
-/// is the replica's `waiting` count (vLLM's `num_requests_waiting`, upstream's `QueueLength`).
+/// and ready ones stop taking requests at once); one variant, so the cheapest/most-expensive
+/// variant choice is moot; the queue is the replica's `waiting` count (vLLM's
+/// `num_requests_waiting`, upstream's `QueueLength`).
 pub struct LlmDWva {
     config: WvaConfig,
     target: Option<u32>,

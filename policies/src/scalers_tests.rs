@@ -59,7 +59,8 @@ fn hpa_requests() -> Hpa {
 ///
 /// - 4 ready at [9, 9, 8, 9] requests: mean 35/4 = 8.75, ratio 8.75/8 = 1.09375, |1 − r| =
 ///   0.09375 ≤ 0.1: keep 4.
-/// - 4 ready at [10, 9, 9, 9]: mean 9.25, ratio 1.15625 > 1.1: ceil(1.15625 × 4) = ceil(4.625) = 5.
+/// - 4 ready at [10, 9, 9, 9]: mean 9.25, ratio 1.15625 > 1.1: ceil(1.15625 × 4) = ceil(4.625)
+///   = 5.
 /// - 4 ready at [7, 8, 7, 7]: mean 7.25, ratio 0.90625, |1 − r| = 0.09375: keep 4.
 /// - 4 ready at [6, 7, 7, 7]: mean 6.75, ratio 0.84375: ceil(3.375) = 4 (the ceiling keeps it).
 /// - 4 ready at [5, 6, 6, 6]: mean 5.75, ratio 0.71875: ceil(2.875) = 3.
