@@ -22,23 +22,45 @@ fn kv_use(v: &ReplicaView) -> f64 {
 
 /// The Kubernetes HPA on a per-replica metric.
 ///
-/// Upstream (kubernetes/kubernetes): `pkg/controller/podautoscaler/replica_calculator.go`
-/// (commit 00067268967ec95a40035bd666374a1caf48dd1a), `calcPlainMetricReplicas`, and
-/// `horizontal.go` (commit bba5ea7751c6b66b82c4f44ebbcff5411cfcf051),
-/// `stabilizeRecommendationWithBehaviors`. Each decision:
+/// Upstream (kubernetes/kubernetes): the replica calculator,
+/// `pkg/controller/podautoscaler/replica_calculator.go` (commit
+/// 00067268967ec95a40035bd666374a1caf48dd1a), `calcPlainMetricReplicas` and `groupPods` (a Pods
+/// metric: `GetMetricReplicas`); the stabilisation, `horizontal.go`
+/// `stabilizeRecommendationWithBehaviors` in its envelope form since kubernetes/kubernetes#97348
+/// ("Up and down scale stabilize with envelope", fixing #96671; the `horizontal.go` of commit
+/// 00067268 still has the older form, which looks at one window by the direction of the move;
+/// no stored commit of the newer file was found to pin); the rate limit, `horizontal.go`
+/// `convertDesiredReplicasWithBehaviorRate` / `calculateScaleUpLimitWithScalingRules` with the
+/// default `behavior.scaleUp` of `pkg/apis/autoscaling/v2/defaults.go` (`GenerateHPAScaleUpRules`:
+/// 4 Pods and 100 Percent per 15 s, `selectPolicy: Max`); the tolerance, kube-controller-manager's
+/// `--horizontal-pod-autoscaler-tolerance` (0.1). Each decision:
 ///
 /// 1. `ratio` = mean of the metric over ready replicas / `target`. With no replica loading:
 ///    keep the current count if |1 − ratio| ≤ `tolerance` (default 0.1), else
 ///    `ceil(ratio × ready)`.
-/// 2. With replicas loading (upstream: unready pods, whose metrics are ignored) and
-///    `ratio` > 1, they count as using 0 (`rebalanceIgnored`): `new` = sum / (target × (ready +
-///    loading)); keep the current count if |1 − new| ≤ tolerance or `new` < 1 (the direction
-///    would flip), else `ceil(new × (ready + loading))`. With `ratio` ≤ 1 step 1 applies.
+/// 2. With replicas loading and `ratio` > 1, they count as using 0 (`rebalanceIgnored`): `new` =
+///    sum / (target × (ready + loading)); keep the current count if |1 − new| ≤ tolerance or
+///    `new` < 1 (the direction would flip), else `ceil(new × (ready + loading))`. With `ratio`
+///    ≤ 1 step 1 applies.
 /// 3. Stabilisation: the answer is the current count brought within [min of the
 ///    recommendations of the last `scale_up_window_s` (default 0), max of those of the last
-///    `scale_down_window_s` (default 300)], this one included.
+///    `scale_down_window_s` (default 300)], this one included; a recommendation counts while
+///    strictly younger than its window (upstream's `rec.timestamp.After(cutoff)`).
 /// 4. The default scale-up rate policy (100% or 4 pods per 15 s, the larger): at most
-///    `max(2 × current, current + 4)` per decision (exact for a 15 s interval).
+///    `max(2 × current, current + 4)` per decision (exact for a 15 s interval: upstream's
+///    `getReplicasChangePerPeriod` counts only events strictly after `now − 15 s`, so the last
+///    decision's is out). The default scale-down policy (100% per 15 s) limits nothing.
+/// 5. With no ready replica, upstream's calculator fails ("did not receive metrics for any ready
+///    pods") and the HPA keeps the scale without recording a recommendation: so here.
+///
+/// Deviations, each a modelling choice: a loading replica (model load) is upstream's Pending pod
+/// (ignored; 0 on a scale-up), not a Running pod without metrics (`missingPods`, which on a
+/// scale-down would count at the target and damp it); the mean is taken in `f64`, where
+/// upstream's `GetMetricUtilizationRatio` averages int64 milli-values (truncating to 0.001, which
+/// can move a ratio across the tolerance edge or a ceiling only at that last digit); the bounds
+/// `[min_replicas, max_replicas]` are the host's clamp (upstream's `MinReplicas`/`MaxReplicas`
+/// in the same normalisation), so the answer here may lie outside them; one metric, so no max
+/// over metrics.
 ///
 /// The metric (`metric`): `kv_utilisation` (default, target 0.7), `requests` (waiting + running
 /// per replica) or `waiting`. "Current" is ready + loading (the Deployment's `spec.replicas`).
@@ -109,14 +131,11 @@ impl Hpa {
         }
     }
 
-    /// Steps 1–2: the replica calculator's recommendation.
+    /// Steps 1–2: the replica calculator's recommendation (at least one replica is ready).
     fn recommend(&self, pool: &Pool<'_>) -> u32 {
         let current = pool.fact(fleet::REPLICAS) as u32;
         let ready = pool.replicas.len();
         let loading = pool.fact(fleet::LOADING_REPLICAS) as usize;
-        if ready == 0 {
-            return current;
-        }
         let (target, tol) = (self.config.target, self.config.tolerance);
         let sum: f64 = pool.replicas.iter().map(|v| self.metric(v)).sum();
         let ratio = sum / ready as f64 / target;
@@ -140,6 +159,9 @@ impl ScalerPolicy for Hpa {
         self.decisions += 1;
         let pool = &pools[0];
         let current = pool.fact(fleet::REPLICAS) as u32;
+        if pool.replicas.is_empty() {
+            return vec![current];
+        }
         let rec = self.recommend(pool);
         let keep = self.config.scale_up_window_s.max(self.config.scale_down_window_s);
         while self.history.front().is_some_and(|&(t, _)| t < now - keep) {
@@ -180,11 +202,30 @@ impl ScalerPolicy for Hpa {
 /// - replicas = ceil(prefill load / `prefill_tokens_per_s` + decode load /
 ///   (`decode_tokens_per_s` / d_correction)), at least `min_endpoint`.
 ///
-/// routelab: an aggregated replica does both phases, so the two engine-time shares add (upstream
-/// sizes a prefill and a decode pool apart). The profile (`prefill_tokens_per_s`,
-/// `decode_tokens_per_s`, `expected_ttft_s`, `expected_itl_s`) is what Dynamo's pre-deployment
-/// profiler measures; a correction needs both its observed and expected figures (0 = off). With
-/// no arrivals in an interval the planner keeps its last answer.
+/// routelab: an aggregated replica does both phases, so the two engine-time shares add before
+/// the one ceiling (upstream sizes a prefill and a decode pool apart, a ceiling each). The
+/// profile (`prefill_tokens_per_s`, `decode_tokens_per_s`, `expected_ttft_s`, `expected_itl_s`)
+/// is what Dynamo's pre-deployment profiler measures; a correction needs both its observed and
+/// expected figures (0 = off), and an interval without completions (TTFT or ITL NaN) keeps the
+/// last factor. With no arrivals in an interval the planner keeps its last answer (the current
+/// count before any).
+///
+/// Deviations: upstream's `plan_adjustment` (`planner_core.py` @ 0ff50012) skips the whole
+/// adjustment, leaving the scale as it is, when any observed figure is NaN ("no active
+/// requests"), where this one still sizes from the arrivals with the last correction factors
+/// when only the completions' TTFT or ITL is missing; with no arrivals at all it answers its
+/// last count, which is upstream's "no change" unless the host clamped that count.
+///
+/// Upstream's aggregated planner (`agg_planner.py` @ 0ff50012) refuses throughput
+/// scaling ("Aggregated planner only supports load-based scaling") and runs the load-based
+/// rule instead (per-worker regressions of TTFT on active prefill tokens and of ITL on active
+/// decode blocks; +1 if every worker is above the SLA point of either, −1 if every worker is
+/// below `(n − 1)/n × sensitivity` of both; `loadbased_plan_adjustment` in the two files above).
+/// That rule regresses each worker's own TTFT and ITL observations over a learning window, which
+/// the scaler's view (per-replica queue and KV, fleet-wide means) does not carry, so this built-in
+/// is the throughput (disaggregated) formula applied to an aggregated replica; the load-based rule
+/// is not implemented. The expected TTFT and ITL are one profile point, where upstream interpolates
+/// them at the last ISL and concurrency.
 pub struct DynamoPlanner {
     config: DynamoConfig,
     last: Option<u32>,
@@ -281,7 +322,16 @@ impl ScalerPolicy for DynamoPlanner {
 /// - else keep the ready count.
 ///
 /// While replicas are still loading, the previous target stands (upstream keeps a desired count
-/// that differs from the current one: `preservedVariants`, which stops cascading scale-ups).
+/// that differs from the current one: `preservedVariants`, which stops cascading scale-ups). With
+/// no ready replica (no metrics) the answer is the current count, as upstream's
+/// `CalculateCapacityTargets` gives `CurrentReplicas` when the analysis has no variant.
+///
+/// Deviations: upstream's test is "the last desired count ≠ the variant's current replicas"
+/// (`VariantReplicaState`); here it is "some replica is still loading", the simulator's form of
+/// a scale-up not yet complete (a scale-down here is immediate: loading replicas are cancelled
+/// and ready ones stop taking requests at once); one variant, so the cheapest/most-expensive
+/// variant choice is moot; the queue is the replica's `waiting` count (vLLM's
+/// `num_requests_waiting`, upstream's `QueueLength`).
 pub struct LlmDWva {
     config: WvaConfig,
     target: Option<u32>,
@@ -323,6 +373,11 @@ impl ScalerPolicy for LlmDWva {
         let pool = &pools[0];
         let c = &self.config;
         let ready = pool.replicas.len() as u32;
+        if ready == 0 {
+            let current = pool.fact(fleet::REPLICAS) as u32;
+            self.target = Some(current);
+            return vec![current];
+        }
         if let Some(t) = self.target.filter(|_| pool.fact(fleet::LOADING_REPLICAS) > 0.0) {
             return vec![t];
         }
@@ -354,3 +409,7 @@ impl ScalerPolicy for LlmDWva {
         vec![t]
     }
 }
+
+#[cfg(test)]
+#[path = "scalers_tests.rs"]
+mod tests;
