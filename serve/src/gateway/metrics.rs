@@ -101,6 +101,14 @@ impl Gateway {
                 let _ = writeln!(out, "routelab_gateway_kv_events_connected{{backend=\"{}\"}} {up}", b.url);
             }
         }
+        // Every batch below it applied (or found lost); −1 before the first.
+        let _ = writeln!(out, "# TYPE routelab_gateway_kv_events_next_seq gauge");
+        for ((b, stats), spec) in self.backends.iter().zip(&self.kv_stats).zip(&self.kv_specs) {
+            if spec.is_some() {
+                let next = stats.next_seq.load(std::sync::atomic::Ordering::Relaxed);
+                let _ = writeln!(out, "routelab_gateway_kv_events_next_seq{{backend=\"{}\"}} {next}", b.url);
+            }
+        }
         let r = self.routing.lock().expect("routing lock");
         type Get = fn(&super::kv_events::View) -> usize;
         let gauges: [(&str, Get); 2] = [

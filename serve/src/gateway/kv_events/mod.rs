@@ -27,14 +27,17 @@
 //! degraded the same way. Messages that are not `[topic, 8-byte seq, payload]`, or a payload
 //! over [`MAX_PAYLOAD_BYTES`], are counted and dropped. All of it is on `/metrics`
 //! (`routelab_gateway_kv_events_total{backend,outcome}`, `routelab_gateway_kv_blocks`,
-//! `routelab_gateway_kv_events_live`, `routelab_gateway_kv_events_connected`).
+//! `routelab_gateway_kv_events_live`, `routelab_gateway_kv_events_connected`, and
+//! `routelab_gateway_kv_events_next_seq`: the sequence number expected next, every batch below it
+//! applied — the gateway has caught up with an engine when it equals the number of batches the
+//! engine published, which the engine's replay socket tells).
 //!
 //! Only GPU blocks (`medium` absent or `"GPU"`) count; a data-parallel engine publishes one
 //! stream per rank (port + rank): give the backend the rank it serves.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use abi_stable::std_types::RSlice;
@@ -128,10 +131,19 @@ impl View {
 }
 
 /// What happened to one backend's events, for `/metrics` and tests.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Stats {
     pub outcomes: [AtomicU64; Outcome::ALL.len()],
     pub connected: AtomicBool,
+    /// The sequence number expected next once the batches before it are applied (or found lost);
+    /// −1 before the first batch.
+    pub next_seq: AtomicI64,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self { outcomes: Default::default(), connected: AtomicBool::new(false), next_seq: AtomicI64::new(-1) }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,6 +260,7 @@ impl Gateway {
         }
         *expected = Some(seq + 1);
         self.apply_payload(i, &frames[2]);
+        stats.next_seq.store(seq + 1, Ordering::Relaxed);
     }
 
     fn apply_payload(&self, i: usize, payload: &[u8]) {

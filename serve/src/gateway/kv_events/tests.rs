@@ -249,3 +249,8 @@ mod live;
 /// Two emulated engines publishing events, a gateway following them (the `tokenizer` feature).
 #[cfg(feature = "tokenizer")]
 mod emulated;
+
+/// Precise `dynamo_kv` behind the gateway against the simulator, decision for decision (the
+/// `tokenizer` feature).
+#[cfg(feature = "tokenizer")]
+mod simulator_parity;

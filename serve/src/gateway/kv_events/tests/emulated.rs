@@ -12,7 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 use super::*;
 use crate::emulate::{EmulateArgs, Prepared};
 
-fn emulate_args(argv: &[String]) -> EmulateArgs {
+pub(super) fn emulate_args(argv: &[String]) -> EmulateArgs {
     use clap::Parser as _;
     #[derive(clap::Parser)]
     struct Cli {
@@ -23,7 +23,7 @@ fn emulate_args(argv: &[String]) -> EmulateArgs {
 }
 
 /// POSTs `body` to `path` and returns the response's body.
-async fn post(addr: SocketAddr, path: &str, body: &str) -> String {
+pub(super) async fn post(addr: SocketAddr, path: &str, body: &str) -> String {
     let raw = format!(
         "POST {path} HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
