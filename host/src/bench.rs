@@ -407,7 +407,9 @@ fn bench_cluster(loader: &mut Loader, rec: &mut Recorder) -> Result<()> {
     })?;
     let cells: Vec<String> = figs.iter().map(|f| format!("{:>14}/s", f.show(1.0, 0))).collect();
     rec.line(format!("  tool_use 4P4D (pd_sglang) {}   ({pd_router})", cells.join(" ")));
-    // The calibrated step model against the roofline: the same traffic on the same GPU and model.
+    // The calibrated step model against the roofline: the same traffic on the same GPU and model,
+    // and the same engine rules (the preset's: the calibration is set after parsing, so the
+    // vLLM rules a calibrated workload file defaults to do not apply): what the pricing costs.
     let mut roofline = preset("tool_use")?;
     roofline.gpu = Choice::Name("rtx-pro-6000".into());
     roofline.model = Choice::Name("llama-3.1-8b".into());

@@ -42,8 +42,10 @@ pub struct Meta {
     pub dp: u32,
     /// `enable_expert_parallel`: a mixture of experts' experts split across the `dp` engines.
     pub expert_parallel: bool,
-    pub max_num_seqs: u32,
-    pub max_num_batched_tokens: u32,
+    /// `None`: the run left it to vLLM's default for its GPU (`workload/cluster/vllm.rs`).
+    pub max_num_seqs: Option<u32>,
+    /// `None`: the run left it to vLLM's default for its GPU.
+    pub max_num_batched_tokens: Option<u32>,
     /// `kv_cache_dtype` as the engine was given it (`auto`, `fp8`, `fp8_e4m3`, …).
     pub kv_cache_dtype: String,
     /// `async_scheduling` when the run set it; `None`: vLLM's default (on since vLLM PR #27614
@@ -119,10 +121,10 @@ fn read_meta(dir: &Path) -> Result<Meta, InputError> {
         .get("engine_kwargs")
         .and_then(Value::as_object)
         .ok_or_else(|| err(&file, None, "engine_kwargs", "the object `engine_kwargs` is missing".into(), META_FIX))?;
-    let knob = |k: &str, default: u32| -> Result<u32, InputError> {
+    let given = |k: &str| -> Result<Option<u32>, InputError> {
         match kw.get(k) {
-            None | Some(Value::Null) => Ok(default),
-            Some(v) => v.as_u64().and_then(|x| u32::try_from(x).ok()).filter(|&x| x > 0).ok_or_else(|| {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_u64().and_then(|x| u32::try_from(x).ok()).filter(|&x| x > 0).map(Some).ok_or_else(|| {
                 err(
                     &file,
                     None,
@@ -133,6 +135,7 @@ fn read_meta(dir: &Path) -> Result<Meta, InputError> {
             }),
         }
     };
+    let knob = |k: &str, default: u32| given(k).map(|v| v.unwrap_or(default));
     let flag = |k: &str| match kw.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v.as_bool().map(Some).ok_or_else(|| {
@@ -144,8 +147,8 @@ fn read_meta(dir: &Path) -> Result<Meta, InputError> {
         device: m.get("device").and_then(Value::as_str).map(str::to_string).or_else(|| device_beside(dir)),
         tp: knob("tensor_parallel_size", 1)?,
         dp: knob("data_parallel_size", 1)?,
-        max_num_seqs: knob("max_num_seqs", 256)?,
-        max_num_batched_tokens: knob("max_num_batched_tokens", 8192)?,
+        max_num_seqs: given("max_num_seqs")?,
+        max_num_batched_tokens: given("max_num_batched_tokens")?,
         kv_cache_dtype: kw.get("kv_cache_dtype").and_then(Value::as_str).unwrap_or("auto").to_string(),
         expert_parallel: flag("enable_expert_parallel")?.unwrap_or(false),
         async_scheduling: flag("async_scheduling")?,

@@ -1,14 +1,10 @@
 //! Replaying a measured run in the cluster world and comparing every figure.
 //!
-//! The engine as vLLM 0.19's v1 scheduler runs it (vllm/v1/core/sched/scheduler.py,
-//! `Scheduler.schedule`): running requests first — each decode takes one token of the step's
-//! `max_num_batched_tokens`, chunked prefills continue with the rest — then waiting requests in
-//! arrival order (FCFS) while the token budget and `max_num_seqs` allow, a waiting request that
-//! does not fit in KV memory stopping admission; prefix caching at 16-token blocks (full blocks
-//! only); preemption by recomputation of the newest running request when KV blocks run out.
-//! In routelab's terms: `chunk_tokens: max_num_batched_tokens`, `budget_counts_decode: true`,
-//! `max_batch_requests: max_num_seqs`, scheduler `fcfs`, KV reserved for the prompt and one
-//! output token at admission (`reservation: {estimate: {output_tokens: 1}}`), the replica's KV
+//! The engine as vLLM 0.19's v1 scheduler runs it, by the rules of
+//! `workload/cluster/vllm.rs` (the same a calibrated cluster workload runs by) with the run's
+//! `max_num_batched_tokens` and `max_num_seqs`: decode-first steps under a token budget,
+//! chunked prefill, FCFS admission with KV for the prompt and one output token, preemption by
+//! recomputation, prefix caching at 16-token blocks (full blocks only), the replica's KV
 //! capacity from `gpu_memory_utilization` 0.9 (vLLM's default). With `data_parallel_size` > 1,
 //! one replica per engine behind `vllm_dp_lb` (vLLM's own DP load balancer: the lowest
 //! `4 · waiting + running` from counts its coordinator publishes every 100 ms, here the scrape
@@ -30,6 +26,7 @@ use crate::sim;
 use crate::step_model::catalog::{gpu_for_device, model_for_name};
 use crate::step_model::{Calibration, Choice};
 use crate::workload::cluster::ClusterSpec;
+use crate::workload::cluster::vllm::VllmEngine;
 use crate::workload::generate::block_stream;
 use crate::workload::{FieldError, InputError};
 
@@ -128,17 +125,22 @@ pub fn engine_spec(bundle: &Bundle, how: &Replay) -> Result<ClusterSpec, InputEr
     // A MoE's data-parallel engines step in lock-step; a dense model's are independent.
     let lockstep = if is_moe { m.dp } else { 1 };
     let yaml = format!(
-        "{{replicas: {}, gpu: {gpu}, model: {model}, tp: {tp}, expert_parallel: {ep}, data_parallel: {lockstep}, kv_cache_dtype: {kv}, memory_fraction: 0.9, chunk_tokens: {}, \
+        "{{replicas: {}, gpu: {gpu}, model: {model}, tp: {tp}, expert_parallel: {ep}, data_parallel: {lockstep}, kv_cache_dtype: {kv}, \
          metrics: {{scrape_interval_s: {VLLM_DP_STATS_INTERVAL_S}}}, \
-         budget_counts_decode: true, max_batch_requests: {}, reservation: {{estimate: {{output_tokens: 1}}}}, \
-         scheduler: fcfs, drain_s: 100000, generator: {{suffix_tokens: 1, output_tokens: 1}}, \
+         drain_s: 100000, generator: {{suffix_tokens: 1, output_tokens: 1}}, \
          arrivals: {{poisson: {{rate: 1}}}}, requests: {}}}",
         m.dp,
-        m.max_num_batched_tokens,
-        m.max_num_seqs,
         bundle.rows.len()
     );
     let mut spec: ClusterSpec = serde_norway::from_str(&yaml).map_err(|e| bad("", e.to_string(), String::new()))?;
+    // vLLM's rules, every one of them, with the run's knobs or else vLLM's defaults for the GPU
+    // (an unknown GPU is refused below, whatever the knobs).
+    let defaults = spec.gpu.resolve().map_or(VllmEngine::SMALL_GPU, |g| VllmEngine::defaults_for(&g));
+    let engine = VllmEngine {
+        max_num_batched_tokens: m.max_num_batched_tokens.unwrap_or(defaults.max_num_batched_tokens),
+        max_num_seqs: m.max_num_seqs.unwrap_or(defaults.max_num_seqs),
+    };
+    engine.apply(&mut spec, |_| false);
     // The engine schedules as the profile declares, unless the run says how it scheduled.
     let calibration = how.calibration.clone().map(|mut c| {
         c.async_scheduling = m.async_scheduling.unwrap_or(c.async_scheduling);
@@ -235,4 +237,33 @@ pub fn fit_step_overhead(runs: &[Bundle], how: &Replay) -> Result<(Calibration, 
     let mut c = base.clone();
     c.layer_overhead_s = overhead;
     Ok((c, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The replayed engine is the one this module spelled out field by field before the rules
+    /// moved to `workload/cluster/vllm.rs`: the same spec, so the same replay and figures.
+    #[test]
+    fn the_replayed_engine_is_vllms_rules_with_the_runs_knobs() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../workloads/ground-truth/RTXPRO6000_Llama-3.1-8B");
+        let bundle = crate::accuracy::load(&dir, None).unwrap();
+        let how = Replay {
+            calibration: Choice::<Calibration>::Name("rtx-pro-6000".into()).resolve().ok(),
+            ..Default::default()
+        };
+        let spec = engine_spec(&bundle, &how).unwrap();
+        let yaml = format!(
+            "{{replicas: 1, gpu: rtx-pro-6000, model: llama-3.1-8b, tp: 1, expert_parallel: 1, data_parallel: 1, kv_cache_dtype: auto, memory_fraction: 0.9, chunk_tokens: 2048, \
+             metrics: {{scrape_interval_s: 0.1}}, \
+             budget_counts_decode: true, max_batch_requests: 128, reservation: {{estimate: {{output_tokens: 1}}}}, \
+             scheduler: fcfs, drain_s: 100000, generator: {{suffix_tokens: 1, output_tokens: 1}}, \
+             arrivals: {{poisson: {{rate: 1}}}}, requests: {}}}",
+            bundle.rows.len()
+        );
+        let mut spelled: ClusterSpec = serde_norway::from_str(&yaml).unwrap();
+        spelled.calibration = spec.calibration.clone();
+        assert_eq!(spec, spelled);
+    }
 }

@@ -213,11 +213,25 @@ pub fn parse(text: &str, file: &Path) -> Result<Workload, InputError> {
         };
         InputError { file: file.into(), path: if path == "." { String::new() } else { path }, line, message: msg, fix }
     })?;
+    if let Some(c) = w.cluster.as_mut() {
+        // A calibrated cluster runs vLLM's engine rules where the text leaves them out.
+        let given = cluster_keys(text);
+        c.engine_defaults(|field| given.iter().any(|k| k == field));
+    }
     if w.name.is_empty() {
         w.name = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "workload".into());
     }
     w.validate().map_err(|e| InputError { line: field_line(text, &e.path), ..InputError::from_field(file, e) })?;
     Ok(w)
+}
+
+/// The keys `text` (a workload that parsed) writes out in its `cluster:` section.
+fn cluster_keys(text: &str) -> Vec<String> {
+    let doc: serde_norway::Value = serde_norway::from_str(text).unwrap_or(serde_norway::Value::Null);
+    match doc.get("cluster") {
+        Some(serde_norway::Value::Mapping(m)) => m.keys().filter_map(|k| k.as_str().map(str::to_string)).collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// The line of the field at dotted `path` (`cluster.generator.fanout`, `models[2].price`) in

@@ -12,6 +12,8 @@
 //!   chunk_tokens: 512          # prefill tokens per step; 0 = unchunked (bounded by max_step_tokens)
 //!   max_step_tokens: 32768     # most prefill tokens in one unchunked step
 //!   max_batch_requests: 256    # most running requests per replica
+//!   calibration: rtx-pro-6000  # optional: a measured profile; the engine fields above and
+//!                              # below then default to vLLM's rules (vllm.rs)
 //!   reservation: full          # or {estimate: {output_tokens: 64}} (preempts by recompute)
 //!   preemption: newest         # or priority: lowest class priority first, and for a waiting higher one
 //!   scheduler: fcfs            # a scheduler policy: name or "name{key: value}"
@@ -47,6 +49,7 @@ pub mod pools;
 pub mod session;
 pub mod stages;
 mod validate;
+pub mod vllm;
 
 pub use generator::{Contexts, Generator, Popularity, TokenShape, Tokens};
 
@@ -94,24 +97,33 @@ pub struct ClusterSpec {
     pub efficiency: Efficiency,
     /// Price steps by a profile measured on this GPU instead of the roofline: a shipped profile
     /// (`rtx-pro-6000`, `rtx4090`) or the mapping `routelab calibrate` prints (docs/accuracy.md).
+    /// A calibrated cluster runs the engine by vLLM's rules, as `routelab accuracy` replays it:
+    /// `chunk_tokens`, `budget_counts_decode`, `max_batch_requests`, `reservation`,
+    /// `memory_fraction` and `scheduler` default to vLLM's (`workload/cluster/vllm.rs`) unless
+    /// the workload writes them out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<Choice<Calibration>>,
-    /// Prefill tokens per step (chunked prefill); 0 = unchunked.
+    /// Prefill tokens per step (chunked prefill); 0 = unchunked. With a `calibration` the
+    /// default is vLLM's `max_num_batched_tokens`: 8192 on a GPU of at least 70 GiB other than
+    /// an A100, else 2048.
     #[serde(default = "default_chunk")]
     pub chunk_tokens: u32,
     /// Whether each decoding request's token counts against `chunk_tokens`, as in vLLM, whose
     /// `max_num_batched_tokens` bounds a step's tokens (decodes first, prefill chunks in the
     /// rest); false: `chunk_tokens` bounds prefill tokens alone, as SGLang's chunked prefill size.
+    /// With a `calibration` the default is true.
     #[serde(default)]
     pub budget_counts_decode: bool,
     /// Prefill tokens one unchunked step may hold (vLLM's max_num_batched_tokens): with
     /// `chunk_tokens: 0` every prompt must fit in one step.
     #[serde(default = "default_max_step_tokens")]
     pub max_step_tokens: u32,
-    /// Most running requests per replica.
+    /// Most running requests per replica. With a `calibration` the default is vLLM's
+    /// `max_num_seqs`: 1024 on a GPU of at least 70 GiB other than an A100, else 256.
     #[serde(default = "default_max_batch")]
     pub max_batch_requests: u32,
     /// KV memory a request must find free to be admitted: `full` or `{estimate: {output_tokens}}`.
+    /// With a `calibration` the default is vLLM's `{estimate: {output_tokens: 1}}`.
     #[serde(default, with = "serde_norway::with::singleton_map")]
     #[schemars(with = "Reservation")]
     pub reservation: Reservation,
