@@ -302,6 +302,8 @@ pub fn load(dir: &Path, stream: Option<&Path>) -> Result<Bundle, InputError> {
                 session: None,
                 parents: Vec::new(),
                 adapter: None,
+                class: None,
+                tenant: None,
             }
         })
         .collect();

@@ -168,6 +168,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
                 TraceFormat::Mooncake => {
                     let rows = mooncake::load(&p)?;
                     mooncake::check_adapters(&rows, c.lora.as_ref(), &p)?;
+                    mooncake::check_labels(&rows, c, &p)?;
                     let sizes = rows.iter().map(|r| trace::RowSize {
                         line: r.line,
                         prompt: r.input_length,

@@ -24,7 +24,9 @@
 //! completes, exact to the nanosecond tick). A replay sends each call when its parents complete,
 //! as the run did, so the per-request stream — who waits for whom, for how long, with which
 //! prompt and output lengths — is the same. A stream with LoRA adapters (`cluster.lora`) writes
-//! every row's `adapter` (`null`: the base model), which the replay keeps instead of drawing.
+//! every row's `adapter` (`null`: the base model), which the replay keeps instead of drawing. A
+//! workload with `classes:` or `tenants:` writes every row's `class` and `tenant` (indices into
+//! them), with which a replay of the file under the same workload labels its requests.
 //! Turn groups (`turns`, `think_time_s`) are open-loop in routelab — a turn arrives at its time
 //! whatever the previous answer did — so their timestamps alone replay them.
 
@@ -103,7 +105,7 @@ fn call_indexes(stream: &RequestStream) -> Option<Vec<u32>> {
     )
 }
 
-/// Appends request `i`'s session and adapter fields (none when it has neither) to `line`.
+/// Appends request `i`'s session, adapter, class and tenant fields (those it has) to `line`.
 fn push_extensions(stream: &RequestStream, calls: Option<&[u32]>, i: usize, line: &mut String) {
     if let (Some(s), Some(calls)) = (stream.sessions.as_ref(), calls) {
         let call = calls[i];
@@ -124,6 +126,10 @@ fn push_extensions(stream: &RequestStream, calls: Option<&[u32]>, i: usize, line
             Some(a) => line.push_str(&format!(", \"adapter\": {a}")),
             None => line.push_str(", \"adapter\": null"),
         }
+    }
+    if !stream.labels.is_empty() {
+        let l = stream.label(i);
+        line.push_str(&format!(", \"class\": {}, \"tenant\": {}", l.class, l.tenant));
     }
 }
 
@@ -302,6 +308,52 @@ mod tests {
             t.lines().map(|l| l.split_once("\"input_length\"").unwrap().1.to_string()).collect()
         };
         assert_eq!(body(&again), body(&text));
+    }
+
+    /// A stream with classes and tenants, exported and replayed under the same workload, keeps
+    /// every request's class and tenant (and is a fixed point of export → replay → export); the
+    /// same file replayed by a workload without `classes:` or `tenants:` carries no labels, and a
+    /// stream without them writes neither field.
+    #[test]
+    fn classes_and_tenants_survive_export_and_replay() {
+        let spec: ClusterSpec = serde_norway::from_str(
+            "{replicas: 2, gpu: a6000, model: mistral-7b, generator: {system_prompt_tokens: 300, suffix_tokens: \
+             {uniform: {min: 50, max: 200}}, output_tokens: {uniform: {min: 10, max: 80}}, turns: {uniform: {min: 1, \
+             max: 3}}}, classes: [{name: critical, share: 0.3, priority: 2, slo: {ttft_s: 1}}, {name: standard, share: \
+             0.4}, {name: batch, share: 0.3, priority: -1, output_tokens: {uniform: {min: 200, max: 400}}}], tenants: \
+             [{name: a, weight: 4}, {name: b, weight: 1}, {name: c, weight: 1}], arrivals: {poisson: {rate: 20}}, \
+             requests: 400}",
+        )
+        .unwrap();
+        spec.validate().unwrap();
+        let stream = generate(&spec, None, 4).unwrap();
+        let mut text = Vec::new();
+        write_mooncake(&stream, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        let rows = mooncake::parse(&text, Path::new("classes.jsonl")).unwrap();
+        mooncake::check_labels(&rows, &spec, Path::new("classes.jsonl")).unwrap();
+        let replay = mooncake_stream(&spec, &rows);
+        assert_eq!(replay.requests.len(), stream.requests.len());
+        assert_eq!(replay.labels.len(), stream.requests.len());
+        assert_eq!(replay.labels, stream.labels, "every request's class and tenant");
+        for k in 0..3 {
+            assert!(stream.labels.iter().any(|l| l.class == k), "class {k} appears");
+            assert!(stream.labels.iter().any(|l| l.tenant == k as u32), "tenant {k} appears");
+        }
+        let mut again = Vec::new();
+        write_mooncake(&replay, &mut again).unwrap();
+        let body = |t: &str| -> Vec<String> {
+            t.lines().map(|l| l.split_once("\"input_length\"").unwrap().1.to_string()).collect()
+        };
+        assert_eq!(body(&String::from_utf8(again).unwrap()), body(&text));
+        // Without classes and tenants: no labels kept, no fields written.
+        let mut plain = spec.clone();
+        (plain.classes, plain.tenants) = (Vec::new(), Vec::new());
+        assert!(mooncake_stream(&plain, &rows).labels.is_empty());
+        let mut out = Vec::new();
+        write_mooncake(&generate(&plain, None, 4).unwrap(), &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(!out.contains("\"class\"") && !out.contains("\"tenant\""));
     }
 
     /// A call whose parents are not the previous call (a sub-agent's first call, a join) writes

@@ -251,18 +251,22 @@ impl Builder {
 /// The stream replaying a Mooncake trace: one request per row at `at_s × time_scale`, each hash id
 /// one prompt segment (id `HASH_ID_BASE + hash id`, 512 tokens, the last one partial), the tokens
 /// the ids do not cover a unique suffix, output = `output_length` (at least 1). The generator is
-/// not used: the trace gives the prompts' sharing. `requests` and `duration_s` cut it short.
+/// not used: the trace gives the prompts' sharing. `requests` and `duration_s` cut it short. With
+/// `classes:` or `tenants:`, each request's class and tenant are its row's (0 where absent).
 pub fn mooncake_stream(spec: &ClusterSpec, rows: &[MooncakeRow]) -> RequestStream {
     let time_scale = match &spec.arrivals {
         Arrivals::Trace { time_scale, .. } => *time_scale,
         _ => 1.0,
     };
-    block_stream(rows, super::mooncake::BLOCK_TOKENS, time_scale, spec.requests, spec.duration_s.map(ticks))
+    let labelled = !spec.classes.is_empty() || !spec.tenants.is_empty();
+    let horizon = spec.duration_s.map(ticks);
+    labelled_block_stream(rows, super::mooncake::BLOCK_TOKENS, time_scale, spec.requests, horizon, labelled)
 }
 
 /// Rows whose `hash_ids` name `block`-token blocks (the last one partial) as a stream, in row
 /// order (arrival times must not decrease), cut at `limit` requests and `horizon` (rows of agent
-/// sessions: [`session::trace_sessions`]).
+/// sessions: [`session::trace_sessions`]); labelled with the rows' classes and tenants when any
+/// row gives one.
 pub fn block_stream(
     rows: &[MooncakeRow],
     block: u32,
@@ -270,12 +274,22 @@ pub fn block_stream(
     limit: Option<u64>,
     horizon: Option<SimTime>,
 ) -> RequestStream {
-    let mut b = Builder {
-        stream: RequestStream::default(),
-        next_unique: FIRST_UNIQUE_ID,
-        label: Label::default(),
-        labelled: false,
-    };
+    let labelled = rows.iter().any(|r| r.class.is_some() || r.tenant.is_some());
+    labelled_block_stream(rows, block, time_scale, limit, horizon, labelled)
+}
+
+/// [`block_stream`], with the rows' classes and tenants kept as the requests' labels when
+/// `labelled` (absent ones are 0, as in the Azure trace's columns).
+fn labelled_block_stream(
+    rows: &[MooncakeRow],
+    block: u32,
+    time_scale: f64,
+    limit: Option<u64>,
+    horizon: Option<SimTime>,
+    labelled: bool,
+) -> RequestStream {
+    let mut b =
+        Builder { stream: RequestStream::default(), next_unique: FIRST_UNIQUE_ID, label: Label::default(), labelled };
     let keep = session::kept_rows(rows, time_scale, limit, horizon);
     let mut prompt = Vec::new();
     let kept = |i: usize| keep.as_ref().is_none_or(|k| k[i]);
@@ -297,6 +311,7 @@ pub fn block_stream(
         if rest > 0 {
             prompt.push(b.unique(rest));
         }
+        b.label = Label { class: row.class.unwrap_or(0), tenant: row.tenant.unwrap_or(0) };
         b.push(ticks(row.at_s * time_scale), &prompt, row.output_length.max(1), None);
     }
     let mut stream = match keep {

@@ -26,6 +26,13 @@
 //! workload's `cluster.lora` adapters, or `null` for the base model. A trace that gives it on any
 //! row gives every request's adapter (a row without it is on the base model); without it anywhere
 //! the replay draws adapters per session as for generated streams (`generate/lora.rs`).
+//!
+//! Request classes and tenants (routelab's extension, as the Azure CSV's optional columns:
+//! [`super::trace`]): `"class"` is the row's class, an index into the workload's
+//! `cluster.classes`, and `"tenant"` its tenant, an index into `cluster.tenants` (0-based, in the
+//! order they are written; absent = 0). The replay labels its requests with them when the
+//! workload has `classes:` or `tenants:`; an index the workload lacks is bad input
+//! ([`check_labels`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -63,6 +70,10 @@ pub struct MooncakeRow {
     /// The row's LoRA adapter when the trace gives one ([`NO_ADAPTER`] for `null`: the base
     /// model); `None`: not given.
     pub adapter: Option<u32>,
+    /// The row's class (an index into `cluster.classes`) when the trace gives one.
+    pub class: Option<u16>,
+    /// The row's tenant (an index into `cluster.tenants`) when the trace gives one.
+    pub tenant: Option<u32>,
 }
 
 /// `"adapter": null` — the base model (also the stream's mark for a request without an
@@ -254,6 +265,56 @@ pub fn check_adapters(
     }
 }
 
+/// The row's optional `"class"` and `"tenant"`: indices (`None`: absent).
+pub fn read_label(
+    obj: &serde_json::Map<String, serde_json::Value>,
+    file: &Path,
+    line: usize,
+) -> Result<(Option<u16>, Option<u32>), InputError> {
+    let index = |field: &str, list: &str, max: u64| -> Result<Option<u64>, InputError> {
+        let Some(v) = obj.get(field) else { return Ok(None) };
+        v.as_u64().filter(|&i| i <= max).map(Some).ok_or_else(|| InputError {
+            file: file.into(),
+            path: field.into(),
+            line: Some(line),
+            message: format!("must be a {field} index, an integer in [0, {max}] (got {v})"),
+            fix: format!("give the index of the request's {field} in the workload's `cluster.{list}` (0 = the first)"),
+        })
+    };
+    let class = index("class", "classes", u16::MAX as u64)?.map(|c| c as u16);
+    let tenant = index("tenant", "tenants", u32::MAX as u64)?.map(|t| t as u32);
+    Ok((class, tenant))
+}
+
+/// Checks the rows' classes and tenants against the workload's `cluster.classes` and
+/// `cluster.tenants`, as [`super::trace::check_cluster_rows`] checks the CSV's columns: without
+/// them only index 0 (every request's class and tenant then) is valid.
+pub fn check_labels(rows: &[MooncakeRow], spec: &super::cluster::ClusterSpec, file: &Path) -> Result<(), InputError> {
+    let (classes, tenants) = (spec.classes.len(), spec.tenants.len());
+    for r in rows {
+        let bad = |field: &str, v: usize, n: usize, list: &str| InputError {
+            file: file.into(),
+            path: field.into(),
+            line: Some(r.line),
+            message: if n == 0 {
+                format!("{field} {v}, but the workload has no `cluster.{list}` (every request is {field} 0)")
+            } else {
+                format!("{field} {v} is not one of the workload's {n} {list} (valid: 0..{})", n - 1)
+            },
+            fix: format!(
+                "use an index into the workload's `cluster.{list}`, in the order written (0 = the first), or fix the row"
+            ),
+        };
+        if let Some(c) = r.class.filter(|&c| c as usize >= classes.max(1)) {
+            return Err(bad("class", c as usize, classes, "classes"));
+        }
+        if let Some(t) = r.tenant.filter(|&t| t as usize >= tenants.max(1)) {
+            return Err(bad("tenant", t as usize, tenants, "tenants"));
+        }
+    }
+    Ok(())
+}
+
 impl MooncakeRow {
     /// Tokens of block `i` of the row's prompt (only the last block may be short).
     pub fn block_tokens(&self, i: usize) -> u32 {
@@ -413,7 +474,19 @@ impl<'f> Rows<'f> {
         }
         let (session, parents) = self.sessions.read(obj, file, n)?;
         let adapter = read_adapter(obj, file, n)?;
-        let row = MooncakeRow { at_s, input_length, output_length, hash_ids, line: n, session, parents, adapter };
+        let (class, tenant) = read_label(obj, file, n)?;
+        let row = MooncakeRow {
+            at_s,
+            input_length,
+            output_length,
+            hash_ids,
+            line: n,
+            session,
+            parents,
+            adapter,
+            class,
+            tenant,
+        };
         for (k, &id) in row.hash_ids.iter().enumerate() {
             let tokens = row.block_tokens(k);
             let (seen, seen_line) = *self.block_len.entry(id).or_insert((tokens, n));
@@ -447,174 +520,4 @@ impl<'f> Rows<'f> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn err(text: &str) -> InputError {
-        parse(text, Path::new("m.jsonl")).unwrap_err()
-    }
-
-    #[test]
-    fn rows_parse_with_seconds_from_the_first() {
-        let text = "{\"timestamp\": 1000, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [3, 4]}\n\n\
-                    {\"timestamp\": 3500, \"input_length\": 512, \"output_length\": 0, \"hash_ids\": [3]}\n";
-        let rows = parse(text, Path::new("m.jsonl")).unwrap();
-        assert_eq!(rows.len(), 2);
-        assert_eq!((rows[0].at_s, rows[1].at_s), (0.0, 2.5));
-        assert_eq!((rows[0].block_tokens(0), rows[0].block_tokens(1)), (512, 88));
-        assert_eq!(rows[1].line, 3);
-    }
-
-    #[test]
-    fn malformed_rows_name_line_and_field() {
-        let ok = "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [0]}\n";
-        let e = err(&format!("{ok}{{\"timestamp\": 5, \"input_length\": 10\n"));
-        assert_eq!(e.line, Some(2));
-        assert!(e.message.contains("not valid JSON"), "{}", e.message);
-        assert!(e.to_string().starts_with("m.jsonl:2"), "{e}");
-        let e = err(&format!("{ok}{{\"timestamp\": 5, \"input_length\": 10, \"hash_ids\": [1]}}\n"));
-        assert_eq!((e.line, e.path.as_str()), (Some(2), "output_length"));
-        let e = err(&format!("{ok}{{\"timestamp\": 5, \"input_length\": 10, \"output_length\": 1}}\n"));
-        assert_eq!((e.line, e.path.as_str()), (Some(2), "hash_ids"));
-        let e = err(&format!(
-            "{ok}{{\"timestamp\": \"soon\", \"input_length\": 10, \"output_length\": 1, \"hash_ids\": []}}\n"
-        ));
-        assert_eq!((e.line, e.path.as_str()), (Some(2), "timestamp"));
-        let e = err(&format!(
-            "{ok}{{\"timestamp\": 5, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1, -2]}}\n"
-        ));
-        assert_eq!((e.line, e.path.as_str()), (Some(2), "hash_ids[1]"));
-        let e =
-            err(&format!("{{\"timestamp\": 9, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [0]}}\n{ok}"));
-        assert_eq!((e.line, e.path.as_str()), (Some(2), "timestamp"));
-    }
-
-    #[test]
-    fn more_hash_ids_than_the_prompt_fills_is_refused() {
-        // 1025 tokens fill 3 blocks (512 + 512 + 1): 3 ids are fine, 4 are not.
-        assert!(
-            parse(
-                "{\"timestamp\": 0, \"input_length\": 1025, \"output_length\": 1, \"hash_ids\": [0, 1, 2]}",
-                Path::new("m")
-            )
-            .is_ok()
-        );
-        let e = err("{\"timestamp\": 0, \"input_length\": 1025, \"output_length\": 1, \"hash_ids\": [0, 1, 2, 3]}");
-        assert_eq!((e.line, e.path.as_str()), (Some(1), "hash_ids"));
-        assert!(e.message.contains("fills only 3 blocks"), "{}", e.message);
-    }
-
-    #[test]
-    fn session_fields_number_sessions_and_calls_and_bad_ones_name_line_and_field() {
-        let row = |extra: &str| {
-            format!("{{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [0]{extra}}}\n")
-        };
-        let a0 = row(", \"session_id\": \"a\", \"call_index\": 0");
-        let b0 = row(", \"session_id\": 4, \"call_index\": 0");
-        let a1 = row(", \"session_id\": \"a\", \"call_index\": 1, \"wait_s\": 2.5");
-        let rows = parse(&format!("{a0}{b0}{}{a1}", row("")), Path::new("m")).unwrap();
-        let calls: Vec<Option<(u32, u32, f64)>> =
-            rows.iter().map(|r| r.session.map(|s| (s.session, s.call, s.wait_s))).collect();
-        assert_eq!(calls, [Some((0, 0, 0.0)), Some((1, 0, 0.0)), None, Some((0, 1, 2.5))]);
-        let cases = [
-            (
-                format!("{a0}{}", row(", \"session_id\": \"a\", \"call_index\": 2")),
-                "call_index",
-                "expected call_index 1",
-            ),
-            (format!("{a0}{a0}"), "call_index", "call 0 on line 1"),
-            (row(", \"session_id\": \"a\", \"call_index\": 1"), "call_index", "no call before it"),
-            (row(", \"session_id\": \"a\""), "call_index", "missing"),
-            (row(", \"call_index\": 0"), "call_index", "needs a `session_id`"),
-            (row(", \"wait_s\": 1"), "wait_s", "needs a `session_id`"),
-            (row(", \"session_id\": -1, \"call_index\": 0"), "session_id", "non-negative"),
-            (row(", \"session_id\": \"\", \"call_index\": 0"), "session_id", "non-empty"),
-            (
-                format!("{a0}{}", row(", \"session_id\": \"a\", \"call_index\": 1, \"wait_s\": -2")),
-                "wait_s",
-                "seconds in",
-            ),
-            (
-                format!("{a0}{}", row(", \"session_id\": \"a\", \"call_index\": 1, \"wait_s\": \"2\"")),
-                "wait_s",
-                "seconds in",
-            ),
-            (row(", \"session_id\": \"a\", \"call_index\": 0, \"wait_s\": 1"), "wait_s", "arrives at its timestamp"),
-        ];
-        for (text, field, says) in cases {
-            let e = err(&text);
-            let last = text.lines().count();
-            assert_eq!((e.line, e.path.as_str()), (Some(last), field), "{text}");
-            assert!(e.message.contains(says), "{text}: {}", e.message);
-        }
-    }
-
-    #[test]
-    fn bad_parents_and_adapters_name_line_and_field() {
-        let row = |extra: &str| {
-            format!("{{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [0]{extra}}}\n")
-        };
-        let a0 = row(", \"session_id\": \"a\", \"call_index\": 0");
-        let a1 = row(", \"session_id\": \"a\", \"call_index\": 1");
-        let ok = parse(
-            &format!(
-                "{a0}{a1}{}",
-                row(", \"session_id\": \"a\", \"call_index\": 2, \"parents\": [0, 1], \"adapter\": 3")
-            ),
-            Path::new("m"),
-        )
-        .unwrap();
-        assert_eq!((ok[2].parents.as_slice(), ok[2].adapter), (&[0, 1][..], Some(3)));
-        assert_eq!((ok[1].parents.is_empty(), ok[1].adapter), (true, None));
-        let cases = [
-            (
-                format!("{a0}{}", row(", \"session_id\": \"a\", \"call_index\": 1, \"parents\": [1]")),
-                "parents[0]",
-                "earlier call",
-            ),
-            (
-                format!("{a0}{}", row(", \"session_id\": \"a\", \"call_index\": 1, \"parents\": []")),
-                "parents",
-                "non-empty",
-            ),
-            (
-                format!("{a0}{a1}{}", row(", \"session_id\": \"a\", \"call_index\": 2, \"parents\": [0, 0]")),
-                "parents[1]",
-                "twice",
-            ),
-            (
-                row(", \"session_id\": \"a\", \"call_index\": 0, \"parents\": [0]"),
-                "parents",
-                "arrives at its timestamp",
-            ),
-            (row(", \"parents\": [0]"), "parents", "needs a `session_id`"),
-            (row(", \"adapter\": -1"), "adapter", "adapter index"),
-            (row(", \"adapter\": \"x\""), "adapter", "adapter index"),
-        ];
-        for (text, field, says) in cases {
-            let e = err(&text);
-            let last = text.lines().count();
-            assert_eq!((e.line, e.path.as_str()), (Some(last), field), "{text}");
-            assert!(e.message.contains(says), "{text}: {}", e.message);
-        }
-        // Adapters against the workload's `lora:`: an index past its adapters, or no section.
-        let rows =
-            parse(&format!("{}{}", row(", \"adapter\": null"), row(", \"adapter\": 4")), Path::new("m")).unwrap();
-        let lora: super::super::cluster::lora::Lora = serde_norway::from_str("{adapters: 4}").unwrap();
-        let e = check_adapters(&rows, Some(&lora), Path::new("m")).unwrap_err();
-        assert_eq!((e.line, e.path.as_str()), (Some(2), "adapter"));
-        assert!(e.message.contains("not one of the workload's 4 adapters"), "{}", e.message);
-        let e = check_adapters(&rows, None, Path::new("m")).unwrap_err();
-        assert_eq!((e.line, e.path.as_str()), (Some(1), "adapter"));
-        let five: super::super::cluster::lora::Lora = serde_norway::from_str("{adapters: 5}").unwrap();
-        assert!(check_adapters(&rows, Some(&five), Path::new("m")).is_ok());
-    }
-
-    #[test]
-    fn an_id_with_two_block_lengths_is_refused() {
-        let e = err("{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 1, \"hash_ids\": [0, 1]}\n\
-                     {\"timestamp\": 0, \"input_length\": 700, \"output_length\": 1, \"hash_ids\": [0, 1]}\n");
-        assert_eq!((e.line, e.path.as_str()), (Some(2), "hash_ids[1]"));
-        assert!(e.message.contains("line 1"), "{}", e.message);
-    }
-}
+mod tests;

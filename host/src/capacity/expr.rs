@@ -131,7 +131,8 @@ impl fmt::Display for Target {
 const ALIASES: &[(&str, &str)] = &[("attainment", "slo_attainment"), ("goodput", "goodput_rps")];
 
 /// The figures each class reports, as `class.NAME.<figure>`.
-const CLASS_FIGURES: &[&str] = &["requests", "slo_attainment", "goodput_rps", "rejected", "shed", "ttft_p99_s"];
+const CLASS_FIGURES: &[&str] =
+    &["requests", "slo_attainment", "goodput_rps", "rejected", "shed", "ttft_p99_s", "admission_wait_mean_s"];
 /// The figures each tenant reports, as `tenant.NAME.<figure>`.
 const TENANT_FIGURES: &[&str] = &["requests", "slo_attainment", "goodput_rps"];
 
@@ -354,6 +355,8 @@ mod tests {
             ]
         );
         assert_eq!(parse("acme.requests>1", &classes()).unwrap().conditions[0].metric, "tenant.acme.requests");
+        let wait = parse("critical.admission_wait_mean<0.5s", &classes()).unwrap();
+        assert_eq!(wait.conditions, vec![c("class.critical.admission_wait_mean_s", Op::Lt, 0.5)]);
         let e = parse("premium.ttft_p99<1s", &classes()).unwrap_err();
         assert_eq!(e.path, "premium.ttft_p99<1s");
         assert!(

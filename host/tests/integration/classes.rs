@@ -140,4 +140,52 @@ fn bad_classes_and_tenants_exit_2_naming_file_line_and_field() {
         trace.display()
     );
     refused(&scratch("traced.yaml", &traced), &["classes.csv:4", "Class 2", "valid: 0..1", "cluster.classes"]);
+    // The Mooncake rows' `class` and `tenant`: an index the workload lacks, or not an index.
+    let row = |extra: &str| {
+        format!("{{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 20, \"hash_ids\": [0, 1]{extra}}}\n")
+    };
+    let cases = [
+        ("class2.jsonl", ", \"class\": 2", "class2.jsonl:3: field `class`", "valid: 0..1"),
+        ("tenant1.jsonl", ", \"tenant\": 1", "tenant1.jsonl:3: field `tenant`", "no `cluster.tenants`"),
+        ("classname.jsonl", ", \"class\": \"b\"", "classname.jsonl:3: field `class`", "class index"),
+        ("tenantneg.jsonl", ", \"tenant\": -1", "tenantneg.jsonl:3: field `tenant`", "tenant index"),
+    ];
+    for (name, bad, at, says) in cases {
+        let trace = scratch(name, &format!("{}{}{}", row(", \"class\": 1"), row(""), row(bad)));
+        let traced = format!(
+            "name: traced\ncluster:\n  replicas: 2\n  generator: {{output_tokens: 16}}\n  classes:\n    - {{name: a, share: 1}}\n    - {{name: b, share: 1}}\n  arrivals: {{trace: {{path: {}, format: mooncake}}}}\n",
+            trace.display()
+        );
+        refused(&scratch(&format!("{name}.yaml"), &traced), &[at, says, "fix:"]);
+    }
+}
+
+/// `export-trace` of a workload with classes writes every row's `class` and `tenant`; replaying
+/// the file under the same classes runs each class's requests as the file says (the run's
+/// per-class counts are the file's), and `gie_saturation` in front sheds only the sheddable
+/// class and reports each class's admission wait.
+#[test]
+fn classes_survive_export_and_replay() {
+    let file = scratch("export.yaml", &spike());
+    let trace = fixture("classes", "export.jsonl");
+    let out = routelab(&["export-trace", file.to_str().unwrap(), "--out", trace.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut per_class = [0usize; 2];
+    for line in std::fs::read_to_string(&trace).unwrap().lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(row["tenant"], 0, "{line}");
+        per_class[row["class"].as_u64().unwrap_or_else(|| panic!("no class: {line}")) as usize] += 1;
+    }
+    assert_eq!(per_class.iter().sum::<usize>(), 300);
+    assert!(per_class.iter().all(|&n| n > 50), "both classes: {per_class:?}");
+    let replay = spike()
+        .replace("admission: admit_all", "admission: gie_saturation")
+        .replace("gamma: {rate: 44.0, cv: 8.0}", &format!("trace: {{path: {}, format: mooncake}}", trace.display()));
+    assert!(replay.contains("format: mooncake") && replay.contains("gie_saturation"));
+    let (_, _, doc) = compare(&scratch("replay.yaml", &replay), &["--policies", "least_requests"]);
+    let m = &doc["workloads"][0]["results"][0]["metrics"];
+    assert_eq!(m["class.interactive.requests"], per_class[0] as f64, "{m}");
+    assert_eq!(m["class.batch.requests"], per_class[1] as f64, "{m}");
+    assert_eq!(m["class.interactive.shed"], 0.0, "interactive is not sheddable: {m}");
+    assert!(m["class.interactive.admission_wait_mean_s"].is_f64() && m["class.batch.admission_wait_mean_s"].is_f64());
 }

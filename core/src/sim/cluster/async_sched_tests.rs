@@ -39,6 +39,8 @@ fn run(spec: &ClusterSpec, requests: &[(f64, u32, u32)]) -> Vec<summary::Request
             session: None,
             parents: Vec::new(),
             adapter: None,
+            class: None,
+            tenant: None,
         })
         .collect();
     let stream = block_stream(&rows, 16, 1.0, None, None);

@@ -165,6 +165,32 @@ fn per_class_and_tenant_figures_recompute_from_the_records() {
         })
         .fold(f64::INFINITY, f64::min);
     assert_eq!(get("tenant_attainment_min"), worst);
+    // Each class's admission wait: arrival → handed to the router over its requests routed. A
+    // policy that holds requests (llm_d_flow_control, strict priority bands) gives waits that
+    // differ by class; gie_saturation only sheds, so every wait is 0.
+    let mut flow = spec.clone();
+    flow.admission = "llm_d_flow_control".into();
+    let held = run(&flow, "round_robin", Some("llm_d_flow_control"), 3);
+    for out in [&out, &held] {
+        let get = |k: &str| out.metrics.get(k).unwrap_or_else(|| panic!("no {k}"));
+        let waits = |class: Option<u16>| -> Vec<f64> {
+            let rs = out.records.iter().filter(|r| class.is_none_or(|c| r.class == c));
+            rs.filter(|r| r.end == End::Served && r.dispatched_at_s.is_finite())
+                .map(|r| r.dispatched_at_s - r.arrived_at_s)
+                .collect()
+        };
+        let mean = |w: &[f64]| w.iter().sum::<f64>() / w.len() as f64;
+        let overall = waits(None);
+        assert_eq!(get("admission_wait_mean_s"), mean(&overall));
+        for (k, name) in ["critical", "standard", "batch"].iter().enumerate() {
+            let mine = waits(Some(k as u16));
+            assert!(!mine.is_empty(), "{name}: some requests routed");
+            assert_eq!(get(&format!("class.{name}.admission_wait_mean_s")), mean(&mine), "{name}");
+        }
+    }
+    let wait = |o: &RunOutcome, name: &str| o.metrics.get(&format!("class.{name}.admission_wait_mean_s")).unwrap();
+    assert!(["critical", "standard", "batch"].iter().all(|n| wait(&out, n) == 0.0));
+    assert!(wait(&held, "critical") < wait(&held, "batch"), "{} vs {}", wait(&held, "critical"), wait(&held, "batch"));
 }
 
 /// A scheduler that asks for `priority` gets each waiting request's, row by row (here it orders

@@ -97,6 +97,9 @@ struct ClassTally {
     rejected: usize,
     shed: usize,
     ttft: Dist,
+    /// Served requests handed to the router, and their waits from arrival (admission queues).
+    routed: usize,
+    routed_wait_s: f64,
 }
 
 /// One tenant's figures (see [`Tally::push_groups`]).
@@ -152,7 +155,15 @@ impl<'a> Tally<'a> {
     ) -> Self {
         let (classes, tenants): (Cow<_>, Cow<_>) = (classes.into(), tenants.into());
         let (n_classes, n_tenants) = (classes.len(), tenants.len());
-        let class = || ClassTally { requests: 0, met: 0, rejected: 0, shed: 0, ttft: Dist::new(exact) };
+        let class = || ClassTally {
+            requests: 0,
+            met: 0,
+            rejected: 0,
+            shed: 0,
+            ttft: Dist::new(exact),
+            routed: 0,
+            routed_wait_s: 0.0,
+        };
         let tenant = || TenantTally { requests: 0, met: 0, served: 0.0 };
         Self {
             classes,
@@ -209,6 +220,10 @@ impl<'a> Tally<'a> {
             if r.dispatched_at_s.is_finite() {
                 self.routed += 1;
                 self.routed_wait_s += r.dispatched_at_s - r.arrived_at_s;
+                if let Some(c) = self.per_class.get_mut(r.class as usize) {
+                    c.routed += 1;
+                    c.routed_wait_s += r.dispatched_at_s - r.arrived_at_s;
+                }
             }
         }
         self.all += 1;
@@ -351,15 +366,23 @@ impl<'a> Tally<'a> {
 
     /// What admission control did: `rejected_requests`, `shed_requests`, `held_requests` (held
     /// on arrival, later released or shed) and `admission_wait_mean_s` (arrival → handed to the
-    /// router, over the requests routed).
+    /// router, over the requests routed); with `classes:` or `tenants:` ([`Tally::push_groups`]'s
+    /// groups), then per class `class.<name>.admission_wait_mean_s` (the same over the class's
+    /// requests routed).
     pub(super) fn push_admission(&self, m: &mut Metrics, held: u64) {
+        let mean = |wait_s: f64, n: usize| if n == 0 { f64::NAN } else { wait_s / n as f64 };
         m.push("rejected_requests", self.rejected as f64);
         m.push("shed_requests", self.shed as f64);
         m.push("held_requests", held as f64);
-        m.push(
-            "admission_wait_mean_s",
-            if self.routed == 0 { f64::NAN } else { self.routed_wait_s / self.routed as f64 },
-        );
+        m.push("admission_wait_mean_s", mean(self.routed_wait_s, self.routed));
+        if self.classes.is_empty() && self.tenants.is_empty() {
+            return;
+        }
+        let names = self.classes.iter().map(|c| c.name.as_str());
+        let names: Vec<&str> = if self.classes.is_empty() { vec!["default"] } else { names.collect() };
+        for (name, c) in names.iter().zip(&self.per_class) {
+            m.push(format!("class.{name}.admission_wait_mean_s"), mean(c.routed_wait_s, c.routed));
+        }
     }
 
     /// The finished requests' latencies at the quantiles 0, 1/N, …, 1 and their share of all
