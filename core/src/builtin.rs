@@ -102,13 +102,7 @@ pub fn resolve(arg: &Path) -> Result<PathBuf, InputError> {
         return Ok(arg.to_path_buf());
     }
     let key = arg.to_string_lossy();
-    let missing = |message: String, fix: String| InputError {
-        file: arg.to_path_buf(),
-        path: String::new(),
-        line: None,
-        message,
-        fix,
-    };
+    let missing = |message: String, fix: String| InputError::new(arg, message, fix);
     match find(&key) {
         Ok(Some(rel)) => {
             let root = extracted().map_err(|e| {
@@ -181,21 +175,41 @@ fn folder(arg: &Path) -> Option<&'static str> {
 }
 
 fn folder_error(arg: &Path, message: String) -> InputError {
-    InputError {
-        file: arg.to_path_buf(),
-        path: String::new(),
-        line: None,
+    InputError::new(
+        arg,
         message,
-        fix: "give a folder of workload files, a workload file or a built-in name (`routelab workloads`)".into(),
+        "give a folder of workload files, a workload file or a built-in name (`routelab workloads`)",
+    )
+}
+
+/// Why a `--trace` argument names no one trace.
+#[derive(Debug)]
+pub enum TraceArgError {
+    /// The built-in traces could not be written out to be read.
+    Unwritable(std::io::Error),
+    /// The argument names several built-in traces.
+    Several(Vec<&'static str>),
+}
+
+impl std::fmt::Display for TraceArgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TraceArgError::Unwritable(e) => write!(f, "cannot write the built-in traces out: {e}"),
+            TraceArgError::Several(hits) => {
+                write!(f, "names several built-in traces: {}; give more of the path", hits.join(", "))
+            }
+        }
     }
 }
+
+impl std::error::Error for TraceArgError {}
 
 /// A trace file argument (`--trace`): the file itself when it exists, else the built-in trace it
 /// names — its path under `workloads/`, or any tail of that path, with or without its extension
 /// (`conversation_trace`, `mooncake-fast25/conversation_trace.jsonl`, `AzureLLMInferenceTrace_code`)
 /// — else the argument unchanged, for the trace reader's own error (which says where traces
 /// live). Naming several built-ins is an error.
-pub fn resolve_trace(arg: &Path) -> Result<PathBuf, String> {
+pub fn resolve_trace(arg: &Path) -> Result<PathBuf, TraceArgError> {
     if arg.exists() {
         return Ok(arg.to_path_buf());
     }
@@ -209,9 +223,9 @@ pub fn resolve_trace(arg: &Path) -> Result<PathBuf, String> {
     let trace = |p: &&'static str| p.starts_with("traces/") && (p.ends_with(".csv") || p.ends_with(".jsonl"));
     let hits: Vec<&'static str> = FILES.iter().map(|(p, _)| *p).filter(trace).filter(|p| names(p)).collect();
     match hits.as_slice() {
-        [one] => Ok(extracted().map_err(|e| format!("cannot write the built-in traces out: {e}"))?.join(one)),
+        [one] => Ok(extracted().map_err(TraceArgError::Unwritable)?.join(one)),
         [] => Ok(arg.to_path_buf()),
-        several => Err(format!("names several built-in traces: {}; give more of the path", several.join(", "))),
+        several => Err(TraceArgError::Several(several.to_vec())),
     }
 }
 

@@ -66,6 +66,47 @@ fn column(name: &str, world: World) -> Option<Column> {
 /// Most request facts a policy may ask for (bounds a bad answer).
 const MAX_FACTS: usize = 256;
 
+/// Why what a policy asks of the host (engine signals, request facts) cannot be had. The
+/// message reads after the policy's name ("policy 'x' asks for …").
+#[derive(Clone, Debug, PartialEq)]
+pub enum NegotiationError {
+    /// The policy's own `signals()` or `request_facts()` failed with this message.
+    Erred(String),
+    /// It asks for `asked` of `what` (`"request facts"`, `"engine signals"`); at most `limit`.
+    TooMany { what: &'static str, asked: usize, limit: usize },
+    /// It asks for request fact `name`, which `world` does not have; `provided` lists those it has.
+    UnknownFact { name: String, world: World, provided: Vec<&'static str> },
+    /// It asks for engine signal `name`, which this host does not have; `provided` lists those it has.
+    UnknownSignal { name: String, provided: Vec<&'static str> },
+}
+
+impl std::fmt::Display for NegotiationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let version = routelab_policy_api::API_VERSION;
+        match self {
+            NegotiationError::Erred(message) => f.write_str(message),
+            NegotiationError::TooMany { what, asked, limit } => {
+                write!(f, "asks for {asked} {what}; at most {limit} are allowed")
+            }
+            NegotiationError::UnknownFact { name, world, provided } => write!(
+                f,
+                "asks for request fact '{name}', which this routelab (policy-api {version}) does not provide in the {} \
+                 world; it provides: {}",
+                world_name(*world),
+                if provided.is_empty() { "none".to_string() } else { provided.join(", ") }
+            ),
+            NegotiationError::UnknownSignal { name, provided } => write!(
+                f,
+                "asks for engine signal '{name}', which this routelab (policy-api {version}) does not provide; it \
+                 provides: {}",
+                provided.join(", ")
+            ),
+        }
+    }
+}
+
+impl std::error::Error for NegotiationError {}
+
 /// One policy's negotiated request facts and the buffer their values are written to.
 #[derive(Default)]
 pub struct RequestFacts {
@@ -76,26 +117,21 @@ pub struct RequestFacts {
 impl RequestFacts {
     /// The columns for `names` in `world`; an unknown name, or one this world does not have, is
     /// an error naming it and listing what the world provides.
-    pub fn negotiate(names: &[RString], world: World) -> Result<Self, String> {
+    pub fn negotiate(names: &[RString], world: World) -> Result<Self, NegotiationError> {
         if names.len() > MAX_FACTS {
-            return Err(format!("asks for {} request facts; at most {MAX_FACTS} are allowed", names.len()));
+            return Err(NegotiationError::TooMany { what: "request facts", asked: names.len(), limit: MAX_FACTS });
         }
         let columns = names
             .iter()
             .map(|n| {
-                column(n.as_str(), world).ok_or_else(|| {
-                    let here: Vec<&str> = facts::request::CATALOGUE
+                column(n.as_str(), world).ok_or_else(|| NegotiationError::UnknownFact {
+                    name: n.to_string(),
+                    world,
+                    provided: facts::request::CATALOGUE
                         .iter()
                         .map(|(n, _)| *n)
                         .filter(|n| column(n, world).is_some())
-                        .collect();
-                    format!(
-                        "asks for request fact '{n}', which this routelab (policy-api {}) does not provide in the {} \
-                         world; it provides: {}",
-                        routelab_policy_api::API_VERSION,
-                        world_name(world),
-                        if here.is_empty() { "none".to_string() } else { here.join(", ") }
-                    )
+                        .collect(),
                 })
             })
             .collect::<Result<_, _>>()?;
@@ -126,14 +162,14 @@ impl RequestFacts {
 }
 
 /// The request facts `router` asks for, checked against what `world` provides.
-pub fn negotiate_facts(router: &RouterBox, world: World) -> Result<RequestFacts, String> {
-    let names = router.request_facts().into_result().map_err(String::from)?;
+pub fn negotiate_facts(router: &RouterBox, world: World) -> Result<RequestFacts, NegotiationError> {
+    let names = router.request_facts().into_result().map_err(|e| NegotiationError::Erred(e.into()))?;
     RequestFacts::negotiate(&names, world)
 }
 
 /// The request facts a scheduler asks for, checked against what the cluster world provides.
-pub fn negotiate_scheduler_facts(scheduler: &SchedulerBox) -> Result<RequestFacts, String> {
-    let names = scheduler.request_facts().into_result().map_err(String::from)?;
+pub fn negotiate_scheduler_facts(scheduler: &SchedulerBox) -> Result<RequestFacts, NegotiationError> {
+    let names = scheduler.request_facts().into_result().map_err(|e| NegotiationError::Erred(e.into()))?;
     RequestFacts::negotiate(&names, World::Cluster)
 }
 
@@ -179,11 +215,11 @@ mod tests {
         let names: Vec<RString> = vec![facts::request::SERVICE_TIME.into()];
         let mut t = RequestFacts::negotiate(&names, World::Dispatch).unwrap();
         assert_eq!(t.fill(&RequestInfo { service_time: Some(2.5), ..RequestInfo::plain() }), &[2.5]);
-        let e = RequestFacts::negotiate(&names, World::Cluster).err().unwrap();
+        let e = RequestFacts::negotiate(&names, World::Cluster).err().unwrap().to_string();
         assert!(e.contains("'service_time'") && e.contains("cluster world") && e.contains("class"), "{e}");
-        let e = RequestFacts::negotiate(&[facts::request::TENANT.into()], World::Dispatch).err().unwrap();
+        let e = RequestFacts::negotiate(&[facts::request::TENANT.into()], World::Dispatch).err().unwrap().to_string();
         assert!(e.contains("'tenant'") && e.contains("dispatch world") && e.contains("service_time"), "{e}");
-        let e = RequestFacts::negotiate(&["nope".into()], World::Dispatch).err().unwrap();
+        let e = RequestFacts::negotiate(&["nope".into()], World::Dispatch).err().unwrap().to_string();
         assert!(e.contains("'nope'") && e.contains("service_time"), "{e}");
         assert!(RequestFacts::negotiate(&[], World::Cluster).unwrap().is_empty());
     }

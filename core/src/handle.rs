@@ -16,7 +16,7 @@ use routelab_policy_api::{
 };
 
 use crate::error::{Role, RunError};
-use crate::facts::{RequestFacts, RequestInfo, negotiate_facts, negotiate_scheduler_facts};
+use crate::facts::{NegotiationError, RequestFacts, RequestInfo, negotiate_facts, negotiate_scheduler_facts};
 use crate::signals::SignalTable;
 
 /// A routing decision the router made and the host has not yet carried out (see
@@ -59,8 +59,8 @@ impl RouterHandle {
             Ok(c) => (c.known(), None),
             Err(e) => (Capabilities::NONE, Some(policy_error(label, "capabilities", e.into()))),
         };
-        let mut refuse = |e: String| {
-            unusable = unusable.take().or(Some(RunError::refused(Role::Policy, label, e)));
+        let mut refuse = |e: NegotiationError| {
+            unusable = unusable.take().or(Some(RunError::refused(Role::Policy, label, e.to_string())));
         };
         let signals = SignalTable::negotiate(&router).unwrap_or_else(|e| {
             refuse(e);
@@ -410,11 +410,11 @@ impl AdmissionHandle {
         let (facts, unusable) = match admission
             .request_facts()
             .into_result()
-            .map_err(String::from)
+            .map_err(|e| NegotiationError::Erred(e.into()))
             .and_then(|n| RequestFacts::negotiate(&n, world))
         {
             Ok(f) => (f, None),
-            Err(e) => (RequestFacts::default(), Some(RunError::refused(Role::Admission, label, e))),
+            Err(e) => (RequestFacts::default(), Some(RunError::refused(Role::Admission, label, e.to_string()))),
         };
         Self {
             admission,

@@ -138,13 +138,7 @@ impl Loader {
         if let Some(lib) = self.libraries.get(&canon) {
             return Ok(*lib);
         }
-        check_elf(&canon).map_err(|why| {
-            LoadError::new(
-                LoadErrorKind::NotAPlugin,
-                format!("{} is not a complete shared library: {why}", canon.display()),
-                "rebuild it (`cargo build --release`) and wait for the build to finish before loading it",
-            )
-        })?;
+        check_elf(&canon)?;
         let header = lib_header_from_path(&canon).map_err(|e| translate(&canon, e))?;
         let lib = init_checked(header).map_err(|e| match e {
             Refused::Library(e) => translate(&canon, e),

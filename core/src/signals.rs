@@ -10,6 +10,8 @@
 
 use routelab_policy_api::{ReplicaView, Replicas, RouterBox, signals};
 
+use crate::facts::NegotiationError;
+
 /// A replica's engine metrics as a metrics scraper last read them.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Scrape {
@@ -123,21 +125,17 @@ pub struct SignalTable {
 impl SignalTable {
     /// Asks `router` which signals it reads; an unknown name (or a failing `signals()`) is an
     /// error naming it and listing what this host provides.
-    pub fn negotiate(router: &RouterBox) -> Result<Self, String> {
-        let names = router.signals().into_result().map_err(String::from)?;
+    pub fn negotiate(router: &RouterBox) -> Result<Self, NegotiationError> {
+        let names = router.signals().into_result().map_err(|e| NegotiationError::Erred(e.into()))?;
         if names.len() > MAX_SIGNALS {
-            return Err(format!("asks for {} engine signals; at most {MAX_SIGNALS} are allowed", names.len()));
+            return Err(NegotiationError::TooMany { what: "engine signals", asked: names.len(), limit: MAX_SIGNALS });
         }
         let columns = names
             .iter()
             .map(|n| {
-                column(n.as_str()).ok_or_else(|| {
-                    let known: Vec<&str> = signals::CATALOGUE.iter().map(|(n, _)| *n).collect();
-                    format!(
-                        "asks for engine signal '{n}', which this routelab (policy-api {}) does not provide; it provides: {}",
-                        routelab_policy_api::API_VERSION,
-                        known.join(", ")
-                    )
+                column(n.as_str()).ok_or_else(|| NegotiationError::UnknownSignal {
+                    name: n.to_string(),
+                    provided: signals::CATALOGUE.iter().map(|(n, _)| *n).collect(),
                 })
             })
             .collect::<Result<_, _>>()?;

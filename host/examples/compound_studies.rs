@@ -104,7 +104,7 @@ fn case_study() {
             let mut sel = loader.selector(&ps, &ctx).expect("selector");
             let out = compound::run(&variant, &mut sel, p, w.seed, Some(&start)).expect("run");
             let factory = loader.resolve(&ps, routelab_policy_api::PolicyKind::Selector).expect("selector");
-            let make = || factory.selector(&ctx).map_err(|e| e.to_string());
+            let make = || factory.selector(&ctx);
             let all = compound::all_starts(&variant, &make, w.seed).expect("all starts");
             let m = |k: &str| out.metrics.get(k).unwrap_or(f64::NAN);
             println!(

@@ -76,13 +76,11 @@ fn execute(command: Command) -> Result<i32> {
             let mut spec = PolicySpec::parse(&policy)?;
             if let Some(f) = config {
                 if !spec.config.is_empty() {
-                    return Err(InputError {
-                        file: f,
-                        path: String::new(),
-                        line: None,
-                        message: format!("'{policy}' already has inline config"),
-                        fix: "give the config either inline or with --config, not both".into(),
-                    }
+                    return Err(InputError::new(
+                        f,
+                        format!("'{policy}' already has inline config"),
+                        "give the config either inline or with --config, not both",
+                    )
                     .into());
                 }
                 spec.config = workload::limits::read_capped(
@@ -211,13 +209,7 @@ fn execute(command: Command) -> Result<i32> {
             Ok(0)
         }
         Command::Docs { topic } => {
-            let text = docs::show(topic.as_deref()).map_err(|message| InputError {
-                file: PathBuf::from("<command line>"),
-                path: "topic".into(),
-                line: None,
-                message,
-                fix: "run `routelab docs` for the list".into(),
-            })?;
+            let text = docs::show(topic.as_deref())?;
             print!("{text}");
             Ok(0)
         }
@@ -313,13 +305,11 @@ fn compare_files(
     }
     if common.all_starts {
         if common.isolate {
-            return Err(InputError {
-                file: PathBuf::from("--isolate"),
-                path: String::new(),
-                line: None,
-                message: "--all-starts runs in the host's process; --isolate does not cover it".into(),
-                fix: "drop --isolate, or drop --all-starts".into(),
-            }
+            return Err(InputError::new(
+                "--isolate",
+                "--all-starts runs in the host's process; --isolate does not cover it",
+                "drop --isolate, or drop --all-starts",
+            )
             .into());
         }
         return all_starts(&prepared, policies.as_deref());
@@ -381,12 +371,8 @@ fn all_starts(prepared: &[Prepared], policies: Option<&[PolicySpec]>) -> Result<
 /// `sweep`: every workload at every point of the `--set` fields, in one run (one JSON document).
 fn sweep(files: &[PathBuf], policies: Option<Vec<PolicySpec>>, sets: &[String], common: &Common) -> Result<i32> {
     output::check(common)?;
-    let bad = |m: String| InputError {
-        file: PathBuf::from("--set"),
-        path: String::new(),
-        line: None,
-        message: m,
-        fix: "write --set field.path=v1,v2,v3 (e.g. arrivals.poisson.rate=1,2,4 or =x0.5,x1,x2)".into(),
+    let bad = |m: String| {
+        InputError::new("--set", m, "write --set field.path=v1,v2,v3 (e.g. arrivals.poisson.rate=1,2,4 or =x0.5,x1,x2)")
     };
     let mut fields: Vec<(&str, Vec<String>)> = Vec::new();
     for set in sets {
@@ -513,16 +499,15 @@ fn validate(file: &Path, trace: Option<PathBuf>) -> Result<i32> {
 fn export_trace(file: &Path, out: &Path, seed: Option<u64>) -> Result<i32> {
     let mut w = workload::load(file)?;
     if w.cluster.is_none() {
-        return Err(InputError {
-            file: file.into(),
-            path: "cluster".into(),
-            line: None,
-            message: format!(
+        return Err(InputError::new(
+            file,
+            format!(
                 "only cluster workloads have request streams to export (this is a {} workload)",
                 w.world().as_str()
             ),
-            fix: "pick a workload with a `cluster:` section (`routelab workloads` lists them)".into(),
-        }
+            "pick a workload with a `cluster:` section (`routelab workloads` lists them)",
+        )
+        .in_field("cluster")
         .into());
     }
     if let Some(s) = seed {
@@ -533,12 +518,12 @@ fn export_trace(file: &Path, out: &Path, seed: Option<u64>) -> Result<i32> {
     let input = prepared.seed_input(0)?;
     let stream = input.stream().expect("cluster world");
     // A device or a full disk can refuse what the probe above could not test without writing.
-    let unwritable = |e: std::io::Error| InputError {
-        file: "--out".into(),
-        path: String::new(),
-        line: None,
-        message: format!("{}: cannot be written: {e}", out.display()),
-        fix: "give --out a regular file in a writable folder with space".into(),
+    let unwritable = |e: std::io::Error| {
+        InputError::new(
+            "--out",
+            format!("{}: cannot be written: {e}", out.display()),
+            "give --out a regular file in a writable folder with space",
+        )
     };
     let mut f = std::io::BufWriter::new(std::fs::File::create(out).map_err(unwritable)?);
     let blocks = workload::export::write_mooncake(stream, &mut f)

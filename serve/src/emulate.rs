@@ -46,22 +46,21 @@ pub struct HardwareArgs {
 impl HardwareArgs {
     pub fn step_model(&self) -> Result<StepModel, InputError> {
         if ![1, 2, 4, 8].contains(&self.tp) {
-            return Err(cli_error("--tp", format!("must be 1, 2, 4 or 8 (got {})", self.tp), "use 1, 2, 4 or 8"));
+            return Err(InputError::command_line(
+                "--tp",
+                format!("must be 1, 2, 4 or 8 (got {})", self.tp),
+                "use 1, 2, 4 or 8",
+            ));
         }
         if !(self.memory_fraction > 0.0 && self.memory_fraction <= 1.0) {
-            return Err(cli_error(
+            return Err(InputError::command_line(
                 "--memory-fraction",
                 format!("must be in (0, 1] (got {})", self.memory_fraction),
                 "use e.g. 0.9",
             ));
         }
-        StepModel::from_catalog(&self.gpu, &self.model, self.tp, self.memory_fraction).map_err(|e| InputError {
-            file: "<command line>".into(),
-            path: "gpu/model".into(),
-            line: None,
-            message: e.message,
-            fix: e.fix,
-        })
+        StepModel::from_catalog(&self.gpu, &self.model, self.tp, self.memory_fraction)
+            .map_err(|e| InputError::command_line("gpu/model", e.message, e.fix))
     }
 }
 
@@ -130,7 +129,7 @@ impl Prepared {
     /// Checks the arguments (exit 2 on a bad one) and loads the scheduler.
     pub fn new(args: &EmulateArgs) -> Result<Self> {
         if !(args.time_scale > 0.0 && args.time_scale <= 1000.0) {
-            return Err(cli_error(
+            return Err(InputError::command_line(
                 "--time-scale",
                 format!("{} is out of range", args.time_scale),
                 "give a number in (0, 1000]",
@@ -138,12 +137,12 @@ impl Prepared {
             .into());
         }
         if args.max_batch_requests == 0 {
-            return Err(cli_error("--max-batch-requests", "0 admits nothing".into(), "give at least 1").into());
+            return Err(InputError::command_line("--max-batch-requests", "0 admits nothing", "give at least 1").into());
         }
         if args.chunk_tokens == 0 && args.max_step_tokens == 0 {
-            return Err(cli_error(
+            return Err(InputError::command_line(
                 "--max-step-tokens",
-                "0 with --chunk-tokens 0 lets no step prefill anything: every request would hang".into(),
+                "0 with --chunk-tokens 0 lets no step prefill anything: every request would hang",
                 "give --chunk-tokens 512, or --max-step-tokens above the longest prompt",
             )
             .into());
@@ -169,10 +168,9 @@ impl Prepared {
         let tokenizer = text::Tokenizer::load(args.tokenizer.as_deref(), "--tokenizer")?;
         let kv_events = args.kv_events.as_deref().map(kv_publish::parse).transpose()?;
         if kv_events.is_some() && args.tokenizer.is_none() {
-            return Err(cli_error(
+            return Err(InputError::command_line(
                 "--kv-events",
-                "needs --tokenizer: the events carry the prompts' token ids, which the byte-level fallback has not"
-                    .into(),
+                "needs --tokenizer: the events carry the prompts' token ids, which the byte-level fallback has not",
                 "give the model's tokenizer.json with --tokenizer (the same one `routelab serve --tokenizer` reads)",
             )
             .into());
@@ -221,10 +219,6 @@ impl Prepared {
     }
 }
 
-pub fn cli_error(flag: &str, message: String, fix: &str) -> InputError {
-    InputError { file: "<command line>".into(), path: flag.into(), line: None, message, fix: fix.into() }
-}
-
 pub struct Server {
     pub engine: Engine,
     pub model: String,
@@ -269,13 +263,13 @@ impl Server {
     async fn complete(&self, body: &[u8], chat: bool) -> Response<OutBody> {
         let parsed = match text::parse_request(body, chat) {
             Ok(p) => p,
-            Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", m),
+            Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", e.0),
         };
         let (mut prompt, mut ids) = (Vec::new(), Vec::new());
         self.tokenizer.segments_and_ids(&parsed.prompt, &mut prompt, self.token_ids.then_some(&mut ids));
         let mut events = match self.engine.submit(prompt, ids, parsed.max_tokens) {
             Ok(rx) => rx,
-            Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", m),
+            Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", e.to_string()),
         };
         let id = format!("cmpl-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
         let chunk = Chunk { id, model: self.model.clone(), chat };

@@ -104,23 +104,20 @@ impl Engine {
         prompt: Vec<Segment>,
         ids: Vec<u32>,
         output_tokens: u32,
-    ) -> Result<mpsc::UnboundedReceiver<TokenEvent>, String> {
+    ) -> Result<mpsc::UnboundedReceiver<TokenEvent>, SubmitError> {
         let prompt_tokens = super::text::tokens_of(&prompt);
         if prompt_tokens == 0 {
             // The batcher never finishes a request without a prompt token: it would hold a slot.
-            return Err("the prompt is empty: a request needs at least one prompt token".into());
+            return Err(SubmitError::EmptyPrompt);
         }
         let need = prompt_tokens as u64 + output_tokens as u64;
         if need > self.kv_capacity_tokens {
-            return Err(format!(
-                "this request needs {need} tokens of KV (prompt plus max_tokens), more than the engine's {} tokens",
-                self.kv_capacity_tokens
-            ));
+            return Err(SubmitError::TooLarge { need, capacity: self.kv_capacity_tokens });
         }
         let (tx, rx) = mpsc::unbounded_channel();
         self.commands
             .send(Command::Submit { prompt, ids, output_tokens, events: tx })
-            .map_err(|_| "the engine has stopped".to_string())?;
+            .map_err(|_| SubmitError::Stopped)?;
         Ok(rx)
     }
 
@@ -130,6 +127,32 @@ impl Engine {
         rx.await.unwrap_or_default()
     }
 }
+
+/// Why [`Engine::submit`] refused a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubmitError {
+    /// The prompt has no token.
+    EmptyPrompt,
+    /// Prompt plus output (`need` tokens) can never fit the engine's KV `capacity`.
+    TooLarge { need: u64, capacity: u64 },
+    /// The engine's task has ended.
+    Stopped,
+}
+
+impl std::fmt::Display for SubmitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SubmitError::EmptyPrompt => f.write_str("the prompt is empty: a request needs at least one prompt token"),
+            SubmitError::TooLarge { need, capacity } => write!(
+                f,
+                "this request needs {need} tokens of KV (prompt plus max_tokens), more than the engine's {capacity} tokens"
+            ),
+            SubmitError::Stopped => f.write_str("the engine has stopped"),
+        }
+    }
+}
+
+impl std::error::Error for SubmitError {}
 
 struct Active {
     events: mpsc::UnboundedSender<TokenEvent>,

@@ -130,21 +130,25 @@ impl Default for ConnLimits {
 
 impl ConnLimits {
     pub fn check(&self) -> Result<(), routelab_core::workload::InputError> {
-        use emulate::cli_error;
+        use routelab_core::workload::InputError;
         for (flag, v) in [("--header-timeout-s", self.header_timeout_s), ("--body-timeout-s", self.body_timeout_s)] {
             if !(0.001..=86_400.0).contains(&v) {
-                return Err(cli_error(flag, format!("{v} is out of range"), "give seconds in [0.001, 86400]"));
+                return Err(InputError::command_line(
+                    flag,
+                    format!("{v} is out of range"),
+                    "give seconds in [0.001, 86400]",
+                ));
             }
         }
         if !(1..=1 << 20).contains(&self.max_buffered_mb) {
-            return Err(cli_error(
+            return Err(InputError::command_line(
                 "--max-buffered-mb",
                 format!("{} is out of range", self.max_buffered_mb),
                 "give MiB from 1 to 1048576, above the largest request body",
             ));
         }
         if !(1..=1 << 20).contains(&self.max_connections) {
-            return Err(cli_error(
+            return Err(InputError::command_line(
                 "--max-connections",
                 format!("{} is out of range", self.max_connections),
                 "give a number from 1 to 1048576 (and a file-descriptor limit above it)",

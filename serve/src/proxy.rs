@@ -164,7 +164,7 @@ async fn proxy(gw: Arc<Gateway>, path: String, mut body: Held, auth: Option<Head
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
     let parsed = match text::parse_request(&body.bytes, path.ends_with("/chat/completions")) {
         Ok(p) => p,
-        Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", m),
+        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", e.0),
     };
     let mut segments = Vec::new();
     gw.tokenizer.segments(&parsed.prompt, &mut segments);

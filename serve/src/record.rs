@@ -26,7 +26,7 @@ impl Recorder {
     /// Opens `path` for appending (created if absent).
     pub fn open(path: &Path) -> Result<Self, InputError> {
         let file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| {
-            super::emulate::cli_error(
+            InputError::command_line(
                 "--record",
                 format!("{}: cannot be written: {e}", path.display()),
                 "give a file in a writable folder",

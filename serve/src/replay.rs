@@ -88,12 +88,8 @@ pub fn load_stream(file: &std::path::Path, sets: &[String]) -> Result<RequestStr
         serde_norway::from_str(&workload::load_text(file)?).with_context(|| format!("parsing {}", file.display()))?;
     let mut pairs = Vec::new();
     for set in sets {
-        pairs.push(set.split_once('=').ok_or_else(|| InputError {
-            file: "--set".into(),
-            path: set.clone(),
-            line: None,
-            message: format!("`{set}` has no `=`"),
-            fix: "write --set field.path=value".into(),
+        pairs.push(set.split_once('=').ok_or_else(|| {
+            InputError::new("--set", format!("`{set}` has no `=`"), "write --set field.path=value").in_field(set)
         })?);
     }
     // The file's own errors name its lines; what is wrong only after the sets names them.
@@ -102,13 +98,11 @@ pub fn load_stream(file: &std::path::Path, sets: &[String]) -> Result<RequestStr
         w = routelab_core::runner::parse_with_sets(&doc, file, &pairs)?;
     }
     if w.cluster.is_none() {
-        return Err(InputError {
-            file: file.clone(),
-            path: String::new(),
-            line: None,
-            message: "replay needs a cluster workload".into(),
-            fix: "give a workload with a `cluster:` section (e.g. tool_use)".into(),
-        }
+        return Err(InputError::new(
+            file,
+            "replay needs a cluster workload",
+            "give a workload with a `cluster:` section (e.g. tool_use)",
+        )
         .into());
     }
     let prepared = routelab_core::runner::prepare(w, file)?;
@@ -118,14 +112,10 @@ pub fn load_stream(file: &std::path::Path, sets: &[String]) -> Result<RequestStr
 
 pub fn main(args: ReplayArgs) -> Result<i32> {
     if !(args.time_scale > 0.0 && args.time_scale <= 1000.0) {
-        return Err(
-            super::emulate::cli_error("--time-scale", "out of range".into(), "give a number in (0, 1000]").into()
-        );
+        return Err(InputError::command_line("--time-scale", "out of range", "give a number in (0, 1000]").into());
     }
     if !(args.max_wall_s > 0.0 && args.max_wall_s <= 86_400.0) {
-        return Err(
-            super::emulate::cli_error("--max-wall-s", "out of range".into(), "give seconds in (0, 86400]").into()
-        );
+        return Err(InputError::command_line("--max-wall-s", "out of range", "give seconds in (0, 86400]").into());
     }
     let stream = load_stream(&args.workload, &args.set)?;
     let report = super::runtime()?.block_on(replay(
@@ -153,14 +143,14 @@ pub async fn cache_counters(client: &HttpClient, engines: &[String]) -> (f64, f6
     (hits, queries)
 }
 
-pub async fn get_text(client: &HttpClient, url: &str) -> Result<String, String> {
-    let req = Request::get(url).body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+/// The body of a GET of `url` as text (10 s at most).
+pub async fn get_text(client: &HttpClient, url: &str) -> Result<String> {
+    let req = Request::get(url).body(Full::new(Bytes::new()))?;
     let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
         .await
-        .map_err(|_| "timed out".to_string())?
-        .map_err(|e| e.to_string())?;
-    let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
-    String::from_utf8(body.to_vec()).map_err(|e| e.to_string())
+        .map_err(|_| anyhow::anyhow!("timed out"))??;
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok(String::from_utf8(body.to_vec())?)
 }
 
 struct Outcome {

@@ -46,10 +46,29 @@ pub struct Parsed {
     pub prompt: String,
 }
 
-/// Parses a `/v1/completions` (`chat` false) or `/v1/chat/completions` body. Errors are the
-/// message of an OpenAI-style `invalid_request_error`.
-pub fn parse_request(body: &[u8], chat: bool) -> Result<Parsed, String> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| format!("request body is not JSON: {e}"))?;
+/// A request body the gateway refuses: the message of an OpenAI-style `invalid_request_error`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InvalidRequest(pub String);
+
+impl std::fmt::Display for InvalidRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidRequest {}
+
+impl From<&str> for InvalidRequest {
+    fn from(message: &str) -> Self {
+        InvalidRequest(message.to_string())
+    }
+}
+
+/// Parses a `/v1/completions` (`chat` false) or `/v1/chat/completions` body; an
+/// [`InvalidRequest`] says what is wrong with it.
+pub fn parse_request(body: &[u8], chat: bool) -> Result<Parsed, InvalidRequest> {
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| InvalidRequest(format!("request body is not JSON: {e}")))?;
     let obj = v.as_object().ok_or("request body must be a JSON object")?;
     let prompt = if chat {
         let msgs = obj.get("messages").and_then(Value::as_array).ok_or("'messages' must be an array of messages")?;
@@ -130,15 +149,12 @@ impl Tokenizer {
     pub fn load(path: Option<&std::path::Path>, flag: &str) -> Result<Self, routelab_core::workload::InputError> {
         let Some(path) = path else { return Ok(Tokenizer::Bytes) };
         tokenizers::Tokenizer::from_file(path).map(|t| Tokenizer::Hf(Box::new(t))).map_err(|e| {
-            routelab_core::workload::InputError {
-                file: "<command line>".into(),
-                path: flag.into(),
-                line: None,
-                message: format!("{}: not a tokenizer.json that can be read: {e}", path.display()),
-                fix: "give the model's Hugging Face tokenizer.json (the file next to its weights), or leave it out \
-                      for the byte-level fallback"
-                    .into(),
-            }
+            routelab_core::workload::InputError::command_line(
+                flag,
+                format!("{}: not a tokenizer.json that can be read: {e}", path.display()),
+                "give the model's Hugging Face tokenizer.json (the file next to its weights), or leave it out for \
+                 the byte-level fallback",
+            )
         })
     }
 
@@ -147,19 +163,16 @@ impl Tokenizer {
     #[cfg(not(feature = "tokenizer"))]
     pub fn load(path: Option<&std::path::Path>, flag: &str) -> Result<Self, routelab_core::workload::InputError> {
         let Some(path) = path else { return Ok(Tokenizer::Bytes) };
-        Err(routelab_core::workload::InputError {
-            file: "<command line>".into(),
-            path: flag.into(),
-            line: None,
-            message: format!(
+        Err(routelab_core::workload::InputError::command_line(
+            flag,
+            format!(
                 "{}: this routelab was built without the `tokenizer` feature, so it cannot read a tokenizer.json",
                 path.display()
             ),
-            fix: "build it with the feature (`cargo install --locked --path host --features tokenizer`, or \
-                  `cargo run --features tokenizer -- …` in the checkout), or leave the flag out for the byte-level \
-                  fallback"
-                .into(),
-        })
+            "build it with the feature (`cargo install --locked --path host --features tokenizer`, or \
+             `cargo run --features tokenizer -- …` in the checkout), or leave the flag out for the byte-level \
+             fallback",
+        ))
     }
 
     /// The prompt's segments: one per block of [`BLOCK_TOKENS`] tokens (the last may be shorter),
@@ -280,19 +293,19 @@ pub(crate) mod tests {
             .unwrap();
         assert_eq!((c.prompt.as_str(), c.max_tokens, c.stream), ("system: a\nuser: b\n", DEFAULT_MAX_TOKENS, false));
         assert!(p.max_tokens_given && !c.max_tokens_given);
-        assert!(parse_request(b"{", false).unwrap_err().contains("not JSON"));
-        assert!(parse_request(br#"{"prompt":"x","max_tokens":0}"#, false).unwrap_err().contains("max_tokens"));
-        assert!(parse_request(br#"{"prompt":[1,2]}"#, false).unwrap_err().contains("prompt"));
-        assert!(parse_request(br#"{"prompt":"x"}"#, true).unwrap_err().contains("messages"));
+        assert!(parse_request(b"{", false).unwrap_err().0.contains("not JSON"));
+        assert!(parse_request(br#"{"prompt":"x","max_tokens":0}"#, false).unwrap_err().0.contains("max_tokens"));
+        assert!(parse_request(br#"{"prompt":[1,2]}"#, false).unwrap_err().0.contains("prompt"));
+        assert!(parse_request(br#"{"prompt":"x"}"#, true).unwrap_err().0.contains("messages"));
     }
 
     #[test]
     fn fields_of_the_wrong_type_are_refused() {
-        assert!(parse_request(br#"{"messages":[1,2]}"#, true).unwrap_err().contains("messages"));
-        assert!(parse_request(br#"{"messages":[{"role":5,"content":"a"}]}"#, true).unwrap_err().contains("role"));
-        assert!(parse_request(br#"{"messages":[{"content":7}]}"#, true).unwrap_err().contains("content"));
-        assert!(parse_request(br#"{"prompt":"x","stream":"yes"}"#, false).unwrap_err().contains("stream"));
-        assert!(parse_request(br#"{"prompt":"x","model":5}"#, false).unwrap_err().contains("model"));
+        assert!(parse_request(br#"{"messages":[1,2]}"#, true).unwrap_err().0.contains("messages"));
+        assert!(parse_request(br#"{"messages":[{"role":5,"content":"a"}]}"#, true).unwrap_err().0.contains("role"));
+        assert!(parse_request(br#"{"messages":[{"content":7}]}"#, true).unwrap_err().0.contains("content"));
+        assert!(parse_request(br#"{"prompt":"x","stream":"yes"}"#, false).unwrap_err().0.contains("stream"));
+        assert!(parse_request(br#"{"prompt":"x","model":5}"#, false).unwrap_err().0.contains("model"));
         assert!(parse_request(br#"{"prompt":"x","model":null,"stream":null}"#, false).is_ok());
     }
 

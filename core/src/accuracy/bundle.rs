@@ -67,7 +67,7 @@ pub struct Bundle {
 }
 
 fn err(file: &Path, line: Option<usize>, field: &str, message: String, fix: &str) -> InputError {
-    InputError { file: file.into(), path: field.into(), line, message, fix: fix.into() }
+    InputError::new(file, message, fix).in_field(field).at_line(line)
 }
 
 fn object(text: &str, file: &Path, line: usize, fix: &str) -> Result<Map<String, Value>, InputError> {

@@ -68,13 +68,7 @@ impl RunAccuracy {
 /// The cluster `bundle` ran on, as routelab's engine (see the module docs).
 pub fn engine_spec(bundle: &Bundle, how: &Replay) -> Result<ClusterSpec, InputError> {
     let meta_file = bundle.dir.join("meta.json");
-    let bad = |field: &str, message: String, fix: String| InputError {
-        file: meta_file.clone(),
-        path: field.into(),
-        line: None,
-        message,
-        fix,
-    };
+    let bad = |field: &str, message: String, fix: String| InputError::new(&meta_file, message, fix).in_field(field);
     let gpu = match (&how.gpu, &bundle.meta.device) {
         (Some(g), _) => g.clone(),
         (None, Some(d)) => gpu_for_device(d)

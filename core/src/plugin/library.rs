@@ -63,28 +63,35 @@ pub(super) fn init_checked(header: &'static abi_stable::library::LibHeader) -> R
 /// loader touches a page past the end of the file. Checked: the ELF header, the program and section
 /// header tables, and every loadable segment's file range lie within the file. Files that are not
 /// ELF are left to dlopen, which refuses them cleanly.
-pub(super) fn check_elf(path: &Path) -> Result<(), String> {
+pub(super) fn check_elf(path: &Path) -> Result<(), LoadError> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    let size = f.metadata().map_err(|e| e.to_string())?.len();
+    let bad = |why: String| {
+        LoadError::new(
+            LoadErrorKind::NotAPlugin,
+            format!("{} is not a complete shared library: {why}", path.display()),
+            "rebuild it (`cargo build --release`) and wait for the build to finish before loading it",
+        )
+    };
+    let mut f = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+    let size = f.metadata().map_err(|e| bad(e.to_string()))?.len();
     let mut ident = [0u8; 64];
-    let n = f.read(&mut ident).map_err(|e| e.to_string())?;
+    let n = f.read(&mut ident).map_err(|e| bad(e.to_string()))?;
     if n < 4 || &ident[..4] != b"\x7fELF" {
         return Ok(());
     }
     let wide = match ident.get(4) {
         Some(1) => false,
         Some(2) => true,
-        _ => return Err("unknown ELF class".into()),
+        _ => return Err(bad("unknown ELF class".into())),
     };
     let header_len = if wide { 64 } else { 52 };
     if n < header_len {
-        return Err(format!("the file ends inside the ELF header ({size} bytes)"));
+        return Err(bad(format!("the file ends inside the ELF header ({size} bytes)")));
     }
     let little = match ident[5] {
         1 => true,
         2 => false,
-        _ => return Err("unknown ELF byte order".into()),
+        _ => return Err(bad("unknown ELF byte order".into())),
     };
     let uint = |b: &[u8]| -> u64 {
         let mut v = 0u64;
@@ -106,25 +113,25 @@ pub(super) fn check_elf(path: &Path) -> Result<(), String> {
             (uint(&ident[32..36]), uint(&ident[46..48]), uint(&ident[48..50])),
         )
     };
-    let within = |what: &str, offset: u64, len: u64| -> Result<(), String> {
+    let within = |what: &str, offset: u64, len: u64| -> Result<(), LoadError> {
         match offset.checked_add(len) {
             Some(end) if end <= size => Ok(()),
-            _ => Err(format!(
+            _ => Err(bad(format!(
                 "its {what} (bytes {offset}..{}) lies past the end of the file ({size} bytes)",
                 offset.saturating_add(len)
-            )),
+            ))),
         }
     };
     within("program header table", ph.0, ph.1.saturating_mul(ph.2))?;
     within("section header table", sh.0, sh.1.saturating_mul(sh.2))?;
     // Loadable segments: the ranges dlopen maps from the file.
     // Both fit in usize: the table lies within the file, checked above.
-    let entry = usize::try_from(ph.1).map_err(|_| "program header entries are too large")?;
+    let entry = usize::try_from(ph.1).map_err(|_| bad("program header entries are too large".into()))?;
     if ph.2 > 0 && entry < if wide { 56 } else { 32 } {
-        return Err("program header entries are too small".into());
+        return Err(bad("program header entries are too small".into()));
     }
-    let mut table = vec![0u8; usize::try_from(ph.1 * ph.2).map_err(|_| "program header table too large")?];
-    f.seek(SeekFrom::Start(ph.0)).and_then(|_| f.read_exact(&mut table)).map_err(|e| e.to_string())?;
+    let mut table = vec![0u8; usize::try_from(ph.1 * ph.2).map_err(|_| bad("program header table too large".into()))?];
+    f.seek(SeekFrom::Start(ph.0)).and_then(|_| f.read_exact(&mut table)).map_err(|e| bad(e.to_string()))?;
     for (i, e) in table.chunks_exact(entry).enumerate() {
         const PT_LOAD: u64 = 1;
         if uint(&e[0..4]) != PT_LOAD {

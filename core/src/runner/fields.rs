@@ -51,13 +51,7 @@ pub fn parse_with_sets(doc: &serde_norway::Value, file: &Path, sets: &[(&str, &s
             Some((path, message)) => (path, message, "correct the field's name in --set".to_string()),
             None => (if e.path.is_empty() { label.clone() } else { e.path }, e.message, e.fix),
         };
-        InputError {
-            file: "--set".into(),
-            path,
-            line: None,
-            message: format!("{message} (setting {label} in {})", file.display()),
-            fix,
-        }
+        InputError::new("--set", format!("{message} (setting {label} in {})", file.display()), fix).in_field(path)
     })
 }
 
@@ -65,13 +59,7 @@ pub fn parse_with_sets(doc: &serde_norway::Value, file: &Path, sets: &[(&str, &s
 /// `value` (YAML text, or `xF` for the current value times F). The path may start inside the world section: `arrivals.poisson.rate`
 /// means `cluster.arrivals.poisson.rate` in a cluster workload.
 pub fn with_field(doc: &mut serde_norway::Value, file: &Path, path: &str, value: &str) -> Result<(), InputError> {
-    let err = |message: String, fix: &str| InputError {
-        file: file.into(),
-        path: path.into(),
-        line: None,
-        message,
-        fix: fix.into(),
-    };
+    let err = |message: String, fix: &str| InputError::new(file, message, fix).in_field(path);
     let factor = value.strip_prefix('x').and_then(|f| f.parse::<f64>().ok());
     let new: serde_norway::Value = match factor {
         Some(_) => serde_norway::Value::Null, // filled in below from the current value

@@ -47,6 +47,35 @@ struct Request {
     spec: SpecWire,
 }
 
+/// Why an isolated run gave no reply to use; shown as the policy's error row.
+#[derive(Debug)]
+enum ChildFailed {
+    /// The host could not run the child or read its reply (`--isolate: …`).
+    Host(String),
+    /// The child outlived `--policy-timeout` (seconds) and was killed.
+    TimedOut(u64),
+    /// The child was killed by `signal`; `last_words` is what its stderr said last.
+    Killed { signal: i32, last_words: String },
+    /// The child exited with `code` (`None`: unknown) without writing a result.
+    Exited { code: Option<i32>, last_words: String },
+}
+
+impl std::fmt::Display for ChildFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChildFailed::Host(what) => write!(f, "--isolate: {what}"),
+            ChildFailed::TimedOut(secs) => write!(f, "exceeded --policy-timeout {secs} s"),
+            ChildFailed::Killed { signal, last_words } => {
+                write!(f, "killed by signal {signal} ({}){last_words}", signal_name(*signal))
+            }
+            ChildFailed::Exited { code, last_words } => {
+                let code = code.map_or_else(|| "unknown".to_string(), |c| c.to_string());
+                write!(f, "exited with status {code} without a result{last_words}")
+            }
+        }
+    }
+}
+
 /// A [`PolicySpec`], field by field.
 #[derive(Serialize, Deserialize)]
 struct SpecWire {
@@ -91,7 +120,7 @@ pub fn run_policy(prepared: &Prepared, spec: &PolicySpec, limits: &Limits, progr
                 result.metrics = over_seeds(&result.per_seed);
             }
         }
-        Err(message) => result.error = Some(crate::builtin::shown(&message).into_owned()),
+        Err(failed) => result.error = Some(crate::builtin::shown(&failed.to_string()).into_owned()),
     }
     for _ in 0..prepared.workload.seeds {
         progress(&spec.label);
@@ -102,15 +131,15 @@ pub fn run_policy(prepared: &Prepared, spec: &PolicySpec, limits: &Limits, progr
 /// A reply that claims success must hold every seed's figures: the file is written by a child
 /// that runs plugin code, so an empty or truncated one (forged, or cut short) is an error row,
 /// never a successful row without figures.
-fn checked(reply: Reply, seeds: u32) -> Result<Reply, String> {
+fn checked(reply: Reply, seeds: u32) -> Result<Reply, ChildFailed> {
     if reply.error.is_some() {
         return Ok(reply);
     }
     if reply.per_seed.len() != seeds as usize || reply.per_seed.iter().any(|m| m.is_empty()) {
-        return Err(format!(
-            "--isolate: the child's result claims success but holds figures for {} of {seeds} seeds",
+        return Err(ChildFailed::Host(format!(
+            "the child's result claims success but holds figures for {} of {seeds} seeds",
             reply.per_seed.iter().filter(|m| !m.is_empty()).count()
-        ));
+        )));
     }
     Ok(reply)
 }
@@ -130,21 +159,26 @@ fn scratch_dir() -> std::io::Result<PathBuf> {
     Ok(dir)
 }
 
-fn run_child(prepared: &Prepared, spec: &PolicySpec, limits: &Limits) -> Result<Reply, String> {
-    let dir = scratch_dir()
-        .map_err(|e| format!("--isolate: cannot create a temporary folder: {e} (set TMPDIR to a writable folder)"))?;
+fn run_child(prepared: &Prepared, spec: &PolicySpec, limits: &Limits) -> Result<Reply, ChildFailed> {
+    let dir = scratch_dir().map_err(|e| {
+        ChildFailed::Host(format!("cannot create a temporary folder: {e} (set TMPDIR to a writable folder)"))
+    })?;
     let out = run_child_in(&dir, prepared, spec, limits);
     std::fs::remove_dir_all(&dir).ok();
     out
 }
 
-fn run_child_in(dir: &Path, prepared: &Prepared, spec: &PolicySpec, limits: &Limits) -> Result<Reply, String> {
-    let workload = serde_norway::to_string(&prepared.workload)
-        .map_err(|e| format!("--isolate: cannot write the workload: {e}"))?;
+fn run_child_in(dir: &Path, prepared: &Prepared, spec: &PolicySpec, limits: &Limits) -> Result<Reply, ChildFailed> {
+    let host = ChildFailed::Host;
+    let workload =
+        serde_norway::to_string(&prepared.workload).map_err(|e| host(format!("cannot write the workload: {e}")))?;
     // The child must run exactly this workload: a field that does not survive the trip (a
     // `serde(skip)` added later, say) would change results silently.
     if serde_norway::from_str::<Workload>(&workload).ok().as_ref() != Some(&prepared.workload) {
-        return Err("--isolate: the workload does not cross to the child process unchanged (a bug: please report it; run without --isolate)".into());
+        return Err(host(
+            "the workload does not cross to the child process unchanged (a bug: please report it; run without --isolate)"
+                .into(),
+        ));
     }
     let request = Request {
         workload,
@@ -159,10 +193,9 @@ fn run_child_in(dir: &Path, prepared: &Prepared, spec: &PolicySpec, limits: &Lim
         },
     };
     let (request_path, result_path) = (dir.join("request.json"), dir.join("result.json"));
-    let text = serde_json::to_string(&request).map_err(|e| format!("--isolate: cannot write the request: {e}"))?;
-    std::fs::write(&request_path, text)
-        .map_err(|e| format!("--isolate: cannot write {}: {e}", request_path.display()))?;
-    let exe = std::env::current_exe().map_err(|e| format!("--isolate: cannot find this executable: {e}"))?;
+    let text = serde_json::to_string(&request).map_err(|e| host(format!("cannot write the request: {e}")))?;
+    std::fs::write(&request_path, text).map_err(|e| host(format!("cannot write {}: {e}", request_path.display())))?;
+    let exe = std::env::current_exe().map_err(|e| host(format!("cannot find this executable: {e}")))?;
     let mut command = Command::new(exe);
     command
         .arg("__isolated-run")
@@ -172,23 +205,18 @@ fn run_child_in(dir: &Path, prepared: &Prepared, spec: &PolicySpec, limits: &Lim
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     limit_memory(&mut command, limits.memory_mib);
-    let mut child = command.spawn().map_err(|e| format!("--isolate: cannot start a child process: {e}"))?;
+    let mut child = command.spawn().map_err(|e| host(format!("cannot start a child process: {e}")))?;
     let stderr = StderrReader::start(child.stderr.take().expect("piped"));
     let status = wait_with_timeout(&mut child, limits.timeout)?;
     let Some(status) = status else {
-        return Err(format!("exceeded --policy-timeout {} s", limits.timeout.as_secs()));
+        return Err(ChildFailed::TimedOut(limits.timeout.as_secs()));
     };
     if let Some(signal) = signal_of(&status) {
-        return Err(format!("killed by signal {signal} ({}){}", signal_name(signal), stderr.finish().last_words()));
+        return Err(ChildFailed::Killed { signal, last_words: stderr.finish().last_words() });
     }
     match std::fs::read_to_string(&result_path) {
-        Ok(text) => {
-            serde_json::from_str(&text).map_err(|e| format!("--isolate: the child's result is unreadable: {e}"))
-        }
-        Err(_) => {
-            let code = status.code().map_or_else(|| "unknown".to_string(), |c| c.to_string());
-            Err(format!("exited with status {code} without a result{}", stderr.finish().last_words()))
-        }
+        Ok(text) => serde_json::from_str(&text).map_err(|e| host(format!("the child's result is unreadable: {e}"))),
+        Err(_) => Err(ChildFailed::Exited { code: status.code(), last_words: stderr.finish().last_words() }),
     }
 }
 
@@ -284,11 +312,11 @@ impl StderrReader {
 
 /// Waits for `child` at most `timeout`; `None` when it ran out of time (it is then killed and
 /// reaped). Polls, starting at 1 ms, so that short children cost little.
-fn wait_with_timeout(child: &mut std::process::Child, timeout: Duration) -> Result<Option<ExitStatus>, String> {
+fn wait_with_timeout(child: &mut std::process::Child, timeout: Duration) -> Result<Option<ExitStatus>, ChildFailed> {
     let start = Instant::now();
     let mut pause = Duration::from_millis(1);
     loop {
-        if let Some(status) = child.try_wait().map_err(|e| format!("--isolate: waiting for the child: {e}"))? {
+        if let Some(status) = child.try_wait().map_err(|e| ChildFailed::Host(format!("waiting for the child: {e}")))? {
             return Ok(Some(status));
         }
         if start.elapsed() >= timeout {
@@ -417,8 +445,8 @@ mod tests {
             input_error: false,
             detail: None,
         };
-        let e = checked(reply(Vec::new(), None), 2).err().expect("an empty reply passed");
-        assert!(e.contains("0 of 2 seeds"), "{e}");
+        let e = checked(reply(Vec::new(), None), 2).err().expect("an empty reply passed").to_string();
+        assert!(e.starts_with("--isolate: ") && e.contains("0 of 2 seeds"), "{e}");
         let seed = || vec![("completed".to_string(), 1f64.to_bits())];
         assert!(checked(reply(vec![seed(), Vec::new()], None), 2).is_err());
         assert!(checked(reply(vec![seed()], None), 2).is_err());

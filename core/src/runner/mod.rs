@@ -298,9 +298,9 @@ fn run_seed(
             let sm = prepared.step_model.as_ref().expect("prepared cluster world");
             let stream: Feed = match (&input.stream, input.lazy) {
                 (Some(s), _) => Feed::from(&**s),
-                (None, Some(extent)) => LazyStream::new(c, run_seed, extent)
-                    .map_err(|m| prepared.setup_error(SetupError::new("arrivals", m, "see the message")))?
-                    .into(),
+                (None, Some(extent)) => {
+                    LazyStream::new(c, run_seed, extent).map_err(|e| prepared.setup_error(e.into()))?.into()
+                }
                 (None, None) => unreachable!("a cluster seed input has a stream"),
             };
             let mut sim = ClusterSim::build(c, sm, stream, router, schedulers, label)
@@ -379,32 +379,27 @@ pub fn run_cluster(
 pub fn all_starts(policy: &ResolvedPolicy, prepared: &Prepared) -> Result<sim::compound::AllStarts, Error> {
     let w = &prepared.workload;
     let Some(c) = &w.compound else {
-        return Err(InputError {
-            file: prepared.file.clone(),
-            path: String::new(),
-            line: None,
-            message: "--all-starts needs a compound workload".into(),
-            fix: "drop --all-starts, or pass a workload with a `compound:` section".into(),
-        }
+        return Err(InputError::new(
+            &prepared.file,
+            "--all-starts needs a compound workload",
+            "drop --all-starts, or pass a workload with a `compound:` section",
+        )
         .into());
     };
     // Too large a space is the workload's fault (exit 2), found before any run.
     let (models, modules) = (c.model_count(), c.system.modules().len());
     let limit = sim::compound::studies::ALL_STARTS_LIMIT;
     if (models as u64).checked_pow(modules as u32).is_none_or(|n| n > limit) {
-        return Err(InputError {
-            file: prepared.file.clone(),
-            path: "compound".into(),
-            line: None,
-            message: format!(
-                "{models} models ^ {modules} modules is above {limit} starting allocations for --all-starts"
-            ),
-            fix: "use a smaller pool or system, or drop --all-starts".into(),
-        }
+        return Err(InputError::new(
+            &prepared.file,
+            format!("{models} models ^ {modules} modules is above {limit} starting allocations for --all-starts"),
+            "use a smaller pool or system, or drop --all-starts",
+        )
+        .in_field("compound")
         .into());
     }
     let ctx = sim::compound::selector_context(c, w.seed);
-    let make = || policy.policy.selector(&ctx).map_err(|e| e.to_string());
+    let make = || policy.policy.selector(&ctx);
     Ok(sim::compound::all_starts(c, &make, w.seed)?)
 }
 

@@ -31,10 +31,22 @@ pub struct Shard {
     pub count: u32,
 }
 
+/// A `--shard` value that is not `K/N` with 1 ≤ K ≤ N: the text given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadShard(pub String);
+
+impl std::fmt::Display for BadShard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`{}` is not K/N with 1 ≤ K ≤ N (e.g. 2/8)", self.0)
+    }
+}
+
+impl std::error::Error for BadShard {}
+
 impl Shard {
     /// Parses `K/N` (1 ≤ K ≤ N).
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let bad = || format!("`{text}` is not K/N with 1 ≤ K ≤ N (e.g. 2/8)");
+    pub fn parse(text: &str) -> Result<Self, BadShard> {
+        let bad = || BadShard(text.to_string());
         let (k, n) = text.split_once('/').ok_or_else(bad)?;
         let (index, count) = (k.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
         if index == 0 || index > count {

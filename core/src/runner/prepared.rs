@@ -90,7 +90,7 @@ impl Prepared {
         let seed = seed_for(w.seed, k);
         let sm = self.step_model.as_ref().expect("cluster world");
         let extent = LazyStream::extent(c, seed, |i, r| sim::cluster::check_fit(sm, i, r))
-            .map_err(|m| self.setup_error(SetupError::new("arrivals", m, "see the message")))?
+            .map_err(|e| self.setup_error(e.into()))?
             .map_err(|e| self.setup_error(e))?;
         if c.summary.exact(extent.total) {
             return self.seed_input(k);
@@ -99,8 +99,7 @@ impl Prepared {
     }
 
     pub(super) fn generate(&self, c: &ClusterSpec, seed: u64) -> Result<RequestStream, InputError> {
-        let mut stream = generate(c, self.trace.as_deref(), seed)
-            .map_err(|m| self.setup_error(SetupError::new("arrivals", m, "see the message")))?;
+        let mut stream = generate(c, self.trace.as_deref(), seed).map_err(|e| self.setup_error(e.into()))?;
         crate::workload::generate::apply_hints(c, &mut stream, seed);
         crate::workload::generate::apply_lora(c, &mut stream, seed);
         let sm = self.step_model.as_ref().expect("cluster world");
@@ -133,13 +132,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
             let p = relative_to(file, path);
             let rows = trace::load(&p)?;
             if rows.len() < 2 {
-                return Err(InputError {
-                    file: p,
-                    path: String::new(),
-                    line: None,
-                    message: "a trace needs at least two rows to give a rate".into(),
-                    fix: "use a longer trace".into(),
-                });
+                return Err(InputError::new(p, "a trace needs at least two rows to give a rate", "use a longer trace"));
             }
             notes.push(format!(
                 "trace arrivals from {} ({} rows) rescaled to utilisation {}",
@@ -214,7 +207,7 @@ pub fn cluster_stats(p: &Prepared) -> Result<Option<(String, usize)>, InputError
         // One pass holding a group at a time: a day of 10^8 requests is never whole.
         let sm = p.step_model.as_ref().expect("cluster world");
         let stats = crate::workload::generate::stats_lazy(c, p.workload.seed, |i, r| sim::cluster::check_fit(sm, i, r))
-            .map_err(|m| p.setup_error(SetupError::new("arrivals", m, "see the message")))?
+            .map_err(|e| p.setup_error(e.into()))?
             .map_err(|e| p.setup_error(e))?;
         return Ok(Some((stats.to_string(), stats.requests as usize)));
     }

@@ -64,7 +64,7 @@ use routelab_policy_api::abi_stable::std_types::Tuple2;
 use routelab_policy_api::{Roofline, Step, StepPricer, StepShape};
 use serde::{Deserialize, Serialize};
 
-use super::{Choice, Model};
+use super::{Choice, ChoiceError, Model};
 
 /// A GPU's fitted terms. Rates are effective (what the kernels reach), not datasheet peaks.
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
@@ -145,14 +145,12 @@ pub const SHIPPED: [(&str, &str); 2] = [
 
 impl Choice<Calibration> {
     /// A shipped profile by name, or the mapping as given.
-    pub fn resolve(&self) -> Result<Calibration, String> {
+    pub fn resolve(&self) -> Result<Calibration, ChoiceError> {
         match self {
             Choice::Name(n) => match SHIPPED.iter().find(|(k, _)| k == n) {
-                Some((_, text)) => serde_norway::from_str(text).map_err(|e| format!("shipped profile '{n}': {e}")),
-                None => Err(format!(
-                    "unknown calibration '{n}'; shipped: {}; or give the mapping `routelab calibrate` prints",
-                    SHIPPED.map(|(k, _)| k).join(", ")
-                )),
+                Some((_, text)) => serde_norway::from_str(text)
+                    .map_err(|e| ChoiceError::Shipped { name: n.clone(), message: e.to_string() }),
+                None => Err(ChoiceError::UnknownCalibration(n.clone())),
             },
             Choice::Custom(c) => Ok(c.clone()),
         }
@@ -434,7 +432,7 @@ mod tests {
             assert_eq!(c.name, name);
             c.check().unwrap();
         }
-        assert!(Choice::<Calibration>::Name("nope".into()).resolve().unwrap_err().contains("rtx-pro-6000"));
+        assert!(Choice::<Calibration>::Name("nope".into()).resolve().unwrap_err().to_string().contains("rtx-pro-6000"));
     }
 
     #[test]

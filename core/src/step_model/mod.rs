@@ -229,29 +229,58 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Choice<T> {
     }
 }
 
-impl Choice<Gpu> {
-    pub fn resolve(&self) -> Result<Gpu, String> {
+/// A [`Choice`] by a name routelab does not have (its message lists what it has), or a shipped
+/// profile that does not read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChoiceError {
+    /// No catalog GPU of this name.
+    UnknownGpu(String),
+    /// No catalog model of this name.
+    UnknownModel(String),
+    /// No shipped calibration profile of this name.
+    UnknownCalibration(String),
+    /// The shipped profile `name` does not parse (`message` says why).
+    Shipped { name: String, message: String },
+}
+
+impl std::fmt::Display for ChoiceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Choice::Name(n) => gpu(n).ok_or_else(|| {
-                format!(
-                    "unknown GPU '{n}'; catalog: {}; or give a mapping {{name, memory_gb, bandwidth_gb_s, tflops}}",
-                    GPU_NAMES.join(", ")
-                )
-            }),
+            ChoiceError::UnknownGpu(n) => write!(
+                f,
+                "unknown GPU '{n}'; catalog: {}; or give a mapping {{name, memory_gb, bandwidth_gb_s, tflops}}",
+                GPU_NAMES.join(", ")
+            ),
+            ChoiceError::UnknownModel(n) => write!(
+                f,
+                "unknown model '{n}'; catalog: {}; or give a mapping {{name, parameters, layers, hidden, heads, kv_heads, head_dim}}",
+                MODEL_NAMES.join(", ")
+            ),
+            ChoiceError::UnknownCalibration(n) => write!(
+                f,
+                "unknown calibration '{n}'; shipped: {}; or give the mapping `routelab calibrate` prints",
+                calibrated::SHIPPED.map(|(k, _)| k).join(", ")
+            ),
+            ChoiceError::Shipped { name, message } => write!(f, "shipped profile '{name}': {message}"),
+        }
+    }
+}
+
+impl std::error::Error for ChoiceError {}
+
+impl Choice<Gpu> {
+    pub fn resolve(&self) -> Result<Gpu, ChoiceError> {
+        match self {
+            Choice::Name(n) => gpu(n).ok_or_else(|| ChoiceError::UnknownGpu(n.clone())),
             Choice::Custom(g) => Ok(g.clone()),
         }
     }
 }
 
 impl Choice<Model> {
-    pub fn resolve(&self) -> Result<Model, String> {
+    pub fn resolve(&self) -> Result<Model, ChoiceError> {
         match self {
-            Choice::Name(n) => model(n).ok_or_else(|| {
-                format!(
-                    "unknown model '{n}'; catalog: {}; or give a mapping {{name, parameters, layers, hidden, heads, kv_heads, head_dim}}",
-                    MODEL_NAMES.join(", ")
-                )
-            }),
+            Choice::Name(n) => model(n).ok_or_else(|| ChoiceError::UnknownModel(n.clone())),
             Choice::Custom(m) => Ok(m.clone()),
         }
     }

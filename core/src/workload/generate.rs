@@ -328,9 +328,42 @@ fn labelled_block_stream(
     stream
 }
 
+/// Why a cluster's request stream cannot be generated: its `arrivals` cannot be had.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GenerateError {
+    /// Arrivals come from the trace at `path`, but no trace rows were given.
+    NoTrace { path: String },
+    /// A synthetic generator was asked for a trace's arrivals (a trace is replayed).
+    TraceNotGenerated,
+    /// The arrival process's parameters make no distribution (the sampler's message).
+    Arrivals(String),
+}
+
+impl std::fmt::Display for GenerateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GenerateError::NoTrace { path } => write!(
+                f,
+                "arrivals come from the trace '{path}', but no trace was loaded; {}",
+                super::trace::AZURE_TRACE_HINT
+            ),
+            GenerateError::TraceNotGenerated => f.write_str("a trace is replayed, not generated"),
+            GenerateError::Arrivals(e) => write!(f, "arrivals: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for GenerateError {}
+
+impl From<GenerateError> for crate::sim::SetupError {
+    fn from(e: GenerateError) -> Self {
+        crate::sim::SetupError::new("arrivals", e.to_string(), "see the message")
+    }
+}
+
 /// The stream of `spec` for `run_seed`. `trace` must hold the trace rows when arrivals come from
 /// a trace. Errors (a trace row too large for a replica, a missing trace) are bad input.
-pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -> Result<RequestStream, String> {
+pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -> Result<RequestStream, GenerateError> {
     let g = &spec.generator;
     let labelled = !spec.classes.is_empty() || !spec.tenants.is_empty();
     let mut b =
@@ -339,12 +372,7 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
     let system = Segment { id: SYSTEM_ID, tokens: g.system_prompt_tokens };
 
     if let Arrivals::Trace { path, time_scale, .. } = &spec.arrivals {
-        let rows = trace.ok_or_else(|| {
-            format!(
-                "arrivals come from the trace '{path}', but no trace was loaded; {}",
-                super::trace::AZURE_TRACE_HINT
-            )
-        })?;
+        let rows = trace.ok_or_else(|| GenerateError::NoTrace { path: path.to_string() })?;
         let mut prompt = Vec::with_capacity(2);
         for row in rows {
             let context = row.context_tokens.max(1);

@@ -97,22 +97,18 @@ fn open_capped(path: &Path, cap: u64, what: &str, fix: &str) -> Result<std::fs::
             return Err(too_big(path, cap, what));
         }
         if meta.is_dir() {
-            return Err(fail(path, format!("cannot read the {what}: it is a directory"), fix));
+            return Err(InputError::new(path, format!("cannot read the {what}: it is a directory"), fix));
         }
     }
     Ok(file)
 }
 
-fn fail(path: &Path, message: String, fix: &str) -> InputError {
-    InputError { file: path.into(), path: String::new(), line: None, message, fix: fix.into() }
-}
-
 fn unreadable(path: &Path, what: &str, e: std::io::Error, fix: &str) -> InputError {
-    fail(path, format!("cannot read the {what}: {e}"), fix)
+    InputError::new(path, format!("cannot read the {what}: {e}"), fix)
 }
 
 fn too_big(path: &Path, cap: u64, what: &str) -> InputError {
-    fail(
+    InputError::new(
         path,
         format!("is larger than the {} MiB allowed for a {what}", cap >> 20),
         "check the path: it names something far larger than any file of this kind",
@@ -120,10 +116,7 @@ fn too_big(path: &Path, cap: u64, what: &str) -> InputError {
 }
 
 fn not_utf8(path: &Path, what: &str, line: usize) -> InputError {
-    InputError {
-        line: Some(line),
-        ..fail(path, format!("the {what} is not UTF-8 text"), "save the file as UTF-8 text")
-    }
+    InputError::new(path, format!("the {what} is not UTF-8 text"), "save the file as UTF-8 text").at_line(line)
 }
 
 /// Refuses YAML nested deeper than [`MAX_NESTING`] (counting flow brackets and block
@@ -161,13 +154,12 @@ pub fn check_nesting(text: &str, file: &Path) -> Result<(), InputError> {
             prev = if c == '\\' && prev == '\\' { ' ' } else { c };
         }
         if line_depth > MAX_NESTING {
-            return Err(InputError {
-                file: file.into(),
-                path: String::new(),
-                line: Some(i + 1),
-                message: format!("nests deeper than {MAX_NESTING} levels"),
-                fix: "a workload nests a few levels deep; check for unbalanced brackets or runaway indentation".into(),
-            });
+            return Err(InputError::new(
+                file,
+                format!("nests deeper than {MAX_NESTING} levels"),
+                "a workload nests a few levels deep; check for unbalanced brackets or runaway indentation",
+            )
+            .at_line(i + 1));
         }
         // A quoted flow scalar may span lines; a block line never continues a quote.
         if depth == 0 {

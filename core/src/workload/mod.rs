@@ -176,8 +176,34 @@ impl fmt::Display for InputError {
 impl std::error::Error for InputError {}
 
 impl InputError {
+    /// `file` (a path, or a flag such as `--set` standing for one) as a whole is bad: `message`
+    /// says what, `fix` what would do. Narrow it with [`in_field`](Self::in_field) and
+    /// [`at_line`](Self::at_line).
+    pub fn new(file: impl Into<PathBuf>, message: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self { file: file.into(), path: String::new(), line: None, message: message.into(), fix: fix.into() }
+    }
+
+    /// A bad value given on the command line: `field` names the flag or argument
+    /// (`--kv-events`, `topic`); the file reads `<command line>`.
+    pub fn command_line(field: &str, message: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self::new("<command line>", message, fix).in_field(field)
+    }
+
+    /// A [`FieldError`] found in `file`.
     pub fn from_field(file: &Path, e: FieldError) -> Self {
-        Self { file: file.into(), path: e.path, line: None, message: e.message, fix: e.fix }
+        Self::new(file, e.message, e.fix).in_field(e.path)
+    }
+
+    /// The error is in the field at dotted `path` (`dispatch.servers`; empty for the whole file).
+    pub fn in_field(mut self, path: impl Into<String>) -> Self {
+        self.path = path.into();
+        self
+    }
+
+    /// The error is on `line` (1-based; `None` when no line is known).
+    pub fn at_line(mut self, line: impl Into<Option<usize>>) -> Self {
+        self.line = line.into();
+        self
     }
 }
 
@@ -211,7 +237,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Workload, InputError> {
         } else {
             "see the workload format: `routelab docs workloads`".to_string()
         };
-        InputError { file: file.into(), path: if path == "." { String::new() } else { path }, line, message: msg, fix }
+        InputError::new(file, msg, fix).in_field(if path == "." { String::new() } else { path }).at_line(line)
     })?;
     if let Some(c) = w.cluster.as_mut() {
         // A calibrated cluster runs vLLM's engine rules where the text leaves them out.
@@ -221,7 +247,10 @@ pub fn parse(text: &str, file: &Path) -> Result<Workload, InputError> {
     if w.name.is_empty() {
         w.name = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "workload".into());
     }
-    w.validate().map_err(|e| InputError { line: field_line(text, &e.path), ..InputError::from_field(file, e) })?;
+    w.validate().map_err(|e| {
+        let line = field_line(text, &e.path);
+        InputError::from_field(file, e).at_line(line)
+    })?;
     Ok(w)
 }
 
@@ -322,13 +351,7 @@ fn load_text_from(path: &Path, chain: &mut Vec<PathBuf>) -> Result<String, Input
     let base_path = path.parent().unwrap_or(Path::new(".")).join(base);
     let here = path.canonicalize().unwrap_or_else(|_| path.into());
     let line = text.lines().position(|l| l.trim_start().starts_with("base:")).map(|i| i + 1);
-    let base_error = |message: String, fix: &str| InputError {
-        file: path.into(),
-        path: "base".into(),
-        line,
-        message,
-        fix: fix.into(),
-    };
+    let base_error = |message: String, fix: &str| InputError::new(path, message, fix).in_field("base").at_line(line);
     chain.push(here);
     let there = base_path.canonicalize().unwrap_or_else(|_| base_path.clone());
     if let Some(k) = chain.iter().position(|p| *p == there) {
@@ -348,12 +371,8 @@ fn load_text_from(path: &Path, chain: &mut Vec<PathBuf>) -> Result<String, Input
         ));
     }
     let base_text = load_text_from(&base_path, chain)?;
-    let mut merged: serde_norway::Value = serde_norway::from_str(&base_text).map_err(|e| InputError {
-        file: base_path.clone(),
-        path: String::new(),
-        line: e.location().map(|l| l.line()),
-        message: e.to_string(),
-        fix: "fix the base workload".into(),
+    let mut merged: serde_norway::Value = serde_norway::from_str(&base_text).map_err(|e| {
+        InputError::new(&base_path, e.to_string(), "fix the base workload").at_line(e.location().map(|l| l.line()))
     })?;
     let mut overrides = doc;
     if let Some(m) = overrides.as_mapping_mut() {

@@ -112,13 +112,8 @@ impl SessionReader {
         file: &Path,
         line: usize,
     ) -> Result<(Option<SessionCall>, Vec<u32>), InputError> {
-        let err = |field: &str, message: String| InputError {
-            file: file.into(),
-            path: field.into(),
-            line: Some(line),
-            message,
-            fix: SESSION_FIX.into(),
-        };
+        let err =
+            |field: &str, message: String| InputError::new(file, message, SESSION_FIX).in_field(field).at_line(line);
         let Some(id) = obj.get("session_id") else {
             for field in ["call_index", "parents", "wait_s"] {
                 if obj.contains_key(field) {
@@ -218,12 +213,14 @@ pub fn read_adapter(
     match obj.get("adapter") {
         None => Ok(None),
         Some(serde_json::Value::Null) => Ok(Some(NO_ADAPTER)),
-        Some(v) => v.as_u64().filter(|&a| a < NO_ADAPTER as u64).map(|a| Some(a as u32)).ok_or_else(|| InputError {
-            file: file.into(),
-            path: "adapter".into(),
-            line: Some(line),
-            message: format!("must be a LoRA adapter index (an integer ≥ 0) or null for the base model (got {v})"),
-            fix: "give the index of the request's adapter in the workload's `cluster.lora` adapters".into(),
+        Some(v) => v.as_u64().filter(|&a| a < NO_ADAPTER as u64).map(|a| Some(a as u32)).ok_or_else(|| {
+            InputError::new(
+                file,
+                format!("must be a LoRA adapter index (an integer ≥ 0) or null for the base model (got {v})"),
+                "give the index of the request's adapter in the workload's `cluster.lora` adapters",
+            )
+            .in_field("adapter")
+            .at_line(line)
         }),
     }
 }
@@ -236,12 +233,8 @@ pub fn check_adapters(
     file: &Path,
 ) -> Result<(), InputError> {
     let Some(first) = rows.iter().find(|r| r.adapter.is_some()) else { return Ok(()) };
-    let bad = |line: usize, message: String, fix: String| InputError {
-        file: file.into(),
-        path: "adapter".into(),
-        line: Some(line),
-        message,
-        fix,
+    let bad = |line: usize, message: String, fix: String| {
+        InputError::new(file, message, fix).in_field("adapter").at_line(line)
     };
     let Some(l) = lora else {
         return Err(bad(
@@ -338,7 +331,7 @@ impl MooncakeRow {
 }
 
 fn field_error(file: &Path, line: usize, field: &str, message: String) -> InputError {
-    InputError { file: file.into(), path: field.into(), line: Some(line), message, fix: FIX.into() }
+    InputError::new(file, message, FIX).in_field(field).at_line(line)
 }
 
 fn count(
@@ -507,13 +500,7 @@ impl<'f> Rows<'f> {
 
     fn finish(self) -> Result<Vec<MooncakeRow>, InputError> {
         if self.rows.is_empty() {
-            return Err(InputError {
-                file: self.file.into(),
-                path: String::new(),
-                line: None,
-                message: "the trace has no rows".into(),
-                fix: "give a JSONL file with at least one row".into(),
-            });
+            return Err(InputError::new(self.file, "the trace has no rows", "give a JSONL file with at least one row"));
         }
         Ok(self.rows)
     }

@@ -82,13 +82,13 @@ impl<'f> Rows<'f> {
 
     /// Parses line `n` (1-based).
     fn line(&mut self, n: usize, line: &str) -> Result<(), InputError> {
-        let err = |line: usize, message: String| InputError {
-            file: self.file.into(),
-            path: String::new(),
-            line: Some(line),
-            message,
-            fix: "each row must be TIMESTAMP,ContextTokens,GeneratedTokens[,Class[,Tenant]] with rows in time order"
-                .into(),
+        let err = |line: usize, message: String| {
+            InputError::new(
+                self.file,
+                message,
+                "each row must be TIMESTAMP,ContextTokens,GeneratedTokens[,Class[,Tenant]] with rows in time order",
+            )
+            .at_line(line)
         };
         let line = line.trim();
         if line.is_empty() || (n == 1 && line.starts_with(|c: char| c.is_ascii_alphabetic())) {
@@ -133,13 +133,11 @@ impl<'f> Rows<'f> {
 
     fn finish(self) -> Result<Vec<TraceRow>, InputError> {
         if self.rows.is_empty() {
-            return Err(InputError {
-                file: self.file.into(),
-                path: String::new(),
-                line: None,
-                message: "the trace has no rows".into(),
-                fix: "give a CSV with a header and at least one row".into(),
-            });
+            return Err(InputError::new(
+                self.file,
+                "the trace has no rows",
+                "give a CSV with a header and at least one row",
+            ));
         }
         Ok(self.rows)
     }
@@ -169,12 +167,13 @@ pub fn check_cluster_rows(
 ) -> Result<(), InputError> {
     let (classes, tenants) = (spec.classes.len().max(1), spec.tenants.len().max(1));
     for r in rows {
-        let bad = |what: &str, v: usize, n: usize, field: &str| InputError {
-            file: file.into(),
-            path: String::new(),
-            line: Some(r.line),
-            message: format!("{what} {v}, but the workload has {n} (valid: 0..{})", n - 1),
-            fix: format!("use an index into the workload's `cluster.{field}`, in the order written (0 = the first)"),
+        let bad = |what: &str, v: usize, n: usize, field: &str| {
+            InputError::new(
+                file,
+                format!("{what} {v}, but the workload has {n} (valid: 0..{})", n - 1),
+                format!("use an index into the workload's `cluster.{field}`, in the order written (0 = the first)"),
+            )
+            .at_line(r.line)
         };
         if r.class as usize >= classes {
             return Err(bad("Class", r.class as usize, classes, "classes"));
@@ -210,13 +209,7 @@ pub fn check_cluster_sizes(
     file: &Path,
 ) -> Result<(), InputError> {
     let sm = spec.step_model().map_err(|e| InputError::from_field(file, e.under("cluster")))?;
-    let row_error = |row: &RowSize, message: String, fix: &str| InputError {
-        file: file.into(),
-        path: String::new(),
-        line: Some(row.line),
-        message,
-        fix: fix.into(),
-    };
+    let row_error = |row: &RowSize, message: String, fix: &str| InputError::new(file, message, fix).at_line(row.line);
     let mut last = None;
     for row in rows {
         let (prompt, output) = (row.prompt.max(1) as u64, row.output.max(1) as u64);
@@ -244,7 +237,7 @@ pub fn check_cluster_sizes(
     }
     if let (Some(last), super::cluster::Arrivals::Trace { time_scale, .. }) = (last, &spec.arrivals) {
         limits::fits_clock("cluster.arrivals.trace.time_scale", last.at_s * time_scale, "use a smaller time_scale")
-            .map_err(|e| InputError { line: Some(last.line), ..InputError::from_field(file, e) })?;
+            .map_err(|e| InputError::from_field(file, e).at_line(last.line))?;
     }
     Ok(())
 }

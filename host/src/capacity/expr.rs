@@ -73,12 +73,24 @@ pub struct Target {
     pub bounds: Option<Slo>,
 }
 
+/// A condition's metric that a policy's figures lack.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MissingMetric(pub String);
+
+impl fmt::Display for MissingMetric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "no metric `{}`", self.0)
+    }
+}
+
+impl std::error::Error for MissingMetric {}
+
 impl Target {
-    /// Whether every condition holds on `m`; `Err(metric)` names one `m` lacks.
-    pub fn holds(&self, m: &Metrics) -> Result<bool, String> {
+    /// Whether every condition holds on `m`; `Err` names a metric `m` lacks.
+    pub fn holds(&self, m: &Metrics) -> Result<bool, MissingMetric> {
         let mut all = true;
         for c in &self.conditions {
-            let v = m.get(&c.metric).ok_or_else(|| c.metric.clone())?;
+            let v = m.get(&c.metric).ok_or_else(|| MissingMetric(c.metric.clone()))?;
             all &= c.op.holds(v, c.value);
         }
         Ok(all)
@@ -383,7 +395,7 @@ mod tests {
         assert_eq!(t.holds(&m), Ok(false));
         m.0[1].1 = f64::NAN;
         assert_eq!(t.holds(&m), Ok(false));
-        assert_eq!(t.holds(&Metrics::new()), Err("latency_p99_s".into()));
+        assert_eq!(t.holds(&Metrics::new()), Err(MissingMetric("latency_p99_s".into())));
     }
 
     #[test]

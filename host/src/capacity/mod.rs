@@ -196,13 +196,11 @@ pub fn search(
     let budget = settings.max_points.max(2) as usize;
     let (mut lo, mut hi) = (0.0, limit.unwrap_or(f64::INFINITY));
     let Some(first) = run(start, &mut points, &mut note)? else {
-        return Err(Error::Input(InputError {
-            file: "<capacity>".into(),
-            path: String::new(),
-            line: None,
-            message: note.unwrap_or_default(),
-            fix: "check the workload with `routelab validate`".into(),
-        }));
+        return Err(Error::Input(InputError::new(
+            "<capacity>",
+            note.unwrap_or_default(),
+            "check the workload with `routelab validate`",
+        )));
     };
     if first {
         lo = start
@@ -315,12 +313,13 @@ pub fn evaluate(loader: &mut Loader, p: &Problem, spec: &PolicySpec, x: f64) -> 
     let per_seed = run_seeds(&resolved, &prepared, p.jobs)?;
     let metrics = over_seeds(&per_seed);
     let unfinished = per_seed.iter().any(|m| m.get("unfinished").is_some_and(|u| u > 0.0));
-    let holds = p.target.holds(&metrics).map_err(|missing| InputError {
-        file: "--slo".into(),
-        path: missing.clone(),
-        line: None,
-        message: format!("policy {} does not report `{missing}`", spec.label),
-        fix: "bound a metric every policy reports (`routelab docs output`)".into(),
+    let holds = p.target.holds(&metrics).map_err(|expr::MissingMetric(missing)| {
+        InputError::new(
+            "--slo",
+            format!("policy {} does not report `{missing}`", spec.label),
+            "bound a metric every policy reports (`routelab docs output`)",
+        )
+        .in_field(missing)
     })? && !unfinished;
     Ok(Evaluated::Ran(Point { load: x, holds, metrics }))
 }

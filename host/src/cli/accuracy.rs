@@ -13,30 +13,22 @@ use routelab_core::workload::InputError;
 
 use super::output::write_atomically;
 
-fn input_error(file: &Path, path: &str, message: String, fix: &str) -> InputError {
-    InputError { file: file.into(), path: path.into(), line: None, message, fix: fix.into() }
-}
-
-fn command_line(path: &str, message: String, fix: &str) -> InputError {
-    input_error(Path::new("<command line>"), path, message, fix)
-}
-
 /// A shipped profile by name, or a profile file (what `routelab calibrate --out` writes).
 fn shipped(name: &str) -> Result<Calibration, InputError> {
     let path = Path::new(name);
     if path.is_file() {
         let fix = "give a file written by `routelab calibrate --out`";
         let text =
-            std::fs::read_to_string(path).map_err(|e| input_error(path, "", format!("cannot read it: {e}"), fix))?;
+            std::fs::read_to_string(path).map_err(|e| InputError::new(path, format!("cannot read it: {e}"), fix))?;
         let c: Calibration =
-            serde_norway::from_str(&text).map_err(|e| input_error(path, "", format!("not a profile: {e}"), fix))?;
-        c.check().map_err(|(field, m)| input_error(path, &field, m, fix))?;
+            serde_norway::from_str(&text).map_err(|e| InputError::new(path, format!("not a profile: {e}"), fix))?;
+        c.check().map_err(|(field, m)| InputError::new(path, m, fix).in_field(field))?;
         return Ok(c);
     }
-    Choice::<Calibration>::Name(name.into()).resolve().map_err(|m| {
-        command_line(
+    Choice::<Calibration>::Name(name.into()).resolve().map_err(|e| {
+        InputError::command_line(
             "--calibration",
-            m,
+            e.to_string(),
             "name a shipped profile (rtx-pro-6000, rtx4090), a profile file, or `roofline`",
         )
     })
@@ -51,23 +43,30 @@ pub fn step_model(
     calibration: Option<String>,
     prefill: Option<(u64, u64)>,
 ) -> Result<i32> {
-    let bad = |e: step_model::DoesNotFit| command_line("step-model", e.message, &e.fix);
+    let bad = |e: step_model::DoesNotFit| InputError::command_line("step-model", e.message, &e.fix);
     if let Some((tokens, cached)) = prefill {
         if tokens == 0 || cached > tokens {
             let message = format!("--cached {cached} with --tokens {tokens}: the cached tokens are part of the prompt");
-            return Err(command_line("--cached", message, "give --tokens ≥ 1 and --cached at most --tokens").into());
+            return Err(InputError::command_line(
+                "--cached",
+                message,
+                "give --tokens ≥ 1 and --cached at most --tokens",
+            )
+            .into());
         }
     }
     if ![1, 2, 4, 8].contains(&tp) {
         let fix = "pass --tp 1, 2, 4 or 8";
-        return Err(command_line("--tp", format!("tp must be 1, 2, 4 or 8 (got {tp})"), fix).into());
+        return Err(InputError::command_line("--tp", format!("tp must be 1, 2, 4 or 8 (got {tp})"), fix).into());
     }
     let mut sm = StepModel::from_catalog(gpu, model, tp, 0.9).map_err(bad)?;
     if let Some(name) = calibration {
         let c = shipped(&name)?;
         if c.gpu != gpu {
             let fix = format!("pass --gpu {}", c.gpu);
-            return Err(command_line("--calibration", format!("'{name}' was measured on {}", c.gpu), &fix).into());
+            return Err(
+                InputError::command_line("--calibration", format!("'{name}' was measured on {}", c.gpu), &fix).into()
+            );
         }
         sm = sm.calibrated(c);
     }
@@ -87,17 +86,19 @@ fn profile_meta(dir: &Path) -> Result<(String, String), InputError> {
     let file = dir.join("meta.yaml");
     let fix = "meta.yaml must name `gpu:` (the device) and `model:` (the engine's model name)";
     let text =
-        std::fs::read_to_string(&file).map_err(|e| input_error(&file, "", format!("cannot read it: {e}"), fix))?;
+        std::fs::read_to_string(&file).map_err(|e| InputError::new(&file, format!("cannot read it: {e}"), fix))?;
     let v: serde_norway::Value =
-        serde_norway::from_str(&text).map_err(|e| input_error(&file, "", format!("not YAML: {e}"), fix))?;
+        serde_norway::from_str(&text).map_err(|e| InputError::new(&file, format!("not YAML: {e}"), fix))?;
     let field = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
-    let device =
-        field("gpu").or_else(|| field("hardware")).ok_or_else(|| input_error(&file, "gpu", "missing".into(), fix))?;
-    let model = field("model").ok_or_else(|| input_error(&file, "model", "missing".into(), fix))?;
-    let gpu = gpu_for_device(&device)
-        .ok_or_else(|| input_error(&file, "gpu", format!("unknown device '{device}'"), "add the GPU to the catalog"))?;
+    let device = field("gpu")
+        .or_else(|| field("hardware"))
+        .ok_or_else(|| InputError::new(&file, "missing", fix).in_field("gpu"))?;
+    let model = field("model").ok_or_else(|| InputError::new(&file, "missing", fix).in_field("model"))?;
+    let gpu = gpu_for_device(&device).ok_or_else(|| {
+        InputError::new(&file, format!("unknown device '{device}'"), "add the GPU to the catalog").in_field("gpu")
+    })?;
     let model = model_for_name(&model).ok_or_else(|| {
-        input_error(&file, "model", format!("unknown model '{model}'"), "add the model to the catalog")
+        InputError::new(&file, format!("unknown model '{model}'"), "add the model to the catalog").in_field("model")
     })?;
     Ok((gpu.into(), model.into()))
 }
@@ -126,12 +127,10 @@ pub fn calibrate(
     // Fitted on runs, the profile describes their engine: async scheduling unless a run turned
     // it off (vLLM's default since PR #27614; `sim/cluster/async_sched.rs`).
     base.async_scheduling = !bundles.is_empty() && bundles.iter().all(|b| b.meta.async_scheduling.unwrap_or(true));
-    let measurement = |e: fit::MeasurementError| InputError {
-        file: PathBuf::from(&e.file),
-        path: e.field,
-        line: e.line,
-        message: e.message,
-        fix: "see `routelab docs accuracy` for the layout".into(),
+    let measurement = |e: fit::MeasurementError| {
+        InputError::new(&e.file, e.message, "see `routelab docs accuracy` for the layout")
+            .in_field(e.field)
+            .at_line(e.line)
     };
     let mut c = fit::fit_kernels(profile, &model, &base).map_err(measurement)?;
     if let Some(f) = allreduce {
@@ -239,7 +238,9 @@ pub fn accuracy(
     json: Option<&Path>,
 ) -> Result<i32> {
     if stream.is_some() && runs.len() != 1 {
-        return Err(command_line("--stream", "goes with exactly one run folder".into(), "name one run folder").into());
+        return Err(
+            InputError::command_line("--stream", "goes with exactly one run folder", "name one run folder").into()
+        );
     }
     let dirs = if runs.is_empty() { shipped_runs()? } else { runs.to_vec() };
     // Every bundle read and checked before any replay.

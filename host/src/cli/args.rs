@@ -446,7 +446,7 @@ fn parse_slo(text: &str) -> Result<routelab_core::workload::slo::Slo, String> {
 pub use crate::scaffold::Kind;
 
 /// A `--trace` value: a file, or a built-in trace by name.
-fn trace_arg(s: &str) -> Result<PathBuf, String> {
+fn trace_arg(s: &str) -> Result<PathBuf, routelab_core::builtin::TraceArgError> {
     routelab_core::builtin::resolve_trace(Path::new(s))
 }
 

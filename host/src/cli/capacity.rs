@@ -31,7 +31,7 @@ pub struct Args {
 }
 
 fn flag_error(flag: &str, path: String, message: String, fix: &str) -> InputError {
-    InputError { file: PathBuf::from(flag), path, line: None, message, fix: fix.into() }
+    InputError::new(flag, message, fix).in_field(path)
 }
 
 pub fn run(a: Args) -> Result<i32> {

@@ -1,7 +1,7 @@
 //! Checks of the command line against the workloads, made before any run: an option that the
 //! workload cannot use is an error (exit 2), never silently ignored.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use routelab_policy_api::PolicyKind;
 
@@ -9,10 +9,6 @@ use super::args::Common;
 use routelab_core::plugin::{LoadError, Loader, PolicySpec};
 use routelab_core::runner::{self, Part, Prepared};
 use routelab_core::workload::{InputError, Workload, WorldKind};
-
-fn flag_error(flag: &str, message: String, fix: &str) -> InputError {
-    InputError { file: PathBuf::from(flag), path: String::new(), line: None, message, fix: fix.into() }
-}
 
 /// Parses policy arguments; two policies may not share a label.
 pub fn specs(args: &[String]) -> Result<Vec<PolicySpec>, LoadError> {
@@ -43,7 +39,7 @@ fn table_columns(w: &Workload, columns: &[String]) -> Result<(), InputError> {
     for c in columns {
         if crate::capacity::expr::resolve(c, &keys).as_deref() != Some(c.as_str()) {
             let hint = routelab_core::suggest::did_you_mean(c, keys.iter().copied());
-            return Err(flag_error(
+            return Err(InputError::new(
                 "--columns",
                 format!("`{c}` is not a metric key of the {} world{hint}", w.world().as_str()),
                 "give metric keys as `--json` writes them (`routelab docs output` lists them), comma-separated",
@@ -57,7 +53,7 @@ fn table_columns(w: &Workload, columns: &[String]) -> Result<(), InputError> {
 pub fn overrides(w: &Workload, file: &Path, common: &Common) -> Result<(), InputError> {
     let shown = file.display();
     if common.start.is_some() && w.compound.is_none() {
-        return Err(flag_error(
+        return Err(InputError::new(
             "--start",
             format!(
                 "{shown} is a {} workload; --start sets a compound workload's starting allocation",
@@ -67,7 +63,7 @@ pub fn overrides(w: &Workload, file: &Path, common: &Common) -> Result<(), Input
         ));
     }
     if common.slo.is_some() && w.cluster.is_none() {
-        return Err(flag_error(
+        return Err(InputError::new(
             "--slo",
             format!(
                 "{shown} is a {} workload; --slo bounds the TTFT, TPOT and latency of a cluster workload's requests",
@@ -78,13 +74,13 @@ pub fn overrides(w: &Workload, file: &Path, common: &Common) -> Result<(), Input
     }
     if (common.exact || common.sketch) && w.cluster.is_none() {
         let flag = if common.exact { "--exact" } else { "--sketch" };
-        return Err(flag_error(
+        return Err(InputError::new(
             flag,
             format!(
                 "{shown} is a {} workload; {flag} chooses how a cluster workload's requests are summarised",
                 w.world().as_str()
             ),
-            &format!("drop {flag}, or pass a workload with a `cluster:` section"),
+            format!("drop {flag}, or pass a workload with a `cluster:` section"),
         ));
     }
     if let Some(columns) = &common.columns {
@@ -97,7 +93,7 @@ pub fn overrides(w: &Workload, file: &Path, common: &Common) -> Result<(), Input
             _ => false,
         };
         if !replays {
-            return Err(flag_error(
+            return Err(InputError::new(
                 "--trace",
                 format!("{shown} does not replay a trace, so --trace {} would be ignored", t.display()),
                 "use a workload with `arrivals: {trace: {path: ...}}` (e.g. azure_conv), or drop --trace",
@@ -121,7 +117,7 @@ pub fn pairings(w: &Workload, specs: &[PolicySpec]) -> Result<(), InputError> {
         return Ok(());
     }
     match specs.iter().find(|s| s.scheduler.is_some()) {
-        Some(s) => Err(flag_error(
+        Some(s) => Err(InputError::new(
             "--policies",
             format!(
                 "'{}' names a local scheduler, but {} is a {} workload, which has none",
@@ -139,15 +135,9 @@ pub fn pairings(w: &Workload, specs: &[PolicySpec]) -> Result<(), InputError> {
 /// `cluster.autoscaling.scaler` — exists and is of the
 /// right kind (`validate`).
 pub fn policy_names(loader: &mut Loader, w: &Workload, file: &Path) -> Result<(), InputError> {
-    let at = |field: String, e: LoadError| InputError {
-        file: file.into(),
-        path: field,
-        line: None,
-        message: e.message,
-        fix: e.fix,
-    };
+    let at = |field: String, e: LoadError| InputError::new(file, e.message, e.fix).in_field(field);
     let specs = specs(&w.policies).map_err(|e| at("policies".into(), e))?;
-    pairings(w, &specs).map_err(|e| InputError { file: file.into(), path: "policies".into(), ..e })?;
+    pairings(w, &specs).map_err(|e| InputError::new(file, e.message, e.fix).in_field("policies").at_line(e.line))?;
     for (i, s) in specs.iter().enumerate() {
         loader.check(s, kind_of_world(w.world())).map_err(|e| at(format!("policies[{i}]"), e))?;
     }
@@ -184,7 +174,7 @@ pub fn policy_builds(loader: &mut Loader, prepared: &Prepared, file: &Path) -> R
         } else {
             format!("policies[{i}]")
         };
-        return Err(InputError { file: file.into(), path: field, line: None, message: e.message, fix: e.fix });
+        return Err(InputError::new(file, e.message, e.fix).in_field(field));
     }
     Ok(())
 }
@@ -196,7 +186,7 @@ pub fn new_policy_name(name: &str) -> Result<(), InputError> {
     if ok {
         return Ok(());
     }
-    Err(flag_error(
+    Err(InputError::new(
         "--name",
         format!("'{name}' cannot be a policy name"),
         "use lowercase letters, digits and `_`, starting with a letter (e.g. my_router)",

@@ -45,13 +45,7 @@ struct DocPolicy {
 }
 
 fn read(file: &Path) -> Result<Doc, InputError> {
-    let bad = |line, message: String, fix: &str| InputError {
-        file: file.into(),
-        path: String::new(),
-        line,
-        message,
-        fix: fix.into(),
-    };
+    let bad = |line: Option<usize>, message: String, fix: &str| InputError::new(file, message, fix).at_line(line);
     let fix = "give files written by --json (compare, sweep, run or merge)";
     let text = std::fs::read_to_string(file).map_err(|e| bad(None, format!("cannot be read: {e}"), fix))?;
     let doc: Doc =

@@ -1,6 +1,8 @@
 //! `routelab docs [TOPIC]`: the repository's `docs/` built into the binary, so an installed
 //! `routelab` carries the documents its help and error messages point at.
 
+use routelab_core::workload::InputError;
+
 /// Every document in `docs/`: (topic, text). A test keeps the list equal to the folder.
 const DOCS: &[(&str, &str)] = &[
     ("accuracy", include_str!("../../../docs/accuracy.md")),
@@ -17,8 +19,8 @@ const DOCS: &[(&str, &str)] = &[
 ];
 
 /// The document `topic` names (with or without `docs/` and `.md`), or the list of topics with
-/// each one's title when `topic` is `None`.
-pub fn show(topic: Option<&str>) -> Result<String, String> {
+/// each one's title when `topic` is `None`; a topic with no document is bad input.
+pub fn show(topic: Option<&str>) -> Result<String, InputError> {
     let Some(topic) = topic else {
         let mut out = String::from("documents (routelab docs TOPIC prints one):\n");
         for (name, text) in DOCS {
@@ -29,7 +31,11 @@ pub fn show(topic: Option<&str>) -> Result<String, String> {
     let key = topic.trim_start_matches("docs/").trim_end_matches(".md").to_ascii_lowercase();
     DOCS.iter().find(|(name, _)| *name == key).map(|(_, text)| text.to_string()).ok_or_else(|| {
         let hint = routelab_core::suggest::did_you_mean(&key, DOCS.iter().map(|(n, _)| *n));
-        format!("no document `{topic}`{hint}; `routelab docs` lists them")
+        InputError::command_line(
+            "topic",
+            format!("no document `{topic}`{hint}; `routelab docs` lists them"),
+            "run `routelab docs` for the list",
+        )
     })
 }
 
@@ -58,6 +64,6 @@ mod tests {
             assert_eq!(show(Some(&format!("docs/{name}.md"))).unwrap(), *text);
         }
         let e = show(Some("workload")).unwrap_err();
-        assert!(e.contains("did you mean `workloads`"), "{e}");
+        assert!(e.message.contains("did you mean `workloads`"), "{e}");
     }
 }

@@ -51,7 +51,7 @@ struct Row {
 }
 
 fn bad(file: &Path, line: usize, field: &str, message: String) -> InputError {
-    InputError { file: file.into(), path: field.into(), line: Some(line), message, fix: FIX.into() }
+    InputError::new(file, message, FIX).in_field(field).at_line(line)
 }
 
 /// Parses one log line (`n` is 1-based).
@@ -79,7 +79,7 @@ fn row(file: &Path, n: usize, text: &str) -> Result<Row, InputError> {
         None => (&v, ""),
     };
     let chat = body.get("messages").is_some();
-    let parsed = text::parse_request(body.to_string().as_bytes(), chat).map_err(|m| {
+    let parsed = text::parse_request(body.to_string().as_bytes(), chat).map_err(|text::InvalidRequest(m)| {
         let field = if chat { "messages" } else { "prompt" };
         bad(file, n, &format!("{at}{field}"), m)
     })?;
@@ -120,13 +120,8 @@ pub struct Imported {
 /// Reads the log at `file`, writes the trace to `out`. Every line is checked before anything is
 /// written.
 pub fn import(file: &Path, out: &mut impl Write) -> Result<Imported> {
-    let content = std::fs::read_to_string(file).map_err(|e| InputError {
-        file: file.into(),
-        path: String::new(),
-        line: None,
-        message: format!("cannot be read: {e}"),
-        fix: "give a JSON Lines file of requests".into(),
-    })?;
+    let content = std::fs::read_to_string(file)
+        .map_err(|e| InputError::new(file, format!("cannot be read: {e}"), "give a JSON Lines file of requests"))?;
     let mut rows = Vec::new();
     for (i, line) in content.lines().enumerate() {
         if !line.trim().is_empty() {

@@ -95,19 +95,16 @@ pub fn render(command: &str, shard: Shard, workloads: &[ShardWorkload]) -> Strin
     serde_json::to_string_pretty(&doc).expect("results serialise")
 }
 
-fn bad(file: &Path, message: String, fix: &str) -> InputError {
-    InputError { file: file.into(), path: String::new(), line: None, message, fix: fix.into() }
-}
-
 /// `--shard` needs `--json` and works only with what can be merged later.
 pub fn check(common: &Common) -> Result<(), InputError> {
     if common.shard.is_none() {
         return Ok(());
     }
     let flag = Path::new("--shard");
-    let refuse = |other: &str, fix: &str| Err(bad(flag, format!("--shard cannot be combined with {other}"), fix));
+    let refuse =
+        |other: &str, fix: &str| Err(InputError::new(flag, format!("--shard cannot be combined with {other}"), fix));
     if common.json.is_none() {
-        return Err(bad(flag, "a shard's results go to a --json file".into(), "add --json shard-K.json"));
+        return Err(InputError::new(flag, "a shard's results go to a --json file", "add --json shard-K.json"));
     }
     if common.isolate {
         return refuse("--isolate (whose unit is a policy, not a cell)", "drop --isolate or --shard");
@@ -124,13 +121,14 @@ pub fn check(common: &Common) -> Result<(), InputError> {
 /// Reads one shard's file; an unreadable or foreign file is bad input naming it.
 fn read(file: &Path) -> Result<ShardDoc, InputError> {
     let text = std::fs::read_to_string(file)
-        .map_err(|e| bad(file, format!("cannot be read: {e}"), "give the --json file of a --shard run"))?;
-    serde_json::from_str(&text).map_err(|e| InputError {
-        file: file.into(),
-        path: String::new(),
-        line: Some(e.line()),
-        message: format!("is not a shard's results: {e}"),
-        fix: "give the --json files written by `--shard K/N` runs (a full run's file needs no merge)".into(),
+        .map_err(|e| InputError::new(file, format!("cannot be read: {e}"), "give the --json file of a --shard run"))?;
+    serde_json::from_str(&text).map_err(|e| {
+        InputError::new(
+            file,
+            format!("is not a shard's results: {e}"),
+            "give the --json files written by `--shard K/N` runs (a full run's file needs no merge)",
+        )
+        .at_line(e.line())
     })
 }
 
@@ -143,14 +141,14 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, Vec<WorkloadResult>), InputEr
     let mut seen: BTreeMap<u32, &PathBuf> = BTreeMap::new();
     for (doc, file) in docs.iter().zip(files) {
         if doc.routelab != version {
-            return Err(bad(
+            return Err(InputError::new(
                 file,
                 format!("was written by routelab {}; this is routelab {version}", doc.routelab),
                 "run every shard and the merge with the same routelab",
             ));
         }
         if doc.command != first.command || doc.shard.count != first.shard.count {
-            return Err(bad(
+            return Err(InputError::new(
                 file,
                 format!(
                     "is shard {}/{} of `{}`, but {} is shard {}/{} of `{}`",
@@ -174,14 +172,14 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, Vec<WorkloadResult>), InputEr
                 .zip(&first.workloads)
                 .find(|(a, b)| !a.same_as(b))
                 .map_or("the list of workloads".to_string(), |(a, _)| format!("workload {}", a.name));
-            return Err(bad(
+            return Err(InputError::new(
                 file,
                 format!("differs from {} in {name} (its fields, seeds or policies)", first_file.display()),
                 "merge the shards of one command line, run with the same workload files and options",
             ));
         }
         if doc.shard.index == 0 || doc.shard.index > doc.shard.count {
-            return Err(bad(
+            return Err(InputError::new(
                 file,
                 format!(
                     "names itself shard {}/{}, which no --shard K/N run writes (1 ≤ K ≤ N)",
@@ -191,7 +189,7 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, Vec<WorkloadResult>), InputEr
             ));
         }
         if let Some(other) = seen.insert(doc.shard.index, file) {
-            return Err(bad(
+            return Err(InputError::new(
                 file,
                 format!("is shard {}/{}, and so is {}", doc.shard.index, doc.shard.count, other.display()),
                 "give each shard once",
@@ -203,7 +201,7 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, Vec<WorkloadResult>), InputEr
         .map(|k| format!("{k}/{}", first.shard.count))
         .collect();
     if !missing.is_empty() {
-        return Err(bad(
+        return Err(InputError::new(
             Path::new("routelab merge"),
             format!("shard {} missing", missing.join(", ")),
             "run the missing shards with the same command line and --shard K/N, and give every file",
@@ -229,7 +227,7 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, Vec<WorkloadResult>), InputEr
                     let at =
                         format!("workload {}, policy {}, seed index {}", head.name, policy.policy, cell.seed_index);
                     let slot = cells.get_mut(cell.seed_index as usize).ok_or_else(|| {
-                        bad(
+                        InputError::new(
                             file,
                             format!("has a cell beyond the workload's {} seeds ({at})", head.seeds),
                             "give unedited shard files",
@@ -237,7 +235,7 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, Vec<WorkloadResult>), InputEr
                     })?;
                     let owner = Shard { index: doc.shard.index, count: doc.shard.count };
                     if !owner.keeps(ordinal + cell.seed_index as usize) {
-                        return Err(bad(
+                        return Err(InputError::new(
                             file,
                             format!(
                                 "says it is shard {}/{} but holds a cell another shard runs ({at})",
@@ -247,7 +245,7 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, Vec<WorkloadResult>), InputEr
                         ));
                     }
                     if let Some((_, other)) = slot {
-                        return Err(bad(
+                        return Err(InputError::new(
                             file,
                             format!("repeats a cell of {} ({at})", other.display()),
                             "give unedited shard files of one command line",
@@ -257,7 +255,7 @@ pub fn merge(files: &[PathBuf]) -> Result<(String, Vec<WorkloadResult>), InputEr
                 }
             }
             if let Some(k) = cells.iter().position(Option::is_none) {
-                return Err(bad(
+                return Err(InputError::new(
                     Path::new("routelab merge"),
                     format!("no shard has workload {}, policy {}, seed index {k}", head.name, policy.policy),
                     "rerun the shard that was cut short (its --json is written as it goes), then merge again",

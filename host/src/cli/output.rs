@@ -11,13 +11,7 @@ use routelab_core::runner::WorkloadResult;
 use routelab_core::workload::InputError;
 
 fn bad(flag: &str, path: &Path, message: String, fix: &str) -> InputError {
-    InputError {
-        file: PathBuf::from(flag),
-        path: String::new(),
-        line: None,
-        message: format!("{}: {message}", path.display()),
-        fix: fix.into(),
-    }
+    InputError::new(flag, format!("{}: {message}", path.display()), fix)
 }
 
 /// Checks that every output path can be written, that no two flags name the same file, and

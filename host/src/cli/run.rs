@@ -3,7 +3,6 @@
 //! written as policies complete, a progress bar on terminals.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -36,13 +35,12 @@ pub fn run_prepared(
         };
         checks::pairings(&p.workload, &specs)?;
         if specs.is_empty() {
-            return Err(InputError {
-                file: PathBuf::from(&p.workload.name),
-                path: "policies".into(),
-                line: None,
-                message: "no policies to run".into(),
-                fix: "pass --policies a,b,c or list `policies:` in the workload".into(),
-            }
+            return Err(InputError::new(
+                &p.workload.name,
+                "no policies to run",
+                "pass --policies a,b,c or list `policies:` in the workload",
+            )
+            .in_field("policies")
             .into());
         }
         plan.push(Planned::new(&mut loader, p, specs, common.isolate));
@@ -57,13 +55,8 @@ pub fn run_prepared(
     };
     // The workload's own check counts one run; -j holds that many at once.
     for p in &prepared {
-        routelab_core::workload::estimate::check_memory_jobs(&p.workload, opts.jobs).map_err(|e| InputError {
-            file: p.file.clone(),
-            path: e.path,
-            line: None,
-            message: e.message,
-            fix: e.fix,
-        })?;
+        routelab_core::workload::estimate::check_memory_jobs(&p.workload, opts.jobs)
+            .map_err(|e| InputError::from_field(&p.file, e))?;
     }
     let bar = progress_bar(parallel::runs(&plan, &opts));
     let mut done: Vec<WorkloadResult> = Vec::new();

@@ -42,13 +42,11 @@ pub fn run(n: u32) -> Result<String, routelab_core::error::Error> {
         7 => Ok(compound::exercise_7(&compound::Exercise7::default())?),
         8 => Ok(routing::exercise8()),
         9 => Ok(pd::exercise9()),
-        _ => Err(routelab_core::workload::InputError {
-            file: "<command line>".into(),
-            path: "exercise".into(),
-            line: None,
-            message: format!("no exercise {n} in this build"),
-            fix: "`routelab exercise --list` names the exercises".into(),
-        }
+        _ => Err(routelab_core::workload::InputError::command_line(
+            "exercise",
+            format!("no exercise {n} in this build"),
+            "`routelab exercise --list` names the exercises",
+        )
         .into()),
     }
 }

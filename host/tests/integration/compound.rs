@@ -87,11 +87,7 @@ fn from_all_25_starts_greedy_fails_on_some_and_llmselector_on_none() {
     let mut count = |policy: &str| {
         let spec_p = PolicySpec::parse(policy).unwrap();
         let factory = loader.resolve(&spec_p, routelab_policy_api::PolicyKind::Selector).unwrap();
-        let make = || {
-            factory
-                .selector(&SelectorContext { seed: 3, ..compound::selector_context(&spec, 1) })
-                .map_err(|e| e.to_string())
-        };
+        let make = || factory.selector(&SelectorContext { seed: 3, ..compound::selector_context(&spec, 1) });
         compound::all_starts(&spec, &make, 1).unwrap()
     };
     let greedy = count("greedy");

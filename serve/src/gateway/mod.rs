@@ -33,12 +33,12 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use routelab_policy_api::{Completion, CostModel, ReplicaView, Request, RouterContext, Segment, World};
 
-use super::emulate::cli_error;
 use super::prom::{EngineLoad, Histogram};
 use routelab_core::facts::RequestInfo;
 use routelab_core::handle::RouterHandle;
 use routelab_core::plugin::{Loader, PolicySpec};
 use routelab_core::sim::cluster::prefix_cache::extend_path_hash;
+use routelab_core::workload::InputError;
 
 mod args;
 mod breaker;
@@ -187,7 +187,7 @@ impl Gateway {
         }
         // Below a millisecond the interval rounds to 0 ns, which panicked the scrape task.
         if !(args.scrape_interval_s >= 0.001 && args.scrape_interval_s <= 3600.0) {
-            return Err(cli_error(
+            return Err(InputError::command_line(
                 "--scrape-interval-s",
                 format!("{} is out of range", args.scrape_interval_s),
                 "give seconds in [0.001, 3600]",
@@ -195,13 +195,20 @@ impl Gateway {
             .into());
         }
         if !(args.timeout_s > 0.0 && args.timeout_s <= 86_400.0) {
-            return Err(cli_error("--timeout-s", "out of range".into(), "give seconds in (0, 86400]").into());
+            return Err(InputError::command_line("--timeout-s", "out of range", "give seconds in (0, 86400]").into());
         }
         if !(args.generation_timeout_s > 0.0 && args.generation_timeout_s <= 86_400.0) {
-            return Err(cli_error("--generation-timeout-s", "out of range".into(), "give seconds in (0, 86400]").into());
+            return Err(InputError::command_line(
+                "--generation-timeout-s",
+                "out of range",
+                "give seconds in (0, 86400]",
+            )
+            .into());
         }
         if !(args.breaker_open_s >= 0.0 && args.breaker_open_s <= 86_400.0) {
-            return Err(cli_error("--breaker-open-s", "out of range".into(), "give seconds in [0, 86400]").into());
+            return Err(
+                InputError::command_line("--breaker-open-s", "out of range", "give seconds in [0, 86400]").into()
+            );
         }
         args.limits.check()?;
         let sm = args.hardware.step_model()?;
@@ -213,7 +220,7 @@ impl Gateway {
             None => sm.kv_capacity_tokens,
             Some(k) if (1..=1 << 40).contains(&k) => k,
             Some(k) => {
-                return Err(cli_error(
+                return Err(InputError::command_line(
                     "--kv-capacity-tokens",
                     format!("{k} is out of range"),
                     "give the engines' KV capacity in tokens, from 1 (llama.cpp: its -c)",
@@ -222,21 +229,20 @@ impl Gateway {
             }
         };
         if args.scrape_api_key.as_ref().is_some_and(|k| HeaderValue::from_str(&format!("Bearer {k}")).is_err()) {
-            return Err(cli_error(
+            return Err(InputError::command_line(
                 "--scrape-api-key",
-                "is not a valid header value".into(),
+                "is not a valid header value",
                 "give the key as printable ASCII",
             )
             .into());
         }
         let mut backends = Vec::new();
         for url in &args.backends {
-            let base: Uri = url
-                .trim_end_matches('/')
-                .parse()
-                .map_err(|e| cli_error("--backend", format!("'{url}' is not a URL: {e}"), "give http://host:port"))?;
+            let base: Uri = url.trim_end_matches('/').parse().map_err(|e| {
+                InputError::command_line("--backend", format!("'{url}' is not a URL: {e}"), "give http://host:port")
+            })?;
             if base.scheme_str() != Some("http") || base.authority().is_none() {
-                return Err(cli_error(
+                return Err(InputError::command_line(
                     "--backend",
                     format!("'{url}': only http://host:port is supported"),
                     "give http://host:port",
@@ -244,9 +250,9 @@ impl Gateway {
                 .into());
             }
             let uri = |path: &str| {
-                format!("{}{path}", url.trim_end_matches('/'))
-                    .parse::<Uri>()
-                    .map_err(|e| cli_error("--backend", format!("'{url}' is not a URL: {e}"), "give http://host:port"))
+                format!("{}{path}", url.trim_end_matches('/')).parse::<Uri>().map_err(|e| {
+                    InputError::command_line("--backend", format!("'{url}' is not a URL: {e}"), "give http://host:port")
+                })
             };
             let (metrics_uri, health_uri) = (uri("/metrics")?, uri("/health")?);
             backends.push(Backend {
@@ -271,9 +277,9 @@ impl Gateway {
         let n = backends.len() as u32;
         let kv_specs = kv_events::parse(&args.kv_events, backends.len())?;
         if kv_specs.iter().any(Option::is_some) && args.tokenizer.is_none() {
-            return Err(cli_error(
+            return Err(InputError::command_line(
                 "--kv-events",
-                "needs --tokenizer: the events carry token ids, which the byte-level fallback cannot match".into(),
+                "needs --tokenizer: the events carry token ids, which the byte-level fallback cannot match",
                 "give the model's tokenizer.json with --tokenizer, or leave --kv-events out",
             )
             .into());

@@ -59,15 +59,12 @@ pub struct Spec {
 }
 
 fn error(message: String) -> InputError {
-    InputError {
-        file: "<command line>".into(),
-        path: "--kv-events".into(),
-        line: None,
+    InputError::command_line(
+        "--kv-events",
         message,
-        fix: "give tcp://HOST:PORT[,replay=tcp://HOST:PORT][,topic=T][,format=vllm|sglang][,page=N][,buffer=N] \
-              (page: SGLang's --page-size, 1, 2, 4, 8 or 16; buffer: batches kept for replays, 1 to 1000000)"
-            .into(),
-    }
+        "give tcp://HOST:PORT[,replay=tcp://HOST:PORT][,topic=T][,format=vllm|sglang][,page=N][,buffer=N] \
+         (page: SGLang's --page-size, 1, 2, 4, 8 or 16; buffer: batches kept for replays, 1 to 1000000)",
+    )
 }
 
 /// Parses `tcp://HOST:PORT[,replay=…][,topic=…][,format=vllm|sglang][,page=N][,buffer=N]`; a

@@ -210,7 +210,7 @@ fn trace_replay_of_the_azure_conversation_trace() {
     let prompt: u64 = rows.iter().map(|r| r.context_tokens.max(1) as u64).sum();
     assert_eq!(o.records.iter().map(|r| r.prompt_tokens as u64).sum::<u64>(), prompt);
     let missing = generate(&spec, None, 1).unwrap_err();
-    assert!(missing.contains(trace::AZURE_TRACE_HINT), "{missing}");
+    assert!(missing.to_string().contains(trace::AZURE_TRACE_HINT), "{missing}");
 }
 
 fn bad(yaml_cluster: &str) -> workload::InputError {

@@ -8,6 +8,7 @@ use routelab_policy_api::SelectorBox;
 use super::world::{Split, World};
 use super::{CompoundOutcome, select_and_score};
 use crate::error::RunError;
+use crate::plugin::LoadError;
 use crate::workload::compound::CompoundSpec;
 
 /// Largest space [`best_allocation`] enumerates.
@@ -121,7 +122,7 @@ pub struct AllStarts {
 /// global optimum of the training set.
 pub fn all_starts(
     spec: &CompoundSpec,
-    make_selector: &dyn Fn() -> Result<SelectorBox, String>,
+    make_selector: &dyn Fn() -> Result<SelectorBox, LoadError>,
     run_seed: u64,
 ) -> Result<AllStarts, RunError> {
     let world = World::new(spec, run_seed);
@@ -145,7 +146,7 @@ pub fn all_starts(
     for_each_allocation(world.models.len(), world.modules(), |a| starts.push(a.to_vec()));
     let mut evaluations = 0.0;
     for start in starts {
-        let mut selector = make_selector().map_err(RunError::Run)?;
+        let mut selector = make_selector().map_err(|e| RunError::Run(e.to_string()))?;
         let CompoundOutcome { metrics, .. } = select_and_score(
             &world,
             spec.budget,

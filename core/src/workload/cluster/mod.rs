@@ -369,8 +369,10 @@ impl Preemption {
 impl ClusterSpec {
     /// The resolved step model of one replica.
     pub fn step_model(&self) -> Result<StepModel, FieldError> {
-        let gpu =
-            self.gpu.resolve().map_err(|m| FieldError::new("gpu", m, "name a catalog GPU or give a full mapping"))?;
+        let gpu = self
+            .gpu
+            .resolve()
+            .map_err(|e| FieldError::new("gpu", e.to_string(), "name a catalog GPU or give a full mapping"))?;
         // A custom GPU's rates and memory: the roofline's max() would silently drop a NaN or
         // negative term (a NaN bandwidth priced every step as compute-bound).
         for (field, value) in
@@ -387,7 +389,7 @@ impl ClusterSpec {
         let mut model = self
             .model
             .resolve()
-            .map_err(|m| FieldError::new("model", m, "name a catalog model or give a full mapping"))?;
+            .map_err(|e| FieldError::new("model", e.to_string(), "name a catalog model or give a full mapping"))?;
         match self.kv_cache_dtype {
             KvCacheDtype::Auto => {}
             KvCacheDtype::Fp8 => model.kv_bytes_per_element = Some(1),
@@ -428,7 +430,7 @@ impl ClusterSpec {
                 .map_err(|e| FieldError::new("model", e.message, e.fix))?;
         let Some(choice) = &self.calibration else { return Ok(sm) };
         let fix = "name a shipped profile (rtx-pro-6000, rtx4090) or paste the mapping `routelab calibrate` prints";
-        let c = choice.resolve().map_err(|m| FieldError::new("calibration", m, fix))?;
+        let c = choice.resolve().map_err(|e| FieldError::new("calibration", e.to_string(), fix))?;
         c.check().map_err(|(field, m)| FieldError::new(&format!("calibration.{field}"), m, fix))?;
         if c.gpu != sm.gpu.name {
             return Err(FieldError::new(

@@ -8,7 +8,7 @@
 //! (whose calls are sent by their parents), no trace (its rows are read whole to be checked).
 //! Everything else is generated whole, as before.
 
-use super::{Builder, FIRST_UNIQUE_ID, GeneratedRequest, Hinter, RequestStream, Synth};
+use super::{Builder, FIRST_UNIQUE_ID, GenerateError, GeneratedRequest, Hinter, RequestStream, Synth};
 use crate::time::SimTime;
 use crate::workload::cluster::classes::Label;
 use crate::workload::cluster::{Arrivals, ClusterSpec, TokenShape, Tokens};
@@ -55,7 +55,7 @@ impl<'s> LazyStream<'s> {
 
     /// `spec`'s stream for `run_seed` (`spec` must [fit](Self::fits)), nothing generated yet;
     /// `extent` is its length and last arrival ([`Self::extent`]).
-    pub fn new(spec: &'s ClusterSpec, run_seed: u64, extent: Extent) -> Result<Self, String> {
+    pub fn new(spec: &'s ClusterSpec, run_seed: u64, extent: Extent) -> Result<Self, GenerateError> {
         let mut s = Self::unhinted(spec, run_seed)?;
         s.hinter = Hinter::new(spec, run_seed);
         s.b.stream.extent = Some(extent);
@@ -63,7 +63,7 @@ impl<'s> LazyStream<'s> {
     }
 
     /// As [`Self::new`], without hints and of unknown extent (a pass over the whole stream).
-    pub(crate) fn unhinted(spec: &'s ClusterSpec, run_seed: u64) -> Result<Self, String> {
+    pub(crate) fn unhinted(spec: &'s ClusterSpec, run_seed: u64) -> Result<Self, GenerateError> {
         debug_assert!(Self::fits(spec));
         let labelled = !spec.classes.is_empty() || !spec.tenants.is_empty();
         let b = Builder {
@@ -82,7 +82,7 @@ impl<'s> LazyStream<'s> {
         spec: &ClusterSpec,
         run_seed: u64,
         mut each: impl FnMut(usize, &GeneratedRequest) -> Result<(), E>,
-    ) -> Result<Result<Extent, E>, String> {
+    ) -> Result<Result<Extent, E>, GenerateError> {
         let mut s = LazyStream::unhinted(spec, run_seed)?;
         let (mut id, mut last_arrival) = (0, 0);
         while s.reach(id) {

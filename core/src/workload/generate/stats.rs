@@ -94,7 +94,7 @@ pub fn stats_lazy<E>(
     spec: &crate::workload::cluster::ClusterSpec,
     run_seed: u64,
     mut each: impl FnMut(usize, &super::GeneratedRequest) -> Result<(), E>,
-) -> Result<Result<WorkloadStats, E>, String> {
+) -> Result<Result<WorkloadStats, E>, super::GenerateError> {
     let mut lazy = super::LazyStream::unhinted(spec, run_seed)?;
     let (mut n, mut total, mut shared, mut repeated, mut references) = (0usize, 0u64, 0u64, 0u64, 0u64);
     let (mut prompt_sum, mut output_sum, mut max_prompt) = (0.0f64, 0.0f64, 0u32);

@@ -5,7 +5,7 @@ use rand::RngExt;
 use rand_distr::{Distribution, Exp1, Gamma};
 use routelab_policy_api::Segment;
 
-use super::{Builder, Popular, SYSTEM_ID, mean_tokens, sample_tokens, session};
+use super::{Builder, GenerateError, Popular, SYSTEM_ID, mean_tokens, sample_tokens, session};
 use crate::seeds::{SimRng, stream};
 use crate::time::{SimTime, ticks};
 use crate::workload::cluster::classes::{Label, Mix};
@@ -43,7 +43,7 @@ pub(crate) struct Synth<'s> {
 
 impl<'s> Synth<'s> {
     /// The generator of `spec` (synthetic arrivals, not a trace) for `run_seed`.
-    pub(crate) fn new(spec: &'s ClusterSpec, run_seed: u64) -> Result<Self, String> {
+    pub(crate) fn new(spec: &'s ClusterSpec, run_seed: u64) -> Result<Self, GenerateError> {
         let g = &spec.generator;
         let arrival_rng = stream(run_seed, "cluster.arrivals");
         let size_rng = stream(run_seed, "cluster.sizes");
@@ -72,7 +72,7 @@ impl<'s> Synth<'s> {
                 (rate * (1.0 + amplitude), 1.0, Some((amplitude, period_s)))
             }
             Arrivals::Stages(_) => (1.0, 1.0, None),
-            Arrivals::Trace { .. } => return Err("a trace is replayed, not generated".into()),
+            Arrivals::Trace { .. } => return Err(GenerateError::TraceNotGenerated),
         };
         // Stepped rates: unit-rate Poisson time `unit`, mapped to the clock by the stages.
         let stages = match &spec.arrivals {
@@ -81,7 +81,8 @@ impl<'s> Synth<'s> {
         };
         let group_rate = rate / per_group;
         // Gamma with shape k = 1/cv² and mean 1/group_rate; cv = 1 is exponential.
-        let gamma = Gamma::new(1.0 / (cv * cv), cv * cv / group_rate).map_err(|e| format!("arrivals: {e}"))?;
+        let gamma =
+            Gamma::new(1.0 / (cv * cv), cv * cv / group_rate).map_err(|e| GenerateError::Arrivals(e.to_string()))?;
         Ok(Self {
             spec,
             arrival_rng,

@@ -47,7 +47,6 @@ use routelab_policy_api::{Eviction, Segment};
 use zeromq::{Socket as _, SocketRecv as _, SocketSend as _};
 
 use super::Gateway;
-use crate::emulate::cli_error;
 
 pub mod index;
 pub mod wire;
@@ -83,14 +82,19 @@ pub fn parse(raw: &[String], backends: usize) -> Result<Vec<Option<Spec>>, Input
         return Ok(vec![None; backends]);
     }
     if raw.len() != backends {
-        return Err(cli_error("--kv-events", format!("{} given for {backends} backends", raw.len()), FIX));
+        return Err(InputError::command_line(
+            "--kv-events",
+            format!("{} given for {backends} backends", raw.len()),
+            FIX,
+        ));
     }
     let tcp = |s: &str| -> Result<String, InputError> {
-        let rest =
-            s.strip_prefix("tcp://").ok_or_else(|| cli_error("--kv-events", format!("'{s}' is not tcp://"), FIX))?;
+        let rest = s
+            .strip_prefix("tcp://")
+            .ok_or_else(|| InputError::command_line("--kv-events", format!("'{s}' is not tcp://"), FIX))?;
         match rest.rsplit_once(':') {
             Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => Ok(s.to_string()),
-            _ => Err(cli_error("--kv-events", format!("'{s}' has no host:port"), FIX)),
+            _ => Err(InputError::command_line("--kv-events", format!("'{s}' has no host:port"), FIX)),
         }
     };
     raw.iter()
@@ -105,7 +109,13 @@ pub fn parse(raw: &[String], backends: usize) -> Result<Vec<Option<Spec>>, Input
                 match p.split_once('=') {
                     Some(("replay", v)) => spec.replay = Some(tcp(v)?),
                     Some(("topic", v)) => spec.topic = v.to_string(),
-                    _ => return Err(cli_error("--kv-events", format!("'{p}' in '{r}' is not replay= or topic="), FIX)),
+                    _ => {
+                        return Err(InputError::command_line(
+                            "--kv-events",
+                            format!("'{p}' in '{r}' is not replay= or topic="),
+                            FIX,
+                        ));
+                    }
                 }
             }
             Ok(Some(spec))
@@ -374,7 +384,7 @@ async fn replay(endpoint: &str, from: i64, to: i64) -> Result<Vec<Bytes>, String
         let [_, seq, payload] = frames.as_slice() else {
             return Err("a replay answer that is not [\"\", seq, payload]".into());
         };
-        let seq = wire::seq(seq)?;
+        let seq = wire::seq(seq).map_err(|e| e.to_string())?;
         if seq == -1 {
             break;
         }

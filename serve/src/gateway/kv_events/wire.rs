@@ -56,12 +56,44 @@ pub struct Batch {
     pub data_parallel_rank: Option<i64>,
 }
 
+/// Why a frame is not a KV event batch (the gateway counts and logs it).
+#[derive(Debug, Clone, PartialEq)]
+pub enum WireError {
+    /// The payload is not msgpack (the decoder's message).
+    NotMsgpack(String),
+    /// This many bytes follow the batch.
+    Trailing(usize),
+    /// Msgpack, but not the shape of a batch: what is missing or wrong.
+    Malformed(&'static str),
+    /// A sequence-number frame of this many bytes (not 8).
+    SeqFrame(usize),
+}
+
+impl From<&'static str> for WireError {
+    fn from(what: &'static str) -> Self {
+        WireError::Malformed(what)
+    }
+}
+
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WireError::NotMsgpack(e) => write!(f, "not msgpack: {e}"),
+            WireError::Trailing(n) => write!(f, "{n} bytes after the batch"),
+            WireError::Malformed(what) => f.write_str(what),
+            WireError::SeqFrame(n) => write!(f, "a {n}-byte sequence frame"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
 /// Decodes one payload. Errors say what was wrong (the gateway counts and logs them).
-pub fn decode(payload: &[u8]) -> Result<Batch, String> {
+pub fn decode(payload: &[u8]) -> Result<Batch, WireError> {
     let mut rd = payload;
-    let v = rmpv::decode::read_value_with_max_depth(&mut rd, 16).map_err(|e| format!("not msgpack: {e}"))?;
+    let v = rmpv::decode::read_value_with_max_depth(&mut rd, 16).map_err(|e| WireError::NotMsgpack(e.to_string()))?;
     if !rd.is_empty() {
-        return Err(format!("{} bytes after the batch", rd.len()));
+        return Err(WireError::Trailing(rd.len()));
     }
     let (ts, events, rank) = match &v {
         Value::Map(m) => (field(m, "ts"), field(m, "events"), field(m, "data_parallel_rank")),
@@ -79,7 +111,7 @@ fn field<'a>(m: &'a [(Value, Value)], key: &str) -> Option<&'a Value> {
     m.iter().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v)
 }
 
-fn event(v: &Value) -> Result<KvEvent, String> {
+fn event(v: &Value) -> Result<KvEvent, WireError> {
     // Positional fields after the tag, in declaration order, for the array form.
     let get = |name: &str, pos: usize| -> Option<&Value> {
         match v {
@@ -120,14 +152,16 @@ fn event(v: &Value) -> Result<KvEvent, String> {
     })
 }
 
-fn hashes(v: Option<&Value>) -> Result<Vec<BlockKey>, String> {
+fn hashes(v: Option<&Value>) -> Result<Vec<BlockKey>, WireError> {
     v.and_then(Value::as_array).ok_or("an event has no `block_hashes` list")?.iter().map(hash).collect()
 }
 
-fn hash(v: &Value) -> Result<BlockKey, String> {
+fn hash(v: &Value) -> Result<BlockKey, WireError> {
     match v {
         Value::Binary(b) => Ok(fnv1a(b)),
-        Value::Integer(i) => i.as_u64().or_else(|| i.as_i64().map(|i| i as u64)).ok_or_else(|| "a bad int hash".into()),
+        Value::Integer(i) => {
+            i.as_u64().or_else(|| i.as_i64().map(|i| i as u64)).ok_or(WireError::Malformed("a bad int hash"))
+        }
         _ => Err("a block hash is neither bytes nor an int".into()),
     }
 }
@@ -141,6 +175,6 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// The sequence number frame: 8 bytes big-endian (`-1`, all ones, ends a replay).
-pub fn seq(frame: &[u8]) -> Result<i64, String> {
-    <[u8; 8]>::try_from(frame).map(i64::from_be_bytes).map_err(|_| format!("a {}-byte sequence frame", frame.len()))
+pub fn seq(frame: &[u8]) -> Result<i64, WireError> {
+    <[u8; 8]>::try_from(frame).map(i64::from_be_bytes).map_err(|_| WireError::SeqFrame(frame.len()))
 }
