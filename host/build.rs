@@ -23,9 +23,8 @@ fn on_path(name: &str) -> Option<PathBuf> {
 /// versions it names, or `None` if the script cannot be read.
 fn llama_dir() -> Option<PathBuf> {
     let script = std::fs::read_to_string("../testing/llama/ensure.sh").ok()?;
-    let version = |name: &str| {
-        script.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix('=')).map(|v| v.trim().to_string())
-    };
+    let version =
+        |name: &str| script.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix('=')).map(|v| v.trim().to_string());
     let key = format!("llama-{}-{}-{}", version("LLAMA_CPP_PYTHON")?, version("SMOLLM2")?, std::env::consts::ARCH);
     if let Some(dir) = std::env::var_os("ROUTELAB_LLAMA_DIR") {
         return Some(PathBuf::from(dir));

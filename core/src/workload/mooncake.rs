@@ -266,12 +266,14 @@ pub fn read_label(
 ) -> Result<(Option<u16>, Option<u32>), InputError> {
     let index = |field: &str, list: &str, max: u64| -> Result<Option<u64>, InputError> {
         let Some(v) = obj.get(field) else { return Ok(None) };
-        v.as_u64().filter(|&i| i <= max).map(Some).ok_or_else(|| InputError {
-            file: file.into(),
-            path: field.into(),
-            line: Some(line),
-            message: format!("must be a {field} index, an integer in [0, {max}] (got {v})"),
-            fix: format!("give the index of the request's {field} in the workload's `cluster.{list}` (0 = the first)"),
+        v.as_u64().filter(|&i| i <= max).map(Some).ok_or_else(|| {
+            InputError::new(
+                file,
+                format!("must be a {field} index, an integer in [0, {max}] (got {v})"),
+                format!("give the index of the request's {field} in the workload's `cluster.{list}` (0 = the first)"),
+            )
+            .in_field(field)
+            .at_line(line)
         })
     };
     let class = index("class", "classes", u16::MAX as u64)?.map(|c| c as u16);
@@ -285,18 +287,16 @@ pub fn read_label(
 pub fn check_labels(rows: &[MooncakeRow], spec: &super::cluster::ClusterSpec, file: &Path) -> Result<(), InputError> {
     let (classes, tenants) = (spec.classes.len(), spec.tenants.len());
     for r in rows {
-        let bad = |field: &str, v: usize, n: usize, list: &str| InputError {
-            file: file.into(),
-            path: field.into(),
-            line: Some(r.line),
-            message: if n == 0 {
+        let bad = |field: &str, v: usize, n: usize, list: &str| {
+            let message = if n == 0 {
                 format!("{field} {v}, but the workload has no `cluster.{list}` (every request is {field} 0)")
             } else {
                 format!("{field} {v} is not one of the workload's {n} {list} (valid: 0..{})", n - 1)
-            },
-            fix: format!(
+            };
+            let fix = format!(
                 "use an index into the workload's `cluster.{list}`, in the order written (0 = the first), or fix the row"
-            ),
+            );
+            InputError::new(file, message, fix).in_field(field).at_line(r.line)
         };
         if let Some(c) = r.class.filter(|&c| c as usize >= classes.max(1)) {
             return Err(bad("class", c as usize, classes, "classes"));
