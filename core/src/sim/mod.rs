@@ -29,3 +29,11 @@ impl std::fmt::Display for SetupError {
 }
 
 impl std::error::Error for SetupError {}
+
+/// A stream that cannot be generated is an arrivals error of the world being built (here, not
+/// in `workload`, which the simulator's modules depend on: no module circle).
+impl From<crate::workload::generate::GenerateError> for SetupError {
+    fn from(e: crate::workload::generate::GenerateError) -> Self {
+        SetupError::new("arrivals", e.to_string(), "see the message")
+    }
+}

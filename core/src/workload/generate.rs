@@ -355,12 +355,6 @@ impl std::fmt::Display for GenerateError {
 
 impl std::error::Error for GenerateError {}
 
-impl From<GenerateError> for crate::sim::SetupError {
-    fn from(e: GenerateError) -> Self {
-        crate::sim::SetupError::new("arrivals", e.to_string(), "see the message")
-    }
-}
-
 /// The stream of `spec` for `run_seed`. `trace` must hold the trace rows when arrivals come from
 /// a trace. Errors (a trace row too large for a replica, a missing trace) are bad input.
 pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -> Result<RequestStream, GenerateError> {

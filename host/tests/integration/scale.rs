@@ -324,10 +324,10 @@ fn gnu_parallel_recipe_gives_the_unsharded_file() {
 fn prefix_router_bounds_leave_the_shipped_results_as_they_were() {
     let bounded = ["vllm_prefix_aware", "ray_prefix_aware"];
     let unbounded = ["vllm_prefix_aware{max_chunks: 18446744073709551615}", "ray_prefix_aware{do_eviction: false}"];
-    let w = compare_file(
-        "workloads/cluster/mooncake_conversation.yaml",
-        &[bounded[0], unbounded[0], bounded[1], unbounded[1]],
-    );
+    // Named by its full path: the workload's trace is read relative to it.
+    let path = workspace().join("workloads/cluster/mooncake_conversation.yaml");
+    let policies = [bounded[0], unbounded[0], bounded[1], unbounded[1]].map(String::from);
+    let w = compare_text(&std::fs::read_to_string(&path).unwrap(), path.to_str().unwrap(), &policies);
     for (k, counter) in [(0, "router.router_evicted_chunks"), (2, "router.router_evicted_tokens")] {
         let (b, u) = (&w.results[k], &w.results[k + 1]);
         assert!(b.error.is_none() && u.error.is_none(), "{:?} {:?}", b.error, u.error);
