@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::workload::InputError;
+use crate::input::InputError;
 
 include!(concat!(env!("OUT_DIR"), "/builtin_files.rs"));
 
@@ -101,6 +101,12 @@ pub fn resolve(arg: &Path) -> Result<PathBuf, InputError> {
     if arg.exists() {
         return Ok(arg.to_path_buf());
     }
+    named(arg)
+}
+
+/// The built-in workload `arg` names (written out on first use), whether or not a file of that
+/// name exists: what a workload's `base:` falls back to when no file beside it has the name.
+pub fn named(arg: &Path) -> Result<PathBuf, InputError> {
     let key = arg.to_string_lossy();
     let missing = |message: String, fix: String| InputError::new(arg, message, fix);
     match find(&key) {

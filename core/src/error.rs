@@ -8,8 +8,8 @@
 
 use std::fmt;
 
+use crate::input::InputError;
 use crate::plugin::LoadError;
-use crate::workload::InputError;
 
 /// Which kind of policy a [`RunError`] blames, as its message names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

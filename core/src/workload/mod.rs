@@ -14,8 +14,9 @@ pub mod mooncake;
 pub mod slo;
 pub mod trace;
 
-use std::fmt;
 use std::path::{Path, PathBuf};
+
+pub use crate::input::{FieldError, InputError};
 
 use serde::{Deserialize, Serialize};
 
@@ -122,88 +123,6 @@ impl Workload {
             c.validate().map_err(|e| e.under("compound"))?;
         }
         estimate::check_memory(self)
-    }
-}
-
-/// A value that parsed but cannot be used: where, what, and what would be valid.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FieldError {
-    pub path: String,
-    pub message: String,
-    pub fix: String,
-}
-
-impl FieldError {
-    pub fn new(path: &str, message: impl Into<String>, fix: impl Into<String>) -> Self {
-        Self { path: path.into(), message: message.into(), fix: fix.into() }
-    }
-
-    /// Prefixes the path with the enclosing field.
-    pub fn under(mut self, parent: &str) -> Self {
-        self.path = if self.path.is_empty() { parent.into() } else { format!("{parent}.{}", self.path) };
-        self
-    }
-}
-
-/// Bad input: a workload (or trace, or config) that cannot be run. Exit code 2.
-#[derive(Debug, Clone, PartialEq)]
-pub struct InputError {
-    pub file: PathBuf,
-    /// Dotted field path (`dispatch.servers`), empty for the whole file.
-    pub path: String,
-    pub line: Option<usize>,
-    pub message: String,
-    pub fix: String,
-}
-
-impl fmt::Display for InputError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file.display())?;
-        if let Some(line) = self.line {
-            write!(f, ":{line}")?;
-        }
-        if !self.path.is_empty() {
-            write!(f, ": field `{}`", self.path)?;
-        }
-        write!(f, ": {}", self.message)?;
-        if !self.fix.is_empty() {
-            write!(f, "\n  fix: {}", self.fix)?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for InputError {}
-
-impl InputError {
-    /// `file` (a path, or a flag such as `--set` standing for one) as a whole is bad: `message`
-    /// says what, `fix` what would do. Narrow it with [`in_field`](Self::in_field) and
-    /// [`at_line`](Self::at_line).
-    pub fn new(file: impl Into<PathBuf>, message: impl Into<String>, fix: impl Into<String>) -> Self {
-        Self { file: file.into(), path: String::new(), line: None, message: message.into(), fix: fix.into() }
-    }
-
-    /// A bad value given on the command line: `field` names the flag or argument
-    /// (`--kv-events`, `topic`); the file reads `<command line>`.
-    pub fn command_line(field: &str, message: impl Into<String>, fix: impl Into<String>) -> Self {
-        Self::new("<command line>", message, fix).in_field(field)
-    }
-
-    /// A [`FieldError`] found in `file`.
-    pub fn from_field(file: &Path, e: FieldError) -> Self {
-        Self::new(file, e.message, e.fix).in_field(e.path)
-    }
-
-    /// The error is in the field at dotted `path` (`dispatch.servers`; empty for the whole file).
-    pub fn in_field(mut self, path: impl Into<String>) -> Self {
-        self.path = path.into();
-        self
-    }
-
-    /// The error is on `line` (1-based; `None` when no line is known).
-    pub fn at_line(mut self, line: impl Into<Option<usize>>) -> Self {
-        self.line = line.into();
-        self
     }
 }
 
@@ -332,7 +251,8 @@ pub fn load(path: &Path) -> Result<Workload, InputError> {
 }
 
 /// The workload file's YAML text with its `base:` (if any) merged in: a workload may start from
-/// another file (`base: ../tool_use.yaml`, relative to itself) and override any of its fields;
+/// another file (`base: ../tool_use.yaml`, relative to itself) or a built-in workload (`base:
+/// tool_use`, when no file beside it has that name) and override any of its fields;
 /// mappings merge key by key, anything else is replaced. Paths inside the result (a trace) are
 /// read relative to the file that is run. A chain of bases that returns to a file is an error.
 pub fn load_text(path: &Path) -> Result<String, InputError> {
@@ -348,10 +268,15 @@ fn load_text_from(path: &Path, chain: &mut Vec<PathBuf>) -> Result<String, Input
         Err(_) => return Ok(text), // parse() reports it with its line
     };
     let Some(base) = doc.get("base").and_then(|b| b.as_str()) else { return Ok(text) };
-    let base_path = path.parent().unwrap_or(Path::new(".")).join(base);
     let here = path.canonicalize().unwrap_or_else(|_| path.into());
     let line = text.lines().position(|l| l.trim_start().starts_with("base:")).map(|i| i + 1);
     let base_error = |message: String, fix: &str| InputError::new(path, message, fix).in_field("base").at_line(line);
+    // A file beside this one, else a built-in workload's name (`base: tool_use`).
+    let mut base_path = path.parent().unwrap_or(Path::new(".")).join(base);
+    if !base_path.exists() {
+        base_path = crate::builtin::named(Path::new(base))
+            .map_err(|e| base_error(format!("`{base}` is no file ({}), {}", base_path.display(), e.message), &e.fix))?;
+    }
     chain.push(here);
     let there = base_path.canonicalize().unwrap_or_else(|_| base_path.clone());
     if let Some(k) = chain.iter().position(|p| *p == there) {

@@ -62,6 +62,28 @@ fn base_cycles_of_two_and_three_files_are_refused() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// Issue 32: `base:` may name a built-in workload when no file beside the workload has the name,
+/// so a user's own file starts from `tool_use` without a checkout; a name that is neither is
+/// refused at the `base` line, with the nearest built-in name.
+#[test]
+fn a_base_may_name_a_built_in_workload() {
+    let own = write("from_builtin.yaml", "# mine\nbase: tool_use\ncluster: {replicas: 3}\n");
+    let merged = workload::load(Path::new(&own)).unwrap();
+    let tool_use = workload::load(&workspace().join("workloads/cluster/tool_use.yaml")).unwrap();
+    let (mine, theirs) = (merged.cluster.as_ref().unwrap(), tool_use.cluster.as_ref().unwrap());
+    assert_eq!((mine.replicas, theirs.replicas), (3, 8));
+    assert_eq!(mine.generator, theirs.generator, "everything but the override comes from the built-in");
+    assert_eq!(merged.name, "from_builtin");
+    // A file beside the workload wins over a built-in of the same name; without it, the built-in.
+    let own_yaml = write("from_file.yaml", "base: tool_use.yaml\n");
+    let beside = write("tool_use.yaml", CLUSTER);
+    assert_eq!(workload::load(Path::new(&own_yaml)).unwrap().cluster.unwrap().requests, Some(50));
+    std::fs::remove_file(beside).unwrap();
+    assert_eq!(workload::load(Path::new(&own_yaml)).unwrap().cluster.unwrap().requests, theirs.requests);
+    let bad = write("from_nonesuch.yaml", "base: tool_us\n");
+    refused(&["validate", &bad], &["from_nonesuch.yaml:1", "field `base`", "`tool_us` is no file", "tool_use"]);
+}
+
 #[test]
 fn huge_or_endless_files_are_refused_by_size() {
     let w = write("base_zero.yaml", "base: /dev/zero\n");
