@@ -318,14 +318,18 @@ fn reports_render_in_chromium_with_every_policy_workload_and_chart() {
     }
     assert!(text.contains("own y axis: overloaded"), "the overloaded policy's chart says it has its own axis");
 
-    // The screenshot is a page, not a blank: many colours, none covering nearly everything.
-    let (w, h, rgba) = screenshot(&browser, &compare);
-    assert_eq!((w, h), (1200, 3000));
-    let mut counts = std::collections::HashMap::new();
-    for px in rgba.chunks(4) {
-        *counts.entry([px[0], px[1], px[2]]).or_insert(0u64) += 1;
+    // Each page's screenshot (compare, sweep, capacity) is a page, not a blank: many colours, none
+    // covering nearly everything.
+    for page in [&compare, &sweep, &capacity] {
+        let (w, h, rgba) = screenshot(&browser, page);
+        assert_eq!((w, h), (1200, 3000));
+        let mut counts = std::collections::HashMap::new();
+        for px in rgba.chunks(4) {
+            *counts.entry([px[0], px[1], px[2]]).or_insert(0u64) += 1;
+        }
+        let most = counts.values().copied().max().unwrap();
+        let name = page.display();
+        assert!(counts.len() > 50, "{name}: {} colours", counts.len());
+        assert!((most as f64) < 0.97 * (w * h) as f64, "{name}: one colour covers {most} of {} pixels", w * h);
     }
-    let most = counts.values().copied().max().unwrap();
-    assert!(counts.len() > 50, "{} colours", counts.len());
-    assert!((most as f64) < 0.97 * (w * h) as f64, "one colour covers {most} of {} pixels", w * h);
 }
