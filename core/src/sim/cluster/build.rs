@@ -168,6 +168,7 @@ impl<'a> ClusterSim<'a> {
             },
             slo: spec.slo.clone(),
             admission: None,
+            admission_views: Vec::new(),
             infos: Window::new(RequestInfo::plain()),
             ends: Window::new(End::Served),
             dispatched_at: Window::new(0),

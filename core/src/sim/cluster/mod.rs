@@ -236,6 +236,9 @@ pub struct ClusterSim<'a> {
     /// The admission policy in front of the router (`None`: every request is admitted on arrival,
     /// without a call).
     admission: Option<AdmissionHandle>,
+    /// What the admission policy sees: the router's views with KV use as vLLM reports it
+    /// ([`ClusterSim::admission_views`]).
+    admission_views: Vec<ReplicaView>,
     /// Every request's class, tenant and SLO (by request id).
     infos: Window<RequestInfo>,
     /// How each request ended, beyond finishing (admission's rejections and sheds).
@@ -378,8 +381,9 @@ impl<'a> ClusterSim<'a> {
         while self.admission.as_ref().is_some_and(|a| a.held() > 0) {
             let probe = self.last_arrived;
             self.refresh_views(probe);
+            self.admission_views();
             let a = self.admission.as_mut().expect("checked");
-            let Some((id, admit)) = a.next(seconds(now), &self.views)? else { break };
+            let Some((id, admit)) = a.next(seconds(now), &self.admission_views)? else { break };
             let id = id as usize;
             if admit {
                 self.dispatched_at[id] = now;
@@ -412,12 +416,15 @@ impl<'a> ClusterSim<'a> {
             f.arrived(id, q.prompt_tokens, q.output_tokens);
         }
         self.refresh_views(id);
+        if self.admission.is_some() {
+            self.admission_views();
+        }
         let admitted = match &mut self.admission {
             None => Admitted::Now,
             Some(a) => {
                 let q = self.stream.request(id);
                 let req = Request::new(id as u64, seconds(now), q.prompt_tokens).with_segments(self.stream.prompt(id));
-                a.arrive(&req, &self.infos[id], &self.views)?
+                a.arrive(&req, &self.infos[id], &self.admission_views)?
             }
         };
         match admitted {
