@@ -189,3 +189,58 @@ fn classes_survive_export_and_replay() {
     assert_eq!(m["class.interactive.shed"], 0.0, "interactive is not sheddable: {m}");
     assert!(m["class.interactive.admission_wait_mean_s"].is_f64() && m["class.batch.admission_wait_mean_s"].is_f64());
 }
+
+/// `routelab import --workload W` maps a log line's `class` and `tenant` names to W's indices:
+/// replaying the trace under W counts each class's and tenant's requests as the log gives them;
+/// a name W lacks, or a name without `--workload`, exits 2 naming the log's file, line and field.
+#[test]
+fn import_maps_class_and_tenant_names_to_the_workloads_indices() {
+    let log_line = |t: f64, class: &str, tenant: &str| {
+        format!(
+            "{{\"timestamp\": {t}, \"prompt\": \"request at {t}\", \"output_tokens\": 5, \"class\": \"{class}\", \"tenant\": \"{tenant}\"}}\n"
+        )
+    };
+    let log: String = [(0.0, "batch", "b"), (0.5, "interactive", "a"), (1.0, "batch", "a"), (1.5, "batch", "b")]
+        .iter()
+        .map(|&(t, c, n)| log_line(t, c, n))
+        .collect();
+    let log = scratch("import-log.jsonl", &log);
+    let trace = fixture("classes", "import-trace.jsonl");
+    let workload = scratch(
+        "import.yaml",
+        &format!(
+            "name: imported\nseeds: 1\ncluster:\n  replicas: 2\n  generator: {{output_tokens: 16}}\n  classes:\n    - {{name: interactive, share: 1, slo: {{ttft_s: 1}}}}\n    - {{name: batch, share: 1, priority: -1}}\n  tenants:\n    - {{name: a, weight: 1}}\n    - {{name: b, weight: 1}}\n  arrivals: {{trace: {{path: {}, format: mooncake}}}}\n",
+            trace.display()
+        ),
+    );
+    let (log_s, trace_s, workload_s) = (log.to_str().unwrap(), trace.to_str().unwrap(), workload.to_str().unwrap());
+    let out = routelab(&["import", log_s, "--out", trace_s, "--workload", workload_s]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<(u64, u64)> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["class"].as_u64().unwrap(), v["tenant"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(rows, [(1, 1), (0, 0), (1, 0), (1, 1)]);
+    let (_, _, doc) = compare(&workload, &["--policies", "round_robin"]);
+    let m = &doc["workloads"][0]["results"][0]["metrics"];
+    let count = |k: &str| m[k].as_f64();
+    assert_eq!((count("class.interactive.requests"), count("class.batch.requests")), (Some(1.0), Some(3.0)), "{m}");
+    assert_eq!((count("tenant.a.requests"), count("tenant.b.requests")), (Some(2.0), Some(2.0)), "{m}");
+
+    let unknown =
+        scratch("import-unknown.jsonl", &format!("{}{}", log_line(0.0, "batch", "a"), log_line(1.0, "chat", "a")));
+    let out = routelab(&["import", unknown.to_str().unwrap(), "--out", trace_s, "--workload", workload_s]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for w in ["import-unknown.jsonl:2: field `class`", "`chat`", "interactive, batch", "fix:"] {
+        assert!(err.contains(w), "stderr lacks {w:?}: {err}");
+    }
+    let out = routelab(&["import", log_s, "--out", trace_s]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("import-log.jsonl:1: field `class`") && err.contains("--workload"), "{err}");
+}
