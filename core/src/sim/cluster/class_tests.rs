@@ -101,6 +101,7 @@ fn admit_all_leaves_every_figure_as_it_was() {
 fn admission_views_count_kv_as_vllm_reports_it() {
     let mut spec = classes_preset();
     spec.requests = Some(300);
+    spec.admission = "gie_saturation".into();
     run_with(&spec, "round_robin", Some("gie_saturation"), 1, |mut sim| {
         sim.run_events().unwrap();
         sim.refresh_views(sim.last_arrived);

@@ -116,7 +116,12 @@ impl super::ClusterSim<'_> {
     /// inference extension's saturation detector reads as `KVCacheUsagePercent`, and the one the
     /// scaler reads (`fleet.rs`). The router's views count the whole cache, warm prefixes
     /// included, which read as nearly full once the cache has filled.
+    /// Nothing is filled for the built-in `admit_all` (`fill_admission_views`), which reads no
+    /// view.
     pub(super) fn admission_views(&mut self) {
+        if !self.fill_admission_views {
+            return;
+        }
         self.admission_views.clear();
         for (v, &slot) in self.views.iter().zip(&self.routable) {
             let rep = &self.replicas[slot as usize];
