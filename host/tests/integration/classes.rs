@@ -121,12 +121,16 @@ fn refused(file: &Path, wanted: &[&str]) {
 fn bad_classes_and_tenants_exit_2_naming_file_line_and_field() {
     let base = spike();
     let line_of = |yaml: &str, needle: &str| 1 + yaml.lines().position(|l| l.contains(needle)).unwrap();
-    let share = base.replace("share: 0.5, priority: -1", "share: -1, priority: -1");
+    let share = base.replace("name: interactive, share: 1,", "name: interactive, share: -1,");
     let line = line_of(&share, "share: -1");
-    refused(&scratch("share.yaml", &share), &[&format!("share.yaml:{line}:"), "cluster.classes[1].share", "fix:"]);
-    let twice = base.replace("name: batch", "name: interactive");
-    let line = line_of(&twice, "priority: -1");
+    refused(&scratch("share.yaml", &share), &[&format!("share.yaml:{line}:"), "cluster.classes[0].share", "fix:"]);
+    let twice = base.replace("- name: batch", "- name: interactive");
+    let line = line_of(&twice, "- name: interactive");
     refused(&scratch("twice.yaml", &twice), &[&format!("twice.yaml:{line}:"), "cluster.classes[1].name", "twice"]);
+    // A class's own arrival process, checked under its path.
+    let own = base.replace("gamma: {rate: 22.0, cv: 8.0}", "gamma: {rate: 0, cv: 8.0}");
+    let line = line_of(&own, "rate: 0, cv");
+    refused(&scratch("own.yaml", &own), &[&format!("own.yaml:{line}:"), "cluster.classes[1].arrivals.gamma", "fix:"]);
     let tenant = base.replace("  arrivals:\n", "  tenants:\n    - {name: a, weight: 0}\n  arrivals:\n");
     let line = line_of(&tenant, "weight: 0");
     refused(&scratch("tenant.yaml", &tenant), &[&format!("tenant.yaml:{line}:"), "cluster.tenants[0].weight", "fix:"]);
@@ -180,7 +184,8 @@ fn classes_survive_export_and_replay() {
     assert!(per_class.iter().all(|&n| n > 50), "both classes: {per_class:?}");
     let replay = spike()
         .replace("admission: admit_all", "admission: gie_saturation")
-        .replace("gamma: {rate: 44.0, cv: 8.0}", &format!("trace: {{path: {}, format: mooncake}}", trace.display()));
+        .replace("      arrivals: {gamma: {rate: 22.0, cv: 8.0}}\n", "      share: 1\n")
+        .replace("poisson: {rate: 22.0}", &format!("trace: {{path: {}, format: mooncake}}", trace.display()));
     assert!(replay.contains("format: mooncake") && replay.contains("gie_saturation"));
     let (_, _, doc) = compare(&scratch("replay.yaml", &replay), &["--policies", "least_requests"]);
     let m = &doc["workloads"][0]["results"][0]["metrics"];
