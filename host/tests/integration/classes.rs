@@ -83,17 +83,14 @@ fn a_workload_with_classes_shows_each_class_attainment_and_ttft_p99() {
 /// per-group figures (its one class is `default`), and not when `--columns` chooses the columns.
 #[test]
 fn other_tables_have_no_class_columns() {
-    let tenants = spike()
-        .replace(
-            "  classes:\n",
-            "  slo: {ttft_s: 1}\n  tenants:\n    - {name: a, weight: 2}\n    - {name: b, weight: 1}\n",
-        )
-        .lines()
-        .filter(|l| {
-            !l.trim_start().starts_with("- {name: interactive") && !l.trim_start().starts_with("- {name: batch")
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+    // The spike with its `classes:` block (up to the cluster's `arrivals:`) replaced by tenants.
+    let base = spike();
+    let (start, end) = (base.find("  classes:\n").unwrap(), base.find("  arrivals:\n").unwrap());
+    let tenants = format!(
+        "{}  slo: {{ttft_s: 1}}\n  tenants:\n    - {{name: a, weight: 2}}\n    - {{name: b, weight: 1}}\n{}",
+        &base[..start],
+        &base[end..]
+    );
     let (header, _, doc) = compare(&scratch("tenants.yaml", &tenants), &[]);
     let m = &doc["workloads"][0]["results"][0]["metrics"];
     assert!(m["class.default.slo_attainment"].is_f64() && m["tenant.a.slo_attainment"].is_f64(), "{m}");
