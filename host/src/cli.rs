@@ -161,7 +161,10 @@ fn execute(command: Command) -> Result<i32> {
         Command::ExportTrace { workload, format: args::TraceFormat::Mooncake, out, seed } => {
             export_trace(&routelab_core::builtin::resolve(&workload)?, &out, seed)
         }
-        Command::Import { log, out } => import_log(&routelab_core::builtin::resolve_data(&log), &out),
+        Command::Import { log, out, workload } => {
+            let w = workload.map(|w| routelab_core::builtin::resolve(&w)).transpose()?;
+            import_log(&routelab_core::builtin::resolve_data(&log), &out, w.as_deref())
+        }
         Command::Schema => {
             println!(
                 "{}",
@@ -538,12 +541,32 @@ fn export_trace(file: &Path, out: &Path, seed: Option<u64>) -> Result<i32> {
     Ok(0)
 }
 
+/// The class and tenant names of `--workload` (a cluster workload).
+fn import_labels(file: &Path) -> Result<import::Labels> {
+    let w = workload::load(file)?;
+    let Some(c) = w.cluster else {
+        return Err(InputError::new(
+            file,
+            format!("is a {} workload; only cluster workloads have request classes", w.world().as_str()),
+            "pass the cluster workload that replays the trace",
+        )
+        .in_field("cluster")
+        .into());
+    };
+    Ok(import::Labels {
+        workload: file.to_path_buf(),
+        classes: c.classes.iter().map(|c| c.name.clone()).collect(),
+        tenants: c.tenants.iter().map(|t| t.name.clone()).collect(),
+    })
+}
+
 /// `routelab import`: a request log as a Mooncake trace, every line checked before `out` is written.
-fn import_log(log: &Path, out: &Path) -> Result<i32> {
+fn import_log(log: &Path, out: &Path, workload: Option<&Path>) -> Result<i32> {
     output::check_writable("--out", out)?;
     output::not_an_input("--out", out, &[log.to_path_buf()])?;
+    let labels = workload.map(import_labels).transpose()?;
     let mut trace = Vec::new();
-    let got = import::import(log, &mut trace)?;
+    let got = import::import(log, &mut trace, labels.as_ref())?;
     output::write_atomically(out, &String::from_utf8(trace).expect("the trace is JSON text"))?;
     let reordered = if got.reordered > 0 {
         format!("; {} lines were out of time order and were sorted", got.reordered)

@@ -57,6 +57,13 @@ impl Knob {
             }
             return Ok((Knob::Utilisation, d.utilisation));
         }
+        if let Some(i) = w.cluster.as_ref().and_then(|c| c.classes.iter().position(|c| c.arrivals.is_some())) {
+            return Err(FieldError::new(
+                &format!("cluster.classes[{i}].arrivals"),
+                "is the class's own arrival process, which a search of `cluster.arrivals`'s rate would leave as it is",
+                "for a capacity search, give every class a `share` of the cluster's arrivals instead",
+            ));
+        }
         match w.cluster.as_ref().map(|c| &c.arrivals) {
             Some(
                 cluster::Arrivals::Poisson { rate }

@@ -203,6 +203,10 @@ pub enum Command {
         /// The trace file to write.
         #[arg(long)]
         out: PathBuf,
+        /// The workload that will replay the trace: a log line's `class` and `tenant` names
+        /// become indices into its `cluster.classes` and `cluster.tenants`.
+        #[arg(long)]
+        workload: Option<PathBuf>,
     },
     /// Print one of the documents in the repository's docs/ (built in), or list them.
     Docs {

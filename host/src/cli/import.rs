@@ -13,6 +13,11 @@
 //!   time after the parents complete), and the request's LoRA `adapter` (an index into the
 //!   replaying workload's `cluster.lora` adapters, `null` for the base model) — checked as the
 //!   replay checks them (`routelab_core::workload::mooncake`), line numbers those of the log.
+//! - optionally the request's `class` and `tenant`: a name (a string), mapped to its index in
+//!   the `cluster.classes` / `cluster.tenants` of the workload given with `--workload` (the
+//!   indices the trace's rows carry), or an index (an integer), copied as it is and checked
+//!   against that workload when one is given. A name without `--workload`, or one the workload
+//!   does not list, stops the import naming the log's line and the field.
 //!
 //! Other fields are ignored. The prompt becomes tokens and prefix blocks exactly as the gateway
 //! counts them (the byte-level fallback of `routelab_serve::text`: 4 bytes a token, blocks chained
@@ -30,7 +35,7 @@ use serde_json::Value;
 use routelab_core::time::ticks;
 use routelab_core::workload::InputError;
 use routelab_core::workload::export::BlockIds;
-use routelab_core::workload::mooncake::{SessionReader, read_adapter};
+use routelab_core::workload::mooncake::{SessionReader, read_adapter, read_label};
 use routelab_policy_api::Segment;
 use routelab_serve::text;
 
@@ -39,6 +44,16 @@ const FIX: &str = "each line must be a JSON object with `timestamp` (seconds), t
 
 /// The trace extensions a log line may carry (written in the order of their names).
 const EXTENSIONS: [&str; 5] = ["session_id", "call_index", "parents", "wait_s", "adapter"];
+
+/// The names a log's `class` and `tenant` may use: the replaying workload's `cluster.classes`
+/// and `cluster.tenants`, in order (an index is a name's place).
+#[derive(Default)]
+pub struct Labels {
+    /// The workload file they come from (named in errors).
+    pub workload: std::path::PathBuf,
+    pub classes: Vec<String>,
+    pub tenants: Vec<String>,
+}
 
 /// One imported request.
 struct Row {
@@ -54,8 +69,54 @@ fn bad(file: &Path, line: usize, field: &str, message: String) -> InputError {
     InputError::new(file, message, FIX).in_field(field).at_line(line)
 }
 
+/// The line's `class` or `tenant` (`field`) as an index: a name looked up in `names` (the
+/// workload's list; `None`: no `--workload`), or an index checked against it.
+fn label_index(file: &Path, line: usize, field: &str, v: &Value, labels: Option<&Labels>) -> Result<u64, InputError> {
+    let list = if field == "class" { "classes" } else { "tenants" };
+    let names = labels.map(|l| if field == "class" { &l.classes } else { &l.tenants });
+    let err = |message: String, fix: String| InputError::new(file, message, fix).in_field(field).at_line(line);
+    let known = |names: &[String]| {
+        if names.is_empty() {
+            format!("it has no `cluster.{list}`")
+        } else {
+            format!("its {list} are {}", names.join(", "))
+        }
+    };
+    match (v, names, labels) {
+        (Value::String(name), Some(names), Some(l)) => {
+            names.iter().position(|n| n == name).map(|i| i as u64).ok_or_else(|| {
+                err(
+                    format!("the {field} `{name}` is not in {}: {}", l.workload.display(), known(names)),
+                    format!("name one of the workload's `cluster.{list}`, or add `{name}` to them"),
+                )
+            })
+        }
+        (Value::String(name), _, _) => Err(err(
+            format!("the {field} `{name}` is a name, and no workload says which index it is"),
+            format!(
+                "pass `--workload W.yaml`, the workload that replays the trace: its `cluster.{list}` number the names"
+            ),
+        )),
+        (v, names, labels) => {
+            let i = v.as_u64().ok_or_else(|| {
+                err(
+                    format!("must be a {field} name or index (got {v})"),
+                    format!("give e.g. \"{field}\": \"batch\" or 0"),
+                )
+            })?;
+            match (names, labels) {
+                (Some(names), Some(l)) if i as usize >= names.len().max(1) => Err(err(
+                    format!("{field} {i} is past {}: {}", l.workload.display(), known(names)),
+                    format!("use an index into the workload's `cluster.{list}` (0 = the first) or its name"),
+                )),
+                _ => Ok(i),
+            }
+        }
+    }
+}
+
 /// Parses one log line (`n` is 1-based).
-fn row(file: &Path, n: usize, text: &str) -> Result<Row, InputError> {
+fn row(file: &Path, n: usize, text: &str, labels: Option<&Labels>) -> Result<Row, InputError> {
     let v: Value = serde_json::from_str(text).map_err(|e| bad(file, n, "", format!("is not JSON: {e}")))?;
     let obj = v.as_object().ok_or_else(|| bad(file, n, "", "is not a JSON object".into()))?;
     let at_s = match obj.get("timestamp") {
@@ -106,7 +167,13 @@ fn row(file: &Path, n: usize, text: &str) -> Result<Row, InputError> {
         as u32;
     let mut prompt = Vec::new();
     text::segments(&parsed.prompt, &mut prompt);
-    let extensions = EXTENSIONS.iter().filter_map(|&k| obj.get(k).map(|v| (k.to_string(), v.clone()))).collect();
+    let mut extensions: serde_json::Map<String, Value> =
+        EXTENSIONS.iter().filter_map(|&k| obj.get(k).map(|v| (k.to_string(), v.clone()))).collect();
+    for field in ["class", "tenant"] {
+        if let Some(v) = obj.get(field) {
+            extensions.insert(field.into(), label_index(file, n, field, v, labels)?.into());
+        }
+    }
     Ok(Row { at_s, output_tokens, prompt, line: n, extensions })
 }
 
@@ -118,14 +185,14 @@ pub struct Imported {
 }
 
 /// Reads the log at `file`, writes the trace to `out`. Every line is checked before anything is
-/// written.
-pub fn import(file: &Path, out: &mut impl Write) -> Result<Imported> {
+/// written; `labels` names the classes and tenants a line may give by name.
+pub fn import(file: &Path, out: &mut impl Write, labels: Option<&Labels>) -> Result<Imported> {
     let content = std::fs::read_to_string(file)
         .map_err(|e| InputError::new(file, format!("cannot be read: {e}"), "give a JSON Lines file of requests"))?;
     let mut rows = Vec::new();
     for (i, line) in content.lines().enumerate() {
         if !line.trim().is_empty() {
-            rows.push(row(file, i + 1, line)?);
+            rows.push(row(file, i + 1, line, labels)?);
         }
     }
     if rows.is_empty() {
@@ -138,6 +205,7 @@ pub fn import(file: &Path, out: &mut impl Write) -> Result<Imported> {
     for r in &rows {
         sessions.read(&r.extensions, file, r.line)?;
         read_adapter(&r.extensions, file, r.line)?;
+        read_label(&r.extensions, file, r.line)?;
     }
     let start = ticks(rows[0].at_s);
     let mut ids = BlockIds::default();
@@ -163,6 +231,10 @@ mod tests {
     use super::*;
 
     fn import_text(log: &str) -> Result<(String, Imported)> {
+        import_with(log, None)
+    }
+
+    fn import_with(log: &str, labels: Option<&Labels>) -> Result<(String, Imported)> {
         let dir = std::env::temp_dir().join(format!("routelab-import-unit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         // One file per call: tests run in parallel threads of one process.
@@ -171,7 +243,7 @@ mod tests {
         let f = dir.join(format!("log-{k}.jsonl"));
         std::fs::write(&f, log).unwrap();
         let mut out = Vec::new();
-        let got = import(&f, &mut out)?;
+        let got = import(&f, &mut out, labels)?;
         Ok((String::from_utf8(out).unwrap(), got))
     }
 

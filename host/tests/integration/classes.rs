@@ -83,17 +83,14 @@ fn a_workload_with_classes_shows_each_class_attainment_and_ttft_p99() {
 /// per-group figures (its one class is `default`), and not when `--columns` chooses the columns.
 #[test]
 fn other_tables_have_no_class_columns() {
-    let tenants = spike()
-        .replace(
-            "  classes:\n",
-            "  slo: {ttft_s: 1}\n  tenants:\n    - {name: a, weight: 2}\n    - {name: b, weight: 1}\n",
-        )
-        .lines()
-        .filter(|l| {
-            !l.trim_start().starts_with("- {name: interactive") && !l.trim_start().starts_with("- {name: batch")
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+    // The spike with its `classes:` block (up to the cluster's `arrivals:`) replaced by tenants.
+    let base = spike();
+    let (start, end) = (base.find("  classes:\n").unwrap(), base.find("  arrivals:\n").unwrap());
+    let tenants = format!(
+        "{}  slo: {{ttft_s: 1}}\n  tenants:\n    - {{name: a, weight: 2}}\n    - {{name: b, weight: 1}}\n{}",
+        &base[..start],
+        &base[end..]
+    );
     let (header, _, doc) = compare(&scratch("tenants.yaml", &tenants), &[]);
     let m = &doc["workloads"][0]["results"][0]["metrics"];
     assert!(m["class.default.slo_attainment"].is_f64() && m["tenant.a.slo_attainment"].is_f64(), "{m}");
@@ -121,12 +118,16 @@ fn refused(file: &Path, wanted: &[&str]) {
 fn bad_classes_and_tenants_exit_2_naming_file_line_and_field() {
     let base = spike();
     let line_of = |yaml: &str, needle: &str| 1 + yaml.lines().position(|l| l.contains(needle)).unwrap();
-    let share = base.replace("share: 0.5, priority: -1", "share: -1, priority: -1");
+    let share = base.replace("name: interactive, share: 1,", "name: interactive, share: -1,");
     let line = line_of(&share, "share: -1");
-    refused(&scratch("share.yaml", &share), &[&format!("share.yaml:{line}:"), "cluster.classes[1].share", "fix:"]);
-    let twice = base.replace("name: batch", "name: interactive");
-    let line = line_of(&twice, "priority: -1");
+    refused(&scratch("share.yaml", &share), &[&format!("share.yaml:{line}:"), "cluster.classes[0].share", "fix:"]);
+    let twice = base.replace("- name: batch", "- name: interactive");
+    let line = line_of(&twice, "- name: interactive");
     refused(&scratch("twice.yaml", &twice), &[&format!("twice.yaml:{line}:"), "cluster.classes[1].name", "twice"]);
+    // A class's own arrival process, checked under its path.
+    let own = base.replace("gamma: {rate: 22.0, cv: 8.0}", "gamma: {rate: 0, cv: 8.0}");
+    let line = line_of(&own, "rate: 0, cv");
+    refused(&scratch("own.yaml", &own), &[&format!("own.yaml:{line}:"), "cluster.classes[1].arrivals.gamma", "fix:"]);
     let tenant = base.replace("  arrivals:\n", "  tenants:\n    - {name: a, weight: 0}\n  arrivals:\n");
     let line = line_of(&tenant, "weight: 0");
     refused(&scratch("tenant.yaml", &tenant), &[&format!("tenant.yaml:{line}:"), "cluster.tenants[0].weight", "fix:"]);
@@ -180,7 +181,8 @@ fn classes_survive_export_and_replay() {
     assert!(per_class.iter().all(|&n| n > 50), "both classes: {per_class:?}");
     let replay = spike()
         .replace("admission: admit_all", "admission: gie_saturation")
-        .replace("gamma: {rate: 44.0, cv: 8.0}", &format!("trace: {{path: {}, format: mooncake}}", trace.display()));
+        .replace("      arrivals: {gamma: {rate: 22.0, cv: 8.0}}\n", "      share: 1\n")
+        .replace("poisson: {rate: 22.0}", &format!("trace: {{path: {}, format: mooncake}}", trace.display()));
     assert!(replay.contains("format: mooncake") && replay.contains("gie_saturation"));
     let (_, _, doc) = compare(&scratch("replay.yaml", &replay), &["--policies", "least_requests"]);
     let m = &doc["workloads"][0]["results"][0]["metrics"];
@@ -188,4 +190,59 @@ fn classes_survive_export_and_replay() {
     assert_eq!(m["class.batch.requests"], per_class[1] as f64, "{m}");
     assert_eq!(m["class.interactive.shed"], 0.0, "interactive is not sheddable: {m}");
     assert!(m["class.interactive.admission_wait_mean_s"].is_f64() && m["class.batch.admission_wait_mean_s"].is_f64());
+}
+
+/// `routelab import --workload W` maps a log line's `class` and `tenant` names to W's indices:
+/// replaying the trace under W counts each class's and tenant's requests as the log gives them;
+/// a name W lacks, or a name without `--workload`, exits 2 naming the log's file, line and field.
+#[test]
+fn import_maps_class_and_tenant_names_to_the_workloads_indices() {
+    let log_line = |t: f64, class: &str, tenant: &str| {
+        format!(
+            "{{\"timestamp\": {t}, \"prompt\": \"request at {t}\", \"output_tokens\": 5, \"class\": \"{class}\", \"tenant\": \"{tenant}\"}}\n"
+        )
+    };
+    let log: String = [(0.0, "batch", "b"), (0.5, "interactive", "a"), (1.0, "batch", "a"), (1.5, "batch", "b")]
+        .iter()
+        .map(|&(t, c, n)| log_line(t, c, n))
+        .collect();
+    let log = scratch("import-log.jsonl", &log);
+    let trace = fixture("classes", "import-trace.jsonl");
+    let workload = scratch(
+        "import.yaml",
+        &format!(
+            "name: imported\nseeds: 1\ncluster:\n  replicas: 2\n  generator: {{output_tokens: 16}}\n  classes:\n    - {{name: interactive, share: 1, slo: {{ttft_s: 1}}}}\n    - {{name: batch, share: 1, priority: -1}}\n  tenants:\n    - {{name: a, weight: 1}}\n    - {{name: b, weight: 1}}\n  arrivals: {{trace: {{path: {}, format: mooncake}}}}\n",
+            trace.display()
+        ),
+    );
+    let (log_s, trace_s, workload_s) = (log.to_str().unwrap(), trace.to_str().unwrap(), workload.to_str().unwrap());
+    let out = routelab(&["import", log_s, "--out", trace_s, "--workload", workload_s]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<(u64, u64)> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["class"].as_u64().unwrap(), v["tenant"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(rows, [(1, 1), (0, 0), (1, 0), (1, 1)]);
+    let (_, _, doc) = compare(&workload, &["--policies", "round_robin"]);
+    let m = &doc["workloads"][0]["results"][0]["metrics"];
+    let count = |k: &str| m[k].as_f64();
+    assert_eq!((count("class.interactive.requests"), count("class.batch.requests")), (Some(1.0), Some(3.0)), "{m}");
+    assert_eq!((count("tenant.a.requests"), count("tenant.b.requests")), (Some(2.0), Some(2.0)), "{m}");
+
+    let unknown =
+        scratch("import-unknown.jsonl", &format!("{}{}", log_line(0.0, "batch", "a"), log_line(1.0, "chat", "a")));
+    let out = routelab(&["import", unknown.to_str().unwrap(), "--out", trace_s, "--workload", workload_s]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for w in ["import-unknown.jsonl:2: field `class`", "`chat`", "interactive, batch", "fix:"] {
+        assert!(err.contains(w), "stderr lacks {w:?}: {err}");
+    }
+    let out = routelab(&["import", log_s, "--out", trace_s]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("import-log.jsonl:1: field `class`") && err.contains("--workload"), "{err}");
 }

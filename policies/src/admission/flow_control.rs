@@ -24,9 +24,8 @@
 //!   776120354f8ac2cd56e954bf0301176ccd42e016).
 //!
 //! Parameters (defaults): `fairness` round_robin, `queue_depth_threshold` 5 (the detector's
-//! default), `kv_cache_util_threshold` 1.0 (the detector's is 0.8; see
-//! [`super::dispatch_paused`] for why routelab's is off by default), `max_held_per_band` 0,
-//! `ttl_s` 0.
+//! default), `kv_cache_util_threshold` 0.8 (the detector's default, on vLLM's KV usage: see
+//! [`super::dispatch_paused`]), `max_held_per_band` 0, `ttl_s` 0.
 //!
 //! routelab: the controller dispatches as soon as a request is enqueued and the pool is not
 //! saturated; here a request arriving with nothing held and the pool not saturated goes at once
@@ -73,7 +72,7 @@ impl Default for FlowControlConfig {
         Self {
             fairness: Fairness::RoundRobin,
             queue_depth_threshold: 5,
-            kv_cache_util_threshold: 1.0,
+            kv_cache_util_threshold: 0.8,
             max_held_per_band: 0,
             ttl_s: 0.0,
         }

@@ -39,14 +39,12 @@ pub fn saturated(replicas: &Replicas<'_>, queue_depth: u32, kv_util: f64) -> boo
 }
 
 /// Whether a queueing policy must hold back: the pool is [`saturated`] and no replica is idle.
-/// vLLM counts prefix-cached blocks no request uses as free, while routelab's KV view counts the
-/// whole cache (`kv_used_tokens`), so a warm cache reads as nearly full: with the detector's KV
-/// threshold 0.8 the queueing policies held requests until a replica went idle (on
-/// `classes/overload_shedding`, critical TTFT P99 488 s under `vtc`, 15.5 s under
-/// `llm_d_flow_control`, against 8.1 s admitting everything), so their default KV threshold is
-/// 1.0 — the queue depth alone gates. An idle replica always has capacity (else a full idle cache
-/// would pause dispatch for ever); while dispatch is paused some replica is busy, so a step will
-/// end and the host will ask again.
+/// The views' `kv_used_tokens` are what vLLM reports as `kv_cache_usage_perc` (blocks running
+/// requests hold; prefix-cached blocks no request uses are free), as the detector reads it
+/// upstream: the host fills admission views so (`core/src/sim/cluster/slots.rs`,
+/// `admission_views`). An idle replica always has capacity (else a full idle cache would pause
+/// dispatch for ever); while dispatch is paused some replica is busy, so a step will end and the
+/// host will ask again.
 pub fn dispatch_paused(replicas: &Replicas<'_>, queue_depth: u32, kv_util: f64) -> bool {
     saturated(replicas, queue_depth, kv_util) && replicas.iter().all(|v| v.outstanding_requests > 0)
 }

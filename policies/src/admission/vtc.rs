@@ -15,9 +15,8 @@
 //! Parameters (defaults): `input_price` 1 and `output_price` 2 (the artifact's defaults, and
 //! AIBrix's `defaultInputTokenWeight`/`defaultOutputTokenWeight`); `weights` per tenant index
 //! (empty: all 1; the workload's `tenants:` weights are not told to policies, so repeat them
-//! here); the dispatch gate `queue_depth_threshold` 5 (the detector's default) and
-//! `kv_cache_util_threshold` 1.0 (the detector's is 0.8; see [`super::dispatch_paused`] for why
-//! routelab's is off by default).
+//! here); the dispatch gate `queue_depth_threshold` 5 and `kv_cache_util_threshold` 0.8 (the
+//! detector's defaults, on vLLM's KV usage: see [`super::dispatch_paused`]).
 //!
 //! routelab: the artifact's queue sits inside the engine and dispatches while the batch has
 //! memory; here it sits at the gateway in front of the router, and "capacity frees" is the
@@ -66,7 +65,7 @@ impl Default for VtcConfig {
             output_price: 2.0,
             weights: Vec::new(),
             queue_depth_threshold: 5,
-            kv_cache_util_threshold: 1.0,
+            kv_cache_util_threshold: 0.8,
         }
     }
 }

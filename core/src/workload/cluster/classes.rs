@@ -16,7 +16,15 @@
 //! Each session (all its turns and parallel samples) draws one class by share and one tenant by
 //! weight, from their own random stream (`cluster.classes`), so adding classes to a workload does
 //! not move its arrivals or sizes, except where a class gives its own `suffix_tokens` or
-//! `output_tokens`. Classes and tenants are numbered from 0 in the order written: that number is
+//! `output_tokens`.
+//!
+//! A class may instead arrive by its own process (`arrivals:`, any synthetic one: poisson, gamma,
+//! diurnal, stages; a steady interactive stream beside a bursty batch one): its sessions start
+//! by that process alone, at its own rate, and it takes no `share`. The cluster's `arrivals:`
+//! then drives the classes that have a share, split by share among them; at least one class
+//! keeps a share (else the cluster's process would drive nothing). Each own process draws from
+//! its own random stream (`cluster.classes.NAME.arrivals`), and the generator merges the
+//! processes by time (`generate/synth.rs`). Classes and tenants are numbered from 0 in the order written: that number is
 //! the request facts `class` and `tenant` a policy reads. A priority follows the Gateway API
 //! Inference Extension's `InferenceObjective`: higher is more important, and a negative priority
 //! marks the class sheddable. Without `classes:` every request is class 0 ("default", priority 0,
@@ -24,7 +32,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Tokens;
+use super::{Arrivals, Tokens};
 use crate::workload::FieldError;
 use crate::workload::slo::Slo;
 
@@ -38,8 +46,10 @@ pub const MAX_TENANTS: usize = 10_000;
 pub struct ClassSpec {
     /// The class's name: lowercase letters, digits and `_` (it becomes part of metric keys).
     pub name: String,
-    /// The class's share of sessions, > 0 (shares are normalised over the classes).
-    pub share: f64,
+    /// The class's share of sessions, > 0 (shares are normalised over the classes that have one);
+    /// required unless the class has its own `arrivals`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
     /// Higher is more important; negative = sheddable (the inference extension's convention).
     #[serde(default)]
     pub priority: i32,
@@ -52,6 +62,12 @@ pub struct ClassSpec {
     /// The class's own output sizes, replacing `generator.output_tokens`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_tokens: Option<Tokens>,
+    /// The class's own arrival process (`{poisson: {rate}}`, `{gamma: {rate, cv}}`, `{diurnal: …}`
+    /// or `{stages: […]}`, requests/s of this class alone), instead of a share of the cluster's
+    /// `arrivals`; absent = a share.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "serde_norway::with::singleton_map")]
+    #[schemars(with = "Option<Arrivals>")]
+    pub arrivals: Option<Arrivals>,
 }
 
 /// One tenant.
@@ -114,7 +130,24 @@ pub fn validate(classes: &[ClassSpec], tenants: &[TenantSpec]) -> Result<(), Fie
     for (i, c) in classes.iter().enumerate() {
         let at = |e: FieldError| e.under(&format!("classes[{i}]"));
         check_name("class", &c.name, &mut seen).map_err(at)?;
-        check_share("share", c.share).map_err(at)?;
+        match (c.share, &c.arrivals) {
+            (Some(_), Some(_)) => {
+                return Err(at(FieldError::new(
+                    "share",
+                    "a class with its own `arrivals` takes no share: its process sets its traffic",
+                    "drop `share`, or drop the class's `arrivals` (the cluster's then drives it, by share)",
+                )));
+            }
+            (None, None) => {
+                return Err(at(FieldError::new(
+                    "share",
+                    "is missing: a class needs a share of the cluster's arrivals, or its own `arrivals`",
+                    "add e.g. `share: 0.3`, or `arrivals: {poisson: {rate: 10}}`",
+                )));
+            }
+            (Some(share), None) => check_share("share", share).map_err(at)?,
+            (None, Some(a)) => check_own_arrivals(a).map_err(|e| at(e.under("arrivals")))?,
+        }
         if let Some(s) = &c.slo {
             s.validate().map_err(|e| at(e.under("slo")))?;
         }
@@ -137,6 +170,40 @@ pub fn validate(classes: &[ClassSpec], tenants: &[TenantSpec]) -> Result<(), Fie
         let at = |e: FieldError| e.under(&format!("tenants[{i}]"));
         check_name("tenant", &t.name, &mut seen).map_err(at)?;
         check_share("weight", t.weight).map_err(at)?;
+    }
+    Ok(())
+}
+
+/// A class's own process: a synthetic one, valid.
+fn check_own_arrivals(a: &Arrivals) -> Result<(), FieldError> {
+    if matches!(a, Arrivals::Trace { .. }) {
+        return Err(FieldError::new(
+            "trace",
+            "a class's own arrivals are a process (poisson, gamma, diurnal, stages), not a trace",
+            "give the class a process, or replay a trace whose rows carry their `class` (docs/your-traffic.md)",
+        ));
+    }
+    a.validate()
+}
+
+/// Checks the classes' own arrivals against the cluster's (paths relative to the cluster): a
+/// replayed trace gives every request's arrival, so no class may have its own; and some class
+/// must keep a share of the cluster's process.
+pub fn validate_arrivals(classes: &[ClassSpec], cluster: &Arrivals) -> Result<(), FieldError> {
+    let Some(i) = classes.iter().position(|c| c.arrivals.is_some()) else { return Ok(()) };
+    if matches!(cluster, Arrivals::Trace { .. }) {
+        return Err(FieldError::new(
+            &format!("classes[{i}].arrivals"),
+            "the cluster replays a trace, which gives every request's arrival: a class cannot have its own",
+            "drop the class's `arrivals` and give it a `share`, or give the trace's rows a `class`",
+        ));
+    }
+    if classes.iter().all(|c| c.arrivals.is_some()) {
+        return Err(FieldError::new(
+            "classes",
+            "every class has its own `arrivals`, so the cluster's `arrivals` would drive no request",
+            "give one class a `share` instead of its own `arrivals` (the cluster's process then drives it)",
+        ));
     }
     Ok(())
 }
@@ -195,11 +262,12 @@ mod tests {
     fn bad_classes_and_tenants_name_their_field() {
         let c = |name: &str, share: f64| ClassSpec {
             name: name.into(),
-            share,
+            share: Some(share),
             priority: 0,
             slo: None,
             suffix_tokens: None,
             output_tokens: None,
+            arrivals: None,
         };
         assert_eq!(validate(&[c("a", 1.0), c("b", 0.0)], &[]).unwrap_err().path, "classes[1].share");
         assert_eq!(validate(&[c("Crit", 1.0)], &[]).unwrap_err().path, "classes[0].name");
@@ -234,5 +302,43 @@ mod tests {
         let e = crate::workload::parse(&bad, file).unwrap_err();
         assert!(e.message.contains("priorty") && e.line == Some(8), "{e}");
         assert!(crate::workload::parse(&text("  classes:\n    - {name: chat, share: 1}\n"), file).is_ok());
+    }
+
+    /// A class's own arrivals: its process is checked under its path; it takes no share; some
+    /// class keeps a share; a trace replay has none. Each names file, line and field.
+    #[test]
+    fn bad_class_arrivals_name_file_line_and_field() {
+        let text = |arrivals: &str, classes: &str| {
+            format!(
+                "name: t\ncluster:\n  replicas: 2\n  generator: {{output_tokens: 16}}\n  arrivals: {arrivals}\n  \
+                 requests: 10\n  classes:\n{classes}"
+            )
+        };
+        let file = std::path::Path::new("w.yaml");
+        let poisson = "{poisson: {rate: 1}}";
+        let err = |a: &str, c: &str| crate::workload::parse(&text(a, c), file).unwrap_err();
+        let e =
+            err(poisson, "    - {name: chat, share: 1}\n    - {name: batch, arrivals: {gamma: {rate: 0, cv: 2}}}\n");
+        assert_eq!((e.path.as_str(), e.line), ("cluster.classes[1].arrivals.gamma", Some(9)), "{e}");
+        let e = err(
+            poisson,
+            "    - {name: chat, share: 1}\n    - {name: batch, share: 1, arrivals: {poisson: {rate: 2}}}\n",
+        );
+        assert_eq!((e.path.as_str(), e.line), ("cluster.classes[1].share", Some(9)), "{e}");
+        assert!(e.to_string().starts_with("w.yaml:9: field `cluster.classes[1].share`") && !e.fix.is_empty(), "{e}");
+        let e = err(poisson, "    - {name: chat}\n");
+        assert_eq!((e.path.as_str(), e.line), ("cluster.classes[0].share", Some(8)), "{e}");
+        let e = err(poisson, "    - {name: chat, arrivals: {poisson: {rate: 2}}}\n");
+        assert!(e.path == "cluster.classes" && e.message.contains("every class"), "{e}");
+        let e = err(poisson, "    - {name: chat, share: 1}\n    - {name: b, arrivals: {trace: {path: t.csv}}}\n");
+        assert_eq!(e.path, "cluster.classes[1].arrivals.trace", "{e}");
+        let trace = "{trace: {path: t.csv}}";
+        let e = err(trace, "    - {name: chat, share: 1}\n    - {name: b, arrivals: {poisson: {rate: 2}}}\n");
+        assert_eq!((e.path.as_str(), e.line), ("cluster.classes[1].arrivals", Some(9)), "{e}");
+        let fine = text(
+            poisson,
+            "    - {name: chat, share: 1}\n    - {name: b, arrivals: {stages: [{rate: 2, duration_s: 5}]}}\n",
+        );
+        assert!(crate::workload::parse(&fine, file).is_ok());
     }
 }

@@ -499,15 +499,30 @@ impl ClusterSpec {
             || self.lora.is_some()
     }
 
-    /// Requests a synthetic stream will hold, about (`requests`, or rate × `duration_s`); trace
-    /// replays count rows when the trace is read, so here only `requests` (or 0).
+    /// Requests a synthetic stream will hold, about (`requests`, or rate × `duration_s`, summed
+    /// over the cluster's process and the classes' own); trace replays count rows when the trace
+    /// is read, so here only `requests` (or 0).
     pub fn expected_requests(&self) -> f64 {
-        let by_time = match (&self.arrivals, self.arrivals.rate(), self.duration_s) {
-            (Arrivals::Stages(s), _, d) => stages::expected_requests(s, d),
-            (_, Some(rate), Some(d)) => rate * d,
-            _ => f64::INFINITY,
-        };
+        let by_time: f64 = self
+            .processes()
+            .map(|a| match (a, a.rate(), self.duration_s) {
+                (Arrivals::Stages(s), _, d) => stages::expected_requests(s, d),
+                (_, Some(rate), Some(d)) => rate * d,
+                _ => f64::INFINITY,
+            })
+            .sum();
         let n = self.requests.map_or(f64::INFINITY, |n| n as f64).min(by_time);
         if n.is_finite() { n } else { 0.0 }
+    }
+
+    /// The arrival processes: the cluster's, then each class's own (`classes[].arrivals`).
+    pub fn processes(&self) -> impl Iterator<Item = &Arrivals> {
+        std::iter::once(&self.arrivals).chain(self.classes.iter().filter_map(|c| c.arrivals.as_ref()))
+    }
+
+    /// Requests per second of every process together, when each has one rate (no trace, no
+    /// stages): the cluster's plus the classes' own.
+    pub fn total_rate(&self) -> Option<f64> {
+        self.processes().map(Arrivals::rate).sum()
     }
 }

@@ -161,6 +161,7 @@ impl ClusterSpec {
         }
         self.arrivals.validate().map_err(|e| e.under("arrivals"))?;
         self::classes::validate(&self.classes, &self.tenants)?;
+        self::classes::validate_arrivals(&self.classes, &self.arrivals)?;
         if self.admission.trim().is_empty() {
             return Err(FieldError::new(
                 "admission",
@@ -169,7 +170,7 @@ impl ClusterSpec {
             ));
         }
         match (self.requests, self.duration_s) {
-            (None, None) if !matches!(self.arrivals, Arrivals::Trace { .. } | Arrivals::Stages(_)) => {
+            (None, None) if self.processes().any(|a| !matches!(a, Arrivals::Trace { .. } | Arrivals::Stages(_))) => {
                 return Err(FieldError::new(
                     "",
                     "needs `requests` or `duration_s`",
@@ -188,7 +189,7 @@ impl ClusterSpec {
         if let Some(n) = self.requests {
             at_most("requests", n, limits::MAX_CLUSTER_REQUESTS, "use e.g. 100000 requests and more seeds")?;
         }
-        if let Some(rate) = self.arrivals.rate() {
+        if let Some(rate) = self.total_rate() {
             let n = self.expected_requests();
             if n > limits::MAX_CLUSTER_REQUESTS as f64 {
                 return Err(FieldError::new(
@@ -209,11 +210,13 @@ impl ClusterSpec {
             let session = self.generator.think_time_s * self.generator.turns.max() as f64;
             fits_clock("generator.think_time_s", n / rate + session, "shorten the think time")?;
         }
-        if let (Arrivals::Stages(_), n) = (&self.arrivals, self.expected_requests())
+        if let (None, n) = (self.total_rate(), self.expected_requests())
             && n > limits::MAX_CLUSTER_REQUESTS as f64
         {
+            // Stages, the cluster's or a class's (a trace counts only `requests` here).
+            let path = if matches!(self.arrivals, Arrivals::Stages(_)) { "arrivals.stages" } else { "classes" };
             let m = format!("hold about {n:.3e} requests, above the limit of {}", limits::MAX_CLUSTER_REQUESTS);
-            return Err(FieldError::new("arrivals.stages", m, "shorten the stages or cap the run with `requests`"));
+            return Err(FieldError::new(path, m, "shorten the stages or cap the run with `requests`"));
         }
         if !matches!(self.arrivals, Arrivals::Trace { .. }) {
             let longest = self.max_prompt_tokens();

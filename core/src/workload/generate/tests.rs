@@ -141,3 +141,47 @@ fn mooncake_rows_become_block_segments_shared_by_id() {
     assert_eq!(st.requests[2].prompt_tokens, 600);
     assert_eq!(st.requests[1].arrived_at, ticks(3.0));
 }
+
+/// Per-class arrivals: `steady` takes the cluster's Poisson process (20/s) by share, `bursty`
+/// arrives by its own gamma process (10/s, cv 4) and `late` by its own stages (nothing for 100 s,
+/// then 5/s). Over 400 s, seed 3, each class's count is its own rate × 400 within 4 standard
+/// deviations of its count (Poisson: √n; gamma renewal: cv·√n), its gaps have its own
+/// coefficient of variation, and `late` has no request before 100 s.
+#[test]
+fn each_class_arrives_by_its_own_process() {
+    let s = spec(
+        "replicas: 4\n\
+         generator: {system_prompt_tokens: 13, suffix_tokens: 50, output_tokens: 8}\n\
+         arrivals: {poisson: {rate: 20}}\n\
+         duration_s: 400\n\
+         classes:\n\
+         - {name: steady, share: 1}\n\
+         - {name: bursty, arrivals: {gamma: {rate: 10, cv: 4}}, output_tokens: 300}\n\
+         - {name: late, arrivals: {stages: [{rate: 0, duration_s: 100}, {rate: 5, duration_s: 300}]}}\n",
+    );
+    let st = generate(&s, None, 3).unwrap();
+    assert!(st.requests.windows(2).all(|w| w[0].arrived_at <= w[1].arrived_at), "merged in time order");
+    let times = |class: u16| -> Vec<f64> {
+        (0..st.len()).filter(|&i| st.label(i).class == class).map(|i| seconds(st.request(i).arrived_at)).collect()
+    };
+    let cv = |t: &[f64]| {
+        let gaps: Vec<f64> = t.windows(2).map(|w| w[1] - w[0]).collect();
+        let m = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        (gaps.iter().map(|g| (g - m).powi(2)).sum::<f64>() / gaps.len() as f64).sqrt() / m
+    };
+    let (steady, bursty, late) = (times(0), times(1), times(2));
+    let within = |n: usize, want: f64, sd: f64| (n as f64 - want).abs() < 4.0 * sd;
+    assert!(within(steady.len(), 8000.0, 8000f64.sqrt()), "steady: {}", steady.len());
+    assert!(within(bursty.len(), 4000.0, 4.0 * 4000f64.sqrt()), "bursty: {}", bursty.len());
+    assert!(within(late.len(), 1500.0, 1500f64.sqrt()), "late: {}", late.len());
+    assert!((cv(&steady) - 1.0).abs() < 0.1, "steady cv {}", cv(&steady));
+    assert!((cv(&bursty) - 4.0).abs() < 0.8, "bursty cv {}", cv(&bursty));
+    assert!(late[0] >= 100.0, "late starts at {}", late[0]);
+    // The class's own sizes go with its own arrivals.
+    assert!((0..st.len()).all(|i| (st.label(i).class == 1) == (st.request(i).output_tokens == 300)));
+    // Same seed, same stream; the merged processes are cut by `requests` like one.
+    assert_eq!(st, generate(&s, None, 3).unwrap());
+    let cut = ClusterSpec { requests: Some(1000), ..s.clone() };
+    let first = generate(&cut, None, 3).unwrap();
+    assert_eq!(first.requests[..], st.requests[..1000]);
+}
