@@ -144,7 +144,7 @@ fn bad_plans_are_refused_naming_the_flag() {
     bad(&with(&["--replicas", "0..4"]), &["--replicas", "at least 1"]);
     bad(&with(&["--replicas", "1..many"]), &["--replicas", "not a whole number"]);
     bad(&with(&["--tp", "3"]), &["--tp", "1, 2, 4 or 8"]);
-    bad(&with(&["--budget", "-5"]), &["--budget", "positive"]);
+    bad(&with(&["--budget", "0"]), &["--budget", "positive"]);
     bad(&with(&["--policies", "no_such_router"]), &["no_such_router"]);
     bad(&["plan", tool, "--slo", "ttft_p42_s<2"], &["--slo", "not a metric"]);
     bad(&["plan", tool, "--slo", "ttft_p99<<2"], &["--slo"]);
