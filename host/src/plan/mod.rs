@@ -49,11 +49,14 @@ pub struct Line {
 }
 
 impl Line {
-    /// `3 × h100 (tp 2) with dynamo_kv, hpa`.
+    /// `3 × h100 (tp 2) with dynamo_kv`, `up to 8 × a6000 with least_requests, scaled by hpa`.
     pub fn shape(&self, replicas: u32) -> String {
         let tp = if self.tp > 1 { format!(" (tp {})", self.tp) } else { String::new() };
-        let scaler = self.scaler.as_ref().map_or(String::new(), |s| format!(", scaler {s} (max)"));
-        format!("{replicas} × {}{tp} with {}{scaler}", self.gpu, self.policy)
+        let fleet = format!("{replicas} × {}{tp} with {}", self.gpu, self.policy);
+        match &self.scaler {
+            Some(s) => format!("up to {fleet}, scaled by {s}"),
+            None => fleet,
+        }
     }
 }
 
@@ -204,11 +207,14 @@ impl State {
 /// that failed the line's policy (exit 1).
 pub type Batch = Vec<Result<Evaluation, String>>;
 
+/// The shapes of a round: (line index, replicas).
+pub type Asks = [(usize, u32)];
+
 /// Searches every line, a round at a time; `eval` runs a round's (line, replicas) shapes.
 pub fn search(
     lines: &[Line],
     s: &Settings,
-    eval: &mut dyn FnMut(&[(usize, u32)]) -> Result<Batch, Error>,
+    eval: &mut dyn FnMut(&Asks) -> Result<Batch, Error>,
 ) -> Result<Vec<LineResult>, Error> {
     let mut states: Vec<State> = lines
         .iter()

@@ -79,9 +79,10 @@ impl Report<'_> {
     /// The sentence above the tables.
     pub fn caption(&self) -> String {
         let budget = self.settings.budget.map_or(String::new(), |b| format!(", budget {}/h", fmt_num(b)));
+        let bounds = self.bounds.map_or(String::new(), |b| format!(" (per request {})", b.to_arg()));
         format!(
-            "{} [{} world, {} per shape]: cheapest fleet with {} at the workload's own load; replicas {}..{}{budget}; \
-             {} shapes, {} run ({} runs)",
+            "{} [{} world, {} per shape]: cheapest fleet with {}{bounds} at the workload's own load; replicas \
+             {}..{}{budget}; {} shapes, {} run ({} runs)",
             self.workload,
             self.world,
             self.seeds_text(),
