@@ -147,6 +147,7 @@ fn execute(command: Command) -> Result<i32> {
             seeds,
             seed,
             json,
+            report,
             jobs,
             markdown,
         } => plan::run(plan::Args {
@@ -162,6 +163,7 @@ fn execute(command: Command) -> Result<i32> {
             seeds,
             seed,
             json,
+            report,
             markdown,
             jobs: jobs.map(|j| j as usize),
         }),

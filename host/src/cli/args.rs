@@ -181,6 +181,10 @@ pub enum Command {
         /// Write every line's search, the frontier and the winner as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Write one self-contained HTML page: the lines, the frontier with its chart (cost
+        /// against the SLO's margin), the winner, the workload and the command that reproduces it.
+        #[arg(long)]
+        report: Option<PathBuf>,
         /// Threads (default: every core); results do not depend on it.
         #[arg(short = 'j', long, value_parser = clap::value_parser!(u32).range(1..))]
         jobs: Option<u32>,

@@ -28,6 +28,8 @@ pub struct Args {
     pub seeds: Option<u32>,
     pub seed: Option<u64>,
     pub json: Option<PathBuf>,
+    /// `--report`: the HTML page.
+    pub report: Option<PathBuf>,
     pub markdown: bool,
     pub jobs: Option<usize>,
 }
@@ -163,7 +165,7 @@ fn plannable(w: &Workload, file: &std::path::Path) -> Result<(), InputError> {
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    let common = super::Common { json: a.json.clone(), ..Default::default() };
+    let common = super::Common { json: a.json.clone(), report: a.report.clone(), ..Default::default() };
     output::check(&common)?;
     let file = routelab_core::builtin::resolve(&a.workload)?;
     let mut w = workload::load(&file)?;
@@ -313,6 +315,10 @@ pub fn run(a: Args) -> Result<i32> {
     print!("{}", report::table(&doc, &target, a.markdown));
     if let Some(path) = &a.json {
         std::fs::write(path, doc.json()).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &a.report {
+        let argv: Vec<String> = std::env::args().collect();
+        output::write_atomically(path, &plan::page::render(&doc, &target, &argv)?)?;
     }
     Ok(code)
 }

@@ -21,6 +21,7 @@
 //! shape already seen to hold (it is dominated: it cannot be the winner), nor one over
 //! `--budget`.
 
+pub mod page;
 pub mod prices;
 pub mod report;
 pub mod run;

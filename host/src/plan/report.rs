@@ -113,10 +113,6 @@ fn style(markdown: bool) -> Table {
     t
 }
 
-fn right(s: String) -> Cell {
-    Cell::new(s).set_alignment(CellAlignment::Right)
-}
-
 fn cost_text(e: &Evaluation) -> String {
     format!("{:.2}", e.cost_per_hour)
 }
@@ -125,54 +121,100 @@ fn pct(m: f64) -> String {
     if m.is_finite() { format!("{:+.0}%", 100.0 * m) } else { "–".into() }
 }
 
-/// The tables: every line's answer, the frontier, the winner; notes and warnings below.
-pub fn table(r: &Report, target: &Target, markdown: bool) -> String {
-    let mut t = style(markdown);
+/// A table as text cells: the header, the rows, and which columns are text (left-aligned).
+pub struct Grid {
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+    pub text_columns: Vec<usize>,
+}
+
+/// Every line's answer: its fewest replicas that hold, their cost, the status, each condition's
+/// metric there, the margin, the seeds holding, the shapes run.
+pub fn lines_grid(r: &Report, target: &Target) -> Grid {
     let mut header: Vec<String> =
         ["gpu", "tp", "router", "replicas", "cost/h", "status"].iter().map(|s| s.to_string()).collect();
     header.extend(target.conditions.iter().map(|c| c.metric.clone()));
     header.extend(["margin".into(), "seeds holding".into(), "shapes run".into()]);
-    t.set_header(header);
-    for l in r.lines {
-        let a = l.answer();
-        let mut row = vec![
-            Cell::new(&l.line.gpu),
-            right(l.line.tp.to_string()),
-            Cell::new(match &l.line.scaler {
-                Some(s) => format!("{} + {s}", l.line.policy),
-                None => l.line.policy.clone(),
-            }),
-            right(l.replicas.map_or("–".into(), |n| n.to_string())),
-            right(a.map_or("–".into(), cost_text)),
-            Cell::new(status_text(l)),
-        ];
-        for c in &target.conditions {
-            row.push(right(a.and_then(|e| e.metrics.get(&c.metric)).map_or("–".into(), fmt_num)));
-        }
-        row.push(right(a.map_or("–".into(), |e| pct(e.margin))));
-        row.push(right(a.map_or("–".into(), |e| format!("{}/{}", e.seeds_holding, r.seeds))));
-        row.push(right(l.points.len().to_string()));
-        t.add_row(row);
-    }
-    let mut out = format!("{}\n{t}\n", r.caption());
-    let mut f = style(markdown);
+    let rows = r
+        .lines
+        .iter()
+        .map(|l| {
+            let a = l.answer();
+            let mut row = vec![
+                l.line.gpu.clone(),
+                l.line.tp.to_string(),
+                match &l.line.scaler {
+                    Some(s) => format!("{} + {s}", l.line.policy),
+                    None => l.line.policy.clone(),
+                },
+                l.replicas.map_or("–".into(), |n| n.to_string()),
+                a.map_or("–".into(), cost_text),
+                status_text(l),
+            ];
+            for c in &target.conditions {
+                row.push(a.and_then(|e| e.metrics.get(&c.metric)).map_or("–".into(), fmt_num));
+            }
+            row.push(a.map_or("–".into(), |e| pct(e.margin)));
+            row.push(a.map_or("–".into(), |e| format!("{}/{}", e.seeds_holding, r.seeds)));
+            row.push(l.points.len().to_string());
+            row
+        })
+        .collect();
+    Grid { header, rows, text_columns: vec![0, 2, 5] }
+}
+
+/// The frontier, in cost order: cost, shape, verdict, margin, each condition's metric.
+pub fn frontier_grid(r: &Report, target: &Target) -> Grid {
     let mut header = vec!["cost/h".to_string(), "shape".into(), "SLO".into(), "margin".into()];
     header.extend(target.conditions.iter().map(|c| c.metric.clone()));
-    f.set_header(header);
-    for &(i, k) in &r.frontier {
-        let (l, e) = (&r.lines[i], &r.lines[i].points[k]);
-        let mut row = vec![
-            right(cost_text(e)),
-            Cell::new(l.line.shape(e.replicas)),
-            Cell::new(if e.holds { "holds" } else { "fails" }),
-            right(pct(e.margin)),
-        ];
-        for c in &target.conditions {
-            row.push(right(e.metrics.get(&c.metric).map_or("–".into(), fmt_num)));
-        }
-        f.add_row(row);
+    let rows = r
+        .frontier
+        .iter()
+        .map(|&(i, k)| {
+            let (l, e) = (&r.lines[i], &r.lines[i].points[k]);
+            let mut row = vec![
+                cost_text(e),
+                l.line.shape(e.replicas),
+                if e.holds { "holds" } else { "fails" }.to_string(),
+                pct(e.margin),
+            ];
+            for c in &target.conditions {
+                row.push(e.metrics.get(&c.metric).map_or("–".into(), fmt_num));
+            }
+            row
+        })
+        .collect();
+    Grid { header, rows, text_columns: vec![1, 2] }
+}
+
+fn render_grid(g: Grid, markdown: bool) -> Table {
+    let mut t = style(markdown);
+    t.set_header(g.header);
+    for row in g.rows {
+        t.add_row(row.into_iter().enumerate().map(|(i, c)| {
+            if g.text_columns.contains(&i) { Cell::new(c) } else { Cell::new(c).set_alignment(CellAlignment::Right) }
+        }));
     }
-    out.push_str(&format!("frontier (cost against the SLO's margin; no shape run is both cheaper and safer):\n{f}\n"));
+    t
+}
+
+/// The frontier's heading.
+pub const FRONTIER: &str = "frontier (cost against the SLO's margin; no shape run is both cheaper and safer)";
+
+/// The tables: every line's answer, the frontier, the winner; notes and warnings below.
+pub fn table(r: &Report, target: &Target, markdown: bool) -> String {
+    let t = render_grid(lines_grid(r, target), markdown);
+    let f = render_grid(frontier_grid(r, target), markdown);
+    let mut out = format!("{}\n{t}\n{FRONTIER}:\n{f}\n", r.caption());
+    out.push_str(&verdict(r));
+    for (shape, warning, text) in remarks(r) {
+        out.push_str(&format!("{}: {shape}: {text}\n", if warning { "warning" } else { "note" }));
+    }
+    out
+}
+
+/// The winner line (or that there is none).
+pub fn verdict(r: &Report) -> String {
     match &r.winner {
         Some(w) => {
             let fewer = match w.one_fewer_margin {
@@ -180,23 +222,28 @@ pub fn table(r: &Report, target: &Target, markdown: bool) -> String {
                 None if w.replicas == r.settings.min_replicas => "; the bottom of the range".into(),
                 None => String::new(),
             };
-            out.push_str(&format!(
+            format!(
                 "winner: {} at {}/h: holds with margin {} on the mean, on {}/{} seeds alone{fewer}\n",
                 w.shape,
                 fmt_num((w.cost_per_hour * 100.0).round() / 100.0),
                 pct(w.margin),
                 w.seeds_holding,
                 r.seeds
-            ));
+            )
         }
-        None => out.push_str("winner: none: no shape searched meets the SLO\n"),
+        None => "winner: none: no shape searched meets the SLO\n".into(),
     }
+}
+
+/// Each line's warning and first note, as (shape, is_warning, text).
+pub fn remarks(r: &Report) -> Vec<(String, bool, String)> {
+    let mut out = Vec::new();
     for l in r.lines {
         if let Some(w) = &l.warning {
-            out.push_str(&format!("warning: {}: {w}\n", l.line.shape(l.replicas.unwrap_or(0))));
+            out.push((l.line.shape(l.replicas.unwrap_or(0)), true, w.clone()));
         }
-        for e in l.points.iter().filter(|e| e.note.is_some()).take(1) {
-            out.push_str(&format!("note: {}: {}\n", l.line.shape(e.replicas), e.note.as_deref().unwrap_or("")));
+        if let Some(e) = l.points.iter().find(|e| e.note.is_some()) {
+            out.push((l.line.shape(e.replicas), false, e.note.clone().unwrap_or_default()));
         }
     }
     out

@@ -59,7 +59,19 @@ fn mmc_plan_picks_the_fewest_servers_erlang_c_allows() {
     )
     .unwrap();
     let slo = format!("wait_mean<={bound}");
-    let args = ["plan", yaml.to_str().unwrap(), "--slo", &slo, "--policies", "least_work_left", "--replicas", "1..20"];
+    let page = scratch("mmc.html");
+    let args = [
+        "plan",
+        yaml.to_str().unwrap(),
+        "--slo",
+        &slo,
+        "--policies",
+        "least_work_left",
+        "--replicas",
+        "1..20",
+        "--report",
+        page.to_str().unwrap(),
+    ];
     let v: serde_json::Value = serde_json::from_str(&json_text(&args, "mmc.json")).unwrap();
     assert_eq!(v["command"], "plan");
     let line = &v["lines"][0];
@@ -70,6 +82,13 @@ fn mmc_plan_picks_the_fewest_servers_erlang_c_allows() {
     assert_eq!(w["replicas"].as_u64(), Some(u64::from(c_star)));
     assert_eq!(w["cost_per_hour"].as_f64(), Some(f64::from(c_star)), "one unit per server-hour");
     assert_eq!(w["seeds_holding"].as_u64(), Some(4));
+    // The page: the winner, the frontier's chart, nothing loaded from elsewhere.
+    let h = std::fs::read_to_string(&page).unwrap();
+    assert!(h.contains(&format!("winner: {c_star} × server with least_work_left")), "{h}");
+    assert!(h.contains("<svg") && h.contains("mmc_plan_frontier"));
+    for outside in ["<script", "<link", "<img", "src=", "url("] {
+        assert!(!h.contains(outside), "the page loads something ({outside})");
+    }
     for p in line["points"].as_array().unwrap() {
         let c = p["replicas"].as_u64().unwrap() as u32;
         if f64::from(c) <= lambda {
