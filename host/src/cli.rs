@@ -13,6 +13,7 @@ mod docs;
 mod import;
 mod merge;
 mod output;
+mod plan;
 mod run;
 
 use std::path::{Path, PathBuf};
@@ -129,6 +130,39 @@ fn execute(command: Command) -> Result<i32> {
             seed,
             json,
             plot,
+            report,
+            markdown,
+            jobs: jobs.map(|j| j as usize),
+        }),
+        Command::Plan {
+            workload,
+            slo,
+            gpus,
+            tp,
+            replicas,
+            policies,
+            scalers,
+            budget,
+            prices,
+            seeds,
+            seed,
+            json,
+            report,
+            jobs,
+            markdown,
+        } => plan::run(plan::Args {
+            workload,
+            slo,
+            gpus,
+            tp,
+            replicas,
+            policies,
+            scalers,
+            budget,
+            prices,
+            seeds,
+            seed,
+            json,
             report,
             markdown,
             jobs: jobs.map(|j| j as usize),

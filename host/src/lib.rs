@@ -14,5 +14,6 @@ pub mod bench;
 pub mod capacity;
 pub mod cli;
 pub mod exercises;
+pub mod plan;
 pub mod report;
 pub mod scaffold;

@@ -134,6 +134,64 @@ pub enum Command {
         #[arg(long)]
         markdown: bool,
     },
+    /// The cheapest fleet that meets an SLO at the workload's own load: searches GPU type ×
+    /// tensor parallelism × replica count × router (× scaler), bisecting the replica count of
+    /// each and skipping shapes dearer than one already seen to hold; prints each line's answer,
+    /// the frontier (cost against the SLO's margin) and the winner with how sure it is
+    /// (docs/output.md, "Plan").
+    Plan {
+        #[arg(help = WORKLOAD_ARG)]
+        workload: PathBuf,
+        /// The SLO, as `capacity --slo`: it holds for a shape when every condition holds on the
+        /// mean over seeds and no request was left unfinished.
+        #[arg(long)]
+        slo: String,
+        /// Comma-separated catalog GPUs to try (default: the workload's `gpu`); cluster
+        /// workloads only.
+        #[arg(long)]
+        gpus: Option<String>,
+        /// Comma-separated tensor-parallel degrees to try, of 1, 2, 4, 8 (default: the
+        /// workload's `tp`); cost counts every GPU.
+        #[arg(long)]
+        tp: Option<String>,
+        /// Replica counts to search, `A..B` inclusive or one count (default: 1 to twice the
+        /// workload's); in the dispatch world, servers.
+        #[arg(long)]
+        replicas: Option<String>,
+        /// Comma-separated routers (default: the workload's `policies:`); see `compare --help`.
+        #[arg(long, long_help = POLICIES_HELP)]
+        policies: Option<String>,
+        /// Comma-separated scalers (`hpa`, `dynamo_planner`, `llm_d_wva`, …): each line then
+        /// autoscales between 1 and the replica count searched, and costs its mean replicas.
+        #[arg(long)]
+        scalers: Option<String>,
+        /// Most a shape may cost per hour: dearer shapes are not run.
+        #[arg(long)]
+        budget: Option<f64>,
+        /// Prices per GPU-hour, `GPU=PRICE,…`, over the workload's `cost_per_hour` and the
+        /// built-in on-demand table (docs/output.md, "Plan"); the dispatch world's are `server=`.
+        #[arg(long)]
+        prices: Option<String>,
+        /// Number of seeds per shape, at least 1 (overrides the workload's `seeds`).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        seeds: Option<u32>,
+        /// First seed (overrides the workload's `seed`).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Write every line's search, the frontier and the winner as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write one self-contained HTML page: the lines, the frontier with its chart (cost
+        /// against the SLO's margin), the winner, the workload and the command that reproduces it.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// Threads (default: every core); results do not depend on it.
+        #[arg(short = 'j', long, value_parser = clap::value_parser!(u32).range(1..))]
+        jobs: Option<u32>,
+        /// Print the tables as Markdown.
+        #[arg(long)]
+        markdown: bool,
+    },
     /// Join the partial results of `--shard K/N` runs into what one unsharded run writes.
     Merge {
         /// The shards' `--json` files, in any order (every shard 1/N..N/N exactly once).

@@ -22,6 +22,7 @@ mod llama;
 mod loader;
 mod lora;
 mod pd;
+mod plan;
 mod report;
 mod scale;
 mod serve_engines;
