@@ -141,9 +141,9 @@ fn each_model_routes_among_its_own_replicas_by_hand() {
 /// several models does not run without a router per model.
 #[test]
 fn an_index_past_the_models_replicas_is_refused_and_every_model_needs_a_router() {
-    let e = run_with::<Two>(&small(), &stream(&[(0.0, 0)]), true).err().expect("refused").to_string();
+    let e = run_with::<Two>(&small(), &stream(&[(0.0, 0)]), true).expect_err("refused").to_string();
     assert!(e.contains("two") && e.contains("returned replica 2") && e.contains("only 2 (valid: 0..1)"), "{e}");
-    let e = run_with::<ById>(&small(), &stream(&[(0.0, 0)]), false).err().expect("refused").to_string();
+    let e = run_with::<ById>(&small(), &stream(&[(0.0, 0)]), false).expect_err("refused").to_string();
     assert!(e.contains("one router per model"), "{e}");
 }
 
