@@ -88,12 +88,13 @@ fn run_with<P: RouterPolicy + Policy<Config = (), Context = RouterContext> + 'st
         let Maker::Router(make) = routelab_policy_api::router::<P>().make else { unreachable!() };
         make("", &router_context_for_model(spec, &sm, 1, m)).unwrap()
     };
-    let others = if give_others { (1..spec.models.len()).map(make).collect() } else { Vec::new() };
+    let others: Vec<_> = (1..spec.models.len()).map(make).collect();
     let sched =
         Loader::new().resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler).unwrap();
     let schedulers = crate::runner::make_schedulers(&sched, &sm, spec.slots(), 1).unwrap();
     let sim = ClusterSim::build(spec, &sm, stream, make(0), schedulers, P::NAME).unwrap();
-    sim.with_model_routers(others).unwrap().run()
+    // Without the other models' routers the run refuses to start.
+    if give_others { sim.with_model_routers(others).unwrap() } else { sim }.run()
 }
 
 /// Runs built-in `name` on `spec`'s generated stream (seed `seed`), one router per model.
