@@ -26,6 +26,8 @@ pub struct RequestInfo {
     pub session: f64,
     /// The request's LoRA adapter index (NaN: the base model).
     pub adapter: f64,
+    /// The request's model index in `cluster.models` (0 with one model).
+    pub model: u16,
 }
 
 impl RequestInfo {
@@ -59,6 +61,7 @@ fn column(name: &str, world: World) -> Option<Column> {
         (facts::request::HINT_OUTPUT_TOKENS, World::Cluster) => Some(|r| r.hint_output_tokens),
         (facts::request::SESSION, World::Cluster) => Some(|r| r.session),
         (facts::request::ADAPTER, World::Cluster) => Some(|r| r.adapter),
+        (facts::request::MODEL, World::Cluster) => Some(|r| r.model as f64),
         _ => None,
     }
 }
@@ -183,10 +186,10 @@ fn world_name(world: World) -> &'static str {
 /// The context facts of a cluster: the engine's knobs a router operator knows, and how many
 /// classes and tenants the workload has.
 pub fn cluster_context(chunk_tokens: u32, max_step_tokens: u32, max_batch_requests: u32, scrape_s: f64) -> Vec<Fact> {
-    cluster_context_with(chunk_tokens, max_step_tokens, max_batch_requests, scrape_s, 1, 1)
+    cluster_context_with(chunk_tokens, max_step_tokens, max_batch_requests, scrape_s, 1, 1, 1)
 }
 
-/// [`cluster_context`] with the workload's class and tenant counts.
+/// [`cluster_context`] with the workload's class, tenant and model counts.
 pub fn cluster_context_with(
     chunk_tokens: u32,
     max_step_tokens: u32,
@@ -194,6 +197,7 @@ pub fn cluster_context_with(
     scrape_s: f64,
     classes: usize,
     tenants: usize,
+    models: usize,
 ) -> Vec<Fact> {
     use facts::context::*;
     vec![
@@ -203,6 +207,7 @@ pub fn cluster_context_with(
         Fact::new(METRICS_SCRAPE_INTERVAL_S, scrape_s),
         Fact::new(CLASSES_COUNT, classes.max(1) as f64),
         Fact::new(TENANTS_COUNT, tenants.max(1) as f64),
+        Fact::new(MODELS_COUNT, models.max(1) as f64),
     ]
 }
 

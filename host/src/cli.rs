@@ -563,7 +563,9 @@ fn export_trace(file: &Path, out: &Path, seed: Option<u64>) -> Result<i32> {
         )
     };
     let mut f = std::io::BufWriter::new(std::fs::File::create(out).map_err(unwritable)?);
-    let blocks = workload::export::write_mooncake(stream, &mut f)
+    let c = prepared.workload.cluster.as_ref().expect("cluster world");
+    let models: Vec<&str> = c.models.iter().map(|m| m.name.as_str()).collect();
+    let blocks = workload::export::write_mooncake_with_models(stream, &models, &mut f)
         .and_then(|n| std::io::Write::flush(&mut f).map(|_| n))
         .map_err(unwritable)?;
     eprintln!(

@@ -112,6 +112,19 @@
 //! - The credit decay (default 0), the queue threshold (default off),
 //!   per-request overrides, DP ranks and the 2^20-node pruning are not modelled.
 //! - Blocks are hashed from segments (toolkit `BlockHashing`), not XXH3 over token ids.
+//!
+//! Hints (agentic requests): no option, because upstream's worker selection reads none. Dynamo's
+//! agent hints (`nvext.agent_hints`: `osl`, `priority`, `speculative_prefill`; ai-dynamo/dynamo
+//! @ 03f06d19, `lib/llm/src/protocols/openai/nvext.rs`, `AgentHints`) reach the router as
+//! `expected_output_tokens`, which the cost above never reads: it is used only with
+//! `router_track_output_blocks` (off by default), where the request's stream adds an output
+//! block at each block boundary and weighs the request's own blocks by `max(0, 1 − generated /
+//! osl)` (@ ecd29799, `lib/llm/src/kv_router.rs`, the response-stream loop; @ 04df1c42,
+//! `lib/kv-router/src/sequences/single.rs`, `add_output_block`) — it needs every streamed token,
+//! which a routelab router does not hear (dispatch and completion only), and routelab's
+//! `dynamo_kv` counts prompt blocks only, as the default does. `priority` orders the router's
+//! queue (`router_queue_threshold`), an admission step, not the selection. The request fact
+//! `hint.output_tokens` is read by `least_work_left{work: hints}`.
 
 use rand::RngExt;
 use routelab_policy_api::*;

@@ -66,6 +66,15 @@
 //! - Per-request SLO headers become per-router `ttft_slo_s` / `tpot_slo_s`; the SLO admitter
 //!   (rejecting requests) is not modelled. Requests owing their first token are inferred from
 //!   `waiting + prefilling` as in [`crate::llm_d_sticky`].
+//!
+//! Hints (agentic requests): no option, because upstream's profile reads no output-length
+//! estimate. Its predictions take the input length, the prefix score, the in-flight prefill
+//! tokens and the running count, with the generated-token count fixed at 1
+//! (llm-d/llm-d-router @ 4893230f, `pkg/epp/framework/plugins/requestcontrol/dataproducer/
+//! predictedlatency/prediction.go`, `generatePredictions`: `generatedTokenCounts[i] = 1`), and
+//! it predicts TPOT per token, not a request's whole decode, so an expected output length has
+//! nowhere to enter. The request fact `hint.output_tokens` is read by
+//! `least_work_left{work: hints}`.
 
 use rand::RngExt;
 use routelab_policy_api::*;

@@ -5,7 +5,7 @@
 //!
 //! - **Request facts** ([`request`]): numbers about one request (its service time in the
 //!   dispatch world; since 0.5.2 class, priority, tenant, SLO bounds and output length in the
-//!   cluster world; since 0.5.3 an output-length hint and the agent session; since 0.5.5 the LoRA adapter). A policy lists the names it
+//!   cluster world; since 0.5.3 an output-length hint and the agent session; since 0.5.5 the LoRA adapter; since 0.5.7 the model). A policy lists the names it
 //!   wants ([`crate::RouterPolicy::request_facts`], [`crate::SchedulerPolicy::request_facts`]);
 //!   the host reads the list once, at creation, refuses a name it does not provide (a
 //!   configuration error naming it), and then hands the values over with every request, in the
@@ -60,6 +60,13 @@ pub mod request {
     pub const ADAPTER: &str = "adapter";
     // } since 0.5.5
 
+    // since 0.5.7 {
+    /// The model the request asks for: its 0-based index in the workload's `cluster.models`, in
+    /// the order written (cluster world; 0 when the workload serves one model). A router is made
+    /// per model and sees only that model's replicas, so it needs this only to tell its model.
+    pub const MODEL: &str = "model";
+    // } since 0.5.7
+
     /// Every request fact this version defines, with one line each.
     pub const CATALOGUE: &[(&str, &str)] = &[
         (SERVICE_TIME, "the job's service time (dispatch world)"),
@@ -78,6 +85,9 @@ pub mod request {
         // since 0.5.5 {
         (ADAPTER, "the request's LoRA adapter index, NaN for the base model (cluster world)"),
         // } since 0.5.5
+        // since 0.5.7 {
+        (MODEL, "the request's model index in cluster.models, 0 for one model (cluster world)"),
+        // } since 0.5.7
     ];
 }
 
@@ -102,6 +112,12 @@ pub mod context {
     pub const TENANTS_COUNT: &str = "tenants.count";
     // } since 0.5.2
 
+    // since 0.5.7 {
+    /// How many models the workload serves (1 without `cluster.models`); the request fact
+    /// `model` indexes them.
+    pub const MODELS_COUNT: &str = "models.count";
+    // } since 0.5.7
+
     /// Every context fact this version defines, with one line each.
     pub const CATALOGUE: &[(&str, &str)] = &[
         (ENGINE_CHUNK_TOKENS, "prompt tokens per prefill chunk (cluster world)"),
@@ -112,6 +128,9 @@ pub mod context {
         (CLASSES_COUNT, "request classes in the workload (cluster world)"),
         (TENANTS_COUNT, "tenants in the workload (cluster world)"),
         // } since 0.5.2
+        // since 0.5.7 {
+        (MODELS_COUNT, "models the workload serves (cluster world)"),
+        // } since 0.5.7
     ];
 }
 

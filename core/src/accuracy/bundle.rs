@@ -304,6 +304,7 @@ pub fn load(dir: &Path, stream: Option<&Path>) -> Result<Bundle, InputError> {
                 adapter: None,
                 class: None,
                 tenant: None,
+                model: None,
             }
         })
         .collect();

@@ -216,7 +216,8 @@ pub fn run_one_detailed(
 /// scheduler), or the selector.
 enum Instances {
     Dispatch(RouterBox),
-    Cluster(RouterBox, Vec<SchedulerBox>),
+    /// Model 0's router (the only one with one model), the schedulers, the routers of models 1...
+    Cluster(RouterBox, Vec<SchedulerBox>, Vec<RouterBox>),
     Compound(SelectorBox),
 }
 
@@ -248,7 +249,11 @@ fn instantiate(policy: &ResolvedPolicy, prepared: &Prepared, run_seed: u64) -> R
                 policy.policy.router(&sim::cluster::router_context_for(c, sm, run_seed)).map_err(of(Part::Policy))?;
             let scheduler = policy.scheduler.as_ref().expect("resolved cluster policy");
             let schedulers = make_schedulers(scheduler, sm, c.slots(), run_seed).map_err(of(Part::Scheduler))?;
-            Ok(Instances::Cluster(router, schedulers))
+            let others: Vec<RouterBox> = (1..c.models.len())
+                .map(|m| policy.policy.router(&sim::cluster::router_context_for_model(c, sm, run_seed, m)))
+                .collect::<Result<_, _>>()
+                .map_err(of(Part::Policy))?;
+            Ok(Instances::Cluster(router, schedulers, others))
         }
         WorldKind::Compound => {
             let c = w.compound.as_ref().expect("compound world");
@@ -293,7 +298,7 @@ fn run_seed(
             let (m, detail) = sim::dispatch::run_detailed(d, trace, router, label, run_seed)?;
             Ok(((m, Vec::new()), Some(detail)))
         }
-        Instances::Cluster(router, schedulers) => {
+        Instances::Cluster(router, schedulers, others) => {
             let c = w.cluster.as_ref().expect("cluster world");
             let sm = prepared.step_model.as_ref().expect("prepared cluster world");
             let stream: Feed = match (&input.stream, input.lazy) {
@@ -304,6 +309,8 @@ fn run_seed(
                 (None, None) => unreachable!("a cluster seed input has a stream"),
             };
             let mut sim = ClusterSim::build(c, sm, stream, router, schedulers, label)
+                .map_err(|e| prepared.setup_error(e))?
+                .with_model_routers(others)
                 .map_err(|e| prepared.setup_error(e))?
                 .with_failures(c.failures.as_ref(), run_seed);
             // Aggregated or disaggregated, the workload's admission policy stands before the router.

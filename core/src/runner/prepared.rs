@@ -102,6 +102,7 @@ impl Prepared {
         let mut stream = generate(c, self.trace.as_deref(), seed).map_err(|e| self.setup_error(e.into()))?;
         crate::workload::generate::apply_hints(c, &mut stream, seed);
         crate::workload::generate::apply_lora(c, &mut stream, seed);
+        crate::workload::generate::apply_models(c, &mut stream, seed);
         let sm = self.step_model.as_ref().expect("cluster world");
         sim::cluster::check_fits(sm, &stream).map_err(|e| self.setup_error(e))?;
         Ok(stream)
@@ -162,6 +163,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
                     let rows = mooncake::load(&p)?;
                     mooncake::check_adapters(&rows, c.lora.as_ref(), &p)?;
                     mooncake::check_labels(&rows, c, &p)?;
+                    mooncake::check_models(&rows, c, &p)?;
                     let sizes = rows.iter().map(|r| trace::RowSize {
                         line: r.line,
                         prompt: r.input_length,
@@ -185,6 +187,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
         let mut stream = crate::workload::generate::mooncake_stream(c, &rows);
         crate::workload::generate::apply_hints(c, &mut stream, prepared.workload.seed);
         crate::workload::generate::apply_lora(c, &mut stream, prepared.workload.seed);
+        crate::workload::generate::apply_models(c, &mut stream, prepared.workload.seed);
         let sm = prepared.step_model.as_ref().expect("cluster world");
         sim::cluster::check_fits(sm, &stream).map_err(|e| prepared.setup_error(e))?;
         prepared.trace_stream = Some(Arc::new(stream));

@@ -135,6 +135,12 @@ fn push_extensions(stream: &RequestStream, calls: Option<&[u32]>, i: usize, line
 
 /// Writes `stream` as Mooncake JSON Lines; returns the number of distinct blocks.
 pub fn write_mooncake(stream: &RequestStream, out: &mut impl Write) -> io::Result<usize> {
+    write_mooncake_with_models(stream, &[], out)
+}
+
+/// [`write_mooncake`] naming every row's `model` by `models` (the workload's `cluster.models`
+/// names, in order) when there are several; the replay keeps them.
+pub fn write_mooncake_with_models(stream: &RequestStream, models: &[&str], out: &mut impl Write) -> io::Result<usize> {
     let mut ids = BlockIds::default();
     let mut hash_ids = Vec::new();
     let mut line = String::new();
@@ -155,6 +161,9 @@ pub fn write_mooncake(stream: &RequestStream, out: &mut impl Write) -> io::Resul
         }
         line.push(']');
         push_extensions(stream, calls.as_deref(), i, &mut line);
+        if models.len() > 1 {
+            line.push_str(&format!(", \"model\": \"{}\"", models[stream.model(i) as usize]));
+        }
         line.push_str("}\n");
         out.write_all(line.as_bytes())?;
     }

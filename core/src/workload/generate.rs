@@ -34,11 +34,13 @@ use crate::time::{SimTime, ticks};
 
 mod lazy;
 mod lora;
+mod models;
 mod session;
 mod stats;
 mod synth;
 pub use lazy::{Extent, LazyStream};
 pub use lora::{NO_ADAPTER, apply_lora};
+pub use models::apply_models;
 pub use session::Sessions;
 pub use stats::{WorkloadStats, stats, stats_lazy};
 use synth::Synth;
@@ -72,6 +74,8 @@ pub struct RequestStream {
     /// Every request's LoRA adapter (`cluster.lora`), by request id ([`NO_ADAPTER`]: the base
     /// model); empty = every request on the base model.
     pub adapters: Vec<u32>,
+    /// Every request's model (`cluster.models`), by request id; empty = every request on model 0.
+    pub models: Vec<u16>,
     /// The id of `requests[0]`: a [`LazyStream`] holds only the requests from the oldest one a
     /// run still reads to the newest generated (`labels` and `hints` likewise); 0 otherwise.
     pub base: usize,
@@ -98,6 +102,11 @@ impl RequestStream {
     /// Request `i`'s LoRA adapter, if it has one.
     pub fn adapter(&self, i: usize) -> Option<u32> {
         self.adapters.get(i - self.base).copied().filter(|&a| a != NO_ADAPTER)
+    }
+
+    /// Request `i`'s model (its index in `cluster.models`; 0 with one model).
+    pub fn model(&self, i: usize) -> u16 {
+        self.models.get(i - self.base).copied().unwrap_or(0)
     }
 
     /// Request `i`'s class and tenant.
@@ -260,7 +269,8 @@ pub fn mooncake_stream(spec: &ClusterSpec, rows: &[MooncakeRow]) -> RequestStrea
     };
     let labelled = !spec.classes.is_empty() || !spec.tenants.is_empty();
     let horizon = spec.duration_s.map(ticks);
-    labelled_block_stream(rows, super::mooncake::BLOCK_TOKENS, time_scale, spec.requests, horizon, labelled)
+    let block = super::mooncake::BLOCK_TOKENS;
+    labelled_block_stream(rows, block, time_scale, spec.requests, horizon, labelled, &spec.models)
 }
 
 /// Rows whose `hash_ids` name `block`-token blocks (the last one partial) as a stream, in row
@@ -275,11 +285,12 @@ pub fn block_stream(
     horizon: Option<SimTime>,
 ) -> RequestStream {
     let labelled = rows.iter().any(|r| r.class.is_some() || r.tenant.is_some());
-    labelled_block_stream(rows, block, time_scale, limit, horizon, labelled)
+    labelled_block_stream(rows, block, time_scale, limit, horizon, labelled, &[])
 }
 
 /// [`block_stream`], with the rows' classes and tenants kept as the requests' labels when
-/// `labelled` (absent ones are 0, as in the Azure trace's columns).
+/// `labelled` (absent ones are 0, as in the Azure trace's columns), and the rows' models as
+/// indices into `models` when there are several and the rows name them (checked before).
 fn labelled_block_stream(
     rows: &[MooncakeRow],
     block: u32,
@@ -287,6 +298,7 @@ fn labelled_block_stream(
     limit: Option<u64>,
     horizon: Option<SimTime>,
     labelled: bool,
+    models: &[super::cluster::models::ModelSpec],
 ) -> RequestStream {
     let mut b =
         Builder { stream: RequestStream::default(), next_unique: FIRST_UNIQUE_ID, label: Label::default(), labelled };
@@ -296,9 +308,16 @@ fn labelled_block_stream(
     // The trace's adapters, when it gives them (`apply_lora` then keeps them).
     let given = rows.iter().any(|r| r.adapter.is_some());
     let mut adapters = Vec::new();
+    // The trace's models likewise (`apply_models` then keeps them).
+    let named = models.len() > 1 && rows.iter().any(|r| r.model.is_some());
+    let mut model_of = Vec::new();
     for row in rows.iter().enumerate().filter(|&(i, _)| kept(i)).map(|(_, r)| r) {
         if given {
             adapters.push(row.adapter.unwrap_or(NO_ADAPTER));
+        }
+        if named {
+            let m = models.iter().position(|m| row.model.as_deref() == Some(m.name.as_str()));
+            model_of.push(m.unwrap_or(0) as u16);
         }
         prompt.clear();
         prompt.extend(
@@ -325,6 +344,8 @@ fn labelled_block_stream(
     // The rows are in arrival order, so a cut keeps a prefix of them.
     adapters.truncate(stream.requests.len());
     stream.adapters = adapters;
+    model_of.truncate(stream.requests.len());
+    stream.models = model_of;
     stream
 }
 

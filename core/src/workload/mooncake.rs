@@ -27,6 +27,10 @@
 //! row gives every request's adapter (a row without it is on the base model); without it anywhere
 //! the replay draws adapters per session as for generated streams (`generate/lora.rs`).
 //!
+//! Models (routelab's extension): `"model"` is the row's model, a name in the workload's
+//! `cluster.models` (as an OpenAI request names its model); a trace that gives it on any row
+//! gives every row's, and the replay keeps them instead of drawing ([`check_models`]).
+//!
 //! Request classes and tenants (routelab's extension, as the Azure CSV's optional columns:
 //! [`super::trace`]): `"class"` is the row's class, an index into the workload's
 //! `cluster.classes`, and `"tenant"` its tenant, an index into `cluster.tenants` (0-based, in the
@@ -74,6 +78,8 @@ pub struct MooncakeRow {
     pub class: Option<u16>,
     /// The row's tenant (an index into `cluster.tenants`) when the trace gives one.
     pub tenant: Option<u32>,
+    /// The row's model (a name in `cluster.models`) when the trace gives one (`models.rs`).
+    pub model: Option<String>,
 }
 
 /// `"adapter": null` — the base model (also the stream's mark for a request without an
@@ -468,6 +474,7 @@ impl<'f> Rows<'f> {
         let (session, parents) = self.sessions.read(obj, file, n)?;
         let adapter = read_adapter(obj, file, n)?;
         let (class, tenant) = read_label(obj, file, n)?;
+        let model = read_model(obj, file, n)?;
         let row = MooncakeRow {
             at_s,
             input_length,
@@ -479,6 +486,7 @@ impl<'f> Rows<'f> {
             adapter,
             class,
             tenant,
+            model,
         };
         for (k, &id) in row.hash_ids.iter().enumerate() {
             let tokens = row.block_tokens(k);
@@ -506,5 +514,7 @@ impl<'f> Rows<'f> {
     }
 }
 
+mod models;
+pub use models::{check_models, read_model};
 #[cfg(test)]
 mod tests;

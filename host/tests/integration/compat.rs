@@ -66,6 +66,11 @@ fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() 
         read(&current, "signals.rs").contains("\"tier.cpu.matched_tokens\"")
             && !read(&root, "signals.rs").contains("tier.")
     );
+    // 0.5.7: the request fact `model` and the context fact `models.count`.
+    assert!(read(&current, "facts.rs").contains("\"model\"") && !read(&root, "facts.rs").contains("\"model\""));
+    assert!(
+        read(&current, "facts.rs").contains("\"models.count\"") && !read(&root, "facts.rs").contains("models.count")
+    );
     let (_, minor, _) = api_version();
     for file in ["lib.rs", "traits.rs", "types.rs", "policy.rs", "root.rs", "cost.rs", "facts.rs", "signals.rs"] {
         assert!(

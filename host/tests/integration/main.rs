@@ -21,6 +21,7 @@ mod layers;
 mod llama;
 mod loader;
 mod lora;
+mod models;
 mod pd;
 mod plan;
 mod report;

@@ -41,6 +41,7 @@ fn run(spec: &ClusterSpec, requests: &[(f64, u32, u32)]) -> Vec<summary::Request
             adapter: None,
             class: None,
             tenant: None,
+            model: None,
         })
         .collect();
     let stream = block_stream(&rows, 16, 1.0, None, None);

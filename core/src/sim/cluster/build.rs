@@ -24,7 +24,9 @@ impl<'a> ClusterSim<'a> {
                 "give one scheduler per replica",
             ));
         }
-        let mut router = RouterHandle::new(router, spec.replicas, World::Cluster, label);
+        // Several models: this router is model 0's, bounded by its replicas (`models.rs`).
+        let bound = if spec.models.len() > 1 { spec.models[0].replicas } else { spec.replicas };
+        let mut router = RouterHandle::new(router, bound, World::Cluster, label);
         // Every change to a view goes through `refresh_views` (`slots.rs`), which names it: the
         // signal table refills only those rows.
         router.track_view_changes();
@@ -194,6 +196,7 @@ impl<'a> ClusterSim<'a> {
             tier_spec: spec.kv_tiers.clone().map(|t| (t, sm.cost.kv_bytes_per_token, sm.model.layers)),
             cost_per_hour: spec.mean_cost_per_hour(),
             failures: None,
+            models: super::models::Models::of(spec),
         };
         if !sim.retiring {
             sim.held_up_to(total);

@@ -39,10 +39,13 @@ pub fn router_context_for(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> 
         spec.metrics.scrape_interval_s,
         spec.classes.len(),
         spec.tenants.len(),
+        spec.model_count(),
     )
     .into();
     let Some(d) = &spec.disaggregation else {
-        return RouterContext { facts, ..router_context(sm, spec.slots(), run_seed) };
+        // Several models: this is model 0's router (`router_context_for_model`).
+        let replicas = if spec.models.is_empty() { spec.slots() } else { spec.models[0].replicas };
+        return RouterContext { facts, ..router_context(sm, replicas, run_seed) };
     };
     // Validated with the workload; a failure here would have stopped it before any run.
     let (p, dm) = d.step_models(spec).unwrap_or_else(|_| (sm.clone(), sm.clone()));
@@ -65,6 +68,21 @@ pub fn router_context_for(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> 
         }),
         facts,
         ..router_context(&dm, d.decode.instances + d.mixed_instances(), run_seed)
+    }
+}
+
+/// What model `model`'s router is told at creation on `spec`'s cluster of several models
+/// (`cluster.models`): its own replica count, and a seed of its own (model 0's is
+/// [`router_context_for`]'s, so a one-model run is unchanged).
+pub fn router_context_for_model(spec: &ClusterSpec, sm: &StepModel, run_seed: u64, model: usize) -> RouterContext {
+    let ctx = router_context_for(spec, sm, run_seed);
+    if model == 0 {
+        return ctx;
+    }
+    RouterContext {
+        replicas: spec.models[model].replicas,
+        seed: stream_seed(run_seed, &format!("policy.router.model.{model}")),
+        ..ctx
     }
 }
 
@@ -116,6 +134,7 @@ pub fn request_info(classes: &[ClassSpec], slo: Option<&Slo>, stream: &RequestSt
         hint_output_tokens: stream.hint(i),
         session: stream.sessions.as_ref().map_or(f64::NAN, |s| s.session[i] as f64),
         adapter: stream.adapter(i).map_or(f64::NAN, |a| a as f64),
+        model: stream.model(i),
         ..RequestInfo::plain()
     }
 }

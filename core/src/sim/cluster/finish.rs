@@ -31,6 +31,7 @@ impl ClusterSim<'_> {
             preemptions: st.preemptions,
             class: self.infos[i].class,
             tenant: self.infos[i].tenant,
+            model: self.infos[i].model,
             end: if pd_rejected { End::Rejected } else { self.ends[i] },
             dispatched_at_s: seconds(self.dispatched_at[i]),
         }
@@ -86,12 +87,19 @@ impl ClusterSim<'_> {
         // and shed requests were never served), the SLO's over all (a rejection misses it).
         let records: Vec<RequestRecord> =
             if self.exact { (0..total).map(|i| self.record(i)).collect() } else { Vec::new() };
+        let mut model_tally = self.models.as_ref().map(|ms| ms.tally(self.exact, &self.classes, self.slo.as_ref()));
         if self.exact {
             records.iter().for_each(|r| self.tally.add(r));
+            if let Some(t) = &mut model_tally {
+                records.iter().for_each(|r| t.add(r));
+            }
         } else {
             for i in retired..total {
                 let r = self.record(i);
                 self.tally.add(&r);
+                if let Some(t) = &mut model_tally {
+                    t.add(&r);
+                }
             }
         }
         let p = &self.probes;
@@ -110,6 +118,9 @@ impl ClusterSim<'_> {
             self.tally.push_groups(&mut metrics);
         } else if self.slo.is_some() {
             self.tally.push_slo(&mut metrics);
+        }
+        if let Some(t) = model_tally {
+            t.push(&mut metrics);
         }
         if self.replicas.first().is_some_and(|r| r.lora.is_some()) {
             super::lora::push_lora_metrics(&mut metrics, self.replicas.iter().filter_map(|r| r.lora.as_deref()));
@@ -136,7 +147,7 @@ impl ClusterSim<'_> {
             let (latency_quantiles, finished_share) = self.tally.latency_cdf(crate::metrics::CDF_POINTS);
             crate::metrics::Detail { latency_quantiles, finished_share, ..Default::default() }
         });
-        for (k, v) in self.router.report()?.into_iter().chain(scheduler_stats(&self.schedulers, self.router.label())?) {
+        for (k, v) in self.router_report()?.into_iter().chain(scheduler_stats(&self.schedulers, self.router.label())?) {
             metrics.push(k, v);
         }
         if let Some(a) = &self.admission {

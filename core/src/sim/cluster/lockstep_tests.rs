@@ -35,6 +35,7 @@ fn run(spec: &ClusterSpec) -> Vec<(f64, f64)> {
         adapter: None,
         class: None,
         tenant: None,
+        model: None,
     };
     let stream = block_stream(&[row(20_480, 2, 0), row(16, 41, 10_000)], 16, 1.0, None, None);
     let sm = spec.step_model().unwrap();

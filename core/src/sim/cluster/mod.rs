@@ -65,6 +65,9 @@ mod lockstep_tests;
 mod lora;
 #[cfg(test)]
 mod lora_tests;
+mod models;
+#[cfg(test)]
+mod models_tests;
 mod pd;
 #[cfg(test)]
 mod pd_admission_tests;
@@ -104,7 +107,7 @@ use self::tiers::ReplicaTiers;
 
 pub use self::contexts::{
     admission_context, check_fit, check_fits, request_info, request_infos, router_context, router_context_for,
-    scaler_context, scheduler_context,
+    router_context_for_model, scaler_context, scheduler_context,
 };
 use self::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use self::summary::{Replication, Tally};
@@ -284,6 +287,8 @@ pub struct ClusterSim<'a> {
     cost_per_hour: Option<f64>,
     /// Replica crashes and their toll (`cluster.failures`); `None`: replicas never fail.
     failures: Option<failures::Failures>,
+    /// Several models (`cluster.models`): their routers and replicas; `None`: one model.
+    models: Option<Box<models::Models>>,
 }
 
 impl<'a> ClusterSim<'a> {
@@ -316,6 +321,10 @@ impl<'a> ClusterSim<'a> {
     /// Runs every arrival and every event up to the horizon, then summarises. An event at the
     /// same time as an arrival runs first.
     pub fn run(mut self) -> Result<RunOutcome, RunError> {
+        if !self.models_ready() {
+            let m = "a cluster of several models runs with one router per model (with_model_routers)";
+            return Err(RunError::failed(Role::Policy, self.router.label(), m.to_string()));
+        }
         self.run_events()?;
         self.finish()
     }
@@ -369,7 +378,12 @@ impl<'a> ClusterSim<'a> {
         let q = stream.request(id);
         let prompt = stream.prompt(id);
         let req = Request::new(id as u64, arrived_at, q.prompt_tokens).with_segments(prompt);
-        let r = self.routable[self.router.dispatch(&req, &self.infos[id], &self.views)? as usize] as usize;
+        // The request's model's router, shown its model's replicas only (`models.rs`).
+        let n = self.routable.len();
+        let (router, range) =
+            models::router_of(&mut self.router, self.models.as_deref_mut(), stream.model(id) as usize, n);
+        let k = range.start + router.dispatch(&req, &self.infos[id], &self.views[range])? as usize;
+        let r = self.routable[k] as usize;
         let cfg = &self.cfgs[replica_pool(None, &self.gpu_pool, r)];
         self.replicas[r].enqueue(now, id as u32, prompt, q.output_tokens, &mut self.states[id], cfg);
         self.lora_enqueued(r, id);
@@ -501,9 +515,12 @@ impl<'a> ClusterSim<'a> {
     fn report_completion(&mut self, now: SimTime, r: usize, id: u32) -> Result<(), RunError> {
         let (q, st) = (self.stream.request(id as usize), &self.states[id as usize]);
         self.done += 1;
+        let model = self.model_of_slot(r);
+        let n = self.routable.len();
+        let (router, range) = models::router_of(&mut self.router, self.models.as_deref_mut(), model, n);
         let replica = match &self.pd {
             Some(pd) => (r - pd.decode_start) as u32,
-            None => self.index_of[r],
+            None => self.index_of[r] - range.start as u32,
         };
         let c = Completion {
             request_id: id as u64,
@@ -524,7 +541,7 @@ impl<'a> ClusterSim<'a> {
             let met = self.slo.as_ref().is_some_and(|s| s.met(c.ttft, tpot, latency));
             f.completed(id as usize, now, c.ttft, tpot, met);
         }
-        self.router.complete(&c)?;
+        router.complete(&c)?;
         self.release_dependents(now, id);
         Ok(())
     }
@@ -536,7 +553,11 @@ impl<'a> ClusterSim<'a> {
             let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, slot as usize);
             *v = self.replicas[slot as usize].view(&self.cfgs[pool]);
         }
-        self.router.scrape(&self.views, seconds(now));
+        for m in 0..self.model_count() {
+            let n = self.routable.len();
+            let (router, range) = models::router_of(&mut self.router, self.models.as_deref_mut(), m, n);
+            router.scrape(&self.views[range], seconds(now));
+        }
         if self.done < self.stream.len() {
             let interval = self.scrape_interval.expect("scrapes are scheduled only with an interval");
             self.queue.push(now + interval, Event::Scrape);
@@ -555,9 +576,19 @@ impl<'a> ClusterSim<'a> {
         if changing && self.stale_eviction(replica as usize, evicted_at) {
             return Ok(());
         }
-        let replica = if self.pd.is_some() { replica } else { self.index_of[replica as usize] };
-        let e = Eviction { replica, evicted_at: seconds(evicted_at), path: RSlice::from_slice(path), remaining_tokens };
-        self.router.evicted(&e)
+        if self.pd.is_some() {
+            let e =
+                Eviction { replica, evicted_at: seconds(evicted_at), path: RSlice::from_slice(path), remaining_tokens };
+            return self.router.evicted(&e);
+        }
+        let (router, local) = self.router_at(self.index_of[replica as usize] as usize);
+        let e = Eviction {
+            replica: local as u32,
+            evicted_at: seconds(evicted_at),
+            path: RSlice::from_slice(path),
+            remaining_tokens,
+        };
+        router.evicted(&e)
     }
 
     /// Starts replica `r`'s next step at `now` if it has work (in lock-step: its group's step);

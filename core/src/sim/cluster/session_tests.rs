@@ -109,6 +109,7 @@ fn llm_time_is_the_union_of_the_calls_spans() {
         output_tokens: 1,
         preemptions: 0,
         class: 0,
+        model: 0,
         tenant: 0,
         end: End::Served,
         dispatched_at_s: a,

@@ -135,7 +135,9 @@ impl super::ClusterSim<'_> {
         let slot = self.routable[k] as usize;
         let rep = &self.replicas[slot];
         self.views[k] = rep.view(&self.cfgs[replica_pool(self.pd.as_ref(), &self.gpu_pool, slot)]);
-        self.router.set_prefilling(k, rep.prefilling.len() as u32);
+        let prefilling = rep.prefilling.len() as u32;
+        let (router, local) = self.router_at(k);
+        router.set_prefilling(local, prefilling);
     }
 
     /// Every view equals its replica's (all of them up to 64 replicas, else every 256th

@@ -29,6 +29,8 @@ pub struct RequestRecord {
     /// The request's class and tenant (indices into `cluster.classes` / `cluster.tenants`).
     pub class: u16,
     pub tenant: u32,
+    /// The request's model (its index in `cluster.models`; 0 with one model).
+    pub model: u16,
     /// Whether admission control (or a P/D router) turned it away.
     pub end: super::End,
     /// When it was handed to the router: its arrival, or its release from an admission queue.
@@ -81,7 +83,7 @@ impl Replication {
 const LOW_HIT: f64 = 0.5;
 
 /// Whether `r` met `slo` (an unfinished, rejected or shed request does not).
-fn met(r: &RequestRecord, slo: &Slo) -> bool {
+pub(super) fn met(r: &RequestRecord, slo: &Slo) -> bool {
     let tpot = if r.output_tokens > 1 {
         (r.completed_at_s - r.first_token_at_s) / (r.output_tokens - 1) as f64
     } else {
@@ -454,6 +456,7 @@ mod tests {
             output_tokens,
             preemptions: 0,
             class: 0,
+            model: 0,
             tenant: 0,
             end: End::Served,
             dispatched_at_s: arrived,

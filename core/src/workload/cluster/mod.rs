@@ -25,6 +25,7 @@
 //!   autoscaling: {scaler: hpa, interval_s: 15, model_load_s: 60, max_replicas: 8}   # optional (autoscaling.rs)
 //!   cost_per_hour: 2.5         # optional: one replica's price per hour, adds `cost`
 //!   pools: [{gpu: h100, replicas: 2, cost_per_hour: 4}, {gpu: a100-80, replicas: 2}]   # optional (pools.rs)
+//!   models: [{name: chat, replicas: 3, share: 0.8}, {name: coder, replicas: 1, share: 0.2}]   # optional (models.rs)
 //!   failures: {crashes: [{replica: 1, at_s: 30}], restart_s: 60, max_retries: 1}   # optional (failures.rs)
 //!   generator: {system_prompt_tokens: 13, contexts: {...}, suffix_tokens: ..., output_tokens: ...}
 //!   arrivals: {poisson: {rate: 1.0}}   # or {gamma: {rate, cv}}, {trace: {path, time_scale, format}},
@@ -45,6 +46,7 @@ pub mod failures;
 mod generator;
 pub mod kv_tiers;
 pub mod lora;
+pub mod models;
 pub mod pools;
 pub mod session;
 pub mod stages;
@@ -205,6 +207,11 @@ pub struct ClusterSpec {
     /// (`workload/cluster/lora.rs`); absent = every request on the base model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<lora::Lora>,
+    /// Several models, each on its own replicas with its share of the traffic (`{name,
+    /// replicas, share}` each; `workload/cluster/models.rs`); `replicas` must be their sum.
+    /// Absent = one model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<models::ModelSpec>,
     /// The admission policy in front of the router: a policy name, optionally with config in
     /// braces (`admit_all`, the default, admits every request on arrival).
     #[serde(default = "default_admission", skip_serializing_if = "is_default_admission")]
@@ -490,13 +497,15 @@ impl ClusterSpec {
 impl ClusterSpec {
     /// Whether a run's end reads every request's state, so a sketched run keeps it instead of
     /// retiring finished requests: KV tiers (their figures), a billed fleet (the bill reads every
-    /// completion), crashes (a lost request is routed again), LoRA adapters (per request).
+    /// completion), crashes (a lost request is routed again), LoRA adapters (per request), several models
+    /// (their figures read every record at the end).
     pub fn keeps_request_state(&self) -> bool {
         self.kv_tiers.is_some()
             || self.autoscaling.is_some()
             || self.mean_cost_per_hour().is_some()
             || self.failures.is_some()
             || self.lora.is_some()
+            || self.models.len() > 1
     }
 
     /// Requests a synthetic stream will hold, about (`requests`, or rate × `duration_s`, summed

@@ -43,12 +43,13 @@ impl<'s> LazyStream<'s> {
             Tokens::Constant(v) => *v <= 1,
             Tokens::Shaped(TokenShape::Uniform { max, .. } | TokenShape::Lognormal { max, .. }) => *max <= 1,
         };
-        // Adapters are drawn per session over the whole stream (`apply_lora`); GPU pools and crashes
+        // Adapters and models are drawn per session over the whole stream (`apply_lora`, `apply_models`); GPU pools and crashes
         // are checked and run on whole streams.
         one_turn
             && spec.generator.session.is_none()
             && !matches!(spec.arrivals, Arrivals::Trace { .. })
             && spec.lora.is_none()
+            && spec.models.is_empty()
             && spec.pools.is_empty()
             && spec.failures.is_none()
     }

@@ -128,6 +128,7 @@ fn mooncake_rows_become_block_segments_shared_by_id() {
         adapter: None,
         class: None,
         tenant: None,
+        model: None,
     };
     let rows = [row(0.0, 1100, 30, &[7, 8, 9], 1), row(1.5, 700, 0, &[7, 20], 2), row(2.0, 600, 4, &[7], 3)];
     let st = mooncake_stream(&s, &rows);
