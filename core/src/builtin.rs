@@ -276,6 +276,13 @@ pub fn extracted() -> std::io::Result<PathBuf> {
     if marker.exists() {
         return Ok(root);
     }
+    // One writer per process: threads of one process share its staging name (tests running in
+    // parallel each removed the other's half-written copy).
+    static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = WRITING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if marker.exists() {
+        return Ok(root);
+    }
     let staging = root.with_extension(format!("staging-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
     for (rel, bytes) in FILES {
@@ -289,6 +296,7 @@ pub fn extracted() -> std::io::Result<PathBuf> {
         let _ = std::fs::remove_dir_all(&staging);
         if !marker.exists() {
             let _ = std::fs::remove_dir_all(&root);
+            drop(_one);
             return extracted();
         }
     }
