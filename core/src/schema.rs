@@ -216,7 +216,7 @@ mod tests {
 
     /// docs/workloads.md carries the field reference generated from the schema; a field added,
     /// renamed or re-documented without regenerating it fails here. Regenerate with
-    /// `ROUTELAB_REGENERATE_DOCS=1 cargo test -p routelab-core schema`.
+    /// `ROUTELAB_REGENERATE_DOCS=1 cargo test -p routelab-core --lib schema`.
     #[test]
     fn workloads_doc_has_the_generated_reference() {
         const BEGIN: &str = "<!-- BEGIN GENERATED FIELD REFERENCE (routelab schema) -->\n";
@@ -232,7 +232,7 @@ mod tests {
         }
         assert!(
             fresh == doc,
-            "docs/workloads.md's field reference is stale: ROUTELAB_REGENERATE_DOCS=1 cargo test -p routelab-core schema"
+            "docs/workloads.md's field reference is stale: ROUTELAB_REGENERATE_DOCS=1 cargo test -p routelab-core --lib schema"
         );
     }
 
