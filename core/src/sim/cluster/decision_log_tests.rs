@@ -97,7 +97,8 @@ impl RouterPolicy for Logged {
 fn mooncake() -> (ClusterSpec, Vec<MooncakeRow>) {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
     let spec = workload::load(&root.join("workloads/cluster/mooncake_conversation.yaml")).unwrap().cluster.unwrap();
-    let rows = workload::mooncake::load(&root.join("workloads/traces/mooncake-fast25/conversation_trace.jsonl")).unwrap();
+    let rows =
+        workload::mooncake::load(&root.join("workloads/traces/mooncake-fast25/conversation_trace.jsonl")).unwrap();
     (spec, rows)
 }
 
@@ -214,7 +215,9 @@ fn llm_d_herds_each_same_instant_burst_onto_one_replica_under_a_stale_scrape() {
         })
         .count();
     let (load_wins, no_prefix) = (load_wins as f64 / log.len() as f64, no_prefix as f64 / log.len() as f64);
-    eprintln!("llm_d: the best stale load wins {load_wins:.3} of decisions; the prefix term ties on every replica in {no_prefix:.3}");
+    eprintln!(
+        "llm_d: the best stale load wins {load_wins:.3} of decisions; the prefix term ties on every replica in {no_prefix:.3}"
+    );
     assert!(load_wins > 0.7, "{load_wins}");
     assert!(no_prefix > 0.5, "{no_prefix}");
     let (herd, spread_least) = (burst_share(&records), {
@@ -245,9 +248,9 @@ fn llm_d_herds_each_same_instant_burst_onto_one_replica_under_a_stale_scrape() {
     let mut fresh = spec.clone();
     fresh.metrics.scrape_interval_s = 0.0;
     let (llm_d_fresh, fresh_log) = run_llm_d(&fresh, &bursty);
-    let fresh_repeat = fresh_log.iter().zip(&fresh_log[1..]).filter(|(p, d)| d.at == p.at && d.chosen == p.chosen).count()
-        as f64
-        / later as f64;
+    let fresh_repeat =
+        fresh_log.iter().zip(&fresh_log[1..]).filter(|(p, d)| d.at == p.at && d.chosen == p.chosen).count() as f64
+            / later as f64;
     eprintln!("fresh scrape: llm_d TTFT {:.3} s, repeats {fresh_repeat:.3}", ttft(&llm_d_fresh));
     assert!(fresh_repeat < repeat / 2.0, "fresh {fresh_repeat} vs stale {repeat}");
     assert!(ttft(&llm_d_fresh) < ttft(&least), "{} vs {} s", ttft(&llm_d_fresh), ttft(&least));

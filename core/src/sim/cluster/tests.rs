@@ -520,7 +520,9 @@ fn llm_d_kvcache_wins_keeps_the_published_throughput_ranking() {
     let tokens: Vec<f64> =
         w.policies.iter().map(|p| m(&run_named(&spec, None, p, 1).unwrap(), "output_tokens_per_s")).collect();
     let [precise, approximate, load, random] = tokens[..] else { unreachable!() };
-    eprintln!("output tokens/s: precise {precise:.0}, approximate {approximate:.0}, load {load:.0}, random {random:.0}");
+    eprintln!(
+        "output tokens/s: precise {precise:.0}, approximate {approximate:.0}, load {load:.0}, random {random:.0}"
+    );
     assert!(precise > 1.1 * approximate, "precise {precise} vs approximate {approximate} tokens/s");
     assert!(approximate > 1.05 * load, "approximate {approximate} vs load-only {load} tokens/s");
     assert!((load / random - 1.0).abs() < 0.05, "load-only {load} vs random {random} tokens/s");
