@@ -97,6 +97,24 @@
 //! - The blocks below the GPU are the host's exact walk (signals), not an index of the CPU
 //!   medium's KV events: no eviction delay there, and the chain is counted past the host's GPU
 //!   match rather than the router's own.
+//!
+//! Why the default profile loses to least-requests on the Mooncake conversation replay (not a
+//! deviation: upstream's scorer does the same on the same arrivals). The trace's timestamps
+//! come in 3 s bins, about ten requests to an instant, and both load scorers read scraped
+//! metrics, so every request of an instant scores the load of the last scrape — the router's
+//! own dispatches of that instant unseen. Nearly every prompt opens with the same block, which
+//! every replica holds, so the prefix term rarely separates the replicas and the best stale load
+//! wins again and again: 81% of an instant's requests go to one replica (least-requests, reading
+//! the live count: 40%), TTFT mean 1.85 s against 1.05 s. Spread each bin's requests over its
+//! 3 s, or scrape always fresh, and `llm_d` beats least-requests (0.64 vs 0.67 s; fresh 0.95 vs
+//! 1.05 s). Upstream (llm-d/llm-d-inference-scheduler @ 520af478) reads the same stale figures:
+//! `queuedepth/queue.go` and `kvcacheutilization/kvcache_utilization.go` score
+//! `endpoint.GetMetrics()`, which `pkg/epp/backend/metrics/pod_metrics.go` refreshes on a ticker
+//! of `RefreshMetricsInterval` (50 ms, `pkg/epp/server/options.go`), and nothing in the default
+//! profile counts a dispatch before the next scrape; its `active-request-scorer` (fed per request
+//! by `inflight-load-producer`) would, but the default profile does not enable it. Real arrivals
+//! are rarely ten to a millisecond, so the loss is the trace's binning meeting a stale signal;
+//! core's `decision_log_tests` logs the decisions and pins each step.
 
 use rand::RngExt;
 use routelab_policy_api::*;
@@ -335,6 +353,12 @@ impl LlmD {
             }
             self.weighted.push(w);
         }
+    }
+
+    /// The totals of the last scoring (`route` or [`LlmD::scores`]), per routable index: what
+    /// the max-score picker chose from. Read-only, for decision-level tests.
+    pub fn last_scores(&self) -> &[f64] {
+        &self.scores
     }
 
     /// Every replica's weighted total for `request` (fills `self.scores`), with engine metrics

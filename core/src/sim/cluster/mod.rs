@@ -50,6 +50,8 @@ mod build;
 #[cfg(test)]
 mod class_tests;
 mod contexts;
+#[cfg(test)]
+mod decision_log_tests;
 mod failures;
 #[cfg(test)]
 mod failures_tests;

@@ -505,17 +505,27 @@ fn output_tokens_per_second_is_the_records_output_over_the_makespan() {
     assert_eq!(m(&o, "throughput_rps"), done.len() as f64 / (last - first));
 }
 
-/// llm-d's published KV-cache benchmark (`published/llm_d_kvcache_wins.yaml`), seed 1: the
-/// published ranking on output tokens/s — prefix-aware routing above load-only, and load-only level
-/// with random (4,429 tok/s each, published) — holds; docs/experiments.md has the ratios.
+/// llm-d's published KV-cache benchmark (`published/llm_d_kvcache_wins.yaml`), seed 1, with the
+/// workload's own four schedulers (the published EndpointPickerConfigs): the published ranking
+/// on output tokens/s holds — precise prefix routing above approximate, approximate above
+/// load-only, and load-only level with random (8,730 / 6,944 / 4,429 / 4,429 tok/s published);
+/// docs/experiments.md has the ratios.
 #[test]
 fn llm_d_kvcache_wins_keeps_the_published_throughput_ranking() {
-    let spec = preset("published/llm_d_kvcache_wins");
-    let tokens = |router: &str| m(&run_named(&spec, None, router, 1).unwrap(), "output_tokens_per_s");
-    let (precise, load_only, random) =
-        (tokens("llm_d{prefix_state: precise}"), tokens("llm_d{prefix_weight: 0}"), tokens("random"));
-    assert!(precise > 1.2 * random, "precise {precise} vs random {random} tokens/s");
-    assert!((load_only / random - 1.0).abs() < 0.05, "load-only {load_only} vs random {random} tokens/s");
+    let path = repo_root().join("workloads/cluster/published/llm_d_kvcache_wins.yaml");
+    let w = workload::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let spec = w.cluster.unwrap();
+    let labels: Vec<String> = w.policies.iter().map(|p| PolicySpec::parse(p).unwrap().label).collect();
+    assert_eq!(labels, ["precise", "approximate", "load", "random"]);
+    let tokens: Vec<f64> =
+        w.policies.iter().map(|p| m(&run_named(&spec, None, p, 1).unwrap(), "output_tokens_per_s")).collect();
+    let [precise, approximate, load, random] = tokens[..] else { unreachable!() };
+    eprintln!(
+        "output tokens/s: precise {precise:.0}, approximate {approximate:.0}, load {load:.0}, random {random:.0}"
+    );
+    assert!(precise > 1.1 * approximate, "precise {precise} vs approximate {approximate} tokens/s");
+    assert!(approximate > 1.05 * load, "approximate {approximate} vs load-only {load} tokens/s");
+    assert!((load / random - 1.0).abs() < 0.05, "load-only {load} vs random {random} tokens/s");
 }
 
 /// Mooncake FAST'25's prefill-scheduling experiment (`published/mooncake_fast25_scheduling.yaml`,
