@@ -160,6 +160,39 @@ fn mixed_lines_cost_each_gpu_at_its_price() {
     assert!(text.contains("fixed part") && text.contains("+ 1 × h100") && text.contains("+ 1 × a6000"), "{text}");
 }
 
+/// `diurnal.yaml` autoscales with HPA: by default its plan's lines are scaled by `hpa`;
+/// `--scalers none` leaves the scaled lines out, `--scalers none,hpa` keeps both — and the
+/// unscaled line pays for every replica it has, the scaled one for its mean.
+#[test]
+fn scalers_none_skips_the_autoscaled_lines() {
+    let yaml = scratch("small_diurnal.yaml");
+    let text = std::fs::read_to_string(workspace().join("workloads/cluster/diurnal.yaml")).unwrap();
+    let small = text.replace("duration_s: 1200", "duration_s: 240").replace("seeds: 3", "seeds: 1");
+    assert_ne!(small, text);
+    std::fs::write(&yaml, small).unwrap();
+    let scalers_of = |more: &[&str], name: &str| -> Vec<serde_json::Value> {
+        let args = [&[yaml.to_str().unwrap(), "--slo", "ttft_p99<5s", "--replicas", "3"][..], more].concat();
+        let (_, json) = plan(&args, name);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        v["lines"].as_array().unwrap().iter().map(|l| l["scaler"].clone()).collect()
+    };
+    assert_eq!(scalers_of(&[], "scalers_default.json"), vec![serde_json::json!("hpa")]);
+    assert_eq!(scalers_of(&["--scalers", "none"], "scalers_none.json"), vec![serde_json::Value::Null]);
+    let (_, json) = plan(
+        &[yaml.to_str().unwrap(), "--slo", "ttft_p99<5s", "--replicas", "3", "--scalers", "none,hpa"],
+        "scalers_both.json",
+    );
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let lines = v["lines"].as_array().unwrap();
+    assert_eq!(lines.len(), 2);
+    assert!(lines[0]["scaler"].is_null() && lines[1]["scaler"] == "hpa", "{v}");
+    let (fixed, scaled) = (&lines[0]["points"][0], &lines[1]["points"][0]);
+    assert_eq!(fixed["cost_per_hour"].as_f64(), Some(3.0), "3 replicas at 1.0 each: {fixed}");
+    let mean = scaled["metrics"]["replicas_mean"].as_f64().unwrap();
+    assert!((scaled["cost_per_hour"].as_f64().unwrap() - mean).abs() < 1e-9, "{scaled}");
+    assert!(mean < 3.0, "HPA between 1 and 3 replicas averages fewer than 3: {mean}");
+}
+
 /// Runs `args`, expects exit 2, nothing on stdout, and every `wanted` fragment in stderr.
 fn bad(args: &[&str], wanted: &[&str]) {
     let out = routelab(args);
