@@ -111,6 +111,15 @@ impl Line {
         replicas * self.replica_price + self.fixed.as_ref().map_or(0.0, |f| f.cost_per_hour)
     }
 
+    /// Where the line's search starts: the workload's own count, less a second GPU's fixed
+    /// replicas (so a mixed line's first shape is as large a fleet as the workload's).
+    fn start(&self, s: &Settings) -> u32 {
+        match &self.fixed {
+            Some(f) if f.role == Role::Pool => s.start.saturating_sub(f.count).max(s.min_replicas),
+            _ => s.start,
+        }
+    }
+
     /// The fixed part in a few words (`2 prefill`, `+ 1 × h100`), or empty.
     pub fn fixed_text(&self) -> String {
         match &self.fixed {
@@ -193,7 +202,8 @@ impl LineResult {
 pub struct Settings {
     pub min_replicas: u32,
     pub max_replicas: u32,
-    /// Where each line starts (clamped into the range): the workload's own count.
+    /// Where each line starts (clamped into the range): the workload's own count (a mixed line:
+    /// less its fixed replicas of the second GPU).
     pub start: u32,
     /// Most per hour a shape may cost (`--budget`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -231,7 +241,7 @@ impl State {
     /// The next count to run, or `None` with the status the line ends with. `cap` is the most
     /// replicas worth running (and what set it); `scaled` lines are not pruned (their cost is
     /// known only after the run).
-    fn next(&self, s: &Settings, cap: (u32, Cap)) -> Result<u32, Status> {
+    fn next(&self, s: &Settings, start: u32, cap: (u32, Cap)) -> Result<u32, Status> {
         let f = self.fails_at;
         let top = s.max_replicas.min(cap.0);
         let stopped = |why: Cap| match why {
@@ -243,7 +253,7 @@ impl State {
                 if top < s.min_replicas {
                     return Err(stopped(cap.1));
                 }
-                Ok(s.start.clamp(s.min_replicas, top))
+                Ok(start.clamp(s.min_replicas, top))
             }
             None => {
                 if f >= s.max_replicas {
@@ -303,7 +313,7 @@ pub fn search(
                 continue;
             }
             let cap = cap_of(&lines[i], s, best);
-            match st.next(s, cap) {
+            match st.next(s, lines[i].start(s), cap) {
                 Ok(r) => asks.push((i, r)),
                 Err(status) => st.done = Some(status),
             }

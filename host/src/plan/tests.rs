@@ -178,3 +178,18 @@ fn prices_parse_and_resolve_flag_first() {
         assert!(prices::parse(bad).is_err(), "{bad}");
     }
 }
+
+/// A mixed line (2 of a second GPU fixed) starts at the workload's count less those 2, so its
+/// first fleet is as large as the workload's; a P/D line starts at the count itself (decode's).
+#[test]
+fn a_mixed_line_starts_at_the_workloads_fleet_size() {
+    let part = |role| Fixed { role, count: 2, gpu: "b".into(), tp: 1, cost_per_hour: 2.0, choice: None };
+    let lines = [
+        Line { fixed: Some(part(Role::Pool)), ..line("a", 1.0) },
+        Line { fixed: Some(part(Role::Prefill)), ..line("a", 1.0) },
+    ];
+    let mut asked = Vec::new();
+    search(&lines, &settings(1, 16, 8), &mut synthetic(&lines, &[1, 1], &mut asked)).unwrap();
+    assert_eq!(&asked[..2], &[(0, 6), (1, 8)]);
+    assert_eq!(lines[0].shape(6), "6 × a + 2 × b with r");
+}
