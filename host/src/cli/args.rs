@@ -132,7 +132,8 @@ pub enum Command {
         #[arg(long)]
         tp: Option<String>,
         /// Replica counts to search, `A..B` inclusive or one count (default: 1 to twice the
-        /// workload's); in the dispatch world, servers; with `--prefill`, decode instances.
+        /// workload's); in the dispatch world, servers; on a `disaggregation:` workload, decode
+        /// instances.
         #[arg(long)]
         replicas: Option<String>,
         /// A `disaggregation:` workload's prefill instance counts to try, `A..B` or one count
