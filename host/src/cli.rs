@@ -15,6 +15,7 @@ mod merge;
 mod output;
 mod plan;
 mod run;
+mod slo_setup;
 
 use std::path::{Path, PathBuf};
 
@@ -108,65 +109,16 @@ fn execute(command: Command) -> Result<i32> {
             };
             sweep(&workloads, specs, &set, &common)
         }
-        Command::Capacity {
-            workload,
-            slo,
-            policies,
-            tolerance,
-            max_loads,
-            seeds,
-            seed,
-            json,
-            plot,
-            report,
-            jobs,
-            markdown,
-        } => capacity::run(capacity::Args {
-            workload,
-            slo,
-            policies,
+        Command::Capacity { setup, tolerance, max_loads, json, plot, report } => capacity::run(capacity::Args {
+            setup,
             settings: crate::capacity::Settings { tolerance, max_points: max_loads },
-            seeds,
-            seed,
             json,
             plot,
             report,
-            markdown,
-            jobs: jobs.map(|j| j as usize),
         }),
-        Command::Plan {
-            workload,
-            slo,
-            gpus,
-            tp,
-            replicas,
-            policies,
-            scalers,
-            budget,
-            prices,
-            seeds,
-            seed,
-            json,
-            report,
-            jobs,
-            markdown,
-        } => plan::run(plan::Args {
-            workload,
-            slo,
-            gpus,
-            tp,
-            replicas,
-            policies,
-            scalers,
-            budget,
-            prices,
-            seeds,
-            seed,
-            json,
-            report,
-            markdown,
-            jobs: jobs.map(|j| j as usize),
-        }),
+        Command::Plan { setup, gpus, tp, replicas, prefill, mix, scalers, budget, prices, json, report } => {
+            plan::run(plan::Args { setup, gpus, tp, replicas, prefill, mix, scalers, budget, prices, json, report })
+        }
         Command::Merge { files, json, markdown } => {
             if let Some(out) = &json {
                 output::not_an_input("--json", out, &files)?;

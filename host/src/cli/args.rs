@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use super::slo_setup::SloArgs;
+
 /// The full policy syntax, shown by `--policies`/`--policy` help.
 macro_rules! policy_syntax {
     () => {
@@ -26,11 +28,11 @@ The first policy is the baseline of the ratio column."
     };
 }
 
-const POLICIES_HELP: &str =
+pub(super) const POLICIES_HELP: &str =
     concat!("Comma-separated policies to compare (default: each workload's `policies:` list).\n\n", policy_syntax!());
 const POLICY_HELP: &str = concat!("The policy to run.\n\n", policy_syntax!());
 
-const WORKLOAD_ARG: &str = "A workload file, or the name of a built-in workload (`routelab workloads` lists them: e.g. \
+pub(super) const WORKLOAD_ARG: &str = "A workload file, or the name of a built-in workload (`routelab workloads` lists them: e.g. \
 cache_vs_balance, cluster/long_doc_qa)";
 const WORKLOADS_ARG: &str = "Workload files or built-in names (`routelab workloads` lists them), or folders of workload \
 files: a folder on disk or a built-in one (`preble_grid`) stands for the .yaml files directly inside it";
@@ -92,30 +94,14 @@ pub enum Command {
     /// Per policy, the highest load whose SLO holds: bracketing, then bisection, the same seeds
     /// at every load (docs/output.md, "Capacity").
     Capacity {
-        #[arg(help = WORKLOAD_ARG)]
-        workload: PathBuf,
-        /// The SLO: comma-separated conditions on summary metrics (`ttft_p99_s<2`, `ttft_p99<2s`,
-        /// `slo_attainment>=0.9`, `response_mean<=5`; operators < <= > >=) and, for cluster
-        /// workloads, per-request bounds (`ttft_s=2,tpot_s=0.1,latency_s=30`) that define
-        /// `slo_attainment` and `goodput_rps`. It holds at a load when every condition holds on
-        /// the mean over seeds and no request was left unfinished.
-        #[arg(long)]
-        slo: String,
-        /// Comma-separated policies (default: the workload's `policies:`); see `compare --help`.
-        #[arg(long, long_help = POLICIES_HELP)]
-        policies: Option<String>,
+        #[command(flatten)]
+        setup: SloArgs,
         /// Stop bisecting when the interval's width is at most this fraction of its top.
         #[arg(long, default_value_t = 0.02)]
         tolerance: f64,
         /// Most loads run per policy.
         #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u32).range(2..))]
         max_loads: u32,
-        /// Number of seeds at every load, at least 1 (overrides the workload's `seeds`).
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-        seeds: Option<u32>,
-        /// First seed (overrides the workload's `seed`).
-        #[arg(long)]
-        seed: Option<u64>,
         /// Write the answers and every load run (mean metrics over seeds) as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -127,25 +113,16 @@ pub enum Command {
         /// it (as `compare --report`).
         #[arg(long)]
         report: Option<PathBuf>,
-        /// Threads running one load's seeds (default: every core); results do not depend on it.
-        #[arg(short = 'j', long, value_parser = clap::value_parser!(u32).range(1..))]
-        jobs: Option<u32>,
-        /// Print the table as Markdown.
-        #[arg(long)]
-        markdown: bool,
     },
     /// The cheapest fleet that meets an SLO at the workload's own load: searches GPU type ×
-    /// tensor parallelism × replica count × router (× scaler), bisecting the replica count of
-    /// each and skipping shapes dearer than one already seen to hold; prints each line's answer,
-    /// the frontier (cost against the SLO's margin) and the winner with how sure it is
-    /// (docs/output.md, "Plan").
+    /// tensor parallelism × replica count × router (× scaler), and fixed-part lines — a P/D
+    /// split's prefill count (`--prefill`), a second GPU type (`--mix`) — bisecting the count
+    /// searched of each and skipping shapes dearer than one already seen to hold; prints each
+    /// line's answer, the frontier (cost against the SLO's margin) and the winner with how sure
+    /// it is (docs/output.md, "Plan").
     Plan {
-        #[arg(help = WORKLOAD_ARG)]
-        workload: PathBuf,
-        /// The SLO, as `capacity --slo`: it holds for a shape when every condition holds on the
-        /// mean over seeds and no request was left unfinished.
-        #[arg(long)]
-        slo: String,
+        #[command(flatten)]
+        setup: SloArgs,
         /// Comma-separated catalog GPUs to try (default: the workload's `gpu`); cluster
         /// workloads only.
         #[arg(long)]
@@ -155,14 +132,21 @@ pub enum Command {
         #[arg(long)]
         tp: Option<String>,
         /// Replica counts to search, `A..B` inclusive or one count (default: 1 to twice the
-        /// workload's); in the dispatch world, servers.
+        /// workload's); in the dispatch world, servers; on a `disaggregation:` workload, decode
+        /// instances.
         #[arg(long)]
         replicas: Option<String>,
-        /// Comma-separated routers (default: the workload's `policies:`); see `compare --help`.
-        #[arg(long, long_help = POLICIES_HELP)]
-        policies: Option<String>,
-        /// Comma-separated scalers (`hpa`, `dynamo_planner`, `llm_d_wva`, …): each line then
-        /// autoscales between 1 and the replica count searched, and costs its mean replicas.
+        /// A `disaggregation:` workload's prefill instance counts to try, `A..B` or one count
+        /// (default: the workload's): a line per count, its decode count bisected.
+        #[arg(long)]
+        prefill: Option<String>,
+        /// Mixed-GPU lines too: for each two `--gpus` A, B, a line per fixed count 1..N of B
+        /// (default N = 2) beside the A replicas searched; each costed per GPU.
+        #[arg(long, num_args = 0..=1, default_missing_value = "2", value_parser = clap::value_parser!(u32).range(1..))]
+        mix: Option<u32>,
+        /// Comma-separated scalers (`hpa`, `dynamo_planner`, `llm_d_wva`, …; `none`: no scaler):
+        /// each line then autoscales between 1 and the replica count searched, and costs its mean
+        /// replicas (default: the workload's own scaler, if any; `--scalers none` skips them).
         #[arg(long)]
         scalers: Option<String>,
         /// Most a shape may cost per hour: dearer shapes are not run.
@@ -172,12 +156,6 @@ pub enum Command {
         /// built-in on-demand table (docs/output.md, "Plan"); the dispatch world's are `server=`.
         #[arg(long)]
         prices: Option<String>,
-        /// Number of seeds per shape, at least 1 (overrides the workload's `seeds`).
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-        seeds: Option<u32>,
-        /// First seed (overrides the workload's `seed`).
-        #[arg(long)]
-        seed: Option<u64>,
         /// Write every line's search, the frontier and the winner as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -185,12 +163,6 @@ pub enum Command {
         /// against the SLO's margin), the winner, the workload and the command that reproduces it.
         #[arg(long)]
         report: Option<PathBuf>,
-        /// Threads (default: every core); results do not depend on it.
-        #[arg(short = 'j', long, value_parser = clap::value_parser!(u32).range(1..))]
-        jobs: Option<u32>,
-        /// Print the tables as Markdown.
-        #[arg(long)]
-        markdown: bool,
     },
     /// Join the partial results of `--shard K/N` runs into what one unsharded run writes.
     Merge {

@@ -6,32 +6,22 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use super::{checks, output};
-use crate::capacity::{self, Knob, Problem, Settings, expr, report};
+use super::output;
+use super::slo_setup::{self, Setup, SloArgs, flag_error};
+use crate::capacity::{self, Knob, Problem, Settings, report};
 use crate::report::table::fmt_num;
 use routelab_core::plugin::Loader;
-use routelab_core::runner::{self, RunOptions};
-use routelab_core::workload::{self, InputError};
+use routelab_core::runner;
+use routelab_core::workload::InputError;
 
 /// The `capacity` command's arguments.
 pub struct Args {
-    pub workload: PathBuf,
-    pub slo: String,
-    pub policies: Option<String>,
+    pub setup: SloArgs,
     pub settings: Settings,
-    pub seeds: Option<u32>,
-    pub seed: Option<u64>,
     pub json: Option<PathBuf>,
     pub plot: Option<PathBuf>,
     /// `--report`: the HTML page.
     pub report: Option<PathBuf>,
-    pub markdown: bool,
-    /// Threads for one load's seeds (default: every core).
-    pub jobs: Option<usize>,
-}
-
-fn flag_error(flag: &str, path: String, message: String, fix: &str) -> InputError {
-    InputError::new(flag, message, fix).in_field(path)
 }
 
 pub fn run(a: Args) -> Result<i32> {
@@ -42,41 +32,21 @@ pub fn run(a: Args) -> Result<i32> {
     if !(t > 0.0 && t < 1.0) {
         return Err(flag_error(
             "--tolerance",
-            String::new(),
+            "",
             format!("must be in (0, 1) (got {t})"),
             "use e.g. 0.02: stop when the interval is within 2% of its top",
         )
         .into());
     }
-    let file = routelab_core::builtin::resolve(&a.workload)?;
-    let mut w = workload::load(&file)?;
-    RunOptions { seed: a.seed, seeds: a.seeds, ..Default::default() }.apply(&mut w);
-    let (knob, start) = Knob::of(&w).map_err(|e| InputError::from_field(&file, e))?;
-    let target = expr::parse(&a.slo, &w).map_err(|e| flag_error("--slo", e.path, e.message, &e.fix))?;
-    if let (Some(bounds), Some(c)) = (&target.bounds, w.cluster.as_mut()) {
-        c.slo = Some(bounds.clone());
-    }
-    let specs = match &a.policies {
-        Some(p) => checks::specs(&runner::split_policies(p))?,
-        None => checks::specs(&w.policies)?,
-    };
-    if specs.is_empty() {
-        return Err(flag_error(
-            "--policies",
-            String::new(),
-            format!("{} names no policies", file.display()),
-            "pass --policies a,b,c or list `policies:` in the workload",
-        )
-        .into());
-    }
-    checks::pairings(&w, &specs)?;
-    let jobs = a.jobs.unwrap_or_else(runner::parallel::all_cores);
+    let (setup, (knob, start)) =
+        slo_setup::load(&a.setup, |w, file| Knob::of(w).map_err(|e| InputError::from_field(file, e)))?;
+    let Setup { file, workload: w, target, specs, jobs } = setup;
     let problem = Problem { workload: &w, file: &file, knob, target: &target, jobs };
     // Everything that can be refused is refused now: the workload at its own load, and every
     // policy name and config (resolving builds nothing that runs).
     let prepared = capacity::check(&problem, start)?;
     if let Some((condition, why, fix)) = capacity::impossible(&target, &prepared.workload) {
-        return Err(flag_error("--slo", condition, why, &fix).into());
+        return Err(flag_error("--slo", condition, why, fix).into());
     }
     // Replaying a trace, the load is a speed: what speed 1 is in requests/s, for the table, the
     // JSON, the charts and the progress lines.
@@ -131,7 +101,7 @@ pub fn run(a: Args) -> Result<i32> {
         resolved: &w,
         results: &results,
     };
-    print!("{}", report::table(&doc, &target, a.markdown));
+    print!("{}", report::table(&doc, &target, a.setup.markdown));
     if let Some(path) = &a.json {
         std::fs::write(path, doc.json()).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     }

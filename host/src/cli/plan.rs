@@ -2,49 +2,44 @@
 //! the search, prints the tables, writes `--json`.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use super::{checks, output};
-use crate::capacity::{self, expr};
-use crate::plan::{self, Line, Problem, Settings, prices, report};
+use super::output;
+use super::slo_setup::{self, Setup, SloArgs, flag_error};
+use crate::capacity;
+use crate::plan::{self, Fixed, Line, Problem, Role, Settings, prices, report};
 use routelab_core::plugin::Loader;
-use routelab_core::runner::{self, RunOptions};
+use routelab_core::runner;
 use routelab_core::step_model::{Choice, Gpu, catalog::GPU_NAMES};
 use routelab_core::workload::{self, InputError, Workload, dispatch};
 
 /// The `plan` command's arguments.
 pub struct Args {
-    pub workload: PathBuf,
-    pub slo: String,
+    pub setup: SloArgs,
     pub gpus: Option<String>,
     pub tp: Option<String>,
     pub replicas: Option<String>,
-    pub policies: Option<String>,
+    /// `--prefill A..B`: a P/D line per prefill count.
+    pub prefill: Option<String>,
+    /// `--mix N`: mixed-GPU lines, 1..=N of the second GPU.
+    pub mix: Option<u32>,
     pub scalers: Option<String>,
     pub budget: Option<f64>,
     pub prices: Option<String>,
-    pub seeds: Option<u32>,
-    pub seed: Option<u64>,
     pub json: Option<PathBuf>,
     /// `--report`: the HTML page.
     pub report: Option<PathBuf>,
-    pub markdown: bool,
-    pub jobs: Option<usize>,
-}
-
-fn flag_error(flag: &str, path: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) -> InputError {
-    InputError::new(flag, message, fix).in_field(path)
 }
 
 fn list(text: &str) -> Vec<String> {
     text.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
 }
 
-/// `A..B` (inclusive) or `N`, within 1..=10⁴.
-pub fn parse_replicas(text: &str) -> Result<(u32, u32), InputError> {
-    let bad = |why: String| flag_error("--replicas", "", why, "give a range like 1..16, or one count like 8");
+/// `A..B` (inclusive) or `N`, within 1..=10⁴, given to `flag` (`--replicas`, `--prefill`).
+pub fn parse_range(flag: &str, text: &str) -> Result<(u32, u32), InputError> {
+    let bad = |why: String| flag_error(flag, "", why, "give a range like 1..16, or one count like 8");
     let num =
         |s: &str| s.trim().parse::<u32>().map_err(|_| bad(format!("`{}` in `{text}` is not a whole number", s.trim())));
     let (lo, hi) = match text.split_once("..") {
@@ -142,74 +137,146 @@ fn tps(a: &Args, w: &Workload) -> Result<Vec<u32>, InputError> {
     Ok(out)
 }
 
-/// The workload, checked to be one a plan can reshape.
-fn plannable(w: &Workload, file: &std::path::Path) -> Result<(), InputError> {
+/// Whether a scaler list names a scaler (`none` does not).
+fn scaled(scalers: &[Option<String>]) -> bool {
+    scalers.iter().any(Option::is_some)
+}
+
+/// The workload, checked to be one a plan can reshape with these flags: a bad combination is
+/// refused naming the flag and the fix.
+fn plannable(a: &Args, w: &Workload, file: &Path) -> Result<(), InputError> {
     let refuse = |field: &str, why: &str, fix: &str| Err(InputError::new(file, why, fix).in_field(field));
     if let Some(d) = &w.dispatch {
         if d.mode != dispatch::Mode::Queueing {
             return refuse("dispatch.mode", "balls-into-bins has no load to serve", "use a queueing workload");
+        }
+        if a.prefill.is_some() {
+            return Err(flag_error(
+                "--prefill",
+                "",
+                "the dispatch world has no prefill/decode split",
+                "drop --prefill",
+            ));
+        }
+        if a.mix.is_some() {
+            return Err(flag_error("--mix", "", "the dispatch world has servers, not GPU types", "drop --mix"));
         }
         return Ok(());
     }
     let Some(c) = &w.cluster else {
         return refuse("", "is a compound workload, which has no fleet", "pass a cluster or dispatch workload");
     };
-    if c.disaggregation.is_some() {
-        return refuse(
-            "cluster.disaggregation",
-            "plan searches aggregated fleets; a prefill/decode split is not searched yet",
-            "plan the workload without `disaggregation:`, or size its pools with `routelab capacity`",
-        );
+    let shown = file.display();
+    match (&c.disaggregation, &a.prefill) {
+        (None, Some(_)) => {
+            return Err(flag_error(
+                "--prefill",
+                "",
+                format!("{shown} has no `disaggregation:` section: there is no prefill pool to size"),
+                "drop --prefill, or plan a workload with prefill and decode pools (workloads/cluster/pd/)",
+            ));
+        }
+        (Some(_), _) if a.mix.is_some() => {
+            return Err(flag_error(
+                "--mix",
+                "",
+                format!(
+                    "mixed-GPU lines are aggregated fleets (`cluster.pools`), and {shown} splits prefill from decode"
+                ),
+                "drop --mix (--prefill A..B searches the split), or plan a workload without `disaggregation:`",
+            ));
+        }
+        _ => {}
+    }
+    if a.mix.is_some() && c.lockstep_group() > 1 {
+        return Err(flag_error(
+            "--mix",
+            "",
+            format!("GPU pools run single replicas, and {shown} groups them (`data_parallel`/`expert_parallel`)"),
+            "drop --mix",
+        ));
     }
     Ok(())
+}
+
+/// `--scalers`: a scaler per line kind (`none`: no scaler), or the workload's own.
+fn scalers(a: &Args, w: &Workload) -> Result<Vec<Option<String>>, InputError> {
+    let out: Vec<Option<String>> = match &a.scalers {
+        Some(s) => {
+            let l = list(s);
+            if l.is_empty() {
+                return Err(flag_error(
+                    "--scalers",
+                    "",
+                    "names no scaler",
+                    "use e.g. --scalers hpa,llm_d_wva, or --scalers none",
+                ));
+            }
+            let mut out = Vec::new();
+            for name in l {
+                let s = (name != "none").then_some(name);
+                if !out.contains(&s) {
+                    out.push(s);
+                }
+            }
+            out
+        }
+        None => vec![w.cluster.as_ref().and_then(|c| c.autoscaling.as_ref()).map(|x| x.scaler.clone())],
+    };
+    if scaled(&out) {
+        match &w.cluster {
+            None => {
+                return Err(flag_error("--scalers", "", "the dispatch world has no autoscaling", "drop --scalers"));
+            }
+            Some(c) if c.disaggregation.is_some() => {
+                return Err(flag_error(
+                    "--scalers",
+                    "",
+                    "a disaggregated cluster's pools are fixed: autoscaling runs on aggregated clusters only",
+                    "drop --scalers, or pass --scalers none",
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
 }
 
 pub fn run(a: Args) -> Result<i32> {
     let common = super::Common { json: a.json.clone(), report: a.report.clone(), ..Default::default() };
     output::check(&common)?;
-    let file = routelab_core::builtin::resolve(&a.workload)?;
-    let mut w = workload::load(&file)?;
-    RunOptions { seed: a.seed, seeds: a.seeds, ..Default::default() }.apply(&mut w);
-    plannable(&w, &file)?;
-    let target = expr::parse(&a.slo, &w).map_err(|e| flag_error("--slo", e.path, e.message, e.fix))?;
-    if let (Some(bounds), Some(c)) = (&target.bounds, w.cluster.as_mut()) {
-        c.slo = Some(bounds.clone());
-    }
-    let specs = match &a.policies {
-        Some(p) => checks::specs(&runner::split_policies(p))?,
-        None => checks::specs(&w.policies)?,
-    };
-    if specs.is_empty() {
+    let (setup, ()) = slo_setup::load(&a.setup, |w, file| plannable(&a, w, file))?;
+    let Setup { file, workload: w, target, specs, jobs } = setup;
+    let gpus = gpus(&a, &w)?;
+    if a.mix.is_some() && gpus.len() < 2 {
+        let named = gpus.iter().map(|(g, _)| format!("`{g}`")).collect::<Vec<_>>().join(", ");
         return Err(flag_error(
-            "--policies",
+            "--mix",
             "",
-            format!("{} names no policies", file.display()),
-            "pass --policies a,b,c or list `policies:` in the workload",
+            format!("mixes two GPU types, and the plan has one ({named})"),
+            format!("name two or more: --gpus {},{}", gpus[0].0, if gpus[0].0 == "h100" { "a6000" } else { "h100" }),
         )
         .into());
     }
-    checks::pairings(&w, &specs)?;
-    let gpus = gpus(&a, &w)?;
     let tps = tps(&a, &w)?;
-    let own = w.cluster.as_ref().map_or_else(|| w.dispatch.as_ref().map_or(1, |d| d.servers), |c| c.replicas);
+    let pd = w.cluster.as_ref().and_then(|c| c.disaggregation.as_ref());
+    // A P/D line's count searched is decode's; the prefill counts each have a line.
+    let own = match (&w.cluster, pd) {
+        (_, Some(d)) => d.decode.instances,
+        (Some(c), None) => c.replicas,
+        (None, _) => w.dispatch.as_ref().map_or(1, |d| d.servers),
+    };
     let (min_replicas, max_replicas) = match &a.replicas {
-        Some(r) => parse_replicas(r)?,
+        Some(r) => parse_range("--replicas", r)?,
         None => (1, own.saturating_mul(2).clamp(1, workload::limits::MAX_REPLICAS)),
     };
-    let scalers: Vec<Option<String>> = match (&a.scalers, w.cluster.as_ref()) {
-        (Some(_), None) => {
-            return Err(flag_error("--scalers", "", "the dispatch world has no autoscaling", "drop --scalers").into());
-        }
-        (Some(s), Some(_)) => {
-            let l = list(s);
-            if l.is_empty() {
-                return Err(flag_error("--scalers", "", "names no scaler", "use e.g. --scalers hpa,llm_d_wva").into());
-            }
-            l.into_iter().map(Some).collect()
-        }
-        (None, Some(c)) => vec![c.autoscaling.as_ref().map(|x| x.scaler.clone())],
-        (None, None) => vec![None],
+    let prefill = match (&a.prefill, pd) {
+        (Some(t), _) => Some(parse_range("--prefill", t)?),
+        (None, Some(d)) => Some((d.prefill.instances, d.prefill.instances)),
+        (None, None) => None,
     };
+    let mixed_instances = pd.map_or(0, |d| d.mixed.as_ref().map_or(0, |m| m.instances));
+    let scalers = scalers(&a, &w)?;
     if let Some(b) = a.budget {
         if !(b.is_finite() && b > 0.0) {
             return Err(flag_error(
@@ -237,15 +304,31 @@ pub fn run(a: Args) -> Result<i32> {
         };
         price_list.push(report::Price { gpu: g.clone(), per_hour, source });
     }
-    // The lines: GPU × tp × router × scaler, each GPU and degree checked to run the model.
+    // The lines: GPU × tp × router × (scaler, or prefill count), each GPU and degree checked to
+    // run the model; then, with --mix, each two such (GPU, tp) of one degree × count × router.
     let mut lines = Vec::new();
     let mut line_gpus = Vec::new();
     let mut line_specs = Vec::new();
     let mut loader = Loader::new();
     let mut first_refusal = None;
     let mut notes = Vec::new();
-    let jobs = a.jobs.unwrap_or_else(runner::parallel::all_cores);
-    for ((g, choice), price) in gpus.iter().zip(&price_list) {
+    if let Some(d) = pd {
+        let pools = [Some(&d.prefill), Some(&d.decode), d.mixed.as_ref()];
+        if pools.into_iter().flatten().any(|p| p.gpu.is_some() || p.tp.is_some()) {
+            notes.push("a P/D line runs every pool on its own GPU and tp: the pools' `gpu`/`tp` are not used".into());
+        }
+    }
+    // (GPU index, tp) that run the model.
+    let mut runnable: Vec<(usize, u32)> = Vec::new();
+    let prefill_part = |count: u32, g: &str, tp: u32, per_hour: f64| Fixed {
+        role: Role::Prefill,
+        count,
+        gpu: g.to_string(),
+        tp,
+        cost_per_hour: f64::from(count + mixed_instances) * f64::from(tp) * per_hour,
+        choice: None,
+    };
+    for (gi, ((g, choice), price)) in gpus.iter().zip(&price_list).enumerate() {
         for &tp in &tps {
             let probe = Line {
                 gpu: g.clone(),
@@ -254,6 +337,7 @@ pub fn run(a: Args) -> Result<i32> {
                 spec: String::new(),
                 scaler: scalers[0].clone(),
                 replica_price: 0.0,
+                fixed: prefill.map(|(_, hi)| prefill_part(hi, g, tp, 0.0)),
             };
             let p = Problem {
                 workload: &w,
@@ -276,19 +360,67 @@ pub fn run(a: Args) -> Result<i32> {
             if let Some((condition, why, fix)) = capacity::impossible(&target, &prepared.workload) {
                 notes.push(format!("{g} (tp {tp}): {condition} {why} ({fix})"));
             }
+            runnable.push((gi, tp));
+            let replica_price = price.per_hour * f64::from(tp);
             for spec in &specs {
                 runner::resolve(&mut loader, &prepared, spec)?;
-                for scaler in &scalers {
+                let mut push = |scaler: Option<String>, fixed: Option<Fixed>| {
                     lines.push(Line {
                         gpu: g.clone(),
                         tp,
                         policy: spec.label.clone(),
                         spec: spec.arg.clone(),
-                        scaler: scaler.clone(),
-                        replica_price: price.per_hour * f64::from(tp),
+                        scaler,
+                        replica_price,
+                        fixed,
                     });
                     line_gpus.push(choice.clone());
                     line_specs.push(spec.clone());
+                };
+                match prefill {
+                    Some((lo, hi)) => {
+                        for count in lo..=hi {
+                            push(None, Some(prefill_part(count, g, tp, price.per_hour)));
+                        }
+                    }
+                    None => {
+                        for scaler in &scalers {
+                            push(scaler.clone(), None);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some(n) = a.mix {
+        for &(ga, tp) in &runnable {
+            for &(gb, tp_b) in &runnable {
+                if ga == gb || tp_b != tp {
+                    continue;
+                }
+                let ((g, choice), (second, second_choice)) = (&gpus[ga], &gpus[gb]);
+                for count in 1..=n {
+                    let fixed = Fixed {
+                        role: Role::Pool,
+                        count,
+                        gpu: second.clone(),
+                        tp,
+                        cost_per_hour: f64::from(count) * f64::from(tp) * price_list[gb].per_hour,
+                        choice: Some(second_choice.clone()),
+                    };
+                    for spec in &specs {
+                        lines.push(Line {
+                            gpu: g.clone(),
+                            tp,
+                            policy: spec.label.clone(),
+                            spec: spec.arg.clone(),
+                            scaler: None,
+                            replica_price: price_list[ga].per_hour * f64::from(tp),
+                            fixed: Some(fixed.clone()),
+                        });
+                        line_gpus.push(choice.clone());
+                        line_specs.push(spec.clone());
+                    }
                 }
             }
         }
@@ -300,8 +432,14 @@ pub fn run(a: Args) -> Result<i32> {
     for n in &notes {
         eprintln!("note: {n}");
     }
-    let settings =
-        Settings { min_replicas, max_replicas, start: own.clamp(min_replicas, max_replicas), budget: a.budget };
+    let settings = Settings {
+        min_replicas,
+        max_replicas,
+        start: own.clamp(min_replicas, max_replicas),
+        budget: a.budget,
+        prefill,
+        mix: a.mix,
+    };
     let problem = Problem { workload: &w, file: &file, target: &target, specs: &line_specs, gpus: &line_gpus, jobs };
     let results = plan::search(&lines, &settings, &mut |asks| {
         if std::io::stderr().is_terminal() {
@@ -312,7 +450,7 @@ pub fn run(a: Args) -> Result<i32> {
     })?;
     let code = if results.iter().any(|r| r.error.is_some()) { 1 } else { 0 };
     let doc = plan::assemble(&w, &target, settings, price_list, &results);
-    print!("{}", report::table(&doc, &target, a.markdown));
+    print!("{}", report::table(&doc, &target, a.setup.markdown));
     if let Some(path) = &a.json {
         std::fs::write(path, doc.json()).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     }

@@ -6,6 +6,13 @@
 //! a run). A shape costs replicas × tp × its GPU's price per hour ([`prices`]); with a scaler,
 //! its mean replica count over the run × tp × price.
 //!
+//! Fixed-part lines: a line may hold part of its fleet fixed ([`Fixed`]) and search the rest. On
+//! a `disaggregation:` workload every line is a P/D line: a line per prefill instance count
+//! (`--prefill A..B`), its decode count searched, both pools on the line's GPU and tp; the
+//! cheapest P:D shape wins. With `--mix N`, beside the single-GPU lines, a line per two GPU types
+//! A ≠ B (of one tp) and count k in 1..=N: k replicas of B fixed, A's searched, as two
+//! `cluster.pools`. Either costs its fixed part plus the count searched, each at its GPU's price.
+//!
 //! The SLO is judged as `capacity` judges a load ([`crate::capacity::expr::Target`]): on the mean
 //! over the workload's seeds (the same seeds for every shape: common random numbers), and a
 //! shape with an unfinished request fails.
@@ -47,16 +54,81 @@ pub struct Line {
     pub scaler: Option<String>,
     /// One replica's price per hour: the GPU's × tp.
     pub replica_price: f64,
+    /// The part of the fleet every shape of the line shares (a P/D split's prefill instances, a
+    /// second GPU's replicas); the count searched is then decode's, or the line's GPU's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixed: Option<Fixed>,
+}
+
+/// What a fixed part is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// A `disaggregation:` workload's prefill instances, on the line's GPU and tp; the count
+    /// searched is the decode instances.
+    Prefill,
+    /// Replicas of a second GPU type (a pool of their own, `cluster.pools`) beside the line's.
+    Pool,
+}
+
+/// The fixed part of a line's fleet.
+#[derive(Clone, Debug, Serialize)]
+pub struct Fixed {
+    pub role: Role,
+    pub count: u32,
+    /// Its GPU and tensor-parallel degree (a prefill part's are the line's).
+    pub gpu: String,
+    pub tp: u32,
+    /// What it costs per hour: every GPU in it (with a P/D workload's `mixed` instances, theirs
+    /// too) at its GPU's price.
+    pub cost_per_hour: f64,
+    /// The GPU as the workload writes it (a pool's).
+    #[serde(skip)]
+    pub choice: Option<routelab_core::step_model::Choice<routelab_core::step_model::Gpu>>,
 }
 
 impl Line {
-    /// `3 × h100 (tp 2) with dynamo_kv`, `up to 8 × a6000 with least_requests, scaled by hpa`.
+    /// `3 × h100 (tp 2) with dynamo_kv`, `up to 8 × a6000 with least_requests, scaled by hpa`,
+    /// `2P + 3D × a6000 with pd_sglang`, `3 × a6000 + 1 × h100 with least_requests`.
     pub fn shape(&self, replicas: u32) -> String {
-        let tp = if self.tp > 1 { format!(" (tp {})", self.tp) } else { String::new() };
-        let fleet = format!("{replicas} × {}{tp} with {}", self.gpu, self.policy);
+        let tp_of = |tp: u32| if tp > 1 { format!(" (tp {tp})") } else { String::new() };
+        let tp = tp_of(self.tp);
+        let fleet = match &self.fixed {
+            None => format!("{replicas} × {}{tp}", self.gpu),
+            Some(f) if f.role == Role::Prefill => format!("{}P + {replicas}D × {}{tp}", f.count, self.gpu),
+            Some(f) => format!("{replicas} × {}{tp} + {} × {}{}", self.gpu, f.count, f.gpu, tp_of(f.tp)),
+        };
+        let fleet = format!("{fleet} with {}", self.policy);
         match &self.scaler {
             Some(s) => format!("up to {fleet}, scaled by {s}"),
             None => fleet,
+        }
+    }
+
+    /// What the line's shape costs per hour with `replicas` (a mean, when scaled) of its GPU:
+    /// those at [`Line::replica_price`] plus the fixed part's.
+    pub fn cost(&self, replicas: f64) -> f64 {
+        replicas * self.replica_price + self.fixed.as_ref().map_or(0.0, |f| f.cost_per_hour)
+    }
+
+    /// Where the line's search starts: the workload's own count, less a second GPU's fixed
+    /// replicas (so a mixed line's first shape is as large a fleet as the workload's).
+    fn start(&self, s: &Settings) -> u32 {
+        match &self.fixed {
+            Some(f) if f.role == Role::Pool => s.start.saturating_sub(f.count).max(s.min_replicas),
+            _ => s.start,
+        }
+    }
+
+    /// The fixed part in a few words (`2 prefill`, `+ 1 × h100`), or empty.
+    pub fn fixed_text(&self) -> String {
+        match &self.fixed {
+            None => String::new(),
+            Some(f) if f.role == Role::Prefill => format!("{} prefill", f.count),
+            Some(f) => {
+                let tp = if f.tp > 1 { format!(" (tp {})", f.tp) } else { String::new() };
+                format!("+ {} × {}{tp}", f.count, f.gpu)
+            }
         }
     }
 }
@@ -130,11 +202,19 @@ impl LineResult {
 pub struct Settings {
     pub min_replicas: u32,
     pub max_replicas: u32,
-    /// Where each line starts (clamped into the range): the workload's own count.
+    /// Where each line starts (clamped into the range): the workload's own count (a mixed line:
+    /// less its fixed replicas of the second GPU).
     pub start: u32,
     /// Most per hour a shape may cost (`--budget`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget: Option<f64>,
+    /// `--prefill`: the prefill instance counts with a line each (the replicas searched are
+    /// then decode instances).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill: Option<(u32, u32)>,
+    /// `--mix N`: each mixed-GPU line's second GPU counts run 1..=N.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mix: Option<u32>,
 }
 
 /// A line's search so far.
@@ -150,7 +230,7 @@ struct State {
 }
 
 /// Why a line stops short of its range: the budget or a cheaper shape that holds.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Cap {
     None,
     Budget,
@@ -161,7 +241,7 @@ impl State {
     /// The next count to run, or `None` with the status the line ends with. `cap` is the most
     /// replicas worth running (and what set it); `scaled` lines are not pruned (their cost is
     /// known only after the run).
-    fn next(&self, s: &Settings, cap: (u32, Cap)) -> Result<u32, Status> {
+    fn next(&self, s: &Settings, start: u32, cap: (u32, Cap)) -> Result<u32, Status> {
         let f = self.fails_at;
         let top = s.max_replicas.min(cap.0);
         let stopped = |why: Cap| match why {
@@ -173,7 +253,7 @@ impl State {
                 if top < s.min_replicas {
                     return Err(stopped(cap.1));
                 }
-                Ok(s.start.clamp(s.min_replicas, top))
+                Ok(start.clamp(s.min_replicas, top))
             }
             None => {
                 if f >= s.max_replicas {
@@ -233,7 +313,7 @@ pub fn search(
                 continue;
             }
             let cap = cap_of(&lines[i], s, best);
-            match st.next(s, cap) {
+            match st.next(s, lines[i].start(s), cap) {
                 Ok(r) => asks.push((i, r)),
                 Err(status) => st.done = Some(status),
             }
@@ -270,21 +350,23 @@ pub fn search(
         .collect())
 }
 
-/// The most replicas worth running on `line`: strictly cheaper than `best`, within the budget.
-/// A scaled line's cost is known only after its run, so only its top is capped by nothing.
+/// The most replicas worth running on `line`: strictly cheaper than `best`, within the budget
+/// (its fixed part's cost counted). A scaled line's cost is known only after its run, so only
+/// its top is capped by nothing.
 fn cap_of(line: &Line, s: &Settings, best: Option<f64>) -> (u32, Cap) {
     if line.scaler.is_some() || line.replica_price.is_nan() || line.replica_price <= 0.0 {
         return (u32::MAX, Cap::None);
     }
+    let left = |b: f64| b - line.cost(0.0);
     let mut cap = (u32::MAX, Cap::None);
     if let Some(b) = s.budget {
-        // Within the budget: replicas × price ≤ b (a hair of slack for rounding).
-        let n = (b / line.replica_price * (1.0 + 1e-12)).floor();
+        // Within the budget: replicas × price + fixed ≤ b (a hair of slack for rounding).
+        let n = (left(b) / line.replica_price * (1.0 + 1e-12)).floor();
         cap = (n.clamp(0.0, f64::from(u32::MAX)) as u32, Cap::Budget);
     }
     if let Some(b) = best {
-        // Strictly cheaper than the best: replicas × price < b.
-        let n = (b / line.replica_price * (1.0 - 1e-12)).ceil() - 1.0;
+        // Strictly cheaper than the best: replicas × price + fixed < b.
+        let n = (left(b) / line.replica_price * (1.0 - 1e-12)).ceil() - 1.0;
         let n = n.clamp(0.0, f64::from(u32::MAX)) as u32;
         if n < cap.0 {
             cap = (n, Cap::Winner);

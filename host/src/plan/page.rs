@@ -1,8 +1,8 @@
 //! `routelab plan --report FILE`: the plan as one self-contained HTML page, made with the report
 //! machinery `capacity --report` uses (the same head, style, reproduce line and charts): the
-//! lines' answers, the frontier and its chart (cost against the SLO's margin, a line per
-//! (GPU, router) through the shapes it ran, the frontier drawn apart, margin 0 dashed), the
-//! winner, and the workload as given.
+//! lines' answers, the frontier and its chart (cost against the SLO's margin on a linear cost
+//! axis, a line per (GPU, router, fixed part) through the shapes it ran, the frontier drawn
+//! apart, margin 0 dashed), the winner, and the workload as given.
 
 use std::fmt::Write as _;
 
@@ -47,9 +47,11 @@ pub fn chart_svg(r: &Report) -> Result<String> {
             let mut pts: Vec<(f64, f64)> =
                 l.points.iter().filter(|e| e.margin.is_finite()).map(|e| (e.cost_per_hour, 100.0 * e.margin)).collect();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let fixed = l.line.fixed_text();
+            let fixed = if fixed.is_empty() { String::new() } else { format!(" {fixed}") };
             let name = match &l.line.scaler {
                 Some(s) => format!("{} · {} · {s}", l.line.gpu, l.line.policy),
-                None => format!("{} (tp {}) · {}", l.line.gpu, l.line.tp, l.line.policy),
+                None => format!("{} (tp {}){fixed} · {}", l.line.gpu, l.line.tp, l.line.policy),
             };
             Series::new(name, pts)
         })
@@ -93,7 +95,8 @@ pub fn render(r: &Report, target: &Target, argv: &[String]) -> Result<String> {
         h,
         "<p class=\"meta\">The cheapest fleet shape meeting the SLO at the workload's own load: every condition \
          holds on the mean over the seeds, with no request left unfinished; the same seeds for every shape. Each \
-         (GPU, router) line is bisected in replicas; a shape as dear as one already seen to hold is not run. \
+         (GPU, router) line is bisected in replicas (a P/D line in decode instances at its fixed prefill count, a \
+         mixed line in its first GPU's replicas beside its fixed count of the second); a shape as dear as one already seen to hold is not run. \
          Same command, same routelab version: the same numbers.</p>"
     );
     let _ = writeln!(h, "<h2 id=\"lines\">{}</h2>", escape(r.workload));

@@ -80,15 +80,22 @@ impl Report<'_> {
     pub fn caption(&self) -> String {
         let budget = self.settings.budget.map_or(String::new(), |b| format!(", budget {}/h", fmt_num(b)));
         let bounds = self.bounds.map_or(String::new(), |b| format!(" (per request {})", b.to_arg()));
+        let s = &self.settings;
+        let counts = match s.prefill {
+            Some((lo, hi)) => format!("prefill {lo}..{hi}, decode {}..{}", s.min_replicas, s.max_replicas),
+            None => format!("replicas {}..{}", s.min_replicas, s.max_replicas),
+        };
+        let mix = s.mix.map_or(String::new(), |n| {
+            let counts = if n == 1 { "1".to_string() } else { format!("1..{n}") };
+            format!(", mixed lines with {counts} of a second GPU")
+        });
         format!(
-            "{} [{} world, {} per shape]: cheapest fleet with {}{bounds} at the workload's own load; replicas \
-             {}..{}{budget}; {} shapes, {} run ({} runs)",
+            "{} [{} world, {} per shape]: cheapest fleet with {}{bounds} at the workload's own load; \
+             {counts}{mix}{budget}; {} shapes, {} run ({} runs)",
             self.workload,
             self.world,
             self.seeds_text(),
             self.slo.join(" and "),
-            self.settings.min_replicas,
-            self.settings.max_replicas,
             self.shapes,
             self.shapes_run,
             self.runs,
@@ -131,8 +138,15 @@ pub struct Grid {
 /// Every line's answer: its fewest replicas that hold, their cost, the status, each condition's
 /// metric there, the margin, the seeds holding, the shapes run.
 pub fn lines_grid(r: &Report, target: &Target) -> Grid {
-    let mut header: Vec<String> =
-        ["gpu", "tp", "router", "replicas", "cost/h", "status"].iter().map(|s| s.to_string()).collect();
+    // With fixed-part lines, a column for the fixed part; the count searched of a P/D line is
+    // its decode instances.
+    let fixed = r.lines.iter().any(|l| l.line.fixed.is_some());
+    let searched = if r.settings.prefill.is_some() { "decode" } else { "replicas" };
+    let mut header: Vec<String> = ["gpu", "tp", "router"].iter().map(|s| s.to_string()).collect();
+    if fixed {
+        header.push("fixed part".into());
+    }
+    header.extend([searched, "cost/h", "status"].iter().map(|s| s.to_string()));
     header.extend(target.conditions.iter().map(|c| c.metric.clone()));
     header.extend(["margin".into(), "seeds holding".into(), "shapes run".into()]);
     let rows = r
@@ -147,10 +161,15 @@ pub fn lines_grid(r: &Report, target: &Target) -> Grid {
                     Some(s) => format!("{} + {s}", l.line.policy),
                     None => l.line.policy.clone(),
                 },
+            ];
+            if fixed {
+                row.push(l.line.fixed_text());
+            }
+            row.extend([
                 l.replicas.map_or("–".into(), |n| n.to_string()),
                 a.map_or("–".into(), cost_text),
                 status_text(l),
-            ];
+            ]);
             for c in &target.conditions {
                 row.push(a.and_then(|e| e.metrics.get(&c.metric)).map_or("–".into(), fmt_num));
             }
@@ -160,7 +179,8 @@ pub fn lines_grid(r: &Report, target: &Target) -> Grid {
             row
         })
         .collect();
-    Grid { header, rows, text_columns: vec![0, 2, 5] }
+    let text_columns = if fixed { vec![0, 2, 3, 6] } else { vec![0, 2, 5] };
+    Grid { header, rows, text_columns }
 }
 
 /// The frontier, in cost order: cost, shape, verdict, margin, each condition's metric.
@@ -218,7 +238,11 @@ pub fn verdict(r: &Report) -> String {
     match &r.winner {
         Some(w) => {
             let fewer = match w.one_fewer_margin {
-                Some(m) => format!("; one replica fewer misses it (margin {})", pct(m)),
+                Some(m) => {
+                    let pd = r.lines[w.line].line.fixed.as_ref().is_some_and(|f| f.role == super::Role::Prefill);
+                    let one = if pd { "one decode instance" } else { "one replica" };
+                    format!("; {one} fewer misses it (margin {})", pct(m))
+                }
                 None if w.replicas == r.settings.min_replicas => "; the bottom of the range".into(),
                 None => String::new(),
             };

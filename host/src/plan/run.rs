@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::{Batch, Evaluation, Line};
+use super::{Batch, Evaluation, Line, Role};
 use crate::capacity::expr::{self, Target};
 use routelab_core::error::Error;
 use routelab_core::metrics::{Metrics, over_seeds};
@@ -13,7 +13,8 @@ use routelab_core::plugin::{Loader, PolicySpec};
 use routelab_core::runner::parallel::{self, Event, Planned, PolicyOutput};
 use routelab_core::runner::{self, Prepared};
 use routelab_core::step_model::{Choice, Gpu};
-use routelab_core::workload::{InputError, Workload, cluster::autoscaling::Autoscaling};
+use routelab_core::workload::cluster::{autoscaling::Autoscaling, pools::GpuPool};
+use routelab_core::workload::{InputError, Workload};
 
 /// What every shape shares.
 pub struct Problem<'a> {
@@ -49,6 +50,45 @@ pub fn shape(p: &Problem, i: usize, line: &Line, replicas: u32) -> Result<Worklo
         c.tp = line.tp;
         c.replicas = replicas;
         c.pools = Vec::new();
+        match &line.fixed {
+            // A P/D split: `count` prefill instances, `replicas` decode ones, every pool on the
+            // line's GPU and tp (a `mixed` pool kept at its size).
+            Some(f) if f.role == Role::Prefill => {
+                let Some(d) = c.disaggregation.as_mut() else {
+                    return Err("a prefill/decode line needs a `disaggregation:` workload".into());
+                };
+                d.prefill.instances = f.count;
+                d.decode.instances = replicas;
+                let mut all = f.count + replicas;
+                for pool in [Some(&mut d.prefill), Some(&mut d.decode), d.mixed.as_mut()].into_iter().flatten() {
+                    pool.gpu = None;
+                    pool.tp = None;
+                }
+                all += d.mixed.as_ref().map_or(0, |m| m.instances);
+                c.replicas = all;
+            }
+            // Two GPU types: the line's `replicas` first, then `count` of the second, each pool
+            // priced per replica.
+            Some(f) => {
+                let second = f.choice.clone().unwrap_or_else(|| Choice::Name(f.gpu.clone()));
+                c.pools = vec![
+                    GpuPool {
+                        gpu: p.gpus[i].clone(),
+                        tp: Some(line.tp),
+                        replicas,
+                        cost_per_hour: Some(line.replica_price),
+                    },
+                    GpuPool {
+                        gpu: second,
+                        tp: Some(f.tp),
+                        replicas: f.count,
+                        cost_per_hour: Some(f.cost_per_hour / f64::from(f.count.max(1))),
+                    },
+                ];
+                c.replicas = replicas + f.count;
+            }
+            None => {}
+        }
         match &line.scaler {
             Some(scaler) => {
                 let base = c.autoscaling.clone();
@@ -99,7 +139,7 @@ fn judge(p: &Problem, line: &Line, replicas: u32, per_seed: &[Metrics]) -> Resul
     };
     Ok(Evaluation {
         replicas,
-        cost_per_hour: replicas_paid * line.replica_price,
+        cost_per_hour: line.cost(replicas_paid),
         holds,
         seeds_holding,
         margin: super::margin(p.target, &metrics),
@@ -181,7 +221,7 @@ pub fn evaluate_batch(loader: &mut Loader, p: &Problem, lines: &[Line], asks: &[
 fn unrun(line: &Line, replicas: u32, why: String) -> Evaluation {
     Evaluation {
         replicas,
-        cost_per_hour: f64::from(replicas) * line.replica_price,
+        cost_per_hour: line.cost(f64::from(replicas)),
         holds: false,
         seeds_holding: 0,
         margin: f64::NAN,

@@ -1,11 +1,19 @@
 use super::*;
 
 fn line(gpu: &str, price: f64) -> Line {
-    Line { gpu: gpu.into(), tp: 1, policy: "r".into(), spec: "r".into(), scaler: None, replica_price: price }
+    Line {
+        gpu: gpu.into(),
+        tp: 1,
+        policy: "r".into(),
+        spec: "r".into(),
+        scaler: None,
+        replica_price: price,
+        fixed: None,
+    }
 }
 
 fn settings(min: u32, max: u32, start: u32) -> Settings {
-    Settings { min_replicas: min, max_replicas: max, start, budget: None }
+    Settings { min_replicas: min, max_replicas: max, start, budget: None, prefill: None, mix: None }
 }
 
 /// Line `i` holds from `edges[i]` replicas up (`u32::MAX`: never); margin grows with replicas.
@@ -21,7 +29,7 @@ fn synthetic<'a>(
             .map(|&(i, r)| {
                 Ok(Evaluation {
                     replicas: r,
-                    cost_per_hour: f64::from(r) * lines[i].replica_price,
+                    cost_per_hour: lines[i].cost(f64::from(r)),
                     holds: r >= edges[i],
                     seeds_holding: 0,
                     margin: (f64::from(r) - f64::from(edges[i]) + 0.5) / 10.0,
@@ -79,6 +87,32 @@ fn a_line_that_never_holds_doubles_to_the_top_and_the_budget_stops_it_early() {
     let r = search(&lines, &budget, &mut synthetic(&lines, &[u32::MAX], &mut asked)).unwrap();
     assert_eq!(r[0].status, Status::OverBudget);
     assert_eq!(r[0].points.iter().map(|e| e.replicas).collect::<Vec<_>>(), vec![3, 6, 10]);
+}
+
+/// A line with a fixed part of cost 3 (`2P` of a P/D split at 1.5 each): its shapes cost
+/// replicas × price + 3, and the pruning counts the fixed part: with a plain line holding at
+/// cost 6, the fixed line may only run counts n with n + 3 < 6.
+#[test]
+fn a_fixed_part_is_paid_on_every_shape_and_counted_when_pruning() {
+    let fixed = Fixed { role: Role::Prefill, count: 2, gpu: "a".into(), tp: 1, cost_per_hour: 3.0, choice: None };
+    let lines = [line("a", 1.0), Line { fixed: Some(fixed), ..line("a", 1.0) }];
+    assert_eq!(lines[1].shape(4), "2P + 4D × a with r");
+    let mut asked = Vec::new();
+    // Plain holds from 6; the fixed line from 1 (cost 4).
+    let r = search(&lines, &settings(1, 16, 8), &mut synthetic(&lines, &[6, 1], &mut asked)).unwrap();
+    for e in &r[1].points {
+        assert_eq!(e.cost_per_hour, f64::from(e.replicas) + 3.0);
+    }
+    let (i, e) = winner(&r).unwrap();
+    assert_eq!((i, e.replicas, e.cost_per_hour), (1, 1, 4.0));
+    // Round 2 the fixed line may run only n + 3 < 8 (it runs 2, cost 5, and holds); then the
+    // plain line, failed at 4, has nothing left under 5: dominated after 8 and 4.
+    assert_eq!(r[1].points.iter().map(|e| e.replicas).collect::<Vec<_>>(), vec![8, 2, 1]);
+    assert_eq!(r[0].points.iter().map(|e| e.replicas).collect::<Vec<_>>(), vec![8, 4]);
+    assert_eq!(r[0].status, Status::Dominated);
+    assert_eq!(cap_of(&lines[1], &settings(1, 16, 8), Some(6.0)), (2, Cap::Winner));
+    let budget = Settings { budget: Some(5.0), ..settings(1, 16, 8) };
+    assert_eq!(cap_of(&lines[1], &budget, None), (2, Cap::Budget));
 }
 
 #[test]
@@ -143,4 +177,19 @@ fn prices_parse_and_resolve_flag_first() {
     for bad in ["h100", "h100=x", "h100=-1", "a=1,a=2"] {
         assert!(prices::parse(bad).is_err(), "{bad}");
     }
+}
+
+/// A mixed line (2 of a second GPU fixed) starts at the workload's count less those 2, so its
+/// first fleet is as large as the workload's; a P/D line starts at the count itself (decode's).
+#[test]
+fn a_mixed_line_starts_at_the_workloads_fleet_size() {
+    let part = |role| Fixed { role, count: 2, gpu: "b".into(), tp: 1, cost_per_hour: 2.0, choice: None };
+    let lines = [
+        Line { fixed: Some(part(Role::Pool)), ..line("a", 1.0) },
+        Line { fixed: Some(part(Role::Prefill)), ..line("a", 1.0) },
+    ];
+    let mut asked = Vec::new();
+    search(&lines, &settings(1, 16, 8), &mut synthetic(&lines, &[1, 1], &mut asked)).unwrap();
+    assert_eq!(&asked[..2], &[(0, 6), (1, 8)]);
+    assert_eq!(lines[0].shape(6), "6 × a + 2 × b with r");
 }

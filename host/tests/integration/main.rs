@@ -24,6 +24,7 @@ mod lora;
 mod models;
 mod pd;
 mod plan;
+mod plan_shapes;
 mod report;
 mod scale;
 mod serve_engines;
