@@ -529,7 +529,7 @@ fn export_trace(file: &Path, out: &Path, seed: Option<u64>) -> Result<i32> {
     Ok(0)
 }
 
-/// The class and tenant names of `--workload` (a cluster workload).
+/// The class, tenant and model names of `--workload` (a cluster workload).
 fn import_labels(file: &Path) -> Result<import::Labels> {
     let w = workload::load(file)?;
     let Some(c) = w.cluster else {
@@ -545,6 +545,7 @@ fn import_labels(file: &Path) -> Result<import::Labels> {
         workload: file.to_path_buf(),
         classes: c.classes.iter().map(|c| c.name.clone()).collect(),
         tenants: c.tenants.iter().map(|t| t.name.clone()).collect(),
+        models: c.models.iter().map(|m| m.name.clone()).collect(),
     })
 }
 

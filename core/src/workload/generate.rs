@@ -129,6 +129,30 @@ impl RequestStream {
     }
 }
 
+/// The per-session draws of a stream (a request's model, its LoRA adapter): one uniform in
+/// [0, 1) per request, in request order, hashed from `seed` and the request's session key —
+/// the session index for agent sessions, else the first unique segment of its prompt (a
+/// group's turns and fan-out share it), else the request itself (a trace row of shared blocks
+/// only). A draw depends on nothing else, so adding one moves no arrival, size or other draw,
+/// and a session's requests agree whatever their order. `seed` is the run seed mixed with the
+/// draw's own constant, so two keys of one session are independent.
+///
+/// Classes and tenants are not drawn here: they come from their own sequential stream
+/// (`synth.rs`, `cluster.classes`), per group as it is generated.
+pub(crate) fn keyed_draws(stream: &RequestStream, seed: u64) -> impl Iterator<Item = f64> + '_ {
+    (0..stream.requests.len()).map(move |i| {
+        let key = match &stream.sessions {
+            Some(s) => s.session[i] as u64,
+            None => stream
+                .prompt(i)
+                .iter()
+                .find(|s| s.id >= FIRST_UNIQUE_ID && s.id < HASH_ID_BASE)
+                .map_or(u64::MAX - i as u64, |s| s.id),
+        };
+        (crate::seeds::mix(seed ^ crate::seeds::mix(key)) >> 11) as f64 / (1u64 << 53) as f64
+    })
+}
+
 const SYSTEM_ID: u64 = 1;
 const FIRST_UNIQUE_ID: u64 = 1 << 32;
 

@@ -18,6 +18,12 @@
 //!   indices the trace's rows carry), or an index (an integer), copied as it is and checked
 //!   against that workload when one is given. A name without `--workload`, or one the workload
 //!   does not list, stops the import naming the log's line and the field.
+//! - the request's `model` (the OpenAI request's own field: `model` inline, or `request.model`),
+//!   a name. When `--workload` serves several models (`cluster.models`), every line must name
+//!   one of them and the trace's rows carry it (`"model"`, which the replay keeps: see
+//!   `routelab_core::workload::mooncake::check_models`). Otherwise the trace carries no model:
+//!   one model serves every request, and a log naming two or more stops the import (at the
+//!   first line naming another), since replaying it on one model would merge them.
 //!
 //! Other fields are ignored. The prompt becomes tokens and prefix blocks exactly as the gateway
 //! counts them (the byte-level fallback of `routelab_serve::text`: 4 bytes a token, blocks chained
@@ -35,7 +41,7 @@ use serde_json::Value;
 use routelab_core::time::ticks;
 use routelab_core::workload::InputError;
 use routelab_core::workload::export::BlockIds;
-use routelab_core::workload::mooncake::{SessionReader, read_adapter, read_label};
+use routelab_core::workload::mooncake::{SessionReader, read_adapter, read_label, read_model};
 use routelab_policy_api::Segment;
 use routelab_serve::text;
 
@@ -53,6 +59,8 @@ pub struct Labels {
     pub workload: std::path::PathBuf,
     pub classes: Vec<String>,
     pub tenants: Vec<String>,
+    /// Its `cluster.models` names (empty: one model).
+    pub models: Vec<String>,
 }
 
 /// One imported request.
@@ -63,6 +71,8 @@ struct Row {
     /// Its line in the log, and the extensions it carries.
     line: usize,
     extensions: serde_json::Map<String, Value>,
+    /// The request's model and the field it came from (`model` or `request.model`).
+    model: Option<(String, String)>,
 }
 
 fn bad(file: &Path, line: usize, field: &str, message: String) -> InputError {
@@ -174,7 +184,79 @@ fn row(file: &Path, n: usize, text: &str, labels: Option<&Labels>) -> Result<Row
             extensions.insert(field.into(), label_index(file, n, field, v, labels)?.into());
         }
     }
-    Ok(Row { at_s, output_tokens, prompt, line: n, extensions })
+    // The body's `model` (inline, the line's own), or a line's `model` beside its `request`.
+    let (model_field, holder) = match (obj.get("model"), at) {
+        (None, "request.") => ("request.model", body.as_object().expect("checked above")),
+        _ => ("model", obj),
+    };
+    let model = read_model(holder, file, n)
+        .map_err(|e| InputError { path: model_field.into(), ..e })?
+        .map(|m| (m, model_field.to_string()));
+    Ok(Row { at_s, output_tokens, prompt, line: n, extensions, model })
+}
+
+/// Gives each row its `"model"` when `labels` serve several models (every row must name one of
+/// them); with one model, checks the log names at most one (the trace then carries none).
+fn models(file: &Path, rows: &mut [Row], labels: Option<&Labels>) -> Result<(), InputError> {
+    let err = |r: &Row, field: &str, message: String, fix: String| {
+        InputError::new(file, message, fix).in_field(field).at_line(r.line)
+    };
+    match labels.filter(|l| !l.models.is_empty()) {
+        Some(l) => {
+            let names = l.models.join(", ");
+            for r in rows.iter_mut() {
+                let Some((m, field)) = &r.model else {
+                    return Err(err(
+                        r,
+                        "model",
+                        format!(
+                            "names no model, and {} serves several ({names}): every line must name its request's",
+                            l.workload.display()
+                        ),
+                        format!("give the line a \"model\" (inline or in `request`), one of: {names}"),
+                    ));
+                };
+                if !l.models.contains(m) {
+                    return Err(err(
+                        r,
+                        field,
+                        format!("the model `{m}` is not one of {}'s models ({names})", l.workload.display()),
+                        format!("add `{m}` to the workload's `cluster.models`, or fix the line"),
+                    ));
+                }
+                r.extensions.insert("model".into(), m.clone().into());
+            }
+        }
+        None => {
+            let mut first: Option<(&str, usize)> = None;
+            for r in rows.iter() {
+                let Some((m, field)) = &r.model else { continue };
+                match first {
+                    None => first = Some((m.as_str(), r.line)),
+                    Some((f, line)) if f != m.as_str() => {
+                        let (message, fix) = match labels {
+                            None => (
+                                "no workload says which of its models they are".to_string(),
+                                "pass `--workload W.yaml`, a workload whose `cluster.models` names them".to_string(),
+                            ),
+                            Some(l) => (
+                                format!("{} serves one model (it has no `cluster.models`)", l.workload.display()),
+                                format!("add `models:` naming `{f}`, `{m}`, … under the workload's `cluster:`"),
+                            ),
+                        };
+                        return Err(err(
+                            r,
+                            field,
+                            format!("the log names several models (`{f}` on line {line}, `{m}` here), and {message}"),
+                            fix,
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What an import read and wrote.
@@ -198,6 +280,7 @@ pub fn import(file: &Path, out: &mut impl Write, labels: Option<&Labels>) -> Res
     if rows.is_empty() {
         return Err(bad(file, 1, "", "holds no request".into()).into());
     }
+    models(file, &mut rows, labels)?;
     let reordered = rows.windows(2).filter(|w| w[1].at_s < w[0].at_s).count();
     rows.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
     // Sessions in time order, as the trace will hold them.

@@ -38,6 +38,11 @@ fn bad_model_specs_name_file_line_and_field() {
     bad(&["validate", path], &["cluster.models[1].replicas", "at least 1"]);
     std::fs::write(&w, body.replace("  requests: 10\n", "  requests: 10\n  lora: {adapters: 2}\n")).unwrap();
     bad(&["validate", path], &["cluster.models", "`lora`"]);
+    // A model's own hardware: an unknown GPU, a TP degree outside 1/2/4/8.
+    std::fs::write(&w, body.replace("share: 0.2}", "share: 0.2, gpu: b9000}")).unwrap();
+    bad(&["validate", path], &["models.yaml:6", "cluster.models[1].gpu", "b9000", "fix:"]);
+    std::fs::write(&w, body.replace("share: 0.2}", "share: 0.2, gpu: h100, tp: 3}")).unwrap();
+    bad(&["compare", path], &["models.yaml:6", "cluster.models[1].tp", "1, 2, 4 or 8", "fix:"]);
 }
 
 /// A Mooncake trace naming a model the workload does not serve: exit 2 naming the trace, its
@@ -84,4 +89,76 @@ fn two_models_run_the_same_linked_and_loaded() {
         assert!((chat + coder - 1200.0).abs() < 1e-9 && chat > 2.0 * coder, "{chat} + {coder}");
         assert_eq!(m.get("model.chat.served_elsewhere"), Some(0.0));
     }
+}
+
+/// `routelab import --workload W` carries each log line's `model` (inline, or the request
+/// body's `request.model`) into the trace when W serves several models: the replay under W
+/// counts each model's requests as the log gives them. A model W does not serve, a line
+/// without a model, or several models with no workload to name them: exit 2 naming the log's
+/// file, line and field, and the fix.
+#[test]
+fn import_carries_each_requests_model_into_a_several_models_workload() {
+    let line = |t: f64, model: &str| match model {
+        "" => format!("{{\"timestamp\": {t}, \"prompt\": \"request at {t}\", \"output_tokens\": 5}}\n"),
+        m if t < 1.0 => {
+            format!(
+                "{{\"timestamp\": {t}, \"request\": {{\"model\": \"{m}\", \"prompt\": \"request at {t}\"}}, \"output_tokens\": 5}}\n"
+            )
+        }
+        m => format!(
+            "{{\"timestamp\": {t}, \"model\": \"{m}\", \"prompt\": \"request at {t}\", \"output_tokens\": 5}}\n"
+        ),
+    };
+    let log_of = |rows: &[(f64, &str)]| rows.iter().map(|&(t, m)| line(t, m)).collect::<String>();
+    let log = scratch("import-log.jsonl");
+    // Out of time order: the trace's rows are sorted, each keeping its own model.
+    std::fs::write(&log, log_of(&[(0.0, "coder"), (1.5, "chat"), (0.5, "chat"), (2.0, "coder"), (2.5, "chat")]))
+        .unwrap();
+    let trace = scratch("import-trace.jsonl");
+    let workload = scratch("import.yaml");
+    let yaml = format!(
+        "name: imported\nseeds: 1\ncluster:\n  replicas: 3\n  generator: {{output_tokens: 16}}\n  models:\n    \
+         - {{name: chat, replicas: 2, share: 1}}\n    - {{name: coder, replicas: 1, share: 1}}\n  \
+         arrivals: {{trace: {{path: {}, format: mooncake}}}}\n",
+        trace.display()
+    );
+    std::fs::write(&workload, &yaml).unwrap();
+    let (log_s, trace_s, workload_s) = (log.to_str().unwrap(), trace.to_str().unwrap(), workload.to_str().unwrap());
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_routelab")).args(args).current_dir(workspace()).output().unwrap()
+    };
+    let out = run(&["import", log_s, "--out", trace_s, "--workload", workload_s]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let models: Vec<String> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["model"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(models, ["coder", "chat", "chat", "coder", "chat"]);
+    let result = compare_text(&yaml, workload_s, &["round_robin".to_string()]);
+    let count = |k: &str| metric(&result, "round_robin", k);
+    assert_eq!((count("model.chat.requests"), count("model.coder.requests")), (3.0, 2.0));
+    assert_eq!((count("model.chat.served_elsewhere"), count("model.coder.served_elsewhere")), (0.0, 0.0));
+
+    let bad = |rows: &[(f64, &str)], workload: Option<&str>, wanted: &[&str]| {
+        std::fs::write(&log, log_of(rows)).unwrap();
+        let mut args = vec!["import", log_s, "--out", trace_s];
+        args.extend(workload.map(|w| ["--workload", w]).into_iter().flatten());
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{rows:?}: {err}");
+        for w in wanted.iter().chain(&["fix:"]) {
+            assert!(err.contains(w), "{rows:?}: stderr lacks {w:?}: {err}");
+        }
+    };
+    let w = Some(workload_s);
+    bad(&[(0.0, "chat"), (1.0, "vision")], w, &["import-log.jsonl:2: field `model`", "`vision`", "chat, coder"]);
+    bad(&[(1.0, "chat"), (0.5, "vision")], w, &["import-log.jsonl:2: field `request.model`", "`vision`"]);
+    bad(&[(1.0, "chat"), (2.0, "")], w, &["import-log.jsonl:2: field `model`", "names no model", "chat, coder"]);
+    bad(&[(1.0, "chat"), (2.0, "coder")], None, &["import-log.jsonl:2: field `model`", "`chat`", "--workload"]);
+    // One model and no workload: the trace names none (one model serves it).
+    std::fs::write(&log, log_of(&[(1.0, "chat"), (2.0, "chat")])).unwrap();
+    let out = run(&["import", log_s, "--out", trace_s]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!std::fs::read_to_string(&trace).unwrap().contains("\"model\""));
 }

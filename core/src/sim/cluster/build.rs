@@ -139,12 +139,7 @@ impl<'a> ClusterSim<'a> {
             stream,
             cfgs: [psm, dsm, msm].into_iter().chain(&gpu_pools).map(pool_cfg).collect(),
             pricers: [psm, dsm, msm].into_iter().chain(&gpu_pools).map(|m| m.pricer).collect(),
-            gpu_pool: spec
-                .pools
-                .iter()
-                .enumerate()
-                .flat_map(|(i, p)| std::iter::repeat_n(i as u8, p.replicas as usize))
-                .collect(),
+            gpu_pool: spec.replica_pools(),
             pd: pools.map(|(d, _, dm, _)| Pd::new(d, dm.cost.kv_bytes_per_token, dm.model.layers, total)),
             eviction_delay: ticks(spec.eviction_delay_s),
             horizon: last_arrival.saturating_add(ticks(spec.drain_s)),

@@ -166,8 +166,8 @@ fn pool_of(pd: Option<&Pd>, r: usize) -> usize {
     }
 }
 
-/// The configuration and pricer index of replica `r`: its GPU pool's (`cluster.pools`, after
-/// the three of [`pool_of`]), or [`pool_of`]'s.
+/// The configuration and pricer index of replica `r`: its GPU pool's (`cluster.pools` or the
+/// models' own hardware, after the three of [`pool_of`]), or [`pool_of`]'s.
 fn replica_pool(pd: Option<&Pd>, gpu_pool: &[u8], r: usize) -> usize {
     match gpu_pool.get(r) {
         Some(&p) => 3 + p as usize,
@@ -204,10 +204,10 @@ struct Probes {
 pub struct ClusterSim<'a> {
     stream: Feed<'a>,
     /// Per pool: [prefill, decode, mixed] on a disaggregated cluster; all the same otherwise.
-    /// Then one per GPU pool (`cluster.pools`), in order.
+    /// Then one per GPU pool (`cluster.pools`, or each model with its own hardware), in order.
     cfgs: Vec<ReplicaConfig>,
     pricers: Vec<Pricer>,
-    /// Per slot: its GPU pool (empty without `cluster.pools`).
+    /// Per slot: its GPU pool (empty without pools: [`ClusterSpec::replica_pools`]).
     gpu_pool: Vec<u8>,
     /// Disaggregation state; `None` on an aggregated cluster.
     pd: Option<Pd>,

@@ -208,3 +208,57 @@ fn one_model_is_the_cluster_without_models() {
     assert_eq!(a.metrics, b.metrics);
     assert_eq!(a.records, b.records);
 }
+
+/// Models of two sizes on their own GPUs (`models[i].gpu/tp/model`): model a's request runs
+/// exactly as on a cluster of a's hardware alone, model b's as on b's (the same latency to the
+/// nanosecond: each replica's steps priced on its model's pool), b's 70B on H100s slower per
+/// token than a's 8B on an A6000 alone would not be; and the fleet costs each model's price.
+#[test]
+fn each_model_runs_on_its_own_hardware_and_is_paid_at_its_own_price() {
+    let tail = "chunk_tokens: 0\ngenerator: {output_tokens: 1}\narrivals: {poisson: {rate: 1}}\nrequests: 2\n";
+    let mixed = spec(&format!(
+        "replicas: 3\ngpu: a6000\nmodel: llama-3-8b\nmodels: [{{name: a, replicas: 2, share: 1, cost_per_hour: 1.0}}, \
+         {{name: b, replicas: 1, share: 1, gpu: h100, tp: 4, model: llama-3-70b, cost_per_hour: 10.0}}]\n{tail}"
+    ));
+    assert_eq!(mixed.pool_count(), 2);
+    assert_eq!(mixed.replica_pools(), [0, 0, 1]);
+    let alone_a = spec(&format!("replicas: 1\ngpu: a6000\nmodel: llama-3-8b\n{tail}"));
+    let alone_b = spec(&format!("replicas: 1\ngpu: h100\ntp: 4\nmodel: llama-3-70b\n{tail}"));
+    let rows = [(0.0, 0), (0.0, 1)];
+    let out = run_with::<ById>(&mixed, &stream(&rows), true).unwrap();
+    let a = run_with::<ById>(&alone_a, &stream(&rows[..1]), false).unwrap();
+    let b = run_with::<ById>(&alone_b, &stream(&[(0.0, 0)]), false).unwrap();
+    let latency = |o: &RunOutcome, i: usize| o.records[i].completed_at_s - o.records[i].arrived_at_s;
+    assert_eq!(out.records.iter().map(|r| r.replica).collect::<Vec<_>>(), [0, 2]);
+    assert_eq!(latency(&out, 0), latency(&a, 0), "model a's request on its A6000 with the 8B");
+    assert_eq!(latency(&out, 1), latency(&b, 0), "model b's request on its H100s with the 70B");
+    assert_ne!(latency(&out, 0), latency(&out, 1));
+    let end = out.records.iter().map(|r| r.completed_at_s).fold(0.0, f64::max);
+    let cost = out.metrics.get("cost").unwrap();
+    let want = (2.0 * 1.0 + 10.0) * end / 3600.0;
+    assert!((cost - want).abs() < 1e-12, "{cost} vs {want}");
+}
+
+/// A model's own hardware is checked as a pool's, under `models[i]`: an unknown GPU, a TP degree
+/// outside 1/2/4/8, a model too large for its GPU, and `pools:` beside it.
+#[test]
+fn a_models_own_hardware_is_checked_under_its_field() {
+    let bad = |model_b: &str, extra: &str| {
+        let spec: ClusterSpec = serde_norway::from_str(&format!(
+            "replicas: 2\nmodels: [{{name: a, replicas: 1, share: 1}}, {{name: b, replicas: 1, share: 1, {model_b}}}]\n\
+             generator: {{output_tokens: 1}}\narrivals: {{poisson: {{rate: 1}}}}\nrequests: 2\n{extra}"
+        ))
+        .unwrap();
+        spec.validate().unwrap_err()
+    };
+    let e = bad("gpu: b9000", "");
+    assert_eq!(e.path, "models[1].gpu", "{e:?}");
+    assert!(e.message.contains("b9000"), "{e:?}");
+    let e = bad("tp: 3", "");
+    assert_eq!(e.path, "models[1].tp", "{e:?}");
+    let e = bad("gpu: a6000, model: llama-3-70b", "");
+    assert!(e.path.starts_with("models[1]"), "{e:?}");
+    let e = bad("gpu: h100", "pools: [{gpu: h100, replicas: 2}]\n");
+    assert_eq!(e.path, "models[1]", "{e:?}");
+    assert!(e.fix.contains("pools:"), "{e:?}");
+}

@@ -208,8 +208,8 @@ pub struct ClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<lora::Lora>,
     /// Several models, each on its own replicas with its share of the traffic (`{name,
-    /// replicas, share}` each; `workload/cluster/models.rs`); `replicas` must be their sum.
-    /// Absent = one model.
+    /// replicas, share}` each, optionally its own `gpu`, `tp`, `model` and `cost_per_hour`;
+    /// `workload/cluster/models.rs`); `replicas` must be their sum. Absent = one model.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<models::ModelSpec>,
     /// The admission policy in front of the router: a policy name, optionally with config in

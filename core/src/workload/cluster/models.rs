@@ -21,12 +21,27 @@
 //! makes one router per model, told that model's replica count and shown only its replicas: a
 //! router cannot name a replica of another model, and an index past its model's replicas is
 //! refused as any out-of-range answer is. Without `models:` the cluster serves one model (index
-//! 0) and nothing changes. Every model runs the cluster's `model:` architecture (the names are
-//! labels, e.g. two fine-tunes of one size); what differs is the traffic and the replicas.
+//! 0) and nothing changes.
+//!
+//! By default every model runs the cluster's `gpu:`, `tp:` and `model:` architecture (the names
+//! are labels, e.g. two fine-tunes of one size); what differs is the traffic and the replicas.
+//! A model may set its own hardware — `gpu:`, `tp:`, `model:` (its size) and `cost_per_hour:`:
+//!
+//! ```yaml
+//!   models:
+//!     - {name: small, replicas: 4, share: 0.7, gpu: a6000, model: llama-3-8b}
+//!     - {name: large, replicas: 2, share: 0.3, gpu: h100, tp: 4, model: llama-3-70b}
+//! ```
+//!
+//! Then each model's replicas are one GPU pool, run by the `pools:` machinery (`pools.rs`: each
+//! replica's steps priced and its KV sized on its pool's hardware), so `pools:` itself is then
+//! refused. Routers are still told the cluster's `gpu:`/`model:` at creation (the ABI's one cost
+//! model); their views show each replica's own KV capacity and load.
 
 use serde::{Deserialize, Serialize};
 
 use super::ClusterSpec;
+use crate::step_model::{Choice, Gpu, Model};
 use crate::workload::FieldError;
 
 /// Most models a workload may name.
@@ -43,6 +58,25 @@ pub struct ModelSpec {
     pub replicas: u32,
     /// Its share of sessions, > 0 (shares are normalised over the models).
     pub share: f64,
+    /// The GPU its replicas run on (default: the cluster's `gpu`): a catalog GPU or a mapping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<Choice<Gpu>>,
+    /// Tensor-parallel degree of its replicas, 1, 2, 4 or 8 (default: the cluster's `tp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tp: Option<u32>,
+    /// Its architecture, a catalog model or a mapping (default: the cluster's `model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<Choice<Model>>,
+    /// One of its replicas' price per hour (default: the cluster's `cost_per_hour`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_per_hour: Option<f64>,
+}
+
+impl ModelSpec {
+    /// Whether it sets hardware of its own (then every model is a pool: `pools.rs`).
+    pub fn sets_hardware(&self) -> bool {
+        self.gpu.is_some() || self.tp.is_some() || self.model.is_some() || self.cost_per_hour.is_some()
+    }
 }
 
 impl ClusterSpec {

@@ -122,8 +122,8 @@ impl ClusterSpec {
                 ));
             }
         }
-        self.validate_pools()?;
         self.validate_models()?;
+        self.validate_pools()?;
         if let Some(f) = &self.failures {
             f.validate(self.replicas).map_err(|e| e.under("failures"))?;
             // A crash takes one replica out of the routable set; autoscaling's slots, P/D pools

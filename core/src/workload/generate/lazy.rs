@@ -50,7 +50,7 @@ impl<'s> LazyStream<'s> {
             && !matches!(spec.arrivals, Arrivals::Trace { .. })
             && spec.lora.is_none()
             && spec.models.is_empty()
-            && spec.pools.is_empty()
+            && spec.pool_count() == 0
             && spec.failures.is_none()
     }
 

@@ -1,17 +1,15 @@
 //! Which LoRA adapter each request of a stream uses (`cluster.lora`, `workload/cluster/lora.rs`).
 //!
-//! A session draws one adapter: its key is the session index for agent sessions, else the
-//! first unique segment of the prompt (a group's turns and fan-out share their first suffix),
-//! else the request itself (a trace row of shared blocks only). The draw is a hash of the run
-//! seed and the key, so it depends on nothing else: the stream's arrivals and sizes do not move,
-//! and a session's requests agree whatever their order. A request on adapter `a` has its
+//! A session draws one adapter ([`keyed_draws`]: a hash of the run seed and the session's key,
+//! so it depends on nothing else: the stream's arrivals and sizes do not move, and a session's
+//! requests agree whatever their order). A request on adapter `a` has its
 //! prompt's (and its kept output's) segment ids re-keyed by `a`: the same text under another
 //! adapter is another KV (vLLM puts the adapter in every block's hash), so only requests on one
 //! adapter share cached prefixes.
 
 use routelab_policy_api::Segment;
 
-use super::{FIRST_UNIQUE_ID, Popular, RequestStream};
+use super::{Popular, RequestStream, keyed_draws};
 use crate::seeds::mix;
 use crate::workload::cluster::ClusterSpec;
 
@@ -30,27 +28,16 @@ pub fn apply_lora(spec: &ClusterSpec, stream: &mut RequestStream, run_seed: u64)
     }
     let popular = Popular::new(l.adapters, &l.popularity);
     let cdf_seed = mix(run_seed ^ 0x6c6f_7261_u64.rotate_left(40));
-    let n = stream.requests.len();
-    let mut adapters = Vec::with_capacity(n);
-    for i in 0..n {
-        let key = match &stream.sessions {
-            Some(s) => s.session[i] as u64,
-            None => stream
-                .prompt(i)
-                .iter()
-                .find(|s| s.id >= FIRST_UNIQUE_ID && s.id < super::super::mooncake::HASH_ID_BASE)
-                .map_or(u64::MAX - i as u64, |s| s.id),
-        };
-        let h = mix(cdf_seed ^ mix(key));
-        let u = (h >> 11) as f64 / (1u64 << 53) as f64;
-        let adapter = if u < l.base_share {
-            NO_ADAPTER
-        } else {
-            // Rescale the rest of the unit interval onto the popularity's.
-            popular.pick((u - l.base_share) / (1.0 - l.base_share)) as u32
-        };
-        adapters.push(adapter);
-    }
+    let adapters: Vec<u32> = keyed_draws(stream, cdf_seed)
+        .map(|u| {
+            if u < l.base_share {
+                NO_ADAPTER
+            } else {
+                // Rescale the rest of the unit interval onto the popularity's.
+                popular.pick((u - l.base_share) / (1.0 - l.base_share)) as u32
+            }
+        })
+        .collect();
     rekey_all(stream, &adapters);
     stream.adapters = adapters;
 }
