@@ -1,13 +1,7 @@
 //! SLO metrics and `routelab capacity`: answers pinned to values computed independently, and
 //! bad SLOs refused with exit code 2 before any run.
 
-use std::process::{Command, Output};
-
 use crate::common::*;
-
-fn routelab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_routelab")).args(args).current_dir(workspace()).output().expect("routelab runs")
-}
 
 fn scratch(name: &str) -> std::path::PathBuf {
     fixture("capacity", name)
@@ -20,17 +14,6 @@ fn json_of(args: &[&str], name: &str) -> serde_json::Value {
     let out = routelab(&all);
     assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
-}
-
-/// Runs `args`, expects exit 2, nothing on stdout, and every `wanted` fragment in stderr.
-fn bad(args: &[&str], wanted: &[&str]) {
-    let out = routelab(args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-    assert!(out.stdout.is_empty(), "{args:?} ran: {}", String::from_utf8_lossy(&out.stdout));
-    for w in wanted {
-        assert!(err.contains(w), "{args:?}: stderr lacks {w:?}: {err}");
-    }
 }
 
 /// One M/M/1 queue (Poisson arrivals at ρ, exponential service of mean 1): the mean response

@@ -1,7 +1,7 @@
 //! Building and finding what the tests load.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use routelab_core::plugin::{Loader, PolicySpec};
@@ -240,5 +240,21 @@ fn copy_tree(from: &Path, to: &Path) {
         } else {
             std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
         }
+    }
+}
+
+/// Runs the `routelab` binary with `args` from the workspace root.
+pub fn routelab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_routelab")).args(args).current_dir(workspace()).output().expect("routelab runs")
+}
+
+/// Runs `args`, expects exit 2, nothing on stdout, and every `wanted` fragment in stderr.
+pub fn bad(args: &[&str], wanted: &[&str]) {
+    let out = routelab(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(out.stdout.is_empty(), "{args:?} ran: {}", String::from_utf8_lossy(&out.stdout));
+    for w in wanted {
+        assert!(err.contains(w), "{args:?}: stderr lacks {w:?}: {err}");
     }
 }

@@ -1,13 +1,7 @@
 //! `routelab plan`: the cheapest fleet pinned to a closed form (M/M/c, Erlang C), the same
 //! answer on 1 and 2 threads, and bad flags refused with exit code 2 naming the flag.
 
-use std::process::{Command, Output};
-
 use crate::common::*;
-
-fn routelab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_routelab")).args(args).current_dir(workspace()).output().expect("routelab runs")
-}
 
 fn scratch(name: &str) -> std::path::PathBuf {
     fixture("plan", name)
@@ -138,17 +132,6 @@ fn a_plan_is_the_same_on_one_and_two_threads() {
     assert_eq!(v["lines"].as_array().unwrap().len(), 4);
     assert_eq!(v["shapes"].as_u64(), Some(32));
     assert!(v["shapes_run"].as_u64().unwrap() < 32, "bisection and pruning run fewer shapes than the space");
-}
-
-/// Runs `args`, expects exit 2, nothing on stdout, and every `wanted` fragment in stderr.
-fn bad(args: &[&str], wanted: &[&str]) {
-    let out = routelab(args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-    assert!(out.stdout.is_empty(), "{args:?} ran: {}", String::from_utf8_lossy(&out.stdout));
-    for w in wanted {
-        assert!(err.contains(w), "{args:?}: stderr lacks {w:?}: {err}");
-    }
 }
 
 #[test]

@@ -3,13 +3,7 @@
 //! shapes costed per GPU (and agreeing with the simulator's own `cost`), bad combinations
 //! refused before any run, and the same bytes on one and two threads.
 
-use std::process::{Command, Output};
-
 use crate::common::*;
-
-fn routelab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_routelab")).args(args).current_dir(workspace()).output().expect("routelab runs")
-}
 
 fn scratch(name: &str) -> std::path::PathBuf {
     fixture("plan_shapes", name)
@@ -191,17 +185,6 @@ fn scalers_none_skips_the_autoscaled_lines() {
     let mean = scaled["metrics"]["replicas_mean"].as_f64().unwrap();
     assert!((scaled["cost_per_hour"].as_f64().unwrap() - mean).abs() < 1e-9, "{scaled}");
     assert!(mean < 3.0, "HPA between 1 and 3 replicas averages fewer than 3: {mean}");
-}
-
-/// Runs `args`, expects exit 2, nothing on stdout, and every `wanted` fragment in stderr.
-fn bad(args: &[&str], wanted: &[&str]) {
-    let out = routelab(args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-    assert!(out.stdout.is_empty(), "{args:?} ran: {}", String::from_utf8_lossy(&out.stdout));
-    for w in wanted {
-        assert!(err.contains(w), "{args:?}: stderr lacks {w:?}: {err}");
-    }
 }
 
 #[test]
