@@ -6,7 +6,7 @@
 # a C++ compiler are needed: cmake and ninja come from PyPI wheels, into a private venv.
 #
 # Built once per machine into a cache outside the repository, keyed by the versions below:
-#   ${ROUTELAB_LLAMA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/routelab/llama-$LLAMA_CPP_PYTHON-$SMOLLM2-$(uname -m)}
+#   ${ROUTELAB_LLAMA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/routelab/llama-$LLAMA_CPP_PYTHON-$SMOLLM2-$FLAVOUR-$(uname -m)}
 # holding bin/llama-server and SmolLM2-135M-Instruct.Q4_1.gguf, and client/ (a venv with the
 # official `openai` Python client, for the test that speaks to the gateway through it). A second
 # run finds them and returns at once. Prints the directory on its last line. Cold: ~6 min on 2
@@ -22,8 +22,14 @@ SMOLLM2=0.1.2
 CMAKE=4.4.5
 NINJA=1.13.2
 OPENAI=3.51.0
+# The build's instruction set, part of the cache key. `portable`: no -march=native (GGML_NATIVE=OFF,
+# ggml's default x86-64 set: SSE4.2/AVX/AVX2/FMA/F16C, no AVX-512, no AMX). A native build on a
+# Xeon that advertises AMX compiled AMX tile kernels that the sandbox's kernel does not grant
+# (llama-server died with SIGSEGV at `ldtilecfg` on its first matmul), and a cache built on one
+# CPU is reused on another; a portable build runs on either.
+FLAVOUR=portable
 
-dir="${ROUTELAB_LLAMA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/routelab/llama-$LLAMA_CPP_PYTHON-$SMOLLM2-$(uname -m)}"
+dir="${ROUTELAB_LLAMA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/routelab/llama-$LLAMA_CPP_PYTHON-$SMOLLM2-$FLAVOUR-$(uname -m)}"
 model=SmolLM2-135M-Instruct.Q4_1.gguf
 if [[ "${1:-}" == --dir ]]; then
     echo "$dir"
@@ -72,7 +78,7 @@ tar -xzf "$work/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz" -C "$work"
 src="$work/llama_cpp_python-$LLAMA_CPP_PYTHON/vendor/llama.cpp"
 [[ -f "$src/CMakeLists.txt" ]] || { echo "ensure.sh: no vendor/llama.cpp in the sdist" >&2; exit 1; }
 PATH="$work/venv/bin:$PATH" cmake -S "$src" -B "$work/build" -G Ninja \
-    -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+    -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON >"$work/configure.log" 2>&1 \
     || { tail -40 "$work/configure.log" >&2; exit 1; }
