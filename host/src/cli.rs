@@ -10,6 +10,7 @@ mod capacity;
 mod checks;
 mod diff;
 mod docs;
+mod help;
 mod import;
 mod merge;
 mod output;

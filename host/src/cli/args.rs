@@ -4,38 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use super::slo_setup::SloArgs;
-
-/// The full policy syntax, shown by `--policies`/`--policy` help.
-macro_rules! policy_syntax {
-    () => {
-        "\
-A policy argument is
-
-  [LABEL=]POLICY[@SCHEDULER]
-
-POLICY is a built-in name (`routelab policies` lists them), `path/to/libfoo.so:name` for a policy
-in a plugin library, or just `path/to/libfoo.so` when the library exports one policy of the kind
-needed; optionally followed by its config as a YAML flow mapping: `power_of_two{d: 3}`.
-@SCHEDULER (cluster workloads only) names the local scheduler every replica runs under this
-router, in the same syntax: `preble@priority_groups`, `round_robin@./libsched.so:mine`; without
-it, the workload's `cluster.scheduler` is used.
-LABEL= names the policy in tables, JSON and plots: `mine=./target/release/libfoo.so:foo{k: 2}`.
-Without a label a built-in is shown as typed and a plugin policy by its name, not its path (the
-JSON's `spec` keeps the full argument).
-Separate policies with commas; quote the list in the shell when it has braces or spaces.
-The first policy is the baseline of the ratio column."
-    };
-}
-
-pub(super) const POLICIES_HELP: &str =
-    concat!("Comma-separated policies to compare (default: each workload's `policies:` list).\n\n", policy_syntax!());
-const POLICY_HELP: &str = concat!("The policy to run.\n\n", policy_syntax!());
-
-pub(super) const WORKLOAD_ARG: &str = "A workload file, or the name of a built-in workload (`routelab workloads` lists them: e.g. \
-cache_vs_balance, cluster/long_doc_qa)";
-const WORKLOADS_ARG: &str = "Workload files or built-in names (`routelab workloads` lists them), or folders of workload \
-files: a folder on disk or a built-in one (`preble_grid`) stands for the .yaml files directly inside it";
+use super::help::{POLICIES_HELP, POLICY_HELP, WORKLOAD_ARG, WORKLOADS_ARG};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -489,4 +458,33 @@ fn trace_arg(s: &str) -> Result<PathBuf, routelab_core::builtin::TraceArgError> 
 pub enum TraceFormat {
     /// Mooncake (FAST'25) JSON Lines with `hash_ids` of 512-token blocks.
     Mooncake,
+}
+
+/// The flags `capacity` and `plan` share.
+#[derive(clap::Args, Debug)]
+pub struct SloArgs {
+    #[arg(help = WORKLOAD_ARG)]
+    pub workload: PathBuf,
+    /// The SLO: comma-separated conditions on summary metrics (`ttft_p99_s<2`, `ttft_p99<2s`,
+    /// `slo_attainment>=0.9`, `response_mean<=5`; operators < <= > >=) and, for cluster
+    /// workloads, per-request bounds (`ttft_s=2,tpot_s=0.1,latency_s=30`) that define
+    /// `slo_attainment` and `goodput_rps`. It holds (at a load, for a shape) when every
+    /// condition holds on the mean over seeds and no request was left unfinished.
+    #[arg(long)]
+    pub slo: String,
+    /// Comma-separated policies (default: the workload's `policies:`); see --help for the syntax.
+    #[arg(long, long_help = POLICIES_HELP)]
+    pub policies: Option<String>,
+    /// Number of seeds at every load or shape, at least 1 (overrides the workload's `seeds`).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub seeds: Option<u32>,
+    /// First seed (overrides the workload's `seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Threads (default: every core); results do not depend on it.
+    #[arg(short = 'j', long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: Option<u32>,
+    /// Print the tables as Markdown.
+    #[arg(long)]
+    pub markdown: bool,
 }

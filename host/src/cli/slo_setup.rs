@@ -6,41 +6,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use super::args::{POLICIES_HELP, WORKLOAD_ARG};
+pub use super::args::SloArgs;
 use super::checks;
 use crate::capacity::expr::{self, Target};
 use routelab_core::plugin::PolicySpec;
 use routelab_core::runner::{self, RunOptions};
 use routelab_core::workload::{self, InputError, Workload};
-
-/// The flags `capacity` and `plan` share.
-#[derive(clap::Args, Debug)]
-pub struct SloArgs {
-    #[arg(help = WORKLOAD_ARG)]
-    pub workload: PathBuf,
-    /// The SLO: comma-separated conditions on summary metrics (`ttft_p99_s<2`, `ttft_p99<2s`,
-    /// `slo_attainment>=0.9`, `response_mean<=5`; operators < <= > >=) and, for cluster
-    /// workloads, per-request bounds (`ttft_s=2,tpot_s=0.1,latency_s=30`) that define
-    /// `slo_attainment` and `goodput_rps`. It holds (at a load, for a shape) when every
-    /// condition holds on the mean over seeds and no request was left unfinished.
-    #[arg(long)]
-    pub slo: String,
-    /// Comma-separated policies (default: the workload's `policies:`); see --help for the syntax.
-    #[arg(long, long_help = POLICIES_HELP)]
-    pub policies: Option<String>,
-    /// Number of seeds at every load or shape, at least 1 (overrides the workload's `seeds`).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub seeds: Option<u32>,
-    /// First seed (overrides the workload's `seed`).
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Threads (default: every core); results do not depend on it.
-    #[arg(short = 'j', long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub jobs: Option<u32>,
-    /// Print the tables as Markdown.
-    #[arg(long)]
-    pub markdown: bool,
-}
 
 /// The workload (seeds applied, SLO bounds set from `--slo`), the SLO and the routers.
 pub struct Setup {
