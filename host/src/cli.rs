@@ -203,8 +203,16 @@ fn execute(command: Command) -> Result<i32> {
             print!("{text}");
             Ok(0)
         }
-        Command::Bench { requests, plugin, routers, admission, runs, warmup, json } => {
-            let opts = crate::bench::Options { requests, plugin, runs, warmup, routers, admission_only: admission };
+        Command::Bench { requests, plugin, routers, admission, agentic, runs, warmup, json } => {
+            let opts = crate::bench::Options {
+                requests,
+                plugin,
+                runs,
+                warmup,
+                routers,
+                admission_only: admission,
+                agentic_only: agentic,
+            };
             let (_, report) = crate::bench::run(&opts, true)?;
             if let Some(path) = json {
                 std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")

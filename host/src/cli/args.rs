@@ -332,6 +332,10 @@ pub enum Command {
         /// policy, behind admit_all, and behind admit_all with classes (time ratios in one run).
         #[arg(long, conflicts_with = "routers")]
         admission: bool,
+        /// Only the agentic presets' replay speed (coding_agent, research_agent, chat_tools with
+        /// least_work_left: LLM calls simulated per wall second).
+        #[arg(long, conflicts_with_all = ["routers", "admission"])]
+        agentic: bool,
         /// Kept runs per figure (each figure is their median).
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
         runs: u32,

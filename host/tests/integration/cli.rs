@@ -392,6 +392,30 @@ fn bench_admission_measures_three_variants_of_one_run() {
     }
 }
 
+/// `routelab bench --agentic --json`: the three agentic presets replayed whole with
+/// least_work_left, each figure in calls/s and each line naming how many LLM calls its replay
+/// simulated (no timing is asserted: only the shape of what was measured).
+#[test]
+fn bench_agentic_replays_the_three_agentic_presets() {
+    let json = scratch("bench_agentic.json");
+    let out = routelab(&["bench", "--agentic", "--runs", "1", "--warmup", "0", "--json", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let figures = v["figures"].as_array().unwrap();
+    let names: Vec<&str> = figures.iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["coding_agent", "research_agent", "chat_tools"]);
+    for f in figures {
+        assert_eq!((f["section"].as_str(), f["unit"].as_str()), (Some("agentic"), Some("calls/s")), "{f}");
+        assert!(f["median"].as_f64().unwrap() > 0.0, "{f}");
+        let name = f["name"].as_str().unwrap();
+        let line = stdout.lines().find(|l| l.trim_start().starts_with(name)).unwrap_or_else(|| panic!("{stdout}"));
+        let calls: f64 = line.rsplit('(').next().unwrap().trim_end_matches(" calls)").parse().unwrap();
+        // Every preset's whole stream: thousands of calls, not a truncated or empty replay.
+        assert!(calls >= 3000.0, "{line}");
+    }
+}
+
 /// `export-trace` of a Mooncake replay writes the shipped trace back byte for byte (same ids,
 /// numbered in order of first appearance, same timestamps and lengths); a workload without a
 /// request stream is bad input.
