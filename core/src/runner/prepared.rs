@@ -146,21 +146,27 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
     }
     if let Some(c) = &workload.cluster {
         step_model = Some(c.step_model().map_err(|e| InputError::from_field(file, e.under("cluster")))?);
-        if let crate::workload::cluster::Arrivals::Trace { path, time_scale, format } = &c.arrivals {
+        if let crate::workload::cluster::Arrivals::Trace { path, time_scale, format, spread_s } = &c.arrivals {
             let p = relative_to(file, path);
+            let spread = match *spread_s {
+                0.0 => String::new(),
+                s => format!(", rows at one instant spread over {s} s"),
+            };
             match format {
                 TraceFormat::Azure => {
-                    let rows = trace::load(&p)?;
+                    let mut rows = trace::load(&p)?;
+                    trace::spread_instants(rows.iter_mut().map(|r| &mut r.at_s).collect(), *spread_s);
                     trace::check_cluster_rows(&rows, c, &p)?;
                     notes.push(format!(
-                        "trace replay of {} ({} rows, time scale {time_scale})",
+                        "trace replay of {} ({} rows, time scale {time_scale}{spread})",
                         crate::builtin::shown(&p.display().to_string()),
                         rows.len()
                     ));
                     trace = Some(rows);
                 }
                 TraceFormat::Mooncake => {
-                    let rows = mooncake::load(&p)?;
+                    let mut rows = mooncake::load(&p)?;
+                    trace::spread_instants(rows.iter_mut().map(|r| &mut r.at_s).collect(), *spread_s);
                     mooncake::check_adapters(&rows, c.lora.as_ref(), &p)?;
                     mooncake::check_labels(&rows, c, &p)?;
                     mooncake::check_models(&rows, c, &p)?;
@@ -172,7 +178,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
                     });
                     trace::check_cluster_sizes(sizes, c, &p)?;
                     notes.push(format!(
-                        "Mooncake trace replay of {} ({} rows, time scale {time_scale})",
+                        "Mooncake trace replay of {} ({} rows, time scale {time_scale}{spread})",
                         crate::builtin::shown(&p.display().to_string()),
                         rows.len()
                     ));

@@ -9,6 +9,53 @@ fn run_inputs_can_be_shared_across_threads() {
     shared::<SeedInput>();
 }
 
+/// `arrivals.trace.spread_s`: a trace's rows at one instant arrive spread over the seconds that
+/// follow it (or up to the next timestamp), the same for every seed, in row order, and the
+/// replay says so; as written without it; a negative spread is refused naming the field.
+#[test]
+fn a_trace_binned_to_whole_seconds_is_spread_within_its_bins() {
+    let dir = std::env::temp_dir().join(format!("routelab-spread-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("binned.csv"),
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,5\n0,11,5\n0,12,5\n3,13,5\n4,14,5\n4,15,5\n",
+    )
+    .unwrap();
+    let file = dir.join("w.yaml");
+    let arrivals = |spread: &str| {
+        let yaml = format!(
+            "seeds: 2\ncluster:\n  replicas: 1\n  generator: {{output_tokens: 8}}\n  arrivals: {{trace: {{path: binned.csv, time_scale: 2{spread}}}}}\n"
+        );
+        let prepared = prepare(crate::workload::parse(&yaml, &file).unwrap(), &file).unwrap();
+        let inputs = prepared.seed_inputs().unwrap();
+        let times = |k: usize| -> Vec<crate::time::SimTime> {
+            inputs[k].stream.as_ref().unwrap().requests.iter().map(|r| r.arrived_at).collect()
+        };
+        assert_eq!(times(0), times(1), "no draw: every seed sees the same times");
+        let prompts: Vec<u32> = inputs[0].stream.as_ref().unwrap().requests.iter().map(|r| r.prompt_tokens).collect();
+        (times(0), prompts, prepared.notes.join("\n"))
+    };
+    let t = crate::time::ticks;
+    let (plain, _, note) = arrivals("");
+    assert_eq!(plain, [0.0, 0.0, 0.0, 6.0, 8.0, 8.0].map(t));
+    assert!(!note.contains("spread over"), "{note}");
+    // Spread over 1.5 trace seconds, times then scaled by 2: the three rows at 0 over [0, 3), the
+    // two at 4 over [8, 11) (the last instant: the whole spread); the row at 3 alone stays.
+    let (spread, prompts, note) = arrivals(", spread_s: 1.5");
+    assert_eq!(spread, [0.0, 1.0, 2.0, 6.0, 8.0, 9.5].map(t));
+    assert_eq!(prompts, [10, 11, 12, 13, 14, 15], "row order is kept");
+    assert!(note.contains("spread over 1.5 s"), "{note}");
+    // A spread longer than the gap to the next instant stops at it: order never changes.
+    let (capped, _, _) = arrivals(", spread_s: 10");
+    assert_eq!(capped, [0.0, 2.0, 4.0, 6.0, 8.0, 18.0].map(t));
+    let bad = "cluster:\n  replicas: 1\n  generator: {output_tokens: 8}\n  arrivals: {trace: {path: binned.csv, spread_s: -1}}\n";
+    let e = crate::workload::parse(bad, &file).expect_err("a negative spread is refused");
+    let text = e.to_string();
+    assert!(text.contains("spread_s") && text.contains("-1"), "{text}");
+    assert_eq!(e.line, Some(4), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A trace row larger than a replica's KV memory is bad input found while preparing (exit
 /// 2, naming the trace file and line), not a failed run.
 #[test]

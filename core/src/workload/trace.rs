@@ -149,6 +149,27 @@ pub const MAX_TRACE_BYTES: u64 = 1 << 30;
 /// Most rows of a trace (16 bytes each in memory).
 pub const MAX_ROWS: usize = 50_000_000;
 
+/// Spreads rows that share one timestamp (a trace binned to whole seconds or coarser): the k
+/// rows at instant t arrive at t + room·n/k, n = 0..k in row order, where room is `spread_s`, or
+/// the gap to the next instant when that is shorter, so the order of arrivals never changes.
+/// `times` must be non-decreasing; `spread_s` 0 leaves them as they are. Deterministic: no draw.
+pub fn spread_instants(mut times: Vec<&mut f64>, spread_s: f64) {
+    if spread_s <= 0.0 {
+        return;
+    }
+    let mut i = 0;
+    while i < times.len() {
+        let t = *times[i];
+        let j = i + times[i..].iter().take_while(|x| ***x == t).count();
+        let room = times.get(j).map_or(spread_s, |next| (**next - t).min(spread_s));
+        let k = (j - i) as f64;
+        for (n, x) in times[i..j].iter_mut().enumerate() {
+            **x = t + room * n as f64 / k;
+        }
+        i = j;
+    }
+}
+
 /// Reads and parses a trace file; a missing file says where the public dataset lives.
 /// The file streams (read a line at a time): only its rows are kept, not its text.
 pub fn load(path: &Path) -> Result<Vec<TraceRow>, InputError> {
@@ -258,6 +279,22 @@ mod tests {
         assert!((rows[1].at_s - 4.314579).abs() < 1e-6, "{}", rows[1].at_s);
         assert!((rows[2].at_s - (5.0 * 3600.0 + 44.0 * 60.0 + 13.31941)).abs() < 1e-4);
         assert_eq!((rows[1].context_tokens, rows[1].generated_tokens), (396, 109));
+    }
+
+    /// Rows at one instant spread evenly in row order, up to the next instant when that is
+    /// sooner than the spread; a lone row and spread 0 leave times alone.
+    #[test]
+    fn rows_at_one_instant_spread_within_their_bin() {
+        let spread = |times: &[f64], s: f64| {
+            let mut v = times.to_vec();
+            spread_instants(v.iter_mut().collect(), s);
+            v
+        };
+        let binned = [0.0, 0.0, 0.0, 3.0, 3.0, 4.0, 10.0, 10.0];
+        assert_eq!(spread(&binned, 3.0), [0.0, 1.0, 2.0, 3.0, 3.5, 4.0, 10.0, 11.5]);
+        assert_eq!(spread(&binned, 0.0), binned);
+        let spread_far = spread(&binned, 100.0);
+        assert!(spread_far.windows(2).all(|w| w[0] < w[1]), "order kept, instants apart: {spread_far:?}");
     }
 
     #[test]

@@ -108,19 +108,11 @@ fn stream(spec: &ClusterSpec, rows: &[MooncakeRow]) -> RequestStream {
     s
 }
 
-/// The rows with each instant's k requests spread evenly over the `bin_s` that follow it, in
-/// row order (the trace's order within a bin is kept).
+/// The rows with each instant's requests spread over the `bin_s` that follow it, as a workload's
+/// `arrivals.trace.spread_s` spreads them.
 fn spread(rows: &[MooncakeRow], bin_s: f64) -> Vec<MooncakeRow> {
     let mut out = rows.to_vec();
-    let mut i = 0;
-    while i < out.len() {
-        let j = i + out[i..].iter().take_while(|r| r.at_s == out[i].at_s).count();
-        let k = (j - i) as f64;
-        for (n, r) in out[i..j].iter_mut().enumerate() {
-            r.at_s += bin_s * n as f64 / k;
-        }
-        i = j;
-    }
+    crate::workload::trace::spread_instants(out.iter_mut().map(|r| &mut r.at_s).collect(), bin_s);
     out
 }
 

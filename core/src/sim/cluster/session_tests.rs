@@ -170,6 +170,7 @@ fn a_recorded_session_replays_with_its_waits() {
         path: "s.jsonl".into(),
         time_scale: 2.0,
         format: crate::workload::cluster::TraceFormat::Mooncake,
+        spread_s: 0.0,
     };
     let st = crate::workload::generate::mooncake_stream(&s, &rows);
     let g = st.sessions.as_ref().unwrap();

@@ -48,6 +48,13 @@ pub enum Arrivals {
         /// `routelab export-trace` writes any cluster workload in it).
         #[serde(default, skip_serializing_if = "TraceFormat::is_azure")]
         format: TraceFormat,
+        /// Seconds (in the trace's own time, before `time_scale`) over which rows sharing one
+        /// timestamp are spread: a trace binned to whole seconds or coarser puts a burst on one
+        /// instant, where no router's scraped load can tell its requests apart. The k rows at t
+        /// arrive evenly over the next `spread_s` (or up to the next timestamp, if sooner), in
+        /// row order; no draw, so every seed sees the same times. 0 (the default): as written.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        spread_s: f64,
     },
     /// Poisson arrivals whose rate steps over the run: the stages back to back from t = 0, each
     /// at its own rate (requests/s); the stream ends with the last stage (inference-perf's
@@ -75,6 +82,10 @@ impl TraceFormat {
 
 fn one_f() -> f64 {
     1.0
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 impl Arrivals {
@@ -114,6 +125,11 @@ impl Arrivals {
                 "trace",
                 "needs a path and a positive time_scale",
                 "use e.g. {path: traces/sample_conv.csv, time_scale: 1.0}",
+            )),
+            Arrivals::Trace { spread_s, .. } if !(spread_s.is_finite() && *spread_s >= 0.0) => Err(FieldError::new(
+                "trace.spread_s",
+                format!("must be a number of seconds, 0 or more (got {spread_s:?})"),
+                "use the trace's bin width, e.g. 3 for a trace whose timestamps step by 3 s, or 0 to replay it as written",
             )),
             Arrivals::Stages(s) => stages::validate(s),
             _ => Ok(()),

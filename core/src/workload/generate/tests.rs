@@ -91,7 +91,7 @@ fn multi_turn_prompts_grow_by_previous_output_and_fanout_shares_prompts() {
 #[test]
 fn trace_rows_become_requests_with_the_system_prompt_shared() {
     let mut s = doc_qa();
-    s.arrivals = Arrivals::Trace { path: "x.csv".into(), time_scale: 0.5, format: Default::default() };
+    s.arrivals = Arrivals::Trace { path: "x.csv".into(), time_scale: 0.5, format: Default::default(), spread_s: 0.0 };
     s.requests = None;
     let rows = [
         TraceRow { at_s: 0.0, context_tokens: 374, generated_tokens: 44, class: 0, tenant: 0, line: 2 },
@@ -112,6 +112,7 @@ fn mooncake_rows_become_block_segments_shared_by_id() {
         path: "x.jsonl".into(),
         time_scale: 2.0,
         format: super::super::cluster::TraceFormat::Mooncake,
+        spread_s: 0.0,
     };
     s.requests = None;
     // Row 1: 1100 tokens = 512 + 512 + 76 over ids [7, 8, 9]. Row 2 shares the first block
