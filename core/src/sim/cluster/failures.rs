@@ -22,6 +22,10 @@
 //! index) with empty caches. A step that was in flight at the crash is void; if the replica
 //! comes back before that step would have ended, it starts its first step then.
 //!
+//! A slowdown (`failures.slowdowns`) multiplies the duration of every step its replica starts
+//! in its window (`form_step`): the replica stays routable, its queues grow, and only a router
+//! that reads load (or learns latency) sees it. In lock-step a slow member slows its group.
+//!
 //! Metrics (only with `failures`): `crashes`, `requests_lost` (on a replica when it crashed,
 //! counting each loss), `retried_requests` (routings again), `failed_requests`, `availability`
 //! (the share of replica-time up, over the run until its last completion).
@@ -76,6 +80,12 @@ impl Failures {
         let mtbf = self.spec.mtbf_s?;
         let x: f64 = Exp::new(1.0 / mtbf).expect("mtbf_s > 0 (validated)").sample(&mut self.rng);
         Some(now.saturating_add(ticks(x.min(crate::workload::limits::MAX_HORIZON))))
+    }
+
+    /// The factor on a step `slot` starts at `now` (1 when no slowdown holds).
+    pub(super) fn slow_factor(&self, slot: usize, now: SimTime) -> f64 {
+        let at = seconds(now);
+        self.spec.slowdowns.iter().filter(|d| d.replica as usize == slot).map(|d| d.factor_at(at)).product()
     }
 
     /// The run's figures (module docs); `end` is its last completion.

@@ -103,6 +103,62 @@ fn a_request_lost_in_a_crash_is_retried_on_another_replica_or_fails() {
     );
 }
 
+/// A slow replica (`failures.slowdowns`): every step it starts in the window takes `factor` times
+/// as long, so a lone request's TTFT and latency triple under a whole-run factor 3 (to the
+/// nanosecond tick each step rounds to); a window that closes before the request, or factor 1,
+/// leaves every record exactly as without it; a window that opens mid-request slows only the
+/// steps from then on. Nothing is lost: the replica stays up.
+#[test]
+fn a_slow_replica_stretches_the_steps_it_starts_in_its_window() {
+    let rows = [(10.0, 7, 1000, 50)];
+    let calm = run(&spec(1, ""), &stream(&rows));
+    let slow = |d: &str| run(&spec(1, &format!("failures: {{slowdowns: [{d}]}}")), &stream(&rows));
+    let c = &calm.records[0];
+    let ttft = |r: &RequestRecord| r.first_token_at_s - r.arrived_at_s;
+    let latency = |r: &RequestRecord| r.completed_at_s - r.arrived_at_s;
+    let whole = slow("{replica: 0, factor: 3}");
+    let w = &whole.records[0];
+    let (ct, cl) = (ttft(c), latency(c));
+    let (wt, wl) = (ttft(w), latency(w));
+    let steps = 51.0; // the prefill and 50 decode steps, each rounded up to a whole tick at most
+    assert!((wt - 3.0 * ct).abs() < 2e-9, "TTFT {wt} vs 3 × {ct}");
+    assert!((wl - 3.0 * cl).abs() < steps * 2e-9, "latency {wl} vs 3 × {cl}");
+    assert_eq!(whole.metrics.get("crashes"), Some(0.0));
+    assert_eq!(whole.metrics.get("availability"), Some(1.0), "a slow replica is up");
+    for unchanged in ["{replica: 0, factor: 3, from_s: 0, until_s: 10}", "{replica: 0, factor: 1}"] {
+        let u = slow(unchanged);
+        assert_eq!(
+            (u.records[0].first_token_at_s, u.records[0].completed_at_s),
+            (c.first_token_at_s, c.completed_at_s),
+            "{unchanged}"
+        );
+    }
+    // From the first token on: the prefill as calm, the decode steps three times as long.
+    let later = slow(&format!("{{replica: 0, factor: 3, from_s: {}}}", c.first_token_at_s));
+    let l = &later.records[0];
+    assert_eq!(l.first_token_at_s, c.first_token_at_s);
+    let (decode_calm, decode_slow) = (c.completed_at_s - c.first_token_at_s, l.completed_at_s - l.first_token_at_s);
+    assert!((decode_slow - 3.0 * decode_calm).abs() < steps * 2e-9, "{decode_slow} vs 3 × {decode_calm}");
+}
+
+/// The shipped `slow_replica.yaml` (seed 1): round robin keeps feeding the slow replica and
+/// misses the TTFT SLO on several percent of requests, while a router reading live load routes
+/// around it and keeps nearly all (docs/experiments.md, "Failures: a slow replica").
+#[test]
+fn round_robin_suffers_a_slow_replica_that_a_load_reading_router_routes_around() {
+    let spec = super::tests::preset("slow_replica");
+    let attained = |router: &str| {
+        let out = super::tests::run_named(&spec, None, router, 1).unwrap();
+        out.metrics.get("slo_attainment").unwrap()
+    };
+    let (rr, lwl) = (attained("round_robin"), attained("least_work_left"));
+    assert!(rr < 0.96 && lwl > 0.99, "round_robin {rr}, least_work_left {lwl}");
+    let mut calm = spec.clone();
+    calm.failures = None;
+    let calm_rr = super::tests::run_named(&calm, None, "round_robin", 1).unwrap().metrics.get("slo_attainment");
+    assert!(calm_rr.unwrap() > 0.99, "without the slowdown round robin holds the SLO: {calm_rr:?}");
+}
+
 /// One replica crashes at 1 s and restarts 10 s later, cold: a request at 5 s finds no replica
 /// up and fails; one at 11 s (the restart's instant: it comes after) is served with nothing
 /// cached, although the same prompt was computed there at 0 s.

@@ -623,6 +623,11 @@ impl<'a> ClusterSim<'a> {
             None
         };
         rep.busy = step.is_some();
+        // A slow replica's step takes longer (`failures.slowdowns`; × 1 leaves it exact).
+        let step = match &self.failures {
+            Some(f) => step.map(|d| d * f.slow_factor(r, now)),
+            None => step,
+        };
         for ev in rep.evictions.drain(..) {
             let event = Event::Evicted(Box::new(Evicted {
                 replica: r as u32,

@@ -9,7 +9,12 @@
 //!     mtbf_s: 3600        # optional: mean seconds between a replica's random crashes
 //!     restart_s: 60       # down time: the restart (pod reschedule and model load)
 //!     max_retries: 1      # times a request lost in a crash is sent again; then it fails
+//!     slowdowns: [{replica: 2, factor: 3, from_s: 60, until_s: 600}]   # a replica running slow
 //! ```
+//!
+//! A slowdown is a gray failure: the replica stays up and routable, but every step it starts in
+//! `[from_s, until_s)` takes `factor` times as long (thermal throttling, a noisy neighbour, a
+//! degraded link). Overlapping slowdowns of one replica multiply.
 //!
 //! What the simulator does with it is in `sim/cluster/failures.rs`.
 
@@ -37,6 +42,33 @@ pub struct Failures {
     /// `migration_limit`); a request lost more often fails. 0 = lost requests fail.
     #[serde(default = "default_retries")]
     pub max_retries: u32,
+    /// Replicas that run slow for a while, up and routable: `{replica, factor, from_s, until_s}`
+    /// each; every step the replica starts in `[from_s, until_s)` takes `factor` times as long.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slowdowns: Vec<Slowdown>,
+}
+
+/// One replica running slow for a while.
+#[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Slowdown {
+    /// The replica (0-based, as in `replicas`).
+    pub replica: u32,
+    /// How many times as long each of its steps takes, in [1, 1000].
+    pub factor: f64,
+    /// When it starts, seconds from the start of the run (default 0).
+    #[serde(default)]
+    pub from_s: f64,
+    /// When it ends (absent: never), > `from_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_s: Option<f64>,
+}
+
+impl Slowdown {
+    /// The factor on a step of this slowdown's replica starting at `at_s` (1 outside the window).
+    pub fn factor_at(&self, at_s: f64) -> f64 {
+        if at_s >= self.from_s && self.until_s.is_none_or(|u| at_s < u) { self.factor } else { 1.0 }
+    }
 }
 
 /// One scheduled crash.
@@ -59,12 +91,46 @@ fn default_retries() -> u32 {
 impl Failures {
     /// Checks the section against the cluster's `replicas`.
     pub fn validate(&self, replicas: u32) -> Result<(), FieldError> {
-        if self.crashes.is_empty() && self.mtbf_s.is_none() {
+        if self.crashes.is_empty() && self.mtbf_s.is_none() && self.slowdowns.is_empty() {
             return Err(FieldError::new(
                 "crashes",
-                "no crash is scheduled and `mtbf_s` is absent: nothing would fail",
-                "add `crashes: [{replica: 0, at_s: 30}]` or `mtbf_s: 3600`, or drop `failures:`",
+                "no crash is scheduled, `mtbf_s` is absent and no replica slows down: nothing would fail",
+                "add `crashes: [{replica: 0, at_s: 30}]`, `mtbf_s: 3600` or `slowdowns: [{replica: 0, factor: 2}]`, or drop `failures:`",
             ));
+        }
+        for (i, d) in self.slowdowns.iter().enumerate() {
+            let path = format!("slowdowns[{i}]");
+            if d.replica >= replicas {
+                return Err(FieldError::new(
+                    &format!("{path}.replica"),
+                    format!("is {} but the cluster has {replicas} replicas (indices 0..{replicas})", d.replica),
+                    format!("use a replica index below {replicas}"),
+                ));
+            }
+            if !(1.0..=1000.0).contains(&d.factor) {
+                return Err(FieldError::new(
+                    &format!("{path}.factor"),
+                    format!("must be in [1, 1000] (got {:?})", d.factor),
+                    "use how many times as long a step takes, e.g. 3",
+                ));
+            }
+            if !(d.from_s >= 0.0) {
+                return Err(FieldError::new(
+                    &format!("{path}.from_s"),
+                    format!("must be ≥ 0 (got {:?})", d.from_s),
+                    "use e.g. 60",
+                ));
+            }
+            fits_clock(&format!("{path}.from_s"), d.from_s, "use e.g. 60 (seconds)")?;
+            if let Some(u) = d.until_s
+                && !(u > d.from_s && u.is_finite())
+            {
+                return Err(FieldError::new(
+                    &format!("{path}.until_s"),
+                    format!("must be after from_s = {} (got {u:?})", d.from_s),
+                    "use a later time, or leave it out for a slowdown that lasts the run",
+                ));
+            }
         }
         for (i, c) in self.crashes.iter().enumerate() {
             let path = format!("crashes[{i}]");
@@ -95,5 +161,31 @@ impl Failures {
         }
         fits_clock("restart_s", self.restart_s, "use e.g. 60 (seconds)")?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bad slowdowns are refused naming the entry and field: a replica past the cluster, a factor
+    /// below 1, a window that ends before it starts; slowdowns alone are enough to keep the section.
+    #[test]
+    fn bad_slowdowns_are_refused_naming_the_field() {
+        let check = |yaml: &str| {
+            let f: Failures = serde_norway::from_str(yaml).unwrap();
+            f.validate(4).map_err(|e| (e.path, e.message))
+        };
+        assert_eq!(check("slowdowns: [{replica: 3, factor: 2, from_s: 5, until_s: 9}]"), Ok(()));
+        let (path, message) = check("slowdowns: [{replica: 0, factor: 2}, {replica: 4, factor: 2}]").unwrap_err();
+        assert_eq!(path, "slowdowns[1].replica", "{message}");
+        let (path, message) = check("slowdowns: [{replica: 0, factor: 0.5}]").unwrap_err();
+        assert_eq!(path, "slowdowns[0].factor");
+        assert!(message.contains("[1, 1000]"), "{message}");
+        let (path, _) = check("slowdowns: [{replica: 0, factor: 2, from_s: 10, until_s: 10}]").unwrap_err();
+        assert_eq!(path, "slowdowns[0].until_s");
+        let (path, _) = check("slowdowns: [{replica: 0, factor: 2, from_s: -1}]").unwrap_err();
+        assert_eq!(path, "slowdowns[0].from_s");
+        assert!(serde_norway::from_str::<Failures>("slowdowns: [{replica: 0, factr: 2}]").is_err(), "unknown field");
     }
 }
