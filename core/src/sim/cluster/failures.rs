@@ -26,10 +26,15 @@
 //! in its window (`form_step`): the replica stays routable, its queues grow, and only a router
 //! that reads load (or learns latency) sees it. In lock-step a slow member slows its group.
 //!
-//! Metrics (only with `failures`): `crashes`, `requests_lost` (on a replica when it crashed,
+//! A lost KV event (`failures.kv_event_loss`): each eviction event a replica's step produces is
+//! dropped with that probability, drawn from the run's `failures.kv_events` stream (its own, so
+//! the crash draws do not move), before it is queued for the router; the cache itself is cut.
+//!
+//! Metrics (only with `failures`): `crashes`, `kv_events_lost`, `requests_lost` (on a replica when it crashed,
 //! counting each loss), `retried_requests` (routings again), `failed_requests`, `availability`
 //! (the share of replica-time up, over the run until its last completion).
 
+use rand::RngExt;
 use rand_distr::{Distribution, Exp};
 use routelab_policy_api::{Completion, Request};
 
@@ -45,6 +50,9 @@ use crate::workload::cluster::failures::Failures as Spec;
 pub(super) struct Failures {
     spec: Spec,
     rng: SimRng,
+    /// Draws which eviction events are lost (`kv_event_loss`).
+    event_rng: SimRng,
+    events_lost: u64,
     /// Per slot: down since when (`None`: up).
     down_since: Vec<Option<SimTime>>,
     /// Every finished down time, (from, until).
@@ -64,6 +72,8 @@ impl Failures {
         Self {
             spec: spec.clone(),
             rng: crate::seeds::stream(run_seed, "failures"),
+            event_rng: crate::seeds::stream(run_seed, "failures.kv_events"),
+            events_lost: 0,
             down_since: vec![None; slots],
             down_spans: Vec::new(),
             void_step: vec![false; slots],
@@ -82,6 +92,14 @@ impl Failures {
         Some(now.saturating_add(ticks(x.min(crate::workload::limits::MAX_HORIZON))))
     }
 
+    /// Whether the next eviction event is lost on its way to the router (`kv_event_loss`).
+    pub(super) fn loses_kv_event(&mut self) -> bool {
+        let p = self.spec.kv_event_loss;
+        let lost = p > 0.0 && self.event_rng.random::<f64>() < p;
+        self.events_lost += u64::from(lost);
+        lost
+    }
+
     /// The factor on a step `slot` starts at `now` (1 when no slowdown holds).
     pub(super) fn slow_factor(&self, slot: usize, now: SimTime) -> f64 {
         let at = seconds(now);
@@ -94,6 +112,7 @@ impl Failures {
         let down: f64 =
             self.down_spans.iter().copied().chain(open).map(|(a, b)| seconds(b.min(end).saturating_sub(a))).sum();
         m.push("crashes", self.crashes as f64);
+        m.push("kv_events_lost", self.events_lost as f64);
         m.push("requests_lost", self.lost as f64);
         m.push("retried_requests", self.retried as f64);
         m.push("failed_requests", self.failed as f64);

@@ -159,6 +159,30 @@ fn round_robin_suffers_a_slow_replica_that_a_load_reading_router_routes_around()
     assert!(calm_rr.unwrap() > 0.99, "without the slowdown round robin holds the SLO: {calm_rr:?}");
 }
 
+/// Lost KV events (`failures.kv_event_loss`) on long_doc_qa (seed 1), whose documents do not all
+/// fit and are evicted all the time: `dynamo_kv` indexes the replicas' caches from its events.
+/// About the share asked for is lost (of the events a lossless run hears, within a wide band: the
+/// lost events change the routing, and so the evictions), more at a higher loss, the seed replays
+/// exactly, and the router, believing in blocks that are gone, decides differently.
+#[test]
+fn lost_kv_events_are_drawn_from_the_seed_and_mislead_an_indexing_router() {
+    let base = super::tests::preset("long_doc_qa");
+    let with_loss = |p: f64| {
+        let mut spec = base.clone();
+        spec.failures = Some(serde_norway::from_str(&format!("kv_event_loss: {p}")).unwrap());
+        super::tests::run_named(&spec, None, "dynamo_kv", 1).unwrap()
+    };
+    let (low, high) = (with_loss(0.1), with_loss(0.6));
+    let lost = |o: &RunOutcome| o.metrics.get("kv_events_lost").unwrap();
+    assert!(lost(&low) > 10.0, "{}", lost(&low));
+    assert!(lost(&high) > 3.0 * lost(&low), "{} vs {}", lost(&high), lost(&low));
+    assert_eq!(with_loss(0.6).metrics, high.metrics, "the seed replays the same losses");
+    let lossless = super::tests::run_named(&base, None, "dynamo_kv", 1).unwrap();
+    assert!(lossless.metrics.get("kv_events_lost").is_none(), "no failures section: no such key");
+    let routed = |o: &RunOutcome| o.records.iter().map(|r| r.replica).collect::<Vec<_>>();
+    assert_ne!(routed(&high), routed(&lossless), "phantom blocks move decisions");
+}
+
 /// One replica crashes at 1 s and restarts 10 s later, cold: a request at 5 s finds no replica
 /// up and fails; one at 11 s (the restart's instant: it comes after) is served with nothing
 /// cached, although the same prompt was computed there at 0 s.

@@ -629,6 +629,9 @@ impl<'a> ClusterSim<'a> {
             None => step,
         };
         for ev in rep.evictions.drain(..) {
+            if self.failures.as_mut().is_some_and(|f| f.loses_kv_event()) {
+                continue;
+            }
             let event = Event::Evicted(Box::new(Evicted {
                 replica: r as u32,
                 evicted_at: now,

@@ -10,11 +10,17 @@
 //!     restart_s: 60       # down time: the restart (pod reschedule and model load)
 //!     max_retries: 1      # times a request lost in a crash is sent again; then it fails
 //!     slowdowns: [{replica: 2, factor: 3, from_s: 60, until_s: 600}]   # a replica running slow
+//!     kv_event_loss: 0.05 # share of KV eviction events the router never hears
 //! ```
 //!
 //! A slowdown is a gray failure: the replica stays up and routable, but every step it starts in
 //! `[from_s, until_s)` takes `factor` times as long (thermal throttling, a noisy neighbour, a
 //! degraded link). Overlapping slowdowns of one replica multiply.
+//!
+//! Lost KV events: routers that index replicas' caches (`dynamo_kv`, `llm_d`'s precise mode,
+//! `preble`, …) hear of evictions as events on a bus; a lossy one (ZMQ PUB/SUB drops what
+//! overflows its high-water mark) leaves the router believing blocks are cached that are gone.
+//! Each eviction event is lost with probability `kv_event_loss`, drawn from the run's seed.
 //!
 //! What the simulator does with it is in `sim/cluster/failures.rs`.
 
@@ -46,6 +52,14 @@ pub struct Failures {
     /// each; every step the replica starts in `[from_s, until_s)` takes `factor` times as long.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slowdowns: Vec<Slowdown>,
+    /// Share of KV eviction events that never reach the router, in [0, 1): each one is dropped
+    /// with this probability (a draw from the run's seed); 0 = every event arrives.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kv_event_loss: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 /// One replica running slow for a while.
@@ -91,11 +105,18 @@ fn default_retries() -> u32 {
 impl Failures {
     /// Checks the section against the cluster's `replicas`.
     pub fn validate(&self, replicas: u32) -> Result<(), FieldError> {
-        if self.crashes.is_empty() && self.mtbf_s.is_none() && self.slowdowns.is_empty() {
+        if self.crashes.is_empty() && self.mtbf_s.is_none() && self.slowdowns.is_empty() && self.kv_event_loss == 0.0 {
             return Err(FieldError::new(
                 "crashes",
-                "no crash is scheduled, `mtbf_s` is absent and no replica slows down: nothing would fail",
-                "add `crashes: [{replica: 0, at_s: 30}]`, `mtbf_s: 3600` or `slowdowns: [{replica: 0, factor: 2}]`, or drop `failures:`",
+                "no crash is scheduled, `mtbf_s` is absent, no replica slows down and no KV event is lost: nothing would fail",
+                "add `crashes: [{replica: 0, at_s: 30}]`, `mtbf_s: 3600`, `slowdowns: [{replica: 0, factor: 2}]` or `kv_event_loss: 0.05`, or drop `failures:`",
+            ));
+        }
+        if !(0.0..1.0).contains(&self.kv_event_loss) {
+            return Err(FieldError::new(
+                "kv_event_loss",
+                format!("must be in [0, 1) (got {:?})", self.kv_event_loss),
+                "use the share of eviction events lost, e.g. 0.05",
             ));
         }
         for (i, d) in self.slowdowns.iter().enumerate() {
@@ -187,5 +208,8 @@ mod tests {
         let (path, _) = check("slowdowns: [{replica: 0, factor: 2, from_s: -1}]").unwrap_err();
         assert_eq!(path, "slowdowns[0].from_s");
         assert!(serde_norway::from_str::<Failures>("slowdowns: [{replica: 0, factr: 2}]").is_err(), "unknown field");
+        assert_eq!(check("kv_event_loss: 0.05"), Ok(()), "a lossy event bus alone keeps the section");
+        let (path, message) = check("kv_event_loss: 1").unwrap_err();
+        assert_eq!(path, "kv_event_loss", "{message}");
     }
 }
