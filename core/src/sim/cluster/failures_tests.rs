@@ -242,3 +242,22 @@ fn every_request_completes_or_fails_once_under_random_crashes_and_the_seed_repla
         );
     }
 }
+
+/// Where each router sends the traffic that arrives while replica 0 of `slow_replica.yaml` is
+/// slow (30–90 s, seed 1): round robin its eighth, the live-load readers a few percent, and
+/// `llm_d` (scraped waiting counts, KV use and prefix) nearly as much as round robin, where those
+/// requests take far longer (docs/experiments.md, "Failures: a slow replica").
+#[test]
+fn llm_d_keeps_sending_the_slow_replica_what_live_load_readers_route_around() {
+    let spec = super::tests::preset("slow_replica");
+    let share = |router: &str| {
+        let out = super::tests::run_named(&spec, None, router, 1).unwrap();
+        let window = out.records.iter().filter(|r| (30.0..90.0).contains(&r.arrived_at_s));
+        let (n, on_slow) = window.fold((0, 0), |(n, k), r| (n + 1, k + usize::from(r.replica == 0)));
+        on_slow as f64 / n as f64
+    };
+    let (rr, least, llm_d) = (share("round_robin"), share("least_requests"), share("llm_d"));
+    assert!((rr - 0.125).abs() < 0.01, "round robin's share {rr}");
+    assert!(least < 0.06, "least_requests {least}");
+    assert!(llm_d > 2.0 * least && llm_d > 0.08, "llm_d {llm_d} vs least_requests {least}");
+}
