@@ -95,6 +95,26 @@ pub struct Crash {
     pub at_s: f64,
 }
 
+/// `{path}.replica` names one of the cluster's `replicas` (0-based).
+fn replica_index(path: &str, replica: u32, replicas: u32) -> Result<(), FieldError> {
+    if replica >= replicas {
+        return Err(FieldError::new(
+            &format!("{path}.replica"),
+            format!("is {replica} but the cluster has {replicas} replicas (indices 0..{replicas})"),
+            format!("use a replica index below {replicas}"),
+        ));
+    }
+    Ok(())
+}
+
+/// `field` is a time from the start of the run: ≥ 0 and on the clock (`example` in the fix).
+fn time_from_start(field: &str, v: f64, example: u32) -> Result<(), FieldError> {
+    if !(v >= 0.0) {
+        return Err(FieldError::new(field, format!("must be ≥ 0 (got {v:?})"), format!("use e.g. {example}")));
+    }
+    fits_clock(field, v, &format!("use e.g. {example} (seconds)"))
+}
+
 fn default_restart() -> f64 {
     60.0
 }
@@ -121,13 +141,7 @@ impl Failures {
         }
         for (i, d) in self.slowdowns.iter().enumerate() {
             let path = format!("slowdowns[{i}]");
-            if d.replica >= replicas {
-                return Err(FieldError::new(
-                    &format!("{path}.replica"),
-                    format!("is {} but the cluster has {replicas} replicas (indices 0..{replicas})", d.replica),
-                    format!("use a replica index below {replicas}"),
-                ));
-            }
+            replica_index(&path, d.replica, replicas)?;
             if !(1.0..=1000.0).contains(&d.factor) {
                 return Err(FieldError::new(
                     &format!("{path}.factor"),
@@ -135,14 +149,7 @@ impl Failures {
                     "use how many times as long a step takes, e.g. 3",
                 ));
             }
-            if !(d.from_s >= 0.0) {
-                return Err(FieldError::new(
-                    &format!("{path}.from_s"),
-                    format!("must be ≥ 0 (got {:?})", d.from_s),
-                    "use e.g. 60",
-                ));
-            }
-            fits_clock(&format!("{path}.from_s"), d.from_s, "use e.g. 60 (seconds)")?;
+            time_from_start(&format!("{path}.from_s"), d.from_s, 60)?;
             if let Some(u) = d.until_s
                 && !(u > d.from_s && u.is_finite())
             {
@@ -155,21 +162,8 @@ impl Failures {
         }
         for (i, c) in self.crashes.iter().enumerate() {
             let path = format!("crashes[{i}]");
-            if c.replica >= replicas {
-                return Err(FieldError::new(
-                    &format!("{path}.replica"),
-                    format!("is {} but the cluster has {replicas} replicas (indices 0..{replicas})", c.replica),
-                    format!("use a replica index below {replicas}"),
-                ));
-            }
-            if !(c.at_s >= 0.0) {
-                return Err(FieldError::new(
-                    &format!("{path}.at_s"),
-                    format!("must be ≥ 0 (got {:?})", c.at_s),
-                    "use e.g. 30",
-                ));
-            }
-            fits_clock(&format!("{path}.at_s"), c.at_s, "use e.g. 30 (seconds)")?;
+            replica_index(&path, c.replica, replicas)?;
+            time_from_start(&format!("{path}.at_s"), c.at_s, 30)?;
         }
         if let Some(m) = self.mtbf_s {
             if !(m > 0.0) {
