@@ -308,7 +308,7 @@ impl Core {
         Snapshot {
             waiting: self.replica.waiting.len() as u64,
             running: self.replica.running.len() as u64,
-            kv_used_tokens: self.replica.kv_used_tokens(),
+            kv_used_tokens: self.replica.kv_referenced_tokens(),
             steps: self.replica.steps,
             ..self.snap
         }

@@ -165,8 +165,6 @@ impl<'a> ClusterSim<'a> {
             },
             slo: spec.slo.clone(),
             admission: None,
-            admission_views: Vec::new(),
-            fill_admission_views: false,
             infos: Window::new(RequestInfo::plain()),
             ends: Window::new(End::Served),
             dispatched_at: Window::new(0),

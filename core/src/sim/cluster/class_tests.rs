@@ -93,26 +93,23 @@ fn admit_all_leaves_every_figure_as_it_was() {
     assert_eq!(a, b);
 }
 
-/// Admission policies read KV use as vLLM reports it (what the inference extension's detector
-/// reads): blocks running requests hold. At the end of a run every replica is idle with a warm
-/// prefix cache: the router's views count the cache, the admission views count nothing, and
-/// every other figure is the router's.
+/// Every view (router's, admission's, scaler's: one set) reads KV use as vLLM reports it
+/// (what the inference extension's detector and a scrape read): blocks running requests hold.
+/// At the end of a run every replica is idle with a warm prefix cache: the engine holds it, the
+/// views count none of it.
 #[test]
-fn admission_views_count_kv_as_vllm_reports_it() {
+fn views_count_kv_as_vllm_reports_it() {
     let mut spec = classes_preset();
     spec.requests = Some(300);
     spec.admission = "gie_saturation".into();
     run_with(&spec, "round_robin", Some("gie_saturation"), 1, |mut sim| {
         sim.run_events().unwrap();
         sim.refresh_views(sim.last_arrived);
-        sim.admission_views();
-        assert_eq!(sim.admission_views.len(), spec.replicas as usize);
-        for (k, (v, a)) in sim.views.iter().zip(&sim.admission_views).enumerate() {
+        assert_eq!(sim.views.len(), spec.replicas as usize);
+        for (k, v) in sim.views.iter().enumerate() {
             let rep = &sim.replicas[sim.routable[k] as usize];
-            assert_eq!(v.kv_used_tokens, rep.cache.total_tokens() + rep.private_tokens);
-            assert_eq!(a.kv_used_tokens, rep.cache.pinned_tokens() + rep.private_tokens);
-            assert!(v.kv_used_tokens > 0 && a.kv_used_tokens == 0, "replica {k}: {v:?} / {a:?}");
-            assert_eq!(ReplicaView { kv_used_tokens: 0, ..*v }, ReplicaView { kv_used_tokens: 0, ..*a });
+            assert_eq!(v.kv_used_tokens, rep.kv_referenced_tokens());
+            assert!(rep.kv_used_tokens() > 0 && v.kv_used_tokens == 0, "replica {k}: {v:?}");
         }
     });
 }

@@ -245,10 +245,13 @@ fn every_request_completes_or_fails_once_under_random_crashes_and_the_seed_repla
 
 /// Where each router sends the traffic that arrives while replica 0 of `slow_replica.yaml` is
 /// slow (30–90 s, seed 1): round robin its eighth, the live-load readers a few percent, and
-/// `llm_d` (scraped waiting counts, KV use and prefix) nearly as much as round robin, where those
-/// requests take far longer (docs/experiments.md, "Failures: a slow replica").
+/// `llm_d` (scraped waiting counts, KV use and prefix) a little more than least-requests: its
+/// KV-utilisation scorer reads KV use as vLLM reports it, the blocks running requests hold, so the
+/// slow replica's backlog shows in it; counted with the warm cache (as before the views followed
+/// vLLM) every replica read nearly full and `llm_d` sent the slow replica 10.1%
+/// (docs/experiments.md, "Failures: a slow replica").
 #[test]
-fn llm_d_keeps_sending_the_slow_replica_what_live_load_readers_route_around() {
+fn llm_d_routes_around_the_slow_replica_nearly_as_well_as_live_load_readers() {
     let spec = super::tests::preset("slow_replica");
     let share = |router: &str| {
         let out = super::tests::run_named(&spec, None, router, 1).unwrap();
@@ -259,5 +262,5 @@ fn llm_d_keeps_sending_the_slow_replica_what_live_load_readers_route_around() {
     let (rr, least, llm_d) = (share("round_robin"), share("least_requests"), share("llm_d"));
     assert!((rr - 0.125).abs() < 0.01, "round robin's share {rr}");
     assert!(least < 0.06, "least_requests {least}");
-    assert!(llm_d > 2.0 * least && llm_d > 0.08, "llm_d {llm_d} vs least_requests {least}");
+    assert!(llm_d > least && llm_d < 0.07, "llm_d {llm_d} vs least_requests {least}");
 }

@@ -253,17 +253,11 @@ impl ClusterSim<'_> {
             // Every request has ended: the run is over, and so is the bill.
             return Ok(());
         }
-        // The scaler reads KV use as vLLM's `kv_cache_usage_perc` counts it: blocks running
-        // requests hold; cached blocks nobody references are free (evictable at once).
+        // The scaler reads the router's views, KV use counted as vLLM's `kv_cache_usage_perc`
+        // counts it ([`Replica::kv_referenced_tokens`]).
         for (k, &slot) in self.routable.iter().enumerate() {
-            let rep = &self.replicas[slot as usize];
-            self.views[k] = ReplicaView {
-                kv_used_tokens: rep.cache.pinned_tokens() + rep.private_tokens,
-                ..rep.view(&self.cfgs[1])
-            };
+            self.views[k] = self.replicas[slot as usize].view(&self.cfgs[1]);
         }
-        // These views count KV use another way: the router's are rebuilt at its next decision.
-        self.replicas.mark_all();
         let f = self.fleet.as_mut().expect("scale events come with a fleet");
         f.last = f.last.max(now);
         let facts = f.facts(&self.views);

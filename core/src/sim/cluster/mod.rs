@@ -241,12 +241,6 @@ pub struct ClusterSim<'a> {
     /// The admission policy in front of the router (`None`: every request is admitted on arrival,
     /// without a call).
     admission: Option<AdmissionHandle>,
-    /// What the admission policy sees: the router's views with KV use as vLLM reports it
-    /// ([`ClusterSim::admission_views`]).
-    admission_views: Vec<ReplicaView>,
-    /// Whether they are filled: the admission policy is not the built-in `admit_all`, which
-    /// reads no view (it is handed the router's, so a run admitting everything costs what it did).
-    fill_admission_views: bool,
     /// Every request's class, tenant and SLO (by request id).
     infos: Window<RequestInfo>,
     /// How each request ended, beyond finishing (admission's rejections and sheds).
@@ -316,7 +310,6 @@ impl<'a> ClusterSim<'a> {
         label: &str,
     ) -> Result<Self, SetupError> {
         self.admission = Some(AdmissionHandle::new(admission, World::Cluster, label));
-        self.fill_admission_views = label.trim() != "admit_all";
         Ok(self)
     }
 
@@ -401,10 +394,8 @@ impl<'a> ClusterSim<'a> {
         while self.admission.as_ref().is_some_and(|a| a.held() > 0) {
             let probe = self.last_arrived;
             self.refresh_views(probe);
-            self.admission_views();
             let a = self.admission.as_mut().expect("checked");
-            let views = if self.fill_admission_views { &self.admission_views } else { &self.views };
-            let Some((id, admit)) = a.next(seconds(now), views)? else { break };
+            let Some((id, admit)) = a.next(seconds(now), &self.views)? else { break };
             let id = id as usize;
             if admit {
                 self.dispatched_at[id] = now;
@@ -437,14 +428,12 @@ impl<'a> ClusterSim<'a> {
             f.arrived(id, q.prompt_tokens, q.output_tokens);
         }
         self.refresh_views(id);
-        self.admission_views();
         let admitted = match &mut self.admission {
             None => Admitted::Now,
             Some(a) => {
                 let q = self.stream.request(id);
                 let req = Request::new(id as u64, seconds(now), q.prompt_tokens).with_segments(self.stream.prompt(id));
-                let views = if self.fill_admission_views { &self.admission_views } else { &self.views };
-                a.arrive(&req, &self.infos[id], views)?
+                a.arrive(&req, &self.infos[id], &self.views)?
             }
         };
         match admitted {

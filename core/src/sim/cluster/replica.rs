@@ -219,9 +219,20 @@ impl Replica {
         }
     }
 
-    /// KV tokens in use.
+    /// KV tokens the engine holds: the whole prefix cache (warm prefixes no request references
+    /// included) and running requests' private blocks. What admission into the batch checks.
     pub fn kv_used_tokens(&self) -> u64 {
         self.cache.total_tokens() + self.private_tokens
+    }
+
+    /// KV tokens running requests reference, as vLLM's `kv_cache_usage_perc` counts them: cached
+    /// blocks no request references are free (evictable at once) — `BlockPool.get_usage` in
+    /// vllm/v1/core/block_pool.py, vllm-project/vllm commit
+    /// c59cb7941357443da7c5eef75cfa8697d683d228. What every view shows (router, admission,
+    /// scaler) and what the emulator's `/metrics` reports, so a policy reads the same signal in
+    /// the simulator as from a real engine's scrape.
+    pub fn kv_referenced_tokens(&self) -> u64 {
+        self.cache.pinned_tokens() + self.private_tokens
     }
 
     /// What a router sees (without `matched_tokens`).
@@ -233,7 +244,7 @@ impl Replica {
             running,
             outstanding_requests: waiting + running,
             outstanding_work: self.outstanding_work as f64,
-            kv_used_tokens: self.kv_used_tokens(),
+            kv_used_tokens: self.kv_referenced_tokens(),
             kv_capacity_tokens: cfg.kv_capacity_tokens,
             matched_tokens: 0,
         }

@@ -109,27 +109,6 @@ impl super::ClusterSim<'_> {
         self.refresh_tier_matches(id);
     }
 
-    /// Fills the admission policy's views from the router's (fresh): KV use counted as vLLM's
-    /// `kv_cache_usage_perc` counts it — blocks running requests hold; cached blocks no request
-    /// references are free, evictable at once (`BlockPool.get_usage` in vllm/v1/core/block_pool.py,
-    /// vllm-project/vllm commit c59cb7941357443da7c5eef75cfa8697d683d228) — the metric the
-    /// inference extension's saturation detector reads as `KVCacheUsagePercent`, and the one the
-    /// scaler reads (`fleet.rs`). The router's views count the whole cache, warm prefixes
-    /// included, which read as nearly full once the cache has filled.
-    /// Nothing is filled for the built-in `admit_all` (`fill_admission_views`), which reads no
-    /// view.
-    pub(super) fn admission_views(&mut self) {
-        if !self.fill_admission_views {
-            return;
-        }
-        self.admission_views.clear();
-        for (v, &slot) in self.views.iter().zip(&self.routable) {
-            let rep = &self.replicas[slot as usize];
-            let kv_used_tokens = rep.cache.pinned_tokens() + rep.private_tokens;
-            self.admission_views.push(routelab_policy_api::ReplicaView { kv_used_tokens, ..*v });
-        }
-    }
-
     /// Rebuilds the view of the replica at router index `k`.
     fn refresh_view(&mut self, k: usize) {
         let slot = self.routable[k] as usize;
