@@ -221,6 +221,7 @@ fn execute(command: Command) -> Result<i32> {
             Ok(0)
         }
         Command::Serve(args) => routelab_serve::proxy::main(args),
+        Command::Epp(args) => routelab_serve::epp::main(args),
         Command::Emulate(args) => routelab_serve::emulate::main(args),
         Command::Replay(args) => routelab_serve::replay::main(args),
         Command::GatewayBench(args) => routelab_serve::replay::bench(args),

@@ -25,7 +25,15 @@ pub struct Buffers {
 /// A body read whole, and its share of the budget (returned when both are dropped).
 pub struct Held {
     pub bytes: Bytes,
-    _share: Option<OwnedSemaphorePermit>,
+    _share: Share,
+}
+
+/// A body's share of the budget, grown as the body grows ([`Buffers::cover`]); returned when
+/// dropped.
+#[derive(Default)]
+pub struct Share {
+    permit: Option<OwnedSemaphorePermit>,
+    units: usize,
 }
 
 #[derive(Debug)]
@@ -68,8 +76,7 @@ impl Buffers {
         let read = async {
             let mut body = body;
             let mut buf = BytesMut::new();
-            let mut share: Option<OwnedSemaphorePermit> = None;
-            let mut units = 0usize;
+            let mut share = Share::default();
             while let Some(frame) = body.frame().await {
                 let frame = frame.map_err(|e| Refused::Failed(e.to_string()))?;
                 let Ok(data) = frame.into_data() else { continue };
@@ -77,23 +84,27 @@ impl Buffers {
                     return Err(Refused::TooLarge(cap));
                 }
                 buf.extend_from_slice(&data);
-                let need = buf.len().div_ceil(UNIT) - units;
-                if need > 0 {
-                    let more = self
-                        .budget
-                        .clone()
-                        .try_acquire_many_owned(need as u32)
-                        .map_err(|_| Refused::OverBudget(self.budget_bytes))?;
-                    units += need;
-                    match &mut share {
-                        Some(s) => s.merge(more),
-                        None => share = Some(more),
-                    }
-                }
+                self.cover(&mut share, buf.len())?;
             }
             Ok(Held { bytes: buf.freeze(), _share: share })
         };
         tokio::time::timeout(timeout, read).await.map_err(|_| Refused::TimedOut(timeout))?
+    }
+
+    /// Grows `share` to cover `len` bytes, or refuses when the budget is spent (the share keeps
+    /// what it had).
+    pub fn cover(&self, share: &mut Share, len: usize) -> Result<(), Refused> {
+        let need = len.div_ceil(UNIT).saturating_sub(share.units);
+        if need > 0 {
+            let more = (self.budget.clone().try_acquire_many_owned(need.min(u32::MAX as usize) as u32))
+                .map_err(|_| Refused::OverBudget(self.budget_bytes))?;
+            share.units += need;
+            match &mut share.permit {
+                Some(s) => s.merge(more),
+                None => share.permit = Some(more),
+            }
+        }
+        Ok(())
     }
 }
 

@@ -12,6 +12,7 @@
 pub mod bounded;
 pub mod emulate;
 pub mod engine;
+pub mod epp;
 pub mod gateway;
 pub mod kv_publish;
 pub mod prom;

@@ -116,6 +116,11 @@ impl Histogram {
         self.sum_ns.fetch_add((seconds * 1e9) as u64, Ordering::Relaxed);
     }
 
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
     /// Writes the `_bucket`, `_sum` and `_count` lines of `name{labels}`.
     pub fn write(&self, out: &mut String, name: &str, labels: &str) {
         let mut cumulative = 0;

@@ -303,7 +303,7 @@ async fn attempt_once(
 
 /// `usage` of a completion body (or of the SSE event carrying it): prompt, cached and
 /// completion tokens.
-fn usage(json: &[u8]) -> Option<(u32, u32, u32)> {
+pub(crate) fn usage(json: &[u8]) -> Option<(u32, u32, u32)> {
     let v: Value = serde_json::from_slice(json).ok()?;
     let u = v.get("usage")?;
     let n = |x: Option<&Value>| x.and_then(Value::as_u64).map(|n| n.min(u32::MAX as u64) as u32);

@@ -349,6 +349,10 @@ pub enum Command {
     /// An OpenAI-compatible routing gateway in front of real servers (vLLM, SGLang, `emulate`),
     /// routing with a simulator policy (docs/serving.md).
     Serve(routelab_serve::gateway::ServeArgs),
+    /// A simulator policy as the Gateway API Inference Extension's endpoint picker: Envoy's
+    /// ext_proc gRPC service, for Envoy Gateway, kgateway, Istio or GKE (docs/serving.md; built
+    /// with the `epp` feature).
+    Epp(routelab_serve::epp::EppArgs),
     /// One cluster-world replica as an OpenAI-compatible server, in real time (optionally scaled).
     Emulate(routelab_serve::emulate::EmulateArgs),
     /// Send a cluster workload's request stream to a server over HTTP (a bounded load generator).

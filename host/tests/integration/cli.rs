@@ -513,3 +513,23 @@ fn readme_commands_share_one_build_and_ci_runs_the_test_command() {
         assert!(line.contains("--locked"), "{line}");
     }
 }
+
+/// `routelab epp` refuses what the picker cannot honour with exit 2 before anything starts, and a
+/// build without the `epp` feature says how to get it (serve/src/epp/tests.rs tests the picker
+/// itself, with the feature).
+#[test]
+fn epp_refuses_proxy_only_flags_and_names_its_feature_with_exit_2() {
+    let out = routelab(&["epp", "--backend", "http://127.0.0.1:9", "--record", "/tmp/never-written.jsonl"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--record") && err.contains("routelab serve"), "{err}");
+    let out = routelab(&["epp", "--backend", "http://127.0.0.1:9", "--destination-header", "x y"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--destination-header"));
+    if !cfg!(feature = "epp") {
+        let out = routelab(&["epp", "--backend", "http://127.0.0.1:9"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("--features epp"), "{err}");
+    }
+}
