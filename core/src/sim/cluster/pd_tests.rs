@@ -301,3 +301,35 @@ impl ClusterSpec {
         self
     }
 }
+
+/// Slowdowns run on P/D clusters: a slow prefill instance stretches the prefill (TTFT grows by
+/// (factor − 1) × the prefill step, so factor 3 adds twice what factor 2 adds) and leaves the
+/// decode alone; a slow decode instance leaves TTFT alone and stretches every decode step.
+/// Crashes on a P/D cluster are still refused, naming what runs there instead.
+#[test]
+fn slowdowns_stretch_the_phase_of_the_slow_instance() {
+    let with = |failures: &str| {
+        let mut s = one_to_one(&format!("failures: {{{failures}}}"));
+        s.validate().unwrap();
+        s.requests = Some(1);
+        run_named(&s, None, "pd_round_robin", 1).unwrap().records[0].clone()
+    };
+    let calm = one_to_one("");
+    let c = run_named(&calm, None, "pd_round_robin", 1).unwrap().records[0].clone();
+    let ttft = |r: &RequestRecord| r.first_token_at_s - r.arrived_at_s;
+    let decode = |r: &RequestRecord| r.completed_at_s - r.first_token_at_s;
+    let (p2, p3) = (with("slowdowns: [{replica: 0, factor: 2}]"), with("slowdowns: [{replica: 0, factor: 3}]"));
+    let tick = 2e-9;
+    assert!(ttft(&p2) > ttft(&c) + 1e-4, "{} vs {}", ttft(&p2), ttft(&c));
+    assert!(((ttft(&p3) - ttft(&c)) - 2.0 * (ttft(&p2) - ttft(&c))).abs() < 3.0 * tick);
+    assert!((decode(&p3) - decode(&c)).abs() < tick, "the decode instance is not slow");
+    let d3 = with("slowdowns: [{replica: 1, factor: 3}]");
+    assert!((ttft(&d3) - ttft(&c)).abs() < tick, "the prefill instance is not slow");
+    // 4 decode steps, each rounded up to a tick at most.
+    assert!((decode(&d3) - 3.0 * decode(&c)).abs() < 4.0 * 3.0 * tick, "{} vs 3 × {}", decode(&d3), decode(&c));
+    let mut crashing = one_to_one("failures: {crashes: [{replica: 0, at_s: 1}]}");
+    crashing.requests = Some(1);
+    let e = crashing.validate().unwrap_err();
+    let e = format!("{e:?}");
+    assert!(e.contains("disaggregation") && e.contains("slowdowns"), "{e}");
+}

@@ -1,4 +1,4 @@
-//! Failures: the `cluster.failures:` section of an aggregated, fixed cluster. Replicas crash at
+//! Failures: the `cluster.failures:` section of a fixed cluster. Replicas crash at
 //! set times and/or at random (each replica's time to failure exponential with mean `mtbf_s`,
 //! drawn from the run's seed), are down for `restart_s`, and come back with cold caches.
 //!
@@ -16,6 +16,12 @@
 //! A slowdown is a gray failure: the replica stays up and routable, but every step it starts in
 //! `[from_s, until_s)` takes `factor` times as long (thermal throttling, a noisy neighbour, a
 //! degraded link). Overlapping slowdowns of one replica multiply.
+//!
+//! Where each runs: crashes on aggregated clusters of single replicas; slowdowns and lost KV
+//! events also on disaggregated (P/D) clusters, where `replica` indexes the instances as the P/D
+//! router's views list them — prefill, then mixed, then decode (a slow prefill instance stretches
+//! prefills, a slow decode instance decode steps; a KV transfer is not slowed). Not with
+//! autoscaling or data-parallel groups.
 //!
 //! Lost KV events: routers that index replicas' caches (`dynamo_kv`, `llm_d`'s precise mode,
 //! `preble`, …) hear of evictions as events on a bus; a lossy one (ZMQ PUB/SUB drops what

@@ -127,10 +127,13 @@ impl ClusterSpec {
         if let Some(f) = &self.failures {
             f.validate(self.replicas).map_err(|e| e.under("failures"))?;
             // A crash takes one replica out of the routable set; autoscaling's slots, P/D pools
-            // and lock-step groups have their own lives that crashes do not model yet.
+            // and lock-step groups have their own lives that crashes do not model yet. Slowdowns
+            // and lost KV events only stretch steps and drop notices, which every P/D instance
+            // has as an aggregated replica does (`form_step`): they run on P/D clusters too.
+            let crashes = !f.crashes.is_empty() || f.mtbf_s.is_some();
             let other = if self.autoscaling.is_some() {
                 Some("autoscaling")
-            } else if self.disaggregation.is_some() {
+            } else if self.disaggregation.is_some() && crashes {
                 Some("disaggregation")
             } else if self.lockstep_group() > 1 {
                 Some("data_parallel")
@@ -138,11 +141,22 @@ impl ClusterSpec {
                 None
             };
             if let Some(other) = other {
-                return Err(FieldError::new(
-                    "failures",
-                    format!("failures run on fixed aggregated clusters of single replicas, and this one has `{other}`"),
-                    format!("drop `failures:`, or drop `{other}`"),
-                ));
+                let (message, fix) = if other == "disaggregation" {
+                    (
+                        "crashes run on aggregated clusters (a P/D request lost between its prefill and decode \
+                         instances has no retry rule yet), and this one has `disaggregation`; slowdowns and \
+                         kv_event_loss run on P/D clusters too"
+                            .to_string(),
+                        "drop `crashes` and `mtbf_s` (keep `slowdowns` or `kv_event_loss`), or drop `disaggregation`"
+                            .to_string(),
+                    )
+                } else {
+                    (
+                        format!("failures run on fixed clusters of single replicas, and this one has `{other}`"),
+                        format!("drop `failures:`, or drop `{other}`"),
+                    )
+                };
+                return Err(FieldError::new("failures", message, fix));
             }
         }
         if let Some(c) = self.cost_per_hour {
