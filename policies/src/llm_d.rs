@@ -104,9 +104,9 @@
 //! metrics, so every request of an instant scores the load of the last scrape — the router's
 //! own dispatches of that instant unseen. Nearly every prompt opens with the same block, which
 //! every replica holds, so the prefix term rarely separates the replicas and the best stale load
-//! wins again and again: 81% of an instant's requests go to one replica (least-requests, reading
-//! the live count: 40%), TTFT mean 1.85 s against 1.05 s. Spread each bin's requests over its
-//! 3 s, or scrape always fresh, and `llm_d` beats least-requests (0.64 vs 0.67 s; fresh 0.95 vs
+//! wins again and again: 77% of an instant's requests go to one replica (least-requests, reading
+//! the live count: 40%), TTFT mean 1.73 s against 1.05 s. Spread each bin's requests over its
+//! 3 s, or scrape always fresh, and `llm_d` beats least-requests (0.53 vs 0.66 s; fresh 0.93 vs
 //! 1.05 s). Upstream (llm-d/llm-d-inference-scheduler @ 520af478) reads the same stale figures:
 //! `queuedepth/queue.go` and `kvcacheutilization/kvcache_utilization.go` score
 //! `endpoint.GetMetrics()`, which `pkg/epp/backend/metrics/pod_metrics.go` refreshes on a ticker
