@@ -166,8 +166,13 @@ fn execute(command: Command) -> Result<i32> {
         Command::StepModel { gpu, model, tp, calibration, tokens, cached } => {
             accuracy::step_model(&gpu, &model, tp, calibration, tokens.map(|t| (t, cached.unwrap_or(0))))
         }
-        Command::Calibrate { profile, runs, allreduce, name, out } => {
+        Command::Calibrate { profile, splitwise, gpu, hold_out_tp, runs, allreduce, name, out } => {
             use routelab_core::builtin::resolve_data;
+            if let Some(csv) = splitwise {
+                let gpu = gpu.expect("clap requires --gpu with --splitwise");
+                return accuracy::calibrate_steps(&resolve_data(&csv), &gpu, hold_out_tp, name, out.as_deref());
+            }
+            let profile = profile.expect("clap requires PROFILE without --splitwise");
             let runs: Vec<PathBuf> = runs.iter().map(|r| resolve_data(r)).collect();
             let allreduce = allreduce.map(|a| resolve_data(&a));
             accuracy::calibrate(&resolve_data(&profile), &runs, allreduce.as_deref(), name, out.as_deref())

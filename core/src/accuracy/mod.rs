@@ -21,8 +21,7 @@
 
 mod bundle;
 pub mod replay;
-#[cfg(test)]
-mod splitwise;
+pub mod splitwise;
 
 pub use bundle::{Bundle, Measured, Meta, load};
 

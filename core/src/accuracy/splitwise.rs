@@ -25,38 +25,105 @@ pub struct Point {
 
 /// The points of the shipped subset, medians over repetitions, in file order of first sight.
 pub fn points() -> Vec<Point> {
+    parse(DATA).expect("the shipped subset parses")
+}
+
+/// The points of a Splitwise `perf_model.csv` (`model,hardware,prompt_size,batch_size,
+/// token_size,peak_power,average_power,prompt_time,token_time,e2e_time,tensor_parallel`; times in
+/// ms): the Llama-2-70B rows on `a100-80gb` and `h100-80gb` (other models and the power-capped
+/// H100 are skipped), medians over repetitions. A bad row: its line (1-based), column and why.
+pub fn parse(text: &str) -> Result<Vec<Point>, (usize, &'static str, String)> {
+    const COLUMNS: [&str; 11] = [
+        "model",
+        "hardware",
+        "prompt_size",
+        "batch_size",
+        "token_size",
+        "peak_power",
+        "average_power",
+        "prompt_time",
+        "token_time",
+        "e2e_time",
+        "tensor_parallel",
+    ];
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').map(str::trim).collect();
+    if header != COLUMNS {
+        return Err((1, "header", format!("expected the columns {}", COLUMNS.join(","))));
+    }
     let mut groups: Vec<(Point, Vec<f64>, Vec<f64>)> = Vec::new();
-    for line in DATA.lines().skip(1) {
-        let f: Vec<&str> = line.split(',').collect();
+    for (i, line) in lines.enumerate() {
+        let at = i + 2;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        if f.len() != COLUMNS.len() {
+            return Err((at, "row", format!("{} fields, expected {}", f.len(), COLUMNS.len())));
+        }
         let gpu = match f[1] {
             "a100-80gb" => "a100-80",
             "h100-80gb" => "h100",
-            other => panic!("unexpected hardware {other}"),
+            _ => continue,
         };
-        let n = |i: usize| f[i].parse::<f64>().unwrap();
+        if f[0] != "llama2-70b" {
+            continue;
+        }
+        let n = |i: usize| match f[i].parse::<f64>() {
+            Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+            _ => Err((at, COLUMNS[i], format!("'{}' is not a positive number", f[i]))),
+        };
         let key = Point {
             gpu,
-            tp: n(10) as u32,
-            prompt: n(2) as u64,
-            batch: n(3) as u64,
-            tokens: n(4) as u64,
+            tp: n(10)? as u32,
+            prompt: n(2)? as u64,
+            batch: n(3)? as u64,
+            tokens: n(4)? as u64,
             prefill_s: 0.0,
             decode_step_s: 0.0,
         };
+        let (p, d) = (n(7)? / 1e3, n(8)? / 1e3);
         match groups.iter_mut().find(|(k, _, _)| *k == key) {
-            Some((_, p, d)) => {
-                p.push(n(7) / 1e3);
-                d.push(n(8) / 1e3);
+            Some((_, ps, ds)) => {
+                ps.push(p);
+                ds.push(d);
             }
-            None => groups.push((key, vec![n(7) / 1e3], vec![n(8) / 1e3])),
+            None => groups.push((key, vec![p], vec![d])),
         }
     }
-    groups
+    Ok(groups
         .into_iter()
         .map(|(mut k, p, d)| {
             k.prefill_s = median(p);
             k.decode_step_s = median(d);
             k
+        })
+        .collect())
+}
+
+/// Each point as two measured steps: the prefill of `batch` prompts, and a decode step of
+/// `batch` requests at the mean context of their generation.
+pub fn steps(points: &[Point]) -> Vec<crate::step_model::fit::MeasuredStep> {
+    use crate::step_model::fit::MeasuredStep;
+    points
+        .iter()
+        .flat_map(|p| {
+            [
+                MeasuredStep {
+                    tp: p.tp,
+                    chunks: vec![Chunk { new_tokens: p.prompt, context_tokens: 0 }; p.batch as usize],
+                    decodes: 0,
+                    decode_context_tokens: 0,
+                    seconds: p.prefill_s,
+                },
+                MeasuredStep {
+                    tp: p.tp,
+                    chunks: Vec::new(),
+                    decodes: p.batch,
+                    decode_context_tokens: p.batch * (p.prompt + p.tokens / 2),
+                    seconds: p.decode_step_s,
+                },
+            ]
         })
         .collect()
 }
@@ -122,5 +189,55 @@ mod tests {
         // Measured: prefill −48.9%, decode −49.1% (the roofline, every GPU and TP).
         assert!((-0.55..=-0.43).contains(&mp), "prefill median signed error {mp}");
         assert!((-0.55..=-0.43).contains(&md), "decode median signed error {md}");
+    }
+
+    /// A profile fitted to whole steps (`fit::fit_steps`) on TP 2 and 8 of a GPU, and judged on
+    /// TP 4, which it never saw: the median absolute error of prefill and of the decode step on
+    /// the held-out points, per GPU, against the roofline's on the same points. Printed as
+    /// docs/accuracy.md's table (`cargo test -p routelab-core splitwise -- --nocapture`).
+    #[test]
+    fn a_profile_fitted_on_tp2_and_tp8_predicts_tp4() {
+        use crate::step_model::calibrated::Calibration;
+        use crate::step_model::fit::{fit_steps, step_errors};
+        let model = crate::step_model::model("llama-2-70b").unwrap();
+        let pts = points();
+        let abs_median = |v: Vec<f64>| median(v.into_iter().map(f64::abs).collect());
+        println!(
+            "| GPU | fitted on | held out | prefill: median \\|error\\| | decode step: median \\|error\\| | roofline prefill / decode |"
+        );
+        println!("|---|---|---|---|---|---|");
+        for gpu in ["a100-80", "h100"] {
+            let train: Vec<Point> = pts.iter().filter(|p| p.gpu == gpu && p.tp != 4).cloned().collect();
+            let test: Vec<Point> = pts.iter().filter(|p| p.gpu == gpu && p.tp == 4).cloned().collect();
+            let spec = crate::step_model::gpu(gpu).unwrap();
+            let c = fit_steps(&steps(&train), &model, &spec, &Calibration::unfitted(gpu, gpu, "Splitwise"));
+            let errs = step_errors(&steps(&test), &model, &c);
+            let (prefill, decode): (Vec<f64>, Vec<f64>) =
+                (errs.iter().step_by(2).copied().collect(), errs.iter().skip(1).step_by(2).copied().collect());
+            let roof: Vec<(f64, f64)> = test
+                .iter()
+                .map(|p| {
+                    let (a, b) = predict(p);
+                    ((a - p.prefill_s) / p.prefill_s, (b - p.decode_step_s) / p.decode_step_s)
+                })
+                .collect();
+            let (mp, md) = (abs_median(prefill), abs_median(decode));
+            let (rp, rd) =
+                (abs_median(roof.iter().map(|r| r.0).collect()), abs_median(roof.iter().map(|r| r.1).collect()));
+            println!(
+                "| {gpu} | TP 2, 8 ({} steps; {:.1}% median in-sample) | TP 4 ({} steps) | {:.1}% | {:.1}% | {:.1}% / {:.1}% |",
+                2 * train.len(),
+                c.fit["steps"].median_error * 100.0,
+                2 * test.len(),
+                mp * 100.0,
+                md * 100.0,
+                rp * 100.0,
+                rd * 100.0
+            );
+            println!("  {gpu} fitted: {c:?}");
+            // The fit must beat the roofline on steps it never saw, by a wide margin.
+            assert!(mp < 0.5 * rp && md < 0.5 * rd, "{gpu}: fitted {mp}/{md} vs roofline {rp}/{rd}");
+            assert!(mp < 0.2 && md < 0.2, "{gpu}: held-out median errors {mp} and {md}");
+        }
     }
 }

@@ -430,3 +430,120 @@ mod tests {
         assert_eq!(c.fit["allreduce"].points, 21);
     }
 }
+
+/// One step measured end to end (no kernel timings): its shape on `tp` GPUs and its time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MeasuredStep {
+    pub tp: u32,
+    /// Prompts prefilled in the step.
+    pub chunks: Vec<super::Chunk>,
+    /// Requests decoding one token, and their KV context in tokens (summed).
+    pub decodes: u64,
+    pub decode_context_tokens: u64,
+    pub seconds: f64,
+}
+
+impl MeasuredStep {
+    fn time_s(&self, c: &Calibration, model: &Model) -> f64 {
+        let step = if self.chunks.is_empty() {
+            super::Step::decode(self.decodes, self.decode_context_tokens)
+        } else {
+            super::Step::mixed(self.decodes, self.decode_context_tokens, &self.chunks)
+        };
+        c.for_model(model, self.tp, 1).step_time_s(&step)
+    }
+}
+
+/// The terms a whole-step fit moves (rates and times), by name.
+const STEP_TERMS: [&str; 8] = [
+    "dense_gb_s",
+    "dense_tflops",
+    "attention_tflops",
+    "attention_gb_s",
+    "layer_overhead_s",
+    "step_overhead_s",
+    "allreduce_s",
+    "allreduce_gb_s",
+];
+
+fn term<'a>(c: &'a mut Calibration, name: &str) -> &'a mut f64 {
+    match name {
+        "dense_gb_s" => &mut c.dense_gb_s,
+        "dense_tflops" => &mut c.dense_tflops,
+        "attention_tflops" => &mut c.attention_tflops,
+        "attention_gb_s" => &mut c.attention_gb_s,
+        "layer_overhead_s" => &mut c.layer_overhead_s,
+        "step_overhead_s" => &mut c.step_overhead_s,
+        "allreduce_s" => &mut c.allreduce_s,
+        "allreduce_gb_s" => &mut c.allreduce_gb_s,
+        _ => unreachable!("a term of STEP_TERMS"),
+    }
+}
+
+/// Fits a profile to whole steps measured end to end — prefill and decode times of one model on
+/// one GPU at several TP degrees (Splitwise's characterisation is such data) — when no kernel
+/// timings exist for that GPU.
+///
+/// Starts from the datasheet (`gpu`'s peak bandwidth and tensor throughput, 15 µs and 50 GB/s
+/// all-reduces, no overheads) and moves the eight terms (rates never above the datasheet's peak) of [`STEP_TERMS`] — dense and attention
+/// rates, per-layer and per-step overheads, all-reduce latency and bandwidth — to minimise the
+/// mean squared log error over the steps: coordinate descent on the logarithm of each term, steps
+/// halving from a factor e to e^(1/256), the terms in a fixed order (deterministic). Times start
+/// at 1 µs and move on a log scale, so a term the data does not need shrinks towards 0 without
+/// reaching it. The LM head's rate follows the dense one, and the mixed-step attention rate the
+/// decode one (whole steps do not separate them). `fit["steps"]` records the error on the steps
+/// fitted.
+pub fn fit_steps(steps: &[MeasuredStep], model: &Model, gpu: &super::Gpu, base: &Calibration) -> Calibration {
+    let mut c = base.clone();
+    c.dense_gb_s = gpu.bandwidth_gb_s;
+    c.dense_tflops = gpu.tflops;
+    c.attention_tflops = gpu.tflops;
+    c.attention_gb_s = gpu.bandwidth_gb_s;
+    c.layer_overhead_s = 1e-6;
+    c.step_overhead_s = 1e-6;
+    let tie = |c: &mut Calibration| {
+        c.head_gb_s = c.dense_gb_s;
+        c.attention_mixed_head_gb_s = c.attention_gb_s;
+    };
+    tie(&mut c);
+    let loss = |c: &Calibration| {
+        steps.iter().map(|s| (s.time_s(c, model) / s.seconds).ln().powi(2)).sum::<f64>() / steps.len().max(1) as f64
+    };
+    // A rate never beats the datasheet's peak (the fit would otherwise trade a too-fast kernel
+    // for a too-slow all-reduce and still match whole steps); times and all-reduces are free.
+    let ceiling = |name: &str| match name {
+        "dense_gb_s" | "attention_gb_s" => gpu.bandwidth_gb_s,
+        "dense_tflops" | "attention_tflops" => gpu.tflops,
+        _ => 1e6,
+    };
+    let mut best = loss(&c);
+    let mut step = 1.0f64;
+    while step > 1.0 / 256.0 {
+        let mut moved = true;
+        while moved {
+            moved = false;
+            for name in STEP_TERMS {
+                for dir in [1.0, -1.0] {
+                    let mut trial = c.clone();
+                    let v = term(&mut trial, name);
+                    *v = (*v * (dir * step).exp()).clamp(1e-9, ceiling(name));
+                    tie(&mut trial);
+                    let l = loss(&trial);
+                    if l < best * (1.0 - 1e-9) && trial.check().is_ok() {
+                        (c, best) = (trial, l);
+                        moved = true;
+                    }
+                }
+            }
+        }
+        step /= 2.0;
+    }
+    let fitted = term_fit(steps.iter().map(|s| (s.time_s(&c, model), s.seconds)));
+    c.fit.insert("steps".into(), fitted);
+    c
+}
+
+/// The errors (model − measured) / measured of `c` on `steps`, in their order.
+pub fn step_errors(steps: &[MeasuredStep], model: &Model, c: &Calibration) -> Vec<f64> {
+    steps.iter().map(|s| (s.time_s(c, model) - s.seconds) / s.seconds).collect()
+}

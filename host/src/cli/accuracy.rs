@@ -210,6 +210,106 @@ pub fn calibrate(
     Ok(0)
 }
 
+/// `routelab calibrate --splitwise CSV --gpu G [--hold-out-tp N]`: a profile fitted to whole
+/// steps measured end to end (`fit::fit_steps`), its terms, its error on the steps fitted and, with
+/// a held-out TP degree, on the steps it never saw.
+pub fn calibrate_steps(
+    csv: &Path,
+    gpu: &str,
+    hold_out_tp: Option<u32>,
+    name: Option<String>,
+    out: Option<&Path>,
+) -> Result<i32> {
+    use routelab_core::accuracy::splitwise;
+    let file = csv.display().to_string();
+    let text = std::fs::read_to_string(csv)
+        .map_err(|e| InputError::new(&file, format!("cannot read it: {e}"), "give Splitwise's perf_model.csv"))?;
+    let points = splitwise::parse(&text).map_err(|(line, field, message)| {
+        InputError::new(&file, message, "give the rows of Splitwise's perf_model.csv: its header, 11 columns, sizes and times (ms) as positive numbers")
+            .in_field(field)
+            .at_line(Some(line))
+    })?;
+    let Some(spec) = step_model::gpu(gpu) else {
+        return Err(
+            InputError::command_line("--gpu", format!("'{gpu}' is not a catalog GPU"), "use a100-80 or h100").into()
+        );
+    };
+    let mine: Vec<_> = points.into_iter().filter(|p| p.gpu == gpu).collect();
+    let (test, train): (Vec<_>, Vec<_>) = mine.into_iter().partition(|p| Some(p.tp) == hold_out_tp);
+    if train.is_empty() {
+        return Err(InputError::command_line(
+            "--gpu",
+            format!(
+                "{file} has no Llama-2-70B steps on {gpu} to fit{}",
+                if hold_out_tp.is_some() { " (beside the held-out TP)" } else { "" }
+            ),
+            "use a100-80 or h100 (the GPUs of Splitwise's characterisation), or hold out another TP",
+        )
+        .into());
+    }
+    if hold_out_tp.is_some() && test.is_empty() {
+        return Err(InputError::command_line(
+            "--hold-out-tp",
+            format!("{file} has no steps at that TP on {gpu}"),
+            "use 2, 4 or 8",
+        )
+        .into());
+    }
+    let model = step_model::model("llama-2-70b").expect("a catalog model");
+    let name = name.unwrap_or_else(|| gpu.to_string());
+    let tps: Vec<String> = {
+        let mut v: Vec<u32> = train.iter().map(|p| p.tp).collect();
+        v.sort();
+        v.dedup();
+        v.iter().map(u32::to_string).collect()
+    };
+    let source = format!(
+        "whole steps: Llama-2-70B prefill and decode times on {gpu} at TP {} ({}), fitted end to end",
+        tps.join(", "),
+        csv.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    );
+    let base = Calibration::unfitted(&name, gpu, &source);
+    let c = fit::fit_steps(&splitwise::steps(&train), &model, &spec, &base);
+    eprintln!("fitted {} on {gpu} from {} whole steps of llama-2-70b:", c.name, 2 * train.len());
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED).set_header(["term", "value", "steps", "median error", "P90 error"]);
+    let f = |x: f64| format!("{:.1}%", x * 100.0);
+    let mut row = |term: &str, value: String, fit: Option<&step_model::calibrated::TermFit>| {
+        t.add_row(vec![
+            Cell::new(term),
+            Cell::new(value).set_alignment(CellAlignment::Right),
+            Cell::new(fit.map_or("-".into(), |x| x.points.to_string())),
+            Cell::new(fit.map_or("-".into(), |x| f(x.median_error))),
+            Cell::new(fit.map_or("-".into(), |x| f(x.p90_error))),
+        ]);
+    };
+    row("dense (per layer)", format!("{:.0} GB/s, {:.0} TFLOP/s", c.dense_gb_s, c.dense_tflops), None);
+    row("attention (per layer)", format!("{:.0} TFLOP/s, {:.0} GB/s", c.attention_tflops, c.attention_gb_s), None);
+    row(
+        "per-step overhead",
+        format!("{:.3} ms + {:.1} µs per layer", c.step_overhead_s * 1e3, c.layer_overhead_s * 1e6),
+        None,
+    );
+    row("all-reduce (tp > 1)", format!("{:.1} µs, {:.1} GB/s", c.allreduce_s * 1e6, c.allreduce_gb_s), None);
+    row(&format!("whole steps, TP {} (fitted)", tps.join(", ")), String::new(), c.fit.get("steps"));
+    if let Some(tp) = hold_out_tp {
+        let held = splitwise::steps(&test);
+        let errs = fit::step_errors(&held, &model, &c);
+        let fitted = fit::term_fit(errs.iter().map(|e| (1.0 + e, 1.0)));
+        row(&format!("whole steps, TP {tp} (held out)"), String::new(), Some(&fitted));
+    }
+    eprintln!("{t}");
+    let yaml = serde_norway::to_string(&c).context("writing the profile")?;
+    match out {
+        Some(p) => {
+            write_atomically(p, &yaml)?;
+            eprintln!("wrote {}", p.display());
+        }
+        None => print!("{yaml}"),
+    }
+    Ok(0)
+}
+
 /// The shipped run folders (written out with the built-in workloads).
 fn shipped_runs() -> Result<Vec<PathBuf>> {
     let root = routelab_core::builtin::extracted().context("writing out the shipped runs")?.join("ground-truth");

@@ -248,8 +248,21 @@ pub enum Command {
     /// per-step overhead to measured runs); print each term with its fit error (docs/accuracy.md).
     Calibrate {
         /// A folder of layer timings: dense.csv, attention.csv, per_sequence.csv, meta.yaml
-        /// (workloads/profiles/measured/ has two).
-        profile: PathBuf,
+        /// (workloads/profiles/measured/ has two). Or, instead, --splitwise.
+        #[arg(required_unless_present = "splitwise")]
+        profile: Option<PathBuf>,
+        /// Whole prefill and decode steps measured end to end, as Splitwise's perf_model.csv
+        /// (Llama-2-70B on A100 and H100; workloads/profiles/measured/Splitwise_Llama-2-70B_A100-H100
+        /// has it): fits the step model's rates, overheads and all-reduce to them, for --gpu.
+        #[arg(long, conflicts_with_all = ["profile", "runs", "allreduce"], requires = "gpu")]
+        splitwise: Option<PathBuf>,
+        /// With --splitwise: the GPU to fit (a100-80 or h100).
+        #[arg(long, requires = "splitwise")]
+        gpu: Option<String>,
+        /// With --splitwise: leave this TP degree's steps out of the fit and report the error on
+        /// them (steps the profile never saw).
+        #[arg(long, requires = "splitwise")]
+        hold_out_tp: Option<u32>,
         /// Measured run folders to fit the per-step overhead on (see `routelab accuracy`).
         #[arg(long, num_args = 1..)]
         runs: Vec<PathBuf>,

@@ -182,3 +182,46 @@ fn calibrate_refits_the_shipped_kernel_terms() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("dense (per layer)") && err.contains("median error"), "{err}");
 }
+
+const SPLITWISE: &str = "workloads/profiles/measured/Splitwise_Llama-2-70B_A100-H100/perf_model.csv";
+
+/// `calibrate --splitwise` fits a profile to whole steps and reports its error on a TP degree it
+/// left out (core's `a_profile_fitted_on_tp2_and_tp8_predicts_tp4` pins the figures); the profile
+/// it writes reads back as one a workload can name; a bad row is refused with exit 2 naming the
+/// file, line and column; flags that belong to kernel-timing fits are refused beside it.
+#[test]
+fn calibrate_fits_whole_steps_and_refuses_a_bad_row() {
+    let out_file = fixture("accuracy", "splitwise-h100.yaml");
+    let out = routelab(&[
+        "calibrate",
+        "--splitwise",
+        SPLITWISE,
+        "--gpu",
+        "h100",
+        "--hold-out-tp",
+        "4",
+        "--out",
+        out_file.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("whole steps, TP 2, 8 (fitted)") && err.contains("whole steps, TP 4 (held out)"), "{err}");
+    let c: routelab_core::step_model::Calibration =
+        serde_norway::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
+    assert_eq!((c.gpu.as_str(), c.fit["steps"].points), ("h100", 76));
+    assert!(c.check().is_ok() && c.dense_gb_s <= 3350.0 && c.allreduce_s > 0.0, "{c:?}");
+
+    let text = std::fs::read_to_string(workspace().join(SPLITWISE)).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let mut f: Vec<String> = lines[2].split(',').map(String::from).collect();
+    f[7] = "fast".into();
+    lines[2] = f.join(",");
+    let bad = fixture("accuracy", "splitwise-bad.csv");
+    std::fs::write(&bad, lines.join("\n")).unwrap();
+    let out = routelab(&["calibrate", "--splitwise", bad.to_str().unwrap(), "--gpu", "h100"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("splitwise-bad.csv:3") && err.contains("prompt_time"), "{err}");
+    let out = routelab(&["calibrate", "--splitwise", SPLITWISE, "--gpu", "h100", "--allreduce", "x.csv"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
