@@ -584,3 +584,26 @@ fn a_wrong_method_on_a_known_path_is_405_not_404() {
         }
     });
 }
+
+/// The emulator reports KV use as vLLM's `kv_cache_usage_perc` counts it: after a request ends
+/// its prompt stays cached (the same prompt again hits it), yet usage reads 0 — cached blocks no
+/// running request references are free, as in vLLM's block pool.
+#[test]
+fn the_emulators_kv_usage_counts_only_blocks_running_requests_hold() {
+    runtime().block_on(async {
+        let addr = emulator(emulate_args()).await;
+        let body = format!(r#"{{"model": "m", "prompt": "{}", "max_tokens": 4}}"#, "word ".repeat(2000));
+        let mut cached = Vec::new();
+        for _ in 0..2 {
+            let r = exchange(addr, &post("/v1/completions", &body), Duration::from_secs(30)).await.unwrap();
+            assert_eq!(status(&r), 200, "{r}");
+            let json = &r[r.find('{').unwrap()..=r.rfind('}').unwrap()];
+            let v: serde_json::Value = serde_json::from_str(json).unwrap();
+            cached.push(v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0));
+        }
+        assert!(cached[0] == 0 && cached[1] > 1000, "the second request hits the first's cache: {cached:?}");
+        let m = exchange(addr, &get("/metrics"), Duration::from_secs(10)).await.unwrap();
+        let usage = routelab_serve::prom::first(&m, &["vllm:kv_cache_usage_perc"]);
+        assert_eq!(usage, Some(0.0), "{m}");
+    });
+}
