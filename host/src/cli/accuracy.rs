@@ -199,15 +199,7 @@ pub fn calibrate(
     let value = format!("{:.1} µs, {:.1} GB/s ({how})", c.allreduce_s * 1e6, c.allreduce_gb_s);
     row(&mut t, "all-reduce (tp > 1)", value, ar);
     eprintln!("{t}");
-    let yaml = serde_norway::to_string(&c).context("writing the profile")?;
-    match out {
-        Some(p) => {
-            write_atomically(p, &yaml)?;
-            eprintln!("wrote {}", p.display());
-        }
-        None => print!("{yaml}"),
-    }
-    Ok(0)
+    write_profile(&c, out)
 }
 
 /// `routelab calibrate --splitwise CSV --gpu G [--hold-out-tp N]`: a profile fitted to whole
@@ -299,7 +291,12 @@ pub fn calibrate_steps(
         row(&format!("whole steps, TP {tp} (held out)"), String::new(), Some(&fitted));
     }
     eprintln!("{t}");
-    let yaml = serde_norway::to_string(&c).context("writing the profile")?;
+    write_profile(&c, out)
+}
+
+/// Writes profile `c` as YAML to `out`, or prints it.
+fn write_profile(c: &Calibration, out: Option<&Path>) -> Result<i32> {
+    let yaml = serde_norway::to_string(c).context("writing the profile")?;
     match out {
         Some(p) => {
             write_atomically(p, &yaml)?;
