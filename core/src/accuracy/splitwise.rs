@@ -240,4 +240,28 @@ mod tests {
             assert!(mp < 0.2 && md < 0.2, "{gpu}: held-out median errors {mp} and {md}");
         }
     }
+
+    /// The shipped `h100-splitwise` and `a100-80-splitwise` profiles are, to the byte, what
+    /// `routelab calibrate --splitwise perf_model.csv --gpu G --name G-splitwise` writes from the
+    /// shipped steps (every TP): nobody edits one by hand, and a change to the step model that
+    /// moves the fit fails here until the profiles are refitted (the command is in
+    /// workloads/profiles/README.md).
+    #[test]
+    fn the_shipped_splitwise_profiles_are_the_fit_of_the_shipped_steps() {
+        use crate::step_model::calibrated::{Calibration, SHIPPED};
+        use crate::step_model::fit::fit_steps;
+        let model = crate::step_model::model("llama-2-70b").unwrap();
+        for gpu in ["a100-80", "h100"] {
+            let name = format!("{gpu}-splitwise");
+            let text = SHIPPED.iter().find(|(n, _)| *n == name).map(|(_, t)| *t).expect("shipped");
+            let shipped: Calibration = serde_norway::from_str(text).unwrap();
+            let mine: Vec<Point> = points().into_iter().filter(|p| p.gpu == gpu).collect();
+            assert_eq!(mine.len(), 57, "19 points at each of TP 2, 4, 8");
+            let base = Calibration::unfitted(&name, gpu, &shipped.source);
+            let fitted = fit_steps(&steps(&mine), &model, &crate::step_model::gpu(gpu).unwrap(), &base);
+            assert_eq!(serde_norway::to_string(&fitted).unwrap(), text, "{name}: refit and ship it");
+            // In-sample: within 12% at the median (measured 11.3% on the A100, 11.0% on the H100).
+            assert!(fitted.fit["steps"].median_error < 0.12, "{name}: {:?}", fitted.fit["steps"]);
+        }
+    }
 }

@@ -137,11 +137,20 @@ pub struct TermFit {
     pub p90_error: f64,
 }
 
-/// The profiles shipped with routelab (`workloads/profiles/`), by name.
-pub const SHIPPED: [(&str, &str); 2] = [
+/// The profiles shipped with routelab (`workloads/profiles/`), by name: two fitted to layer
+/// timings measured inside vLLM 0.19 (and, for the RTX PRO 6000, its measured runs), two fitted
+/// to Splitwise's whole Llama-2-70B steps (late-2023 software; docs/accuracy.md).
+pub const SHIPPED: [(&str, &str); 4] = [
     ("rtx-pro-6000", include_str!("../../../workloads/profiles/rtx-pro-6000.yaml")),
     ("rtx4090", include_str!("../../../workloads/profiles/rtx4090.yaml")),
+    ("h100-splitwise", include_str!("../../../workloads/profiles/h100-splitwise.yaml")),
+    ("a100-80-splitwise", include_str!("../../../workloads/profiles/a100-80-splitwise.yaml")),
 ];
+
+/// The shipped profiles' names, for messages: "rtx-pro-6000, rtx4090, …".
+pub fn shipped_names() -> String {
+    SHIPPED.map(|(k, _)| k).join(", ")
+}
 
 impl Choice<Calibration> {
     /// A shipped profile by name, or the mapping as given.

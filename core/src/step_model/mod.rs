@@ -259,7 +259,7 @@ impl std::fmt::Display for ChoiceError {
             ChoiceError::UnknownCalibration(n) => write!(
                 f,
                 "unknown calibration '{n}'; shipped: {}; or give the mapping `routelab calibrate` prints",
-                calibrated::SHIPPED.map(|(k, _)| k).join(", ")
+                calibrated::shipped_names()
             ),
             ChoiceError::Shipped { name, message } => write!(f, "shipped profile '{name}': {message}"),
         }

@@ -29,7 +29,10 @@ fn shipped(name: &str) -> Result<Calibration, InputError> {
         InputError::command_line(
             "--calibration",
             e.to_string(),
-            "name a shipped profile (rtx-pro-6000, rtx4090), a profile file, or `roofline`",
+            format!(
+                "name a shipped profile ({}), a profile file, or `roofline`",
+                routelab_core::step_model::calibrated::shipped_names()
+            ),
         )
     })
 }

@@ -232,8 +232,8 @@ pub enum Command {
         /// Tensor-parallel degree (1, 2, 4 or 8).
         #[arg(long, default_value_t = 1)]
         tp: u32,
-        /// Price steps by a measured profile (a shipped name: rtx-pro-6000, rtx4090) instead of
-        /// the roofline, and show its terms with their fit errors.
+        /// Price steps by a measured profile (a shipped name: rtx-pro-6000, rtx4090, h100-splitwise,
+        /// a100-80-splitwise) instead of the roofline, and show its terms with their fit errors.
         #[arg(long)]
         calibration: Option<String>,
         /// Price one prefill of a prompt of this many tokens (with --cached: how many of them are

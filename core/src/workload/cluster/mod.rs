@@ -98,7 +98,8 @@ pub struct ClusterSpec {
     #[serde(default)]
     pub efficiency: Efficiency,
     /// Price steps by a profile measured on this GPU instead of the roofline: a shipped profile
-    /// (`rtx-pro-6000`, `rtx4090`) or the mapping `routelab calibrate` prints (docs/accuracy.md).
+    /// (`rtx-pro-6000`, `rtx4090`, `h100-splitwise`, `a100-80-splitwise`) or the mapping
+    /// `routelab calibrate` prints (docs/accuracy.md).
     /// A calibrated cluster runs the engine by vLLM's rules, as `routelab accuracy` replays it:
     /// `chunk_tokens`, `budget_counts_decode`, `max_batch_requests`, `reservation`,
     /// `memory_fraction` and `scheduler` default to vLLM's (`workload/cluster/vllm.rs`) unless
@@ -437,9 +438,12 @@ impl ClusterSpec {
             StepModel::new(gpu, model, self.tp, self.expert_parallel, self.memory_fraction, self.efficiency.clone())
                 .map_err(|e| FieldError::new("model", e.message, e.fix))?;
         let Some(choice) = &self.calibration else { return Ok(sm) };
-        let fix = "name a shipped profile (rtx-pro-6000, rtx4090) or paste the mapping `routelab calibrate` prints";
-        let c = choice.resolve().map_err(|e| FieldError::new("calibration", e.to_string(), fix))?;
-        c.check().map_err(|(field, m)| FieldError::new(&format!("calibration.{field}"), m, fix))?;
+        let fix = format!(
+            "name a shipped profile ({}) or paste the mapping `routelab calibrate` prints",
+            crate::step_model::calibrated::shipped_names()
+        );
+        let c = choice.resolve().map_err(|e| FieldError::new("calibration", e.to_string(), &fix))?;
+        c.check().map_err(|(field, m)| FieldError::new(&format!("calibration.{field}"), m, &fix))?;
         if c.gpu != sm.gpu.name {
             return Err(FieldError::new(
                 "calibration",
