@@ -22,6 +22,7 @@
 mod bundle;
 pub mod replay;
 pub mod splitwise;
+pub mod vidur;
 
 pub use bundle::{Bundle, Measured, Meta, load};
 

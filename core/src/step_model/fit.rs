@@ -182,13 +182,10 @@ pub fn fit_kernels(dir: &Path, model: &Model, base: &Calibration) -> Result<Cali
             *per_t.entry(v[0] as u64).or_default() += times * v[1] * us;
         }
     }
-    let points: Vec<(f64, f64)> = per_t.iter().map(|(&t, &y)| (t as f64, y)).collect();
-    let (floor, base_s, slope) = fit_knee(&points).ok_or_else(|| missing("tokens", &dense_file))?;
+    let points: Vec<(u32, f64, f64)> = per_t.iter().map(|(&t, &y)| (1, t as f64, y)).collect();
+    let dense = fit_dense(&mut c, &points, model).ok_or_else(|| missing("tokens", &dense_file))?;
+    fits.insert("dense".into(), dense);
     let bpe = model.bytes_per_element as f64;
-    c.dense_gb_s = model.layer_weight_params() * bpe / floor / 1e9;
-    c.dense_tflops = 2.0 * model.layer_active_params() / slope / 1e12;
-    c.dense_base_share = base_s.max(0.0) / floor;
-    fits.insert("dense".into(), term_fit(points.iter().map(|&(t, y)| (floor.max(base_s + slope * t), y))));
 
     // Attention: one layer. Three regimes, fitted in turn on relative error: a prefill chunk
     // alone (base + pairs), decodes alone (KV read + per decode), and decodes sharing a step with
@@ -254,6 +251,22 @@ pub fn fit_kernels(dir: &Path, model: &Model, base: &Calibration) -> Result<Cali
     fits.insert("head".into(), term_fit(per_s.iter().map(|(&s, &y)| (h[0] + h[1].max(0.0) * s as f64, y))));
     c.fit.extend(fits);
     Ok(c)
+}
+
+/// Fits `c`'s dense terms (`dense_gb_s`, `dense_tflops`, `dense_base_share`) to one decoder
+/// layer's non-attention time measured on `model`: points `(tp, tokens, seconds)`, the layer
+/// split `tp` ways. Times are scaled by `tp` to the whole layer's, so points of several TP
+/// degrees make one fit (their GEMMs' lower efficiency at higher TP averages in), then
+/// `max(floor, base + slope · T)` is fitted as [`fit_knee`] does. Returns the fit's error on
+/// the points as given, `None` when there are too few to fit.
+pub fn fit_dense(c: &mut Calibration, points: &[(u32, f64, f64)], model: &Model) -> Option<TermFit> {
+    let whole: Vec<(f64, f64)> = points.iter().map(|&(tp, t, y)| (t, y * tp as f64)).collect();
+    let (floor, base_s, slope) = fit_knee(&whole)?;
+    let bpe = model.bytes_per_element as f64;
+    c.dense_gb_s = model.layer_weight_params() * bpe / floor / 1e9;
+    c.dense_tflops = 2.0 * model.layer_active_params() / slope / 1e12;
+    c.dense_base_share = base_s.max(0.0) / floor;
+    Some(term_fit(points.iter().map(|&(tp, t, y)| (floor.max(base_s + slope * t) / tp as f64, y))))
 }
 
 /// Fits `allreduce_s` and `allreduce_gb_s` to measured all-reduce times of a `tp`-GPU group
@@ -497,6 +510,22 @@ pub fn fit_steps(steps: &[MeasuredStep], model: &Model, gpu: &super::Gpu, base: 
     let mut c = base.clone();
     c.dense_gb_s = gpu.bandwidth_gb_s;
     c.dense_tflops = gpu.tflops;
+    fit_steps_moving(steps, model, gpu, c, &STEP_TERMS)
+}
+
+/// [`fit_steps`] keeping `base`'s dense terms (fitted to kernel timings by [`fit_dense`], e.g.
+/// Vidur's): only the six other terms move.
+pub fn fit_steps_on_dense(steps: &[MeasuredStep], model: &Model, gpu: &super::Gpu, base: &Calibration) -> Calibration {
+    fit_steps_moving(steps, model, gpu, base.clone(), &STEP_TERMS[2..])
+}
+
+fn fit_steps_moving(
+    steps: &[MeasuredStep],
+    model: &Model,
+    gpu: &super::Gpu,
+    mut c: Calibration,
+    terms: &[&str],
+) -> Calibration {
     c.attention_tflops = gpu.tflops;
     c.attention_gb_s = gpu.bandwidth_gb_s;
     c.layer_overhead_s = 1e-6;
@@ -522,7 +551,7 @@ pub fn fit_steps(steps: &[MeasuredStep], model: &Model, gpu: &super::Gpu, base: 
         let mut moved = true;
         while moved {
             moved = false;
-            for name in STEP_TERMS {
+            for &name in terms {
                 for dir in [1.0, -1.0] {
                     let mut trial = c.clone();
                     let v = term(&mut trial, name);
