@@ -29,7 +29,7 @@ use routelab_core::workload::cluster::Reservation;
 /// The replica's hardware, as in a cluster workload (`gpu`, `model`, `tp`, `memory_fraction`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct HardwareArgs {
-    /// GPU: a6000, a100-40, a100-80, h100, h200, l40s.
+    /// GPU: a6000, a100-40, a100-80, h100, h200, b200, l40s, rtx-pro-6000, rtx4090.
     #[arg(long, default_value = "a6000")]
     pub gpu: String,
     /// Model: mistral-7b, llama-3-8b, llama-3-70b.

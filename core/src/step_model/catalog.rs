@@ -6,6 +6,10 @@
 //! 1,792 GB/s), 503.8 TFLOP/s dense bf16 (its 4,000 sparse FP4 TOPS halved for density and
 //! twice more for FP8 and bf16).
 //! `rtx4090`: 24 GB, 1,008 GB/s, 165.2 TFLOP/s (FP32 accumulate).
+//! `b200` (HGX B200, 1,000 W): 180 GB (DGX B200 lists 1,440 GB over its 8 GPUs; the package
+//! holds 192 GB), 8,000 GB/s HBM3e, 2,250 TFLOP/s dense bf16 (4,500 with sparsity), as NVIDIA's
+//! Blackwell figures are tabulated at <https://glennklockwood.com/garden/processors/B200>. No
+//! measurement of a B200 is shipped: it is priced by the roofline only.
 //!
 //! Models: parameters, layers, hidden size, heads, KV heads, head dimension and vocabulary from
 //! each model's `config.json`. A mixture of experts (`qwen3-30b-a3b`) adds its experts (`moe`:
@@ -19,7 +23,8 @@
 
 use super::{Gpu, Model, Moe};
 
-pub const GPU_NAMES: [&str; 8] = ["a6000", "a100-40", "a100-80", "h100", "h200", "l40s", "rtx-pro-6000", "rtx4090"];
+pub const GPU_NAMES: [&str; 9] =
+    ["a6000", "a100-40", "a100-80", "h100", "h200", "b200", "l40s", "rtx-pro-6000", "rtx4090"];
 pub const MODEL_NAMES: [&str; 8] = [
     "mistral-7b",
     "llama-3-8b",
@@ -39,6 +44,7 @@ pub fn gpu(name: &str) -> Option<Gpu> {
         "a100-80" => (80.0, 2039.0, 312.0),
         "h100" => (80.0, 3350.0, 989.5),
         "h200" => (141.0, 4800.0, 989.5),
+        "b200" => (180.0, 8000.0, 2250.0),
         "l40s" => (48.0, 864.0, 362.05),
         "rtx-pro-6000" => (96.0, 1597.0, 503.8),
         "rtx4090" => (24.0, 1008.0, 165.2),
@@ -85,11 +91,12 @@ pub fn model(name: &str) -> Option<Model> {
 /// "meta-llama/Llama-3.1-8B" → `llama-3.1-8b`. `None` when nothing matches.
 pub fn gpu_for_device(device: &str) -> Option<&'static str> {
     let d = device.to_ascii_lowercase().replace([' ', '_'], "-");
-    let table: [(&str, &str); 9] = [
+    let table: [(&str, &str); 10] = [
         ("rtx-pro-6000", "rtx-pro-6000"),
         ("rtxpro6000", "rtx-pro-6000"),
         ("rtx-4090", "rtx4090"),
         ("rtx4090", "rtx4090"),
+        ("b200", "b200"),
         ("h200", "h200"),
         ("h100", "h100"),
         ("l40s", "l40s"),
@@ -130,6 +137,7 @@ mod tests {
         assert_eq!(gpu_for_device("NVIDIA RTX PRO 6000 Blackwell Server Edition"), Some("rtx-pro-6000"));
         assert_eq!(gpu_for_device("NVIDIA GeForce RTX 4090"), Some("rtx4090"));
         assert_eq!(gpu_for_device("RTXPRO6000"), Some("rtx-pro-6000"));
+        assert_eq!(gpu_for_device("NVIDIA B200"), Some("b200"));
         assert_eq!(gpu_for_device("a toaster"), None);
         assert_eq!(model_for_name("meta-llama/Llama-3.1-8B"), Some("llama-3.1-8b"));
         assert_eq!(model_for_name("Qwen/Qwen3-32B"), Some("qwen3-32b"));

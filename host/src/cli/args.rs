@@ -222,7 +222,7 @@ pub enum Command {
     },
     /// The step model of one replica: KV capacity, prefill and decode times.
     StepModel {
-        /// GPU: a6000, a100-40, a100-80, h100, h200, l40s, rtx-pro-6000, rtx4090.
+        /// GPU: a6000, a100-40, a100-80, h100, h200, b200, l40s, rtx-pro-6000, rtx4090.
         #[arg(long, default_value = "a6000")]
         gpu: String,
         /// Model: mistral-7b, llama-3-8b, llama-3-70b, llama-3.1-8b, llama-3.1-70b, llama-2-70b,

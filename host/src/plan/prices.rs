@@ -8,7 +8,7 @@
 //! 3. [`DEFAULTS`]: on-demand list prices in US dollars per GPU-hour;
 //! 4. the dispatch world: 1 per server-hour (a fleet's cost is then its server count).
 //!
-//! A GPU none of these prices (`rtx-pro-6000`, `rtx4090`, a custom mapping) is bad input naming
+//! A GPU none of these prices (`b200`, `rtx-pro-6000`, `rtx4090`, a custom mapping) is bad input naming
 //! `--prices`.
 
 /// On-demand list prices, US dollars per GPU-hour, single-GPU instances, as published in May

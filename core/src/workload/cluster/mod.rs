@@ -68,7 +68,7 @@ use crate::step_model::{Calibration, Choice, Efficiency, Gpu, Model, StepModel};
 pub struct ClusterSpec {
     /// Number of replicas, each one GPU or one tensor-parallel group running the model.
     pub replicas: u32,
-    /// A catalog GPU (a6000, a100-40, a100-80, h100, h200, l40s) or a mapping {name, memory_gb, bandwidth_gb_s, tflops}.
+    /// A catalog GPU (a6000, a100-40, a100-80, h100, h200, b200, l40s, rtx-pro-6000, rtx4090) or a mapping {name, memory_gb, bandwidth_gb_s, tflops}.
     #[serde(default = "default_gpu")]
     pub gpu: Choice<Gpu>,
     /// A catalog model (mistral-7b, llama-3-8b, llama-3-70b) or a mapping {name, parameters, layers, hidden, heads, kv_heads, head_dim}.

@@ -26,7 +26,7 @@ use crate::workload::FieldError;
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct GpuPool {
-    /// A catalog GPU (a6000, a100-40, a100-80, h100, h200, l40s) or a mapping {name, memory_gb, bandwidth_gb_s, tflops}.
+    /// A catalog GPU (a6000, a100-40, a100-80, h100, h200, b200, l40s, rtx-pro-6000, rtx4090) or a mapping {name, memory_gb, bandwidth_gb_s, tflops}.
     pub gpu: Choice<Gpu>,
     /// Tensor-parallel degree of this pool's replicas (default: the cluster's `tp`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
