@@ -18,6 +18,7 @@ use routelab_core::runner;
 use routelab_core::seeds::SimRng;
 use routelab_core::sim::cluster::router_context_for;
 use routelab_core::workload;
+use routelab_core::workload::cluster::StepModels;
 
 /// The largest time the clock holds (u64 nanoseconds), in seconds.
 const CLOCK_S: f64 = u64::MAX as f64 / 1e9;
@@ -80,12 +81,13 @@ fn random_small_pd_workloads_end_every_request_exactly_once_within_the_clock() {
         let Ok(input) = prepared.seed_input(0) else { continue };
         valid += 1;
         let c = prepared.workload.cluster.as_ref().expect("a cluster workload");
-        let sm = c.step_model().expect("prepared");
+        let resolved = StepModels::resolve(c).expect("prepared");
         let stream = input.stream().expect("cluster world");
         let n = stream.requests.len();
         for name in ROUTERS {
-            let router =
-                loader.router(&PolicySpec::parse(name).unwrap(), &router_context_for(c, &sm, input.seed)).unwrap();
+            let router = loader
+                .router(&PolicySpec::parse(name).unwrap(), &router_context_for(c, &resolved, input.seed))
+                .unwrap();
             let out = runner::run_cluster(c, stream, router, name, input.seed)
                 .unwrap_or_else(|e| panic!("{name} failed: {e}\n{yaml}"));
             runs += 1;
@@ -147,11 +149,12 @@ fn a_transfer_to_a_mixed_instance_is_admitted_against_its_own_memory() {
     let prepared = runner::prepare(workload::parse(yaml, file).unwrap(), file).unwrap();
     let input = prepared.seed_input(0).unwrap();
     let c = prepared.workload.cluster.as_ref().unwrap();
-    let sm = c.step_model().unwrap();
+    let resolved = StepModels::resolve(c).unwrap();
     let stream = input.stream().unwrap();
     let mut loader = Loader::new();
     for name in ROUTERS.iter().chain(&["pd_llm_d", "pd_aibrix"]) {
-        let router = loader.router(&PolicySpec::parse(name).unwrap(), &router_context_for(c, &sm, input.seed)).unwrap();
+        let router =
+            loader.router(&PolicySpec::parse(name).unwrap(), &router_context_for(c, &resolved, input.seed)).unwrap();
         let out = runner::run_cluster(c, stream, router, name, input.seed).unwrap();
         let m = |k: &str| out.metrics.get(k).unwrap();
         let served = out.records.iter().filter(|r| !r.completed_at_s.is_nan()).count();

@@ -255,16 +255,17 @@ pub fn cluster_timing_with(
     let mut spec = spec.clone();
     spec.requests = Some(requests);
     spec.duration_s = None;
-    let sm = spec.step_model().map_err(|e| anyhow::anyhow!("{}: {}", e.path, e.message))?;
+    let models = routelab_core::workload::cluster::StepModels::resolve(&spec)
+        .map_err(|e| anyhow::anyhow!("{}: {}", e.path, e.message))?;
     let policy_spec = PolicySpec::parse(policy)?;
     if let Some(s) = &policy_spec.scheduler {
         spec.scheduler = s.clone();
     }
-    let inner = loader.router(&policy_spec, &cluster::router_context_for(&spec, &sm, 1))?;
+    let inner = loader.router(&policy_spec, &cluster::router_context_for(&spec, &models, 1))?;
     let clock = Arc::new(RouterClock::default());
     let router: RouterBox = Router_TO::from_value(Timed { inner, clock: clock.clone() }, TD_Opaque);
     let scheduler = loader.resolve(&PolicySpec::parse(&spec.scheduler)?, routelab_policy_api::PolicyKind::Scheduler)?;
-    let schedulers = routelab_core::runner::make_schedulers(&scheduler, &sm, spec.replicas, 1)?;
+    let schedulers = routelab_core::runner::make_schedulers(&scheduler, &models.main, spec.replicas, 1)?;
     let t = Instant::now();
     let stream = routelab_core::workload::generate::generate(&spec, None, 1).map_err(anyhow::Error::msg)?;
     let generate_s = t.elapsed().as_secs_f64();
@@ -274,9 +275,9 @@ pub fn cluster_timing_with(
     };
     let t = Instant::now();
     let mut sim =
-        cluster::ClusterSim::build(&spec, &sm, &stream, router, schedulers, policy).map_err(anyhow::Error::msg)?;
+        cluster::ClusterSim::build(&spec, &models, &stream, router, schedulers, policy).map_err(anyhow::Error::msg)?;
     if let Some((factory, label)) = admission {
-        let a = factory.admission(&cluster::admission_context(&spec, &sm, 1))?;
+        let a = factory.admission(&cluster::admission_context(&spec, &models, 1))?;
         sim = sim.with_admission(a, label).map_err(anyhow::Error::msg)?;
     }
     let outcome = sim.run()?;

@@ -30,7 +30,7 @@ use crate::seeds::seed_for;
 use crate::sim::cluster::{ClusterSim, Feed, RunOutcome};
 use crate::sim::{self, SetupError};
 use crate::step_model::StepModel;
-use crate::workload::cluster::{ClusterSpec, TraceFormat};
+use crate::workload::cluster::{ClusterSpec, StepModels, TraceFormat};
 use crate::workload::generate::{Extent, LazyStream, RequestStream, generate};
 use crate::workload::{FieldError, InputError, Workload, WorldKind, mooncake, trace};
 
@@ -244,13 +244,16 @@ fn instantiate(policy: &ResolvedPolicy, prepared: &Prepared, run_seed: u64) -> R
         }
         WorldKind::Cluster => {
             let c = w.cluster.as_ref().expect("cluster world");
-            let sm = prepared.step_model.as_ref().expect("prepared cluster world");
-            let router =
-                policy.policy.router(&sim::cluster::router_context_for(c, sm, run_seed)).map_err(of(Part::Policy))?;
+            let models = prepared.step_models.as_ref().expect("prepared cluster world");
+            let sm = &models.main;
+            let router = policy
+                .policy
+                .router(&sim::cluster::router_context_for(c, models, run_seed))
+                .map_err(of(Part::Policy))?;
             let scheduler = policy.scheduler.as_ref().expect("resolved cluster policy");
             let schedulers = make_schedulers(scheduler, sm, c.slots(), run_seed).map_err(of(Part::Scheduler))?;
             let others: Vec<RouterBox> = (1..c.models.len())
-                .map(|m| policy.policy.router(&sim::cluster::router_context_for_model(c, sm, run_seed, m)))
+                .map(|m| policy.policy.router(&sim::cluster::router_context_for_model(c, models, run_seed, m)))
                 .collect::<Result<_, _>>()
                 .map_err(of(Part::Policy))?;
             Ok(Instances::Cluster(router, schedulers, others))
@@ -300,7 +303,7 @@ fn run_seed(
         }
         Instances::Cluster(router, schedulers, others) => {
             let c = w.cluster.as_ref().expect("cluster world");
-            let sm = prepared.step_model.as_ref().expect("prepared cluster world");
+            let models = prepared.step_models.as_ref().expect("prepared cluster world");
             let stream: Feed = match (&input.stream, input.lazy) {
                 (Some(s), _) => Feed::from(&**s),
                 (None, Some(extent)) => {
@@ -308,18 +311,18 @@ fn run_seed(
                 }
                 (None, None) => unreachable!("a cluster seed input has a stream"),
             };
-            let mut sim = ClusterSim::build(c, sm, stream, router, schedulers, label)
+            let mut sim = ClusterSim::build(c, models, stream, router, schedulers, label)
                 .map_err(|e| prepared.setup_error(e))?
                 .with_model_routers(others)
                 .map_err(|e| prepared.setup_error(e))?
                 .with_failures(c.failures.as_ref(), run_seed);
             // Aggregated or disaggregated, the workload's admission policy stands before the router.
             if let Some(a) = &policy.admission {
-                let admission = a.admission(&sim::cluster::admission_context(c, sm, run_seed))?;
+                let admission = a.admission(&sim::cluster::admission_context(c, models, run_seed))?;
                 sim = sim.with_admission(admission, &a.spec.label).map_err(|e| prepared.setup_error(e))?;
             }
             if let Some(s) = &policy.scaler {
-                let scaler = s.scaler(&sim::cluster::scaler_context(c, sm, run_seed))?;
+                let scaler = s.scaler(&sim::cluster::scaler_context(c, models, run_seed))?;
                 sim = sim.with_scaler(scaler, &s.spec.label).map_err(|e| prepared.setup_error(e))?;
             }
             let out = sim.run()?;
@@ -372,12 +375,12 @@ pub fn run_cluster(
     run_seed: u64,
 ) -> Result<RunOutcome, Error> {
     let file = Path::new("<cluster spec>");
-    let sm = spec.step_model().map_err(|e| InputError::from_field(file, e.under("cluster")))?;
+    let models = StepModels::resolve(spec).map_err(|e| InputError::from_field(file, e.under("cluster")))?;
     let scheduler = Loader::new().resolve(&PolicySpec::parse(&spec.scheduler)?, PolicyKind::Scheduler)?;
-    let schedulers = make_schedulers(&scheduler, &sm, spec.slots(), run_seed)?;
+    let schedulers = make_schedulers(&scheduler, &models.main, spec.slots(), run_seed)?;
     let setup =
         |e: SetupError| InputError::from_field(file, FieldError::new(&e.field, e.message, e.fix).under("cluster"));
-    let sim = ClusterSim::build(spec, &sm, stream, router, schedulers, label).map_err(setup)?;
+    let sim = ClusterSim::build(spec, &models, stream, router, schedulers, label).map_err(setup)?;
     Ok(sim.with_failures(spec.failures.as_ref(), run_seed).run()?)
 }
 

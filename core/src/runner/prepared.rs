@@ -33,7 +33,7 @@ pub struct Prepared {
     /// The trace the workload replays (its file read once), if any.
     pub(super) trace: Option<Vec<trace::TraceRow>>,
     /// Cluster world: one replica's step model.
-    pub(super) step_model: Option<StepModel>,
+    pub(super) step_models: Option<StepModels>,
     /// Cluster world replaying a trace: the stream (the same for every seed), checked to fit.
     pub(super) trace_stream: Option<Arc<RequestStream>>,
 }
@@ -88,7 +88,7 @@ impl Prepared {
             return self.seed_input(k);
         };
         let seed = seed_for(w.seed, k);
-        let sm = self.step_model.as_ref().expect("cluster world");
+        let sm = &self.step_models.as_ref().expect("cluster world").main;
         let extent = LazyStream::extent(c, seed, |i, r| sim::cluster::check_fit(sm, i, r))
             .map_err(|e| self.setup_error(e.into()))?
             .map_err(|e| self.setup_error(e))?;
@@ -103,7 +103,7 @@ impl Prepared {
         crate::workload::generate::apply_hints(c, &mut stream, seed);
         crate::workload::generate::apply_lora(c, &mut stream, seed);
         crate::workload::generate::apply_models(c, &mut stream, seed);
-        let sm = self.step_model.as_ref().expect("cluster world");
+        let sm = &self.step_models.as_ref().expect("cluster world").main;
         sim::cluster::check_fits(sm, &stream).map_err(|e| self.setup_error(e))?;
         Ok(stream)
     }
@@ -123,7 +123,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
     let mut notes = Vec::new();
     let mut trace = None;
     let mut mooncake_rows = None;
-    let mut step_model = None;
+    let mut step_models = None;
     if let Some(d) = &workload.dispatch {
         let (_, raw_mean) = crate::workload::dispatch::Sizes::new(&d.service);
         if raw_mean != 1.0 {
@@ -145,7 +145,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
         }
     }
     if let Some(c) = &workload.cluster {
-        step_model = Some(c.step_model().map_err(|e| InputError::from_field(file, e.under("cluster")))?);
+        step_models = Some(StepModels::resolve(c).map_err(|e| InputError::from_field(file, e.under("cluster")))?);
         if let crate::workload::cluster::Arrivals::Trace { path, time_scale, format, spread_s } = &c.arrivals {
             let p = relative_to(file, path);
             let spread = match *spread_s {
@@ -187,14 +187,14 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
             }
         }
     }
-    let mut prepared = Prepared { workload, file: file.into(), notes, trace, step_model, trace_stream: None };
+    let mut prepared = Prepared { workload, file: file.into(), notes, trace, step_models, trace_stream: None };
     if let (Some(c), Some(rows)) = (prepared.workload.cluster.as_ref(), mooncake_rows) {
         // The stream is built from the rows directly (the generator is not used) and checked once.
         let mut stream = crate::workload::generate::mooncake_stream(c, &rows);
         crate::workload::generate::apply_hints(c, &mut stream, prepared.workload.seed);
         crate::workload::generate::apply_lora(c, &mut stream, prepared.workload.seed);
         crate::workload::generate::apply_models(c, &mut stream, prepared.workload.seed);
-        let sm = prepared.step_model.as_ref().expect("cluster world");
+        let sm = &prepared.step_models.as_ref().expect("cluster world").main;
         sim::cluster::check_fits(sm, &stream).map_err(|e| prepared.setup_error(e))?;
         prepared.trace_stream = Some(Arc::new(stream));
     } else if let Some(c) = prepared
@@ -214,7 +214,7 @@ pub fn cluster_stats(p: &Prepared) -> Result<Option<(String, usize)>, InputError
     let Some(c) = &p.workload.cluster else { return Ok(None) };
     if p.trace_stream.is_none() && LazyStream::fits(c) {
         // One pass holding a group at a time: a day of 10^8 requests is never whole.
-        let sm = p.step_model.as_ref().expect("cluster world");
+        let sm = &p.step_models.as_ref().expect("cluster world").main;
         let stats = crate::workload::generate::stats_lazy(c, p.workload.seed, |i, r| sim::cluster::check_fit(sm, i, r))
             .map_err(|e| p.setup_error(e.into()))?
             .map_err(|e| p.setup_error(e))?;

@@ -457,14 +457,9 @@ pub fn impossible(target: &Target, w: &Workload) -> Option<(String, String, Stri
 /// The shortest step any replica of `c` (every P/D pool included) can take, in seconds, and on
 /// what; `None` when a replica is priced by a calibration (no such floor is proven for it).
 fn quickest_step(c: &cluster::ClusterSpec) -> Option<(f64, String)> {
-    let mut models = vec![c.step_model().ok()?];
-    if let Some(d) = &c.disaggregation {
-        let (p, dec) = d.step_models(c).ok()?;
-        models.extend([p, dec]);
-        models.extend(d.mixed_step_model(c).ok()?);
-    }
+    let models = cluster::StepModels::resolve(c).ok()?;
     let mut quickest: Option<(f64, String)> = None;
-    for sm in &models {
+    for sm in models.all() {
         let routelab_core::step_model::Pricer::Roofline(cost) = &sm.pricer else { return None };
         // A step's time is max(compute, bytes) + overhead, and its bytes include the weights.
         let floor = cost.weight_bytes / cost.bytes_per_s + cost.step_overhead_s;

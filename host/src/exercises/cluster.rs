@@ -9,7 +9,7 @@ use routelab_policy_api::{Policy, SchedulerContext, SchedulerPolicy, Waiting, Wa
 use routelab_core::plugin::{Loader, PolicySpec};
 use routelab_core::sim::cluster::{self, RunOutcome};
 use routelab_core::step_model::StepModel;
-use routelab_core::workload::cluster::{ClusterSpec, Popularity};
+use routelab_core::workload::cluster::{ClusterSpec, Popularity, StepModels};
 use routelab_core::workload::generate::{Popular, generate};
 
 /// The long-document preset (the same numbers as workloads/cluster/long_doc_qa.yaml).
@@ -27,9 +27,9 @@ fn long_doc_qa(requests: u64, rate: f64, scheduler: &str) -> ClusterSpec {
 
 /// One run of a built-in `router` on `spec` (aggregated or disaggregated) with `seed`.
 pub(super) fn run(spec: &ClusterSpec, router: &str, seed: u64) -> RunOutcome {
-    let sm = spec.step_model().expect("valid");
+    let models = StepModels::resolve(spec).expect("valid");
     let r = Loader::new()
-        .router(&PolicySpec::parse(router).expect("name"), &cluster::router_context_for(spec, &sm, seed))
+        .router(&PolicySpec::parse(router).expect("name"), &cluster::router_context_for(spec, &models, seed))
         .expect("built-in router");
     let stream = generate(spec, None, seed).expect("synthetic stream");
     routelab_core::runner::run_cluster(spec, &stream, r, router, seed).expect("built-in policies do not fail")

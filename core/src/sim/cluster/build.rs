@@ -5,11 +5,11 @@ use super::*;
 
 impl<'a> ClusterSim<'a> {
     /// Checks the stream against the replicas (every request must fit in one replica's KV) and
-    /// wires `router` (labelled `label` in errors) and one scheduler per replica. `sm` is `spec`'s
-    /// resolved step model.
+    /// wires `router` (labelled `label` in errors) and one scheduler per replica. `models` are
+    /// `spec`'s resolved step models.
     pub fn build(
         spec: &ClusterSpec,
-        sm: &StepModel,
+        models: &StepModels,
         stream: impl Into<Feed<'a>>,
         router: RouterBox,
         schedulers: Vec<SchedulerBox>,
@@ -43,10 +43,8 @@ impl<'a> ClusterSim<'a> {
                         ),
                     ));
                 }
-                let setup = |e: crate::workload::FieldError| SetupError::new(&e.path, e.message, e.fix);
-                let (p, dm) = d.step_models(spec).map_err(setup)?;
-                let mm = d.mixed_step_model(spec).map_err(setup)?.unwrap_or_else(|| dm.clone());
-                Some((d, p, dm, mm))
+                let pd = models.pd.as_ref().expect("the step models of this spec (`StepModels::resolve`)");
+                Some((d, &pd.prefill, &pd.decode, &pd.mixed))
             }
             None if caps.disaggregated() => {
                 return Err(SetupError::new(
@@ -57,7 +55,8 @@ impl<'a> ClusterSim<'a> {
             }
             None => None,
         };
-        let (psm, dsm, msm) = pools.as_ref().map_or((sm, sm, sm), |(_, p, d, m)| (p, d, m));
+        let sm = &models.main;
+        let (psm, dsm, msm) = pools.map_or((sm, sm, sm), |(_, p, d, m)| (p, d, m));
         let mut stream: Feed<'a> = stream.into();
         let (total, sessions) = (stream.len(), stream.sessions.is_some());
         // A disaggregated cluster's own figures and an agent session's makespan read every
@@ -67,9 +66,8 @@ impl<'a> ClusterSim<'a> {
         check_fits(psm, &stream)?;
         check_fits(dsm, &stream)?;
         check_fits(msm, &stream)?;
-        let setup = |e: crate::workload::FieldError| SetupError::new(&e.path, e.message, e.fix);
-        let gpu_pools = spec.pool_step_models().map_err(setup)?;
-        for gsm in &gpu_pools {
+        let gpu_pools = &models.pools;
+        for gsm in gpu_pools {
             check_fits(gsm, &stream)?;
         }
         let pool_cfg = |sm: &StepModel| ReplicaConfig {
@@ -137,8 +135,8 @@ impl<'a> ClusterSim<'a> {
         let mut sim = Self {
             scrape_interval,
             stream,
-            cfgs: [psm, dsm, msm].into_iter().chain(&gpu_pools).map(pool_cfg).collect(),
-            pricers: [psm, dsm, msm].into_iter().chain(&gpu_pools).map(|m| m.pricer).collect(),
+            cfgs: [psm, dsm, msm].into_iter().chain(gpu_pools).map(pool_cfg).collect(),
+            pricers: [psm, dsm, msm].into_iter().chain(gpu_pools).map(|m| m.pricer).collect(),
             gpu_pool: spec.replica_pools(),
             pd: pools.map(|(d, _, dm, _)| Pd::new(d, dm.cost.kv_bytes_per_token, dm.model.layers, total)),
             eviction_delay: ticks(spec.eviction_delay_s),

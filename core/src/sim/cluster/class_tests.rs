@@ -31,16 +31,17 @@ pub(super) fn run_with<T>(
     seed: u64,
     go: impl FnOnce(ClusterSim) -> T,
 ) -> T {
-    let sm = spec.step_model().unwrap();
+    let resolved = StepModels::resolve(spec).unwrap();
+    let sm = &resolved.main;
     let mut loader = Loader::new();
-    let r = loader.router(&PolicySpec::parse(router).unwrap(), &router_context_for(spec, &sm, seed)).unwrap();
+    let r = loader.router(&PolicySpec::parse(router).unwrap(), &router_context_for(spec, &resolved, seed)).unwrap();
     let sched = loader.resolve(&PolicySpec::parse(&spec.scheduler).unwrap(), PolicyKind::Scheduler).unwrap();
-    let schedulers = crate::runner::make_schedulers(&sched, &sm, spec.replicas, seed).unwrap();
+    let schedulers = crate::runner::make_schedulers(&sched, sm, spec.replicas, seed).unwrap();
     let stream = generate(spec, None, seed).unwrap();
-    let mut sim = ClusterSim::build(spec, &sm, &stream, r, schedulers, router).unwrap();
+    let mut sim = ClusterSim::build(spec, &resolved, &stream, r, schedulers, router).unwrap();
     if let Some(a) = admission {
         let f = loader.admission_factory(&PolicySpec::parse(a).unwrap()).unwrap();
-        sim = sim.with_admission(f.admission(&admission_context(spec, &sm, seed)).unwrap(), a).unwrap();
+        sim = sim.with_admission(f.admission(&admission_context(spec, &resolved, seed)).unwrap(), a).unwrap();
     }
     go(sim)
 }

@@ -9,8 +9,8 @@ use super::super::SetupError;
 use crate::facts::RequestInfo;
 use crate::seeds::stream_seed;
 use crate::step_model::StepModel;
-use crate::workload::cluster::ClusterSpec;
 use crate::workload::cluster::classes::ClassSpec;
+use crate::workload::cluster::{ClusterSpec, StepModels};
 use crate::workload::generate::{GeneratedRequest, RequestStream};
 use crate::workload::slo::Slo;
 
@@ -27,11 +27,12 @@ pub fn router_context(sm: &StepModel, replicas: u32, run_seed: u64) -> RouterCon
     }
 }
 
-/// What a router is told at creation on `spec`'s cluster (`sm` its resolved step model): on a
-/// disaggregated one, `replicas` counts the decode candidates (mixed + decode instances),
+/// What a router is told at creation on `spec`'s cluster (`models` its resolved step models): on
+/// a disaggregated one, `replicas` counts the decode candidates (mixed + decode instances),
 /// capacity and cost describe the decode pool, and `disaggregation` the prefill candidates, the
 /// link and the shared tier.
-pub fn router_context_for(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> RouterContext {
+pub fn router_context_for(spec: &ClusterSpec, models: &StepModels, run_seed: u64) -> RouterContext {
+    let sm = &models.main;
     let facts: RVec<_> = crate::facts::cluster_context_with(
         spec.chunk_tokens,
         spec.max_step_tokens,
@@ -47,8 +48,8 @@ pub fn router_context_for(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> 
         let replicas = if spec.models.is_empty() { spec.slots() } else { spec.models[0].replicas };
         return RouterContext { facts, ..router_context(sm, replicas, run_seed) };
     };
-    // Validated with the workload; a failure here would have stopped it before any run.
-    let (p, dm) = d.step_models(spec).unwrap_or_else(|_| (sm.clone(), sm.clone()));
+    let pd = models.pd.as_ref().expect("the step models of this spec (`StepModels::resolve`)");
+    let (p, dm) = (&pd.prefill, &pd.decode);
     RouterContext {
         disaggregation: RSome(PdContext {
             prefill_replicas: d.prefill.instances + d.mixed_instances(),
@@ -67,15 +68,15 @@ pub fn router_context_for(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> 
                 .map_or(0, |t| (t.capacity_gb * 1e9 / dm.cost.kv_bytes_per_token).floor() as u64),
         }),
         facts,
-        ..router_context(&dm, d.decode.instances + d.mixed_instances(), run_seed)
+        ..router_context(dm, d.decode.instances + d.mixed_instances(), run_seed)
     }
 }
 
 /// What model `model`'s router is told at creation on `spec`'s cluster of several models
 /// (`cluster.models`): its own replica count, and a seed of its own (model 0's is
 /// [`router_context_for`]'s, so a one-model run is unchanged).
-pub fn router_context_for_model(spec: &ClusterSpec, sm: &StepModel, run_seed: u64, model: usize) -> RouterContext {
-    let ctx = router_context_for(spec, sm, run_seed);
+pub fn router_context_for_model(spec: &ClusterSpec, models: &StepModels, run_seed: u64, model: usize) -> RouterContext {
+    let ctx = router_context_for(spec, models, run_seed);
     if model == 0 {
         return ctx;
     }
@@ -87,19 +88,23 @@ pub fn router_context_for_model(spec: &ClusterSpec, sm: &StepModel, run_seed: u6
 }
 
 /// What an admission policy is told at creation on `spec`'s cluster.
-pub fn admission_context(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> routelab_policy_api::AdmissionContext {
-    let ctx = router_context_for(spec, sm, run_seed);
+pub fn admission_context(
+    spec: &ClusterSpec,
+    models: &StepModels,
+    run_seed: u64,
+) -> routelab_policy_api::AdmissionContext {
+    let ctx = router_context_for(spec, models, run_seed);
     routelab_policy_api::AdmissionContext {
         world: World::Cluster,
         replicas: spec.slots(),
         seed: stream_seed(run_seed, "policy.admission"),
-        kv_capacity_tokens: sm.kv_capacity_tokens,
+        kv_capacity_tokens: models.main.kv_capacity_tokens,
         facts: ctx.facts,
     }
 }
 
 /// What a scaler is told at creation on `spec`'s cluster (one pool; `spec.autoscaling` set).
-pub fn scaler_context(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> routelab_policy_api::ScalerContext {
+pub fn scaler_context(spec: &ClusterSpec, models: &StepModels, run_seed: u64) -> routelab_policy_api::ScalerContext {
     let a = spec.autoscaling.as_ref().expect("a scaler runs on a cluster with autoscaling");
     routelab_policy_api::ScalerContext {
         world: World::Cluster,
@@ -107,8 +112,8 @@ pub fn scaler_context(spec: &ClusterSpec, sm: &StepModel, run_seed: u64) -> rout
         seed: stream_seed(run_seed, "policy.scaler"),
         interval_s: a.interval_s,
         model_load_s: a.model_load_s,
-        kv_capacity_tokens: sm.kv_capacity_tokens,
-        facts: router_context_for(spec, sm, run_seed).facts,
+        kv_capacity_tokens: models.main.kv_capacity_tokens,
+        facts: router_context_for(spec, models, run_seed).facts,
     }
 }
 

@@ -118,8 +118,8 @@ fn spread(rows: &[MooncakeRow], bin_s: f64) -> Vec<MooncakeRow> {
 
 /// Runs logged `llm_d` (default profile) on `stream`: the outcome and its decisions.
 fn run_llm_d(spec: &ClusterSpec, stream: &RequestStream) -> (RunOutcome, Vec<Decision>) {
-    let sm = spec.step_model().unwrap();
-    let ctx = router_context_for(spec, &sm, 1);
+    let resolved = StepModels::resolve(spec).unwrap();
+    let ctx = router_context_for(spec, &resolved, 1);
     let log = Arc::new(Mutex::new(Vec::new()));
     let policy = Logged { inner: LlmD::new(LlmDConfig::default(), &ctx).unwrap(), log: log.clone() };
     let router = Router_TO::from_value(Guarded::new(policy), abi_stable::sabi_trait::TD_Opaque);
@@ -129,8 +129,8 @@ fn run_llm_d(spec: &ClusterSpec, stream: &RequestStream) -> (RunOutcome, Vec<Dec
 }
 
 fn run_builtin(spec: &ClusterSpec, stream: &RequestStream, name: &str) -> RunOutcome {
-    let sm = spec.step_model().unwrap();
-    let r = Loader::new().router(&PolicySpec::parse(name).unwrap(), &router_context_for(spec, &sm, 1)).unwrap();
+    let resolved = StepModels::resolve(spec).unwrap();
+    let r = Loader::new().router(&PolicySpec::parse(name).unwrap(), &router_context_for(spec, &resolved, 1)).unwrap();
     run_cluster(spec, stream, r, name, 1).unwrap()
 }
 

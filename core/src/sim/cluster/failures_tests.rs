@@ -56,15 +56,16 @@ fn stream(rows: &[(f64, u64, u32, u32)]) -> RequestStream {
 
 /// Runs `spec` on `stream` with the `Newest` router, failures as the spec says (seed 1).
 fn run(spec: &ClusterSpec, stream: &RequestStream) -> RunOutcome {
-    let sm = spec.step_model().unwrap();
-    let ctx = router_context_for(spec, &sm, 1);
+    let resolved = StepModels::resolve(spec).unwrap();
+    let sm = &resolved.main;
+    let ctx = router_context_for(spec, &resolved, 1);
     let Maker::Router(make) = routelab_policy_api::router::<Newest>().make else { unreachable!() };
     let router = make("", &ctx).unwrap();
     let mut loader = Loader::new();
     let sched =
         loader.resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler).unwrap();
-    let schedulers = crate::runner::make_schedulers(&sched, &sm, spec.slots(), 1).unwrap();
-    let sim = ClusterSim::build(spec, &sm, stream, router, schedulers, "newest").unwrap();
+    let schedulers = crate::runner::make_schedulers(&sched, sm, spec.slots(), 1).unwrap();
+    let sim = ClusterSim::build(spec, &resolved, stream, router, schedulers, "newest").unwrap();
     sim.with_failures(spec.failures.as_ref(), 1).run().unwrap()
 }
 
@@ -212,18 +213,19 @@ fn every_request_completes_or_fails_once_under_random_crashes_and_the_seed_repla
     .unwrap();
     spec.arrivals = crate::workload::cluster::Arrivals::Poisson { rate: 8.0 };
     spec.requests = Some(1500);
-    let sm = spec.step_model().unwrap();
+    let resolved = StepModels::resolve(&spec).unwrap();
+    let sm = &resolved.main;
     let stream = crate::workload::generate::generate(&spec, None, 1).unwrap();
     for policy in ["least_requests", "least_work_left", "sglang_cache_aware"] {
         let once = |seed: u64| {
             let mut loader = Loader::new();
-            let ctx = router_context_for(&spec, &sm, seed);
+            let ctx = router_context_for(&spec, &resolved, seed);
             let router = loader.router(&PolicySpec::parse(policy).unwrap(), &ctx).unwrap();
             let sched = loader
                 .resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler)
                 .unwrap();
-            let schedulers = crate::runner::make_schedulers(&sched, &sm, spec.slots(), seed).unwrap();
-            let sim = ClusterSim::build(&spec, &sm, &stream, router, schedulers, policy).unwrap();
+            let schedulers = crate::runner::make_schedulers(&sched, sm, spec.slots(), seed).unwrap();
+            let sim = ClusterSim::build(&spec, &resolved, &stream, router, schedulers, policy).unwrap();
             sim.with_failures(spec.failures.as_ref(), seed).run().unwrap_or_else(|e| panic!("{policy}: {e}"))
         };
         let (a, b, c) = (once(1), once(1), once(2));

@@ -78,15 +78,16 @@ fn stream(rows: &[(f64, u64, u32, u32)]) -> RequestStream {
 
 /// Runs `spec` on `stream` with the `Newest` router and, if given, a `Fixed(n)` scaler.
 fn run(spec: &ClusterSpec, stream: &RequestStream, scaler: Option<u32>) -> RunOutcome {
-    let sm = spec.step_model().unwrap();
-    let ctx = router_context_for(spec, &sm, 1);
+    let resolved = StepModels::resolve(spec).unwrap();
+    let sm = &resolved.main;
+    let ctx = router_context_for(spec, &resolved, 1);
     let Maker::Router(make) = routelab_policy_api::router::<Newest>().make else { unreachable!() };
     let router = make("", &ctx).unwrap();
     let mut loader = Loader::new();
     let sched =
         loader.resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler).unwrap();
-    let schedulers = crate::runner::make_schedulers(&sched, &sm, spec.slots(), 1).unwrap();
-    let mut sim = ClusterSim::build(spec, &sm, stream, router, schedulers, "newest").unwrap();
+    let schedulers = crate::runner::make_schedulers(&sched, sm, spec.slots(), 1).unwrap();
+    let mut sim = ClusterSim::build(spec, &resolved, stream, router, schedulers, "newest").unwrap();
     if let Some(n) = scaler {
         let s = Scaler_TO::from_value(Guarded::new(Fixed(n)), TD_Opaque);
         sim = sim.with_scaler(s, "fixed").unwrap();
@@ -156,17 +157,18 @@ fn every_request_finishes_once_while_the_fleet_scales() {
     spec.arrivals = crate::workload::cluster::Arrivals::Diurnal { rate: 30.0, amplitude: 0.8, period_s: 600.0 };
     spec.duration_s = Some(600.0);
     for scaler in ["hpa{metric: requests, target: 8}", "dynamo_planner", "llm_d_wva"] {
-        let sm = spec.step_model().unwrap();
+        let resolved = StepModels::resolve(&spec).unwrap();
+        let sm = &resolved.main;
         let mut loader = Loader::new();
-        let ctx = router_context_for(&spec, &sm, 1);
+        let ctx = router_context_for(&spec, &resolved, 1);
         let router = loader.router(&PolicySpec::parse("least_requests").unwrap(), &ctx).unwrap();
         let sched =
             loader.resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler).unwrap();
-        let schedulers = crate::runner::make_schedulers(&sched, &sm, spec.slots(), 1).unwrap();
+        let schedulers = crate::runner::make_schedulers(&sched, sm, spec.slots(), 1).unwrap();
         let stream = crate::workload::generate::generate(&spec, None, 1).unwrap();
         let s = loader.scaler_factory(&PolicySpec::parse(scaler).unwrap()).unwrap();
-        let s = s.scaler(&scaler_context(&spec, &sm, 1)).unwrap();
-        let out = ClusterSim::build(&spec, &sm, &stream, router, schedulers, "least_requests")
+        let s = s.scaler(&scaler_context(&spec, &resolved, 1)).unwrap();
+        let out = ClusterSim::build(&spec, &resolved, &stream, router, schedulers, "least_requests")
             .unwrap()
             .with_scaler(s, scaler)
             .unwrap()

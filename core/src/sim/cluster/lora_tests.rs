@@ -26,9 +26,9 @@ fn one_replica(lora: &str, output: u32, rate: f64, requests: u32) -> ClusterSpec
 }
 
 fn run_with(s: &ClusterSpec, st: &crate::workload::generate::RequestStream) -> RunOutcome {
-    let sm = s.step_model().unwrap();
+    let resolved = StepModels::resolve(s).unwrap();
     let r = crate::plugin::Loader::new()
-        .router(&crate::plugin::PolicySpec::parse("round_robin").unwrap(), &router_context_for(s, &sm, 1))
+        .router(&crate::plugin::PolicySpec::parse("round_robin").unwrap(), &router_context_for(s, &resolved, 1))
         .unwrap();
     crate::runner::run_cluster(s, st, r, "round_robin", 1).unwrap()
 }

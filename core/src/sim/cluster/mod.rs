@@ -122,7 +122,7 @@ use crate::facts::RequestInfo;
 use crate::handle::{AdmissionHandle, Admitted, RouterHandle, SchedulerHandle};
 use crate::step_model::{Pricer, StepModel};
 use crate::time::{SimTime, seconds, ticks};
-use crate::workload::cluster::{ClusterSpec, Preemption};
+use crate::workload::cluster::{ClusterSpec, Preemption, StepModels};
 
 enum Event {
     StepEnd(u32),

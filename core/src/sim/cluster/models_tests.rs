@@ -83,35 +83,37 @@ fn run_with<P: RouterPolicy + Policy<Config = (), Context = RouterContext> + 'st
     stream: &RequestStream,
     give_others: bool,
 ) -> Result<RunOutcome, RunError> {
-    let sm = spec.step_model().unwrap();
+    let resolved = StepModels::resolve(spec).unwrap();
+    let sm = &resolved.main;
     let make = |m: usize| {
         let Maker::Router(make) = routelab_policy_api::router::<P>().make else { unreachable!() };
-        make("", &router_context_for_model(spec, &sm, 1, m)).unwrap()
+        make("", &router_context_for_model(spec, &resolved, 1, m)).unwrap()
     };
     let others: Vec<_> = (1..spec.models.len()).map(make).collect();
     let sched =
         Loader::new().resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler).unwrap();
-    let schedulers = crate::runner::make_schedulers(&sched, &sm, spec.slots(), 1).unwrap();
-    let sim = ClusterSim::build(spec, &sm, stream, make(0), schedulers, P::NAME).unwrap();
+    let schedulers = crate::runner::make_schedulers(&sched, sm, spec.slots(), 1).unwrap();
+    let sim = ClusterSim::build(spec, &resolved, stream, make(0), schedulers, P::NAME).unwrap();
     // Without the other models' routers the run refuses to start.
     if give_others { sim.with_model_routers(others).unwrap() } else { sim }.run()
 }
 
 /// Runs built-in `name` on `spec`'s generated stream (seed `seed`), one router per model.
 fn run_named(spec: &ClusterSpec, name: &str, seed: u64) -> RunOutcome {
-    let sm = spec.step_model().unwrap();
+    let resolved = StepModels::resolve(spec).unwrap();
+    let sm = &resolved.main;
     let mut stream = generate(spec, None, seed).unwrap();
     apply_models(spec, &mut stream, seed);
     let mut loader = Loader::new();
     let p = PolicySpec::parse(name).unwrap();
-    let r0 = loader.router(&p, &router_context_for(spec, &sm, seed)).unwrap();
+    let r0 = loader.router(&p, &router_context_for(spec, &resolved, seed)).unwrap();
     let others = (1..spec.models.len())
-        .map(|m| loader.router(&p, &router_context_for_model(spec, &sm, seed, m)).unwrap())
+        .map(|m| loader.router(&p, &router_context_for_model(spec, &resolved, seed, m)).unwrap())
         .collect();
     let sched =
         loader.resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler).unwrap();
-    let schedulers = crate::runner::make_schedulers(&sched, &sm, spec.slots(), seed).unwrap();
-    let sim = ClusterSim::build(spec, &sm, &stream, r0, schedulers, name).unwrap();
+    let schedulers = crate::runner::make_schedulers(&sched, sm, spec.slots(), seed).unwrap();
+    let sim = ClusterSim::build(spec, &resolved, &stream, r0, schedulers, name).unwrap();
     sim.with_model_routers(others).unwrap().run().unwrap()
 }
 

@@ -53,15 +53,16 @@ fn stream() -> RequestStream {
 }
 
 fn run(spec: &ClusterSpec) -> RunOutcome {
-    let sm = spec.step_model().unwrap();
-    let ctx = router_context_for(spec, &sm, 1);
+    let resolved = StepModels::resolve(spec).unwrap();
+    let sm = &resolved.main;
+    let ctx = router_context_for(spec, &resolved, 1);
     let Maker::Router(make) = routelab_policy_api::router::<ById>().make else { unreachable!() };
     let router = make("", &ctx).unwrap();
     let mut loader = Loader::new();
     let sched =
         loader.resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler).unwrap();
-    let schedulers = crate::runner::make_schedulers(&sched, &sm, spec.slots(), 1).unwrap();
-    ClusterSim::build(spec, &sm, &stream(), router, schedulers, "by_id").unwrap().run().unwrap()
+    let schedulers = crate::runner::make_schedulers(&sched, sm, spec.slots(), 1).unwrap();
+    ClusterSim::build(spec, &resolved, &stream(), router, schedulers, "by_id").unwrap().run().unwrap()
 }
 
 /// An H100 pool and an A6000 pool of one replica each: the request on each runs exactly as on a

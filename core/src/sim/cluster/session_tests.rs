@@ -88,9 +88,9 @@ fn a_tool_loop_makespan_is_its_steps_plus_its_pauses() {
 }
 
 fn run_sim(s: &ClusterSpec, st: &crate::workload::generate::RequestStream) -> RunOutcome {
-    let sm = s.step_model().unwrap();
+    let resolved = StepModels::resolve(s).unwrap();
     let r = crate::plugin::Loader::new()
-        .router(&crate::plugin::PolicySpec::parse("round_robin").unwrap(), &router_context_for(s, &sm, 1))
+        .router(&crate::plugin::PolicySpec::parse("round_robin").unwrap(), &router_context_for(s, &resolved, 1))
         .unwrap();
     crate::runner::run_cluster(s, st, r, "round_robin", 1).unwrap()
 }

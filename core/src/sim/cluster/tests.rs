@@ -27,8 +27,9 @@ pub(crate) fn run_named(
     router: &str,
     seed: u64,
 ) -> Result<RunOutcome, crate::error::Error> {
-    let sm = spec.step_model().unwrap();
-    let r = Loader::new().router(&PolicySpec::parse(router).unwrap(), &router_context_for(spec, &sm, seed)).unwrap();
+    let resolved = StepModels::resolve(spec).unwrap();
+    let r =
+        Loader::new().router(&PolicySpec::parse(router).unwrap(), &router_context_for(spec, &resolved, seed)).unwrap();
     let mut stream = generate(spec, trace, seed).unwrap();
     crate::workload::generate::apply_lora(spec, &mut stream, seed);
     run_cluster(spec, &stream, r, router, seed)
@@ -158,8 +159,9 @@ impl RouterPolicy for Follow {
 
 /// One seed-1 run of `spec` with the `Follow` test router.
 fn run_follow(spec: &ClusterSpec) -> RunOutcome {
-    let sm = spec.step_model().unwrap();
-    let ctx = router_context(&sm, spec.replicas, 1);
+    let resolved = StepModels::resolve(spec).unwrap();
+    let sm = &resolved.main;
+    let ctx = router_context(sm, spec.replicas, 1);
     let router = Router_TO::from_value(
         Guarded::new(Follow::new(Default::default(), &ctx).unwrap()),
         abi_stable::sabi_trait::TD_Opaque,
@@ -298,15 +300,16 @@ impl SchedulerPolicy for Faulty {
 }
 
 fn run_with_scheduler(spec: &ClusterSpec, twice: bool) -> Result<RunOutcome, RunError> {
-    let sm = spec.step_model().unwrap();
+    let resolved = StepModels::resolve(spec).unwrap();
+    let sm = &resolved.main;
     let router = Loader::new()
-        .router(&PolicySpec::parse("round_robin").unwrap(), &router_context(&sm, spec.replicas, 1))
+        .router(&PolicySpec::parse("round_robin").unwrap(), &router_context(sm, spec.replicas, 1))
         .unwrap();
     let schedulers = (0..spec.replicas)
         .map(|_| Scheduler_TO::from_value(Guarded::new(Faulty { twice }), abi_stable::sabi_trait::TD_Opaque))
         .collect();
     let stream = generate(spec, None, 1).unwrap();
-    ClusterSim::build(spec, &sm, &stream, router, schedulers, "round_robin").unwrap().run()
+    ClusterSim::build(spec, &resolved, &stream, router, schedulers, "round_robin").unwrap().run()
 }
 
 #[test]
@@ -377,8 +380,9 @@ where
     P: RouterPolicy + Policy<Config = routelab_policies::NoConfig, Context = RouterContext> + 'static,
 {
     use abi_stable::sabi_trait::TD_Opaque;
-    let sm = spec.step_model().unwrap();
-    let ctx = router_context(&sm, spec.replicas, 1);
+    let resolved = StepModels::resolve(spec).unwrap();
+    let sm = &resolved.main;
+    let ctx = router_context(sm, spec.replicas, 1);
     let router = Router_TO::from_value(Guarded::new(P::new(Default::default(), &ctx).unwrap()), TD_Opaque);
     let stream = generate(spec, None, 1).unwrap();
     run_cluster(spec, &stream, router, P::NAME, 1).unwrap()
@@ -468,8 +472,9 @@ fn routers_price_with_the_hosts_pricer_and_read_the_engine_facts() {
     spec.gpu = crate::step_model::Choice::Name("rtx-pro-6000".into());
     spec.model = crate::step_model::Choice::Name("llama-3.1-8b".into());
     spec.calibration = Some(crate::step_model::Choice::Name("rtx-pro-6000".into()));
-    let sm = spec.step_model().unwrap();
-    let ctx = router_context_for(&spec, &sm, 1);
+    let resolved = StepModels::resolve(&spec).unwrap();
+    let sm = &resolved.main;
+    let ctx = router_context_for(&spec, &resolved, 1);
     let cost = ctx.cost.clone().into_option().expect("a cluster has a cost model");
     let chunk = [Chunk { new_tokens: 2048, context_tokens: 512 }];
     for step in [Step::mixed(0, 0, &chunk), Step::decode(32, 64_000), Step::mixed(8, 9000, &chunk)] {
@@ -540,10 +545,11 @@ fn mooncake_fast25_scheduling_keeps_the_published_ttft_order() {
         .unwrap();
     let mut stream = crate::workload::generate::mooncake_stream(&spec, &rows);
     crate::workload::generate::apply_hints(&spec, &mut stream, 1);
-    let sm = spec.step_model().unwrap();
+    let resolved = StepModels::resolve(&spec).unwrap();
     let ttft = |mode: &str| {
         let name = format!("pd_mooncake{{scheduling: {mode}}}");
-        let r = Loader::new().router(&PolicySpec::parse(&name).unwrap(), &router_context_for(&spec, &sm, 1)).unwrap();
+        let r =
+            Loader::new().router(&PolicySpec::parse(&name).unwrap(), &router_context_for(&spec, &resolved, 1)).unwrap();
         m(&run_cluster(&spec, &stream, r, &name, 1).unwrap(), "ttft_mean_s")
     };
     let (random, balance, local, global) =
@@ -563,10 +569,11 @@ fn mooncake_fast25_with_a_dram_tier_keeps_the_published_ttft_order() {
         .unwrap();
     let mut stream = crate::workload::generate::mooncake_stream(&spec, &rows);
     crate::workload::generate::apply_hints(&spec, &mut stream, 1);
-    let sm = spec.step_model().unwrap();
+    let resolved = StepModels::resolve(&spec).unwrap();
     let run = |mode: &str| {
         let name = format!("pd_mooncake{{scheduling: {mode}}}");
-        let r = Loader::new().router(&PolicySpec::parse(&name).unwrap(), &router_context_for(&spec, &sm, 1)).unwrap();
+        let r =
+            Loader::new().router(&PolicySpec::parse(&name).unwrap(), &router_context_for(&spec, &resolved, 1)).unwrap();
         let o = run_cluster(&spec, &stream, r, &name, 1).unwrap();
         (m(&o, "ttft_mean_s"), m(&o, "tier.hit_rate_all"))
     };

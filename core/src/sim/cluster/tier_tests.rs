@@ -39,8 +39,8 @@ fn stream() -> RequestStream {
 }
 
 fn run(spec: &ClusterSpec) -> RunOutcome {
-    let sm = spec.step_model().unwrap();
-    let ctx = router_context_for(spec, &sm, 1);
+    let resolved = StepModels::resolve(spec).unwrap();
+    let ctx = router_context_for(spec, &resolved, 1);
     let r =
         crate::plugin::Loader::new().router(&crate::plugin::PolicySpec::parse("round_robin").unwrap(), &ctx).unwrap();
     run_cluster(spec, &stream(), r, "round_robin", 1).unwrap()
@@ -53,7 +53,8 @@ fn run(spec: &ClusterSpec) -> RunOutcome {
 #[test]
 fn an_evicted_prefix_loads_back_from_the_cpu_tier_on_the_steps_critical_path() {
     let cpu = "kv_tiers: {cpu: {capacity_gb: 10, bandwidth_gbps: 400, base_latency_s: 0.0001}, layerwise: LW}";
-    let sm = spec("").step_model().unwrap();
+    let resolved = StepModels::resolve(&spec("")).unwrap();
+    let sm = &resolved.main;
     let cap = sm.kv_capacity_tokens;
     assert!((20_102..40_000).contains(&cap), "capacity {cap}");
     let left = cap as u32 - 20_001;
@@ -91,7 +92,8 @@ fn an_evicted_prefix_loads_back_from_the_cpu_tier_on_the_steps_critical_path() {
 /// A CPU tier too small for A passes it on to the shared remote tier, whose link is slower.
 #[test]
 fn a_block_too_large_for_the_cpu_tier_goes_on_to_the_remote_tier() {
-    let sm = spec("").step_model().unwrap();
+    let resolved = StepModels::resolve(&spec("")).unwrap();
+    let sm = &resolved.main;
     let kv = sm.cost.kv_bytes_per_token;
     let cpu_gb = 10_000.0 * kv / 1e9;
     let yaml = format!(
@@ -158,7 +160,8 @@ impl routelab_policy_api::RouterPolicy for SeesTiers {
 fn routers_see_the_gpu_match_continued_in_the_tiers() {
     use abi_stable::sabi_trait::TD_Opaque;
     use routelab_policy_api::{Guarded, Router_TO};
-    let sm = spec("").step_model().unwrap();
+    let resolved = StepModels::resolve(&spec("")).unwrap();
+    let sm = &resolved.main;
     let loaded = 20_000 - (sm.kv_capacity_tokens as u32 - 20_001);
     let kv = sm.cost.kv_bytes_per_token;
     let small = 10_000.0 * kv / 1e9;

@@ -50,6 +50,7 @@ pub mod models;
 pub mod pools;
 pub mod session;
 pub mod stages;
+pub mod step_models;
 mod validate;
 pub mod vllm;
 
@@ -58,6 +59,7 @@ pub use generator::{Contexts, Generator, Popularity, TokenShape, Tokens};
 use serde::{Deserialize, Serialize};
 
 pub use self::arrivals::{Arrivals, TraceFormat};
+pub use self::step_models::{PdStepModels, StepModels};
 
 use super::FieldError;
 use super::limits::{self, MAX_HORIZON, at_most, fits_clock};

@@ -147,13 +147,13 @@ fn simulate_with(
         });
     }
     let spec = cluster(eviction_delay_s, memory_fraction);
-    let sm = spec.step_model().expect("a step model");
-    let ctx = routelab_core::sim::cluster::router_context_for(&spec, &sm, RUN_SEED);
+    let models = routelab_core::workload::cluster::StepModels::resolve(&spec).expect("the step models");
+    let ctx = routelab_core::sim::cluster::router_context_for(&spec, &models, RUN_SEED);
     let spec_p = PolicySpec::parse(policy).unwrap();
     let router = Loader::new().resolve(&spec_p, PolicyKind::Router).unwrap().router(&ctx).unwrap();
     let out = routelab_core::runner::run_cluster(&spec, &stream, router, policy, RUN_SEED).expect("runs");
     assert_eq!(out.metrics.get("completed"), Some(REQUESTS as f64));
-    (out.records.iter().map(|r| r.replica).collect(), sm.kv_capacity_tokens)
+    (out.records.iter().map(|r| r.replica).collect(), models.main.kv_capacity_tokens)
 }
 
 /// Batches an engine's replay socket holds from `from` on (vLLM's protocol: `["", from]`, answers
