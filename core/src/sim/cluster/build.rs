@@ -135,8 +135,18 @@ impl<'a> ClusterSim<'a> {
         let mut sim = Self {
             scrape_interval,
             stream,
-            cfgs: [psm, dsm, msm].into_iter().chain(gpu_pools).map(pool_cfg).collect(),
-            pricers: [psm, dsm, msm].into_iter().chain(gpu_pools).map(|m| m.pricer).collect(),
+            cfgs: ByPool {
+                prefill: pool_cfg(psm),
+                decode: pool_cfg(dsm),
+                mixed: pool_cfg(msm),
+                gpu: gpu_pools.iter().map(pool_cfg).collect(),
+            },
+            pricers: ByPool {
+                prefill: psm.pricer,
+                decode: dsm.pricer,
+                mixed: msm.pricer,
+                gpu: gpu_pools.iter().map(|m| m.pricer).collect(),
+            },
             gpu_pool: spec.replica_pools(),
             pd: pools.map(|(d, _, dm, _)| Pd::new(d, dm.cost.kv_bytes_per_token, dm.model.layers, total)),
             eviction_delay: ticks(spec.eviction_delay_s),

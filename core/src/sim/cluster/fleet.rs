@@ -256,7 +256,7 @@ impl ClusterSim<'_> {
         // The scaler reads the router's views, KV use counted as vLLM's `kv_cache_usage_perc`
         // counts it ([`Replica::kv_referenced_tokens`]).
         for (k, &slot) in self.routable.iter().enumerate() {
-            self.views[k] = self.replicas[slot as usize].view(&self.cfgs[1]);
+            self.views[k] = self.replicas[slot as usize].view(&self.cfgs[super::ReplicaPool::Decode]);
         }
         let f = self.fleet.as_mut().expect("scale events come with a fleet");
         f.last = f.last.max(now);

@@ -48,7 +48,7 @@ impl ClusterSim<'_> {
             return Ok(());
         }
         // Aggregated clusters only (checked): every replica prices with the one pricer.
-        let pricer: &Pricer = &self.pricers[1];
+        let pricer: &Pricer = &self.pricers[super::ReplicaPool::Decode];
         let group: u64 = steps.iter().map(|&(_, t)| t).sum();
         let dummy = pricer.step_time_s(&Step::decode(1, 0));
         let slowest =

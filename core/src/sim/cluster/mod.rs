@@ -156,21 +156,55 @@ struct Evicted {
     remaining_tokens: u32,
 }
 
-/// The pool of replica `r`: 0 = prefill, 1 = decode (every replica of an aggregated cluster),
-/// 2 = mixed.
-fn pool_of(pd: Option<&Pd>, r: usize) -> usize {
-    match pd {
-        Some(pd) if r < pd.decode_start => 0,
-        Some(pd) if r < pd.prefill_end => 2,
-        _ => 1,
+/// The pool a replica belongs to: which engine configuration and step pricer it runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ReplicaPool {
+    /// A disaggregated cluster's prefill instances.
+    Prefill,
+    /// A disaggregated cluster's decode instances, and every replica of an aggregated cluster
+    /// without GPU pools.
+    Decode,
+    /// A disaggregated cluster's mixed instances.
+    Mixed,
+    /// GPU pool `k`: `cluster.pools[k]`, or the `k`-th model with its own hardware.
+    Gpu(u8),
+}
+
+/// One value per [`ReplicaPool`].
+#[derive(Clone, Debug)]
+pub(super) struct ByPool<T> {
+    pub(super) prefill: T,
+    pub(super) decode: T,
+    pub(super) mixed: T,
+    pub(super) gpu: Vec<T>,
+}
+
+impl<T> std::ops::Index<ReplicaPool> for ByPool<T> {
+    type Output = T;
+    fn index(&self, pool: ReplicaPool) -> &T {
+        match pool {
+            ReplicaPool::Prefill => &self.prefill,
+            ReplicaPool::Decode => &self.decode,
+            ReplicaPool::Mixed => &self.mixed,
+            ReplicaPool::Gpu(k) => &self.gpu[k as usize],
+        }
     }
 }
 
-/// The configuration and pricer index of replica `r`: its GPU pool's (`cluster.pools` or the
-/// models' own hardware, after the three of [`pool_of`]), or [`pool_of`]'s.
-fn replica_pool(pd: Option<&Pd>, gpu_pool: &[u8], r: usize) -> usize {
+/// The disaggregation pool of replica `r` (`Decode` on an aggregated cluster).
+fn pool_of(pd: Option<&Pd>, r: usize) -> ReplicaPool {
+    match pd {
+        Some(pd) if r < pd.decode_start => ReplicaPool::Prefill,
+        Some(pd) if r < pd.prefill_end => ReplicaPool::Mixed,
+        _ => ReplicaPool::Decode,
+    }
+}
+
+/// The pool of replica `r`: its GPU pool's (`cluster.pools` or the models' own hardware), else
+/// [`pool_of`]'s.
+fn replica_pool(pd: Option<&Pd>, gpu_pool: &[u8], r: usize) -> ReplicaPool {
     match gpu_pool.get(r) {
-        Some(&p) => 3 + p as usize,
+        Some(&p) => ReplicaPool::Gpu(p),
         None => pool_of(pd, r),
     }
 }
@@ -203,10 +237,9 @@ struct Probes {
 /// event queue, with one handler per event.
 pub struct ClusterSim<'a> {
     stream: Feed<'a>,
-    /// Per pool: [prefill, decode, mixed] on a disaggregated cluster; all the same otherwise.
-    /// Then one per GPU pool (`cluster.pools`, or each model with its own hardware), in order.
-    cfgs: Vec<ReplicaConfig>,
-    pricers: Vec<Pricer>,
+    /// Per pool: prefill, decode and mixed differ on a disaggregated cluster only.
+    cfgs: ByPool<ReplicaConfig>,
+    pricers: ByPool<Pricer>,
     /// Per slot: its GPU pool (empty without pools: [`ClusterSpec::replica_pools`]).
     gpu_pool: Vec<u8>,
     /// Disaggregation state; `None` on an aggregated cluster.
