@@ -88,7 +88,7 @@ impl Prepared {
             return self.seed_input(k);
         };
         let seed = seed_for(w.seed, k);
-        let sm = &self.step_models.as_ref().expect("cluster world").main;
+        let sm = self.step_models.as_ref().expect("cluster world").tightest();
         let extent = LazyStream::extent(c, seed, |i, r| sim::cluster::check_fit(sm, i, r))
             .map_err(|e| self.setup_error(e.into()))?
             .map_err(|e| self.setup_error(e))?;
@@ -103,7 +103,7 @@ impl Prepared {
         crate::workload::generate::apply_hints(c, &mut stream, seed);
         crate::workload::generate::apply_lora(c, &mut stream, seed);
         crate::workload::generate::apply_models(c, &mut stream, seed);
-        let sm = &self.step_models.as_ref().expect("cluster world").main;
+        let sm = self.step_models.as_ref().expect("cluster world").tightest();
         sim::cluster::check_fits(sm, &stream).map_err(|e| self.setup_error(e))?;
         Ok(stream)
     }
@@ -194,7 +194,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
         crate::workload::generate::apply_hints(c, &mut stream, prepared.workload.seed);
         crate::workload::generate::apply_lora(c, &mut stream, prepared.workload.seed);
         crate::workload::generate::apply_models(c, &mut stream, prepared.workload.seed);
-        let sm = &prepared.step_models.as_ref().expect("cluster world").main;
+        let sm = prepared.step_models.as_ref().expect("cluster world").tightest();
         sim::cluster::check_fits(sm, &stream).map_err(|e| prepared.setup_error(e))?;
         prepared.trace_stream = Some(Arc::new(stream));
     } else if let Some(c) = prepared
@@ -214,7 +214,7 @@ pub fn cluster_stats(p: &Prepared) -> Result<Option<(String, usize)>, InputError
     let Some(c) = &p.workload.cluster else { return Ok(None) };
     if p.trace_stream.is_none() && LazyStream::fits(c) {
         // One pass holding a group at a time: a day of 10^8 requests is never whole.
-        let sm = &p.step_models.as_ref().expect("cluster world").main;
+        let sm = p.step_models.as_ref().expect("cluster world").tightest();
         let stats = crate::workload::generate::stats_lazy(c, p.workload.seed, |i, r| sim::cluster::check_fit(sm, i, r))
             .map_err(|e| p.setup_error(e.into()))?
             .map_err(|e| p.setup_error(e))?;

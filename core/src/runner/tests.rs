@@ -74,3 +74,24 @@ fn a_trace_row_too_large_for_a_replica_is_bad_input_before_any_run() {
     assert_eq!(Error::from(e).exit_code(), 2);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A request that fits the cluster's own GPU but not a disaggregated pool's (a prefill pool of
+/// RTX 4090s with ~42k tokens of KV, prompts of 60k) is bad input for the pool, named by its GPU
+/// — whether the stream is generated whole or, under `summary: sketch`, as the run goes (which
+/// once checked the main step model only, and the run then left every request unfinished).
+#[test]
+fn a_request_too_large_for_a_pd_pool_is_bad_input_naming_its_gpu() {
+    let file = std::path::Path::new("pd_fit.yaml");
+    for summary in ["exact", "sketch"] {
+        let yaml = format!(
+            "cluster:\n  replicas: 2\n  gpu: h100\n  model: llama-3.1-8b\n  summary: {summary}\n  disaggregation:\n    prefill: {{instances: 1, gpu: rtx4090}}\n    decode: {{instances: 1}}\n    link: {{bandwidth_gbps: 100}}\n  generator: {{system_prompt_tokens: 0, suffix_tokens: 60000, output_tokens: 10}}\n  arrivals: {{poisson: {{rate: 1.0}}}}\n  requests: 5\n"
+        );
+        let prepared = prepare(crate::workload::parse(&yaml, file).unwrap(), file).unwrap();
+        let models = prepared.step_models.as_ref().unwrap();
+        assert!(models.main.kv_capacity_tokens > 60_010, "the main GPU holds a request");
+        assert_eq!(models.tightest().gpu.name, "rtx4090");
+        let e = prepared.run_input(0).err().expect("the prefill pool cannot hold a request");
+        assert!(e.message.contains("needs 60000 prompt") && e.message.contains("on rtx4090, tp 1"), "{summary}: {e}");
+        assert_eq!(Error::from(e).exit_code(), 2);
+    }
+}

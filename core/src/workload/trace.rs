@@ -229,7 +229,9 @@ pub fn check_cluster_sizes(
     spec: &super::cluster::ClusterSpec,
     file: &Path,
 ) -> Result<(), InputError> {
-    let sm = spec.step_model().map_err(|e| InputError::from_field(file, e.under("cluster")))?;
+    let models =
+        super::cluster::StepModels::resolve(spec).map_err(|e| InputError::from_field(file, e.under("cluster")))?;
+    let sm = models.tightest();
     let row_error = |row: &RowSize, message: String, fix: &str| InputError::new(file, message, fix).at_line(row.line);
     let mut last = None;
     for row in rows {
@@ -238,8 +240,8 @@ pub fn check_cluster_sizes(
             return Err(row_error(
                 &row,
                 format!(
-                    "the row needs {prompt} prompt + {output} output tokens of KV, more than a replica's capacity ({} tokens)",
-                    sm.kv_capacity_tokens
+                    "the row needs {prompt} prompt + {output} output tokens of KV, more than a replica's capacity ({} tokens on {}, tp {})",
+                    sm.kv_capacity_tokens, sm.gpu.name, sm.tp
                 ),
                 "drop or fix the row, raise tp, or use a GPU with more memory",
             ));

@@ -63,13 +63,8 @@ impl<'a> ClusterSim<'a> {
         // record (their state is per request).
         let exact = spec.summary.exact(total) || spec.disaggregation.is_some() || sessions;
         let retiring = !exact && !spec.keeps_request_state();
-        check_fits(psm, &stream)?;
-        check_fits(dsm, &stream)?;
-        check_fits(msm, &stream)?;
+        check_fits(models.tightest(), &stream)?;
         let gpu_pools = &models.pools;
-        for gsm in gpu_pools {
-            check_fits(gsm, &stream)?;
-        }
         let pool_cfg = |sm: &StepModel| ReplicaConfig {
             kv_capacity_tokens: sm.kv_capacity_tokens,
             step_prefill_budget: if spec.chunk_tokens == 0 { spec.max_step_tokens } else { spec.chunk_tokens },

@@ -166,8 +166,8 @@ pub fn check_fit(sm: &StepModel, i: usize, r: &GeneratedRequest) -> Result<(), S
         return Err(SetupError::new(
             "arrivals",
             format!(
-                "request {i} needs {} prompt + {} output tokens of KV, more than a replica's capacity ({} tokens)",
-                r.prompt_tokens, r.output_tokens, sm.kv_capacity_tokens
+                "request {i} needs {} prompt + {} output tokens of KV, more than a replica's capacity ({} tokens on {}, tp {})",
+                r.prompt_tokens, r.output_tokens, sm.kv_capacity_tokens, sm.gpu.name, sm.tp
             ),
             "raise tp or use a GPU with more memory",
         ));

@@ -42,6 +42,12 @@ impl StepModels {
         Ok(StepModels { main, pd, pools: spec.pool_step_models()? })
     }
 
+    /// The step model with the least KV capacity: what every request must fit (a request may
+    /// be sent to any pool, and on a disaggregated cluster passes through two).
+    pub fn tightest(&self) -> &StepModel {
+        self.all().min_by_key(|sm| sm.kv_capacity_tokens).expect("the main step model")
+    }
+
     /// Every step model a replica of the cluster may run: the main one, the P/D pools', the GPU
     /// pools'.
     pub fn all(&self) -> impl Iterator<Item = &StepModel> {
