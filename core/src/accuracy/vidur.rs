@@ -111,18 +111,12 @@ pub fn parse_all_reduce(text: &str) -> Result<Vec<(u32, f64, f64)>, RowError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accuracy::splitwise::{points, steps};
-    use crate::step_model::calibrated::{Calibration, SHIPPED};
+    use crate::accuracy::splitwise::{median, points, steps};
+    use crate::step_model::calibrated::Calibration;
     use crate::step_model::fit::{fit_dense, fit_steps, fit_steps_on_dense, step_errors};
 
-    fn median(mut v: Vec<f64>) -> f64 {
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
-    }
-
     fn shipped(name: &str) -> Calibration {
-        serde_norway::from_str(SHIPPED.iter().find(|(n, _)| *n == name).unwrap().1).unwrap()
+        crate::step_model::Choice::<Calibration>::Name(name.to_string()).resolve().unwrap()
     }
 
     /// The dense term of each whole-step profile against the kernels, per TP: median signed
@@ -143,8 +137,7 @@ mod tests {
             let mut all = Vec::new();
             for tp in [1, 2, 4, 8] {
                 let c = p.for_model(&m, tp, 1);
-                let err =
-                    |&&(_, t, y): &&LayerTime| (c.dense_floor_s.max(c.dense_base_s + t * c.dense_per_token_s) - y) / y;
+                let err = |&&(_, t, y): &&LayerTime| (c.dense_s(t) - y) / y;
                 let mine: Vec<_> = rows.iter().filter(|r| r.0 == tp).collect();
                 assert!(mine.len() > 200, "{profile}: {} rows at TP {tp}", mine.len());
                 let small = median(mine.iter().filter(|r| r.1 <= 256.0).map(err).collect());
@@ -178,12 +171,7 @@ mod tests {
         let whole = fit_steps(&steps(&train), &model, &gpu, &Calibration::unfitted("h100", "h100", "Splitwise"));
         let dense_at_tp4 = |c: &Calibration| {
             let k = c.for_model(&model, 4, 1);
-            median(
-                test_k
-                    .iter()
-                    .map(|&(_, t, y)| (k.dense_floor_s.max(k.dense_base_s + t * k.dense_per_token_s) - y) / y)
-                    .collect(),
-            )
+            median(test_k.iter().map(|&(_, t, y)| (k.dense_s(t) - y) / y).collect())
         };
         let held_out = |c: &Calibration| {
             let e = step_errors(&steps(&test), &model, c);

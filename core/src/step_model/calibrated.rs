@@ -333,7 +333,7 @@ impl Calibrated {
         }
         let t = tokens as f64;
         let sequences = (step.decodes + step.chunks.len() as u64) as f64;
-        let dense = self.dense_floor_s.max(self.dense_base_s + t * self.dense_per_token_s);
+        let dense = self.dense_s(t);
         let attention = self.attention_base_s
             + pairs * self.attention_per_pair_s
             + step.decode_context_tokens as f64
@@ -353,6 +353,11 @@ impl Calibrated {
 }
 
 impl Calibrated {
+    /// One layer's projections and MLP for a step of `t` tokens: `max(floor, base + t · per_token)`.
+    pub fn dense_s(&self, t: f64) -> f64 {
+        self.dense_floor_s.max(self.dense_base_s + t * self.dense_per_token_s)
+    }
+
     /// One layer's experts and their dispatch for a step of `t` tokens (0 for a dense model).
     pub fn experts_time_s(&self, t: f64) -> f64 {
         self.experts_in_group_s(t, self.ep * t)

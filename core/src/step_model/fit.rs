@@ -353,7 +353,7 @@ mod tests {
         let us = |s: f64| s * 1e6;
         let mut dense = String::from("layer,tokens,time_us\n");
         for t in [1u64, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 1024, 1536, 2048] {
-            let y = c.dense_floor_s.max(c.dense_base_s + t as f64 * c.dense_per_token_s);
+            let y = c.dense_s(t as f64);
             dense.push_str(&format!("qkv_proj,{t},{}\nembedding,{t},3.0\n", us(y)));
         }
         let mut att = String::from("prefill_chunk,kv_prefill,n_decode,kv_decode,time_us\n");
