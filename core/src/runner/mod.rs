@@ -23,6 +23,7 @@ use serde::Serialize;
 pub use self::cells::{Cell, CellError, Stage, assemble, run_cell};
 pub use self::fields::{parse_with_sets, split_policies, with_field};
 pub use self::prepared::{Prepared, SeedInput, cluster_stats, expand, prepare, relative_to};
+use self::prepared::{SeedStream, World};
 use crate::error::Error;
 use crate::metrics::{Detail, Metrics, in_flight_timeline, quantile_vector};
 use crate::plugin::{Factory, LoadError, Loader, PolicySpec};
@@ -32,7 +33,7 @@ use crate::sim::{self, SetupError};
 use crate::step_model::StepModel;
 use crate::workload::cluster::{ClusterSpec, StepModels, TraceFormat};
 use crate::workload::generate::{Extent, LazyStream, RequestStream, generate};
-use crate::workload::{FieldError, InputError, Workload, WorldKind, mooncake, trace};
+use crate::workload::{FieldError, InputError, Workload, mooncake, trace};
 
 /// One policy's results on one workload.
 #[derive(Clone, Debug, Serialize)]
@@ -164,17 +165,15 @@ impl ResolvedPolicy {
 /// A selector is built once here with the first seed's context, which carries the problem's
 /// shape: one that refuses the problem (`exhaustive` above its guard) is bad input before any run.
 pub fn resolve(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec) -> Result<ResolvedPolicy, LoadError> {
-    let w = &prepared.workload;
-    match w.world() {
-        WorldKind::Dispatch => Ok(ResolvedPolicy {
+    match prepared.world() {
+        World::Dispatch(..) => Ok(ResolvedPolicy {
             spec: spec.clone(),
             policy: loader.resolve(spec, PolicyKind::Router)?,
             scheduler: None,
             admission: None,
             scaler: None,
         }),
-        WorldKind::Cluster => {
-            let c = w.cluster.as_ref().expect("cluster world");
+        World::Cluster(c, _) => {
             let policy = loader.resolve(spec, PolicyKind::Router)?;
             let scheduler = PolicySpec::parse(spec.scheduler.as_deref().unwrap_or(&c.scheduler))?;
             let scheduler = Some(loader.resolve(&scheduler, PolicyKind::Scheduler)?);
@@ -185,10 +184,9 @@ pub fn resolve(loader: &mut Loader, prepared: &Prepared, spec: &PolicySpec) -> R
             };
             Ok(ResolvedPolicy { spec: spec.clone(), policy, scheduler, admission, scaler })
         }
-        WorldKind::Compound => {
-            let c = w.compound.as_ref().expect("compound world");
+        World::Compound(c) => {
             let policy = loader.resolve(spec, PolicyKind::Selector)?;
-            policy.selector(&sim::compound::selector_context(c, w.seed))?;
+            policy.selector(&sim::compound::selector_context(c, prepared.workload.seed))?;
             Ok(ResolvedPolicy { spec: spec.clone(), policy, scheduler: None, admission: None, scaler: None })
         }
     }
@@ -233,24 +231,21 @@ pub enum Part {
 /// Builds the objects of one run of `policy` with seed `run_seed`'s contexts. A run and
 /// `validate` ([`check_builds`]) both build through here, so a config one refuses the other does.
 fn instantiate(policy: &ResolvedPolicy, prepared: &Prepared, run_seed: u64) -> Result<Instances, (Part, LoadError)> {
-    let w = &prepared.workload;
     let of = |part: Part| move |e: LoadError| (part, e);
-    match w.world() {
-        WorldKind::Dispatch => {
-            let d = w.dispatch.as_ref().expect("dispatch world");
+    match prepared.world() {
+        World::Dispatch(d, _) => {
             let router =
                 policy.policy.router(&sim::dispatch::router_context(d.servers, run_seed)).map_err(of(Part::Policy))?;
             Ok(Instances::Dispatch(router))
         }
-        WorldKind::Cluster => {
-            let c = w.cluster.as_ref().expect("cluster world");
-            let models = prepared.step_models.as_ref().expect("prepared cluster world");
+        World::Cluster(c, p) => {
+            let models = &p.step_models;
             let sm = &models.main;
             let router = policy
                 .policy
                 .router(&sim::cluster::router_context_for(c, models, run_seed))
                 .map_err(of(Part::Policy))?;
-            let scheduler = policy.scheduler.as_ref().expect("resolved cluster policy");
+            let scheduler = policy.scheduler.as_ref().expect("resolve gives a cluster policy its scheduler");
             let schedulers = make_schedulers(scheduler, sm, c.slots(), run_seed).map_err(of(Part::Scheduler))?;
             let others: Vec<RouterBox> = (1..c.models.len())
                 .map(|m| policy.policy.router(&sim::cluster::router_context_for_model(c, models, run_seed, m)))
@@ -258,8 +253,7 @@ fn instantiate(policy: &ResolvedPolicy, prepared: &Prepared, run_seed: u64) -> R
                 .map_err(of(Part::Policy))?;
             Ok(Instances::Cluster(router, schedulers, others))
         }
-        WorldKind::Compound => {
-            let c = w.compound.as_ref().expect("compound world");
+        World::Compound(c) => {
             let selector =
                 policy.policy.selector(&sim::compound::selector_context(c, run_seed)).map_err(of(Part::Policy))?;
             Ok(Instances::Compound(selector))
@@ -289,27 +283,23 @@ fn run_seed(
     input: &SeedInput,
     with_detail: bool,
 ) -> Result<(Outcome, Option<Detail>), Error> {
-    let w = &prepared.workload;
     let (label, run_seed) = (policy.label(), input.seed);
-    match instantiate(policy, prepared, run_seed).map_err(|(_, e)| e)? {
-        Instances::Dispatch(router) => {
-            let d = w.dispatch.as_ref().expect("dispatch world");
-            let trace = prepared.trace.as_deref();
+    match (instantiate(policy, prepared, run_seed).map_err(|(_, e)| e)?, prepared.world()) {
+        (Instances::Dispatch(router), World::Dispatch(d, trace)) => {
             if !with_detail {
                 return Ok(((sim::dispatch::run(d, trace, router, label, run_seed)?, Vec::new()), None));
             }
             let (m, detail) = sim::dispatch::run_detailed(d, trace, router, label, run_seed)?;
             Ok(((m, Vec::new()), Some(detail)))
         }
-        Instances::Cluster(router, schedulers, others) => {
-            let c = w.cluster.as_ref().expect("cluster world");
-            let models = prepared.step_models.as_ref().expect("prepared cluster world");
-            let stream: Feed = match (&input.stream, input.lazy) {
-                (Some(s), _) => Feed::from(&**s),
-                (None, Some(extent)) => {
+        (Instances::Cluster(router, schedulers, others), World::Cluster(c, p)) => {
+            let models = &p.step_models;
+            let stream: Feed = match &input.stream {
+                SeedStream::Whole(s) => Feed::from(&**s),
+                &SeedStream::Lazy(extent) => {
                     LazyStream::new(c, run_seed, extent).map_err(|e| prepared.setup_error(e.into()))?.into()
                 }
-                (None, None) => unreachable!("a cluster seed input has a stream"),
+                SeedStream::None => unreachable!("a cluster seed input has a stream"),
             };
             let mut sim = ClusterSim::build(c, models, stream, router, schedulers, label)
                 .map_err(|e| prepared.setup_error(e))?
@@ -332,11 +322,11 @@ fn run_seed(
             });
             Ok(((out.metrics, Vec::new()), detail))
         }
-        Instances::Compound(mut selector) => {
-            let c = w.compound.as_ref().expect("compound world");
+        (Instances::Compound(mut selector), World::Compound(c)) => {
             let out = sim::compound::run(c, &mut selector, label, run_seed, None)?;
             Ok(((out.metrics, out.allocation), None))
         }
+        _ => unreachable!("instantiate builds the objects of the prepared workload's world"),
     }
 }
 

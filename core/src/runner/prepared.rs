@@ -3,6 +3,8 @@
 //! stream, whole or generated as the run goes. Bad input is an [`InputError`].
 
 use super::*;
+use crate::workload::compound::CompoundSpec;
+use crate::workload::dispatch::DispatchSpec;
 
 /// The runs a workload stands for: itself, or one per compound `variants` entry (named
 /// `name[label]`), each validated.
@@ -30,25 +32,75 @@ pub struct Prepared {
     /// The workload file (named in setup errors).
     pub file: PathBuf,
     pub notes: Vec<String>,
-    /// The trace the workload replays (its file read once), if any.
-    pub(super) trace: Option<Vec<trace::TraceRow>>,
-    /// Cluster world: one replica's step model.
-    pub(super) step_models: Option<StepModels>,
-    /// Cluster world replaying a trace: the stream (the same for every seed), checked to fit.
-    pub(super) trace_stream: Option<Arc<RequestStream>>,
+    /// What the workload's world needs resolved; [`Prepared::world`] pairs it with the spec.
+    resolved: Resolved,
+}
+
+/// What [`prepare`] resolved for each world (the one switch over worlds, with
+/// [`Prepared::world`]).
+enum Resolved {
+    Dispatch {
+        /// The trace the arrivals replay (its file read once), if any.
+        trace: Option<Vec<trace::TraceRow>>,
+    },
+    Cluster(Box<PreparedCluster>),
+    Compound,
+}
+
+/// A cluster workload's shared input.
+pub(super) struct PreparedCluster {
+    /// Every pool's step model, resolved once.
+    pub step_models: StepModels,
+    /// An Azure trace the generator replays (its file read once), if any.
+    trace: Option<Vec<trace::TraceRow>>,
+    /// A replayed trace's stream (the same for every seed), checked to fit.
+    trace_stream: Option<Arc<RequestStream>>,
+}
+
+/// A prepared workload's world: its spec beside what was resolved for it.
+pub(super) enum World<'a> {
+    Dispatch(&'a DispatchSpec, Option<&'a [trace::TraceRow]>),
+    Cluster(&'a ClusterSpec, &'a PreparedCluster),
+    Compound(&'a CompoundSpec),
 }
 
 /// One seed's input, shared by every policy run on it.
 pub struct SeedInput {
     pub seed: u64,
-    /// Cluster world: the request stream.
-    pub(super) stream: Option<Arc<RequestStream>>,
+    pub(super) stream: SeedStream,
+}
+
+/// A seed's requests.
+pub(super) enum SeedStream {
+    /// Dispatch and compound worlds: the world draws its own.
+    None,
+    /// Cluster world: the whole request stream.
+    Whole(Arc<RequestStream>),
     /// Cluster world, a stream each run generates as it goes ([`Prepared::run_input`]): its
-    /// length and last arrival (then `stream` is `None`).
-    pub(super) lazy: Option<Extent>,
+    /// length and last arrival.
+    Lazy(Extent),
 }
 
 impl Prepared {
+    /// The workload's world, its spec and what was resolved for it.
+    pub(super) fn world(&self) -> World<'_> {
+        let w = &self.workload;
+        match (&self.resolved, &w.dispatch, &w.cluster, &w.compound) {
+            (Resolved::Dispatch { trace }, Some(d), _, _) => World::Dispatch(d, trace.as_deref()),
+            (Resolved::Cluster(p), _, Some(c), _) => World::Cluster(c, p),
+            (Resolved::Compound, _, _, Some(c)) => World::Compound(c),
+            _ => unreachable!("prepare resolves the workload's own world, and the workload is not changed after"),
+        }
+    }
+
+    /// Cluster world: the spec and what was resolved for it (`None` in the other worlds).
+    pub(super) fn cluster(&self) -> Option<(&ClusterSpec, &PreparedCluster)> {
+        match self.world() {
+            World::Cluster(c, p) => Some((c, p)),
+            _ => None,
+        }
+    }
+
     /// Bad input found while setting a world up, in the workload file's terms.
     pub(super) fn setup_error(&self, e: SetupError) -> InputError {
         let section = self.workload.world().as_str();
@@ -63,14 +115,13 @@ impl Prepared {
 
     /// Seed `k`'s input (0-based: the seed is `seed_for(workload.seed, k)`), its stream whole.
     pub fn seed_input(&self, k: u32) -> Result<SeedInput, InputError> {
-        let w = &self.workload;
-        let seed = seed_for(w.seed, k);
-        let stream = match (&w.cluster, &self.trace_stream) {
-            (Some(_), Some(s)) => Some(s.clone()),
-            (Some(c), None) => Some(Arc::new(self.generate(c, seed)?)),
-            (None, _) => None,
+        let seed = seed_for(self.workload.seed, k);
+        let stream = match self.cluster() {
+            Some((_, PreparedCluster { trace_stream: Some(s), .. })) => SeedStream::Whole(s.clone()),
+            Some((c, p)) => SeedStream::Whole(Arc::new(self.generate(c, p, seed)?)),
+            None => SeedStream::None,
         };
-        Ok(SeedInput { seed, stream, lazy: None })
+        Ok(SeedInput { seed, stream })
     }
 
     /// Every seed's input for runs ([`Prepared::run_input`]).
@@ -83,28 +134,26 @@ impl Prepared {
     /// `summary: auto` keeps exactly) is generated here once without being kept — to check
     /// that every request fits a replica and to learn its length — and again by each run.
     pub fn run_input(&self, k: u32) -> Result<SeedInput, InputError> {
-        let w = &self.workload;
-        let Some(c) = w.cluster.as_ref().filter(|c| self.trace_stream.is_none() && LazyStream::fits(c)) else {
+        let Some((c, p)) = self.cluster().filter(|(c, p)| p.trace_stream.is_none() && LazyStream::fits(c)) else {
             return self.seed_input(k);
         };
-        let seed = seed_for(w.seed, k);
-        let sm = self.step_models.as_ref().expect("cluster world").tightest();
+        let seed = seed_for(self.workload.seed, k);
+        let sm = p.step_models.tightest();
         let extent = LazyStream::extent(c, seed, |i, r| sim::cluster::check_fit(sm, i, r))
             .map_err(|e| self.setup_error(e.into()))?
             .map_err(|e| self.setup_error(e))?;
         if c.summary.exact(extent.total) {
             return self.seed_input(k);
         }
-        Ok(SeedInput { seed, stream: None, lazy: Some(extent) })
+        Ok(SeedInput { seed, stream: SeedStream::Lazy(extent) })
     }
 
-    pub(super) fn generate(&self, c: &ClusterSpec, seed: u64) -> Result<RequestStream, InputError> {
-        let mut stream = generate(c, self.trace.as_deref(), seed).map_err(|e| self.setup_error(e.into()))?;
+    fn generate(&self, c: &ClusterSpec, p: &PreparedCluster, seed: u64) -> Result<RequestStream, InputError> {
+        let mut stream = generate(c, p.trace.as_deref(), seed).map_err(|e| self.setup_error(e.into()))?;
         crate::workload::generate::apply_hints(c, &mut stream, seed);
         crate::workload::generate::apply_lora(c, &mut stream, seed);
         crate::workload::generate::apply_models(c, &mut stream, seed);
-        let sm = self.step_models.as_ref().expect("cluster world").tightest();
-        sim::cluster::check_fits(sm, &stream).map_err(|e| self.setup_error(e))?;
+        sim::cluster::check_fits(p.step_models.tightest(), &stream).map_err(|e| self.setup_error(e))?;
         Ok(stream)
     }
 }
@@ -112,7 +161,10 @@ impl Prepared {
 impl SeedInput {
     /// Cluster world: the request stream (what `routelab replay` sends over HTTP).
     pub fn stream(&self) -> Option<&RequestStream> {
-        self.stream.as_deref()
+        match &self.stream {
+            SeedStream::Whole(s) => Some(s),
+            SeedStream::None | SeedStream::Lazy(_) => None,
+        }
     }
 }
 
@@ -187,42 +239,52 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
             }
         }
     }
-    let mut prepared = Prepared { workload, file: file.into(), notes, trace, step_models, trace_stream: None };
-    if let (Some(c), Some(rows)) = (prepared.workload.cluster.as_ref(), mooncake_rows) {
-        // The stream is built from the rows directly (the generator is not used) and checked once.
-        let mut stream = crate::workload::generate::mooncake_stream(c, &rows);
-        crate::workload::generate::apply_hints(c, &mut stream, prepared.workload.seed);
-        crate::workload::generate::apply_lora(c, &mut stream, prepared.workload.seed);
-        crate::workload::generate::apply_models(c, &mut stream, prepared.workload.seed);
-        let sm = prepared.step_models.as_ref().expect("cluster world").tightest();
-        sim::cluster::check_fits(sm, &stream).map_err(|e| prepared.setup_error(e))?;
-        prepared.trace_stream = Some(Arc::new(stream));
-    } else if let Some(c) = prepared
-        .workload
-        .cluster
-        .as_ref()
-        .filter(|c| matches!(c.arrivals, crate::workload::cluster::Arrivals::Trace { .. }))
-    {
-        // A replayed trace is the same stream for every seed: generate and check it now.
-        prepared.trace_stream = Some(Arc::new(prepared.generate(c, prepared.workload.seed)?));
+    let resolved = match step_models {
+        Some(step_models) => Resolved::Cluster(Box::new(PreparedCluster { step_models, trace, trace_stream: None })),
+        None if workload.dispatch.is_some() => Resolved::Dispatch { trace },
+        None => Resolved::Compound,
+    };
+    let mut prepared = Prepared { workload, file: file.into(), notes, resolved };
+    let seed = prepared.workload.seed;
+    let trace_stream = match prepared.cluster() {
+        Some((c, p)) => match mooncake_rows {
+            // The stream is built from the rows directly (the generator is not used) and checked once.
+            Some(rows) => {
+                let mut stream = crate::workload::generate::mooncake_stream(c, &rows);
+                crate::workload::generate::apply_hints(c, &mut stream, seed);
+                crate::workload::generate::apply_lora(c, &mut stream, seed);
+                crate::workload::generate::apply_models(c, &mut stream, seed);
+                sim::cluster::check_fits(p.step_models.tightest(), &stream).map_err(|e| prepared.setup_error(e))?;
+                Some(Arc::new(stream))
+            }
+            // A replayed trace is the same stream for every seed: generate and check it now.
+            None if matches!(c.arrivals, crate::workload::cluster::Arrivals::Trace { .. }) => {
+                Some(Arc::new(prepared.generate(c, p, seed)?))
+            }
+            None => None,
+        },
+        None => None,
+    };
+    if let Resolved::Cluster(p) = &mut prepared.resolved {
+        p.trace_stream = trace_stream;
     }
     Ok(prepared)
 }
 
 /// A cluster workload's generated-stream statistics for seed `workload.seed` (`None` elsewhere).
 pub fn cluster_stats(p: &Prepared) -> Result<Option<(String, usize)>, InputError> {
-    let Some(c) = &p.workload.cluster else { return Ok(None) };
-    if p.trace_stream.is_none() && LazyStream::fits(c) {
+    let Some((c, pc)) = p.cluster() else { return Ok(None) };
+    if pc.trace_stream.is_none() && LazyStream::fits(c) {
         // One pass holding a group at a time: a day of 10^8 requests is never whole.
-        let sm = p.step_models.as_ref().expect("cluster world").tightest();
+        let sm = pc.step_models.tightest();
         let stats = crate::workload::generate::stats_lazy(c, p.workload.seed, |i, r| sim::cluster::check_fit(sm, i, r))
             .map_err(|e| p.setup_error(e.into()))?
             .map_err(|e| p.setup_error(e))?;
         return Ok(Some((stats.to_string(), stats.requests as usize)));
     }
-    let stream = match &p.trace_stream {
+    let stream = match &pc.trace_stream {
         Some(s) => s.clone(),
-        None => Arc::new(p.generate(c, p.workload.seed)?),
+        None => Arc::new(p.generate(c, pc, p.workload.seed)?),
     };
     Ok(Some((crate::workload::generate::stats(&stream).to_string(), stream.requests.len())))
 }

@@ -29,10 +29,10 @@ fn a_trace_binned_to_whole_seconds_is_spread_within_its_bins() {
         let prepared = prepare(crate::workload::parse(&yaml, &file).unwrap(), &file).unwrap();
         let inputs = prepared.seed_inputs().unwrap();
         let times = |k: usize| -> Vec<crate::time::SimTime> {
-            inputs[k].stream.as_ref().unwrap().requests.iter().map(|r| r.arrived_at).collect()
+            inputs[k].stream().unwrap().requests.iter().map(|r| r.arrived_at).collect()
         };
         assert_eq!(times(0), times(1), "no draw: every seed sees the same times");
-        let prompts: Vec<u32> = inputs[0].stream.as_ref().unwrap().requests.iter().map(|r| r.prompt_tokens).collect();
+        let prompts: Vec<u32> = inputs[0].stream().unwrap().requests.iter().map(|r| r.prompt_tokens).collect();
         (times(0), prompts, prepared.notes.join("\n"))
     };
     let t = crate::time::ticks;
@@ -87,7 +87,7 @@ fn a_request_too_large_for_a_pd_pool_is_bad_input_naming_its_gpu() {
             "cluster:\n  replicas: 2\n  gpu: h100\n  model: llama-3.1-8b\n  summary: {summary}\n  disaggregation:\n    prefill: {{instances: 1, gpu: rtx4090}}\n    decode: {{instances: 1}}\n    link: {{bandwidth_gbps: 100}}\n  generator: {{system_prompt_tokens: 0, suffix_tokens: 60000, output_tokens: 10}}\n  arrivals: {{poisson: {{rate: 1.0}}}}\n  requests: 5\n"
         );
         let prepared = prepare(crate::workload::parse(&yaml, file).unwrap(), file).unwrap();
-        let models = prepared.step_models.as_ref().unwrap();
+        let models = &prepared.cluster().expect("a cluster workload").1.step_models;
         assert!(models.main.kv_capacity_tokens > 60_010, "the main GPU holds a request");
         assert_eq!(models.tightest().gpu.name, "rtx4090");
         let e = prepared.run_input(0).err().expect("the prefill pool cannot hold a request");
