@@ -297,7 +297,11 @@ fn run_seed(
             let stream: Feed = match &input.stream {
                 SeedStream::Whole(s) => Feed::from(&**s),
                 &SeedStream::Lazy(extent) => {
-                    LazyStream::new(c, run_seed, extent).map_err(|e| prepared.setup_error(e.into()))?.into()
+                    // A trace is the same stream for every seed (the workload's).
+                    let seed = if p.trace.is_some() { prepared.workload.seed } else { run_seed };
+                    LazyStream::new(c, p.trace.as_deref(), seed, extent)
+                        .map_err(|e| prepared.setup_error(e.into()))?
+                        .into()
                 }
                 SeedStream::None => unreachable!("a cluster seed input has a stream"),
             };

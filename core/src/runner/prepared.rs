@@ -52,9 +52,9 @@ pub(super) struct PreparedCluster {
     /// Every pool's step model, resolved once.
     pub step_models: StepModels,
     /// An Azure trace the generator replays (its file read once), if any.
-    trace: Option<Vec<trace::TraceRow>>,
+    pub(super) trace: Option<Vec<trace::TraceRow>>,
     /// A replayed trace's stream (the same for every seed), checked to fit.
-    trace_stream: Option<Arc<RequestStream>>,
+    pub(super) trace_stream: Option<Arc<RequestStream>>,
 }
 
 /// A prepared workload's world: its spec beside what was resolved for it.
@@ -118,6 +118,10 @@ impl Prepared {
         let seed = seed_for(self.workload.seed, k);
         let stream = match self.cluster() {
             Some((_, PreparedCluster { trace_stream: Some(s), .. })) => SeedStream::Whole(s.clone()),
+            // A trace not generated yet (runs make it as they go) is still the workload seed's.
+            Some((c, p)) if p.trace.is_some() => {
+                SeedStream::Whole(Arc::new(self.generate(c, p, self.workload.seed)?))
+            }
             Some((c, p)) => SeedStream::Whole(Arc::new(self.generate(c, p, seed)?)),
             None => SeedStream::None,
         };
@@ -139,7 +143,7 @@ impl Prepared {
         };
         let seed = seed_for(self.workload.seed, k);
         let sm = p.step_models.tightest();
-        let extent = LazyStream::extent(c, seed, |i, r| sim::cluster::check_fit(sm, i, r))
+        let extent = LazyStream::extent(c, p.trace.as_deref(), seed, |i, r| sim::cluster::check_fit(sm, i, r))
             .map_err(|e| self.setup_error(e.into()))?
             .map_err(|e| self.setup_error(e))?;
         if c.summary.exact(extent.total) {
@@ -257,8 +261,9 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
                 sim::cluster::check_fits(p.step_models.tightest(), &stream).map_err(|e| prepared.setup_error(e))?;
                 Some(Arc::new(stream))
             }
-            // A replayed trace is the same stream for every seed: generate and check it now.
-            None if matches!(c.arrivals, crate::workload::cluster::Arrivals::Trace { .. }) => {
+            // A replayed trace is the same stream for every seed: generate and check it now,
+            // unless each run makes it as it goes (sketched, and it fits: `run_input`).
+            None if matches!(c.arrivals, crate::workload::cluster::Arrivals::Trace { .. }) && !streamed(c, p) => {
                 Some(Arc::new(prepared.generate(c, p, seed)?))
             }
             None => None,
@@ -277,9 +282,11 @@ pub fn cluster_stats(p: &Prepared) -> Result<Option<(String, usize)>, InputError
     if pc.trace_stream.is_none() && LazyStream::fits(c) {
         // One pass holding a group at a time: a day of 10^8 requests is never whole.
         let sm = pc.step_models.tightest();
-        let stats = crate::workload::generate::stats_lazy(c, p.workload.seed, |i, r| sim::cluster::check_fit(sm, i, r))
-            .map_err(|e| p.setup_error(e.into()))?
-            .map_err(|e| p.setup_error(e))?;
+        let trace = pc.trace.as_deref();
+        let stats =
+            crate::workload::generate::stats_lazy(c, trace, p.workload.seed, |i, r| sim::cluster::check_fit(sm, i, r))
+                .map_err(|e| p.setup_error(e.into()))?
+                .map_err(|e| p.setup_error(e))?;
         return Ok(Some((stats.to_string(), stats.requests as usize)));
     }
     let stream = match &pc.trace_stream {
@@ -287,6 +294,26 @@ pub fn cluster_stats(p: &Prepared) -> Result<Option<(String, usize)>, InputError
         None => Arc::new(p.generate(c, pc, p.workload.seed)?),
     };
     Ok(Some((crate::workload::generate::stats(&stream).to_string(), stream.requests.len())))
+}
+
+/// Whether each run of `c` makes its trace's requests as it reaches them: the stream fits
+/// ([`LazyStream::fits`]) and the run is sketched.
+fn streamed(c: &ClusterSpec, p: &PreparedCluster) -> bool {
+    LazyStream::fits(c) && !c.summary.exact(replayed_rows(c, p.trace.as_deref().unwrap_or(&[])))
+}
+
+/// How many of an Azure-format trace's `rows` its stream replays: those before the horizon
+/// (`duration_s`), at most `requests` (the rows are in time order).
+fn replayed_rows(c: &ClusterSpec, rows: &[trace::TraceRow]) -> usize {
+    let time_scale = match &c.arrivals {
+        crate::workload::cluster::Arrivals::Trace { time_scale, .. } => *time_scale,
+        _ => 1.0,
+    };
+    let before = match c.duration_s.map(crate::time::ticks) {
+        Some(h) => rows.partition_point(|r| crate::time::ticks(r.at_s * time_scale) < h),
+        None => rows.len(),
+    };
+    c.requests.map_or(before, |l| before.min(usize::try_from(l).unwrap_or(usize::MAX)))
 }
 
 /// `path` as written in `workload_file`: relative paths are relative to the workload's folder.

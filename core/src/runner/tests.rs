@@ -95,3 +95,44 @@ fn a_request_too_large_for_a_pd_pool_is_bad_input_naming_its_gpu() {
         assert_eq!(Error::from(e).exit_code(), 2);
     }
 }
+
+/// A sketched replay of an Azure-format trace makes its requests as each run reaches them (the
+/// rows held once, no stream kept), and gives the figures of the same run on the whole stream:
+/// per seed, with noisy hints drawn from the workload's seed as the whole stream's are, cut by
+/// `requests`. Kept exactly, the trace is one stream generated once, as before.
+#[test]
+fn a_sketched_trace_replay_streams_its_requests_with_the_whole_streams_figures() {
+    let dir = std::env::temp_dir().join(format!("routelab-lazy-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut csv = String::from("TIMESTAMP,ContextTokens,GeneratedTokens\n");
+    for i in 0..3000u32 {
+        csv.push_str(&format!("{},{},{}\n", (i / 2) as f64 * 0.05, 50 + (i * 37) % 2000, 1 + i % 40));
+    }
+    std::fs::write(dir.join("t.csv"), csv).unwrap();
+    let file = dir.join("w.yaml");
+    for summary in ["sketch", "exact"] {
+        let yaml = format!(
+            "seeds: 2\ncluster:\n  replicas: 3\n  summary: {summary}\n  generator: {{system_prompt_tokens: 200, output_tokens: 8}}\n  hints: {{output_tokens: {{noisy: {{cv: 0.5}}}}}}\n  arrivals: {{trace: {{path: t.csv, time_scale: 0.5}}}}\n  requests: 2500\n"
+        );
+        let prepared = prepare(crate::workload::parse(&yaml, &file).unwrap(), &file).unwrap();
+        let policy =
+            resolve(&mut Loader::new(), &prepared, &PolicySpec::parse("least_work_left{work: hints}").unwrap())
+                .unwrap();
+        let streamed = prepared.cluster().unwrap().1.trace_stream.is_none();
+        assert_eq!(streamed, summary == "sketch", "{summary}");
+        for k in 0..2 {
+            let (run, whole) = (prepared.run_input(k).unwrap(), prepared.seed_input(k).unwrap());
+            assert_eq!(matches!(run.stream, SeedStream::Lazy(_)), streamed, "{summary}");
+            assert_eq!(whole.stream().unwrap().len(), 2500);
+            let (a, b) = (run_one(&policy, &prepared, &run).unwrap(), run_one(&policy, &prepared, &whole).unwrap());
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "{summary}, seed {k}");
+        }
+        // The trace's requests, hints included, are the same for every seed (the router reads
+        // the hints, so a lazy run drawing them from its own seed would differ above).
+        assert_eq!(
+            prepared.seed_input(0).unwrap().stream().unwrap().hints,
+            prepared.seed_input(1).unwrap().stream().unwrap().hints
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

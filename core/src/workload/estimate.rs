@@ -108,7 +108,12 @@ pub fn estimate_with(w: &Workload, requests: Option<usize>) -> Estimate {
         } else {
             0.0
         };
-        let stream = if retiring && super::generate::LazyStream::fits(c) { 0.0 } else { 48.0 + (turns + 2.0) * 16.0 };
+        // A trace streamed so still holds its rows (32 B each).
+        let stream = match c.arrivals {
+            _ if !(retiring && super::generate::LazyStream::fits(c)) => 48.0 + (turns + 2.0) * 16.0,
+            super::cluster::Arrivals::Trace { .. } => 32.0,
+            _ => 0.0,
+        };
         let per_request = stream + kept;
         // Per replica: its state and prefix cache (≈ 36 KB on tool_use at 100 requests a replica,
         // less when lighter); per request and replica: the router reading its view (≈ 6 ns;

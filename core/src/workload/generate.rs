@@ -224,6 +224,20 @@ impl Builder {
         s
     }
 
+    /// An Azure-format trace row as a request: the system prompt (when the row's context is
+    /// longer) and a prompt of its own, arriving at `at_s × time_scale`, labelled as the row.
+    fn push_row(&mut self, row: &TraceRow, system: Segment, time_scale: f64) {
+        let context = row.context_tokens.max(1);
+        // `push` leaves out the empty segment.
+        let prompt = if context > system.tokens && system.tokens > 0 {
+            [system, self.unique(context - system.tokens)]
+        } else {
+            [self.unique(context), Segment { id: 0, tokens: 0 }]
+        };
+        self.label = Label { class: row.class, tenant: row.tenant };
+        self.push(ticks(row.at_s * time_scale), &prompt, row.generated_tokens.max(1), None);
+    }
+
     fn push(&mut self, arrived_at: SimTime, prompt: &[Segment], output_tokens: u32, output_segment: Option<Segment>) {
         let start = self.stream.segments.len() as u32;
         self.stream.segments.extend(prompt.iter().filter(|s| s.tokens > 0));
@@ -412,18 +426,8 @@ pub fn generate(spec: &ClusterSpec, trace: Option<&[TraceRow]>, run_seed: u64) -
 
     if let Arrivals::Trace { path, time_scale, .. } = &spec.arrivals {
         let rows = trace.ok_or_else(|| GenerateError::NoTrace { path: path.to_string() })?;
-        let mut prompt = Vec::with_capacity(2);
         for row in rows {
-            let context = row.context_tokens.max(1);
-            prompt.clear();
-            if context > system.tokens && system.tokens > 0 {
-                prompt.push(system);
-                prompt.push(b.unique(context - system.tokens));
-            } else {
-                prompt.push(b.unique(context));
-            }
-            b.label = Label { class: row.class, tenant: row.tenant };
-            b.push(ticks(row.at_s * time_scale), &prompt, row.generated_tokens.max(1), None);
+            b.push_row(row, system, *time_scale);
         }
         return Ok(b.finish(spec.requests, horizon));
     }

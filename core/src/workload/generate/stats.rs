@@ -92,10 +92,11 @@ impl std::fmt::Display for WorkloadStats {
 /// request (by id) first; its error stops the pass.
 pub fn stats_lazy<E>(
     spec: &crate::workload::cluster::ClusterSpec,
+    trace: Option<&[crate::workload::trace::TraceRow]>,
     run_seed: u64,
     mut each: impl FnMut(usize, &super::GeneratedRequest) -> Result<(), E>,
 ) -> Result<Result<WorkloadStats, E>, super::GenerateError> {
-    let mut lazy = super::LazyStream::unhinted(spec, run_seed)?;
+    let mut lazy = super::LazyStream::unhinted(spec, trace, run_seed)?;
     let (mut n, mut total, mut shared, mut repeated, mut references) = (0usize, 0u64, 0u64, 0u64, 0u64);
     let (mut prompt_sum, mut output_sum, mut max_prompt) = (0.0f64, 0.0f64, 0u32);
     let (mut gap_min, mut gap_max, mut last) = (f64::INFINITY, 0.0f64, None);
