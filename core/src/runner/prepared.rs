@@ -201,7 +201,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
         }
     }
     if let Some(c) = &workload.cluster {
-        step_models = Some(StepModels::resolve(c).map_err(|e| InputError::from_field(file, e.under("cluster")))?);
+        let models = StepModels::resolve(c).map_err(|e| InputError::from_field(file, e.under("cluster")))?;
         if let crate::workload::cluster::Arrivals::Trace { path, time_scale, format, spread_s } = &c.arrivals {
             let p = relative_to(file, path);
             let spread = match *spread_s {
@@ -212,7 +212,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
                 TraceFormat::Azure => {
                     let mut rows = trace::load(&p)?;
                     trace::spread_instants(rows.iter_mut().map(|r| &mut r.at_s).collect(), *spread_s);
-                    trace::check_cluster_rows(&rows, c, &p)?;
+                    trace::check_cluster_rows(&rows, c, &models, &p)?;
                     notes.push(format!(
                         "trace replay of {} ({} rows, time scale {time_scale}{spread})",
                         crate::builtin::shown(&p.display().to_string()),
@@ -232,7 +232,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
                         output: r.output_length,
                         at_s: r.at_s,
                     });
-                    trace::check_cluster_sizes(sizes, c, &p)?;
+                    trace::check_cluster_sizes(sizes, c, &models, &p)?;
                     notes.push(format!(
                         "Mooncake trace replay of {} ({} rows, time scale {time_scale}{spread})",
                         crate::builtin::shown(&p.display().to_string()),
@@ -242,6 +242,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
                 }
             }
         }
+        step_models = Some(models);
     }
     let resolved = match step_models {
         Some(step_models) => Resolved::Cluster(Box::new(PreparedCluster { step_models, trace, trace_stream: None })),

@@ -184,6 +184,7 @@ pub fn load(path: &Path) -> Result<Vec<TraceRow>, InputError> {
 pub fn check_cluster_rows(
     rows: &[TraceRow],
     spec: &super::cluster::ClusterSpec,
+    models: &super::cluster::StepModels,
     file: &Path,
 ) -> Result<(), InputError> {
     let (classes, tenants) = (spec.classes.len().max(1), spec.tenants.len().max(1));
@@ -211,6 +212,7 @@ pub fn check_cluster_rows(
             at_s: r.at_s,
         }),
         spec,
+        models,
         file,
     )
 }
@@ -227,10 +229,9 @@ pub struct RowSize {
 pub fn check_cluster_sizes(
     rows: impl Iterator<Item = RowSize>,
     spec: &super::cluster::ClusterSpec,
+    models: &super::cluster::StepModels,
     file: &Path,
 ) -> Result<(), InputError> {
-    let models =
-        super::cluster::StepModels::resolve(spec).map_err(|e| InputError::from_field(file, e.under("cluster")))?;
     let sm = models.tightest();
     let row_error = |row: &RowSize, message: String, fix: &str| InputError::new(file, message, fix).at_line(row.line);
     let mut last = None;
