@@ -297,8 +297,7 @@ fn run_seed(
             let stream: Feed = match &input.stream {
                 SeedStream::Whole(s) => Feed::from(&**s),
                 &SeedStream::Lazy(extent) => {
-                    // A trace is the same stream for every seed (the workload's).
-                    let seed = if p.trace.is_some() { prepared.workload.seed } else { run_seed };
+                    let seed = p.stream_seed(prepared.workload.seed, run_seed);
                     LazyStream::new(c, p.trace.as_deref(), seed, extent)
                         .map_err(|e| prepared.setup_error(e.into()))?
                         .into()

@@ -57,6 +57,15 @@ pub(super) struct PreparedCluster {
     pub(super) trace_stream: Option<Arc<RequestStream>>,
 }
 
+impl PreparedCluster {
+    /// The seed seed `seed`'s stream is drawn from: a replayed Azure-format trace is one stream
+    /// for every seed (drawn, hints included, from the workload's seed); a generated one is the
+    /// seed's own.
+    pub(super) fn stream_seed(&self, workload_seed: u64, seed: u64) -> u64 {
+        if self.trace.is_some() { workload_seed } else { seed }
+    }
+}
+
 /// A prepared workload's world: its spec beside what was resolved for it.
 pub(super) enum World<'a> {
     Dispatch(&'a DispatchSpec, Option<&'a [trace::TraceRow]>),
@@ -118,11 +127,9 @@ impl Prepared {
         let seed = seed_for(self.workload.seed, k);
         let stream = match self.cluster() {
             Some((_, PreparedCluster { trace_stream: Some(s), .. })) => SeedStream::Whole(s.clone()),
-            // A trace not generated yet (runs make it as they go) is still the workload seed's.
-            Some((c, p)) if p.trace.is_some() => {
-                SeedStream::Whole(Arc::new(self.generate(c, p, self.workload.seed)?))
+            Some((c, p)) => {
+                SeedStream::Whole(Arc::new(self.generate(c, p, p.stream_seed(self.workload.seed, seed))?))
             }
-            Some((c, p)) => SeedStream::Whole(Arc::new(self.generate(c, p, seed)?)),
             None => SeedStream::None,
         };
         Ok(SeedInput { seed, stream })
