@@ -193,6 +193,9 @@ pub mod prelude {
     pub use crate::scaler::{Pool, ReplicaChange, ScalerContext};
     pub use crate::scaler_policy::{ScalerPolicy, scaler};
     // } since 0.5.4
+    // since 0.5.8 {
+    pub use crate::policy::PdPool;
+    // } since 0.5.8
     pub use rand::{Rng, RngExt, SeedableRng, seq::IndexedRandom, seq::SliceRandom};
 }
 

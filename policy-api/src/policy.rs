@@ -183,10 +183,20 @@ pub trait PdRouterPolicy: Policy<Context = RouterContext> {
     fn on_prefill_complete(&mut self, _completion: &Completion) {}
     /// A request this router placed has finished (`completion.replica`: its decode candidate).
     fn on_complete(&mut self, _completion: &Completion) {}
-    /// A request this router placed will not complete. Default: as `on_complete`.
+    /// A request this router placed will not complete where it was placed (an instance it was
+    /// on, or was bound for, crashed; the host may route it again as a new decision);
+    /// `abandoned.replica` is its decode candidate, as for `on_complete`, whether or not its
+    /// prefill had completed. Default: as `on_complete`.
     fn on_abandon(&mut self, abandoned: &Completion) {
         self.on_complete(abandoned)
     }
+    // since 0.5.8 {
+    /// An instance joined or left `pool`'s candidates (0.5.8): `change.replica` and
+    /// `change.routable` count in that pool, as `route_pair`'s views index it (the instances
+    /// above a leaving one move down one index; a joining one takes the top index). Default:
+    /// nothing (the views already show only routable instances).
+    fn on_pool_change(&mut self, _pool: PdPool, _change: &crate::scaler::ReplicaChange) {}
+    // } since 0.5.8
     /// A cache eviction (only with [`Capabilities::WANTS_EVICTIONS`]); `eviction.replica` is the
     /// instance index (see [`PdContext`]).
     fn on_evict(&mut self, _eviction: &Eviction<'_>) {}
@@ -195,6 +205,29 @@ pub trait PdRouterPolicy: Policy<Context = RouterContext> {
         Vec::new()
     }
 }
+
+// since 0.5.8 {
+/// One pool of a disaggregated cluster, as [`PdRouterPolicy::on_pool_change`] names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PdPool {
+    /// The prefill candidates (`route_pair`'s `prefill` views).
+    Prefill,
+    /// The decode candidates (`route_pair`'s `decode` views).
+    Decode,
+}
+
+impl PdPool {
+    /// The pool the ABI's `pool` number names ([`crate::ReplicaChange::PREFILL`] or
+    /// [`crate::ReplicaChange::DECODE`]), if any.
+    pub const fn from_abi(pool: u8) -> Option<Self> {
+        match pool {
+            crate::scaler::ReplicaChange::PREFILL => Some(Self::Prefill),
+            crate::scaler::ReplicaChange::DECODE => Some(Self::Decode),
+            _ => None,
+        }
+    }
+}
+// } since 0.5.8
 
 /// A local scheduler in plain Rust.
 pub trait SchedulerPolicy: Policy<Context = SchedulerContext> {
@@ -449,6 +482,15 @@ impl<P: PdRouterPolicy> Router for GuardedPd<P> {
         guard(P::NAME, "on_abandon", || policy.on_abandon(abandoned))
     }
     // } since 0.5.1
+    // since 0.5.8 {
+    fn on_pool_change(&mut self, pool: u8, change: &crate::scaler::ReplicaChange) -> RResult<(), PolicyError> {
+        let Some(pool) = PdPool::from_abi(pool) else {
+            return RErr(PolicyError::failed(format!("the host named an unknown pool {pool}")));
+        };
+        let policy = &mut self.0.policy;
+        guard(P::NAME, "on_pool_change", || policy.on_pool_change(pool, change))
+    }
+    // } since 0.5.8
 }
 
 impl<P: SchedulerPolicy> Scheduler for Guarded<P> {

@@ -90,6 +90,15 @@ pub struct ReplicaChange {
     pub routable: u32,
 }
 
+// since 0.5.8 {
+impl ReplicaChange {
+    /// [`crate::Router::on_pool_change`]'s pool: the prefill candidates.
+    pub const PREFILL: u8 = 0;
+    /// [`crate::Router::on_pool_change`]'s pool: the decode candidates.
+    pub const DECODE: u8 = 1;
+}
+// } since 0.5.8
+
 /// A scaler object, as it crosses the boundary (implement [`crate::ScalerPolicy`]).
 #[sabi_trait]
 pub trait Scaler: Send {

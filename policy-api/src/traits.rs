@@ -88,6 +88,19 @@ pub trait Router: Send {
         abi_stable::std_types::ROk(())
     }
     // } since 0.5.4
+
+    // since 0.5.8 {
+    /// Added in 0.5.8. On a disaggregated cluster, an instance joined or left one pool's
+    /// candidates (a crash, a restart): `pool` is [`crate::ReplicaChange::PREFILL`] or
+    /// [`crate::ReplicaChange::DECODE`], and `change.replica` / `change.routable` count in that
+    /// pool's candidates, as `route_pair`'s `prefill` or `decode` views index them. The default,
+    /// which a library built before 0.5.8 answers with, does nothing (the views already show
+    /// only routable instances).
+    fn on_pool_change(&mut self, pool: u8, change: &crate::scaler::ReplicaChange) -> RResult<(), PolicyError> {
+        let _ = (pool, change);
+        abi_stable::std_types::ROk(())
+    }
+    // } since 0.5.8
 }
 
 /// A replica's local scheduler: orders the waiting queue before each step.

@@ -71,6 +71,8 @@ fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() 
     assert!(
         read(&current, "facts.rs").contains("\"models.count\"") && !read(&root, "facts.rs").contains("models.count")
     );
+    // 0.5.8: `Router::on_pool_change` (P/D instances that crash and restart).
+    assert!(read(&current, "traits.rs").contains("fn on_pool_change") && !traits.contains("fn on_pool_change"));
     let (_, minor, _) = api_version();
     for file in ["lib.rs", "traits.rs", "types.rs", "policy.rs", "root.rs", "cost.rs", "facts.rs", "signals.rs"] {
         assert!(

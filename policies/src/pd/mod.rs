@@ -25,6 +25,12 @@ macro_rules! forward_pool_hooks {
         fn on_evict(&mut self, eviction: &Eviction<'_>) {
             self.pools.on_evict(eviction);
         }
+        fn on_abandon(&mut self, abandoned: &Completion) {
+            self.pools.on_abandon(abandoned);
+        }
+        fn on_pool_change(&mut self, pool: PdPool, change: &ReplicaChange) {
+            self.pools.on_pool_change(pool, change);
+        }
     };
 }
 
@@ -120,9 +126,11 @@ impl PoolRouter {
 /// seed of its own; after a decision, `on_dispatch` with its own pick (the prefill child only
 /// when the request is disaggregated); `on_complete` when the request leaves its pool (the
 /// prefill child at the end of the prefill, the decode child at the end of the request);
-/// `on_evict` for its own instances. A mixed instance belongs to both pools: both children hear
-/// of its evictions, and a pair naming it on both sides (no transfer) is the decode child's alone
-/// (dispatched to it, completed by it). The engine signals asked for are the union of the
+/// `on_evict` for its own instances; `on_abandon` (the decode child, and the prefill child too
+/// when the request's prefill had not completed, with the prefill instance it was placed on) and
+/// `on_replica_change` for its own pool's changes. A mixed instance belongs to both pools: both
+/// children hear of its evictions, and a pair naming it on both sides (no transfer) is the decode
+/// child's alone (dispatched to it, completed by it). The engine signals asked for are the union of the
 /// children's, each child seeing its own columns in its own order; figures are reported as
 /// `prefill_<name>` and `decode_<name>`.
 pub struct Pools {
@@ -130,8 +138,12 @@ pub struct Pools {
     pub decode: PoolRouter,
     signals: Vec<String>,
     request_facts: Vec<String>,
-    /// The cluster's layout (prefill candidates, mixed instances among them).
+    /// The cluster's layout (prefill candidates, mixed instances among them); its prefill
+    /// count follows the prefill pool's changes.
     pd: PdContext,
+    /// Requests placed on a prefill instance whose prefill has not completed, with that
+    /// instance's index (kept current through the prefill pool's changes).
+    prefilling: std::collections::HashMap<u64, usize>,
 }
 
 impl Pools {
@@ -156,7 +168,7 @@ impl Pools {
             let names = child.router.request_facts().into_result().map_err(|e| e.message.to_string())?;
             child.fact_columns = union(&mut request_facts, &names);
         }
-        Ok(Self { prefill, decode, signals, request_facts, pd })
+        Ok(Self { prefill, decode, signals, request_facts, pd, prefilling: Default::default() })
     }
 
     /// [`PD`] plus what either child asks for.
@@ -176,6 +188,7 @@ impl Pools {
             PdRoute::Disaggregate { prefill, decode, .. } => {
                 if self.pd.as_decode(prefill as u32) != Some(decode as u32) {
                     ok(self.prefill.router.on_dispatch(request, prefill as u32));
+                    self.prefilling.insert(request.id, prefill);
                 }
                 ok(self.decode.router.on_dispatch(request, decode as u32));
             }
@@ -184,7 +197,34 @@ impl Pools {
         }
     }
     pub fn on_prefill_complete(&mut self, completion: &Completion) {
+        self.prefilling.remove(&completion.request_id);
         ok(self.prefill.router.on_complete(completion));
+    }
+    /// The request will not complete: the decode child hears it, and the prefill child too if
+    /// the prefill had not completed (at the instance it was placed on).
+    pub fn on_abandon(&mut self, abandoned: &Completion) {
+        if let Some(p) = self.prefilling.remove(&abandoned.request_id) {
+            ok(self.prefill.router.on_abandon(&Completion { replica: p as u32, ..*abandoned }));
+        }
+        ok(self.decode.router.on_abandon(abandoned));
+    }
+    /// An instance joined or left `pool`: its child hears it in its own indices.
+    pub fn on_pool_change(&mut self, pool: PdPool, change: &ReplicaChange) {
+        match pool {
+            PdPool::Prefill => {
+                self.pd.prefill_replicas = change.routable;
+                if !change.joined {
+                    // The instances above the one that left move down one index.
+                    let gone = change.replica as usize;
+                    self.prefilling.retain(|_, p| *p != gone);
+                    for p in self.prefilling.values_mut() {
+                        *p -= (*p > gone) as usize;
+                    }
+                }
+                ok(self.prefill.router.on_replica_change(change));
+            }
+            PdPool::Decode => ok(self.decode.router.on_replica_change(change)),
+        }
     }
     pub fn on_complete(&mut self, completion: &Completion) {
         ok(self.decode.router.on_complete(completion));

@@ -119,8 +119,9 @@ impl PdRouterPolicy for PdAibrix {
                 _ => 0.0,
             })
             .collect();
-        let (p, d) =
-            joint(&prefill_scores(request.prompt_tokens, prefill), &decode_scores(decode, &tput), self.rolesets);
+        // Fewer rolesets while a crash leaves a pool short of instances (none are empty then).
+        let rolesets = self.rolesets.min(prefill.len()).min(decode.len());
+        let (p, d) = joint(&prefill_scores(request.prompt_tokens, prefill), &decode_scores(decode, &tput), rolesets);
         PdRoute::pair(p, d)
     }
 }

@@ -199,3 +199,59 @@ fn pd_routers_refuse_aggregated_clusters_and_sglang_refuses_unknown_or_pd_childr
         .collect();
     assert_eq!(picks, vec![(0, 0), (1, 1), (2, 0), (0, 1)]);
 }
+
+/// `Pools` (pd_sglang, pd_dynamo, pd_llm_d) on a crash: with `chwbl{load_factor: 1}` as the
+/// prefill child over two prefill instances, two requests with one prompt go to its ring's
+/// first instance f (in flight 0, then 1 ≤ (1 + 1) / 2) and a third overflows to the other
+/// ((2 + 1) / 2 < 2). If the first is abandoned before its prefill completed, the prefill child
+/// hears it (in flight back to 1) and the third stays on f. A prefill pool change reaches the
+/// prefill child in the pool's own indices: after instance 1 of 2 leaves, chwbl has one
+/// candidate left.
+#[test]
+fn pd_pools_route_abandons_and_pool_changes_to_the_child_that_placed_them() {
+    let cfg = routelab_policies::pd::pd_sglang::Config {
+        prefill: "chwbl{load_factor: 1.0}".into(),
+        decode: "round_robin".into(),
+    };
+    let (p, d) = ([ReplicaView::default(); 2], [ReplicaView::default(); 2]);
+    let place = |r: &mut PdSglang, id: u64| {
+        let q = Request { id, ..req(&PROMPT) };
+        let x = r.route_pair(&q, &Replicas::new(&p), &Replicas::new(&d));
+        r.on_dispatch_pair(&q, x);
+        x
+    };
+    let done = |id: u64, replica: u32| Completion {
+        request_id: id,
+        replica,
+        arrived_at: 0.0,
+        completed_at: 1.0,
+        ttft: f64::NAN,
+        prompt_tokens: 1000,
+        cached_tokens: 0,
+        output_tokens: 0,
+    };
+    let third = |abandon: bool| {
+        let mut r = PdSglang::new(cfg.clone(), &ctx(2, 2)).unwrap();
+        let (a, b) = (place(&mut r, 1), place(&mut r, 2));
+        assert_eq!(a.prefill(), b.prefill(), "both under the bound on the ring's first instance");
+        if abandon {
+            r.on_abandon(&done(1, a.decode().unwrap() as u32));
+        }
+        (a.prefill().unwrap(), place(&mut r, 3).prefill().unwrap())
+    };
+    let (f, c) = third(false);
+    assert_eq!(c, 1 - f, "two in flight on f: the third overflows");
+    let (f, c) = third(true);
+    assert_eq!(c, f, "the abandoned prefill's load was released");
+
+    let mut r = PdSglang::new(cfg.clone(), &ctx(2, 2)).unwrap();
+    let change = ReplicaChange { at: 1.0, replica: 1, joined: false, routable: 1 };
+    r.on_pool_change(PdPool::Prefill, &change);
+    let one = [ReplicaView::default(); 1];
+    for id in 0..4 {
+        let q = Request { id, ..req(&PROMPT) };
+        let x = r.route_pair(&q, &Replicas::new(&one), &Replicas::new(&d));
+        assert_eq!(x.prefill(), Some(0));
+        r.on_dispatch_pair(&q, x);
+    }
+}
