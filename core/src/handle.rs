@@ -11,8 +11,8 @@
 
 use abi_stable::std_types::{RSlice, RVec};
 use routelab_policy_api::{
-    AdmissionBox, AdmissionDecision, Capabilities, Completion, Eviction, PdDecision, ReplicaView, Replicas, Request,
-    RouterBox, SchedulerBox, Stat, Waiting, WaitingRequest, World,
+    AdmissionBox, AdmissionDecision, Capabilities, Completion, Eviction, PdDecision, ReplicaChange, ReplicaView,
+    Replicas, Request, RouterBox, SchedulerBox, Stat, Waiting, WaitingRequest, World,
 };
 
 use crate::error::{Role, RunError};
@@ -75,12 +75,23 @@ impl RouterHandle {
 
     /// The routable replicas changed (autoscaling): from now on the router's answers are bounded
     /// by `change.routable`, and it hears `on_replica_change`.
-    pub fn replicas_changed(&mut self, change: &routelab_policy_api::ReplicaChange) -> Result<(), RunError> {
+    pub fn replicas_changed(&mut self, change: &ReplicaChange) -> Result<(), RunError> {
         self.replicas = change.routable as usize;
         self.router
             .on_replica_change(change)
             .into_result()
             .map_err(|e| policy_error(&self.label, "on_replica_change", e.into()))
+    }
+
+    /// An instance joined or left one pool of a disaggregated cluster (`pool`:
+    /// [`ReplicaChange::PREFILL`] or [`ReplicaChange::DECODE`]; `change` counts in that pool);
+    /// `instances` is how many routable instances both pools hold now (the views' length).
+    pub fn pool_changed(&mut self, pool: u8, change: &ReplicaChange, instances: usize) -> Result<(), RunError> {
+        self.replicas = instances;
+        self.router
+            .on_pool_change(pool, change)
+            .into_result()
+            .map_err(|e| policy_error(&self.label, "on_pool_change", e.into()))
     }
 
     /// Whether the router reads scraped engine metrics (the world then scrapes them).

@@ -22,6 +22,9 @@
 //! index) with empty caches. A step that was in flight at the crash is void; if the replica
 //! comes back before that step would have ended, it starts its first step then.
 //!
+//! On a disaggregated cluster a crash takes the instance out of its pool's candidates; what
+//! else it loses, the router's notices and the P/D retry rule are in `pd_failures.rs`.
+//!
 //! A slowdown (`failures.slowdowns`) multiplies the duration of every step its replica starts
 //! in its window (`form_step`): the replica stays routable, its queues grow, and only a router
 //! that reads load (or learns latency) sees it. In lock-step a slow member slows its group.
@@ -36,7 +39,7 @@
 
 use rand::RngExt;
 use rand_distr::{Distribution, Exp};
-use routelab_policy_api::{Completion, Request};
+use routelab_policy_api::Request;
 
 use super::replica::{Phase, Replica};
 use super::{ClusterSim, End, Event};
@@ -150,27 +153,25 @@ impl ClusterSim<'_> {
         if self.is_down(s) || self.done == self.states.len() {
             return Ok(());
         }
-        let stream = self.stream.whole().expect("crashes run on whole streams (`LazyStream::fits`)");
         let rep = &self.replicas[s];
         let mut lost: Vec<u32> = rep.waiting.iter().chain(&rep.running).copied().collect();
+        // P/D: what else the crash loses, and the requests it orphans (`pd_failures.rs`).
+        let orphans = if self.pd.is_some() { self.pd_crash_losses(s, &mut lost) } else { Vec::new() };
         lost.sort_unstable();
-        let k = self.index_of[s];
+        let rep = &self.replicas[s];
         // What each lost request had streamed, before the replica's state goes.
         let produced: Vec<u32> = lost.iter().map(|&id| rep.produced_now(&self.states[id as usize])).collect();
-        for (&id, &out) in lost.iter().zip(&produced) {
-            let st = &self.states[id as usize];
-            let q = &stream.requests[id as usize];
-            let c = Completion {
-                request_id: id as u64,
-                replica: k,
-                arrived_at: seconds(st.arrived_at),
-                completed_at: seconds(now),
-                ttft: st.first_token_at.map_or(f64::NAN, |t| seconds(t - st.arrived_at)),
-                prompt_tokens: q.prompt_tokens,
-                cached_tokens: st.cached_tokens,
-                output_tokens: out,
-            };
-            self.router.abandon(&c)?;
+        // An orphan lost again (on its prefill instance) was abandoned already.
+        let told = |sim: &Self, id: u32| sim.pd.as_ref().is_some_and(|pd| pd.orphan[id as usize]);
+        let mut events: Vec<(u32, u32)> = lost.iter().copied().zip(produced.iter().copied()).collect();
+        events.extend(orphans.iter().map(|&id| (id, self.states[id as usize].produced)));
+        events.sort_unstable();
+        let mut newly_lost = 0;
+        for &(id, out) in &events {
+            if orphans.contains(&id) || !told(self, id) {
+                newly_lost += 1;
+                self.abandon(now, id, self.abandoned_index(id, s), out)?;
+            }
         }
         // Out of the routable set: the ones above move down one index.
         self.leave_routable(now, slot)?;
@@ -182,19 +183,23 @@ impl ClusterSim<'_> {
         f.void_step[s] = was_busy;
         f.down_since[s] = Some(now);
         f.crashes += 1;
-        f.lost += lost.len() as u64;
+        f.lost += newly_lost;
         let restart = ticks(f.spec.restart_s);
         self.queue.push(now + restart, Event::Restart(slot));
         for (&id, &out) in lost.iter().zip(&produced) {
+            if let Some(pd) = self.pd.as_mut() {
+                pd.orphan[id as usize] = false;
+            }
             self.retry_or_fail(now, id as usize, out)?;
         }
         Ok(())
     }
 
     /// Request `id`, lost at `now` with `produced` tokens out, is routed again or fails.
-    fn retry_or_fail(&mut self, now: SimTime, id: usize, produced: u32) -> Result<(), RunError> {
+    pub(super) fn retry_or_fail(&mut self, now: SimTime, id: usize, produced: u32) -> Result<(), RunError> {
+        let nowhere = self.nowhere_to_route();
         let f = self.failures.as_mut().expect("failures");
-        if f.retries[id] >= f.spec.max_retries || self.routable.is_empty() {
+        if f.retries[id] >= f.spec.max_retries || nowhere {
             return self.fail_request(id);
         }
         f.retries[id] += 1;
@@ -205,6 +210,11 @@ impl ClusterSim<'_> {
         st.prefill_done = 0;
         st.produced = produced;
         st.phase = Phase::Waiting;
+        if self.pd.is_some() {
+            self.pd_reset(id);
+            self.refresh_views(id);
+            return self.place(now, id);
+        }
         self.refresh_views(id);
         let stream = self.stream.whole().expect("crashes run on whole streams (`LazyStream::fits`)");
         let q = &stream.requests[id];
@@ -223,12 +233,25 @@ impl ClusterSim<'_> {
 
     /// Request `id` fails: it was lost once too often, or no replica was up.
     pub(super) fn fail_request(&mut self, id: usize) -> Result<(), RunError> {
+        // Not bound for a decode instance any more (`pd_failures.rs` looks for such requests).
+        self.states[id].handoff = false;
+        // Events still on their way for it (a transfer's end, a migration's) are void.
+        self.states[id].generation += 1;
         let f = self.failures.as_mut().expect("only failures fail requests");
         f.failed += 1;
         self.ends[id] = End::Failed;
         self.done += 1;
         self.abandon_dependents(id);
         Ok(())
+    }
+
+    /// Whether a request has nowhere to go: no replica is routable (on a disaggregated
+    /// cluster, either pool has none).
+    pub(super) fn nowhere_to_route(&self) -> bool {
+        match &self.pd {
+            Some(pd) => pd.r_prefill_end == 0 || self.routable.len() == pd.r_decode_start,
+            None => self.routable.is_empty(),
+        }
     }
 
     /// Replica `slot` is back at `now`, cold: it takes requests at the top index.

@@ -38,7 +38,7 @@ fn spec(replicas: u32, extra: &str) -> ClusterSpec {
 }
 
 /// Requests of `(arrival s, prompt segment id, prompt tokens, output tokens)`.
-fn stream(rows: &[(f64, u64, u32, u32)]) -> RequestStream {
+pub(super) fn stream(rows: &[(f64, u64, u32, u32)]) -> RequestStream {
     let mut s = RequestStream::default();
     for &(at, id, tokens, output) in rows {
         let start = s.segments.len() as u32;

@@ -73,6 +73,9 @@ mod models_tests;
 mod pd;
 #[cfg(test)]
 mod pd_admission_tests;
+mod pd_failures;
+#[cfg(test)]
+mod pd_failures_tests;
 #[cfg(test)]
 mod pd_tests;
 #[cfg(test)]
@@ -126,10 +129,18 @@ use crate::workload::cluster::{ClusterSpec, Preemption, StepModels};
 
 enum Event {
     StepEnd(u32),
-    /// A request's KV cache reached its decode instance (disaggregated clusters).
-    TransferEnd(u32),
-    /// A prompt's prefix, copied between prefill instances, landed (disaggregated clusters).
-    MigrationEnd(u32),
+    /// A request's KV cache reached its decode instance (disaggregated clusters); void if the
+    /// request was lost in a crash since (its `generation` moved on).
+    TransferEnd {
+        id: u32,
+        generation: u32,
+    },
+    /// A prompt's prefix, copied between prefill instances, landed (disaggregated clusters);
+    /// void if the request was lost in a crash since.
+    MigrationEnd {
+        id: u32,
+        generation: u32,
+    },
     /// The gateway scrapes every replica's engine metrics (only for routers that read them).
     Scrape,
     /// A call of an agent session is sent: what it waited for is done, and its tool has run.
@@ -371,8 +382,16 @@ impl<'a> ClusterSim<'a> {
                 let (now, event) = self.queue.pop().expect("peeked");
                 match event {
                     Event::StepEnd(r) => self.on_step_end(now, r as usize)?,
-                    Event::TransferEnd(id) => self.on_transfer_end(now, id)?,
-                    Event::MigrationEnd(id) => self.on_migration_end(now, id)?,
+                    Event::TransferEnd { id, generation } => {
+                        if self.states[id as usize].generation == generation {
+                            self.on_transfer_end(now, id)?
+                        }
+                    }
+                    Event::MigrationEnd { id, generation } => {
+                        if self.states[id as usize].generation == generation {
+                            self.on_migration_end(now, id)?
+                        }
+                    }
                     Event::Scrape => self.on_scrape(now),
                     Event::Release(id) => self.on_release(now, id as usize)?,
                     Event::Scale => self.on_scale(now)?,
@@ -392,15 +411,15 @@ impl<'a> ClusterSim<'a> {
     /// The router places request `id` at `now` (views fresh), and an idle replica starts.
     fn place(&mut self, now: SimTime, id: usize) -> Result<(), RunError> {
         let arrived_at = seconds(self.states[id].arrived_at);
+        if self.nowhere_to_route() {
+            // Every replica (of a pool) is down (failures): the gateway has nowhere to send it.
+            return self.fail_request(id);
+        }
         if self.pd.is_some() {
             // The router's request borrows the prompt while the handler changes the run.
             let prompt = self.stream.prompt(id).to_vec();
             let req = Request::new(id as u64, arrived_at, self.stream.request(id).prompt_tokens).with_segments(&prompt);
             return self.on_arrival_pd(now, id, &req);
-        }
-        if self.routable.is_empty() {
-            // Every replica is down (failures): the gateway has nowhere to send it.
-            return self.fail_request(id);
         }
         let stream = &*self.stream;
         let q = stream.request(id);
@@ -543,7 +562,7 @@ impl<'a> ClusterSim<'a> {
         let n = self.routable.len();
         let (router, range) = models::router_of(&mut self.router, self.models.as_deref_mut(), model, n);
         let replica = match &self.pd {
-            Some(pd) => (r - pd.decode_start) as u32,
+            Some(pd) => self.index_of[r] - pd.r_decode_start as u32,
             None => self.index_of[r] - range.start as u32,
         };
         let c = Completion {
@@ -601,6 +620,8 @@ impl<'a> ClusterSim<'a> {
             return Ok(());
         }
         if self.pd.is_some() {
+            // The instance index: a router index (`Pd::r_decode_start`).
+            let replica = self.index_of[replica as usize];
             let e =
                 Eviction { replica, evicted_at: seconds(evicted_at), path: RSlice::from_slice(path), remaining_tokens };
             return self.router.evicted(&e);

@@ -79,6 +79,12 @@ pub(super) struct Pd {
     /// candidates `decode_start..` (both include the mixed ones).
     pub decode_start: usize,
     pub prefill_end: usize,
+    /// The same boundaries in router indices (the routable set, `routable.rs`): the prefill
+    /// candidates are router indices `0..r_prefill_end`, the decode candidates `r_decode_start..`.
+    /// Equal to the physical ones while every instance is up; a crashed instance leaves its
+    /// pool's range, and one that restarts takes its pool's top index.
+    pub r_decode_start: usize,
+    pub r_prefill_end: usize,
     link: Link,
     transfer: TransferTokens,
     kv_bytes_per_token: f64,
@@ -89,26 +95,32 @@ pub(super) struct Pd {
     /// Requests prefilled and decoded on one mixed instance (no transfer).
     local: u64,
     /// Per decode candidate: transfers in flight into it.
-    active: Vec<u32>,
+    pub(super) active: Vec<u32>,
     /// Per decode candidate: handed-off requests waiting for its KV memory, in hand-off order.
-    waiting: Vec<VecDeque<u32>>,
+    pub(super) waiting: Vec<VecDeque<u32>>,
     /// Per request: its decode instance (replica index), once decided.
-    decode_of: Vec<u32>,
+    pub(super) decode_of: Vec<u32>,
     /// Per request: the transfer's duration (NaN when it had none).
     pub transfer_s: Vec<f64>,
     /// Per request: prompt tokens its decode instance already held.
-    decode_cached: Vec<u32>,
+    pub(super) decode_cached: Vec<u32>,
     pub rejected: Vec<bool>,
     decode_only: u64,
     /// Per request being migrated: its prefill instance and the prompt segments copied to it.
-    migrating: Vec<(u32, u32)>,
+    pub(super) migrating: Vec<(u32, u32)>,
     /// Prefix copies between prefill instances carried out.
     migrations: u64,
     /// The shared KV tier, if any.
-    tier: Option<KvTier>,
+    pub(super) tier: Option<KvTier>,
     /// Per request: prompt tokens its prefilling instance loaded from the tier (0: none; > 0
     /// while `migrating` holds its load).
-    tier_loaded: Vec<u32>,
+    pub tier_loaded: Vec<u32>,
+    /// Requests whose prefix migration or tier load is in flight (lost if their prefill
+    /// instance crashes first: `pd_failures.rs`).
+    pub in_flight: Vec<u32>,
+    /// Per request: its decode instance crashed before its hand-off; the router was told it
+    /// was abandoned, and it is lost when its prefill ends (`pd_failures.rs`).
+    pub orphan: Vec<bool>,
 }
 
 impl Pd {
@@ -117,6 +129,8 @@ impl Pd {
         Self {
             decode_start: d.prefill.instances as usize,
             prefill_end: (d.prefill.instances + d.mixed_instances()) as usize,
+            r_decode_start: d.prefill.instances as usize,
+            r_prefill_end: (d.prefill.instances + d.mixed_instances()) as usize,
             local: 0,
             link: d.link.clone(),
             transfer: d.transfer,
@@ -134,6 +148,8 @@ impl Pd {
             migrations: 0,
             tier: d.shared_kv.as_ref().map(|t| KvTier::new(t, kv_bytes_per_token)),
             tier_loaded: if d.shared_kv.is_some() { vec![0; requests] } else { Vec::new() },
+            in_flight: Vec::new(),
+            orphan: Vec::new(),
         }
     }
 }
@@ -216,7 +232,8 @@ impl Replica {
         let st = &mut states[id as usize];
         debug_assert_eq!(st.phase, Phase::Transfer);
         mark_computed(&mut self.cache, stream.prompt(id as usize), &st.path, 0, req.prompt_tokens);
-        st.first_token_at = Some(now);
+        // A request lost once and routed again keeps the first token the client saw.
+        st.first_token_at.get_or_insert(now);
         if st.produced >= req.output_tokens {
             st.phase = Phase::Decode;
             st.decode_entry_step = self.steps;
@@ -241,15 +258,17 @@ impl ClusterSim<'_> {
     /// A request arrives at a disaggregated cluster: the router decides with both pools' views.
     pub(super) fn on_arrival_pd(&mut self, now: SimTime, id: usize, req: &Request<'_>) -> Result<(), RunError> {
         let pd = self.pd.as_ref().expect("disaggregated");
-        let (first, end) = (pd.decode_start, pd.prefill_end);
+        let (first, end) = (pd.r_decode_start, pd.r_prefill_end);
         // The request's class, tenant and SLO, as an aggregated router sees them.
         let decision = self.router.dispatch_pair(req, &self.infos[id], &self.views, end, first)?;
+        // Router indices to instances (slots).
+        let slot = |k: usize| self.routable[k] as usize;
         let stream = &*self.stream;
         let prompt = stream.prompt(id);
         let pd = self.pd.as_mut().expect("disaggregated");
         let target = match decision.action {
             PdDecision::DISAGGREGATE => {
-                let (p, d) = (decision.prefill as usize, first + decision.decode as usize);
+                let (p, d) = (slot(decision.prefill as usize), slot(first + decision.decode as usize));
                 pd.decode_of[id] = d as u32;
                 if p == d {
                     // One mixed instance both prefills and decodes: nothing to transfer.
@@ -257,8 +276,8 @@ impl ClusterSim<'_> {
                     return self.prefill_at(now, id, d);
                 }
                 self.states[id].handoff = true;
-                let src = decision.prefix_from as usize;
-                if decision.prefix_from != PdDecision::NO_SOURCE && src != p {
+                if decision.prefix_from != PdDecision::NO_SOURCE && slot(decision.prefix_from as usize) != p {
+                    let src = slot(decision.prefix_from as usize);
                     // Copy the whole segments of the prompt cached on `src` that `p` lacks.
                     let have = self.replicas[p].cache.cached_prefix(prompt);
                     // What `src` holds in GPU memory, continued in its CPU tier (`kv_tiers`).
@@ -273,14 +292,16 @@ impl ClusterSim<'_> {
                     if tokens > have {
                         let dur = pd.link.transfer_time_s(tokens - have, pd.kv_bytes_per_token, 1);
                         pd.migrating[id] = (p as u32, n as u32);
-                        self.queue.push(now + ticks(dur).max(1), Event::MigrationEnd(id as u32));
+                        pd.in_flight.push(id as u32);
+                        let generation = self.states[id].generation;
+                        self.queue.push(now + ticks(dur).max(1), Event::MigrationEnd { id: id as u32, generation });
                         return Ok(());
                     }
                 }
                 p
             }
             PdDecision::DECODE_ONLY => {
-                let d = first + decision.decode as usize;
+                let d = slot(first + decision.decode as usize);
                 pd.decode_of[id] = d as u32;
                 pd.decode_only += 1;
                 d
@@ -321,7 +342,9 @@ impl ClusterSim<'_> {
         let pd = self.pd.as_mut().expect("disaggregated");
         pd.tier_loaded[id] = held - have;
         pd.migrating[id] = (target as u32, n as u32);
-        self.queue.push(now + ticks(dur).max(1), Event::MigrationEnd(id as u32));
+        pd.in_flight.push(id as u32);
+        let generation = self.states[id].generation;
+        self.queue.push(now + ticks(dur).max(1), Event::MigrationEnd { id: id as u32, generation });
         true
     }
 
@@ -341,10 +364,13 @@ impl ClusterSim<'_> {
     /// Prefill instance `p` finished request `id`'s prefill at `now`: the router hears of it and
     /// the request queues for its decode instance's memory.
     pub(super) fn on_handoff(&mut self, now: SimTime, p: usize, id: u32) -> Result<(), RunError> {
+        if self.pd.as_ref().is_some_and(|pd| pd.orphan.get(id as usize) == Some(&true)) {
+            return self.orphan_handed_off(now, id);
+        }
         let (q, st) = (self.stream.request(id as usize), &self.states[id as usize]);
         let c = Completion {
             request_id: id as u64,
-            replica: p as u32,
+            replica: self.index_of[p],
             arrived_at: seconds(st.arrived_at),
             completed_at: seconds(now),
             ttft: seconds(now - st.arrived_at),
@@ -400,7 +426,7 @@ impl ClusterSim<'_> {
             };
             pd.transfer_s[id as usize] = shown;
             pd.decode_cached[id as usize] = cached;
-            self.queue.push(end, Event::TransferEnd(id));
+            self.queue.push(end, Event::TransferEnd { id, generation: self.states[id as usize].generation });
         }
     }
 
@@ -411,6 +437,9 @@ impl ClusterSim<'_> {
         let pd = self.pd.as_mut().expect("disaggregated");
         let (p, n) = pd.migrating[id as usize];
         let p = p as usize;
+        if let Some(k) = pd.in_flight.iter().position(|&x| x == id) {
+            pd.in_flight.swap_remove(k);
+        }
         let from_tier = pd.tier_loaded.get(id as usize).is_some_and(|&t| t > 0);
         let prompt = self.stream.prompt(id as usize);
         let cfg = &self.cfgs[super::pool_of(Some(pd), p)];

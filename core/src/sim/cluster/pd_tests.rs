@@ -305,7 +305,8 @@ impl ClusterSpec {
 /// Slowdowns run on P/D clusters: a slow prefill instance stretches the prefill (TTFT grows by
 /// (factor − 1) × the prefill step, so factor 3 adds twice what factor 2 adds) and leaves the
 /// decode alone; a slow decode instance leaves TTFT alone and stretches every decode step.
-/// Crashes on a P/D cluster are still refused, naming what runs there instead.
+/// Crashes run on a P/D cluster (`pd_failures_tests.rs`) but are refused with mixed instances,
+/// naming what runs there instead.
 #[test]
 fn slowdowns_stretch_the_phase_of_the_slow_instance() {
     let with = |failures: &str| {
@@ -327,9 +328,10 @@ fn slowdowns_stretch_the_phase_of_the_slow_instance() {
     assert!((ttft(&d3) - ttft(&c)).abs() < tick, "the prefill instance is not slow");
     // 4 decode steps, each rounded up to a tick at most.
     assert!((decode(&d3) - 3.0 * decode(&c)).abs() < 4.0 * 3.0 * tick, "{} vs 3 × {}", decode(&d3), decode(&c));
-    let mut crashing = one_to_one("failures: {crashes: [{replica: 0, at_s: 1}]}");
-    crashing.requests = Some(1);
-    let e = crashing.validate().unwrap_err();
-    let e = format!("{e:?}");
-    assert!(e.contains("disaggregation") && e.contains("slowdowns"), "{e}");
+    let crashing = one_to_one("failures: {crashes: [{replica: 0, at_s: 1}]}");
+    crashing.validate().unwrap();
+    let mut mixed = one_to_one("  mixed: {instances: 1}\nfailures: {crashes: [{replica: 0, at_s: 1}]}");
+    mixed.replicas = 3;
+    let e = format!("{:?}", mixed.validate().unwrap_err());
+    assert!(e.contains("disaggregation.mixed") && e.contains("slowdowns"), "{e}");
 }

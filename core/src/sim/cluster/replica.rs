@@ -334,10 +334,11 @@ impl Replica {
         }
     }
 
-    /// Output tokens generated so far by a decoding request.
+    /// Output tokens generated so far by a decoding request (one whose KV arrived during a
+    /// step enters the batch at the next: nothing more yet).
     pub fn produced_now(&self, st: &RequestState) -> u32 {
         match st.phase {
-            Phase::Decode => st.produced + (self.steps - st.decode_entry_step) as u32,
+            Phase::Decode => st.produced + self.steps.saturating_sub(st.decode_entry_step) as u32,
             _ => st.produced,
         }
     }

@@ -5,7 +5,10 @@
 //!
 //! A replica joins at the top index with a default view (refreshed before the next decision).
 //! One that leaves takes its index out and those above move down one (`Vec::remove`; a drain
-//! takes the top one). An eviction notice from a replica that is not routable now, or that was
+//! takes the top one). On a disaggregated cluster the routable set is the prefill candidates
+//! then the decode candidates (`Pd::r_decode_start`): a prefill instance joins at the top of the
+//! prefill range (the decode candidates move up one router index, their own pool's indices
+//! unchanged), and the router hears each change in its pool's indices (`on_pool_change`). An eviction notice from a replica that is not routable now, or that was
 //! cut before the replica last joined, is stale: the router forgot that replica when it left
 //! (and the index may name another one by now), so it is not delivered.
 
@@ -19,9 +22,19 @@ impl ClusterSim<'_> {
     /// Slot `slot` becomes routable at `now`, at the top index, and the router hears it.
     pub(super) fn join_routable(&mut self, now: SimTime, slot: u32) -> Result<(), RunError> {
         let s = slot as usize;
-        self.index_of[s] = self.routable.len() as u32;
-        self.routable.push(slot);
-        self.views.push(ReplicaView::default());
+        let pos = match self.pd.as_mut() {
+            Some(pd) if s < pd.decode_start => {
+                pd.r_decode_start += 1;
+                pd.r_prefill_end += 1;
+                pd.r_decode_start - 1
+            }
+            _ => self.routable.len(),
+        };
+        self.routable.insert(pos, slot);
+        self.views.insert(pos, ReplicaView::default());
+        for k in pos..self.routable.len() {
+            self.index_of[self.routable[k] as usize] = k as u32;
+        }
         self.replicas.mark_all();
         self.routable_since[s] = now;
         self.replicas_changed(now, s, true)
@@ -35,6 +48,10 @@ impl ClusterSim<'_> {
         debug_assert_eq!(self.routable.get(pos), Some(&slot), "a leaving replica is routable");
         self.routable.remove(pos);
         self.views.remove(pos);
+        if let Some(pd) = self.pd.as_mut().filter(|pd| (slot as usize) < pd.decode_start) {
+            pd.r_decode_start -= 1;
+            pd.r_prefill_end -= 1;
+        }
         self.replicas.mark_all();
         for &above in &self.routable[pos..] {
             self.index_of[above as usize] -= 1;
@@ -43,6 +60,17 @@ impl ClusterSim<'_> {
     }
 
     fn replicas_changed(&mut self, now: SimTime, s: usize, joined: bool) -> Result<(), RunError> {
+        if let Some(pd) = &self.pd {
+            // In the instance's own pool's indices.
+            let (pool, replica, routable) = if s < pd.decode_start {
+                (ReplicaChange::PREFILL, self.index_of[s], pd.r_prefill_end)
+            } else {
+                let first = pd.r_decode_start;
+                (ReplicaChange::DECODE, self.index_of[s] - first as u32, self.routable.len() - first)
+            };
+            let change = ReplicaChange { at: seconds(now), replica, joined, routable: routable as u32 };
+            return self.router.pool_changed(pool, &change, self.routable.len());
+        }
         let change =
             ReplicaChange { at: seconds(now), replica: self.index_of[s], joined, routable: self.routable.len() as u32 };
         self.router.replicas_changed(&change)

@@ -126,28 +126,31 @@ impl ClusterSpec {
         self.validate_pools()?;
         if let Some(f) = &self.failures {
             f.validate(self.replicas).map_err(|e| e.under("failures"))?;
-            // A crash takes one replica out of the routable set; autoscaling's slots, P/D pools
+            // A crash takes one replica out of the routable set (on a P/D cluster, out of its
+            // pool's candidates); autoscaling's slots, mixed instances (in both pools at once)
             // and lock-step groups have their own lives that crashes do not model yet. Slowdowns
             // and lost KV events only stretch steps and drop notices, which every P/D instance
-            // has as an aggregated replica does (`form_step`): they run on P/D clusters too.
+            // has as an aggregated replica does (`form_step`): they run beside all of these.
             let crashes = !f.crashes.is_empty() || f.mtbf_s.is_some();
+            let mixed = self.disaggregation.as_ref().is_some_and(|d| d.mixed_instances() > 0);
             let other = if self.autoscaling.is_some() {
                 Some("autoscaling")
-            } else if self.disaggregation.is_some() && crashes {
-                Some("disaggregation")
+            } else if mixed && crashes {
+                Some("disaggregation.mixed")
             } else if self.lockstep_group() > 1 {
                 Some("data_parallel")
             } else {
                 None
             };
             if let Some(other) = other {
-                let (message, fix) = if other == "disaggregation" {
+                let (message, fix) = if other == "disaggregation.mixed" {
                     (
-                        "crashes run on aggregated clusters (a P/D request lost between its prefill and decode \
-                         instances has no retry rule yet), and this one has `disaggregation`; slowdowns and \
-                         kv_event_loss run on P/D clusters too"
+                        "crashes run on P/D clusters without mixed instances (one in both pools would leave \
+                         and rejoin both at once, which the routers' per-pool notices do not model yet), and \
+                         this one has `disaggregation.mixed`; slowdowns and kv_event_loss run with mixed \
+                         instances too"
                             .to_string(),
-                        "drop `crashes` and `mtbf_s` (keep `slowdowns` or `kv_event_loss`), or drop `disaggregation`"
+                        "drop `crashes` and `mtbf_s` (keep `slowdowns` or `kv_event_loss`), or drop `mixed:`"
                             .to_string(),
                     )
                 } else {

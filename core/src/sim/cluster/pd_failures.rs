@@ -1,0 +1,125 @@
+//! Crashes on a disaggregated cluster (`cluster.failures` with `disaggregation`; no mixed
+//! instances): what an instance's crash loses besides its own queues, and the P/D half of the
+//! retry rule (`failures.rs` has the rest).
+//!
+//! A crashed **prefill** instance loses what it was prefilling or had queued, and the prompts
+//! migrating or loading from the shared tier into it. A transfer it had started (the request
+//! handed off) completes: the model treats the KV as sent at the hand-off.
+//! A crashed **decode** instance loses what it was decoding, what it was prefilling itself
+//! (decode-only), the transfers into it (void at their end) and the handed-off requests waiting
+//! for its memory. The requests bound for it that are still before their hand-off on a prefill
+//! instance are abandoned too (the router hears it now, with the instance's index, before it
+//! leaves); their prefill runs on, as a real prefill worker's would, and they are lost when it
+//! ends — the hand-off finds no one to take the KV (as in Dynamo and llm-d, where the decode
+//! worker drives the remote prefill and a broken decode stream is what migration catches).
+//!
+//! The router hears `on_abandon` for every request lost, `replica` its decode candidate (a
+//! request whose prefill had not completed gets no `on_prefill_complete` afterwards), then
+//! `on_pool_change` (left) in the crashed instance's pool. A restarted instance takes its
+//! pool's top index (`routable.rs`).
+//!
+//! A lost request is routed again (a new `route_pair`) up to `max_retries` times, keeping its
+//! arrival time and, if the client had it, its first token; unlike on an aggregated cluster it
+//! starts its output again from nothing (the P/D path has no rule yet for re-prefilling the
+//! generated tokens on a prefill instance, which then hands off more than one token): a
+//! deviation from Dynamo's migration, which carries the generated tokens, that costs a retried
+//! request the decode steps of what it had streamed. A request routed while either pool has no
+//! routable instance fails.
+
+use routelab_policy_api::Completion;
+
+use super::ClusterSim;
+use super::replica::Phase;
+use crate::error::RunError;
+use crate::time::{SimTime, seconds};
+
+impl ClusterSim<'_> {
+    /// Instance `s` crashes: pushes to `lost` the requests it loses beyond its own queues, and
+    /// returns the requests bound for it (a decode instance) still before their hand-off
+    /// elsewhere, now orphans (module docs).
+    pub(super) fn pd_crash_losses(&mut self, s: usize, lost: &mut Vec<u32>) -> Vec<u32> {
+        let n = self.stream.len();
+        let pd = self.pd.as_mut().expect("disaggregated");
+        if pd.orphan.len() < n {
+            pd.orphan.resize(n, false);
+        }
+        if s < pd.decode_start {
+            // Prefill: the prompts on their way into it.
+            let (ours, others): (Vec<u32>, Vec<u32>) =
+                pd.in_flight.iter().partition(|&&id| pd.migrating[id as usize].0 as usize == s);
+            pd.in_flight = others;
+            for &id in &ours {
+                if let Some(tier) = pd.tier.as_mut().filter(|_| pd.tier_loaded[id as usize] > 0) {
+                    tier.loading -= 1;
+                    pd.tier_loaded[id as usize] = 0;
+                }
+            }
+            lost.extend(ours);
+            return Vec::new();
+        }
+        // Decode: the hand-offs waiting for its memory; its transfers in flight are void.
+        let k = s - pd.decode_start;
+        lost.extend(pd.waiting[k].drain(..));
+        pd.active[k] = 0;
+        let mut orphans = Vec::new();
+        for id in 0..self.states.len() {
+            let st = &self.states[id];
+            let before_handoff = st.handoff && !matches!(st.phase, Phase::Transfer | Phase::Done);
+            if before_handoff && pd.decode_of[id] as usize == s && !pd.orphan[id] {
+                pd.orphan[id] = true;
+                orphans.push(id as u32);
+            }
+        }
+        orphans
+    }
+
+    /// The index `abandoned.replica` names for request `id`: its decode candidate on a
+    /// disaggregated cluster, else the router index of `s`, the replica it was lost on.
+    pub(super) fn abandoned_index(&self, id: u32, s: usize) -> u32 {
+        match &self.pd {
+            Some(pd) => self.index_of[pd.decode_of[id as usize] as usize] - pd.r_decode_start as u32,
+            None => self.index_of[s],
+        }
+    }
+
+    /// Request `id` is about to be routed again: its P/D state is reset (module docs: its
+    /// output starts again; a first token the client saw stays).
+    pub(super) fn pd_reset(&mut self, id: usize) {
+        let Some(pd) = self.pd.as_mut() else { return };
+        pd.decode_of[id] = u32::MAX;
+        pd.transfer_s[id] = f64::NAN;
+        pd.decode_cached[id] = 0;
+        if let Some(t) = pd.tier_loaded.get_mut(id) {
+            *t = 0;
+        }
+        pd.orphan[id] = false;
+        let st = &mut self.states[id];
+        st.handoff = false;
+        st.produced = 0;
+    }
+
+    /// Orphan `id` (its decode instance crashed) finished its prefill at `now`: it is lost
+    /// now, without an `on_prefill_complete` (the router was told it was abandoned).
+    pub(super) fn orphan_handed_off(&mut self, now: SimTime, id: u32) -> Result<(), RunError> {
+        self.pd.as_mut().expect("disaggregated").orphan[id as usize] = false;
+        self.retry_or_fail(now, id as usize, 0)
+    }
+
+    /// The router hears that request `id` will not complete where it was placed (`produced`:
+    /// tokens it had streamed).
+    pub(super) fn abandon(&mut self, now: SimTime, id: u32, index: u32, produced: u32) -> Result<(), RunError> {
+        let st = &self.states[id as usize];
+        let q = self.stream.request(id as usize);
+        let c = Completion {
+            request_id: id as u64,
+            replica: index,
+            arrived_at: seconds(st.arrived_at),
+            completed_at: seconds(now),
+            ttft: st.first_token_at.map_or(f64::NAN, |t| seconds(t - st.arrived_at)),
+            prompt_tokens: q.prompt_tokens,
+            cached_tokens: st.cached_tokens,
+            output_tokens: produced,
+        };
+        self.router.abandon(&c)
+    }
+}
