@@ -61,13 +61,16 @@ impl ClusterSim<'_> {
         let k = s - pd.decode_start;
         lost.extend(pd.waiting[k].drain(..));
         pd.active[k] = 0;
+        // Before their hand-off, requests are queued or running on a prefill instance, or on
+        // their way to one (`in_flight`).
         let mut orphans = Vec::new();
-        for id in 0..self.states.len() {
-            let st = &self.states[id];
-            let before_handoff = st.handoff && !matches!(st.phase, Phase::Transfer | Phase::Done);
-            if before_handoff && pd.decode_of[id] as usize == s && !pd.orphan[id] {
-                pd.orphan[id] = true;
-                orphans.push(id as u32);
+        let prefilling = self.replicas[..pd.decode_start].iter().flat_map(|r| r.waiting.iter().chain(&r.running));
+        for &id in prefilling.chain(&pd.in_flight) {
+            let st = &self.states[id as usize];
+            let before_handoff = st.handoff && st.phase != Phase::Transfer;
+            if before_handoff && pd.decode_of[id as usize] as usize == s && !pd.orphan[id as usize] {
+                pd.orphan[id as usize] = true;
+                orphans.push(id);
             }
         }
         orphans
