@@ -14,17 +14,22 @@ pub struct Estimate {
     pub seconds: f64,
     /// (policy, seed) runs.
     pub runs: u64,
+    /// Whether routers route requests here (the cluster world), whose own state — a prefix
+    /// tree's nodes — the figure leaves out.
+    pub routed: bool,
 }
 
 impl std::fmt::Display for Estimate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "about {} and {} per run, {} run(s) ({} in all; rough: a router can take 10× the median)",
+            "about {} and {} per run, {} run(s) ({} in all; rough: a router can take 10× the median{})",
             human_bytes(self.bytes),
             human_seconds(self.seconds),
             self.runs,
-            human_seconds(self.seconds * self.runs as f64)
+            human_seconds(self.seconds * self.runs as f64),
+            // Measured by `routelab bench`'s "router memory" (docs/performance.md, "Scale").
+            if self.routed { ", and a prefix-tree router's own nodes, 100–900 B a prompt until its bound, are not counted" } else { "" }
         )
     }
 }
@@ -135,7 +140,7 @@ pub fn estimate_with(w: &Workload, requests: Option<usize>) -> Estimate {
     } else {
         (0.0, 0.0)
     };
-    Estimate { bytes: bytes + 4e6, seconds, runs }
+    Estimate { bytes: bytes + 4e6, seconds, runs, routed: w.cluster.is_some() }
 }
 
 /// Refuses a workload whose estimated run cannot fit in this machine's memory.
