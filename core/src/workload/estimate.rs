@@ -29,7 +29,11 @@ impl std::fmt::Display for Estimate {
             self.runs,
             human_seconds(self.seconds * self.runs as f64),
             // Measured by `routelab bench`'s "router memory" (docs/performance.md, "Scale").
-            if self.routed { ", and a prefix-tree router's own nodes, 100–900 B a prompt until its bound, are not counted" } else { "" }
+            if self.routed {
+                ", and a prefix-tree router's own nodes, 100–900 B a prompt until its bound, are not counted"
+            } else {
+                ""
+            }
         )
     }
 }

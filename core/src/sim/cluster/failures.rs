@@ -155,23 +155,27 @@ impl ClusterSim<'_> {
         }
         let rep = &self.replicas[s];
         let mut lost: Vec<u32> = rep.waiting.iter().chain(&rep.running).copied().collect();
-        // P/D: what else the crash loses, and the requests it orphans (`pd_failures.rs`).
-        let orphans = if self.pd.is_some() { self.pd_crash_losses(s, &mut lost) } else { Vec::new() };
+        // P/D: what else the crash loses (`pd_failures.rs`).
+        if self.pd.is_some() {
+            self.pd_crash_losses(s, &mut lost);
+        }
         lost.sort_unstable();
         let rep = &self.replicas[s];
         // What each lost request had streamed, before the replica's state goes.
         let produced: Vec<u32> = lost.iter().map(|&id| rep.produced_now(&self.states[id as usize])).collect();
-        // An orphan lost again (on its prefill instance) was abandoned already.
-        let told = |sim: &Self, id: u32| sim.pd.as_ref().is_some_and(|pd| pd.orphan[id as usize]);
-        let mut events: Vec<(u32, u32)> = lost.iter().copied().zip(produced.iter().copied()).collect();
-        events.extend(orphans.iter().map(|&id| (id, self.states[id as usize].produced)));
-        events.sort_unstable();
-        let mut newly_lost = 0;
-        for &(id, out) in &events {
-            if orphans.contains(&id) || !told(self, id) {
-                newly_lost += 1;
-                self.abandon(now, id, self.abandoned_index(id, s), out)?;
-            }
+        // The router hears, in id order, of every request lost now (but an orphan lost again on
+        // its prefill instance: it heard of that one when it was orphaned) and, on a P/D
+        // decode instance, of every request the crash orphans.
+        let orphaned = |sim: &Self, id: u32| sim.pd.as_ref().is_some_and(|pd| pd.orphan[id as usize]);
+        let mut notices: Vec<(u32, u32)> =
+            lost.iter().zip(&produced).filter(|&(&id, _)| !orphaned(self, id)).map(|(&id, &out)| (id, out)).collect();
+        if self.pd.is_some() {
+            let orphans = self.pd_orphans(s);
+            notices.extend(orphans.into_iter().map(|id| (id, self.states[id as usize].produced)));
+            notices.sort_unstable();
+        }
+        for &(id, out) in &notices {
+            self.abandon(now, id, self.abandoned_index(id, s), out)?;
         }
         // Out of the routable set: the ones above move down one index.
         self.leave_routable(now, slot)?;
@@ -183,7 +187,7 @@ impl ClusterSim<'_> {
         f.void_step[s] = was_busy;
         f.down_since[s] = Some(now);
         f.crashes += 1;
-        f.lost += newly_lost;
+        f.lost += notices.len() as u64;
         let restart = ticks(f.spec.restart_s);
         self.queue.push(now + restart, Event::Restart(slot));
         for (&id, &out) in lost.iter().zip(&produced) {

@@ -34,10 +34,9 @@ use crate::error::RunError;
 use crate::time::{SimTime, seconds};
 
 impl ClusterSim<'_> {
-    /// Instance `s` crashes: pushes to `lost` the requests it loses beyond its own queues, and
-    /// returns the requests bound for it (a decode instance) still before their hand-off
-    /// elsewhere, now orphans (module docs).
-    pub(super) fn pd_crash_losses(&mut self, s: usize, lost: &mut Vec<u32>) -> Vec<u32> {
+    /// Instance `s` crashes: pushes to `lost` the requests it loses beyond its own queues
+    /// (module docs).
+    pub(super) fn pd_crash_losses(&mut self, s: usize, lost: &mut Vec<u32>) {
         let n = self.stream.len();
         let pd = self.pd.as_mut().expect("disaggregated");
         if pd.orphan.len() < n {
@@ -55,14 +54,22 @@ impl ClusterSim<'_> {
                 }
             }
             lost.extend(ours);
+        } else {
+            // Decode: the hand-offs waiting for its memory; its transfers in flight are void.
+            let k = s - pd.decode_start;
+            lost.extend(pd.waiting[k].drain(..));
+            pd.active[k] = 0;
+        }
+    }
+
+    /// Decode instance `s` crashed: the requests bound for it that are still before their
+    /// hand-off (queued or running on a prefill instance, or on their way to one) become
+    /// orphans; returns them (none for a prefill instance).
+    pub(super) fn pd_orphans(&mut self, s: usize) -> Vec<u32> {
+        let pd = self.pd.as_mut().expect("disaggregated");
+        if s < pd.decode_start {
             return Vec::new();
         }
-        // Decode: the hand-offs waiting for its memory; its transfers in flight are void.
-        let k = s - pd.decode_start;
-        lost.extend(pd.waiting[k].drain(..));
-        pd.active[k] = 0;
-        // Before their hand-off, requests are queued or running on a prefill instance, or on
-        // their way to one (`in_flight`).
         let mut orphans = Vec::new();
         let prefilling = self.replicas[..pd.decode_start].iter().flat_map(|r| r.waiting.iter().chain(&r.running));
         for &id in prefilling.chain(&pd.in_flight) {

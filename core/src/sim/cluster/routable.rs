@@ -8,9 +8,11 @@
 //! takes the top one). On a disaggregated cluster the routable set is the prefill candidates
 //! then the decode candidates (`Pd::r_decode_start`): a prefill instance joins at the top of the
 //! prefill range (the decode candidates move up one router index, their own pool's indices
-//! unchanged), and the router hears each change in its pool's indices (`on_pool_change`). An eviction notice from a replica that is not routable now, or that was
-//! cut before the replica last joined, is stale: the router forgot that replica when it left
-//! (and the index may name another one by now), so it is not delivered.
+//! unchanged), and the router hears each change in its pool's indices (`on_pool_change`).
+//!
+//! An eviction notice from a replica that is not routable now, or that was cut before the
+//! replica last joined, is stale: the router forgot that replica when it left (and the index
+//! may name another one by now), so it is not delivered.
 
 use routelab_policy_api::{ReplicaChange, ReplicaView};
 
