@@ -253,7 +253,7 @@ impl ClusterSim<'_> {
     /// cluster, either pool has none).
     pub(super) fn nowhere_to_route(&self) -> bool {
         match &self.pd {
-            Some(pd) => pd.r_prefill_end == 0 || self.routable.len() == pd.r_decode_start,
+            Some(pd) => pd.r_prefill_end() == 0 || self.routable.len() == pd.r_decode_start,
             None => self.routable.is_empty(),
         }
     }

@@ -79,12 +79,11 @@ pub(super) struct Pd {
     /// candidates `decode_start..` (both include the mixed ones).
     pub decode_start: usize,
     pub prefill_end: usize,
-    /// The same boundaries in router indices (the routable set, `routable.rs`): the prefill
-    /// candidates are router indices `0..r_prefill_end`, the decode candidates `r_decode_start..`.
-    /// Equal to the physical ones while every instance is up; a crashed instance leaves its
-    /// pool's range, and one that restarts takes its pool's top index.
+    /// `decode_start` in router indices (the routable set, `routable.rs`): the decode
+    /// candidates are router indices `r_decode_start..`, the prefill ones
+    /// `0..`[`Pd::r_prefill_end`]. Equal to `decode_start` while every instance is up; a crashed
+    /// prefill instance leaves the range below it, and one that restarts rejoins at its top.
     pub r_decode_start: usize,
-    pub r_prefill_end: usize,
     link: Link,
     transfer: TransferTokens,
     kv_bytes_per_token: f64,
@@ -130,7 +129,6 @@ impl Pd {
             decode_start: d.prefill.instances as usize,
             prefill_end: (d.prefill.instances + d.mixed_instances()) as usize,
             r_decode_start: d.prefill.instances as usize,
-            r_prefill_end: (d.prefill.instances + d.mixed_instances()) as usize,
             local: 0,
             link: d.link.clone(),
             transfer: d.transfer,
@@ -151,6 +149,14 @@ impl Pd {
             in_flight: Vec::new(),
             orphan: Vec::new(),
         }
+    }
+}
+
+impl Pd {
+    /// `prefill_end` in router indices: the mixed instances (which never crash) follow the
+    /// routable prefill-only ones.
+    pub fn r_prefill_end(&self) -> usize {
+        self.r_decode_start + (self.prefill_end - self.decode_start)
     }
 }
 
@@ -258,7 +264,7 @@ impl ClusterSim<'_> {
     /// A request arrives at a disaggregated cluster: the router decides with both pools' views.
     pub(super) fn on_arrival_pd(&mut self, now: SimTime, id: usize, req: &Request<'_>) -> Result<(), RunError> {
         let pd = self.pd.as_ref().expect("disaggregated");
-        let (first, end) = (pd.r_decode_start, pd.r_prefill_end);
+        let (first, end) = (pd.r_decode_start, pd.r_prefill_end());
         // The request's class, tenant and SLO, as an aggregated router sees them.
         let decision = self.router.dispatch_pair(req, &self.infos[id], &self.views, end, first)?;
         // Router indices to instances (slots).

@@ -27,7 +27,6 @@ impl ClusterSim<'_> {
         let pos = match self.pd.as_mut() {
             Some(pd) if s < pd.decode_start => {
                 pd.r_decode_start += 1;
-                pd.r_prefill_end += 1;
                 pd.r_decode_start - 1
             }
             _ => self.routable.len(),
@@ -52,7 +51,6 @@ impl ClusterSim<'_> {
         self.views.remove(pos);
         if let Some(pd) = self.pd.as_mut().filter(|pd| (slot as usize) < pd.decode_start) {
             pd.r_decode_start -= 1;
-            pd.r_prefill_end -= 1;
         }
         self.replicas.mark_all();
         for &above in &self.routable[pos..] {
@@ -65,7 +63,7 @@ impl ClusterSim<'_> {
         if let Some(pd) = &self.pd {
             // In the instance's own pool's indices.
             let (pool, replica, routable) = if s < pd.decode_start {
-                (ReplicaChange::PREFILL, self.index_of[s], pd.r_prefill_end)
+                (ReplicaChange::PREFILL, self.index_of[s], pd.r_prefill_end())
             } else {
                 let first = pd.r_decode_start;
                 (ReplicaChange::DECODE, self.index_of[s] - first as u32, self.routable.len() - first)
