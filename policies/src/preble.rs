@@ -137,12 +137,6 @@ struct ReplicaWindow {
     cached_tokens: WindowSum,
 }
 
-/// The decision made in `route`, completed in `on_dispatch`.
-struct Pending {
-    request: u64,
-    prefix_key: Option<u64>,
-}
-
 /// One replica's load cost split into its parts.
 #[derive(Clone, Copy, Default)]
 struct Cost {
@@ -179,7 +173,9 @@ pub struct Preble {
     ttft: WindowSum,
     /// The prefix each exploiting request in flight exploited, by [`request_key`].
     in_flight_prefix: KeyMap<u64>,
-    pending: Option<Pending>,
+    /// The decision `route` made (the prefix key it exploited, if any), for `on_dispatch`; the
+    /// per-replica matches it computed are in `matches`.
+    carried: Carried<Option<u64>>,
     matches: Vec<u32>,
     /// Replicas holding the longest match (reused across decisions).
     holders: Vec<usize>,
@@ -247,7 +243,7 @@ impl Policy for Preble {
             prefix_ttft: KeyMap::default(),
             ttft: WindowSum::new(w),
             in_flight_prefix: KeyMap::default(),
-            pending: None,
+            carried: Carried::new(),
             matches: vec![0; n],
             holders: Vec::with_capacity(n),
             costs: vec![Cost::default(); n],
@@ -528,16 +524,16 @@ impl RouterPolicy for Preble {
         self.sums.l += c.l;
         self.sums.m += c.m;
         self.sums.p += c.p;
-        self.pending = Some(Pending { request: request.id, prefix_key });
-        self.members.index_of(chosen).expect("only routable replicas are candidates")
+        let index = self.members.index_of(chosen).expect("only routable replicas are candidates");
+        self.carried.keep(request, index, prefix_key)
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, replica: usize) {
         let replica = self.members.id(replica);
         let now = request.arrived_at;
         let segments = request.segments();
-        let pending = self.pending.take().filter(|p| p.request == request.id);
-        let matched = if pending.is_some() { self.matches[replica] } else { self.tree.match_tokens(segments, replica) };
+        let kept = self.carried.take(request);
+        let matched = if kept.is_some() { self.matches[replica] } else { self.tree.match_tokens(segments, replica) };
         let missed = request.prompt_tokens.saturating_sub(matched) as u64;
         let w = &mut self.replicas[replica];
         w.prefill_s.add(now, self.model.prefill_time_s(missed, matched as u64));
@@ -550,7 +546,7 @@ impl RouterPolicy for Preble {
             key = extend_path_hash(key, s.id);
             self.node_hits.add(now, key);
         }
-        if let Some(k) = pending.and_then(|p| p.prefix_key) {
+        if let Some(k) = kept.and_then(|k| k.decision) {
             self.in_flight_prefix.insert(request_key(request.id), k);
         }
         self.tree.insert(segments, replica);
@@ -586,7 +582,7 @@ impl RouterPolicy for Preble {
             w.prefill_s = WindowSum::new(self.cfg.window_s);
             w.prompt_tokens = WindowSum::new(self.cfg.pd_window_s);
             w.cached_tokens = WindowSum::new(self.cfg.pd_window_s);
-            self.pending = None;
+            self.carried.clear();
         }
     }
 

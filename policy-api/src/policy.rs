@@ -52,7 +52,10 @@ pub trait RouterPolicy: Policy<Context = RouterContext> {
     /// The replica index for `request`, given a view of every replica. An index outside
     /// `0..replicas.len()` fails the run.
     fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize;
-    /// The host dispatched `request` to `replica`.
+    /// The host dispatched `request` to `replica`: the next routing call after this request's
+    /// `route` (a request sent nowhere gets none, and the next call is the next `route`). A
+    /// gateway may have sent it to another replica than the one chosen (its backend was down).
+    /// What `route` worked out travels here in [`crate::toolkit::Carried`].
     fn on_dispatch(&mut self, _request: &Request<'_>, _replica: usize) {}
     /// A request this router placed has finished.
     fn on_complete(&mut self, _completion: &Completion) {}

@@ -73,6 +73,9 @@ fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() 
     );
     // 0.5.8: `Router::on_pool_change` (P/D instances that crash and restart).
     assert!(read(&current, "traits.rs").contains("fn on_pool_change") && !traits.contains("fn on_pool_change"));
+    // 0.5.9: the toolkit's `Carried` (a plain-Rust helper compiled into each plugin).
+    let toolkit = |dir: &std::path::Path| read(dir, "toolkit/mod.rs");
+    assert!(toolkit(&current).contains("pub use carry::") && !toolkit(&root).contains("mod carry"));
     let (_, minor, _) = api_version();
     for file in ["lib.rs", "traits.rs", "types.rs", "policy.rs", "root.rs", "cost.rs", "facts.rs", "signals.rs"] {
         assert!(

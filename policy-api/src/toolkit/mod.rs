@@ -1,6 +1,7 @@
 //! Plain-Rust helpers for policy authors, compiled into each plugin (not part of the ABI): a
 //! seeded random stream, random tie-breaking, a segment-level prefix tree with per-replica
-//! holders and LRU order ([`PrefixTree`]), and a sliding-window sum ([`WindowSum`]). The built-in
+//! holders and LRU order ([`PrefixTree`]), a sliding-window sum ([`WindowSum`]), and a slot that
+//! carries what `route` decided to the same request's `on_dispatch` ([`Carried`]). The built-in
 //! prefix-aware routers are written with exactly these.
 
 use rand::SeedableRng;
@@ -39,10 +40,16 @@ pub fn argmin_random_tie<K: PartialOrd>(keys: impl IntoIterator<Item = K>, rng: 
 }
 
 mod block_hash;
+// since 0.5.9 {
+mod carry;
+// } since 0.5.9
 mod prefix_tree;
 mod window;
 
 pub use block_hash::{BLOCK_HASH_SEED, BlockHashing, ChainState, mix64, prefix_hash};
+// since 0.5.9 {
+pub use carry::{Carried, Kept};
+// } since 0.5.9
 
 pub use prefix_tree::{NodeId, PrefixTree, ROOT_PATH_HASH, extend_path_hash};
 pub use window::WindowSum;
