@@ -297,13 +297,34 @@ pub fn policy_error(label: &str, method: &str, e: String) -> RunError {
     RunError::erred(Role::Policy, label, method, e)
 }
 
+/// The local schedulers of a cluster run, one per replica slot, and the label that names them in
+/// errors (`fcfs`, `lib.so:mine`): a scheduler's failure blames the scheduler, not the router.
+pub struct Schedulers {
+    pub label: String,
+    pub boxes: Vec<SchedulerBox>,
+}
+
+impl Schedulers {
+    pub fn new(label: &str, boxes: Vec<SchedulerBox>) -> Self {
+        Self { label: label.to_string(), boxes }
+    }
+
+    /// One handle per replica slot, in slot order.
+    pub fn into_handles(self) -> Vec<SchedulerHandle> {
+        let label: std::sync::Arc<str> = self.label.into();
+        self.boxes.into_iter().enumerate().map(|(r, s)| SchedulerHandle::new(s, r as u32, label.clone())).collect()
+    }
+}
+
 /// One replica's local scheduler and the checks on its answers.
 pub struct SchedulerHandle {
     scheduler: SchedulerBox,
     replica: u32,
+    /// Names the scheduler in errors.
+    label: std::sync::Arc<str>,
     taken: Vec<bool>,
     /// Why the scheduler cannot run (it asks for request facts the cluster world lacks).
-    unusable: Option<String>,
+    unusable: Option<RunError>,
     /// The request facts it negotiated, every request's info (by request id) and the table the
     /// waiting requests' values are written to.
     facts: RequestFacts,
@@ -312,12 +333,22 @@ pub struct SchedulerHandle {
 }
 
 impl SchedulerHandle {
-    pub fn new(scheduler: SchedulerBox, replica: u32) -> Self {
+    /// Replica `replica`'s scheduler, named `label` in errors.
+    pub fn new(scheduler: SchedulerBox, replica: u32, label: std::sync::Arc<str>) -> Self {
         let (facts, unusable) = match negotiate_scheduler_facts(&scheduler) {
             Ok(f) => (f, None),
-            Err(e) => (RequestFacts::default(), Some(format!("scheduler of replica {replica} {e}"))),
+            Err(e) => (
+                RequestFacts::default(),
+                Some(RunError::refused(Role::Policy, &label, format!("(the scheduler of replica {replica}) {e}"))),
+            ),
         };
-        Self { scheduler, replica, taken: Vec::new(), unusable, facts, infos: Vec::new().into(), table: Vec::new() }
+        let infos = Vec::new().into();
+        Self { scheduler, replica, label, taken: Vec::new(), unusable, facts, infos, table: Vec::new() }
+    }
+
+    /// The label that names it in errors.
+    pub fn label(&self) -> &str {
+        &self.label
     }
 
     /// What the host knows of every request, by request id: the source of the request facts
@@ -338,7 +369,7 @@ impl SchedulerHandle {
 
     /// The admission order of `waiting` at `now_s`, into `order`: indices into `waiting`, each at
     /// most once (those left out wait).
-    pub fn order(&mut self, now_s: f64, waiting: &[WaitingRequest], order: &mut RVec<u32>) -> Result<(), String> {
+    pub fn order(&mut self, now_s: f64, waiting: &[WaitingRequest], order: &mut RVec<u32>) -> Result<(), RunError> {
         let id = self.replica;
         if let Some(e) = &self.unusable {
             return Err(e.clone());
@@ -356,28 +387,33 @@ impl SchedulerHandle {
         self.scheduler
             .order(now_s, shown, order)
             .into_result()
-            .map_err(|e| format!("scheduler of replica {id}: {e}"))?;
+            .map_err(|e| policy_error(&self.label, "order", e.into()))?;
         self.taken.clear();
         self.taken.resize(waiting.len(), false);
         for &i in order.iter() {
             let i = i as usize;
             if i >= waiting.len() {
-                return Err(format!(
-                    "scheduler of replica {id} returned index {i}, but only {} requests wait (valid: 0..{})",
-                    waiting.len(),
-                    waiting.len().saturating_sub(1)
+                return Err(RunError::refused(
+                    Role::Policy,
+                    &self.label,
+                    format!(
+                        "(the scheduler of replica {id}) returned index {i}, but only {} requests wait (valid: 0..{})",
+                        waiting.len(),
+                        waiting.len().saturating_sub(1)
+                    ),
                 ));
             }
             if std::mem::replace(&mut self.taken[i], true) {
-                return Err(format!("scheduler of replica {id} returned index {i} twice"));
+                let what = format!("(the scheduler of replica {id}) returned index {i} twice");
+                return Err(RunError::refused(Role::Policy, &self.label, what));
             }
         }
         Ok(())
     }
 
     /// The scheduler's own figures (not yet namespaced: see [`scheduler_stats`]).
-    fn raw_report(&self) -> Result<RVec<Stat>, String> {
-        self.scheduler.report().into_result().map_err(|e| format!("scheduler of replica {}: {e}", self.replica))
+    fn raw_report(&self) -> Result<RVec<Stat>, RunError> {
+        self.scheduler.report().into_result().map_err(|e| policy_error(&self.label, "report", e.into()))
     }
 }
 
@@ -550,13 +586,13 @@ impl AdmissionHandle {
 
 /// Every replica's scheduler figures, summed over replicas, as `scheduler.<name>` (in the order
 /// the first replica reports them).
-pub fn scheduler_stats(schedulers: &[SchedulerHandle], label: &str) -> Result<Vec<(String, f64)>, RunError> {
+pub fn scheduler_stats(schedulers: &[SchedulerHandle]) -> Result<Vec<(String, f64)>, RunError> {
     let mut sum: Vec<(String, f64)> = Vec::new();
     // Where each name is in `sum`: linear in the figures, however many a scheduler reports.
     let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for s in schedulers {
-        let stats = s.raw_report().map_err(|e| policy_error(label, "report", e))?;
-        for (name, value) in namespaced("scheduler", stats).map_err(|m| RunError::failed(Role::Policy, label, m))? {
+        let stats = s.raw_report()?;
+        for (name, value) in namespaced("scheduler", stats).map_err(|m| RunError::failed(Role::Policy, &s.label, m))? {
             match at.get(&name) {
                 Some(&i) => sum[i].1 += value,
                 None => {

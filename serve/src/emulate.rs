@@ -116,7 +116,7 @@ pub fn main(args: EmulateArgs) -> Result<i32> {
 pub struct Prepared {
     cfg: ReplicaConfig,
     cost: routelab_policy_api::Roofline,
-    scheduler: routelab_policy_api::SchedulerBox,
+    scheduler: routelab_core::handle::SchedulerHandle,
     time_scale: f64,
     model: String,
     tokenizer: text::Tokenizer,
@@ -152,6 +152,7 @@ impl Prepared {
         let spec = PolicySpec::parse(&args.scheduler)?;
         let ctx = SchedulerContext::new(0, 0, sm.kv_capacity_tokens);
         let scheduler = Loader::new().scheduler(&spec, &ctx)?;
+        let scheduler = routelab_core::handle::SchedulerHandle::new(scheduler, 0, spec.label.as_str().into());
         let cfg = ReplicaConfig {
             kv_capacity_tokens: sm.kv_capacity_tokens,
             step_prefill_budget: if args.chunk_tokens == 0 { args.max_step_tokens } else { args.chunk_tokens },

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use routelab_policy_api::{Roofline, SchedulerBox, Segment};
+use routelab_policy_api::{Roofline, Segment};
 use tokio::sync::{mpsc, oneshot};
 
 use routelab_core::handle::SchedulerHandle;
@@ -70,7 +70,7 @@ impl Engine {
     pub fn start(
         cfg: ReplicaConfig,
         cost: Roofline,
-        scheduler: SchedulerBox,
+        scheduler: SchedulerHandle,
         time_scale: f64,
         mirror: Option<Mirror>,
     ) -> Self {
@@ -82,7 +82,7 @@ impl Engine {
             replica: Replica::new(0),
             cfg,
             cost,
-            scheduler: SchedulerHandle::new(scheduler, 0),
+            scheduler,
             active: HashMap::new(),
             completed: Vec::new(),
             start: Instant::now(),

@@ -17,7 +17,7 @@ mod prepared;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use routelab_policy_api::{PolicyKind, RouterBox, SchedulerBox, SelectorBox};
+use routelab_policy_api::{PolicyKind, RouterBox, SelectorBox};
 use serde::Serialize;
 
 pub use self::cells::{Cell, CellError, Stage, assemble, run_cell};
@@ -25,6 +25,7 @@ pub use self::fields::{parse_with_sets, split_policies, with_field};
 pub use self::prepared::{Prepared, SeedInput, cluster_stats, expand, prepare, relative_to};
 use self::prepared::{SeedStream, World};
 use crate::error::Error;
+use crate::handle::Schedulers;
 use crate::metrics::{Detail, Metrics, in_flight_timeline, quantile_vector};
 use crate::plugin::{Factory, LoadError, Loader, PolicySpec};
 use crate::seeds::seed_for;
@@ -215,7 +216,7 @@ pub fn run_one_detailed(
 enum Instances {
     Dispatch(RouterBox),
     /// Model 0's router (the only one with one model), the schedulers, the routers of models 1...
-    Cluster(RouterBox, Vec<SchedulerBox>, Vec<RouterBox>),
+    Cluster(RouterBox, Schedulers, Vec<RouterBox>),
     Compound(SelectorBox),
 }
 
@@ -348,14 +349,17 @@ fn cluster_detail(replicas: usize, records: &[sim::cluster::RequestRecord]) -> D
     }
 }
 
-/// One scheduler per replica for run `run_seed`.
+/// One scheduler per replica for run `run_seed`, named in errors by `scheduler`'s label.
 pub fn make_schedulers(
     scheduler: &Factory,
     sm: &StepModel,
     replicas: u32,
     run_seed: u64,
-) -> Result<Vec<SchedulerBox>, LoadError> {
-    (0..replicas).map(|r| scheduler.scheduler(&sim::cluster::scheduler_context(sm, r, run_seed))).collect()
+) -> Result<Schedulers, LoadError> {
+    let boxes = (0..replicas)
+        .map(|r| scheduler.scheduler(&sim::cluster::scheduler_context(sm, r, run_seed)))
+        .collect::<Result<_, _>>()?;
+    Ok(Schedulers::new(&scheduler.spec.label, boxes))
 }
 
 /// One cluster run of `router` (any router object, labelled `label`) on `stream`, every replica

@@ -129,6 +129,12 @@ fn serve_under_failing_backends_loses_no_request_and_returns_to_zero() {
         }
         let back = format!("routelab_gateway_requests_ok_total{{backend=\"{}\"}}", backends[3]);
         assert!(metric(gw, &back).await >= 1.0, "the backend that came back never served again");
+        // The outage and the recovery leave every count where it started: the gateway's and the
+        // router's own in-flight figures are back at 0 once the last request has ended.
+        let left = metric_becomes(gw, "routelab_gateway_in_flight", 0.0, Duration::from_secs(10)).await;
+        assert_eq!(left, 0.0, "requests still counted in flight after the recovery");
+        let left = metric_becomes(gw, own, 0.0, Duration::from_secs(10)).await;
+        assert_eq!(left, 0.0, "the router's own in-flight count drifted through the recovery");
         // Memory: a few thousand requests of a few hundred bytes leave no lasting growth.
         if let (Some(b), Some(a)) = (before, rss_bytes()) {
             assert!(a < b + (256 << 20), "resident memory grew from {b} to {a} bytes");

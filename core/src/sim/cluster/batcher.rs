@@ -13,6 +13,7 @@
 
 use super::kv_tier::KvTier;
 use super::replica::{Phase, Replica, ReplicaConfig, States, reserve_tokens};
+use crate::error::RunError;
 use crate::handle::SchedulerHandle;
 use crate::step_model::{Chunk, Pricer, Step};
 use crate::time::{SimTime, seconds};
@@ -30,7 +31,7 @@ impl Replica {
         cfg: &ReplicaConfig,
         pricer: &Pricer,
         scheduler: &mut SchedulerHandle,
-    ) -> Result<Option<f64>, String> {
+    ) -> Result<Option<f64>, RunError> {
         self.start_step_tiered(now, stream, states, cfg, pricer, scheduler, None)
     }
 
@@ -47,7 +48,7 @@ impl Replica {
         pricer: &Pricer,
         scheduler: &mut SchedulerHandle,
         mut remote: Option<&mut KvTier>,
-    ) -> Result<Option<f64>, String> {
+    ) -> Result<Option<f64>, RunError> {
         self.chunks.clear();
         // (1) Room for this step's new tokens: one per decoder, one per prefill that may finish.
         // (0) Under priority preemption, room for the most important waiting request first.

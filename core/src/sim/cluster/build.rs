@@ -5,22 +5,22 @@ use super::*;
 
 impl<'a> ClusterSim<'a> {
     /// Checks the stream against the replicas (every request must fit in one replica's KV) and
-    /// wires `router` (labelled `label` in errors) and one scheduler per replica. `models` are
+    /// wires `router` (labelled `label` in errors) and `schedulers`, one per replica slot. `models` are
     /// `spec`'s resolved step models.
     pub fn build(
         spec: &ClusterSpec,
         models: &StepModels,
         stream: impl Into<Feed<'a>>,
         router: RouterBox,
-        schedulers: Vec<SchedulerBox>,
+        schedulers: Schedulers,
         label: &str,
     ) -> Result<Self, SetupError> {
         // Slots: `autoscaling.max_replicas`, else `replicas`; the first `replicas` start ready.
         let n = spec.slots() as usize;
-        if schedulers.len() != n {
+        if schedulers.boxes.len() != n {
             return Err(SetupError::new(
                 "scheduler",
-                format!("{} schedulers for {n} replicas", schedulers.len()),
+                format!("{} schedulers for {n} replicas", schedulers.boxes.len()),
                 "give one scheduler per replica",
             ));
         }
@@ -96,8 +96,7 @@ impl<'a> ClusterSim<'a> {
         let last_arrival = stream.last_arrival();
         let scrape_interval = (router.reads_scrapes() && spec.metrics.scrape_interval_s > 0.0)
             .then(|| ticks(spec.metrics.scrape_interval_s).max(1));
-        let mut schedulers: Vec<SchedulerHandle> =
-            schedulers.into_iter().enumerate().map(|(r, s)| SchedulerHandle::new(s, r as u32)).collect();
+        let mut schedulers: Vec<SchedulerHandle> = schedulers.into_handles();
         let priority_preemption = spec.preemption == Preemption::Priority;
         if !retiring || schedulers.iter().any(|s| s.reads_facts()) || priority_preemption {
             stream.hold_all();

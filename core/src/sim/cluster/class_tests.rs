@@ -242,7 +242,7 @@ fn a_scheduler_reads_each_waiting_requests_priority() {
         }
     }
     let boxed = Scheduler_TO::from_value(Guarded::new(ByPriority), abi_stable::sabi_trait::TD_Opaque);
-    let mut h = crate::handle::SchedulerHandle::new(boxed, 0);
+    let mut h = crate::handle::SchedulerHandle::new(boxed, 0, "under_test".into());
     let info = |priority| RequestInfo { priority, ..RequestInfo::plain() };
     h.set_infos(vec![info(0), info(-1), info(2), info(1)].into());
     let row =

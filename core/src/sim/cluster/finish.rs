@@ -147,7 +147,7 @@ impl ClusterSim<'_> {
             let (latency_quantiles, finished_share) = self.tally.latency_cdf(crate::metrics::CDF_POINTS);
             crate::metrics::Detail { latency_quantiles, finished_share, ..Default::default() }
         });
-        for (k, v) in self.router_report()?.into_iter().chain(scheduler_stats(&self.schedulers, self.router.label())?) {
+        for (k, v) in self.router_report()?.into_iter().chain(scheduler_stats(&self.schedulers)?) {
             metrics.push(k, v);
         }
         if let Some(a) = &self.admission {

@@ -104,7 +104,7 @@ pub use feed::Feed;
 use std::borrow::Cow;
 
 use abi_stable::std_types::RSlice;
-use routelab_policy_api::{Completion, Eviction, ReplicaView, Request, RouterBox, SchedulerBox, Segment, World};
+use routelab_policy_api::{Completion, Eviction, ReplicaView, Request, RouterBox, Segment, World};
 
 use self::kv_tier::KvTier;
 use self::pd::Pd;
@@ -122,7 +122,7 @@ use super::SetupError;
 use super::event_queue::EventQueue;
 use crate::error::{Role, RunError};
 use crate::facts::RequestInfo;
-use crate::handle::{AdmissionHandle, Admitted, RouterHandle, SchedulerHandle};
+use crate::handle::{AdmissionHandle, Admitted, RouterHandle, SchedulerHandle, Schedulers};
 use crate::step_model::{Pricer, StepModel};
 use crate::time::{SimTime, seconds, ticks};
 use crate::workload::cluster::{ClusterSpec, Preemption, StepModels};
@@ -660,8 +660,7 @@ impl<'a> ClusterSim<'a> {
         let step = if rep.has_work() {
             let (cfg, pricer) = (&self.cfgs[pool], &self.pricers[pool]);
             let remote = self.remote_tier.as_mut();
-            rep.start_step_tiered(now, &self.stream, &mut self.states, cfg, pricer, &mut self.schedulers[r], remote)
-                .map_err(|e| RunError::failed(Role::Policy, self.router.label(), e))?
+            rep.start_step_tiered(now, &self.stream, &mut self.states, cfg, pricer, &mut self.schedulers[r], remote)?
         } else {
             None
         };

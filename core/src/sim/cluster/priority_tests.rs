@@ -40,7 +40,7 @@ fn config(capacity: u64, reservation: Reservation, preemption: Preemption) -> Re
 fn scheduler(name: &str, priorities: &[i32]) -> SchedulerHandle {
     let ctx = routelab_policy_api::SchedulerContext::new(0, 0, 1000);
     let s = Loader::new().scheduler(&PolicySpec::parse(name).unwrap(), &ctx).unwrap();
-    let mut h = SchedulerHandle::new(s, 0);
+    let mut h = SchedulerHandle::new(s, 0, "under_test".into());
     h.set_infos(priorities.iter().map(|&priority| RequestInfo { priority, ..RequestInfo::plain() }).collect());
     h
 }

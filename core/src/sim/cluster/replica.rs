@@ -26,6 +26,7 @@ use routelab_policy_api::{ReplicaView, Segment, WaitingRequest};
 
 use super::prefix_cache::{EvictionEvent, PrefixCache, extend_path_hash};
 use super::tiers::ReplicaTiers;
+use crate::error::RunError;
 use crate::handle::SchedulerHandle;
 use crate::time::SimTime;
 use crate::workload::cluster::{Preemption, Reservation};
@@ -441,7 +442,7 @@ impl Replica {
     }
 
     /// Asks `scheduler` for the admission order of the shown requests (checked by the handle).
-    pub(super) fn ask_scheduler(&mut self, scheduler: &mut SchedulerHandle, now_s: f64) -> Result<(), String> {
+    pub(super) fn ask_scheduler(&mut self, scheduler: &mut SchedulerHandle, now_s: f64) -> Result<(), RunError> {
         scheduler.order(now_s, &self.views, &mut self.order)
     }
 }

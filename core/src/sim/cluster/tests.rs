@@ -305,10 +305,11 @@ fn run_with_scheduler(spec: &ClusterSpec, twice: bool) -> Result<RunOutcome, Run
     let router = Loader::new()
         .router(&PolicySpec::parse("round_robin").unwrap(), &router_context(sm, spec.replicas, 1))
         .unwrap();
-    let schedulers = (0..spec.replicas)
+    let boxes = (0..spec.replicas)
         .map(|_| Scheduler_TO::from_value(Guarded::new(Faulty { twice }), abi_stable::sabi_trait::TD_Opaque))
         .collect();
     let stream = generate(spec, None, 1).unwrap();
+    let schedulers = crate::handle::Schedulers::new("faulty", boxes);
     ClusterSim::build(spec, &resolved, &stream, router, schedulers, "round_robin").unwrap().run()
 }
 
@@ -316,16 +317,16 @@ fn run_with_scheduler(spec: &ClusterSpec, twice: bool) -> Result<RunOutcome, Run
 fn a_scheduler_answering_out_of_range_or_twice_fails_the_run_naming_it() {
     let mut spec = preset("tool_use");
     spec.requests = Some(50);
+    // The scheduler is blamed, not the router beside it.
     let err = run_with_scheduler(&spec, false).unwrap_err();
-    assert!(matches!(&err, RunError::Failed { policy, .. } if policy.label == "round_robin"), "{err:?}");
+    assert!(matches!(&err, RunError::Refused { policy, .. } if policy.label == "faulty"), "{err:?}");
     let e = err.to_string();
     assert!(
-        e.contains("policy 'round_robin'")
-            && e.contains("scheduler of replica 0 returned index 1, but only 1 requests wait"),
+        e.starts_with("policy 'faulty' (the scheduler of replica 0) returned index 1, but only 1 requests wait"),
         "{e}"
     );
     let e = run_with_scheduler(&spec, true).unwrap_err().to_string();
-    assert!(e.contains("scheduler of replica 0 returned index 0 twice"), "{e}");
+    assert!(e.starts_with("policy 'faulty' (the scheduler of replica 0) returned index 0 twice"), "{e}");
 }
 
 #[test]
