@@ -92,6 +92,7 @@ mod sessions;
 #[cfg(test)]
 mod sketch_tests;
 mod slots;
+mod steps;
 mod summary;
 #[cfg(test)]
 mod tests;
@@ -104,7 +105,7 @@ pub use feed::Feed;
 use std::borrow::Cow;
 
 use abi_stable::std_types::RSlice;
-use routelab_policy_api::{Completion, Eviction, ReplicaView, Request, RouterBox, Segment, World};
+use routelab_policy_api::{Eviction, ReplicaView, Request, RouterBox, Segment, World};
 
 use self::kv_tier::KvTier;
 use self::pd::Pd;
@@ -511,84 +512,6 @@ impl<'a> ClusterSim<'a> {
         Ok(())
     }
 
-    /// Replica `r`'s step ends at `now`: finished requests complete, and its next step starts.
-    fn on_step_end(&mut self, now: SimTime, r: usize) -> Result<(), RunError> {
-        if self.lockstep > 1 {
-            return self.on_group_step_end(now, r / self.lockstep);
-        }
-        if self.void_step_ended(now, r)? {
-            return Ok(());
-        }
-        self.finish_replica_step(now, r)?;
-        self.start_step(r, now)?;
-        self.drained_if_idle(now, r);
-        self.release_held(now)
-    }
-
-    /// Replica `r`'s step ended at `now`: its finished requests complete (or hand off).
-    fn finish_replica_step(&mut self, now: SimTime, r: usize) -> Result<(), RunError> {
-        self.completed.clear();
-        let cfg = &self.cfgs[replica_pool(self.pd.as_ref(), &self.gpu_pool, r)];
-        if let Some(t) = self.replicas[r].tiers.as_mut() {
-            t.step_ended(self.remote_tier.as_mut());
-        }
-        self.replicas[r].finish_step(now, &self.stream, &mut self.states, cfg, &mut self.completed);
-        for k in 0..self.completed.len() {
-            let id = self.completed[k];
-            if self.states[id as usize].phase == Phase::Transfer {
-                self.on_handoff(now, r, id)?;
-            } else {
-                self.report_completion(now, r, id)?;
-            }
-        }
-        if !self.completed.is_empty() {
-            // Memory freed: handed-off requests waiting for it may start their transfers.
-            self.start_transfers(now, r);
-        }
-        // The O(nodes) check every max(256, nodes) steps (a power of two): O(1) per step.
-        #[cfg(debug_assertions)]
-        if self.replicas[r].steps % (self.replicas[r].cache.nodes() as u64).max(256).next_power_of_two() == 0 {
-            self.replicas[r].cache.check();
-        }
-        Ok(())
-    }
-
-    /// Request `id` finished on replica `r` at `now`: the router hears of it (on a disaggregated
-    /// cluster, `replica` indexes the decode candidates).
-    fn report_completion(&mut self, now: SimTime, r: usize, id: u32) -> Result<(), RunError> {
-        let (q, st) = (self.stream.request(id as usize), &self.states[id as usize]);
-        self.done += 1;
-        let model = self.model_of_slot(r);
-        let n = self.routable.len();
-        let (router, range) = models::router_of(&mut self.router, self.models.as_deref_mut(), model, n);
-        let replica = match &self.pd {
-            Some(pd) => self.index_of[r] - pd.r_decode_start as u32,
-            None => self.index_of[r] - range.start as u32,
-        };
-        let c = Completion {
-            request_id: id as u64,
-            replica,
-            arrived_at: seconds(st.arrived_at),
-            completed_at: seconds(now),
-            ttft: seconds(st.first_token_at.unwrap_or(now) - st.arrived_at),
-            prompt_tokens: q.prompt_tokens,
-            cached_tokens: st.cached_tokens,
-            output_tokens: q.output_tokens,
-        };
-        if let Some(a) = &mut self.admission {
-            a.complete(&c)?;
-        }
-        if let Some(f) = &mut self.fleet {
-            let latency = c.completed_at - c.arrived_at;
-            let tpot = if c.output_tokens > 1 { (latency - c.ttft) / (c.output_tokens - 1) as f64 } else { f64::NAN };
-            let met = self.slo.as_ref().is_some_and(|s| s.met(c.ttft, tpot, latency));
-            f.completed(id as usize, now, c.ttft, tpot, met);
-        }
-        router.complete(&c)?;
-        self.release_dependents(now, id);
-        Ok(())
-    }
-
     /// The gateway scrapes every replica's metrics at `now`, and the next scrape is due one
     /// interval later while requests remain (to arrive or to finish).
     fn on_scrape(&mut self, now: SimTime) {
@@ -634,54 +557,5 @@ impl<'a> ClusterSim<'a> {
             remaining_tokens,
         };
         router.evicted(&e)
-    }
-
-    /// Starts replica `r`'s next step at `now` if it has work (in lock-step: its group's step);
-    /// queues its end and its evictions.
-    fn start_step(&mut self, r: usize, now: SimTime) -> Result<(), RunError> {
-        if self.lockstep > 1 {
-            return self.start_group_step(r / self.lockstep, now);
-        }
-        if let Some(d) = self.form_step(r, now)? {
-            let t = ticks(d).max(1);
-            let rep = &mut self.replicas[r];
-            rep.busy_s += seconds(t);
-            (rep.step_started_at, rep.step_ends_at) = (now, now + t);
-            self.queue.push(now + t, Event::StepEnd(r as u32));
-        }
-        Ok(())
-    }
-
-    /// Forms replica `r`'s step at `now` and returns its duration (`None`: nothing to run);
-    /// marks the replica busy or idle and queues the evictions the step caused.
-    fn form_step(&mut self, r: usize, now: SimTime) -> Result<Option<f64>, RunError> {
-        let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, r);
-        let rep = &mut self.replicas[r];
-        let step = if rep.has_work() {
-            let (cfg, pricer) = (&self.cfgs[pool], &self.pricers[pool]);
-            let remote = self.remote_tier.as_mut();
-            rep.start_step_tiered(now, &self.stream, &mut self.states, cfg, pricer, &mut self.schedulers[r], remote)?
-        } else {
-            None
-        };
-        rep.busy = step.is_some();
-        // A slow replica's step takes longer (`failures.slowdowns`; × 1 leaves it exact).
-        let step = match &self.failures {
-            Some(f) => step.map(|d| d * f.slow_factor(r, now)),
-            None => step,
-        };
-        for ev in rep.evictions.drain(..) {
-            if self.failures.as_mut().is_some_and(|f| f.loses_kv_event()) {
-                continue;
-            }
-            let event = Event::Evicted(Box::new(Evicted {
-                replica: r as u32,
-                evicted_at: now,
-                path: ev.path,
-                remaining_tokens: ev.remaining_tokens,
-            }));
-            self.queue.push(now + self.eviction_delay, event);
-        }
-        Ok(step)
     }
 }
