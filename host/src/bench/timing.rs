@@ -16,7 +16,6 @@ use routelab_policy_api::{
     Capabilities, Completion, Eviction, PdDecision, PolicyError, Replicas, Request, Router, Router_TO, RouterBox, Stat,
 };
 
-/// Wall seconds to generate and to simulate `spec` with `requests` requests under `policy`
 /// Seconds to generate and to simulate `requests` requests of a cluster workload with `policy`,
 /// and the router's share of the simulation (its calls, timed one by one).
 pub fn cluster_timing(loader: &mut Loader, spec: &ClusterSpec, policy: &str, requests: u64) -> Result<ClusterTiming> {
