@@ -58,9 +58,10 @@
 //! The host refuses a library built against another 0.x minor of this crate ("rebuild the plugin
 //! against …"); within a minor, every change is made so that a library built against an earlier
 //! patch keeps loading and behaving as before. A test (`host/tests/integration/compat.rs`) builds
-//! a plugin against the previous patch — this crate with the items later patches appended cut out
-//! (they sit between `// since 0.M.N {` and `// } since 0.M.N` lines) — loads it in the current
-//! host, checks its decisions bit for bit, and that an appended method's default runs for it.
+//! a plugin against the minor's first patch (0.M.0, now 0.5.0) — this crate relabelled so, with
+//! every item a later patch appended cut out (each sits between `// since 0.M.N {` and
+//! `// } since 0.M.N` lines) — loads it in the current host, checks its decisions bit for bit, and
+//! that an appended method's default (`on_abandon`'s) runs for it.
 //!
 //! Growth points (compatible, a patch release; old plugins keep loading):
 //!
@@ -96,8 +97,9 @@
 //! prefill first then decode by load (Dynamo), both independently (SGLang), jointly over pairs
 //! (AIBrix), jointly with admission control and prefix migration (Mooncake); some skip the
 //! prefill pool when most of the prompt is cached. A router with
-//! [`Capabilities::DISAGGREGATED`] answers [`RouterPolicy::route_pair`] with a [`PdDecision`]:
-//! it sees *both* pools' views in one call and returns a pair, a decode instance alone
+//! [`Capabilities::DISAGGREGATED`] answers [`Router::route_pair`] with a [`PdDecision`] (in plain
+//! Rust, [`PdRouterPolicy::route_pair`] with a [`PdRoute`], which the wrapper converts): it sees
+//! *both* pools' views in one call and returns a pair, a decode instance alone
 //! ([`PdDecision::DECODE_ONLY`]) or a rejection ([`PdDecision::REJECT`]).
 //!
 //! Why one call that sees both pools rather than a new policy kind (a "prefill router" and a
