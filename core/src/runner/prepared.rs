@@ -164,7 +164,7 @@ impl Prepared {
         crate::workload::generate::apply_hints(c, &mut stream, seed);
         crate::workload::generate::apply_lora(c, &mut stream, seed);
         crate::workload::generate::apply_models(c, &mut stream, seed);
-        sim::cluster::check_fits(p.step_models.tightest(), &stream).map_err(|e| self.setup_error(e))?;
+        sim::cluster::check_fits(&p.step_models, &stream).map_err(|e| self.setup_error(e))?;
         Ok(stream)
     }
 }
@@ -266,7 +266,7 @@ pub fn prepare(workload: Workload, file: &Path) -> Result<Prepared, InputError> 
                 crate::workload::generate::apply_hints(c, &mut stream, seed);
                 crate::workload::generate::apply_lora(c, &mut stream, seed);
                 crate::workload::generate::apply_models(c, &mut stream, seed);
-                sim::cluster::check_fits(p.step_models.tightest(), &stream).map_err(|e| prepared.setup_error(e))?;
+                sim::cluster::check_fits(&p.step_models, &stream).map_err(|e| prepared.setup_error(e))?;
                 Some(Arc::new(stream))
             }
             // A replayed trace is the same stream for every seed: generate and check it now,

@@ -96,6 +96,50 @@ fn a_request_too_large_for_a_pd_pool_is_bad_input_naming_its_gpu() {
     }
 }
 
+/// With GPU pools no replica runs the cluster's own `gpu:` (it is what routers are told of), so
+/// a request need not fit it: prompts of 60k tokens on H100 pools under an RTX 4090 `gpu:` (≈ 42k
+/// tokens of KV) are accepted; one that fits no pool is refused naming the tightest pool.
+#[test]
+fn a_request_need_only_fit_the_gpus_replicas_run() {
+    let file = std::path::Path::new("pools_fit.yaml");
+    let yaml = |suffix: u32, second: &str| {
+        format!(
+            "cluster:\n  replicas: 2\n  gpu: rtx4090\n  model: llama-3.1-8b\n  pools:\n    - {{gpu: h100, replicas: 1}}\n    - {{gpu: {second}, replicas: 1}}\n  generator: {{system_prompt_tokens: 0, suffix_tokens: {suffix}, output_tokens: 10}}\n  arrivals: {{poisson: {{rate: 1.0}}}}\n  requests: 5\n"
+        )
+    };
+    let prepared = prepare(crate::workload::parse(&yaml(60_000, "h200"), file).unwrap(), file).unwrap();
+    let models = &prepared.cluster().expect("a cluster workload").1.step_models;
+    assert!(models.main.kv_capacity_tokens < 60_010, "the cluster's own GPU would not hold a request");
+    assert_eq!(models.tightest().gpu.name, "h100");
+    prepared.run_input(0).expect("every replica holds every request");
+    let e = crate::workload::parse(&yaml(60_000, "rtx4090"), file)
+        .expect_err("the RTX 4090 pool cannot hold a request, and a router may send one there");
+    assert!(e.message.contains("longest prompt (60000 tokens)") && e.message.contains("on rtx4090, tp 1"), "{e}");
+}
+
+/// On a cluster whose models run hardware of their own, a request must fit its own model's
+/// replicas only: the same 60k-token prompts run when every request is drawn onto the H100
+/// model, and are refused, naming the request and the RTX 4090, when some land on that one.
+#[test]
+fn a_request_need_only_fit_its_own_models_replicas() {
+    let file = std::path::Path::new("models_fit.yaml");
+    let yaml = |small_share: f64| {
+        format!(
+            "cluster:\n  replicas: 2\n  gpu: h100\n  model: llama-3.1-8b\n  models:\n    - {{name: small, replicas: 1, share: {small_share}, gpu: rtx4090}}\n    - {{name: large, replicas: 1, share: 1.0}}\n  generator: {{system_prompt_tokens: 0, suffix_tokens: 60000, output_tokens: 10}}\n  arrivals: {{poisson: {{rate: 1.0}}}}\n  requests: 20\n"
+        )
+    };
+    let prepared = prepare(crate::workload::parse(&yaml(1e-9), file).unwrap(), file).unwrap();
+    let models = &prepared.cluster().expect("a cluster workload").1.step_models;
+    assert!(models.by_model && models.fit_for(0).gpu.name == "rtx4090" && models.fit_for(1).gpu.name == "h100");
+    let input = prepared.run_input(0).expect("every request is drawn onto the H100 model");
+    let SeedStream::Whole(stream) = &input.stream else { panic!("a multi-model stream is whole") };
+    assert!(stream.models.iter().all(|&m| m == 1), "{:?}", stream.models);
+    let e = prepare(crate::workload::parse(&yaml(1.0), file).unwrap(), file)
+        .and_then(|p| p.run_input(0).map(|_| ()))
+        .expect_err("about half the requests land on the RTX 4090 model");
+    assert!(e.message.contains("request") && e.message.contains("on rtx4090"), "{e}");
+}
+
 /// A sketched replay of an Azure-format trace makes its requests as each run reaches them (the
 /// rows held once, no stream kept), and gives the figures of the same run on the whole stream:
 /// per seed, with noisy hints drawn from the workload's seed as the whole stream's are, cut by

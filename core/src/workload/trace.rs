@@ -232,7 +232,7 @@ pub fn check_cluster_sizes(
     models: &super::cluster::StepModels,
     file: &Path,
 ) -> Result<(), InputError> {
-    let sm = models.tightest();
+    let sm = models.row_fit();
     let row_error = |row: &RowSize, message: String, fix: &str| InputError::new(file, message, fix).at_line(row.line);
     let mut last = None;
     for row in rows {

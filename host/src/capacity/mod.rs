@@ -459,7 +459,7 @@ pub fn impossible(target: &Target, w: &Workload) -> Option<(String, String, Stri
 fn quickest_step(c: &cluster::ClusterSpec) -> Option<(f64, String)> {
     let models = cluster::StepModels::resolve(c).ok()?;
     let mut quickest: Option<(f64, String)> = None;
-    for sm in models.all() {
+    for sm in models.served() {
         let routelab_core::step_model::Pricer::Roofline(cost) = &sm.pricer else { return None };
         // A step's time is max(compute, bytes) + overhead, and its bytes include the weights.
         let floor = cost.weight_bytes / cost.bytes_per_s + cost.step_overhead_s;

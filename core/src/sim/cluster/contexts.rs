@@ -154,10 +154,14 @@ pub fn scheduler_context(sm: &StepModel, replica: u32, run_seed: u64) -> Schedul
     }
 }
 
-/// Every request of `stream` fits in one replica's KV memory (prompt plus output): a trace row
-/// that does not could never be admitted.
-pub fn check_fits(sm: &StepModel, stream: &RequestStream) -> Result<(), SetupError> {
-    (stream.base..).zip(&stream.requests).try_for_each(|(i, r)| check_fit(sm, i, r))
+/// Every request of `stream` fits in the KV memory of one replica it may run on (prompt plus
+/// output; [`StepModels::fit_for`] its model): a request that does not could never be admitted.
+pub fn check_fits(models: &StepModels, stream: &RequestStream) -> Result<(), SetupError> {
+    let model = |k: usize| stream.models.get(k).map_or(0, |&m| m as usize);
+    (stream.base..)
+        .zip(&stream.requests)
+        .enumerate()
+        .try_for_each(|(k, (i, r))| check_fit(models.fit_for(model(k)), i, r))
 }
 
 /// Request `i` (`r`) fits in one replica's KV memory.

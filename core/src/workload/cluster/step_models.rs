@@ -13,8 +13,11 @@ pub struct StepModels {
     pub main: StepModel,
     /// A disaggregated cluster's pools.
     pub pd: Option<PdStepModels>,
-    /// `cluster.pools`' step models, in order (empty without pools).
+    /// `cluster.pools`' step models, in order (empty without pools); or, when `cluster.models`
+    /// give their replicas hardware of their own, the models' (`by_model`).
     pub pools: Vec<StepModel>,
+    /// `pools` are `cluster.models`' (a request runs on its own model's replicas only).
+    pub by_model: bool,
 }
 
 /// The step models of a disaggregated cluster's prefill, decode and mixed pools.
@@ -39,20 +42,45 @@ impl StepModels {
                 Some(PdStepModels { prefill, decode, mixed })
             }
         };
-        Ok(StepModels { main, pd, pools: spec.pool_step_models()? })
+        let by_model = spec.pools.is_empty() && spec.pool_count() > 0;
+        Ok(StepModels { main, pd, pools: spec.pool_step_models()?, by_model })
     }
 
-    /// The step model with the least KV capacity: what every request must fit (a request may
-    /// be sent to any pool, and on a disaggregated cluster passes through two).
+    /// The served step model with the least KV capacity: what a request must fit when it may be
+    /// sent to any replica (and on a disaggregated cluster it passes through two pools).
     pub fn tightest(&self) -> &StepModel {
-        self.all().min_by_key(|sm| sm.kv_capacity_tokens).expect("the main step model")
+        self.served().min_by_key(|sm| sm.kv_capacity_tokens).expect("a served step model")
     }
 
-    /// Every step model a replica of the cluster may run: the main one, the P/D pools', the GPU
-    /// pools'.
-    pub fn all(&self) -> impl Iterator<Item = &StepModel> {
-        std::iter::once(&self.main)
-            .chain(self.pd.iter().flat_map(|p| [&p.prefill, &p.decode, &p.mixed]))
-            .chain(&self.pools)
+    /// What a request of model `model` (its index in `cluster.models`; 0 with one model) must
+    /// fit: its own model's replicas' when the models have hardware of their own, else
+    /// [`Self::tightest`].
+    pub fn fit_for(&self, model: usize) -> &StepModel {
+        match self.pools.get(model) {
+            Some(sm) if self.by_model => sm,
+            _ => self.tightest(),
+        }
+    }
+
+    /// What a trace row must fit before its model is drawn: the roomiest model's replicas when
+    /// the models have hardware of their own (a row no model holds is refused at its line; one
+    /// drawn onto a model too small for it is refused once the draw is made, by
+    /// [`Self::fit_for`]), else [`Self::tightest`].
+    pub fn row_fit(&self) -> &StepModel {
+        if self.by_model {
+            self.pools.iter().max_by_key(|sm| sm.kv_capacity_tokens).expect("a model's step model")
+        } else {
+            self.tightest()
+        }
+    }
+
+    /// Every step model some replica runs: the P/D pools' on a disaggregated cluster, else the
+    /// GPU pools' (or the models') when there are any, else the main one. With pools the main
+    /// step model is only what routers are told of: no replica runs it, so no request has to
+    /// fit it.
+    pub fn served(&self) -> impl Iterator<Item = &StepModel> {
+        let pd = self.pd.iter().flat_map(|p| [&p.prefill, &p.decode, &p.mixed]);
+        let main = (self.pd.is_none() && self.pools.is_empty()).then_some(&self.main);
+        main.into_iter().chain(pd).chain(if self.pd.is_none() { &self.pools[..] } else { &[] })
     }
 }

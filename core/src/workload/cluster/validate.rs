@@ -242,13 +242,20 @@ impl ClusterSpec {
                 Reservation::Full => self.max_output_tokens() as u64,
                 Reservation::Estimate { output_tokens } => output_tokens as u64,
             };
-            if longest + reserve > sm.kv_capacity_tokens {
+            // With GPU pools (or models on hardware of their own) no replica runs the cluster's
+            // own step model: the bound is the pools' (`StepModels::row_fit`). A disaggregated
+            // cluster's pools are checked on the stream (`check_fits`), naming the pool's GPU.
+            let pooled = (self.disaggregation.is_none() && self.pool_count() > 0)
+                .then(|| super::StepModels::resolve(self))
+                .transpose()?;
+            let fit = pooled.as_ref().map_or(&sm, |m| m.row_fit());
+            if longest + reserve > fit.kv_capacity_tokens {
                 return Err(FieldError::new(
                     "generator",
                     format!(
                         "the longest prompt ({longest} tokens) plus its output reservation ({reserve}) exceeds one replica's KV \
-                         capacity ({} tokens): such a request could never be admitted",
-                        sm.kv_capacity_tokens
+                         capacity ({} tokens on {}, tp {}): such a request could never be admitted",
+                        fit.kv_capacity_tokens, fit.gpu.name, fit.tp
                     ),
                     "shorten the contexts or turns, raise tp, or use a GPU with more memory",
                 ));
