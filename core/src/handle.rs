@@ -2,6 +2,8 @@
 //!
 //! A [`RouterHandle`] owns a router and the order of its calls: `route` → bounds check →
 //! `on_dispatch`; `on_complete` and `on_evict` as the world reports them; `report` at the end.
+//! In the checked profile it keeps a ledger of the contract: a dispatched request ends once, in
+//! `on_complete` or `on_abandon` (a retry dispatches it again), and nothing ends undispatched.
 //! A [`SchedulerHandle`] owns one replica's local scheduler and checks its answers (every index
 //! in range, none twice). Both turn a policy's failure into a [`RunError`] that names it, and
 //! namespace what the policy reports (`router.<stat>`, `scheduler.<stat>`, `selector.<stat>`), so
@@ -11,13 +13,18 @@
 
 use abi_stable::std_types::{RSlice, RVec};
 use routelab_policy_api::{
-    AdmissionBox, AdmissionDecision, Capabilities, Completion, Eviction, PdDecision, ReplicaChange, ReplicaView,
-    Replicas, Request, RouterBox, SchedulerBox, Stat, Waiting, WaitingRequest, World,
+    Capabilities, Completion, Eviction, PdDecision, ReplicaChange, ReplicaView, Request, RouterBox, Stat, World,
 };
 
 use crate::error::{Role, RunError};
-use crate::facts::{NegotiationError, RequestFacts, RequestInfo, negotiate_facts, negotiate_scheduler_facts};
+use crate::facts::{NegotiationError, RequestFacts, RequestInfo, negotiate_facts};
 use crate::signals::SignalTable;
+
+mod admission;
+mod scheduler;
+
+pub use admission::{AdmissionCounts, AdmissionHandle, Admitted};
+pub use scheduler::{SchedulerHandle, Schedulers, scheduler_stats};
 
 /// A routing decision the router made and the host has not yet carried out (see
 /// [`RouterHandle::route`]). Every ticket ends exactly once, in [`RouterHandle::commit`] or
@@ -49,6 +56,10 @@ pub struct RouterHandle {
     /// Why the router cannot run (its `capabilities` or `signals` failed), reported at the first
     /// dispatch. The loader checks both at creation already; this covers routers made otherwise.
     unusable: Option<RunError>,
+    /// The checked profile's ledger of the contract: the requests dispatched and not yet ended
+    /// (each ends once, in `complete` or `abandon`, and only after a dispatch).
+    #[cfg(debug_assertions)]
+    open: std::collections::HashSet<u64>,
 }
 
 impl RouterHandle {
@@ -70,7 +81,17 @@ impl RouterHandle {
             refuse(e);
             RequestFacts::default()
         });
-        Self { router, label: label.to_string(), replicas: replicas as usize, caps, signals, facts, unusable }
+        Self {
+            router,
+            label: label.to_string(),
+            replicas: replicas as usize,
+            caps,
+            signals,
+            facts,
+            unusable,
+            #[cfg(debug_assertions)]
+            open: Default::default(),
+        }
     }
 
     /// The routable replicas changed (autoscaling): from now on the router's answers are bounded
@@ -205,7 +226,25 @@ impl RouterHandle {
             .on_dispatch(req, replica)
             .into_result()
             .map_err(|e| policy_error(&self.label, "on_dispatch", e.into()))?;
+        let id = req.id;
+        self.opened(id);
         Ok(replica)
+    }
+
+    /// The ledger: request `id` was dispatched (it must not be open already).
+    fn opened(&mut self, _id: u64) {
+        #[cfg(debug_assertions)]
+        assert!(self.open.insert(_id), "request {_id} dispatched to '{}' again before it ended", self.label);
+    }
+
+    /// The ledger: request `id` ends (it must be open).
+    fn ended(&mut self, _id: u64, _how: &str) {
+        #[cfg(debug_assertions)]
+        assert!(
+            self.open.remove(&_id),
+            "request {_id} ended ({_how}) at '{}' without a dispatch, or for the second time",
+            self.label
+        );
     }
 
     /// `ticket`'s request was sent nowhere on this decision (no healthy replica took it): the
@@ -257,22 +296,31 @@ impl RouterHandle {
             .on_dispatch_pair(req, d)
             .into_result()
             .map_err(|e| policy_error(&self.label, "on_dispatch_pair", e.into()))?;
+        if d.action != PdDecision::REJECT {
+            // A rejected request is counted, not served: it never ends at the router.
+            let id = req.id;
+            self.opened(id);
+        }
         Ok(d)
     }
 
     /// Disaggregated clusters: a request finished its prefill (`c.replica` in the prefill pool).
     pub fn prefill_complete(&mut self, c: &Completion) -> Result<(), RunError> {
+        #[cfg(debug_assertions)]
+        assert!(self.open.contains(&c.request_id), "request {} prefilled without a dispatch", c.request_id);
         self.router.on_prefill_complete(c).into_result().map_err(|e| self.fail("on_prefill_complete", e.into()))
     }
 
     /// A request dispatched earlier has finished.
     pub fn complete(&mut self, c: &Completion) -> Result<(), RunError> {
+        self.ended(c.request_id, "on_complete");
         self.router.on_complete(c).into_result().map_err(|e| self.fail("on_complete", e.into()))
     }
 
     /// A request dispatched earlier will not complete where it went (the client gave up, the
     /// send failed). A router built against policy-api 0.5.0 hears it as a completion.
     pub fn abandon(&mut self, c: &Completion) -> Result<(), RunError> {
+        self.ended(c.request_id, "on_abandon");
         self.router.on_abandon(c).into_result().map_err(|e| self.fail("on_abandon", e.into()))
     }
 
@@ -295,314 +343,6 @@ impl RouterHandle {
 /// A router's, scheduler's or selector's error from `method`.
 pub fn policy_error(label: &str, method: &str, e: String) -> RunError {
     RunError::erred(Role::Policy, label, method, e)
-}
-
-/// The local schedulers of a cluster run, one per replica slot, and the label that names them in
-/// errors (`fcfs`, `lib.so:mine`): a scheduler's failure blames the scheduler, not the router.
-pub struct Schedulers {
-    pub label: String,
-    pub boxes: Vec<SchedulerBox>,
-}
-
-impl Schedulers {
-    pub fn new(label: &str, boxes: Vec<SchedulerBox>) -> Self {
-        Self { label: label.to_string(), boxes }
-    }
-
-    /// One handle per replica slot, in slot order.
-    pub fn into_handles(self) -> Vec<SchedulerHandle> {
-        let label: std::sync::Arc<str> = self.label.into();
-        self.boxes.into_iter().enumerate().map(|(r, s)| SchedulerHandle::new(s, r as u32, label.clone())).collect()
-    }
-}
-
-/// One replica's local scheduler and the checks on its answers.
-pub struct SchedulerHandle {
-    scheduler: SchedulerBox,
-    replica: u32,
-    /// Names the scheduler in errors.
-    label: std::sync::Arc<str>,
-    taken: Vec<bool>,
-    /// Why the scheduler cannot run (it asks for request facts the cluster world lacks).
-    unusable: Option<RunError>,
-    /// The request facts it negotiated, every request's info (by request id) and the table the
-    /// waiting requests' values are written to.
-    facts: RequestFacts,
-    infos: std::sync::Arc<[RequestInfo]>,
-    table: Vec<f64>,
-}
-
-impl SchedulerHandle {
-    /// Replica `replica`'s scheduler, named `label` in errors.
-    pub fn new(scheduler: SchedulerBox, replica: u32, label: std::sync::Arc<str>) -> Self {
-        let (facts, unusable) = match negotiate_scheduler_facts(&scheduler) {
-            Ok(f) => (f, None),
-            Err(e) => (
-                RequestFacts::default(),
-                Some(RunError::refused(Role::Policy, &label, format!("(the scheduler of replica {replica}) {e}"))),
-            ),
-        };
-        let infos = Vec::new().into();
-        Self { scheduler, replica, label, taken: Vec::new(), unusable, facts, infos, table: Vec::new() }
-    }
-
-    /// The label that names it in errors.
-    pub fn label(&self) -> &str {
-        &self.label
-    }
-
-    /// What the host knows of every request, by request id: the source of the request facts
-    /// the scheduler negotiated (a request id beyond it reads as a plain request).
-    pub fn set_infos(&mut self, infos: std::sync::Arc<[RequestInfo]>) {
-        self.infos = infos;
-    }
-
-    /// Request `id`'s class priority, from the infos [`Self::set_infos`] gave (0 beyond them).
-    pub fn priority(&self, id: u32) -> i32 {
-        self.infos.get(id as usize).map_or(0, |i| i.priority)
-    }
-
-    /// Whether it negotiated request facts (then it reads the infos [`Self::set_infos`] gives).
-    pub fn reads_facts(&self) -> bool {
-        !self.facts.is_empty()
-    }
-
-    /// The admission order of `waiting` at `now_s`, into `order`: indices into `waiting`, each at
-    /// most once (those left out wait).
-    pub fn order(&mut self, now_s: f64, waiting: &[WaitingRequest], order: &mut RVec<u32>) -> Result<(), RunError> {
-        let id = self.replica;
-        if let Some(e) = &self.unusable {
-            return Err(e.clone());
-        }
-        let shown = if self.facts.is_empty() {
-            Waiting::new(waiting)
-        } else {
-            self.table.clear();
-            let plain = RequestInfo::plain();
-            for w in waiting {
-                self.facts.append(self.infos.get(w.id as usize).unwrap_or(&plain), &mut self.table);
-            }
-            Waiting::with_facts(waiting, &self.table, self.facts.len() as u32)
-        };
-        self.scheduler
-            .order(now_s, shown, order)
-            .into_result()
-            .map_err(|e| policy_error(&self.label, "order", e.into()))?;
-        self.taken.clear();
-        self.taken.resize(waiting.len(), false);
-        for &i in order.iter() {
-            let i = i as usize;
-            if i >= waiting.len() {
-                return Err(RunError::refused(
-                    Role::Policy,
-                    &self.label,
-                    format!(
-                        "(the scheduler of replica {id}) returned index {i}, but only {} requests wait (valid: 0..{})",
-                        waiting.len(),
-                        waiting.len().saturating_sub(1)
-                    ),
-                ));
-            }
-            if std::mem::replace(&mut self.taken[i], true) {
-                let what = format!("(the scheduler of replica {id}) returned index {i} twice");
-                return Err(RunError::refused(Role::Policy, &self.label, what));
-            }
-        }
-        Ok(())
-    }
-
-    /// The scheduler's own figures (not yet namespaced: see [`scheduler_stats`]).
-    fn raw_report(&self) -> Result<RVec<Stat>, RunError> {
-        self.scheduler.report().into_result().map_err(|e| policy_error(&self.label, "report", e.into()))
-    }
-}
-
-/// An admission policy and the contract around it: its decisions are checked (a known action;
-/// `next` names a request that is held), its request facts negotiated, its figures namespaced
-/// `admission.<name>`. The handle keeps the held requests, in the order they were held.
-pub struct AdmissionHandle {
-    admission: AdmissionBox,
-    label: String,
-    facts: RequestFacts,
-    unusable: Option<RunError>,
-    /// Held request ids, oldest first.
-    held: Vec<u64>,
-    /// Decisions by action: admitted on arrival, held, rejected, shed, released from hold.
-    pub counts: AdmissionCounts,
-}
-
-/// How many requests an admission policy admitted, held, rejected and shed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AdmissionCounts {
-    pub admitted: u64,
-    pub held: u64,
-    pub released: u64,
-    pub rejected: u64,
-    pub shed: u64,
-}
-
-/// What became of a request the admission policy was asked about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Admitted {
-    /// Route it now.
-    Now,
-    /// Held: `next` releases or sheds it later.
-    Held,
-    Rejected,
-    Shed,
-}
-
-impl AdmissionHandle {
-    pub fn new(admission: AdmissionBox, world: World, label: &str) -> Self {
-        let (facts, unusable) = match admission
-            .request_facts()
-            .into_result()
-            .map_err(|e| NegotiationError::Erred(e.into()))
-            .and_then(|n| RequestFacts::negotiate(&n, world))
-        {
-            Ok(f) => (f, None),
-            Err(e) => (RequestFacts::default(), Some(RunError::refused(Role::Admission, label, e.to_string()))),
-        };
-        Self {
-            admission,
-            label: label.to_string(),
-            facts,
-            unusable,
-            held: Vec::new(),
-            counts: AdmissionCounts::default(),
-        }
-    }
-
-    pub fn label(&self) -> &str {
-        &self.label
-    }
-
-    /// Requests held now.
-    pub fn held(&self) -> usize {
-        self.held.len()
-    }
-
-    /// `req` arrived: what to do with it.
-    pub fn arrive(
-        &mut self,
-        req: &Request<'_>,
-        info: &RequestInfo,
-        views: &[ReplicaView],
-    ) -> Result<Admitted, RunError> {
-        if let Some(e) = &self.unusable {
-            return Err(e.clone());
-        }
-        let req = &Request { facts: RSlice::from_slice(self.facts.fill(info)), ..*req };
-        let d = self
-            .admission
-            .on_arrival(req, Replicas::new(views))
-            .into_result()
-            .map_err(|e| RunError::erred(Role::Admission, &self.label, "on_arrival", e.into()))?;
-        Ok(match d.action {
-            AdmissionDecision::ADMIT => {
-                self.counts.admitted += 1;
-                Admitted::Now
-            }
-            AdmissionDecision::HOLD => {
-                self.counts.held += 1;
-                self.held.push(req.id);
-                Admitted::Held
-            }
-            AdmissionDecision::REJECT => {
-                self.counts.rejected += 1;
-                Admitted::Rejected
-            }
-            AdmissionDecision::SHED => {
-                self.counts.shed += 1;
-                Admitted::Shed
-            }
-            other => {
-                return Err(RunError::refused(
-                    Role::Admission,
-                    &self.label,
-                    format!("answered on_arrival with the action {other} (known: 0 admit, 1 hold, 2 reject, 3 shed)"),
-                ));
-            }
-        })
-    }
-
-    /// Capacity may have freed at `now`: the next held request to route (`Ok(Some((id, true)))`)
-    /// or shed (`Some((id, false))`), or `None` (nothing held, or the policy waits).
-    pub fn next(&mut self, now: f64, views: &[ReplicaView]) -> Result<Option<(u64, bool)>, RunError> {
-        if self.held.is_empty() {
-            return Ok(None);
-        }
-        let d = self
-            .admission
-            .next(now, Replicas::new(views))
-            .into_result()
-            .map_err(|e| RunError::erred(Role::Admission, &self.label, "next", e.into()))?;
-        let admit = match d.action {
-            AdmissionDecision::WAIT => return Ok(None),
-            AdmissionDecision::ADMIT => true,
-            AdmissionDecision::SHED => false,
-            other => {
-                return Err(RunError::refused(
-                    Role::Admission,
-                    &self.label,
-                    format!("answered next with the action {other} (known: 0 admit, 3 shed, 4 wait)"),
-                ));
-            }
-        };
-        let Some(k) = self.held.iter().position(|&id| id == d.request) else {
-            return Err(RunError::refused(
-                Role::Admission,
-                &self.label,
-                format!("released request {} from next, which is not held", d.request),
-            ));
-        };
-        self.held.remove(k);
-        if admit {
-            self.counts.released += 1;
-        } else {
-            self.counts.shed += 1;
-        }
-        Ok(Some((d.request, admit)))
-    }
-
-    /// An admitted request finished.
-    pub fn complete(&mut self, c: &Completion) -> Result<(), RunError> {
-        self.admission
-            .on_complete(c)
-            .into_result()
-            .map_err(|e| RunError::erred(Role::Admission, &self.label, "on_complete", e.into()))
-    }
-
-    /// The policy's own figures as `admission.<name>`.
-    pub fn report(&self) -> Result<Vec<(String, f64)>, RunError> {
-        let stats = self
-            .admission
-            .report()
-            .into_result()
-            .map_err(|e| RunError::erred(Role::Admission, &self.label, "report", e.into()))?;
-        namespaced("admission", stats).map_err(|m| RunError::failed(Role::Admission, &self.label, m))
-    }
-}
-
-/// Every replica's scheduler figures, summed over replicas, as `scheduler.<name>` (in the order
-/// the first replica reports them).
-pub fn scheduler_stats(schedulers: &[SchedulerHandle]) -> Result<Vec<(String, f64)>, RunError> {
-    let mut sum: Vec<(String, f64)> = Vec::new();
-    // Where each name is in `sum`: linear in the figures, however many a scheduler reports.
-    let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    for s in schedulers {
-        let stats = s.raw_report()?;
-        for (name, value) in namespaced("scheduler", stats).map_err(|m| RunError::failed(Role::Policy, &s.label, m))? {
-            match at.get(&name) {
-                Some(&i) => sum[i].1 += value,
-                None => {
-                    at.insert(name.clone(), sum.len());
-                    sum.push((name, value));
-                }
-            }
-        }
-    }
-    Ok(sum)
 }
 
 /// `stats` as `<kind>.<name>`; refuses names that are empty, repeated, or hold anything but ASCII
@@ -644,5 +384,61 @@ mod tests {
             assert!(namespaced("router", stats(&[bad])).is_err(), "{bad:?}");
         }
         assert!(namespaced("router", stats(&["x", "x"])).unwrap_err().contains("twice"));
+    }
+
+    fn round_robin() -> RouterHandle {
+        let spec = crate::plugin::PolicySpec::parse("round_robin").unwrap();
+        let router = crate::plugin::Loader::new().router(&spec, &crate::sim::dispatch::router_context(2, 1)).unwrap();
+        RouterHandle::new(router, 2, World::Dispatch, "round_robin")
+    }
+
+    fn done(id: u64) -> Completion {
+        Completion {
+            request_id: id,
+            replica: 0,
+            arrived_at: 0.0,
+            completed_at: 1.0,
+            ttft: 1.0,
+            prompt_tokens: 0,
+            cached_tokens: 0,
+            output_tokens: 0,
+        }
+    }
+
+    /// The ledger lets a request end once per dispatch: dispatched, abandoned, dispatched again
+    /// (a retry) and completed is the contract kept.
+    #[test]
+    fn a_request_ends_once_per_dispatch() {
+        let mut h = round_robin();
+        let views = [ReplicaView::default(); 2];
+        let req = Request::new(7, 0.0, 0);
+        h.dispatch(&req, &RequestInfo::plain(), &views).unwrap();
+        h.abandon(&done(7)).unwrap();
+        h.dispatch(&req, &RequestInfo::plain(), &views).unwrap();
+        h.complete(&done(7)).unwrap();
+    }
+
+    /// A host that ends a request twice breaks the contract: the checked profile stops it there.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(
+        expected = "request 7 ended (on_complete) at 'round_robin' without a dispatch, or for the second time"
+    )]
+    fn a_request_ended_twice_is_caught_in_the_checked_profile() {
+        let mut h = round_robin();
+        h.dispatch(&Request::new(7, 0.0, 0), &RequestInfo::plain(), &[ReplicaView::default(); 2]).unwrap();
+        h.complete(&done(7)).unwrap();
+        h.complete(&done(7)).unwrap();
+    }
+
+    /// Nor may a request end that was never dispatched (a declined ticket leaves nothing open).
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "request 3 ended (on_abandon) at 'round_robin' without a dispatch")]
+    fn a_declined_request_has_nothing_to_end() {
+        let mut h = round_robin();
+        let t = h.route(&Request::new(3, 0.0, 0), &RequestInfo::plain(), &[ReplicaView::default(); 2]).unwrap();
+        h.decline(t);
+        h.abandon(&done(3)).unwrap();
     }
 }
