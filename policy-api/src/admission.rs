@@ -105,7 +105,7 @@ impl AdmissionDecision {
     }
 }
 
-/// An admission policy object, as it crosses the boundary (implement [`AdmissionPolicy`]).
+/// An admission policy object, as it crosses the boundary (implement [`crate::admission_policy::AdmissionPolicy`]).
 #[sabi_trait]
 pub trait Admission: Send {
     /// The request facts ([`crate::facts::request`]) this policy reads, by name; read once.

@@ -1,6 +1,6 @@
 //! The plain-Rust side of the admission kind (0.5.2): what an author implements
 //! ([`AdmissionPolicy`]), its panic-catching wrapper and its registry entry. The ABI side is in
-//! [`crate::admission`].
+//! [the `admission` module](mod@crate::admission).
 
 use abi_stable::{
     sabi_trait::TD_Opaque,

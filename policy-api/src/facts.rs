@@ -135,7 +135,7 @@ pub mod context {
 }
 
 // since 0.5.4 {
-/// Fleet facts (0.5.4): what a scaler ([`crate::scaler`]) is told about each pool at every
+/// Fleet facts (0.5.4): what a scaler ([the `scaler` module](mod@crate::scaler)) is told about each pool at every
 /// decision ([`crate::scaler::Pool::fact`]). Windowed figures cover the interval since the
 /// previous decision (NaN when nothing happened in it).
 pub mod fleet {

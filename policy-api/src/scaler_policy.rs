@@ -1,6 +1,6 @@
 //! The plain-Rust side of the scaler kind (0.5.4): what an author implements
 //! ([`ScalerPolicy`]), its panic-catching wrapper and its registry entry. The ABI side is in
-//! [`crate::scaler`].
+//! [the `scaler` module](mod@crate::scaler).
 
 use abi_stable::{
     sabi_trait::TD_Opaque,

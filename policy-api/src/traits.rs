@@ -80,7 +80,7 @@ pub trait Router: Send {
 
     // since 0.5.4 {
     /// Added in 0.5.4. A replica became routable (cold caches) or stopped taking requests (it
-    /// drains): autoscaling ([`crate::scaler`]). The views `route` gets already show only the
+    /// drains): autoscaling ([the `scaler` module](mod@crate::scaler)). The views `route` gets already show only the
     /// routable replicas; a router keeping per-replica state may reset it here. The default,
     /// which a library built before 0.5.4 answers with, does nothing.
     fn on_replica_change(&mut self, change: &crate::scaler::ReplicaChange) -> RResult<(), PolicyError> {
