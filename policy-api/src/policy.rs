@@ -207,6 +207,15 @@ pub trait PdRouterPolicy: Policy<Context = RouterContext> {
     fn report(&self) -> Vec<(String, f64)> {
         Vec::new()
     }
+    // since 0.5.10 {
+    /// A failure the router recorded instead of panicking (0.5.10) — a composed child router's
+    /// error, say, which a plain method cannot return: the wrapper asks after every call and, if
+    /// there is one, fails that call with it (the host names this policy and the method). Keep
+    /// it in a `Cell<Option<PolicyError>>` so `report(&self)` can record one too. Default: none.
+    fn take_failure(&self) -> Option<PolicyError> {
+        None
+    }
+    // } since 0.5.10
 }
 
 // since 0.5.8 {
@@ -424,6 +433,25 @@ impl<P> GuardedPd<P> {
     }
 }
 
+/// `policy`'s recorded failure, if any, as the failure of `method` ([`PdRouterPolicy::take_failure`]).
+fn recorded<P: PdRouterPolicy>(_policy: &P, _method: &str) -> Option<PolicyError> {
+    // since 0.5.10 {
+    if let Some(e) = _policy.take_failure() {
+        return Some(PolicyError::failed(format!("policy '{}' failed in {_method}: {}", P::NAME, e.message)));
+    }
+    // } since 0.5.10
+    None
+}
+
+/// `r` unless the policy recorded a failure during the call.
+fn or_recorded<P: PdRouterPolicy, T>(policy: &P, method: &str, r: RResult<T, PolicyError>) -> RResult<T, PolicyError> {
+    match (r, recorded(policy, method)) {
+        (RErr(e), _) => RErr(e),
+        (ROk(_), Some(e)) => RErr(e),
+        (ROk(v), None) => ROk(v),
+    }
+}
+
 impl<P: PdRouterPolicy> Router for GuardedPd<P> {
     fn capabilities(&self) -> RResult<Capabilities, PolicyError> {
         guard(P::NAME, "capabilities", || self.get().capabilities() | Capabilities::DISAGGREGATED)
@@ -444,7 +472,8 @@ impl<P: PdRouterPolicy> Router for GuardedPd<P> {
         decode: Replicas<'_>,
     ) -> RResult<PdDecision, PolicyError> {
         let policy = &mut self.0.policy;
-        match guard(P::NAME, "route_pair", || policy.route_pair(request, &prefill, &decode)) {
+        let r = guard(P::NAME, "route_pair", || policy.route_pair(request, &prefill, &decode));
+        match or_recorded(&**policy, "route_pair", r) {
             ROk(route) => match route.to_decision(prefill.len(), decode.len()) {
                 Ok(d) => ROk(d),
                 Err(what) => {
@@ -462,27 +491,33 @@ impl<P: PdRouterPolicy> Router for GuardedPd<P> {
             return RErr(PolicyError::failed(format!("the host dispatched an unknown action {}", decision.action)));
         };
         let policy = &mut self.0.policy;
-        guard(P::NAME, "on_dispatch_pair", || policy.on_dispatch_pair(request, route))
+        let r = guard(P::NAME, "on_dispatch_pair", || policy.on_dispatch_pair(request, route));
+        or_recorded(&**policy, "on_dispatch_pair", r)
     }
     fn on_prefill_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError> {
         let policy = &mut self.0.policy;
-        guard(P::NAME, "on_prefill_complete", || policy.on_prefill_complete(completion))
+        let r = guard(P::NAME, "on_prefill_complete", || policy.on_prefill_complete(completion));
+        or_recorded(&**policy, "on_prefill_complete", r)
     }
     fn on_complete(&mut self, completion: &Completion) -> RResult<(), PolicyError> {
         let policy = &mut self.0.policy;
-        guard(P::NAME, "on_complete", || policy.on_complete(completion))
+        let r = guard(P::NAME, "on_complete", || policy.on_complete(completion));
+        or_recorded(&**policy, "on_complete", r)
     }
     fn on_evict(&mut self, eviction: &Eviction<'_>) -> RResult<(), PolicyError> {
         let policy = &mut self.0.policy;
-        guard(P::NAME, "on_evict", || policy.on_evict(eviction))
+        let r = guard(P::NAME, "on_evict", || policy.on_evict(eviction));
+        or_recorded(&**policy, "on_evict", r)
     }
     fn report(&self) -> RResult<RVec<Stat>, PolicyError> {
-        guard(P::NAME, "report", || stats(self.get().report()))
+        let r = guard(P::NAME, "report", || stats(self.get().report()));
+        or_recorded(self.get(), "report", r)
     }
     // since 0.5.1 {
     fn on_abandon(&mut self, abandoned: &Completion) -> RResult<(), PolicyError> {
         let policy = &mut self.0.policy;
-        guard(P::NAME, "on_abandon", || policy.on_abandon(abandoned))
+        let r = guard(P::NAME, "on_abandon", || policy.on_abandon(abandoned));
+        or_recorded(&**policy, "on_abandon", r)
     }
     // } since 0.5.1
     // since 0.5.8 {
@@ -491,7 +526,8 @@ impl<P: PdRouterPolicy> Router for GuardedPd<P> {
             return RErr(PolicyError::failed(format!("the host named an unknown pool {pool}")));
         };
         let policy = &mut self.0.policy;
-        guard(P::NAME, "on_pool_change", || policy.on_pool_change(pool, change))
+        let r = guard(P::NAME, "on_pool_change", || policy.on_pool_change(pool, change));
+        or_recorded(&**policy, "on_pool_change", r)
     }
     // } since 0.5.8
 }

@@ -76,6 +76,11 @@ fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() 
     // 0.5.9: the toolkit's `Carried` (a plain-Rust helper compiled into each plugin).
     let toolkit = |dir: &std::path::Path| read(dir, "toolkit/mod.rs");
     assert!(toolkit(&current).contains("pub use carry::") && !toolkit(&root).contains("mod carry"));
+    // 0.5.10: `PdRouterPolicy::take_failure` (composites fail without a panic).
+    assert!(
+        read(&current, "policy.rs").contains("fn take_failure")
+            && !read(&root, "policy.rs").contains("fn take_failure")
+    );
     let (_, minor, _) = api_version();
     for file in ["lib.rs", "traits.rs", "types.rs", "policy.rs", "root.rs", "cost.rs", "facts.rs", "signals.rs"] {
         assert!(

@@ -31,6 +31,9 @@ macro_rules! forward_pool_hooks {
         fn on_pool_change(&mut self, pool: PdPool, change: &ReplicaChange) {
             self.pools.on_pool_change(pool, change);
         }
+        fn take_failure(&self) -> Option<PolicyError> {
+            self.pools.take_failure()
+        }
     };
 }
 
@@ -69,6 +72,10 @@ pub struct PoolRouter {
     /// Where the child's request facts are among the PD router's.
     fact_columns: Vec<usize>,
     fact_scratch: Vec<f64>,
+    /// The child's first error since the PD router's wrapper last asked
+    /// ([`PdRouterPolicy::take_failure`]): a child's failure fails the PD router's call, without
+    /// a panic.
+    failure: std::cell::Cell<Option<PolicyError>>,
 }
 
 impl PoolRouter {
@@ -96,6 +103,7 @@ impl PoolRouter {
             scratch: Vec::new(),
             fact_columns: Vec::new(),
             fact_scratch: Vec::new(),
+            failure: Default::default(),
         })
     }
 
@@ -115,8 +123,30 @@ impl PoolRouter {
         self.fact_scratch.clear();
         self.fact_scratch.extend(self.fact_columns.iter().map(|&c| req.fact(c)));
         let req = Request { facts: RSlice::from_slice(&self.fact_scratch), ..*req };
-        // A child's failure is a failure of this policy (the host names it and its method).
-        self.router.route(&req, view).into_result().unwrap_or_else(|e| panic!("{}", e.message)) as usize
+        // A child's failure is a failure of this policy (the wrapper fails the call with it).
+        let r = self.router.route(&req, view);
+        self.ok(r) as usize
+    }
+
+    /// The child's answer, or its type's default with the error recorded for the wrapper (the
+    /// call fails, so the default is never used).
+    pub fn ok<T: Default>(&self, r: RResult<T, PolicyError>) -> T {
+        r.into_result().unwrap_or_else(|e| {
+            let first = self.failure.take();
+            self.failure.set(first.or(Some(e)));
+            T::default()
+        })
+    }
+
+    /// `f` on the child router, its error recorded as [`PoolRouter::ok`] does.
+    pub fn call<T: Default>(&mut self, f: impl FnOnce(&mut RouterBox) -> RResult<T, PolicyError>) -> T {
+        let r = f(&mut self.router);
+        self.ok(r)
+    }
+
+    /// The child's recorded failure, taken.
+    pub fn take_failure(&self) -> Option<PolicyError> {
+        self.failure.take()
     }
 }
 
@@ -187,26 +217,26 @@ impl Pools {
         match decision {
             PdRoute::Disaggregate { prefill, decode, .. } => {
                 if self.pd.as_decode(prefill as u32) != Some(decode as u32) {
-                    ok(self.prefill.router.on_dispatch(request, prefill as u32));
+                    self.prefill.call(|r| r.on_dispatch(request, prefill as u32));
                     self.prefilling.insert(request.id, prefill);
                 }
-                ok(self.decode.router.on_dispatch(request, decode as u32));
+                self.decode.call(|r| r.on_dispatch(request, decode as u32));
             }
-            PdRoute::DecodeOnly { decode } => ok(self.decode.router.on_dispatch(request, decode as u32)),
+            PdRoute::DecodeOnly { decode } => self.decode.call(|r| r.on_dispatch(request, decode as u32)),
             PdRoute::Reject => {}
         }
     }
     pub fn on_prefill_complete(&mut self, completion: &Completion) {
         self.prefilling.remove(&completion.request_id);
-        ok(self.prefill.router.on_complete(completion));
+        self.prefill.call(|r| r.on_complete(completion));
     }
     /// The request will not complete: the decode child hears it, and the prefill child too if
     /// the prefill had not completed (at the instance it was placed on).
     pub fn on_abandon(&mut self, abandoned: &Completion) {
         if let Some(p) = self.prefilling.remove(&abandoned.request_id) {
-            ok(self.prefill.router.on_abandon(&Completion { replica: p as u32, ..*abandoned }));
+            self.prefill.call(|r| r.on_abandon(&Completion { replica: p as u32, ..*abandoned }));
         }
-        ok(self.decode.router.on_abandon(abandoned));
+        self.decode.call(|r| r.on_abandon(abandoned));
     }
     /// An instance joined or left `pool`: its child hears it in its own indices.
     pub fn on_pool_change(&mut self, pool: PdPool, change: &ReplicaChange) {
@@ -221,29 +251,34 @@ impl Pools {
                         *p -= (*p > gone) as usize;
                     }
                 }
-                ok(self.prefill.router.on_replica_change(change));
+                self.prefill.call(|r| r.on_replica_change(change));
             }
-            PdPool::Decode => ok(self.decode.router.on_replica_change(change)),
+            PdPool::Decode => self.decode.call(|r| r.on_replica_change(change)),
         }
     }
     pub fn on_complete(&mut self, completion: &Completion) {
-        ok(self.decode.router.on_complete(completion));
+        self.decode.call(|r| r.on_complete(completion));
     }
     pub fn on_evict(&mut self, eviction: &Eviction<'_>) {
         if eviction.replica < self.pd.prefill_replicas {
-            ok(self.prefill.router.on_evict(eviction));
+            self.prefill.call(|r| r.on_evict(eviction));
         }
         let first_decode = self.pd.prefill_replicas - self.pd.mixed_replicas;
         if eviction.replica >= first_decode {
             let path = RSlice::from_slice(eviction.path());
             let e = Eviction { replica: eviction.replica - first_decode, path, ..*eviction };
-            ok(self.decode.router.on_evict(&e));
+            self.decode.call(|r| r.on_evict(&e));
         }
+    }
+    /// A child's recorded failure (the prefill child's first), for the wrapper.
+    pub fn take_failure(&self) -> Option<PolicyError> {
+        let (p, d) = (self.prefill.take_failure(), self.decode.take_failure());
+        p.or(d)
     }
     pub fn report(&self) -> Vec<(String, f64)> {
         let mut out = Vec::new();
         for (role, child) in [("prefill", &self.prefill), ("decode", &self.decode)] {
-            for s in ok(child.router.report()) {
+            for s in child.ok(child.router.report()) {
                 out.push((format!("{role}_{}", s.name), s.value));
             }
         }
@@ -264,7 +299,97 @@ fn union(all: &mut Vec<String>, names: &[RString]) -> Vec<usize> {
         .collect()
 }
 
-/// A child's failure is a failure of the PD router (the guard names it and its method).
-fn ok<T>(r: RResult<T, PolicyError>) -> T {
-    r.into_result().unwrap_or_else(|e| panic!("{}", e.message))
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use routelab_policy_api::abi_stable::sabi_trait::TD_Opaque;
+    use routelab_policy_api::abi_stable::std_types::RNone;
+
+    /// A child that fails every decision (its own wrapper turns the panic into an error).
+    struct Boom;
+    impl Policy for Boom {
+        const NAME: &'static str = "boom";
+        const DESCRIPTION: &'static str = "panics in route and on_dispatch";
+        type Config = ();
+        type Context = RouterContext;
+        fn new(_: (), _: &RouterContext) -> Result<Self, String> {
+            Ok(Boom)
+        }
+    }
+    impl RouterPolicy for Boom {
+        fn route(&mut self, _: &Request<'_>, _: &Replicas<'_>) -> usize {
+            panic!("no route")
+        }
+        fn on_dispatch(&mut self, _: &Request<'_>, _: usize) {
+            panic!("no dispatch")
+        }
+    }
+
+    /// Round robin on both pools, composed through [`Pools`] as pd_sglang is.
+    struct Composite {
+        pools: Pools,
+    }
+    impl Policy for Composite {
+        const NAME: &'static str = "composite";
+        const DESCRIPTION: &'static str = "two children";
+        type Config = ();
+        type Context = RouterContext;
+        fn new(_: (), ctx: &RouterContext) -> Result<Self, String> {
+            Ok(Self { pools: Pools::new("round_robin", "round_robin", ctx)? })
+        }
+    }
+    impl PdRouterPolicy for Composite {
+        fn route_pair(&mut self, request: &Request<'_>, prefill: &Replicas<'_>, decode: &Replicas<'_>) -> PdRoute {
+            let p = self.pools.prefill.route(request, prefill);
+            PdRoute::pair(p, self.pools.decode.route(request, decode))
+        }
+        forward_pool_hooks!();
+    }
+
+    fn ctx() -> RouterContext {
+        RouterContext {
+            disaggregation: routelab_policy_api::abi_stable::std_types::RSome(PdContext {
+                prefill_replicas: 2,
+                prefill_kv_capacity_tokens: 1000,
+                prefill_cost: RNone,
+                kv_bytes_per_token: 1.0,
+                link_bandwidth_bytes_s: 1e9,
+                link_base_latency_s: 0.0,
+                mixed_replicas: 0,
+                link_layerwise: false,
+                model_layers: 1,
+                shared_kv_bandwidth_bytes_s: 0.0,
+                shared_kv_capacity_tokens: 0,
+            }),
+            ..RouterContext::new(World::Cluster, 2, 1)
+        }
+    }
+
+    /// A child's error fails the composite's call with the child's message, as a failure of the
+    /// composite (named, with its method) — not as a panic of the composite — and the next call
+    /// that goes well is not failed by it.
+    #[test]
+    fn a_childs_error_fails_the_composite_without_a_panic() {
+        let mut c = Composite::new((), &ctx()).unwrap();
+        c.pools.prefill.router = Router_TO::from_value(Guarded::new(Boom), TD_Opaque);
+        let mut g = GuardedPd::new(c);
+        let views = [ReplicaView::default(); 2];
+        let (p, d) = (Replicas::new(&views), Replicas::new(&views));
+        let req = Request::new(1, 0.0, 10);
+        let e = Router::route_pair(&mut g, &req, p, d).into_result().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::FAILED, "{e:?}");
+        assert_eq!(
+            e.message.as_str(),
+            "policy 'composite' failed in route_pair: policy 'boom' panicked in route: no route"
+        );
+        // The decode child works: a decode-only dispatch goes through, and is not failed by the
+        // error already reported.
+        let decode_only = PdDecision::decode_only(1);
+        assert!(Router::on_dispatch_pair(&mut g, &req, decode_only).is_ok());
+        let e = Router::on_dispatch_pair(&mut g, &req, PdDecision::pair(0, 1)).into_result().unwrap_err();
+        assert!(
+            e.message.starts_with("policy 'composite' failed in on_dispatch_pair: policy 'boom' panicked"),
+            "{e:?}"
+        );
+    }
 }
