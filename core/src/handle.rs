@@ -11,9 +11,10 @@
 //! no dot). Nothing here knows the simulator's events or time: a world (or a gateway) calls these
 //! methods with the policy-api's types.
 
-use abi_stable::std_types::{RSlice, RVec};
+use abi_stable::std_types::{RResult, RSlice, RVec};
 use routelab_policy_api::{
-    Capabilities, Completion, Eviction, PdDecision, ReplicaChange, ReplicaView, Request, RouterBox, Stat, World,
+    Capabilities, Completion, Eviction, PdDecision, PolicyError, ReplicaChange, ReplicaView, Request, RouterBox, Stat,
+    World,
 };
 
 use crate::error::{Role, RunError};
@@ -331,8 +332,7 @@ impl RouterHandle {
 
     /// The router's own figures as `router.<name>`.
     pub fn report(&self) -> Result<Vec<(String, f64)>, RunError> {
-        let stats = self.router.report().into_result().map_err(|e| self.fail("report", e.into()))?;
-        namespaced("router", stats).map_err(|m| RunError::failed(Role::Policy, &self.label, m))
+        report_of(Role::Policy, &self.label, "router", self.router.report())
     }
 
     fn fail(&self, method: &str, e: String) -> RunError {
@@ -343,6 +343,18 @@ impl RouterHandle {
 /// A router's, scheduler's or selector's error from `method`.
 pub fn policy_error(label: &str, method: &str, e: String) -> RunError {
     RunError::erred(Role::Policy, label, method, e)
+}
+
+/// A policy's `report` answer as its figures `<kind>.<name>` ([`namespaced`]); its error, or a
+/// bad name, fails the run naming the policy (`role`, `label`).
+pub fn report_of(
+    role: Role,
+    label: &str,
+    kind: &str,
+    answer: RResult<RVec<Stat>, PolicyError>,
+) -> Result<Vec<(String, f64)>, RunError> {
+    let stats = answer.into_result().map_err(|e| RunError::erred(role, label, "report", e.into()))?;
+    namespaced(kind, stats).map_err(|m| RunError::failed(role, label, m))
 }
 
 /// `stats` as `<kind>.<name>`; refuses names that are empty, repeated, or hold anything but ASCII

@@ -4,7 +4,7 @@
 use abi_stable::std_types::RSlice;
 use routelab_policy_api::{AdmissionBox, AdmissionDecision, Completion, ReplicaView, Replicas, Request, World};
 
-use super::namespaced;
+use super::report_of;
 use crate::error::{Role, RunError};
 use crate::facts::{NegotiationError, RequestFacts, RequestInfo};
 
@@ -166,11 +166,6 @@ impl AdmissionHandle {
 
     /// The policy's own figures as `admission.<name>`.
     pub fn report(&self) -> Result<Vec<(String, f64)>, RunError> {
-        let stats = self
-            .admission
-            .report()
-            .into_result()
-            .map_err(|e| RunError::erred(Role::Admission, &self.label, "report", e.into()))?;
-        namespaced("admission", stats).map_err(|m| RunError::failed(Role::Admission, &self.label, m))
+        report_of(Role::Admission, &self.label, "admission", self.admission.report())
     }
 }

@@ -3,9 +3,9 @@
 //! as the scheduler's, its figures summed over replicas as `scheduler.<name>`.
 
 use abi_stable::std_types::RVec;
-use routelab_policy_api::{SchedulerBox, Stat, Waiting, WaitingRequest};
+use routelab_policy_api::{SchedulerBox, Waiting, WaitingRequest};
 
-use super::{namespaced, policy_error};
+use super::{policy_error, report_of};
 use crate::error::{Role, RunError};
 use crate::facts::{RequestFacts, RequestInfo, negotiate_scheduler_facts};
 
@@ -122,11 +122,6 @@ impl SchedulerHandle {
         }
         Ok(())
     }
-
-    /// The scheduler's own figures (not yet namespaced: see [`scheduler_stats`]).
-    fn raw_report(&self) -> Result<RVec<Stat>, RunError> {
-        self.scheduler.report().into_result().map_err(|e| policy_error(&self.label, "report", e.into()))
-    }
 }
 
 /// Every replica's scheduler figures, summed over replicas, as `scheduler.<name>` (in the order
@@ -136,8 +131,7 @@ pub fn scheduler_stats(schedulers: &[SchedulerHandle]) -> Result<Vec<(String, f6
     // Where each name is in `sum`: linear in the figures, however many a scheduler reports.
     let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for s in schedulers {
-        let stats = s.raw_report()?;
-        for (name, value) in namespaced("scheduler", stats).map_err(|m| RunError::failed(Role::Policy, &s.label, m))? {
+        for (name, value) in report_of(Role::Policy, &s.label, "scheduler", s.scheduler.report())? {
             match at.get(&name) {
                 Some(&i) => sum[i].1 += value,
                 None => {

@@ -36,7 +36,7 @@ use routelab_policy_api::{Fact, Pool, ReplicaView, ScalerBox, facts::fleet};
 use super::replica::Replica;
 use super::{ClusterSim, Event};
 use crate::error::{Role, RunError};
-use crate::handle::namespaced;
+use crate::handle::report_of;
 use crate::metrics::Metrics;
 use crate::time::{SimTime, seconds, ticks};
 use crate::workload::cluster::autoscaling::Autoscaling;
@@ -211,12 +211,7 @@ impl Fleet {
 
     /// The scaler's own figures as `scaler.<name>`.
     pub(super) fn report(&self) -> Result<Vec<(String, f64)>, RunError> {
-        let stats = self
-            .scaler
-            .report()
-            .into_result()
-            .map_err(|e| RunError::erred(Role::Scaler, &self.label, "report", e.into()))?;
-        namespaced("scaler", stats).map_err(|m| RunError::failed(Role::Scaler, &self.label, m))
+        report_of(Role::Scaler, &self.label, "scaler", self.scaler.report())
     }
 }
 

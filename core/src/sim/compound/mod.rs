@@ -151,8 +151,7 @@ pub fn select_and_score(
     if let Some(best) = optimum_correct {
         metrics.push("gap_to_exhaustive", (best as f64 - train_correct as f64) / world.train as f64);
     }
-    let stats = selector.report().into_result().map_err(|e| crate::handle::policy_error(label, "report", e.into()))?;
-    for (k, v) in crate::handle::namespaced("selector", stats).map_err(|m| RunError::failed(Role::Policy, label, m))? {
+    for (k, v) in crate::handle::report_of(Role::Policy, label, "selector", selector.report())? {
         metrics.push(k, v);
     }
     Ok(CompoundOutcome { metrics, allocation: world.names(&chosen) })
