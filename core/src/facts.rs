@@ -211,6 +211,19 @@ pub fn cluster_context_with(
     ]
 }
 
+/// The context facts a gateway knows of the engines behind it: how often it scrapes them, and
+/// one class, tenant and model (it serves no classes, tenants or several models). The engines'
+/// step budgets are theirs, not the gateway's: it does not list them.
+pub fn gateway_context(scrape_s: f64) -> Vec<Fact> {
+    use facts::context::*;
+    vec![
+        Fact::new(METRICS_SCRAPE_INTERVAL_S, scrape_s),
+        Fact::new(CLASSES_COUNT, 1.0),
+        Fact::new(TENANTS_COUNT, 1.0),
+        Fact::new(MODELS_COUNT, 1.0),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,7 +51,8 @@ pub struct ServeArgs {
     /// client already has. Only sound for deterministic (greedy) decoding on identical engines.
     #[arg(long)]
     pub resume_streams: bool,
-    /// Seed handed to the policy.
+    /// The run's seed, as a workload's `seed:`: the router draws the random stream it draws in
+    /// `routelab run` with that seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Append every completed request to this file as a request-log line (`timestamp`, the

@@ -23,7 +23,6 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use abi_stable::std_types::RSome;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::Uri;
@@ -31,7 +30,7 @@ use hyper::header::HeaderValue;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use routelab_policy_api::{Completion, CostModel, ReplicaView, Request, RouterContext, Segment, World};
+use routelab_policy_api::{Completion, ReplicaView, Request, Segment, World};
 
 use super::prom::{EngineLoad, Histogram};
 use routelab_core::facts::RequestInfo;
@@ -287,11 +286,13 @@ impl Gateway {
         // Twice the cache: room for what the engine holds and removals in flight.
         let max_tokens = (kv_capacity_tokens * 2).clamp(1 << 14, 1 << 26) as usize;
         let spec = PolicySpec::parse(&args.policy)?;
-        let ctx = RouterContext {
+        let ctx = routelab_core::sim::cluster::gateway_router_context(
+            &sm,
+            n,
+            args.seed,
             kv_capacity_tokens,
-            cost: RSome(CostModel::new(sm.pricer)),
-            ..RouterContext::new(World::Cluster, n, args.seed)
-        };
+            args.scrape_interval_s,
+        );
         let router = RouterHandle::new(Loader::new().router(&spec, &ctx)?, n, World::Cluster, &spec.label);
         let exact = router.capabilities().needs_exact_match();
         let wants_evictions = router.capabilities().wants_evictions();

@@ -27,6 +27,24 @@ pub fn router_context(sm: &StepModel, replicas: u32, run_seed: u64) -> RouterCon
     }
 }
 
+/// What a router is told at creation by a gateway in front of `replicas` live engines
+/// (`routelab serve`): the cluster world's context ([`router_context`], so `--seed S` hands the
+/// router the stream a workload with `seed: S` does), the engines' KV capacity as the gateway
+/// knows it, and the facts a gateway knows ([`crate::facts::gateway_context`]).
+pub fn gateway_router_context(
+    sm: &StepModel,
+    replicas: u32,
+    run_seed: u64,
+    kv_capacity_tokens: u64,
+    scrape_s: f64,
+) -> RouterContext {
+    RouterContext {
+        kv_capacity_tokens,
+        facts: crate::facts::gateway_context(scrape_s).into(),
+        ..router_context(sm, replicas, run_seed)
+    }
+}
+
 /// What a router is told at creation on `spec`'s cluster (`models` its resolved step models): on
 /// a disaggregated one, `replicas` counts the decode candidates (mixed + decode instances),
 /// capacity and cost describe the decode pool, and `disaggregation` the prefill candidates, the
@@ -177,4 +195,28 @@ pub fn check_fit(sm: &StepModel, i: usize, r: &GeneratedRequest) -> Result<(), S
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use routelab_policy_api::facts::context::{CLASSES_COUNT, ENGINE_CHUNK_TOKENS, METRICS_SCRAPE_INTERVAL_S};
+
+    use super::*;
+
+    #[test]
+    fn a_gateway_tells_its_router_what_the_simulator_does_with_its_own_capacity_and_facts() {
+        let yaml = "{replicas: 3, generator: {output_tokens: 1}, arrivals: {poisson: {rate: 1}}, requests: 2}";
+        let spec: ClusterSpec = serde_norway::from_str(yaml).unwrap();
+        let sm = spec.step_model().unwrap();
+        let sim = router_context(&sm, 3, 7);
+        let gw = gateway_router_context(&sm, 3, 7, 4_096, 0.25);
+        // The same seed derivation and cost model: `--seed 7` draws what `seed: 7` draws.
+        assert_eq!((gw.world, gw.replicas, gw.seed), (sim.world, sim.replicas, sim.seed));
+        assert_ne!(gw.seed, 7, "the router's stream is derived from the run seed, not the run seed itself");
+        assert_eq!(format!("{:?}", gw.cost), format!("{:?}", sim.cost));
+        assert_eq!(gw.kv_capacity_tokens, 4_096);
+        assert_eq!(gw.fact(METRICS_SCRAPE_INTERVAL_S), Some(0.25));
+        assert_eq!(gw.fact(CLASSES_COUNT), Some(1.0));
+        assert_eq!(gw.fact(ENGINE_CHUNK_TOKENS), None, "the engines' budgets are not the gateway's to state");
+    }
 }

@@ -112,8 +112,8 @@ use self::pd::Pd;
 use self::tiers::ReplicaTiers;
 
 pub use self::contexts::{
-    admission_context, check_fit, check_fits, request_info, request_infos, router_context, router_context_for,
-    router_context_for_model, scaler_context, scheduler_context,
+    admission_context, check_fit, check_fits, gateway_router_context, request_info, request_infos, router_context,
+    router_context_for, router_context_for_model, scaler_context, scheduler_context,
 };
 use self::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use self::summary::{Replication, Tally};

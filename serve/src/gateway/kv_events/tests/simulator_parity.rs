@@ -8,8 +8,8 @@
 //! stream: `run_cluster` on the same prompts (the gateway tokenizer's segments), two replicas of
 //! the same GPU, model and memory fraction (so the same KV capacity, asserted), the same engine
 //! knobs (`emulate`'s defaults are the cluster's), eviction notices delivered at once
-//! (`eviction_delay_s: 0`), and the same policy seed (the simulator hands its router
-//! `stream_seed(run seed, "policy.router")`; the gateway's `--seed` is that policy seed).
+//! (`eviction_delay_s: 0`), and the same seed (the gateway's `--seed` is the run's seed: both
+//! hand their router `stream_seed(seed, "policy.router")`).
 //!
 //! What makes equality the right expectation: with the previous request finished, the router's
 //! cost is its prefix overlap and the prompt's blocks (no load, no prefill queue on either side),
@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use routelab_core::plugin::{Loader, PolicySpec};
-use routelab_core::seeds::{mix, stream_seed};
+use routelab_core::seeds::mix;
 use routelab_core::workload::cluster::ClusterSpec;
 use routelab_core::workload::generate::{GeneratedRequest, RequestStream};
 use routelab_policy_api::PolicyKind;
@@ -221,7 +221,7 @@ async fn precise_dynamo_kv_behind_the_gateway_decides_as_the_simulator() {
     let urls: Vec<String> = engines.iter().map(|a| format!("http://{a}")).collect();
     let mut args = ServeArgs::with_backends(&urls);
     args.policy = POLICY.into();
-    args.seed = stream_seed(RUN_SEED, "policy.router");
+    args.seed = RUN_SEED;
     args.hardware.memory_fraction = MEMORY_FRACTION.parse().unwrap();
     args.tokenizer = Some(path.clone());
     args.kv_events = subscriptions;
