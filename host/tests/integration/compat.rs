@@ -82,7 +82,17 @@ fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() 
             && !read(&root, "policy.rs").contains("fn take_failure")
     );
     let (_, minor, _) = api_version();
-    for file in ["lib.rs", "traits.rs", "types.rs", "policy.rs", "root.rs", "cost.rs", "facts.rs", "signals.rs"] {
+    for file in [
+        "lib.rs",
+        "traits.rs",
+        "types.rs",
+        "policy.rs",
+        "policy/guarded.rs",
+        "root.rs",
+        "cost.rs",
+        "facts.rs",
+        "signals.rs",
+    ] {
         assert!(
             !read(&root, file).contains(&format!("// since 0.{minor}.")),
             "{file}: a later patch's block was left in"
