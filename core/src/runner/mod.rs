@@ -296,7 +296,7 @@ fn run_seed(
         (Instances::Cluster(router, schedulers, others), World::Cluster(c, p)) => {
             let models = &p.step_models;
             let stream: Feed = match &input.stream {
-                SeedStream::Whole(s) => Feed::from(&**s),
+                SeedStream::Whole(s) => Feed::fitted(s),
                 &SeedStream::Lazy(extent) => {
                     let seed = p.stream_seed(prepared.workload.seed, run_seed);
                     LazyStream::new(c, p.trace.as_deref(), seed, extent)

@@ -63,7 +63,9 @@ impl<'a> ClusterSim<'a> {
         // record (their state is per request).
         let exact = spec.summary.exact(total) || spec.disaggregation.is_some() || sessions;
         let retiring = !exact && !spec.keeps_request_state();
-        check_fits(models, &stream)?;
+        if stream.needs_fit_check() {
+            check_fits(models, &stream)?;
+        }
         let gpu_pools = &models.pools;
         let pool_cfg = |sm: &StepModel| ReplicaConfig {
             kv_capacity_tokens: sm.kv_capacity_tokens,

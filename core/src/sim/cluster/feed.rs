@@ -8,13 +8,38 @@ use crate::time::SimTime;
 use crate::workload::generate::{LazyStream, RequestStream};
 
 pub enum Feed<'a> {
-    Whole(&'a RequestStream),
+    /// A whole stream, and whether every request was checked to fit a replica that may serve it
+    /// (a prepared workload's were: [`Feed::fitted`]); a run checks the stream if not.
+    Whole(&'a RequestStream, Fit),
+    /// A stream generated as the run goes; preparing it checked every request
+    /// (`LazyStream::extent`).
     Lazy(Box<LazyStream<'a>>),
+}
+
+/// Whether a whole stream's requests were checked to fit ([`super::check_fits`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Fit {
+    Checked,
+    Unchecked,
 }
 
 impl<'a> From<&'a RequestStream> for Feed<'a> {
     fn from(s: &'a RequestStream) -> Self {
-        Feed::Whole(s)
+        Feed::Whole(s, Fit::Unchecked)
+    }
+}
+
+impl<'a> Feed<'a> {
+    /// A stream whose every request was checked to fit a replica of the pool that serves it (by
+    /// `runner::prepare`, which names the workload in its error): the run does not check it
+    /// again.
+    pub fn fitted(s: &'a RequestStream) -> Self {
+        Feed::Whole(s, Fit::Checked)
+    }
+
+    /// Whether the run must still check that every request fits.
+    pub fn needs_fit_check(&self) -> bool {
+        matches!(self, Feed::Whole(_, Fit::Unchecked))
     }
 }
 
@@ -29,7 +54,7 @@ impl Deref for Feed<'_> {
 
     fn deref(&self) -> &RequestStream {
         match self {
-            Feed::Whole(s) => s,
+            Feed::Whole(s, _) => s,
             Feed::Lazy(l) => l.stream(),
         }
     }
@@ -39,7 +64,7 @@ impl<'a> Feed<'a> {
     /// The whole stream, when the run holds it whole (the lifetime of the run, not of `self`).
     pub fn whole(&self) -> Option<&'a RequestStream> {
         match self {
-            Feed::Whole(s) => Some(s),
+            Feed::Whole(s, _) => Some(s),
             Feed::Lazy(_) => None,
         }
     }
@@ -47,7 +72,7 @@ impl<'a> Feed<'a> {
     /// Request `id`'s arrival time (generated if need be); `None` past the stream's end.
     pub fn arrival(&mut self, id: usize) -> Option<SimTime> {
         match self {
-            Feed::Whole(s) => s.requests.get(id).map(|r| r.arrived_at),
+            Feed::Whole(s, _) => s.requests.get(id).map(|r| r.arrived_at),
             Feed::Lazy(l) => l.reach(id).then(|| l.stream().request(id).arrived_at),
         }
     }
