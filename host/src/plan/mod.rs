@@ -286,7 +286,7 @@ impl State {
 
 /// What a batch of shapes came to: per asked (line, replicas), its evaluation or the error
 /// that failed the line's policy (exit 1).
-pub type Batch = Vec<Result<Evaluation, String>>;
+pub type Batch = Vec<Result<Evaluation, routelab_core::runner::CellError>>;
 
 /// The shapes of a round: (line index, replicas).
 pub type Asks = [(usize, u32)];
@@ -326,7 +326,7 @@ pub fn search(
             match r {
                 Ok(e) => states[i].record(e),
                 Err(why) => {
-                    states[i].error = Some(why);
+                    states[i].error = Some(why.message);
                     states[i].done = Some(Status::Error);
                 }
             }

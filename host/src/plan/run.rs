@@ -11,7 +11,7 @@ use routelab_core::error::Error;
 use routelab_core::metrics::{Metrics, over_seeds};
 use routelab_core::plugin::{Loader, PolicySpec};
 use routelab_core::runner::parallel::{self, Event, Planned, PolicyOutput};
-use routelab_core::runner::{self, Prepared};
+use routelab_core::runner::{self, CellError, Prepared};
 use routelab_core::step_model::{Choice, Gpu};
 use routelab_core::workload::cluster::{autoscaling::Autoscaling, pools::GpuPool};
 use routelab_core::workload::{InputError, Workload};
@@ -30,17 +30,27 @@ pub struct Problem<'a> {
     pub jobs: usize,
 }
 
+/// Why a shape cannot run: it fails unrun, with this as its note.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unrunnable(pub String);
+
+impl std::fmt::Display for Unrunnable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// The workload of `line` at `replicas`, or why the shape cannot run (it fails unrun).
-pub fn shape(p: &Problem, i: usize, line: &Line, replicas: u32) -> Result<Workload, String> {
+pub fn shape(p: &Problem, i: usize, line: &Line, replicas: u32) -> Result<Workload, Unrunnable> {
     let mut w = p.workload.clone();
     if let Some(d) = w.dispatch.as_mut() {
         // The load stays the workload's: λ = ρ·N requests per unit time.
         let lambda = d.utilisation * f64::from(d.servers);
         let rho = lambda / f64::from(replicas);
         if rho >= 1.0 {
-            return Err(format!(
+            return Err(Unrunnable(format!(
                 "unstable: the arrival rate {lambda} needs more than {replicas} servers (ρ = {rho:.3} ≥ 1)"
-            ));
+            )));
         }
         d.servers = replicas;
         d.utilisation = rho;
@@ -55,7 +65,7 @@ pub fn shape(p: &Problem, i: usize, line: &Line, replicas: u32) -> Result<Worklo
             // line's GPU and tp (a `mixed` pool kept at its size).
             Some(f) if f.role == Role::Prefill => {
                 let Some(d) = c.disaggregation.as_mut() else {
-                    return Err("a prefill/decode line needs a `disaggregation:` workload".into());
+                    return Err(Unrunnable("a prefill/decode line needs a `disaggregation:` workload".into()));
                 };
                 d.prefill.instances = f.count;
                 d.decode.instances = replicas;
@@ -150,12 +160,12 @@ fn judge(p: &Problem, line: &Line, replicas: u32, per_seed: &[Metrics]) -> Resul
 
 /// Runs the asked (line, replicas) shapes, every seed of each, on `p.jobs` threads.
 pub fn evaluate_batch(loader: &mut Loader, p: &Problem, lines: &[Line], asks: &[(usize, u32)]) -> Result<Batch, Error> {
-    let mut out: Vec<Option<Result<Evaluation, String>>> = vec![None; asks.len()];
+    let mut out: Vec<Option<Result<Evaluation, CellError>>> = vec![None; asks.len()];
     // One prepared workload per distinct shape (the routers asked of it share its streams).
     let mut shapes: Vec<(Workload, Vec<usize>)> = Vec::new();
     for (a, &(i, r)) in asks.iter().enumerate() {
         match shape(p, i, &lines[i], r) {
-            Err(why) => out[a] = Some(Ok(unrun(&lines[i], r, why))),
+            Err(why) => out[a] = Some(Ok(unrun(&lines[i], r, why.0))),
             Ok(w) => match shapes.iter_mut().find(|(s, _)| *s == w) {
                 Some((_, asked)) => asked.push(a),
                 None => shapes.push((w, vec![a])),
@@ -199,7 +209,7 @@ pub fn evaluate_batch(loader: &mut Loader, p: &Problem, lines: &[Line], asks: &[
                     ))
                 });
             } else {
-                out[a] = Some(Err(e.message.clone()));
+                out[a] = Some(Err(e.clone()));
             }
             return;
         }
