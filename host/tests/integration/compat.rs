@@ -81,6 +81,12 @@ fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() 
         read(&current, "policy.rs").contains("fn take_failure")
             && !read(&root, "policy.rs").contains("fn take_failure")
     );
+    // 0.5.11: the toolkit's fair-ties helpers beside 0.5.0's `argmin_random_tie`.
+    let ties = |dir: &std::path::Path| read(dir, "toolkit/ties.rs");
+    assert!(ties(&current).contains("pub fn argmin_one_draw_by") && !ties(&root).contains("fn argmin_one_draw_by"));
+    assert!(!ties(&root).contains("fn argmax_random_tie") && !ties(&root).contains("fn draw_tie"));
+    assert!(ties(&root).contains("pub fn argmin_random_tie"), "0.5.0's helper was cut");
+    assert!(!toolkit(&root).contains("pub use ties::{"), "the re-export was not cut");
     let (_, minor, _) = api_version();
     for file in [
         "lib.rs",
@@ -92,6 +98,8 @@ fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() 
         "cost.rs",
         "facts.rs",
         "signals.rs",
+        "toolkit/mod.rs",
+        "toolkit/ties.rs",
     ] {
         assert!(
             !read(&root, file).contains(&format!("// since 0.{minor}.")),
