@@ -116,7 +116,6 @@
 //! are rarely ten to a millisecond, so the loss is the trace's binning meeting a stale signal;
 //! core's `decision_log_tests` logs the decisions and pins each step.
 
-use rand::RngExt;
 use routelab_policy_api::*;
 use serde::{Deserialize, Serialize};
 
@@ -549,19 +548,7 @@ impl RouterPolicy for LlmD {
     fn route(&mut self, request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         self.scores_of(request, replicas);
         // Max score, ties uniformly at random (reservoir sampling over the maxima).
-        let (mut best, mut ties) = (0usize, 0u32);
-        for i in 0..replicas.len() {
-            if i == 0 || self.scores[i] > self.scores[best] {
-                best = i;
-                ties = 1;
-            } else if self.scores[i] == self.scores[best] {
-                ties += 1;
-                if self.rng.random_range(0..ties) == 0 {
-                    best = i;
-                }
-            }
-        }
-        best
+        argmax_random_tie(self.scores[..replicas.len()].iter().copied(), &mut self.rng).expect("at least one replica")
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {

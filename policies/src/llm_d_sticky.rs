@@ -326,19 +326,7 @@ impl RouterPolicy for LlmDSticky {
         self.scores(request, replicas);
         self.decisions += 1;
         // Max score, ties uniformly at random (reservoir sampling over the maxima).
-        let (mut best, mut ties) = (0usize, 0u32);
-        for i in 0..replicas.len() {
-            if i == 0 || self.scores[i] > self.scores[best] {
-                best = i;
-                ties = 1;
-            } else if self.scores[i] == self.scores[best] {
-                ties += 1;
-                if self.rng.random_range(0..ties) == 0 {
-                    best = i;
-                }
-            }
-        }
-        best
+        argmax_random_tie(self.scores[..replicas.len()].iter().copied(), &mut self.rng).expect("at least one replica")
     }
 
     fn on_dispatch(&mut self, request: &Request<'_>, r: usize) {
