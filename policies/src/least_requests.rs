@@ -2,8 +2,8 @@
 //!
 //! Algorithm: find the minimum of every replica's `outstanding_requests` (waiting + running) and
 //! how many replicas hold it; when several do, draw one `k` uniform in `[0, ties)` from the
-//! policy's stream and take the `k`-th of them in index order. One draw per decision (none
-//! without a tie), so ties do not all land on the lowest index and the cost does not grow with
+//! policy's stream and take the `k`-th of them in index order (the toolkit's
+//! [`argmin_one_draw_by`]). One draw per decision (none without a tie), so ties do not all land on the lowest index and the cost does not grow with
 //! their number. (Until issue 14 it drew once per tie, reservoir-style: as uniform, but at 1,024
 //! servers ≈ 100 idle servers meant ≈ 100 draws per decision; per-seed results changed then.)
 //! Parameters: none. Randomness for ties from the host's seed.
@@ -19,7 +19,7 @@
 
 use routelab_policy_api::*;
 
-use crate::index::min_index::{INDEX_FROM, MinIndex, argmin_one_draw_by, decide, report};
+use crate::index::min_index::{INDEX_FROM, MinIndex, decide, report};
 
 pub struct LeastRequests {
     rng: PolicyRng,
@@ -49,10 +49,4 @@ impl RouterPolicy for LeastRequests {
     fn on_complete(&mut self, c: &Completion) {
         report(&mut self.index, c.replica_index(), -1);
     }
-}
-
-/// The replica with the fewest outstanding requests; among several, the `k`-th in index order
-/// for one uniform draw `k`.
-pub fn argmin_one_draw(replicas: &[ReplicaView], rng: &mut PolicyRng) -> usize {
-    argmin_one_draw_by(replicas.len(), |i| replicas[i].outstanding_requests as u64, rng)
 }

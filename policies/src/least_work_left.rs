@@ -43,7 +43,7 @@
 use routelab_policy_api::*;
 
 use crate::index::members::{Member, Members};
-use crate::index::min_index::{INDEX_FROM, MinIndex, argmin_one_draw_by, decide, report};
+use crate::index::min_index::{INDEX_FROM, MinIndex, decide, report};
 
 /// Where the work left comes from.
 #[derive(serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -159,7 +159,7 @@ impl RouterPolicy for LeastWorkLeft {
         match &mut self.index {
             Some(index) if !live => {
                 index.invalidate();
-                argmin_one_draw_by(replicas.len(), key, &mut self.rng)
+                argmin_one_draw_by(replicas.len(), key, &mut self.rng).expect("at least one replica")
             }
             index => decide(index.as_mut(), replicas.len(), key, count, &mut self.rng),
         }

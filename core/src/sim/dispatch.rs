@@ -353,7 +353,8 @@ mod tests {
 
     impl RouterPolicy for ScanJsq {
         fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
-            routelab_policies::least_requests::argmin_one_draw(replicas, &mut self.0)
+            let count = |i: usize| replicas[i].outstanding_requests as u64;
+            argmin_one_draw_by(replicas.len(), count, &mut self.0).expect("servers")
         }
     }
 
@@ -378,7 +379,7 @@ mod tests {
         }
         fn route(&mut self, _: &Request<'_>, replicas: &Replicas<'_>) -> usize {
             let work = |i: usize| replicas[i].outstanding_work.to_bits();
-            routelab_policies::index::min_index::argmin_one_draw_by(replicas.len(), work, &mut self.0)
+            argmin_one_draw_by(replicas.len(), work, &mut self.0).expect("servers")
         }
     }
 

@@ -30,17 +30,21 @@ pub fn decide(
     rng: &mut PolicyRng,
 ) -> usize {
     let Some(index) = index else {
-        return argmin_one_draw_by(n, key, rng);
+        return argmin_one_draw_by(n, key, rng).expect("at least one replica");
     };
     if !index.catch_up(n, key, count) {
-        return argmin_one_draw_by(n, key, rng);
+        return argmin_one_draw_by(n, key, rng).expect("at least one replica");
     }
     #[cfg(debug_assertions)]
     let mut scan_rng = rng.clone();
     let i = index.argmin_one_draw(rng);
     #[cfg(debug_assertions)]
     {
-        assert_eq!(i, argmin_one_draw_by(n, key, &mut scan_rng), "the index chose another replica than the scan");
+        assert_eq!(
+            i,
+            argmin_one_draw_by(n, key, &mut scan_rng).unwrap(),
+            "the index chose another replica than the scan"
+        );
         assert!(scan_rng == *rng, "the index drew differently from the scan");
     }
     i
@@ -268,8 +272,9 @@ impl MinIndex {
         };
     }
 
-    /// Exactly [`argmin_one_draw_by`] over the indexed keys. With keys at 0 they are the
-    /// minimum: one draw `k` among them, and the `k`-th set bit. Otherwise the tree's root
+    /// Exactly the toolkit's [`argmin_one_draw_by`] over the indexed keys, drawing with its
+    /// [`draw_tie`]. With keys at 0 they are the minimum: one draw `k` among them, and the `k`-th
+    /// set bit. Otherwise the tree's root
     /// holds the minimum and how many replicas hold it; one draw picks which of them, found by
     /// descending the tree.
     pub fn argmin_one_draw(&mut self, rng: &mut PolicyRng) -> usize {
@@ -322,38 +327,12 @@ pub fn nth_set_bit(words: &[u64], mut nth: u32) -> Option<usize> {
     None
 }
 
-/// The replica (of `n`) with the smallest `key`; among several, the `k`-th in index order for one
-/// uniform draw `k` (see [`draw_tie`]). Two passes: count the minima, then find the `k`-th.
-pub fn argmin_one_draw_by(n: usize, key: impl Fn(usize) -> u64, rng: &mut PolicyRng) -> usize {
-    let (mut min, mut ties, mut first) = (u64::MAX, 0u32, 0);
-    for i in 0..n {
-        let c = key(i);
-        if c < min {
-            (min, ties, first) = (c, 1, i);
-        } else if c == min {
-            ties += 1;
-        }
-    }
-    assert!(ties > 0, "at least one replica");
-    if ties == 1 {
-        return first;
-    }
-    let k = draw_tie(ties, rng);
-    (first..n).filter(|&i| key(i) == min).nth(k as usize).unwrap()
-}
-
-/// Which of `ties` tied replicas (from 0, in index order): one uniform draw from the policy's
-/// stream, none when there is no choice to make.
-fn draw_tie(ties: u32, rng: &mut PolicyRng) -> u32 {
-    if ties > 1 { rng.random_range(0..ties) } else { 0 }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn scan(views: &[ReplicaView], rng: &mut PolicyRng) -> usize {
-        argmin_one_draw_by(views.len(), |i| views[i].outstanding_requests as u64, rng)
+        argmin_one_draw_by(views.len(), |i| views[i].outstanding_requests as u64, rng).unwrap()
     }
 
     fn catch_up(index: &mut MinIndex, views: &[ReplicaView]) -> bool {
@@ -391,12 +370,12 @@ mod tests {
                                 v.outstanding_requests = t;
                             }
                         }
-                        let want = argmin_one_draw_by(n, |i| key(&views, i), &mut b);
+                        let want = argmin_one_draw_by(n, |i| key(&views, i), &mut b).unwrap();
                         let got = if index.catch_up(n, |i| key(&views, i), |i| views[i].outstanding_requests) {
                             indexed += 1;
                             index.argmin_one_draw(&mut a)
                         } else {
-                            argmin_one_draw_by(n, |i| key(&views, i), &mut a)
+                            argmin_one_draw_by(n, |i| key(&views, i), &mut a).unwrap()
                         };
                         let at = format!("key shape {shape}, n = {n}, refresh every {refresh_every}, step {step}");
                         assert_eq!(got, want, "{at}");
