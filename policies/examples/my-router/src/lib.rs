@@ -46,13 +46,11 @@ impl RouterPolicy for MyRouter {
     }
     fn route(&mut self, _request: &Request<'_>, replicas: &Replicas<'_>) -> usize {
         let weight = self.config.work_weight;
-        let score = |r: &ReplicaView| r.outstanding_requests as f64 + weight * r.outstanding_work;
-        // Count the replicas at the lowest score, then take the k-th of them for one uniform draw
-        // k: uniform over the ties, one draw per decision (as `least_requests` breaks its ties).
-        let best = replicas.iter().map(score).fold(f64::INFINITY, f64::min);
-        let ties = replicas.iter().filter(|r| score(r) == best).count() as u32;
-        let k = if ties > 1 { self.rng.random_range(0..ties) } else { 0 };
-        replicas.iter().enumerate().filter(|(_, r)| score(r) == best).nth(k as usize).map_or(0, |(i, _)| i)
+        let score = |i: usize| replicas[i].outstanding_requests as f64 + weight * replicas[i].outstanding_work;
+        // The lowest score; several tied at it take one uniform draw k and the k-th of them, as
+        // `least_requests` breaks its ties (`argmin_random_tie` draws once per tie instead). A
+        // NaN score (an infinite weight times no work) is passed over; all NaN: replica 0.
+        argmin_one_draw_by(replicas.len(), score, &mut self.rng).unwrap_or(0)
     }
 }
 
