@@ -52,7 +52,10 @@ use routelab_policy_api::*;
 /// What every PD router asks for.
 pub const PD: Capabilities = Capabilities::DISAGGREGATED;
 
-/// The index of the smallest `key`, lowest index on ties.
+/// The index of the smallest `key`, lowest index on ties. Deterministic on purpose, not one of
+/// the toolkit's fair-ties helpers: its users document this rule (`pd_least_loaded`, which has
+/// no random stream, and `pd_mooncake`'s `load_balance` and decode choices, whose stream a draw
+/// would shift), so a draw would change their decisions.
 pub fn argmin_by<K: PartialOrd>(views: &[ReplicaView], key: impl Fn(&ReplicaView) -> K) -> usize {
     let mut best = 0;
     for i in 1..views.len() {
