@@ -1,7 +1,9 @@
-//! Simulated time: integer ticks, so event order never depends on floating-point rounding
-//! (nanoseconds in the cluster world, where one tick is `1 / TICKS_PER_S` s).
+//! Simulated time of the cluster world (and the emulator and gateway that share its replicas):
+//! integer nanoseconds, so event order never depends on floating-point rounding. The dispatch
+//! world counts in mean service times, not seconds, and has its own tick type
+//! (`sim::dispatch`'s `Ticks`).
 
-/// Simulated time in integer ticks (nanoseconds in the cluster world).
+/// Simulated time in integer nanoseconds (one tick is `1 / TICKS_PER_S` s).
 pub type SimTime = u64;
 
 /// Ticks per simulated second.

@@ -33,9 +33,27 @@ use crate::facts::RequestInfo;
 use crate::handle::RouterHandle;
 use crate::metrics::{CDF_POINTS, Detail, Metrics, TIMELINE_SAMPLES, quantile, quantile_vector};
 use crate::seeds::{SimRng, stream, stream_seed};
-use crate::time::{SimTime, TICKS_PER_S as TICKS, seconds as to_units, ticks as to_ticks};
 use crate::workload::dispatch::{Arrivals, DispatchSpec, Information, Mode, Sizes};
 use crate::workload::trace::TraceRow;
+
+/// Dispatch-world time: integer ticks of 10^-9 of the mean service time — this world's unit of
+/// time is the mean service time (sizes are normalised to mean 1), not a second, so it has a
+/// type of its own beside the cluster world's nanosecond [`crate::time::SimTime`]. Integer, so
+/// event order never depends on floating-point rounding.
+type Ticks = u64;
+
+/// Ticks per unit of time (one mean service time).
+const TICKS: f64 = 1e9;
+
+/// Units (mean service times) → ticks, rounded to the nearest tick.
+fn to_ticks(units: f64) -> Ticks {
+    (units * TICKS).round().max(0.0) as Ticks
+}
+
+/// Ticks → units (mean service times).
+fn to_units(t: Ticks) -> f64 {
+    t as f64 / TICKS
+}
 
 /// What a router is told at creation in the dispatch world of `servers` servers.
 pub fn router_context(servers: u32, run_seed: u64) -> RouterContext {
@@ -73,7 +91,7 @@ impl ArrivalSource<'_> {
 }
 
 enum Event {
-    Departure { server: u32, request: u64, arrived_at: SimTime, started_at: SimTime },
+    Departure { server: u32, request: u64, arrived_at: Ticks, started_at: Ticks },
 }
 
 /// One run of the dispatch world. `trace` holds the rows of `arrivals: trace` (their timestamps
@@ -160,7 +178,7 @@ fn run_with(
     };
     let mut servers = Servers::new(views, spec);
     let mut snapshot = servers.views.clone();
-    let mut next_refresh: SimTime = 0;
+    let mut next_refresh: Ticks = 0;
     let mut now_units = 0.0;
     let sample_every = (spec.requests / TIMELINE_SAMPLES as u64).max(1);
     for id in 0..spec.requests {
@@ -203,7 +221,7 @@ fn run_with(
             router.set_busy_until(i as usize, to_units(servers.free_at[i as usize]));
         }
     }
-    servers.drain(SimTime::MAX, router)?;
+    servers.drain(Ticks::MAX, router)?;
     Ok(servers.summary(with_detail))
 }
 
@@ -211,15 +229,15 @@ fn run_with(
 /// events, and what is measured after the warm-up.
 struct Servers {
     views: Vec<ReplicaView>,
-    free_at: Vec<SimTime>,
+    free_at: Vec<Ticks>,
     queue: EventQueue<Event>,
     warmup: u64,
     responses: Vec<f64>,
     waits: f64,
     busy_ticks: u128,
     dispatched_to: Vec<u64>,
-    first_measured_at: Option<SimTime>,
-    last_departure: SimTime,
+    first_measured_at: Option<Ticks>,
+    last_departure: Ticks,
     /// Sampled for charts: arrival times and each server's requests then (before the arrival).
     times: Vec<f64>,
     in_flight: Vec<Vec<u32>>,
@@ -247,7 +265,7 @@ impl Servers {
 
     /// Request `id`, arrived at `now` with `size` ticks of work, joins server `server`'s queue;
     /// its departure is known now (FCFS).
-    fn on_dispatch(&mut self, id: u64, server: u32, now: SimTime, size: SimTime) {
+    fn on_dispatch(&mut self, id: u64, server: u32, now: Ticks, size: Ticks) {
         let i = server as usize;
         let start = self.free_at[i].max(now);
         self.free_at[i] = start + size;
@@ -264,7 +282,7 @@ impl Servers {
     }
 
     /// Runs every departure up to `until` (inclusive), keeping `views` exact.
-    fn drain(&mut self, until: SimTime, router: &mut RouterHandle) -> Result<(), RunError> {
+    fn drain(&mut self, until: Ticks, router: &mut RouterHandle) -> Result<(), RunError> {
         while self.queue.peek_time().is_some_and(|t| t <= until) {
             let (at, event) = self.queue.pop().expect("peeked");
             self.on_departure(at, event, router)?;
@@ -272,7 +290,7 @@ impl Servers {
         Ok(())
     }
 
-    fn on_departure(&mut self, at: SimTime, event: Event, router: &mut RouterHandle) -> Result<(), RunError> {
+    fn on_departure(&mut self, at: Ticks, event: Event, router: &mut RouterHandle) -> Result<(), RunError> {
         let Event::Departure { server, request, arrived_at, started_at } = event;
         let v = &mut self.views[server as usize];
         v.outstanding_requests -= 1;

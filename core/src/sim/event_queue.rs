@@ -1,6 +1,7 @@
 //! A discrete-event queue keyed by (time, sequence): earliest time first, and among equal times
-//! the event pushed first pops first (FIFO). Time is an integer ([`SimTime`], nanoseconds in the
-//! cluster world), so ordering never depends on floating-point rounding.
+//! the event pushed first pops first (FIFO). Time is an integer, so ordering never depends on
+//! floating-point rounding: the cluster world's nanoseconds ([`SimTime`]), or the dispatch
+//! world's ticks of a mean service time (the same integer type).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
