@@ -282,7 +282,7 @@ pub fn load(dir: &Path, stream: Option<&Path>) -> Result<Bundle, InputError> {
     // stamps `queued_ts` when its busy loop takes a request in, between steps, so a request
     // sent mid-step is stamped at that step's end (in the shipped runs, 0–108 ms after it was
     // sent on the 8B and the MoE, up to 374 ms on Qwen3-32B's longer steps); the replay's
-    // engine does the same (`sim/cluster/async_sched.rs`). The clocks' offset is the one that
+    // engine does the same (`sim/cluster/replica/async_sched.rs`). The clocks' offset is the one that
     // makes the quickest request's wait zero.
     let offset = measured.iter().map(|m| m.arrival_time - m.queued_ts).fold(f64::NEG_INFINITY, f64::max);
     let engine_arrival = |m: &Measured| m.arrival_time - offset;

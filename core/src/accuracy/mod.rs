@@ -17,7 +17,7 @@
 //! The replay ([`replay`]) runs the cluster world with the engine as vLLM's v1 scheduler runs it
 //! (see [`replay::engine_spec`]) at the times the requests reached the engine (their client send
 //! times on the engine's clock), timing each from when the engine took it in, as vLLM's
-//! `queued_ts` does (`sim/cluster/async_sched.rs`).
+//! `queued_ts` does (`sim/cluster/replica/async_sched.rs`).
 
 mod bundle;
 pub mod replay;

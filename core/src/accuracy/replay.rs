@@ -11,7 +11,7 @@
 //! interval); with `enable_expert_parallel` on a
 //! mixture of experts, the experts split across those replicas (`expert_parallel: dp`), and a
 //! mixture of experts' engines step in lock-step (`data_parallel: dp`; `sim/cluster/lockstep.rs`).
-//! The engine schedules one step ahead (vLLM's async scheduling, `sim/cluster/async_sched.rs`)
+//! The engine schedules one step ahead (vLLM's async scheduling, `sim/cluster/replica/async_sched.rs`)
 //! when the profile declares it, unless the run's `engine_kwargs.async_scheduling` says how it
 //! scheduled; the roofline replays a synchronous engine.
 

@@ -115,7 +115,7 @@ pub struct Calibration {
     /// The engine schedules one step ahead (vLLM's async scheduling, on by default since it
     /// stopped being opt-in): a step's batch is formed when the step before it starts, so a
     /// request the engine picks up mid-step joins the step after the next, and a slot a request
-    /// frees at a step's end is refilled one step later (`sim/cluster/async_sched.rs`). Declared
+    /// frees at a step's end is refilled one step later (`sim/cluster/replica/async_sched.rs`). Declared
     /// by a profile whose overheads were fitted on runs of such an engine; off by default (the
     /// replica forms each step when the last one ends).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -128,7 +128,7 @@ pub fn calibrate(
     );
     let mut base = Calibration::unfitted(&name, &gpu, &source);
     // Fitted on runs, the profile describes their engine: async scheduling unless a run turned
-    // it off (vLLM's default since PR #27614; `sim/cluster/async_sched.rs`).
+    // it off (vLLM's default since PR #27614; `sim/cluster/replica/async_sched.rs`).
     base.async_scheduling = !bundles.is_empty() && bundles.iter().all(|b| b.meta.async_scheduling.unwrap_or(true));
     let measurement = |e: fit::MeasurementError| {
         InputError::new(&e.file, e.message, "see `routelab docs accuracy` for the layout")

@@ -42,10 +42,8 @@
 //! [`ClusterSim::build`] checks and wires everything (bad input is a [`SetupError`] before the
 //! first event); [`ClusterSim::run`] only runs, one handler per event.
 
-mod async_sched;
 #[cfg(test)]
 mod async_sched_tests;
-pub mod batcher;
 mod build;
 #[cfg(test)]
 mod class_tests;
@@ -81,7 +79,6 @@ mod pd_tests;
 #[cfg(test)]
 mod pools_tests;
 pub mod prefix_cache;
-mod priority;
 #[cfg(test)]
 mod priority_tests;
 pub mod replica;

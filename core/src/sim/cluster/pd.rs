@@ -61,16 +61,13 @@ use std::collections::VecDeque;
 
 use routelab_policy_api::{Completion, PdDecision, Request};
 
-use super::batcher::mark_computed;
 use super::kv_tier::KvTier;
-use super::replica::{Phase, Replica, ReplicaConfig, RequestState, States};
+use super::replica::{Phase, Replica};
 use super::{ClusterSim, Event, RequestRecord};
 use crate::error::RunError;
 use crate::metrics::Metrics;
 use crate::time::{SimTime, seconds, ticks};
-use crate::workload::cluster::Reservation;
 use crate::workload::cluster::disaggregation::{Disaggregation, Link, TransferTokens};
-use crate::workload::generate::RequestStream;
 
 /// The disaggregated cluster's own state.
 pub(super) struct Pd {
@@ -157,106 +154,6 @@ impl Pd {
     /// routable prefill-only ones.
     pub fn r_prefill_end(&self) -> usize {
         self.r_decode_start + (self.prefill_end - self.decode_start)
-    }
-}
-
-impl Replica {
-    /// A handed-off request's KV is about to arrive: reserves its memory as an admission would
-    /// (the prompt's uncached part, pinned, plus the output reservation; the first token, computed
-    /// on the prefill side, is private KV from now). Returns the prompt tokens already cached
-    /// here, or `None` when memory or batch slots are short (the caller retries later).
-    pub(super) fn admit_transfer(
-        &mut self,
-        id: u32,
-        stream: &RequestStream,
-        st: &mut RequestState,
-        cfg: &ReplicaConfig,
-    ) -> Option<u32> {
-        let req = stream.request(id as usize);
-        let prompt = stream.prompt(id as usize);
-        if self.running.len() >= cfg.max_batch_requests as usize {
-            return None;
-        }
-        let plan = self.cache.plan(prompt);
-        let reserve = match cfg.reservation {
-            Reservation::Full => req.output_tokens as u64,
-            Reservation::Estimate { output_tokens } => output_tokens.max(1).min(req.output_tokens) as u64,
-        };
-        if self.committed_tokens(cfg) + plan.newly_pinned_tokens + plan.new_tokens + reserve > cfg.kv_capacity_tokens {
-            return None;
-        }
-        let over = (self.kv_used_tokens() + plan.new_tokens + 1).saturating_sub(cfg.kv_capacity_tokens);
-        let events = cfg.report_evictions.then_some(&mut self.evictions);
-        let mut path = std::mem::take(&mut st.path);
-        self.cache.admit(prompt, &mut path, over, events);
-        st.path = path;
-        self.private_tokens += 1;
-        if cfg.reservation == Reservation::Full {
-            self.reserved_output_tokens += req.output_tokens as u64;
-        }
-        st.replica = self.id;
-        st.handoff = false;
-        st.prefill_target = req.prompt_tokens;
-        st.prefill_done = req.prompt_tokens;
-        self.outstanding_work += (req.output_tokens - st.produced) as u64;
-        self.dispatched += 1;
-        self.blocked = false;
-        self.add_running(id, st);
-        Some(plan.cached_tokens.min(req.prompt_tokens))
-    }
-
-    /// Copies the leading `segments` of a prompt into this prefill instance's cache, computed
-    /// (a prefix migrated from another instance), if memory allows after evicting unpinned
-    /// cache; returns whether it did.
-    pub(super) fn insert_prefix(&mut self, segments: &[routelab_policy_api::Segment], cfg: &ReplicaConfig) -> bool {
-        let plan = self.cache.plan(segments);
-        if self.committed_tokens(cfg) + plan.newly_pinned_tokens + plan.new_tokens > cfg.kv_capacity_tokens {
-            return false;
-        }
-        let over = (self.kv_used_tokens() + plan.new_tokens).saturating_sub(cfg.kv_capacity_tokens);
-        let events = cfg.report_evictions.then_some(&mut self.evictions);
-        let mut path = Vec::new();
-        self.cache.admit(segments, &mut path, over, events);
-        let tokens = segments.iter().map(|s| s.tokens).sum();
-        mark_computed(&mut self.cache, segments, &path, 0, tokens);
-        self.cache.release(&path);
-        self.blocked = false;
-        true
-    }
-
-    /// The transfer of `id` ended at `now`: its prompt is computed here and it decodes from the
-    /// next step on. Returns true when it had nothing left to generate (it completed now).
-    pub(super) fn begin_decode(
-        &mut self,
-        id: u32,
-        now: SimTime,
-        stream: &RequestStream,
-        states: &mut (impl States + ?Sized),
-        cfg: &ReplicaConfig,
-    ) -> bool {
-        let req = stream.request(id as usize);
-        let st = &mut states[id as usize];
-        debug_assert_eq!(st.phase, Phase::Transfer);
-        mark_computed(&mut self.cache, stream.prompt(id as usize), &st.path, 0, req.prompt_tokens);
-        // A request lost once and routed again keeps the first token the client saw.
-        st.first_token_at.get_or_insert(now);
-        if st.produced >= req.output_tokens {
-            st.phase = Phase::Decode;
-            st.decode_entry_step = self.steps;
-            self.decoding += 1;
-            self.decode_context_tokens += (req.prompt_tokens + st.produced) as u64;
-            self.complete(id, now, stream, states, cfg, true);
-            return true;
-        }
-        // A step running now does not include it: it enters the batch at the next step, whose
-        // number is `steps + 1` if one is running (`produced_now` counts from there).
-        st.phase = Phase::Decode;
-        st.decode_entry_step = self.steps + self.busy as u64;
-        self.decoding += 1;
-        self.decode_context_tokens += (req.prompt_tokens + st.produced) as u64;
-        let at = st.decode_entry_step + (req.output_tokens - st.produced) as u64;
-        self.finishing.push(std::cmp::Reverse((at, id, st.generation)));
-        false
     }
 }
 

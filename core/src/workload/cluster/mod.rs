@@ -134,7 +134,7 @@ pub struct ClusterSpec {
     pub reservation: Reservation,
     /// Which running request a replica preempts (by recomputation): `newest` (the most recently
     /// admitted, when memory runs out) or `priority` (the lowest class priority, latest arrival
-    /// first, also to make room for a waiting request of higher priority): `sim/cluster/priority.rs`.
+    /// first, also to make room for a waiting request of higher priority): `sim/cluster/replica/priority.rs`.
     #[serde(default, skip_serializing_if = "Preemption::is_newest")]
     pub preemption: Preemption,
     /// The local scheduler of every replica: a policy name, optionally with config in braces.

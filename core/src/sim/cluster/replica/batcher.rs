@@ -11,10 +11,10 @@
 //! emits its first token (TTFT) and starts decoding; decoders finish after exactly
 //! `output − produced` more steps (a heap keyed by step, so a step costs O(changes), not O(batch)).
 
-use super::kv_tier::KvTier;
-use super::replica::{Phase, Replica, ReplicaConfig, States, reserve_tokens};
+use super::{Phase, Replica, ReplicaConfig, States, reserve_tokens};
 use crate::error::RunError;
 use crate::handle::SchedulerHandle;
+use crate::sim::cluster::kv_tier::KvTier;
 use crate::step_model::{Chunk, Pricer, Step};
 use crate::time::{SimTime, seconds};
 use crate::workload::cluster::Reservation;
@@ -39,7 +39,7 @@ impl Replica {
     /// cluster's shared tier: admissions load what the tiers hold, the step waits for the
     /// loads, and what the GPU cache evicted goes down.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn start_step_tiered(
+    pub(in crate::sim::cluster) fn start_step_tiered(
         &mut self,
         now: SimTime,
         stream: &RequestStream,
@@ -101,7 +101,7 @@ impl Replica {
                 let i = self.order[k] as usize;
                 let r = self.shown[i];
                 // A batch uses at most `max_loras` adapters: vLLM skips such a request.
-                let adapter = super::lora::adapter_of(&self.lora, stream, r);
+                let adapter = crate::sim::cluster::lora::adapter_of(&self.lora, stream, r);
                 if adapter.is_some_and(|a| !self.lora.as_ref().expect("tracked").can_run(a)) {
                     continue;
                 }
@@ -197,7 +197,7 @@ impl Replica {
     }
 
     /// Tokens of the step just formed: one per decoding request plus every chunk's.
-    pub(super) fn step_tokens(&self) -> u64 {
+    pub(in crate::sim::cluster) fn step_tokens(&self) -> u64 {
         self.decode_batch as u64 + self.chunks.iter().map(|&(_, n)| n as u64).sum::<u64>()
     }
 
@@ -292,7 +292,7 @@ impl Replica {
     /// Frees a finished request: its output KV (kept in the cache when a later turn reuses it)
     /// and its pins. On a prefill instance "finished" means handed off: the prompt stays cached
     /// (unpinned), and the request's phase becomes `Transfer`.
-    pub(super) fn complete(
+    pub(in crate::sim::cluster) fn complete(
         &mut self,
         r: u32,
         now: SimTime,
@@ -328,7 +328,7 @@ impl Replica {
             st.completed_at = Some(now);
         }
         self.remove_running(r, states);
-        if let Some(a) = super::lora::adapter_of(&self.lora, stream, r) {
+        if let Some(a) = crate::sim::cluster::lora::adapter_of(&self.lora, stream, r) {
             self.lora.as_mut().expect("tracked").left(a, false);
         }
         self.blocked = false;
@@ -337,7 +337,7 @@ impl Replica {
 
 /// Marks the nodes of prompt positions `from..to` computed.
 pub(super) fn mark_computed(
-    cache: &mut super::prefix_cache::PrefixCache,
+    cache: &mut crate::sim::cluster::prefix_cache::PrefixCache,
     prompt: &[routelab_policy_api::Segment],
     path: &[u32],
     from: u32,

@@ -14,7 +14,7 @@
 //!
 //! Victims are never requests whose KV is still arriving (P/D transfers). A preempted request
 //! rejoins the waiting queue at its arrival position and recomputes its prompt and the tokens it
-//! had generated (vLLM's recompute preemption, `replica.rs`).
+//! had generated (vLLM's recompute preemption, `mod.rs`).
 //!
 //! Parameters: none beyond `cluster.preemption` (`newest`, the default, keeps vLLM's FCFS
 //! behaviour: victims by admission order, and only when memory runs out). Only KV memory triggers
@@ -33,7 +33,7 @@
 //! allocated (`can_allocate != OK` or the budget is spent), preempt that running request by
 //! recomputation and put it back at the front of the waiting queue.
 
-use super::replica::{Phase, Replica, ReplicaConfig, States, reserve_tokens};
+use super::{Phase, Replica, ReplicaConfig, States, reserve_tokens};
 use crate::handle::SchedulerHandle;
 use crate::workload::cluster::{Preemption, Reservation};
 use crate::workload::generate::RequestStream;
@@ -41,7 +41,7 @@ use crate::workload::generate::RequestStream;
 impl Replica {
     /// The running request to preempt when memory runs out: the newest admitted (`newest`), or
     /// the lowest priority, latest arrival (`priority`). `None` when nothing can be preempted.
-    pub(super) fn memory_victim(
+    pub(in crate::sim::cluster) fn memory_victim(
         &self,
         states: &(impl States + ?Sized),
         cfg: &ReplicaConfig,
@@ -70,7 +70,7 @@ impl Replica {
 
     /// Step 1 of the module doc: preempts lower-priority running requests until the most
     /// important shown waiting request fits, or none of lower priority runs.
-    pub(super) fn preempt_for_waiting(
+    pub(in crate::sim::cluster) fn preempt_for_waiting(
         &mut self,
         stream: &RequestStream,
         states: &mut (impl States + ?Sized),

@@ -1,5 +1,8 @@
 //! One replica: a waiting queue, a running batch, a prefix cache and KV memory, stepped by the
-//! batcher. This file owns the state and its accounting; `batcher.rs` forms and finishes steps.
+//! batcher. This file owns the state and its accounting; the rest of its implementation is in
+//! this folder: `batcher.rs` forms and finishes steps, `async_sched.rs` times them one step
+//! ahead, `priority.rs` picks preemption victims by class priority, and `pd.rs` is a prefill or
+//! decode instance's side of a KV hand-off.
 //!
 //! KV memory (tokens): `cache.total_tokens()` (prompt segments, shared) + `private_tokens`
 //! (each running request's output so far, plus the generated tokens it recomputes after a
@@ -17,6 +20,11 @@
 //! request dispatched here (waiting requests count their whole prompt until admission reveals
 //! their cache hit); `pending` counts path hashes of prompts dispatched here and not yet computed,
 //! for routers that ask for exact matches.
+
+mod async_sched;
+mod batcher;
+mod pd;
+mod priority;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
