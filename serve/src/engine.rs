@@ -237,7 +237,7 @@ impl Core {
         self.completed.clear();
         self.replica.finish_step(now, &self.stream, &mut self.states, &self.cfg, &mut self.completed);
         if let Some(m) = &mut self.mirror {
-            m.sync(&self.replica.cache);
+            m.sync(self.replica.cache());
         }
         let (stream, states) = (&self.stream, &self.states);
         for (&id, a) in self.active.iter_mut() {
@@ -290,8 +290,8 @@ impl Core {
                 self.step_end = None;
             }
         }
-        self.replica.busy = self.step_end.is_some();
-        self.replica.evictions.clear();
+        // `start_step` marked the replica busy or idle; nothing here reads its evictions.
+        self.replica.drain_evictions();
         for (&id, a) in self.active.iter_mut().filter(|(_, a)| !a.counted) {
             let st = &self.states[id as usize];
             if st.admitted_at.is_some() {
@@ -306,10 +306,10 @@ impl Core {
 
     fn snapshot(&self) -> Snapshot {
         Snapshot {
-            waiting: self.replica.waiting.len() as u64,
-            running: self.replica.running.len() as u64,
+            waiting: self.replica.waiting().len() as u64,
+            running: self.replica.running().len() as u64,
             kv_used_tokens: self.replica.kv_referenced_tokens(),
-            steps: self.replica.steps,
+            steps: self.replica.steps(),
             ..self.snap
         }
     }

@@ -92,7 +92,7 @@ impl<'a> ClusterSim<'a> {
             .collect();
         if let Some(l) = lora::tracked(spec)? {
             for r in &mut replicas {
-                r.lora = Some(Box::new(lora::Adapters::new(l)));
+                r.track_adapters(l);
             }
         }
         let last_arrival = stream.last_arrival();

@@ -41,7 +41,7 @@ use rand::RngExt;
 use rand_distr::{Distribution, Exp};
 use routelab_policy_api::Request;
 
-use super::replica::{Phase, Replica};
+use super::replica::Phase;
 use super::{ClusterSim, End, Event};
 use crate::error::RunError;
 use crate::metrics::Metrics;
@@ -154,7 +154,7 @@ impl ClusterSim<'_> {
             return Ok(());
         }
         let rep = &self.replicas[s];
-        let mut lost: Vec<u32> = rep.waiting.iter().chain(&rep.running).copied().collect();
+        let mut lost: Vec<u32> = rep.waiting().iter().chain(rep.running()).copied().collect();
         // P/D: what else the crash loses (`pd_failures.rs`).
         if self.pd.is_some() {
             self.pd_crash_losses(s, &mut lost);
@@ -180,9 +180,8 @@ impl ClusterSim<'_> {
         // Out of the routable set: the ones above move down one index.
         self.leave_routable(now, slot)?;
         // Cold: a new replica keeps only the counters the summary reads.
-        let was_busy = self.replicas[s].busy;
-        self.cold_restart(s);
-        self.replicas[s].busy = was_busy;
+        let was_busy = self.replicas[s].busy();
+        self.replicas[s].cold_restart(self.tier_spec.as_ref());
         let f = self.failures.as_mut().expect("crash events come with failures");
         f.void_step[s] = was_busy;
         f.down_since[s] = Some(now);
@@ -279,27 +278,10 @@ impl ClusterSim<'_> {
         if !std::mem::take(&mut f.void_step[slot]) {
             return Ok(false);
         }
-        self.replicas[slot].busy = false;
+        self.replicas[slot].void_step_ended();
         if !self.is_down(slot) {
             self.start_step(slot, now)?;
         }
         Ok(true)
-    }
-
-    /// Replica `slot` becomes a fresh one (empty caches and queues, GPU and CPU tiers emptied;
-    /// the shared remote tier stays), keeping the counters the summary reads.
-    pub(super) fn cold_restart(&mut self, slot: usize) {
-        let old = &self.replicas[slot];
-        let mut fresh = match (&old.tiers, self.tier_spec.as_ref()) {
-            (Some(_), Some(spec)) => {
-                Replica::with_tiers(old.id, super::tiers::ReplicaTiers::new(&spec.0, spec.1, spec.2))
-            }
-            _ => Replica::new(old.id),
-        };
-        fresh.steps = old.steps;
-        fresh.busy_s = old.busy_s;
-        fresh.dispatched = old.dispatched;
-        fresh.preemptions = old.preemptions;
-        self.replicas[slot] = fresh;
     }
 }

@@ -108,7 +108,7 @@ impl ClusterSim<'_> {
         if self.pd.is_some() {
             self.pd_metrics(&records, &mut metrics);
         }
-        if self.replicas.first().is_some_and(|r| r.tiers.is_some()) {
+        if self.replicas.first().is_some_and(|r| r.tiers().is_some()) {
             debug_assert_eq!(retired, 0, "a run with KV tiers keeps every request's state");
             let prompts = self.stream.requests.iter().map(|q| q.prompt_tokens);
             let states = self.states.iter();
@@ -122,8 +122,8 @@ impl ClusterSim<'_> {
         if let Some(t) = model_tally {
             t.push(&mut metrics);
         }
-        if self.replicas.first().is_some_and(|r| r.lora.is_some()) {
-            super::lora::push_lora_metrics(&mut metrics, self.replicas.iter().filter_map(|r| r.lora.as_deref()));
+        if self.replicas.first().is_some_and(|r| r.lora().is_some()) {
+            super::lora::push_lora_metrics(&mut metrics, self.replicas.iter().filter_map(|r| r.lora()));
         }
         if let Some(s) = &self.stream.sessions {
             sessions::push_session_metrics(&mut metrics, &records, s);

@@ -317,18 +317,8 @@ impl ClusterSim<'_> {
             f.started += 1;
             let generation = f.generation[slot];
             let rep = &mut self.replicas[slot];
-            debug_assert!(!rep.has_work() && !rep.busy, "an off replica has no work");
-            rep.cache = if rep.tiers.is_some() {
-                super::prefix_cache::PrefixCache::with_offload()
-            } else {
-                super::prefix_cache::PrefixCache::new()
-            };
-            if let Some(l) = rep.lora.as_mut() {
-                l.cold_start();
-            }
-            if let (Some(t), Some(spec)) = (rep.tiers.as_mut(), self.tier_spec.as_ref()) {
-                **t = super::tiers::ReplicaTiers::new(&spec.0, spec.1, spec.2);
-            }
+            debug_assert!(!rep.has_work() && !rep.busy(), "an off replica has no work");
+            rep.cold_start(self.tier_spec.as_ref());
             self.queue.push(now + load, Event::Loaded { slot: slot as u32, generation });
         }
     }
@@ -355,7 +345,7 @@ impl ClusterSim<'_> {
     pub(super) fn drained_if_idle(&mut self, now: SimTime, slot: usize) {
         let Some(f) = self.fleet.as_mut() else { return };
         let rep: &Replica = &self.replicas[slot];
-        if f.slots[slot] == Slot::Draining && !rep.busy && !rep.has_work() {
+        if f.slots[slot] == Slot::Draining && !rep.busy() && !rep.has_work() {
             f.off(slot, now);
         }
     }

@@ -22,13 +22,13 @@
 use super::{ClusterSim, Event};
 use crate::error::RunError;
 use crate::step_model::{Pricer, Step};
-use crate::time::{SimTime, seconds, ticks};
+use crate::time::{SimTime, ticks};
 
 impl ClusterSim<'_> {
     /// Whether replica `r` can start a step now (alone, or with its group).
     pub(super) fn idle(&self, r: usize) -> bool {
         match self.lockstep {
-            1 => !self.replicas[r].busy,
+            1 => !self.replicas[r].busy(),
             n => !self.group_busy[r / n],
         }
     }
@@ -56,11 +56,11 @@ impl ClusterSim<'_> {
         let t = ticks(slowest).max(1);
         for (m, (d, _)) in members.zip(&steps) {
             let rep = &mut self.replicas[m];
-            if d.is_some() {
-                rep.busy_s += seconds(t);
+            match d {
+                Some(_) => rep.step_began(now, t),
+                // A dummy step holds the engine too: what reaches it waits for the group's step.
+                None => rep.dummy_step_began(now, t),
             }
-            // A dummy step holds the engine too: what reaches it waits for the group's step.
-            (rep.step_started_at, rep.step_ends_at) = (now, now + t);
         }
         self.group_busy[g] = true;
         self.queue.push(now + t, Event::StepEnd((g * self.lockstep) as u32));
@@ -71,7 +71,7 @@ impl ClusterSim<'_> {
     /// group's next step starts.
     pub(super) fn on_group_step_end(&mut self, now: SimTime, g: usize) -> Result<(), RunError> {
         for m in g * self.lockstep..(g + 1) * self.lockstep {
-            if self.replicas[m].busy {
+            if self.replicas[m].busy() {
                 self.finish_replica_step(now, m)?;
             }
         }

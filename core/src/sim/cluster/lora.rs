@@ -185,10 +185,7 @@ pub fn push_lora_metrics<'a>(m: &mut crate::metrics::Metrics, adapters: impl Ite
 impl super::ClusterSim<'_> {
     /// Request `id` joined replica `r`'s waiting queue.
     pub(super) fn lora_enqueued(&mut self, r: usize, id: usize) {
-        let rep = &mut self.replicas[r];
-        if let Some(a) = adapter_of(&rep.lora, &self.stream, id as u32) {
-            rep.lora.as_mut().expect("tracked").enqueued(a);
-        }
+        self.replicas[r].adapter_enqueued(&self.stream, id as u32);
     }
 
     /// The `lora.*` signals of every routable replica for request `id` (when the router reads them).
@@ -198,7 +195,7 @@ impl super::ClusterSim<'_> {
         }
         let adapter = self.stream.adapter(id);
         for (k, &slot) in self.routable.iter().enumerate() {
-            if let Some(l) = &self.replicas[slot as usize].lora {
+            if let Some(l) = self.replicas[slot as usize].lora() {
                 self.router.set_lora(k, l.figures(adapter));
             }
         }

@@ -496,7 +496,7 @@ impl<'a> ClusterSim<'a> {
             }
         }
         let p = &mut self.probes;
-        let waiting = || self.replicas.iter().map(|r| r.waiting.len() as u64).sum();
+        let waiting = || self.replicas.iter().map(|r| r.waiting().len() as u64).sum();
         if self.arrived == p.half.max(1) {
             p.waiting_at_half = waiting();
         }

@@ -182,11 +182,9 @@ impl ClusterSim<'_> {
                 if decision.prefix_from != PdDecision::NO_SOURCE && slot(decision.prefix_from as usize) != p {
                     let src = slot(decision.prefix_from as usize);
                     // Copy the whole segments of the prompt cached on `src` that `p` lacks.
-                    let have = self.replicas[p].cache.cached_prefix(prompt);
+                    let have = self.replicas[p].cached_prefix(prompt);
                     // What `src` holds in GPU memory, continued in its CPU tier (`kv_tiers`).
-                    let gpu = self.replicas[src].cache.cached_prefix(prompt);
-                    let below = self.replicas[src].tiers.as_deref().map_or(0, |t| t.peek(prompt, gpu, None)[0]);
-                    let there = gpu + below;
+                    let there = self.replicas[src].cached_prefix_with_cpu(prompt);
                     let (mut n, mut tokens) = (0, 0);
                     while n < prompt.len() && tokens + prompt[n].tokens <= there {
                         tokens += prompt[n].tokens;
@@ -236,7 +234,7 @@ impl ClusterSim<'_> {
         let Some(tier) = self.pd.as_mut().and_then(|pd| pd.tier.as_mut()) else { return false };
         let prompt = self.stream.prompt(id);
         let (n, held) = tier.get(prompt);
-        let have = self.replicas[target].cache.cached_prefix(prompt);
+        let have = self.replicas[target].cached_prefix(prompt);
         if held <= have {
             return false;
         }
@@ -258,7 +256,7 @@ impl ClusterSim<'_> {
         let out = self.states[id as usize].output_here(self.stream.request(id as usize).output_tokens);
         let cfg = &self.cfgs[super::pool_of(self.pd.as_ref(), target)];
         rep.enqueue(now, id, self.stream.prompt(id as usize), out, &mut self.states[id as usize], cfg);
-        if !rep.busy {
+        if !rep.busy() {
             self.start_step(target, now)?;
         }
         Ok(())
@@ -373,7 +371,7 @@ impl ClusterSim<'_> {
             self.report_completion(now, d, id)?;
             self.start_transfers(now, d);
         }
-        if !self.replicas[d].busy {
+        if !self.replicas[d].busy() {
             self.start_step(d, now)?;
         }
         if finished {
@@ -399,7 +397,7 @@ impl ClusterSim<'_> {
         let last = done.iter().map(|&i| records[i].completed_at_s).fold(first, f64::max);
         let span = last - first;
         let util = |pool: &[Replica]| {
-            let busy: f64 = pool.iter().map(|r| r.busy_s).sum();
+            let busy: f64 = pool.iter().map(|r| r.busy_s()).sum();
             if span > 0.0 { busy / (span * pool.len() as f64) } else { f64::NAN }
         };
         m.push("prefill_utilisation", util(&self.replicas[..pd.decode_start]));

@@ -71,7 +71,7 @@ impl ClusterSim<'_> {
             return Vec::new();
         }
         let mut orphans = Vec::new();
-        let prefilling = self.replicas[..pd.decode_start].iter().flat_map(|r| r.waiting.iter().chain(&r.running));
+        let prefilling = self.replicas[..pd.decode_start].iter().flat_map(|r| r.waiting().iter().chain(r.running()));
         for &id in prefilling.chain(&pd.in_flight) {
             let st = &self.states[id as usize];
             let before_handoff = st.handoff && st.phase != Phase::Transfer;

@@ -108,7 +108,7 @@ fn a_transfer_occupies_decode_memory_from_its_start() {
     // prompt + the whole output (full reservation).
     assert_eq!(rep.kv_used_tokens(), 1001);
     assert_eq!(rep.committed_tokens(&cfg), 1000 + 5);
-    assert_eq!(rep.running.len(), 1);
+    assert_eq!(rep.running().len(), 1);
     // The second does not fit until the first is gone (its 100 shared tokens would be, but its
     // 900 own and its output would not).
     assert_eq!(rep.admit_transfer(1, &stream, &mut states[1], &cfg), None);

@@ -70,7 +70,7 @@ fn third_arrives(priorities: [i32; 3], preemption: Preemption) -> (Replica, Vec<
     }
     rep.start_step(0, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
     rep.finish_step(1, &stream, &mut states, &cfg, &mut done);
-    assert_eq!(sorted(&rep.running), [0, 1], "both fit: 300 tokens committed of 300");
+    assert_eq!(sorted(rep.running()), [0, 1], "both fit: 300 tokens committed of 300");
     rep.enqueue(0, 2, stream.prompt(2), 50, &mut states[2], &cfg);
     rep.start_step(1, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
     (rep, states)
@@ -85,8 +85,8 @@ fn a_higher_priority_arrival_preempts_the_latest_lower_one_and_is_admitted() {
     assert_eq!((st[1].preemptions, st[1].prefill_target), (1, 101));
     assert_eq!(st[2].phase, Phase::Prefill);
     assert_eq!(st[0].phase, Phase::Decode);
-    assert_eq!(rep.waiting, [1]);
-    assert_eq!(rep.preemptions, 1);
+    assert_eq!(*rep.waiting(), [1]);
+    assert_eq!(rep.preemptions(), 1);
     assert_eq!(rep.committed_tokens(&config(300, Reservation::Full, Preemption::Priority)), 300);
 }
 
@@ -102,9 +102,9 @@ fn the_lowest_priority_goes_first_whatever_its_arrival() {
 fn equal_priority_or_newest_preemption_never_preempts_for_a_waiting_request() {
     for (priorities, preemption) in [([0, 0, 0], Preemption::Priority), ([0, 0, 2], Preemption::Newest)] {
         let (rep, st) = third_arrives(priorities, preemption);
-        assert_eq!(rep.preemptions, 0, "{priorities:?} {preemption:?}");
+        assert_eq!(rep.preemptions(), 0, "{priorities:?} {preemption:?}");
         assert_eq!(st[2].phase, Phase::Waiting);
-        assert_eq!(sorted(&rep.running), [0, 1]);
+        assert_eq!(sorted(rep.running()), [0, 1]);
     }
 }
 
@@ -124,12 +124,12 @@ fn out_of_memory_the_victim_is_the_least_important_not_the_newest() {
             rep.enqueue(0, r, stream.prompt(r as usize), 50, &mut states[r as usize], &cfg);
         }
         let mut now = 0;
-        while rep.preemptions == 0 && done.is_empty() {
+        while rep.preemptions() == 0 && done.is_empty() {
             rep.start_step(now, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap();
             now += 1;
             rep.finish_step(now, &stream, &mut states, &cfg, &mut done);
         }
-        assert_eq!(rep.preemptions, 1, "{preemption:?}");
+        assert_eq!(rep.preemptions(), 1, "{preemption:?}");
         assert_eq!(states[victim].preemptions, 1, "{preemption:?}");
         assert_eq!(states[1 - victim].preemptions, 0, "{preemption:?}");
     }

@@ -99,8 +99,7 @@ impl super::ClusterSim<'_> {
         if self.router.capabilities().needs_exact_match() {
             let prompt = self.stream.prompt(id);
             for (v, &slot) in self.views.iter_mut().zip(&self.routable) {
-                let rep = &self.replicas[slot as usize];
-                v.matched_tokens = rep.cache.cached_or_pending_prefix(prompt, &rep.pending);
+                v.matched_tokens = self.replicas[slot as usize].matched_tokens(prompt);
             }
         }
         #[cfg(debug_assertions)]
@@ -114,7 +113,7 @@ impl super::ClusterSim<'_> {
         let slot = self.routable[k] as usize;
         let rep = &self.replicas[slot];
         self.views[k] = rep.view(&self.cfgs[replica_pool(self.pd.as_ref(), &self.gpu_pool, slot)]);
-        let prefilling = rep.prefilling.len() as u32;
+        let prefilling = rep.prefilling_len() as u32;
         let (router, local) = self.router_at(k);
         router.set_prefilling(local, prefilling);
     }
@@ -181,17 +180,17 @@ mod tests {
         let mut s = slots(4);
         assert!(changed(&mut s).is_none(), "everything is new at the start");
         assert_eq!(changed(&mut s), Some(vec![]));
-        let _ = s[1].waiting.len() + s.iter().count();
+        let _ = s[1].waiting().len() + s.iter().count();
         assert_eq!(changed(&mut s), Some(vec![]), "reads mark nothing");
-        s[2].busy = true;
-        s[0].busy = true;
-        s[2].busy = false;
+        let _ = &mut s[2];
+        let _ = &mut s[0];
+        let _ = &mut s[2];
         assert_eq!(changed(&mut s), Some(vec![2, 0]));
         assert_eq!(changed(&mut s), Some(vec![]), "taking clears the marks");
-        s[3].busy = true;
+        let _ = &mut s[3];
         s.mark_all();
         assert!(changed(&mut s).is_none());
-        s[3].busy = true;
+        let _ = &mut s[3];
         assert_eq!(changed(&mut s), Some(vec![3]), "a mark taken with `All` is not left behind");
     }
 }

@@ -28,9 +28,7 @@ impl ClusterSim<'_> {
     pub(super) fn finish_replica_step(&mut self, now: SimTime, r: usize) -> Result<(), RunError> {
         self.completed.clear();
         let cfg = &self.cfgs[replica_pool(self.pd.as_ref(), &self.gpu_pool, r)];
-        if let Some(t) = self.replicas[r].tiers.as_mut() {
-            t.step_ended(self.remote_tier.as_mut());
-        }
+        self.replicas[r].tier_loads_ended(self.remote_tier.as_mut());
         self.replicas[r].finish_step(now, &self.stream, &mut self.states, cfg, &mut self.completed);
         for k in 0..self.completed.len() {
             let id = self.completed[k];
@@ -46,8 +44,8 @@ impl ClusterSim<'_> {
         }
         // The O(nodes) check every max(256, nodes) steps (a power of two): O(1) per step.
         #[cfg(debug_assertions)]
-        if self.replicas[r].steps % (self.replicas[r].cache.nodes() as u64).max(256).next_power_of_two() == 0 {
-            self.replicas[r].cache.check();
+        if self.replicas[r].steps() % (self.replicas[r].cache().nodes() as u64).max(256).next_power_of_two() == 0 {
+            self.replicas[r].cache().check();
         }
         Ok(())
     }
@@ -96,9 +94,7 @@ impl ClusterSim<'_> {
         }
         if let Some(d) = self.form_step(r, now)? {
             let t = ticks(d).max(1);
-            let rep = &mut self.replicas[r];
-            rep.busy_s += seconds(t);
-            (rep.step_started_at, rep.step_ends_at) = (now, now + t);
+            self.replicas[r].step_began(now, t);
             self.queue.push(now + t, Event::StepEnd(r as u32));
         }
         Ok(())
@@ -109,20 +105,16 @@ impl ClusterSim<'_> {
     pub(super) fn form_step(&mut self, r: usize, now: SimTime) -> Result<Option<f64>, RunError> {
         let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, r);
         let rep = &mut self.replicas[r];
-        let step = if rep.has_work() {
-            let (cfg, pricer) = (&self.cfgs[pool], &self.pricers[pool]);
-            let remote = self.remote_tier.as_mut();
-            rep.start_step_tiered(now, &self.stream, &mut self.states, cfg, pricer, &mut self.schedulers[r], remote)?
-        } else {
-            None
-        };
-        rep.busy = step.is_some();
+        let (cfg, pricer) = (&self.cfgs[pool], &self.pricers[pool]);
+        let remote = self.remote_tier.as_mut();
+        let step =
+            rep.start_step_tiered(now, &self.stream, &mut self.states, cfg, pricer, &mut self.schedulers[r], remote)?;
         // A slow replica's step takes longer (`failures.slowdowns`; × 1 leaves it exact).
         let step = match &self.failures {
             Some(f) => step.map(|d| d * f.slow_factor(r, now)),
             None => step,
         };
-        for ev in rep.evictions.drain(..) {
+        for ev in rep.drain_evictions() {
             if self.failures.as_mut().is_some_and(|f| f.loses_kv_event()) {
                 continue;
             }

@@ -61,7 +61,7 @@ impl Replication {
         self.union.clear();
         let mut cached = 0u64;
         for rep in replicas {
-            for (path, tokens) in rep.cache.contents() {
+            for (path, tokens) in rep.cache().contents() {
                 cached += tokens as u64;
                 let u = self.union.entry(path).or_default();
                 *u = (*u).max(tokens);
@@ -269,7 +269,7 @@ impl<'a> Tally<'a> {
         let unfinished = total - done;
         let second_half = (total - total / 2).max(1) as f64;
         let growing = waiting_at_end as f64 - waiting_at_half as f64 > 0.05 * second_half;
-        let busiest = replicas.iter().map(|r| r.dispatched).max().unwrap_or(0);
+        let busiest = replicas.iter().map(|r| r.dispatched()).max().unwrap_or(0);
         let mut m = Metrics::new();
         m.push("requests", total as f64);
         m.push("completed", done as f64);
@@ -300,7 +300,7 @@ impl<'a> Tally<'a> {
         m.push("hit_rate", if self.prompt > 0 { self.cached as f64 / self.prompt as f64 } else { 0.0 });
         m.push("replication_factor", replication_factor);
         m.push("busiest_replica_share", if total > 0 { busiest as f64 / total as f64 } else { f64::NAN });
-        m.push("preemptions", replicas.iter().map(|r| r.preemptions).sum::<u64>() as f64);
+        m.push("preemptions", replicas.iter().map(|r| r.preemptions()).sum::<u64>() as f64);
         m
     }
 
@@ -423,7 +423,7 @@ pub(super) fn push_tier_metrics<'a>(
         loaded[1] += st.tier_loaded[1] as u64;
     }
     let share = |x: u64| if prompt > 0 { x as f64 / prompt as f64 } else { 0.0 };
-    let tiers = || replicas.iter().filter_map(|r| r.tiers.as_deref());
+    let tiers = || replicas.iter().filter_map(|r| r.tiers());
     let names: &[&str] = if remote.is_some() { &["cpu", "remote"] } else { &["cpu"] };
     for (k, name) in names.iter().enumerate() {
         m.push(format!("tier.{name}.hit_rate"), share(loaded[k]));

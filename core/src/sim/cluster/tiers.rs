@@ -201,10 +201,10 @@ impl super::ClusterSim<'_> {
         }
         let prompt = self.stream.prompt(id);
         for (k, &slot) in self.routable.iter().enumerate() {
-            let rep = &self.replicas[slot as usize];
-            let Some(t) = rep.tiers.as_deref() else { continue };
-            let gpu = rep.cache.cached_or_pending_prefix(prompt, &rep.pending);
-            self.router.set_tier_matches(k, t.peek(prompt, gpu, self.remote_tier.as_ref()));
+            let Some(m) = self.replicas[slot as usize].tier_matches(prompt, self.remote_tier.as_ref()) else {
+                continue;
+            };
+            self.router.set_tier_matches(k, m);
         }
     }
 }

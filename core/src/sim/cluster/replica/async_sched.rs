@@ -29,14 +29,14 @@ impl Replica {
     /// When the engine takes in a request routed here at `now`: at the end of the step in
     /// flight, else at once (also at the very start of a step: vLLM's loop takes in what has
     /// arrived right after launching a step, before the next is formed).
-    pub(in crate::sim::cluster) fn pickup_at(&self, now: SimTime) -> SimTime {
+    pub(super) fn pickup_at(&self, now: SimTime) -> SimTime {
         if now > self.step_started_at && now < self.step_ends_at { self.step_ends_at } else { now }
     }
 
     /// For the step formed at `now`: the latest `queued_at` that may join it, and how many of
     /// its slots requests that finished at `now` still hold. Without async scheduling, every
     /// waiting request may join and no slot is held.
-    pub(in crate::sim::cluster) fn look_ahead(
+    pub(super) fn look_ahead(
         &self,
         now: SimTime,
         states: &(impl States + ?Sized),

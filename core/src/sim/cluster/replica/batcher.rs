@@ -22,7 +22,8 @@ use crate::workload::generate::RequestStream;
 
 impl Replica {
     /// Forms the step starting at `now`. Returns its duration in seconds, or `None` when there is
-    /// nothing to run (the replica goes idle until the next arrival).
+    /// nothing to run (the replica goes idle until the next arrival); the replica is busy while
+    /// the step runs.
     pub fn start_step(
         &mut self,
         now: SimTime,
@@ -32,14 +33,37 @@ impl Replica {
         pricer: &Pricer,
         scheduler: &mut SchedulerHandle,
     ) -> Result<Option<f64>, RunError> {
-        self.start_step_tiered(now, stream, states, cfg, pricer, scheduler, None)
+        let step = self.form_step(now, stream, states, cfg, pricer, scheduler, None)?;
+        self.busy = step.is_some();
+        Ok(step)
     }
 
-    /// [`Replica::start_step`] on a replica that may have KV tiers (`tiers.rs`), `remote` the
-    /// cluster's shared tier: admissions load what the tiers hold, the step waits for the
-    /// loads, and what the GPU cache evicted goes down.
+    /// The cluster world's [`Replica::start_step`]: nothing to form without work, and the
+    /// replica may have KV tiers (`tiers.rs`), `remote` the cluster's shared tier: admissions
+    /// load what the tiers hold, the step waits for the loads, and what the GPU cache evicted
+    /// goes down. The replica is busy while the step runs, idle otherwise.
     #[allow(clippy::too_many_arguments)]
     pub(in crate::sim::cluster) fn start_step_tiered(
+        &mut self,
+        now: SimTime,
+        stream: &RequestStream,
+        states: &mut (impl States + ?Sized),
+        cfg: &ReplicaConfig,
+        pricer: &Pricer,
+        scheduler: &mut SchedulerHandle,
+        remote: Option<&mut KvTier>,
+    ) -> Result<Option<f64>, RunError> {
+        let step = match self.has_work() {
+            true => self.form_step(now, stream, states, cfg, pricer, scheduler, remote)?,
+            false => None,
+        };
+        self.busy = step.is_some();
+        Ok(step)
+    }
+
+    /// Forms the step starting at `now`: its duration in seconds, `None` when nothing runs.
+    #[allow(clippy::too_many_arguments)]
+    fn form_step(
         &mut self,
         now: SimTime,
         stream: &RequestStream,
@@ -292,7 +316,7 @@ impl Replica {
     /// Frees a finished request: its output KV (kept in the cache when a later turn reuses it)
     /// and its pins. On a prefill instance "finished" means handed off: the prompt stays cached
     /// (unpinned), and the request's phase becomes `Transfer`.
-    pub(in crate::sim::cluster) fn complete(
+    pub(super) fn complete(
         &mut self,
         r: u32,
         now: SimTime,

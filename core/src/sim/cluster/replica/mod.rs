@@ -2,7 +2,8 @@
 //! batcher. This file owns the state and its accounting; the rest of its implementation is in
 //! this folder: `batcher.rs` forms and finishes steps, `async_sched.rs` times them one step
 //! ahead, `priority.rs` picks preemption victims by class priority, and `pd.rs` is a prefill or
-//! decode instance's side of a KV hand-off.
+//! decode instance's side of a KV hand-off. The state is private to this folder: the rest of
+//! the cluster world reads figures and calls named operations (`interface.rs`).
 //!
 //! KV memory (tokens): `cache.total_tokens()` (prompt segments, shared) + `private_tokens`
 //! (each running request's output so far, plus the generated tokens it recomputes after a
@@ -23,6 +24,7 @@
 
 mod async_sched;
 mod batcher;
+mod interface;
 mod pd;
 mod priority;
 
@@ -105,11 +107,7 @@ impl<S: std::ops::IndexMut<usize, Output = RequestState> + ?Sized> States for S 
 
 /// The KV memory admitting `st` reserves beyond its prompt: its whole output (`full`), or the
 /// headroom plus the generated tokens it recomputes after a preemption (`estimate`).
-pub(super) fn reserve_tokens(
-    cfg: &ReplicaConfig,
-    st: &RequestState,
-    req: &crate::workload::generate::GeneratedRequest,
-) -> u64 {
+fn reserve_tokens(cfg: &ReplicaConfig, st: &RequestState, req: &crate::workload::generate::GeneratedRequest) -> u64 {
     let output_here = st.output_here(req.output_tokens);
     match cfg.reservation {
         Reservation::Full => output_here as u64,
@@ -118,6 +116,10 @@ pub(super) fn reserve_tokens(
         }
     }
 }
+
+/// A cluster's `kv_tiers`, with the KV bytes per token and the model's layers: what a replica's
+/// tiers are built from.
+pub(in crate::sim::cluster) type TierSpec = (crate::workload::cluster::kv_tiers::KvTiers, f64, u32);
 
 /// Static configuration of every replica.
 #[derive(Clone, Debug)]
@@ -138,52 +140,52 @@ pub struct ReplicaConfig {
 }
 
 pub struct Replica {
-    pub id: u32,
-    pub cache: PrefixCache,
+    id: u32,
+    cache: PrefixCache,
     /// The KV tiers below the GPU cache, if the cluster has them.
-    pub tiers: Option<Box<ReplicaTiers>>,
+    tiers: Option<Box<ReplicaTiers>>,
     /// Its LoRA adapters, if the workload has `lora:` (`lora.rs`).
-    pub lora: Option<Box<super::lora::Adapters>>,
+    lora: Option<Box<super::lora::Adapters>>,
     /// Not yet admitted, in arrival order.
-    pub waiting: VecDeque<u32>,
+    waiting: VecDeque<u32>,
     /// Admitted and still prefilling, in admission order.
-    pub prefilling: VecDeque<u32>,
+    prefilling: VecDeque<u32>,
     /// Every admitted request (prefill or decode), unordered.
-    pub running: Vec<u32>,
+    running: Vec<u32>,
     /// (step at which it finishes, request, generation) of decoding requests.
-    pub finishing: BinaryHeap<Reverse<(u64, u32, u32)>>,
-    pub decoding: u32,
+    finishing: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    decoding: u32,
     /// Sum of (prompt + produced) over decoding requests: the KV a decode step reads.
-    pub decode_context_tokens: u64,
+    decode_context_tokens: u64,
     /// KV of generated tokens (not in the tree).
-    pub private_tokens: u64,
+    private_tokens: u64,
     /// Sum of whole outputs of running requests (`full` reservation).
-    pub reserved_output_tokens: u64,
-    pub steps: u64,
+    reserved_output_tokens: u64,
+    steps: u64,
     /// Seconds spent in steps (utilisation).
-    pub busy_s: f64,
-    pub busy: bool,
+    busy_s: f64,
+    busy: bool,
     /// Admission stopped for lack of memory, and nothing has been freed or added since.
-    pub blocked: bool,
-    pub outstanding_work: u64,
-    pub pending: crate::seeds::MixMap<u64, u32>,
-    pub evictions: Vec<EvictionEvent>,
-    pub dispatched: u64,
-    pub preemptions: u64,
+    blocked: bool,
+    outstanding_work: u64,
+    pending: crate::seeds::MixMap<u64, u32>,
+    evictions: Vec<EvictionEvent>,
+    dispatched: u64,
+    preemptions: u64,
     /// The last step formed (a lock-step group's dummy step included): its start and end.
-    pub step_started_at: SimTime,
-    pub step_ends_at: SimTime,
+    step_started_at: SimTime,
+    step_ends_at: SimTime,
     /// When the last finished step ended, and how many requests it completed.
-    pub(super) last_finish: (SimTime, u32),
+    last_finish: (SimTime, u32),
     next_admit_seq: u64,
     // Scratch, reused every step.
-    pub(super) chunks: Vec<(u32, u32)>,
+    chunks: Vec<(u32, u32)>,
     /// Scratch: this step's chunks as (new tokens, tokens already computed), for pricing.
-    pub(super) step_chunks: Vec<crate::step_model::Chunk>,
-    pub(super) decode_batch: u32,
-    pub(super) views: Vec<WaitingRequest>,
-    pub(super) shown: Vec<u32>,
-    pub(super) order: RVec<u32>,
+    step_chunks: Vec<crate::step_model::Chunk>,
+    decode_batch: u32,
+    views: Vec<WaitingRequest>,
+    shown: Vec<u32>,
+    order: RVec<u32>,
 }
 
 impl Replica {
@@ -292,7 +294,7 @@ impl Replica {
     }
 
     /// The prompt is computed: it no longer counts as pending.
-    pub(super) fn unpend(&mut self, prompt: &[Segment], cfg: &ReplicaConfig) {
+    fn unpend(&mut self, prompt: &[Segment], cfg: &ReplicaConfig) {
         if !cfg.track_pending {
             return;
         }
@@ -310,7 +312,7 @@ impl Replica {
 
     /// KV committed to running requests: pinned prompt nodes plus generated tokens (`estimate`)
     /// or whole reserved outputs (`full`).
-    pub(super) fn committed_tokens(&self, cfg: &ReplicaConfig) -> u64 {
+    pub(in crate::sim::cluster) fn committed_tokens(&self, cfg: &ReplicaConfig) -> u64 {
         let private = match cfg.reservation {
             Reservation::Full => self.reserved_output_tokens,
             Reservation::Estimate { .. } => self.private_tokens,
@@ -319,7 +321,7 @@ impl Replica {
     }
 
     /// Evicts unpinned cache so that `extra` more tokens fit physically.
-    pub(super) fn make_room(&mut self, extra: u64, cfg: &ReplicaConfig) {
+    fn make_room(&mut self, extra: u64, cfg: &ReplicaConfig) {
         let used = self.kv_used_tokens() + extra;
         if used > cfg.kv_capacity_tokens {
             let events = cfg.report_evictions.then_some(&mut self.evictions);
@@ -327,14 +329,14 @@ impl Replica {
         }
     }
 
-    pub(super) fn add_running(&mut self, id: u32, st: &mut RequestState) {
+    fn add_running(&mut self, id: u32, st: &mut RequestState) {
         st.running_index = self.running.len() as u32;
         st.admit_seq = self.next_admit_seq;
         self.next_admit_seq += 1;
         self.running.push(id);
     }
 
-    pub(super) fn remove_running(&mut self, id: u32, states: &mut (impl States + ?Sized)) {
+    fn remove_running(&mut self, id: u32, states: &mut (impl States + ?Sized)) {
         let i = states[id as usize].running_index as usize;
         debug_assert_eq!(self.running[i], id);
         self.running.swap_remove(i);
@@ -355,7 +357,7 @@ impl Replica {
     /// The most recently admitted running request, the victim of vLLM's FCFS policy (`None`
     /// when nothing runs). A request whose KV is still arriving is never a victim (its transfer
     /// is in flight).
-    pub(super) fn newest_running(&self, states: &(impl States + ?Sized)) -> Option<u32> {
+    fn newest_running(&self, states: &(impl States + ?Sized)) -> Option<u32> {
         self.running
             .iter()
             .filter(|&&r| states[r as usize].phase != Phase::Transfer)
@@ -365,7 +367,7 @@ impl Replica {
 
     /// Preempts running request `victim` (recompute later). Under `full` reservation (only
     /// priority preemption preempts there) its reserved output is released too.
-    pub(super) fn preempt(
+    fn preempt(
         &mut self,
         victim: u32,
         stream: &RequestStream,
@@ -423,7 +425,7 @@ impl Replica {
 
     /// The scheduler's view of the first `scheduler_window` waiting requests, up to the first
     /// taken in after `taken_in_by` (`async_sched.rs`).
-    pub(super) fn fill_views(
+    fn fill_views(
         &mut self,
         stream: &RequestStream,
         states: &(impl States + ?Sized),
@@ -450,7 +452,7 @@ impl Replica {
     }
 
     /// Asks `scheduler` for the admission order of the shown requests (checked by the handle).
-    pub(super) fn ask_scheduler(&mut self, scheduler: &mut SchedulerHandle, now_s: f64) -> Result<(), RunError> {
+    fn ask_scheduler(&mut self, scheduler: &mut SchedulerHandle, now_s: f64) -> Result<(), RunError> {
         scheduler.order(now_s, &self.views, &mut self.order)
     }
 }

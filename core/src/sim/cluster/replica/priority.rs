@@ -41,7 +41,7 @@ use crate::workload::generate::RequestStream;
 impl Replica {
     /// The running request to preempt when memory runs out: the newest admitted (`newest`), or
     /// the lowest priority, latest arrival (`priority`). `None` when nothing can be preempted.
-    pub(in crate::sim::cluster) fn memory_victim(
+    pub(super) fn memory_victim(
         &self,
         states: &(impl States + ?Sized),
         cfg: &ReplicaConfig,
@@ -70,7 +70,7 @@ impl Replica {
 
     /// Step 1 of the module doc: preempts lower-priority running requests until the most
     /// important shown waiting request fits, or none of lower priority runs.
-    pub(in crate::sim::cluster) fn preempt_for_waiting(
+    pub(super) fn preempt_for_waiting(
         &mut self,
         stream: &RequestStream,
         states: &mut (impl States + ?Sized),
