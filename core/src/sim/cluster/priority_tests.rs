@@ -90,6 +90,35 @@ fn a_higher_priority_arrival_preempts_the_latest_lower_one_and_is_admitted() {
     assert_eq!(rep.committed_tokens(&config(300, Reservation::Full, Preemption::Priority)), 300);
 }
 
+/// A stream that holds only its newest requests (a lazy stream's `base`, in sketched runs) is
+/// read by request id: the admission check of priority preemption once indexed the held
+/// requests by id, past their end.
+#[test]
+fn priority_preemption_reads_a_stream_that_dropped_its_oldest_requests() {
+    const BASE: u32 = 5;
+    let mut stream = stream();
+    stream.base = BASE as usize;
+    let cfg = config(300, Reservation::Full, Preemption::Priority);
+    let mut states = vec![RequestState::default(); BASE as usize + 3];
+    let mut rep = Replica::new(0);
+    let mut priorities = vec![0; BASE as usize + 3];
+    priorities[BASE as usize + 2] = 2;
+    let mut sched = scheduler("priority", &priorities);
+    let mut done = Vec::new();
+    for r in BASE..BASE + 2 {
+        rep.enqueue(0, r, stream.prompt(r as usize), 50, &mut states[r as usize], &cfg);
+    }
+    rep.start_step(0, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
+    rep.finish_step(1, &stream, &mut states, &cfg, &mut done);
+    let third = BASE + 2;
+    rep.enqueue(0, third, stream.prompt(third as usize), 50, &mut states[third as usize], &cfg);
+    rep.start_step(1, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
+    // As with every request held: the later priority-0 request gives way to the priority-2 one.
+    assert_eq!(states[BASE as usize + 1].phase, Phase::Waiting);
+    assert_eq!(states[third as usize].phase, Phase::Prefill);
+    assert_eq!(rep.preemptions(), 1);
+}
+
 #[test]
 fn the_lowest_priority_goes_first_whatever_its_arrival() {
     let (_, st) = third_arrives([-1, 0, 2], Preemption::Priority);

@@ -112,7 +112,7 @@ impl Replica {
             + growth
             + plan.newly_pinned_tokens
             + plan.new_tokens
-            + reserve_tokens(cfg, st, &stream.requests[r as usize])
+            + reserve_tokens(cfg, st, stream.request(r as usize))
             <= cfg.kv_capacity_tokens
     }
 }
