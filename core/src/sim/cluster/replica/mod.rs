@@ -139,6 +139,8 @@ pub struct ReplicaConfig {
     pub async_scheduling: bool,
 }
 
+/// One replica's state: private to this folder, read and changed from outside only through the
+/// figures and operations of `interface.rs` (and the step, hand-off and queue methods).
 pub struct Replica {
     id: u32,
     cache: PrefixCache,
