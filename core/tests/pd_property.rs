@@ -94,7 +94,7 @@ fn random_small_pd_workloads_end_every_request_exactly_once_within_the_clock() {
             assert_eq!(out.records.len(), n, "{name}: a record per request\n{yaml}");
             let mut served = 0;
             for (r, q) in out.records.iter().zip(&stream.requests) {
-                let arrived = q.arrived_at as f64 / 1e9;
+                let arrived = q.arrived_at.as_seconds();
                 assert!(arrived.is_finite() && arrived < CLOCK_S, "{name}: arrival {arrived}\n{yaml}");
                 if r.completed_at_s.is_nan() {
                     continue; // rejected: counted below

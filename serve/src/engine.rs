@@ -88,7 +88,7 @@ impl Engine {
             start: Instant::now(),
             time_scale,
             step_end: None,
-            last_end: 0,
+            last_end: SimTime::ZERO,
             snap: Snapshot { kv_capacity_tokens, ..Snapshot::default() },
             mirror,
         };
@@ -273,7 +273,7 @@ impl Core {
             &mut self.scheduler,
         );
         match step {
-            Ok(step) => self.step_end = step.map(|d| now + ticks(d).max(1)),
+            Ok(step) => self.step_end = step.map(|d| now + ticks(d).max(SimTime::TICK)),
             Err(e) => {
                 // A failing scheduler cannot order the queue: fail every request it holds.
                 eprintln!("emulate: {e}");

@@ -325,7 +325,7 @@ pub(crate) mod tests {
         };
         for k in 0..2u32 {
             s.requests.push(GeneratedRequest {
-                arrived_at: 0,
+                arrived_at: routelab_core::time::SimTime::ZERO,
                 prompt_tokens: 84,
                 output_tokens: 1,
                 segments: 2 * k..2 * k + 2,

@@ -230,7 +230,7 @@ fn run_with(
 struct Servers {
     views: Vec<ReplicaView>,
     free_at: Vec<Ticks>,
-    queue: EventQueue<Event>,
+    queue: EventQueue<Event, Ticks>,
     warmup: u64,
     responses: Vec<f64>,
     waits: f64,

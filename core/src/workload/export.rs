@@ -37,7 +37,7 @@ use routelab_policy_api::{Segment, mix64};
 
 use super::generate::RequestStream;
 use super::mooncake::BLOCK_TOKENS;
-use crate::time::seconds;
+use crate::time::{SimTime, seconds};
 
 /// The chain key of the empty prefix.
 const ROOT_KEY: u64 = 0x6a09_e667_f3bc_c908;
@@ -116,7 +116,7 @@ fn push_extensions(stream: &RequestStream, calls: Option<&[u32]>, i: usize, line
                 let list: Vec<String> = parents.iter().map(u32::to_string).collect();
                 line.push_str(&format!(", \"parents\": [{}]", list.join(", ")));
             }
-            if s.pause[i] > 0 {
+            if s.pause[i] > SimTime::ZERO {
                 line.push_str(&format!(", \"wait_s\": {}", seconds(s.pause[i])));
             }
         }
@@ -302,7 +302,7 @@ mod tests {
             }
             assert_eq!(stream.adapter(i), replay.adapter(i), "request {i}: adapter");
             joins += (a.parents(i).len() > 1) as u32;
-            paused += (a.pause[i] > 0) as u32;
+            paused += (a.pause[i] > SimTime::ZERO) as u32;
             on_adapter += stream.adapter(i).is_some() as u32;
             on_base += stream.adapter(i).is_none() as u32;
         }
@@ -385,7 +385,7 @@ mod tests {
         let st = mooncake_stream(&spec, &rows);
         let s = st.sessions.as_ref().unwrap();
         assert_eq!([s.parents(1), s.parents(2), s.parents(3)], [&[0][..], &[0], &[1, 2]]);
-        assert_eq!(s.pause[3], 250_000_000);
+        assert_eq!(s.pause[3], SimTime::from_nanos(250_000_000));
         let mut out = Vec::new();
         write_mooncake(&st, &mut out).unwrap();
         let out = String::from_utf8(out).unwrap();

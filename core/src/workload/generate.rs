@@ -125,7 +125,7 @@ impl RequestStream {
 
     /// The whole stream's last arrival (0 when empty).
     pub fn last_arrival(&self) -> SimTime {
-        self.extent.map_or_else(|| self.requests.last().map_or(0, |r| r.arrived_at), |e| e.last_arrival)
+        self.extent.map_or_else(|| self.requests.last().map_or(SimTime::ZERO, |r| r.arrived_at), |e| e.last_arrival)
     }
 }
 

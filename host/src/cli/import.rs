@@ -295,7 +295,7 @@ pub fn import(file: &Path, out: &mut impl Write, labels: Option<&Labels>) -> Res
     let mut hash_ids = Vec::new();
     for r in &rows {
         ids.of(&r.prompt, &mut hash_ids);
-        let ms = ((ticks(r.at_s) - start) as f64 / 1e6).round() as u64;
+        let ms = ((ticks(r.at_s) - start).as_nanos() as f64 / 1e6).round() as u64;
         let input: u32 = text::tokens_of(&r.prompt);
         let ids: Vec<String> = hash_ids.iter().map(u64::to_string).collect();
         let extensions: String = r.extensions.iter().map(|(k, v)| format!(", \"{k}\": {v}")).collect();

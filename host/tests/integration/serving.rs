@@ -144,7 +144,7 @@ fn small_stream(n: usize, prompt_tokens: u32, output_tokens: u32) -> routelab_co
         let from = s.segments.len() as u32;
         s.segments.push(routelab_policy_api::Segment { id: 1 << 40 | i as u64, tokens: prompt_tokens });
         s.requests.push(GeneratedRequest {
-            arrived_at: i as u64 * 10_000_000,
+            arrived_at: routelab_core::time::SimTime::from_nanos(i as u64 * 10_000_000),
             prompt_tokens,
             output_tokens,
             segments: from..from + 1,

@@ -97,7 +97,7 @@ impl<'a> ClusterSim<'a> {
         }
         let last_arrival = stream.last_arrival();
         let scrape_interval = (router.reads_scrapes() && spec.metrics.scrape_interval_s > 0.0)
-            .then(|| ticks(spec.metrics.scrape_interval_s).max(1));
+            .then(|| ticks(spec.metrics.scrape_interval_s).max(SimTime::TICK));
         let mut schedulers: Vec<SchedulerHandle> = schedulers.into_handles();
         let priority_preemption = spec.preemption == Preemption::Priority;
         if !retiring || schedulers.iter().any(|s| s.reads_facts()) || priority_preemption {
@@ -114,7 +114,7 @@ impl<'a> ClusterSim<'a> {
         let mut queue = EventQueue::new();
         if scrape_interval.is_some() {
             // The first scrape at time 0, before any arrival (events run before arrivals at a tie).
-            queue.push(0, Event::Scrape);
+            queue.push(SimTime::ZERO, Event::Scrape);
         }
         let waiting_for =
             stream.sessions.as_ref().map_or_else(Vec::new, |s| s.after.iter().map(|r| r.len() as u32).collect());
@@ -171,7 +171,7 @@ impl<'a> ClusterSim<'a> {
             admission: None,
             infos: Window::new(RequestInfo::plain()),
             ends: Window::new(End::Served),
-            dispatched_at: Window::new(0),
+            dispatched_at: Window::new(SimTime::ZERO),
             classes: spec.classes.clone(),
             tenants: spec.tenants.clone(),
             admission_metrics: spec.admission.trim() != "admit_all",
@@ -187,7 +187,7 @@ impl<'a> ClusterSim<'a> {
             retiring,
             routable: (0..spec.replicas).collect(),
             index_of: (0..n as u32).collect(),
-            routable_since: vec![0; n],
+            routable_since: vec![SimTime::ZERO; n],
             fleet: None,
             autoscaling: spec.autoscaling.clone(),
             tier_spec: spec.kv_tiers.clone().map(|t| (t, sm.cost.kv_bytes_per_token, sm.model.layers)),

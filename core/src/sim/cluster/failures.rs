@@ -134,7 +134,7 @@ impl ClusterSim<'_> {
             self.queue.push(ticks(c.at_s), Event::Crash(c.replica));
         }
         for slot in 0..self.replicas.len() {
-            if let Some(at) = f.next_crash(0) {
+            if let Some(at) = f.next_crash(SimTime::ZERO) {
                 self.queue.push(at, Event::Crash(slot as u32));
             }
         }

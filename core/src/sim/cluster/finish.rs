@@ -131,7 +131,7 @@ impl ClusterSim<'_> {
         if let Some(a) = self.admission.as_ref().filter(|_| self.admission_metrics) {
             self.tally.push_admission(&mut metrics, a.counts.held);
         }
-        let end = self.states.iter().filter_map(|st| st.completed_at).max().unwrap_or(0);
+        let end = self.states.iter().filter_map(|st| st.completed_at).max().unwrap_or(SimTime::ZERO);
         if let Some(f) = &mut self.fleet {
             let end = end.max(f.last);
             f.push_metrics(&mut metrics, end, self.cost_per_hour);

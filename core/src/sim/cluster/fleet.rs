@@ -106,11 +106,11 @@ impl Fleet {
             scaler,
             label: label.to_string(),
             spec: spec.clone(),
-            interval: ticks(spec.interval_s).max(1),
+            interval: ticks(spec.interval_s).max(SimTime::TICK),
             slots,
             generation: vec![0; n],
             loading: Vec::new(),
-            on_since: vec![0; n],
+            on_since: vec![SimTime::ZERO; n],
             replica_seconds: 0.0,
             replicas_max: start,
             scale_ups: 0,
@@ -128,7 +128,7 @@ impl Fleet {
             during_scale_out: vec![false; requests],
             scaling_n: 0,
             scaling_met: 0,
-            last: 0,
+            last: SimTime::ZERO,
             has_slo,
         }
     }
@@ -218,7 +218,7 @@ impl Fleet {
 /// `replica_seconds`, `replicas_mean` and, with a price, `cost`.
 pub(super) fn push_cost(m: &mut Metrics, replica_seconds: f64, end: SimTime, cost_per_hour: Option<f64>) {
     m.push("replica_seconds", replica_seconds);
-    m.push("replicas_mean", if end == 0 { f64::NAN } else { replica_seconds / seconds(end) });
+    m.push("replicas_mean", if end == SimTime::ZERO { f64::NAN } else { replica_seconds / seconds(end) });
     if let Some(c) = cost_per_hour {
         m.push("cost", replica_seconds * c / 3600.0);
     }

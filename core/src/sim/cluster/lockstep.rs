@@ -53,7 +53,7 @@ impl ClusterSim<'_> {
         let dummy = pricer.step_time_s(&Step::decode(1, 0));
         let slowest =
             steps.iter().map(|&(d, t)| d.unwrap_or(dummy) + pricer.lockstep_delta_s(t, group)).fold(0.0, f64::max);
-        let t = ticks(slowest).max(1);
+        let t = ticks(slowest).max(SimTime::TICK);
         for (m, (d, _)) in members.zip(&steps) {
             let rep = &mut self.replicas[m];
             match d {

@@ -5,7 +5,7 @@ use routelab_policy_api::StepShape;
 
 use super::tests::run_named;
 use super::*;
-use crate::time::ticks;
+use crate::time::{SimTime, ticks};
 use crate::workload::generate::{NO_ADAPTER, apply_lora, generate};
 
 fn spec(yaml: &str) -> ClusterSpec {
@@ -45,8 +45,8 @@ fn a_cold_load_lengthens_the_step_that_needs_it_by_size_over_bandwidth() {
     let prefill = c.shape_time_s(&StepShape::prefill(100, 0));
     assert!((s.lora.as_ref().unwrap().load_s() - 0.1).abs() < 1e-12);
     let out = run_with(&s, &st);
-    let took: Vec<u64> = out.records.iter().map(|r| ticks(r.completed_at_s) - ticks(r.arrived_at_s)).collect();
-    let (cold, warm) = (ticks(prefill + 0.1).max(1), ticks(prefill).max(1));
+    let took: Vec<SimTime> = out.records.iter().map(|r| ticks(r.completed_at_s) - ticks(r.arrived_at_s)).collect();
+    let (cold, warm) = (ticks(prefill + 0.1).max(SimTime::TICK), ticks(prefill).max(SimTime::TICK));
     assert_eq!(took, [cold, warm, cold, cold]);
     assert_eq!(out.metrics.get("lora_loads"), Some(3.0));
     assert_eq!(out.metrics.get("lora_hit_rate"), Some(0.25));
@@ -55,14 +55,14 @@ fn a_cold_load_lengthens_the_step_that_needs_it_by_size_over_bandwidth() {
     let s2 = one_replica("max_loras: 1, max_cpu_loras: 2", 1, 0.001, 4);
     let out = run_with(&s2, &st);
     assert_eq!(out.metrics.get("lora_loads"), Some(2.0));
-    let took: Vec<u64> = out.records.iter().map(|r| ticks(r.completed_at_s) - ticks(r.arrived_at_s)).collect();
+    let took: Vec<SimTime> = out.records.iter().map(|r| ticks(r.completed_at_s) - ticks(r.arrived_at_s)).collect();
     assert_eq!(took, [cold, warm, cold, warm]);
     // No `max_loras`: every adapter is loaded from the start, as without `lora:`.
     let s3 = one_replica("popularity: uniform", 1, 0.001, 4);
     let out = run_with(&s3, &st);
     assert_eq!(out.metrics.get("lora_loads"), Some(0.0));
     assert_eq!(out.metrics.get("lora_hit_rate"), Some(1.0));
-    let took: Vec<u64> = out.records.iter().map(|r| ticks(r.completed_at_s) - ticks(r.arrived_at_s)).collect();
+    let took: Vec<SimTime> = out.records.iter().map(|r| ticks(r.completed_at_s) - ticks(r.arrived_at_s)).collect();
     assert_eq!(took, [warm; 4]);
 }
 

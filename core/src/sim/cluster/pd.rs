@@ -131,7 +131,7 @@ impl Pd {
             transfer: d.transfer,
             kv_bytes_per_token,
             layers,
-            handoff_at: if d.link.layerwise { vec![0; requests] } else { Vec::new() },
+            handoff_at: if d.link.layerwise { vec![SimTime::ZERO; requests] } else { Vec::new() },
             active: vec![0; decode],
             waiting: vec![VecDeque::new(); decode],
             decode_of: vec![u32::MAX; requests],
@@ -195,7 +195,10 @@ impl ClusterSim<'_> {
                         pd.migrating[id] = (p as u32, n as u32);
                         pd.in_flight.push(id as u32);
                         let generation = self.states[id].generation;
-                        self.queue.push(now + ticks(dur).max(1), Event::MigrationEnd { id: id as u32, generation });
+                        self.queue.push(
+                            now + ticks(dur).max(SimTime::TICK),
+                            Event::MigrationEnd { id: id as u32, generation },
+                        );
                         return Ok(());
                     }
                 }
@@ -245,7 +248,7 @@ impl ClusterSim<'_> {
         pd.migrating[id] = (target as u32, n as u32);
         pd.in_flight.push(id as u32);
         let generation = self.states[id].generation;
-        self.queue.push(now + ticks(dur).max(1), Event::MigrationEnd { id: id as u32, generation });
+        self.queue.push(now + ticks(dur).max(SimTime::TICK), Event::MigrationEnd { id: id as u32, generation });
         true
     }
 
@@ -319,11 +322,11 @@ impl ClusterSim<'_> {
                 let ended = pd.handoff_at[id as usize];
                 let started = if now == ended { self.states[id as usize].admitted_at.unwrap_or(now) } else { now };
                 let end = pd.link.layerwise_end(dur, pd.layers, seconds(started), seconds(ended));
-                let end = ticks(end).max(now + 1);
+                let end = ticks(end).max(now + SimTime::TICK);
                 // What the request waits after its prefill: the part the overlap did not hide.
                 (end, seconds(end - now))
             } else {
-                (now + ticks(dur).max(1), dur)
+                (now + ticks(dur).max(SimTime::TICK), dur)
             };
             pd.transfer_s[id as usize] = shown;
             pd.decode_cached[id as usize] = cached;

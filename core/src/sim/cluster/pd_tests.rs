@@ -6,7 +6,7 @@ use routelab_policy_api::{Roofline, StepShape};
 use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use super::tests::run_named;
 use super::*;
-use crate::time::{seconds, ticks};
+use crate::time::{SimTime, seconds, ticks};
 use crate::workload::cluster::Reservation;
 use crate::workload::generate::generate;
 
@@ -114,7 +114,7 @@ fn a_transfer_occupies_decode_memory_from_its_start() {
     assert_eq!(rep.admit_transfer(1, &stream, &mut states[1], &cfg), None);
     // With room, the second finds the system prompt the first brought (once computed).
     let cfg = config(10_000);
-    assert!(!rep.begin_decode(0, 0, &stream, &mut states, &cfg));
+    assert!(!rep.begin_decode(0, SimTime::ZERO, &stream, &mut states, &cfg));
     assert_eq!(rep.admit_transfer(1, &stream, &mut states[1], &cfg), Some(100));
     assert_eq!(rep.kv_used_tokens(), 1001 + 900 + 1);
     assert_eq!(rep.committed_tokens(&cfg), 1900 + 10);

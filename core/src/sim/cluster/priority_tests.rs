@@ -66,13 +66,13 @@ fn third_arrives(priorities: [i32; 3], preemption: Preemption) -> (Replica, Vec<
     let mut sched = scheduler("priority", &priorities);
     let mut done = Vec::new();
     for r in 0..2u32 {
-        rep.enqueue(0, r, stream.prompt(r as usize), 50, &mut states[r as usize], &cfg);
+        rep.enqueue(SimTime::ZERO, r, stream.prompt(r as usize), 50, &mut states[r as usize], &cfg);
     }
-    rep.start_step(0, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
-    rep.finish_step(1, &stream, &mut states, &cfg, &mut done);
+    rep.start_step(SimTime::ZERO, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
+    rep.finish_step(SimTime::TICK, &stream, &mut states, &cfg, &mut done);
     assert_eq!(sorted(rep.running()), [0, 1], "both fit: 300 tokens committed of 300");
-    rep.enqueue(0, 2, stream.prompt(2), 50, &mut states[2], &cfg);
-    rep.start_step(1, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
+    rep.enqueue(SimTime::ZERO, 2, stream.prompt(2), 50, &mut states[2], &cfg);
+    rep.start_step(SimTime::TICK, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
     (rep, states)
 }
 
@@ -106,13 +106,13 @@ fn priority_preemption_reads_a_stream_that_dropped_its_oldest_requests() {
     let mut sched = scheduler("priority", &priorities);
     let mut done = Vec::new();
     for r in BASE..BASE + 2 {
-        rep.enqueue(0, r, stream.prompt(r as usize), 50, &mut states[r as usize], &cfg);
+        rep.enqueue(SimTime::ZERO, r, stream.prompt(r as usize), 50, &mut states[r as usize], &cfg);
     }
-    rep.start_step(0, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
-    rep.finish_step(1, &stream, &mut states, &cfg, &mut done);
+    rep.start_step(SimTime::ZERO, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
+    rep.finish_step(SimTime::TICK, &stream, &mut states, &cfg, &mut done);
     let third = BASE + 2;
-    rep.enqueue(0, third, stream.prompt(third as usize), 50, &mut states[third as usize], &cfg);
-    rep.start_step(1, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
+    rep.enqueue(SimTime::ZERO, third, stream.prompt(third as usize), 50, &mut states[third as usize], &cfg);
+    rep.start_step(SimTime::TICK, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
     // As with every request held: the later priority-0 request gives way to the priority-2 one.
     assert_eq!(states[BASE as usize + 1].phase, Phase::Waiting);
     assert_eq!(states[third as usize].phase, Phase::Prefill);
@@ -150,12 +150,12 @@ fn out_of_memory_the_victim_is_the_least_important_not_the_newest() {
         let mut sched = scheduler("fcfs", &[0, 2, 0]);
         let mut done = Vec::new();
         for r in 0..2u32 {
-            rep.enqueue(0, r, stream.prompt(r as usize), 50, &mut states[r as usize], &cfg);
+            rep.enqueue(SimTime::ZERO, r, stream.prompt(r as usize), 50, &mut states[r as usize], &cfg);
         }
-        let mut now = 0;
+        let mut now = SimTime::ZERO;
         while rep.preemptions() == 0 && done.is_empty() {
             rep.start_step(now, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap();
-            now += 1;
+            now += SimTime::TICK;
             rep.finish_step(now, &stream, &mut states, &cfg, &mut done);
         }
         assert_eq!(rep.preemptions(), 1, "{preemption:?}");

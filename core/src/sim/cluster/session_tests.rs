@@ -5,7 +5,7 @@ use routelab_policy_api::StepShape;
 use super::sessions::session_times;
 use super::tests::run_named;
 use super::*;
-use crate::time::{seconds, ticks};
+use crate::time::{SimTime, seconds, ticks};
 use crate::workload::generate::{apply_hints, generate};
 
 fn spec(yaml: &str) -> ClusterSpec {
@@ -41,7 +41,7 @@ fn a_burst_of_sub_agents_waits_and_joins_as_traced_by_hand() {
     let parents: Vec<&[u32]> = (0..st.requests.len()).map(|i| g.parents(i)).collect();
     assert_eq!(parents, [&[][..], &[0], &[1], &[0], &[3], &[2, 4]]);
     let pauses: Vec<SimTime> = g.pause.clone();
-    assert_eq!(pauses, [0, 0, ticks(2.0), 0, ticks(2.0), 0]);
+    assert_eq!(pauses, [SimTime::ZERO, SimTime::ZERO, ticks(2.0), SimTime::ZERO, ticks(2.0), SimTime::ZERO]);
     let prompts: Vec<u32> = st.requests.iter().map(|r| r.prompt_tokens).collect();
     assert_eq!(prompts, [200, 221, 272, 221, 272, 251]);
     assert_eq!(st.prompt(1)[..3], st.prompt(5)[..3], "the sub-agent shares the root's context and output");
@@ -72,7 +72,7 @@ fn a_burst_of_sub_agents_waits_and_joins_as_traced_by_hand() {
 fn a_tool_loop_makespan_is_its_steps_plus_its_pauses() {
     let s = agent("{steps: 3, tool_tokens: 50, tool_pause_s: 2}", 1);
     let c = s.step_model().unwrap().cost;
-    let p = |n, ctx| ticks(c.shape_time_s(&StepShape::prefill(n, ctx))).max(1);
+    let p = |n, ctx| ticks(c.shape_time_s(&StepShape::prefill(n, ctx))).max(SimTime::TICK);
     let st = generate(&s, None, 1).unwrap();
     let out = run_sim(&s, &st);
     let t0 = ticks(out.records[0].arrived_at_s);
@@ -176,7 +176,7 @@ fn a_recorded_session_replays_with_its_waits() {
     let g = st.sessions.as_ref().unwrap();
     let parents: Vec<&[u32]> = (0..st.requests.len()).map(|i| g.parents(i)).collect();
     assert_eq!(parents, [&[][..], &[], &[], &[0]]);
-    assert_eq!(g.pause, [0, 0, 0, ticks(3.0)]);
+    assert_eq!(g.pause, [SimTime::ZERO, SimTime::ZERO, SimTime::ZERO, ticks(3.0)]);
     assert_eq!((g.session.clone(), g.count), (vec![0, 1, 2, 0], 3));
     let out = run_sim(&s, &st);
     let r = &out.records;

@@ -93,7 +93,7 @@ impl ClusterSim<'_> {
             return self.start_group_step(r / self.lockstep, now);
         }
         if let Some(d) = self.form_step(r, now)? {
-            let t = ticks(d).max(1);
+            let t = ticks(d).max(SimTime::TICK);
             self.replicas[r].step_began(now, t);
             self.queue.push(now + t, Event::StepEnd(r as u32));
         }

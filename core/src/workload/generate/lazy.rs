@@ -146,7 +146,7 @@ impl<'s> LazyStream<'s> {
         mut each: impl FnMut(usize, &GeneratedRequest) -> Result<(), E>,
     ) -> Result<Result<Extent, E>, GenerateError> {
         let mut s = LazyStream::unhinted(spec, trace, run_seed)?;
-        let (mut id, mut last_arrival) = (0, 0);
+        let (mut id, mut last_arrival) = (0, SimTime::ZERO);
         while s.reach(id) {
             let r = s.b.stream.request(id);
             if let Err(e) = each(id, r) {

@@ -100,7 +100,7 @@ impl SessionBuilder<'_> {
     /// The root agent's loop, whose first prompt is `prompt`; returns the number of calls pushed.
     pub fn root(mut self, prompt: &mut Vec<Segment>) -> u32 {
         let steps = sample_tokens(&self.spec.steps, self.rng).max(1);
-        self.agent_loop(prompt, steps, 0, Vec::new(), 0);
+        self.agent_loop(prompt, steps, 0, Vec::new(), SimTime::ZERO);
         self.calls
     }
 
@@ -138,12 +138,12 @@ impl SessionBuilder<'_> {
                     let task = sample_tokens(&sub.task_tokens, self.rng);
                     child.push(self.b.unique(task));
                     let steps = sample_tokens(&sub.steps, self.rng).max(1);
-                    lasts.push(self.agent_loop(&mut child, steps, depth + 1, vec![id], 0));
+                    lasts.push(self.agent_loop(&mut child, steps, depth + 1, vec![id], SimTime::ZERO));
                 }
                 // The sub-agents' results come back as one segment; no tool runs.
                 let results = sample_tokens(&spec.tool_tokens, self.rng);
                 prompt.push(self.b.unique(results));
-                (after, pause) = (lasts, 0);
+                (after, pause) = (lasts, SimTime::ZERO);
             } else {
                 let tool = sample_tokens(&spec.tool_tokens, self.rng);
                 pause = ticks(sample_seconds(&spec.tool_pause_s, self.rng));
@@ -212,7 +212,7 @@ pub(super) fn trace_sessions(rows: &[MooncakeRow], keep: &[bool], time_scale: f6
                 }
                 (*number, ticks(c.wait_s * time_scale))
             }
-            _ => (s.count, 0),
+            _ => (s.count, SimTime::ZERO),
         };
         if number == s.count {
             s.count += 1;
