@@ -48,6 +48,15 @@ fn day() -> String {
         .replace("seeds: 3", "seeds: 1")
 }
 
+/// `day()` with crashes while the fleet scales: random ones (a mean of 60 s a replica) and
+/// replica 0 at 30 s, each back 10 s later, lost requests routed again up to twice.
+fn failing_day() -> String {
+    day().replace(
+        "  generator:\n",
+        "  failures: {crashes: [{replica: 0, at_s: 30}], mtbf_s: 60, restart_s: 10, max_retries: 2}\n  generator:\n",
+    )
+}
+
 /// Runs every stateful router on `yaml` linked and loaded: each run ends every request
 /// (completed or failed, none left over), and the two runs agree bit for bit.
 fn survives(yaml: &str, name: &str, changed: &dyn Fn(&Metrics) -> bool) {
@@ -58,11 +67,24 @@ fn survives(yaml: &str, name: &str, changed: &dyn Fn(&Metrics) -> bool) {
     for (x, y) in a.results.iter().zip(&b.results) {
         assert!(x.error.is_none() && y.error.is_none(), "{}: {:?} / {:?}", x.policy, x.error, y.error);
         let m = &x.per_seed[0];
-        let n = |k: &str| m.get(k).unwrap_or(0.0);
         assert!(changed(m), "{}: the fleet never changed: {m:?}", x.policy);
-        assert_eq!(n("unfinished"), 0.0, "{}: {m:?}", x.policy);
-        assert_eq!(n("completed") + n("failed_requests"), n("requests"), "{}: {m:?}", x.policy);
         assert_eq!(bits(m), bits(&y.per_seed[0]), "{}: linked ≠ loaded", x.policy);
+    }
+    each_ended_once(&a, name);
+}
+
+/// Every router of `w` ended each request of the (shared) stream once: the served ones
+/// (`requests`, which leaves the failed out) all completed, and served + failed is the same
+/// count whichever router ran.
+fn each_ended_once(w: &routelab_core::runner::WorkloadResult, name: &str) {
+    let mut arrived = None;
+    for r in &w.results {
+        assert!(r.error.is_none(), "{name}: {}: {:?}", r.policy, r.error);
+        let m = &r.per_seed[0];
+        let n = |k: &str| m.get(k).unwrap_or(0.0);
+        assert_eq!((n("unfinished"), n("completed")), (0.0, n("requests")), "{name}: {}: {m:?}", r.policy);
+        let all = n("requests") + n("failed_requests");
+        assert_eq!(*arrived.get_or_insert(all), all, "{name}: {}: {m:?}", r.policy);
     }
 }
 
@@ -70,6 +92,11 @@ fn survives(yaml: &str, name: &str, changed: &dyn Fn(&Metrics) -> bool) {
 fn stateful_routers_survive_crashes_linked_or_loaded() {
     // (A router that herds every request onto one replica — `vllm_prefix_aware` here — may lose none.)
     survives(&crashes(), "crashes.yaml", &|m| m.get("crashes") == Some(2.0));
+}
+
+#[test]
+fn stateful_routers_survive_crashes_in_a_scaling_fleet_linked_or_loaded() {
+    survives(&failing_day(), "failing_day.yaml", &|m| m.get("crashes") >= Some(3.0) && m.get("scale_ups") > Some(0.0));
 }
 
 #[test]
@@ -94,14 +121,8 @@ fn every_aggregated_router_survives_crashes_and_scaling() {
         .map(|l| l.name)
         .collect();
     assert!(routers.len() >= 19, "{routers:?}");
-    for (yaml, name) in [(crashes(), "crashes.yaml"), (day(), "day.yaml")] {
-        let w = compare_text(&yaml, name, &routers);
-        for r in &w.results {
-            assert!(r.error.is_none(), "{name}: {}: {:?}", r.policy, r.error);
-            let m = &r.per_seed[0];
-            let n = |k: &str| m.get(k).unwrap_or(0.0);
-            assert_eq!(n("completed") + n("failed_requests"), n("requests"), "{name}: {}: {m:?}", r.policy);
-        }
+    for (yaml, name) in [(crashes(), "crashes.yaml"), (day(), "day.yaml"), (failing_day(), "failing_day.yaml")] {
+        each_ended_once(&compare_text(&yaml, name, &routers), name);
     }
 }
 
@@ -147,12 +168,26 @@ fn bad_failures_are_refused_with_exit_2_naming_file_line_field_and_fix() {
         let located = format!("{name}:{line}:");
         refused(&name, &yaml, &[&located, &format!("cluster.failures.{field}"), why, "fix:"]);
     }
-    // A field the section does not know, and failures beside autoscaling.
+    // A field the section does not know; with autoscaling, a crash may name any slot up to
+    // `max_replicas`, and no further.
     let yaml = crash.replace("max_retries: 1", "max_retry: 1");
     refused("failures_unknown.yaml", &yaml, &["failures_unknown.yaml", "max_retry", "max_retries"]);
-    let yaml = crash.replace(
-        "  failures:\n",
-        "  autoscaling: {scaler: hpa, interval_s: 15, model_load_s: 60, min_replicas: 1, max_replicas: 8}\n  failures:\n",
+    let scaled = |at: &str| {
+        crash.replace(
+            "  failures:\n",
+            "  autoscaling: {scaler: hpa, interval_s: 15, model_load_s: 60, min_replicas: 1, max_replicas: 9}\n  failures:\n",
+        )
+        .replace("crashes: [{replica: 0, at_s: 40}]", at)
+    };
+    refused(
+        "failures_scaled.yaml",
+        &scaled("crashes: [{replica: 9, at_s: 40}]"),
+        &["cluster.failures.crashes[0].replica", "fix:"],
     );
-    refused("failures_scaled.yaml", &yaml, &["failures_scaled.yaml", "cluster.failures", "autoscaling", "fix:"]);
+    let ok = routelab(&["validate", &{
+        let f = fixture("fleet", "failures_scaled_ok.yaml");
+        std::fs::write(&f, scaled("crashes: [{replica: 8, at_s: 40}]")).unwrap();
+        f.display().to_string()
+    }]);
+    assert!(ok.status.success(), "slot 8 of 9 may crash: {}", String::from_utf8_lossy(&ok.stderr));
 }

@@ -25,6 +25,17 @@
 //! On a disaggregated cluster a crash takes the instance out of its pool's candidates; what
 //! else it loses, the router's notices and the P/D retry rule are in `pd_failures.rs`.
 //!
+//! In an autoscaled fleet (`fleet.rs`) a crash ends the slot's life as the Kubernetes kubelet
+//! restarting a crashed pod would: a **ready** replica leaves the routable set as above and
+//! loads again — still paid for, counted by the scaler as loading, cancellable by a scale-down
+//! like any loading replica (the newest loading) — for `restart_s`, then joins cold; a
+//! **loading** one starts its load again, `restart_s` from the crash; a **draining** one was
+//! going: its requests are lost and retried as above, and it goes off at once. A crash of an
+//! **off** slot is ignored. Random crashes are drawn for the slots up at the start, for a slot
+//! when a scale-up starts it and when it comes back from a crash; a draw made in a life that
+//! has ended since (by a crash, or the slot going off) is void, so each live replica has one
+//! pending random crash (on a fixed cluster too: a scheduled crash voids the random one pending).
+//!
 //! A slowdown (`failures.slowdowns`) multiplies the duration of every step its replica starts
 //! in its window (`form_step`): the replica stays routable, its queues grow, and only a router
 //! that reads load (or learns latency) sees it. In lock-step a slow member slows its group.
@@ -35,12 +46,14 @@
 //!
 //! Metrics (only with `failures`): `crashes`, `kv_events_lost`, `requests_lost` (on a replica when it crashed,
 //! counting each loss), `retried_requests` (routings again), `failed_requests`, `availability`
-//! (the share of replica-time up, over the run until its last completion).
+//! (the share of replica-time not down after a crash: over the slots × the run until its last
+//! completion; with autoscaling, over the replica-time paid for).
 
 use rand::RngExt;
 use rand_distr::{Distribution, Exp};
 use routelab_policy_api::Request;
 
+use super::fleet::Slot;
 use super::replica::Phase;
 use super::{ClusterSim, End, Event};
 use crate::error::RunError;
@@ -62,6 +75,9 @@ pub(super) struct Failures {
     down_spans: Vec<(SimTime, SimTime)>,
     /// Per slot: a step from before its crash has yet to reach its (void) end.
     void_step: Vec<bool>,
+    /// Per slot: its lives so far (a crash, or going off, ends one); a random crash drawn in an
+    /// earlier life is void.
+    life: Vec<u32>,
     /// Per request: times it was routed again.
     retries: Vec<u32>,
     crashes: u64,
@@ -80,6 +96,7 @@ impl Failures {
             down_since: vec![None; slots],
             down_spans: Vec::new(),
             void_step: vec![false; slots],
+            life: vec![0; slots],
             retries: vec![0; requests],
             crashes: 0,
             lost: 0,
@@ -88,11 +105,13 @@ impl Failures {
         }
     }
 
-    /// When a replica started at `now` next crashes at random (`None` without `mtbf_s`).
-    fn next_crash(&mut self, now: SimTime) -> Option<SimTime> {
+    /// When slot `slot`, started at `now`, next crashes at random, as the event to queue (`None`
+    /// without `mtbf_s`).
+    fn next_crash(&mut self, slot: usize, now: SimTime) -> Option<(SimTime, Event)> {
         let mtbf = self.spec.mtbf_s?;
         let x: f64 = Exp::new(1.0 / mtbf).expect("mtbf_s > 0 (validated)").sample(&mut self.rng);
-        Some(now.saturating_add(ticks(x.min(crate::workload::limits::MAX_HORIZON))))
+        let at = now.saturating_add(ticks(x.min(crate::workload::limits::MAX_HORIZON)));
+        Some((at, Event::Crash { slot: slot as u32, life: self.life[slot] }))
     }
 
     /// Whether the next eviction event is lost on its way to the router (`kv_event_loss`).
@@ -109,8 +128,17 @@ impl Failures {
         self.spec.slowdowns.iter().filter(|d| d.replica as usize == slot).map(|d| d.factor_at(at)).product()
     }
 
-    /// The run's figures (module docs); `end` is its last completion.
-    pub(super) fn push_metrics(&self, m: &mut Metrics, end: SimTime, slots: usize) {
+    /// Slot `slot`'s down time (if it is down) ends at `now`.
+    fn up(&mut self, slot: usize, now: SimTime) {
+        if let Some(since) = self.down_since[slot].take() {
+            self.down_spans.push((since, now));
+        }
+    }
+
+    /// The run's figures (module docs); `end` is its last completion, `replica_seconds` the
+    /// replica-time availability is a share of (the slots × `end` of a fixed cluster; with
+    /// autoscaling, the time paid for).
+    pub(super) fn push_metrics(&self, m: &mut Metrics, end: SimTime, replica_seconds: f64) {
         let open = self.down_since.iter().flatten().map(|&since| (since, end));
         let down: f64 =
             self.down_spans.iter().copied().chain(open).map(|(a, b)| seconds(b.min(end).saturating_sub(a))).sum();
@@ -119,10 +147,13 @@ impl Failures {
         m.push("requests_lost", self.lost as f64);
         m.push("retried_requests", self.retried as f64);
         m.push("failed_requests", self.failed as f64);
-        let total = seconds(end) * slots as f64;
+        let total = replica_seconds;
         m.push("availability", if total == 0.0 { f64::NAN } else { 1.0 - down / total });
     }
 }
+
+/// The `life` of a scheduled crash's event: it holds in whatever life its slot is then.
+pub(super) const SCHEDULED: u32 = u32::MAX;
 
 impl ClusterSim<'_> {
     /// Makes replicas fail as `cluster.failures` says, with the random crashes drawn from
@@ -131,11 +162,14 @@ impl ClusterSim<'_> {
         let Some(spec) = spec else { return self };
         let mut f = Failures::new(spec, self.replicas.len(), self.stream.requests.len(), run_seed);
         for c in &spec.crashes {
-            self.queue.push(ticks(c.at_s), Event::Crash(c.replica));
+            self.queue.push(ticks(c.at_s), Event::Crash { slot: c.replica, life: SCHEDULED });
         }
-        for slot in 0..self.replicas.len() {
-            if let Some(at) = f.next_crash(SimTime::ZERO) {
-                self.queue.push(at, Event::Crash(slot as u32));
+        // The replicas up at the start (every slot of a fixed cluster; with autoscaling, the
+        // starting ones: the others draw theirs when they start).
+        let up: Vec<usize> = (0..self.replicas.len()).filter(|&s| self.is_routable(s)).collect();
+        for slot in up {
+            if let Some((at, event)) = f.next_crash(slot, SimTime::ZERO) {
+                self.queue.push(at, event);
             }
         }
         self.failures = Some(f);
@@ -143,14 +177,18 @@ impl ClusterSim<'_> {
     }
 
     /// Whether `slot` is down (crashed, not yet restarted).
-    fn is_down(&self, slot: usize) -> bool {
+    pub(super) fn is_down(&self, slot: usize) -> bool {
         self.failures.as_ref().is_some_and(|f| f.down_since[slot].is_some())
     }
 
-    /// Replica `slot` crashes at `now` (ignored if it is down, or once every request has ended).
-    pub(super) fn on_crash(&mut self, now: SimTime, slot: u32) -> Result<(), RunError> {
+    /// Replica `slot` crashes at `now` (ignored if it is down or off, if `life` — a random
+    /// crash's — has ended, or once every request has ended).
+    pub(super) fn on_crash(&mut self, now: SimTime, slot: u32, life: u32) -> Result<(), RunError> {
         let s = slot as usize;
-        if self.is_down(s) || self.done == self.states.len() {
+        let f = self.failures.as_ref().expect("crash events come with failures");
+        let ended = life != SCHEDULED && life != f.life[s];
+        let state = self.fleet.as_ref().map(|fleet| fleet.slots[s]);
+        if ended || self.is_down(s) || state == Some(Slot::Off) || self.done == self.states.len() {
             return Ok(());
         }
         let rep = &self.replicas[s];
@@ -177,18 +215,35 @@ impl ClusterSim<'_> {
         for &(id, out) in &notices {
             self.abandon(now, id, self.abandoned_index(id, s), out)?;
         }
-        // Out of the routable set: the ones above move down one index.
-        self.leave_routable(now, slot)?;
+        // Out of the routable set: the ones above move down one index (a draining or loading
+        // replica of an autoscaled fleet has left it already, or not joined it yet).
+        if state.is_none_or(|st| st == Slot::Ready) {
+            self.leave_routable(now, slot)?;
+        }
         // Cold: a new replica keeps only the counters the summary reads.
         let was_busy = self.replicas[s].busy();
         self.replicas[s].cold_restart(self.tier_spec.as_ref());
         let f = self.failures.as_mut().expect("crash events come with failures");
         f.void_step[s] = was_busy;
-        f.down_since[s] = Some(now);
+        f.life[s] += 1;
         f.crashes += 1;
         f.lost += notices.len() as u64;
         let restart = ticks(f.spec.restart_s);
-        self.queue.push(now + restart, Event::Restart(slot));
+        match state {
+            // A fixed cluster's replica restarts.
+            None => {
+                f.down_since[s] = Some(now);
+                self.queue.push(now + restart, Event::Restart(slot));
+            }
+            // A draining one was going: it is gone.
+            Some(Slot::Draining) => self.slot_off(now, s),
+            // A ready or loading one restarts as a loading one (`fleet.rs`).
+            Some(_) => {
+                f.down_since[s] = Some(now);
+                let generation = self.fleet.as_mut().expect("a fleet").restart(s);
+                self.queue.push(now + restart, Event::Loaded { slot, generation });
+            }
+        }
         for (&id, &out) in lost.iter().zip(&produced) {
             if let Some(pd) = self.pd.as_mut() {
                 pd.orphan[id as usize] = false;
@@ -260,15 +315,32 @@ impl ClusterSim<'_> {
     /// Replica `slot` is back at `now`, cold: it takes requests at the top index.
     pub(super) fn on_restart(&mut self, now: SimTime, slot: u32) -> Result<(), RunError> {
         let s = slot as usize;
-        let f = self.failures.as_mut().expect("restart events come with failures");
-        let since = f.down_since[s].take().expect("a restarting replica is down");
-        f.down_spans.push((since, now));
-        let next = if self.done < self.states.len() { f.next_crash(now) } else { None };
-        if let Some(at) = next {
-            self.queue.push(at, Event::Crash(slot));
-        }
+        debug_assert!(self.is_down(s), "a restarting replica is down");
+        self.arm_crash(now, s);
         self.join_routable(now, slot)?;
         self.release_held(now)
+    }
+
+    /// Slot `s` started (or restarted) at `now`: its next random crash is queued (with
+    /// `mtbf_s`, while requests remain), and a down time it had ends.
+    pub(super) fn arm_crash(&mut self, now: SimTime, s: usize) {
+        let live = self.done < self.states.len();
+        let Some(f) = self.failures.as_mut() else { return };
+        f.up(s, now);
+        if let Some((at, event)) = f.next_crash(s, now).filter(|_| live) {
+            self.queue.push(at, event);
+        }
+    }
+
+    /// Slot `s` of an autoscaled fleet goes off at `now` (drained, cancelled, or crashed while
+    /// draining): it stops being paid for, its life ends (a random crash drawn in it is void),
+    /// and a down time it had ends.
+    pub(super) fn slot_off(&mut self, now: SimTime, s: usize) {
+        self.fleet.as_mut().expect("slots go off in autoscaled fleets").off(s, now);
+        if let Some(f) = self.failures.as_mut() {
+            f.up(s, now);
+            f.life[s] += 1;
+        }
     }
 
     /// A step of `slot` ended at `now`: `true` if it was void (begun before a crash); the

@@ -141,7 +141,11 @@ impl ClusterSim<'_> {
             super::fleet::push_cost(&mut metrics, replicas * seconds(end), end, self.cost_per_hour);
         }
         if let Some(f) = &self.failures {
-            f.push_metrics(&mut metrics, end, self.replicas.len());
+            let paid = match &self.fleet {
+                Some(fleet) => fleet.replica_seconds(),
+                None => seconds(end) * self.replicas.len() as f64,
+            };
+            f.push_metrics(&mut metrics, end, paid);
         }
         let detail = (!self.exact).then(|| {
             let (latency_quantiles, finished_share) = self.tally.latency_cdf(crate::metrics::CDF_POINTS);

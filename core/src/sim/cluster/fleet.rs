@@ -16,6 +16,9 @@
 //! replica's eviction notices are not delivered: the router forgot it when it left
 //! (`routable.rs`, which both joins and leaves go through, as a crash's do).
 //!
+//! A crash (`cluster.failures`) of a ready or loading replica makes it a loading one again for
+//! `restart_s`; of a draining one, an off one (`failures.rs` has the rules).
+//!
 //! What the scaler is told at each decision: the ready replicas' views (with `kv_used_tokens`
 //! the KV running requests hold, as vLLM's `kv_cache_usage_perc` counts: cached blocks no
 //! request references are free) and the figures of
@@ -28,7 +31,8 @@
 //! its last event), `replicas_mean` (÷ that time), `cost` (× `cost_per_hour` / 3600, with a
 //! price), and with a scaler `replicas_max`, `scale_ups`, `scale_downs` (decisions that raised /
 //! lowered the target), `replicas_started`, `slo_attainment_scaling` (over requests that arrived
-//! while replicas were loading: how the SLO fares during scale-out; NaN if none did).
+//! while replicas were loading, or loading again after a crash: how the SLO fares during
+//! scale-out; NaN if none did).
 
 use abi_stable::std_types::{RSlice, RVec};
 use routelab_policy_api::{Fact, Pool, ReplicaView, ScalerBox, facts::fleet};
@@ -137,10 +141,26 @@ impl Fleet {
         self.slots.iter().filter(|&&x| x == s).count() as u32
     }
 
-    /// Slot `slot` stops being paid for at `now`.
-    fn off(&mut self, slot: usize, now: SimTime) {
+    /// Slot `slot` stops being paid for at `now` (through [`ClusterSim::slot_off`] while the
+    /// run goes on).
+    pub(super) fn off(&mut self, slot: usize, now: SimTime) {
         self.slots[slot] = Slot::Off;
         self.replica_seconds += seconds(now - self.on_since[slot]);
+    }
+
+    /// Slot `slot` (ready or loading) crashed: it loads again, still paid for, as the newest
+    /// loading replica; returns the generation its `Loaded` event must carry.
+    pub(super) fn restart(&mut self, slot: usize) -> u32 {
+        self.slots[slot] = Slot::Loading;
+        self.generation[slot] += 1;
+        self.loading.retain(|&x| x as usize != slot);
+        self.loading.push(slot as u32);
+        self.generation[slot]
+    }
+
+    /// Replica-seconds paid for (all of the run's once [`Fleet::push_metrics`] has run).
+    pub(super) fn replica_seconds(&self) -> f64 {
+        self.replica_seconds
     }
 
     /// Request `id` arrived with these sizes.
@@ -317,18 +337,19 @@ impl ClusterSim<'_> {
             f.started += 1;
             let generation = f.generation[slot];
             let rep = &mut self.replicas[slot];
-            debug_assert!(!rep.has_work() && !rep.busy(), "an off replica has no work");
+            // (A step from before a crash may still be running, void: `failures.rs`.)
+            debug_assert!(!rep.has_work(), "an off replica has no work");
             rep.cold_start(self.tier_spec.as_ref());
             self.queue.push(now + load, Event::Loaded { slot: slot as u32, generation });
+            self.arm_crash(now, slot);
         }
     }
 
     /// Cancels loading replicas (newest first), then drains ready ones (newest first).
     fn scale_down(&mut self, now: SimTime, mut n: u32) -> Result<(), RunError> {
-        let f = self.fleet.as_mut().expect("fleet");
         while n > 0 {
-            let Some(slot) = f.loading.pop() else { break };
-            f.off(slot as usize, now);
+            let Some(slot) = self.fleet.as_mut().expect("fleet").loading.pop() else { break };
+            self.slot_off(now, slot as usize);
             n -= 1;
         }
         while n > 0 && self.routable.len() > 1 {
@@ -343,10 +364,10 @@ impl ClusterSim<'_> {
 
     /// A draining replica with nothing left goes off at `now`.
     pub(super) fn drained_if_idle(&mut self, now: SimTime, slot: usize) {
-        let Some(f) = self.fleet.as_mut() else { return };
+        let Some(f) = self.fleet.as_ref() else { return };
         let rep: &Replica = &self.replicas[slot];
         if f.slots[slot] == Slot::Draining && !rep.busy() && !rep.has_work() {
-            f.off(slot, now);
+            self.slot_off(now, slot);
         }
     }
 
@@ -360,6 +381,10 @@ impl ClusterSim<'_> {
         f.slots[s] = Slot::Ready;
         f.loading.retain(|&x| x != slot);
         f.last = f.last.max(now);
+        if self.is_down(s) {
+            // Back from a crash (`failures.rs`): its down time ends, its next crash is drawn.
+            self.arm_crash(now, s);
+        }
         self.join_routable(now, slot)
     }
 }

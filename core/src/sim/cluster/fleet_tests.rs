@@ -1,5 +1,6 @@
 //! Autoscaling in whole cluster runs: a scale-up's cold replica and a drain, timed by hand, and
-//! conservation while the fleet changes.
+//! conservation while the fleet changes; crashes in a scaled fleet (a ready replica that loads
+//! again, a draining one that goes, an off slot that cannot crash).
 
 use abi_stable::sabi_trait::TD_Opaque;
 use routelab_policy_api::scaler::Scaler_TO;
@@ -87,7 +88,9 @@ fn run(spec: &ClusterSpec, stream: &RequestStream, scaler: Option<u32>) -> RunOu
     let sched =
         loader.resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler).unwrap();
     let schedulers = crate::runner::make_schedulers(&sched, sm, spec.slots(), 1).unwrap();
-    let mut sim = ClusterSim::build(spec, &resolved, stream, router, schedulers, "newest").unwrap();
+    let mut sim = ClusterSim::build(spec, &resolved, stream, router, schedulers, "newest")
+        .unwrap()
+        .with_failures(spec.failures.as_ref(), 1);
     if let Some(n) = scaler {
         let s = Scaler_TO::from_value(Guarded::new(Fixed(n)), TD_Opaque);
         sim = sim.with_scaler(s, "fixed").unwrap();
@@ -146,9 +149,11 @@ fn a_drained_replica_finishes_what_it_has_and_then_goes() {
     assert_eq!((m.get("scale_downs"), m.get("replicas_started")), (Some(1.0), Some(0.0)));
 }
 
-/// The diurnal preset, shortened, under each built-in scaler: every request finishes exactly once
-/// (the finish's conservation check runs under debug assertions), on a replica that existed, and
-/// the fleet both grew and shrank.
+/// The diurnal preset, shortened, under each built-in scaler, without failures and with random
+/// crashes (mean 60 s a replica, so every slot's lives see several) and a scheduled one: every
+/// request finishes exactly once, or fails (the finish's conservation check runs under debug
+/// assertions), on a replica that existed; the fleet both grew and shrank; with crashes, a
+/// second run with the same seed gives the same figures.
 #[test]
 fn every_request_finishes_once_while_the_fleet_scales() {
     let path =
@@ -156,27 +161,90 @@ fn every_request_finishes_once_while_the_fleet_scales() {
     let mut spec = crate::workload::load(&path).unwrap_or_else(|e| panic!("{e}")).cluster.unwrap();
     spec.arrivals = crate::workload::cluster::Arrivals::Diurnal { rate: 30.0, amplitude: 0.8, period_s: 600.0 };
     spec.duration_s = Some(600.0);
-    for scaler in ["hpa{metric: requests, target: 8}", "dynamo_planner", "llm_d_wva"] {
-        let resolved = StepModels::resolve(&spec).unwrap();
+    let crashes = "{crashes: [{replica: 0, at_s: 100}], mtbf_s: 60, restart_s: 20, max_retries: 2}";
+    let failing = ClusterSpec { failures: Some(serde_norway::from_str(crashes).unwrap()), ..spec.clone() };
+    let run = |spec: &ClusterSpec, scaler: &str| {
+        let resolved = StepModels::resolve(spec).unwrap();
         let sm = &resolved.main;
         let mut loader = Loader::new();
-        let ctx = router_context_for(&spec, &resolved, 1);
+        let ctx = router_context_for(spec, &resolved, 1);
         let router = loader.router(&PolicySpec::parse("least_requests").unwrap(), &ctx).unwrap();
         let sched =
             loader.resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler).unwrap();
         let schedulers = crate::runner::make_schedulers(&sched, sm, spec.slots(), 1).unwrap();
-        let stream = crate::workload::generate::generate(&spec, None, 1).unwrap();
+        let stream = crate::workload::generate::generate(spec, None, 1).unwrap();
         let s = loader.scaler_factory(&PolicySpec::parse(scaler).unwrap()).unwrap();
-        let s = s.scaler(&scaler_context(&spec, &resolved, 1)).unwrap();
-        let out = ClusterSim::build(&spec, &resolved, &stream, router, schedulers, "least_requests")
+        let s = s.scaler(&scaler_context(spec, &resolved, 1)).unwrap();
+        let out = ClusterSim::build(spec, &resolved, &stream, router, schedulers, "least_requests")
             .unwrap()
+            .with_failures(spec.failures.as_ref(), 1)
             .with_scaler(s, scaler)
             .unwrap()
             .run()
             .unwrap();
+        (out, stream.requests.len() as f64)
+    };
+    for scaler in ["hpa{metric: requests, target: 8}", "dynamo_planner", "llm_d_wva"] {
+        let (out, n) = run(&spec, scaler);
         let m = &out.metrics;
-        assert_eq!(m.get("completed"), Some(stream.requests.len() as f64), "{scaler}: {m:?}");
+        assert_eq!(m.get("completed"), Some(n), "{scaler}: {m:?}");
         assert!(out.records.iter().all(|r| r.replica < 10 && r.completed_at_s.is_finite()), "{scaler}");
         assert!(m.get("scale_ups").unwrap() > 0.0 && m.get("scale_downs").unwrap() > 0.0, "{scaler}: {m:?}");
+        let (out, n) = run(&failing, scaler);
+        let m = &out.metrics;
+        let (completed, failed) = (m.get("completed").unwrap(), m.get("failed_requests").unwrap());
+        assert_eq!(completed + failed, n, "{scaler}: {m:?}");
+        assert!(m.get("crashes").unwrap() >= 5.0 && m.get("retried_requests").unwrap() > 0.0, "{scaler}: {m:?}");
+        let availability = m.get("availability").unwrap();
+        assert!(availability > 0.0 && availability < 1.0, "{scaler}: {m:?}");
+        assert!(out.records.iter().all(|r| r.replica < 10), "{scaler}");
+        let (again, _) = run(&failing, scaler);
+        assert_eq!(format!("{:?}", again.metrics), format!("{m:?}"), "{scaler}: same seed, same run");
     }
+}
+
+/// Two ready replicas of at most three, a scaler that keeps two. Slot 1 crashes at 5 s while it
+/// runs a long request (retried on slot 0 at once); slot 2, off, "crashes" at 6 s, which is no
+/// crash. Slot 1 loads again for `restart_s` = 20 s, still paid for and counted as loading, so
+/// the scaler (asking two at 10 and 20 s) starts no replica; it takes requests from 25 s exactly,
+/// cold. Availability is the share of the paid replica-time not down: 1 − 20 / (2 × end).
+#[test]
+fn a_crashed_replica_of_a_scaled_fleet_loads_again_and_is_paid_for() {
+    let scaling = "autoscaling: {scaler: fixed, interval_s: 10, model_load_s: 30, min_replicas: 1, max_replicas: 3}\n\
+                   failures: {crashes: [{replica: 1, at_s: 5}, {replica: 2, at_s: 6}], restart_s: 20}";
+    let spec = spec(2, scaling);
+    let rows = [(0.0, 7, 1000, 2000), (24.9, 8, 500, 1), (25.0, 8, 500, 1)];
+    let out = run(&spec, &stream(&rows), Some(2));
+    let r = &out.records;
+    assert_eq!(r.iter().map(|x| x.replica).collect::<Vec<_>>(), [0, 0, 1], "retried on 0; 1 back at 25 s");
+    assert_eq!(r[2].cached_tokens, 0, "the restarted replica is cold");
+    assert!(r[0].completed_at_s > 25.0, "the long request outlives the restart");
+    let m = &out.metrics;
+    assert_eq!(
+        (m.get("crashes"), m.get("retried_requests"), m.get("failed_requests")),
+        (Some(1.0), Some(1.0), Some(0.0))
+    );
+    assert_eq!((m.get("scale_ups"), m.get("replicas_started")), (Some(0.0), Some(0.0)), "{m:?}");
+    let end = r.iter().map(|x| x.completed_at_s).fold(0.0, f64::max);
+    assert!((m.get("replica_seconds").unwrap() - 2.0 * end).abs() < 1e-6, "{m:?}");
+    assert!((m.get("availability").unwrap() - (1.0 - 20.0 / (2.0 * end))).abs() < 1e-9, "{m:?}");
+}
+
+/// Two replicas; the scaler asks for one at 10 s, so slot 1 drains its long request; it
+/// crashes at 12 s: the request is retried on slot 0, and slot 1 goes at once (it was going),
+/// paid for until 12 s, never down.
+#[test]
+fn a_draining_replica_that_crashes_is_gone() {
+    let extra = format!("{SCALING}\nfailures: {{crashes: [{{replica: 1, at_s: 12}}], restart_s: 20}}");
+    let out = run(&spec(2, &extra), &stream(&[(0.0, 7, 1000, 2000)]), Some(1));
+    let r = &out.records;
+    assert_eq!(r[0].replica, 0, "retried on the replica that stays");
+    let m = &out.metrics;
+    assert_eq!(
+        (m.get("crashes"), m.get("requests_lost"), m.get("retried_requests")),
+        (Some(1.0), Some(1.0), Some(1.0))
+    );
+    let end = r[0].completed_at_s;
+    assert!((m.get("replica_seconds").unwrap() - (end + 12.0)).abs() < 1e-6, "{m:?}");
+    assert_eq!(m.get("availability"), Some(1.0), "{m:?}");
 }

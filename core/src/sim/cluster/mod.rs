@@ -150,8 +150,13 @@ enum Event {
         slot: u32,
         generation: u32,
     },
-    /// A replica crashes (`cluster.failures`), and comes back.
-    Crash(u32),
+    /// A replica crashes (`cluster.failures`): a scheduled crash (`life` is
+    /// [`failures::SCHEDULED`]) or a random one drawn in the slot's `life`th life (void if that
+    /// life has ended since); and it comes back.
+    Crash {
+        slot: u32,
+        life: u32,
+    },
     Restart(u32),
     /// Boxed: rare, and unboxed it would double every queued event's size.
     Evicted(Box<Evicted>),
@@ -394,7 +399,7 @@ impl<'a> ClusterSim<'a> {
                     Event::Release(id) => self.on_release(now, id as usize)?,
                     Event::Scale => self.on_scale(now)?,
                     Event::Loaded { slot, generation } => self.on_loaded(now, slot, generation)?,
-                    Event::Crash(slot) => self.on_crash(now, slot)?,
+                    Event::Crash { slot, life } => self.on_crash(now, slot, life)?,
                     Event::Restart(slot) => self.on_restart(now, slot)?,
                     Event::Evicted(e) => self.on_evicted(e.replica, e.evicted_at, &e.path, e.remaining_tokens)?,
                 }

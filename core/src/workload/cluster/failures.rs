@@ -17,11 +17,12 @@
 //! `[from_s, until_s)` takes `factor` times as long (thermal throttling, a noisy neighbour, a
 //! degraded link). Overlapping slowdowns of one replica multiply.
 //!
-//! Where each runs: crashes on aggregated clusters of single replicas; slowdowns and lost KV
-//! events also on disaggregated (P/D) clusters, where `replica` indexes the instances as the P/D
-//! router's views list them — prefill, then mixed, then decode (a slow prefill instance stretches
-//! prefills, a slow decode instance decode steps; a KV transfer is not slowed). Not with
-//! autoscaling or data-parallel groups.
+//! Where each runs: on aggregated clusters of single replicas, fixed or autoscaled (there
+//! `replica` names a slot, below `max_replicas`; a crash of a slot that is off is ignored);
+//! crashes also on disaggregated (P/D) clusters without mixed instances, slowdowns and lost KV
+//! events with them too, where `replica` indexes the instances as the P/D router's views list
+//! them — prefill, then mixed, then decode (a slow prefill instance stretches prefills, a slow
+//! decode instance decode steps; a KV transfer is not slowed). Not with data-parallel groups.
 //!
 //! Lost KV events: routers that index replicas' caches (`dynamo_kv`, `llm_d`'s precise mode,
 //! `preble`, …) hear of evictions as events on a bus; a lossy one (ZMQ PUB/SUB drops what
@@ -39,7 +40,8 @@ use crate::workload::limits::fits_clock;
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Failures {
-    /// Scheduled crashes: `{replica, at_s}` each (a crash of a replica that is down is ignored).
+    /// Scheduled crashes: `{replica, at_s}` each (a crash of a replica that is down, or with
+    /// autoscaling off, is ignored).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub crashes: Vec<Crash>,
     /// Mean time between failures of each replica, seconds (> 0): after every start a replica's
@@ -72,7 +74,7 @@ fn is_zero(v: &f64) -> bool {
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Slowdown {
-    /// The replica (0-based, as in `replicas`).
+    /// The replica (0-based, as in `replicas`; with autoscaling, a slot below `max_replicas`).
     pub replica: u32,
     /// How many times as long each of its steps takes, in [1, 1000].
     pub factor: f64,
@@ -95,7 +97,7 @@ impl Slowdown {
 #[derive(Deserialize, Serialize, schemars::JsonSchema, Debug, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Crash {
-    /// The replica (0-based, as in `replicas`).
+    /// The replica (0-based, as in `replicas`; with autoscaling, a slot below `max_replicas`).
     pub replica: u32,
     /// When, seconds from the start.
     pub at_s: f64,

@@ -169,8 +169,8 @@ pub struct ClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_per_hour: Option<f64>,
     /// Replica crashes, scheduled and/or random, the restart delay and the retry rule, slow
-    /// replicas and lost KV events (failures.rs; fixed clusters: crashes on P/D too, without
-    /// mixed instances); absent = replicas never fail.
+    /// replicas and lost KV events (failures.rs; crashes on P/D too, without mixed instances,
+    /// and in autoscaled fleets; not with lock-step groups); absent = replicas never fail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failures: Option<failures::Failures>,
     /// Mixed GPUs: pools of replicas, each on its own GPU type and TP degree with its own price

@@ -125,17 +125,17 @@ impl ClusterSpec {
         self.validate_models()?;
         self.validate_pools()?;
         if let Some(f) = &self.failures {
-            f.validate(self.replicas).map_err(|e| e.under("failures"))?;
+            // With autoscaling, `replica` names a slot (up to `max_replicas`).
+            f.validate(self.slots()).map_err(|e| e.under("failures"))?;
             // A crash takes one replica out of the routable set (on a P/D cluster, out of its
-            // pool's candidates); autoscaling's slots, mixed instances (in both pools at once)
-            // and lock-step groups have their own lives that crashes do not model yet. Slowdowns
-            // and lost KV events only stretch steps and drop notices, which every P/D instance
-            // has as an aggregated replica does (`form_step`): they run beside all of these.
+            // pool's candidates; with autoscaling, it loads again); mixed instances (in both
+            // pools at once) and lock-step groups have their own lives that crashes do not model
+            // yet. Slowdowns and lost KV events only stretch steps and drop notices, which every
+            // P/D instance has as an aggregated replica does (`form_step`): they run beside all
+            // of these.
             let crashes = !f.crashes.is_empty() || f.mtbf_s.is_some();
             let mixed = self.disaggregation.as_ref().is_some_and(|d| d.mixed_instances() > 0);
-            let other = if self.autoscaling.is_some() {
-                Some("autoscaling")
-            } else if mixed && crashes {
+            let other = if mixed && crashes {
                 Some("disaggregation.mixed")
             } else if self.lockstep_group() > 1 {
                 Some("data_parallel")
@@ -155,7 +155,7 @@ impl ClusterSpec {
                     )
                 } else {
                     (
-                        format!("failures run on fixed clusters of single replicas, and this one has `{other}`"),
+                        format!("failures run on clusters of single replicas, and this one has `{other}`"),
                         format!("drop `failures:`, or drop `{other}`"),
                     )
                 };
