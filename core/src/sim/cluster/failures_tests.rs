@@ -56,6 +56,11 @@ pub(super) fn stream(rows: &[(f64, u64, u32, u32)]) -> RequestStream {
 
 /// Runs `spec` on `stream` with the `Newest` router, failures as the spec says (seed 1).
 fn run(spec: &ClusterSpec, stream: &RequestStream) -> RunOutcome {
+    run_with(spec, stream, |_| {})
+}
+
+/// [`run`], with `prepare` given the simulator before it runs.
+fn run_with(spec: &ClusterSpec, stream: &RequestStream, prepare: impl FnOnce(&mut ClusterSim<'_>)) -> RunOutcome {
     let resolved = StepModels::resolve(spec).unwrap();
     let sm = &resolved.main;
     let ctx = router_context_for(spec, &resolved, 1);
@@ -66,7 +71,9 @@ fn run(spec: &ClusterSpec, stream: &RequestStream) -> RunOutcome {
         loader.resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler).unwrap();
     let schedulers = crate::runner::make_schedulers(&sched, sm, spec.slots(), 1).unwrap();
     let sim = ClusterSim::build(spec, &resolved, stream, router, schedulers, "newest").unwrap();
-    sim.with_failures(spec.failures.as_ref(), 1).run().unwrap()
+    let mut sim = sim.with_failures(spec.failures.as_ref(), 1);
+    prepare(&mut sim);
+    sim.run().unwrap()
 }
 
 /// Two replicas; a long request (2,000 output tokens) starts at 0 on the newest (slot 1), which
@@ -102,6 +109,25 @@ fn a_request_lost_in_a_crash_is_retried_on_another_replica_or_fails() {
         (m.get("failed_requests"), m.get("completed"), m.get("retried_requests")),
         (Some(1.0), Some(0.0), Some(0.0))
     );
+}
+
+/// A random crash is drawn in one life of its replica and is void once that life has ended:
+/// replica 1 crashes (scheduled) at 5 s and is back at 10 s; a random crash drawn in its first
+/// life (life 0) falling at 20 s is no crash, one drawn in its second (life 1) is. (Before lives,
+/// the first kind fired too, and a scheduled crash doubled the replica's random rate.)
+#[test]
+fn a_random_crash_drawn_in_an_ended_life_is_void() {
+    let spec = spec(2, "failures: {crashes: [{replica: 1, at_s: 5}], restart_s: 5}");
+    let rows = [(0.0, 7, 1000, 2000)];
+    let with_random = |life: u32| {
+        let out = run_with(&spec, &stream(&rows), |sim| {
+            sim.queue.push(ticks(20.0), Event::Crash { slot: 1, life });
+        });
+        assert!(out.records[0].completed_at_s > 20.0, "the run is live at 20 s");
+        out.metrics.get("crashes")
+    };
+    assert_eq!(with_random(0), Some(1.0), "drawn before the scheduled crash: void");
+    assert_eq!(with_random(1), Some(2.0), "drawn after the restart: a crash");
 }
 
 /// A slow replica (`failures.slowdowns`): every step it starts in the window takes `factor` times
