@@ -25,6 +25,13 @@
 //! On a disaggregated cluster a crash takes the instance out of its pool's candidates; what
 //! else it loses, the router's notices and the P/D retry rule are in `pd_failures.rs`.
 //!
+//! In lock-step groups (`lockstep.rs`: the data-parallel engines of a MoE, whose expert layers
+//! are collectives over the group) a crash of any member takes the whole group down: every
+//! member's requests are lost (the router hears them in id order, then each member leave, in
+//! slot order), a group step in flight ends void, and the members come back together
+//! `restart_s` later, joining in slot order. `crashes` counts the group's crash once; each
+//! member draws its own random crashes, so a group of N fails N times as often as a replica.
+//!
 //! In an autoscaled fleet (`fleet.rs`) a crash ends the slot's life as the Kubernetes kubelet
 //! restarting a crashed pod would: a **ready** replica leaves the routable set as above and
 //! loads again — still paid for, counted by the scaler as loading, cancellable by a scale-down
@@ -191,48 +198,73 @@ impl ClusterSim<'_> {
         if ended || self.is_down(s) || state == Some(Slot::Off) || self.done == self.states.len() {
             return Ok(());
         }
-        let rep = &self.replicas[s];
-        let mut lost: Vec<u32> = rep.waiting().iter().chain(rep.running()).copied().collect();
+        // A lock-step group fails whole (its collectives break): every member goes down.
+        let group = self.group_of(s);
+        // Each lost request with the member it was on.
+        let mut lost: Vec<(u32, usize)> = Vec::new();
+        for m in group.clone() {
+            let rep = &self.replicas[m];
+            lost.extend(rep.waiting().iter().chain(rep.running()).map(|&id| (id, m)));
+        }
         // P/D: what else the crash loses (`pd_failures.rs`).
         if self.pd.is_some() {
-            self.pd_crash_losses(s, &mut lost);
+            let mut more = Vec::new();
+            self.pd_crash_losses(s, &mut more);
+            lost.extend(more.into_iter().map(|id| (id, s)));
         }
         lost.sort_unstable();
-        let rep = &self.replicas[s];
-        // What each lost request had streamed, before the replica's state goes.
-        let produced: Vec<u32> = lost.iter().map(|&id| rep.produced_now(&self.states[id as usize])).collect();
+        // What each lost request had streamed, before the replicas' state goes.
+        let produced: Vec<u32> =
+            lost.iter().map(|&(id, m)| self.replicas[m].produced_now(&self.states[id as usize])).collect();
         // The router hears, in id order, of every request lost now (but an orphan lost again on
         // its prefill instance: it heard of that one when it was orphaned) and, on a P/D
         // decode instance, of every request the crash orphans.
         let orphaned = |sim: &Self, id: u32| sim.pd.as_ref().is_some_and(|pd| pd.orphan[id as usize]);
-        let mut notices: Vec<(u32, u32)> =
-            lost.iter().zip(&produced).filter(|&(&id, _)| !orphaned(self, id)).map(|(&id, &out)| (id, out)).collect();
+        let mut notices: Vec<(u32, usize, u32)> = lost
+            .iter()
+            .zip(&produced)
+            .filter(|&(&(id, _), _)| !orphaned(self, id))
+            .map(|(&(id, m), &out)| (id, m, out))
+            .collect();
         if self.pd.is_some() {
             let orphans = self.pd_orphans(s);
-            notices.extend(orphans.into_iter().map(|id| (id, self.states[id as usize].produced)));
+            notices.extend(orphans.into_iter().map(|id| (id, s, self.states[id as usize].produced)));
             notices.sort_unstable();
         }
-        for &(id, out) in &notices {
-            self.abandon(now, id, self.abandoned_index(id, s), out)?;
+        for &(id, m, out) in &notices {
+            self.abandon(now, id, self.abandoned_index(id, m), out)?;
         }
-        // Out of the routable set: the ones above move down one index (a draining or loading
-        // replica of an autoscaled fleet has left it already, or not joined it yet).
+        // Out of the routable set, member by member: the ones above move down one index (a
+        // draining or loading replica of an autoscaled fleet has left it already, or not joined
+        // it yet).
         if state.is_none_or(|st| st == Slot::Ready) {
-            self.leave_routable(now, slot)?;
+            for m in group.clone() {
+                self.leave_routable(now, m as u32)?;
+            }
         }
-        // Cold: a new replica keeps only the counters the summary reads.
-        let was_busy = self.replicas[s].busy();
-        self.replicas[s].cold_restart(self.tier_spec.as_ref());
+        // Cold: a new replica keeps only the counters the summary reads. A step in flight (a
+        // group's: the group was busy) ends void.
+        let was_busy = match self.lockstep {
+            1 => self.replicas[s].busy(),
+            n => self.group_busy[s / n],
+        };
+        for m in group.clone() {
+            self.replicas[m].cold_restart(self.tier_spec.as_ref());
+        }
         let f = self.failures.as_mut().expect("crash events come with failures");
-        f.void_step[s] = was_busy;
-        f.life[s] += 1;
+        for m in group.clone() {
+            f.void_step[m] = was_busy;
+            f.life[m] += 1;
+        }
         f.crashes += 1;
         f.lost += notices.len() as u64;
         let restart = ticks(f.spec.restart_s);
         match state {
-            // A fixed cluster's replica restarts.
+            // A fixed cluster's replica (or group) restarts.
             None => {
-                f.down_since[s] = Some(now);
+                for m in group {
+                    f.down_since[m] = Some(now);
+                }
                 self.queue.push(now + restart, Event::Restart(slot));
             }
             // A draining one was going: it is gone.
@@ -244,13 +276,19 @@ impl ClusterSim<'_> {
                 self.queue.push(now + restart, Event::Loaded { slot, generation });
             }
         }
-        for (&id, &out) in lost.iter().zip(&produced) {
+        for (&(id, _), &out) in lost.iter().zip(&produced) {
             if let Some(pd) = self.pd.as_mut() {
                 pd.orphan[id as usize] = false;
             }
             self.retry_or_fail(now, id as usize, out)?;
         }
         Ok(())
+    }
+
+    /// The slots that fail and restart with `s`: its lock-step group (`s` alone without one).
+    fn group_of(&self, s: usize) -> std::ops::Range<usize> {
+        let first = s - s % self.lockstep;
+        first..first + self.lockstep
     }
 
     /// Request `id`, lost at `now` with `produced` tokens out, is routed again or fails.
@@ -312,12 +350,14 @@ impl ClusterSim<'_> {
         }
     }
 
-    /// Replica `slot` is back at `now`, cold: it takes requests at the top index.
+    /// Replica `slot` (with its lock-step group, member by member) is back at `now`, cold: it
+    /// takes requests at the top index.
     pub(super) fn on_restart(&mut self, now: SimTime, slot: u32) -> Result<(), RunError> {
-        let s = slot as usize;
-        debug_assert!(self.is_down(s), "a restarting replica is down");
-        self.arm_crash(now, s);
-        self.join_routable(now, slot)?;
+        for m in self.group_of(slot as usize) {
+            debug_assert!(self.is_down(m), "a restarting replica is down");
+            self.arm_crash(now, m);
+            self.join_routable(now, m as u32)?;
+        }
         self.release_held(now)
     }
 
@@ -341,6 +381,25 @@ impl ClusterSim<'_> {
             f.up(s, now);
             f.life[s] += 1;
         }
+    }
+
+    /// Group `g`'s step ended at `now`: `true` if it was void (begun before its crash); the
+    /// group, if back up with work, starts its first step.
+    pub(super) fn void_group_step_ended(&mut self, now: SimTime, g: usize) -> Result<bool, RunError> {
+        let group = self.group_of(g * self.lockstep);
+        let Some(f) = self.failures.as_mut() else { return Ok(false) };
+        if !f.void_step[group.start] {
+            return Ok(false);
+        }
+        for m in group.clone() {
+            f.void_step[m] = false;
+            self.replicas[m].void_step_ended();
+        }
+        self.group_busy[g] = false;
+        if !self.is_down(group.start) {
+            self.start_group_step(g, now)?;
+        }
+        Ok(true)
     }
 
     /// A step of `slot` ended at `now`: `true` if it was void (begun before a crash); the

@@ -1,6 +1,6 @@
 //! Replica failures in whole cluster runs: a crash's lost request retried elsewhere (or
-//! failed), a restarted replica's cold cache, a fleet with no replica up, and conservation and
-//! determinism under random crashes.
+//! failed), a restarted replica's cold cache, a fleet with no replica up, a lock-step group
+//! that fails whole, and conservation and determinism under random crashes.
 
 use routelab_policy_api::{Maker, Policy, Replicas, Request, RouterContext, RouterPolicy, Segment};
 
@@ -130,6 +130,29 @@ fn a_random_crash_drawn_in_an_ended_life_is_void() {
     assert_eq!(with_random(1), Some(2.0), "drawn after the restart: a crash");
 }
 
+/// Lock-step groups fail whole: four engines of a MoE in two groups of two; replica 2 (idle)
+/// crashes at 5 s and takes replica 3, its group's other engine, with it, so the long request
+/// on replica 3 (the newest) is lost and retried on replica 1 (the newest left). Both engines
+/// are back at 15 s, at the top indices in slot order, cold: a request at 15 s goes to replica
+/// 3 again. One crash; two engines down 10 s each.
+#[test]
+fn a_lock_step_group_crashes_and_restarts_whole() {
+    let moe = "gpu: rtx-pro-6000\nmodel: qwen3-30b-a3b\nexpert_parallel: 2\ndata_parallel: 2\n\
+               failures: {crashes: [{replica: 2, at_s: 5}], restart_s: 10}";
+    let rows = [(0.0, 7, 1000, 2000), (15.0, 7, 1000, 1)];
+    let out = run(&spec(4, moe), &stream(&rows));
+    let r = &out.records;
+    assert_eq!((r[0].replica, r[1].replica), (1, 3), "retried on the other group; the group back at 15 s");
+    assert!(r[0].completed_at_s > 15.0, "the long request outlives the restart ({})", r[0].completed_at_s);
+    assert_eq!(r[1].cached_tokens, 0, "the restarted engine is cold");
+    let m = &out.metrics;
+    let got = ["crashes", "requests_lost", "retried_requests", "failed_requests"].map(|k| m.get(k));
+    assert_eq!(got, [Some(1.0), Some(1.0), Some(1.0), Some(0.0)], "{m:?}");
+    let end = r[0].completed_at_s.max(r[1].completed_at_s);
+    let want = 1.0 - 2.0 * 10.0 / (4.0 * end);
+    assert!((m.get("availability").unwrap() - want).abs() < 1e-9, "{m:?} vs {want}");
+}
+
 /// A slow replica (`failures.slowdowns`): every step it starts in the window takes `factor` times
 /// as long, so a lone request's TTFT and latency triple under a whole-run factor 3 (to the
 /// nanosecond tick each step rounds to); a window that closes before the request, or factor 1,
@@ -227,12 +250,22 @@ fn a_restarted_replica_comes_back_cold_and_requests_fail_while_none_is_up() {
 }
 
 /// A generated workload under random crashes (MTBF 20 s, restart 5 s, one retry) with a
-/// load-aware and a prefix-aware router: every request completes or fails exactly once (the
-/// finish's conservation check runs under debug assertions), the run replays exactly from its
-/// seed, and another seed crashes differently.
+/// load-aware and a prefix-aware router, on four independent replicas and on four engines of a
+/// MoE in two lock-step groups (a member's crash takes its group): every request completes or
+/// fails exactly once (the finish's conservation check runs under debug assertions), the run
+/// replays exactly from its seed, and another seed crashes differently.
 #[test]
 fn every_request_completes_or_fails_once_under_random_crashes_and_the_seed_replays() {
-    let mut spec = spec(4, "failures: {mtbf_s: 20, restart_s: 5, max_retries: 1}");
+    let moe = "gpu: rtx-pro-6000\nmodel: qwen3-30b-a3b\nexpert_parallel: 2\ndata_parallel: 2\n";
+    for extra in ["", moe] {
+        crashes_conserve(&format!("{extra}failures: {{mtbf_s: 20, restart_s: 5, max_retries: 1}}"));
+    }
+}
+
+/// [`every_request_completes_or_fails_once_under_random_crashes_and_the_seed_replays`] on a
+/// four-replica cluster with `extra` fields.
+fn crashes_conserve(extra: &str) {
+    let mut spec = spec(4, extra);
     spec.generator = serde_norway::from_str(
         "{system_prompt_tokens: 200, contexts: {count: 8, tokens: 800}, suffix_tokens: 50, output_tokens: 200}",
     )

@@ -17,7 +17,8 @@
 //!   dummy step (vLLM's dummy batch runs one decode token);
 //! - a request reaching a member while its group steps waits for the group's next step.
 //!
-//! A member that ran a dummy step counts no busy time.
+//! A member that ran a dummy step counts no busy time. A member's crash (`cluster.failures`)
+//! takes its group down and back whole (`failures.rs`).
 
 use super::{ClusterSim, Event};
 use crate::error::RunError;
@@ -70,6 +71,9 @@ impl ClusterSim<'_> {
     /// Group `g`'s step ends at `now`: every member that ran requests finishes its step, and the
     /// group's next step starts.
     pub(super) fn on_group_step_end(&mut self, now: SimTime, g: usize) -> Result<(), RunError> {
+        if self.void_group_step_ended(now, g)? {
+            return Ok(());
+        }
         for m in g * self.lockstep..(g + 1) * self.lockstep {
             if self.replicas[m].busy() {
                 self.finish_replica_step(now, m)?;

@@ -22,7 +22,8 @@
 //! crashes also on disaggregated (P/D) clusters without mixed instances, slowdowns and lost KV
 //! events with them too, where `replica` indexes the instances as the P/D router's views list
 //! them — prefill, then mixed, then decode (a slow prefill instance stretches prefills, a slow
-//! decode instance decode steps; a KV transfer is not slowed). Not with data-parallel groups.
+//! decode instance decode steps; a KV transfer is not slowed). With lock-step groups
+//! (`data_parallel`), a crash of any member takes its whole group down and back.
 //!
 //! Lost KV events: routers that index replicas' caches (`dynamo_kv`, `llm_d`'s precise mode,
 //! `preble`, …) hear of evictions as events on a bus; a lossy one (ZMQ PUB/SUB drops what

@@ -170,7 +170,8 @@ pub struct ClusterSpec {
     pub cost_per_hour: Option<f64>,
     /// Replica crashes, scheduled and/or random, the restart delay and the retry rule, slow
     /// replicas and lost KV events (failures.rs; crashes on P/D too, without mixed instances,
-    /// and in autoscaled fleets; not with lock-step groups); absent = replicas never fail.
+    /// in autoscaled fleets, and in lock-step groups, which fail whole); absent = replicas never
+    /// fail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failures: Option<failures::Failures>,
     /// Mixed GPUs: pools of replicas, each on its own GPU type and TP degree with its own price
