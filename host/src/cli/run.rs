@@ -53,10 +53,13 @@ pub fn run_prepared(
             memory_mib: common.policy_memory,
         }),
     };
-    // The workload's own check counts one run; -j holds that many at once.
-    for p in &prepared {
-        routelab_core::workload::estimate::check_memory_jobs(&p.workload, opts.jobs)
-            .map_err(|e| InputError::from_field(&p.file, e))?;
+    // The workload's own check counts one run; -j holds that many at once. The policies are those
+    // this command runs (`--policies` or the file's list): each router's own state counts.
+    for planned in &plan {
+        let mut w = planned.prepared.workload.clone();
+        w.policies = planned.specs.iter().map(|s| s.arg.clone()).collect();
+        routelab_core::workload::estimate::check_memory_jobs(&w, opts.jobs)
+            .map_err(|e| InputError::from_field(&planned.prepared.file, e))?;
     }
     let bar = progress_bar(parallel::runs(&plan, &opts));
     let mut done: Vec<WorkloadResult> = Vec::new();
