@@ -73,7 +73,7 @@ fn a_router_that_hears_evictions_is_bounded_by_the_replicas_caches() {
 fn the_largest_listed_router_counts_and_plugins_and_pd_routers_are_read() {
     let base = est("[least_work_left]", N);
     let all = est("[least_work_left, sglang_cache_aware, vllm_prefix_aware]", N);
-    assert!(VLLM_PREFIX_AWARE > SGLANG_CACHE_AWARE);
+    const { assert!(VLLM_PREFIX_AWARE > SGLANG_CACHE_AWARE) };
     close(all.bytes - base.bytes, VLLM_PREFIX_AWARE * N);
     assert_eq!(all.router_state.as_ref().map(|r| r.0.as_str()), Some("vllm_prefix_aware"));
     assert_eq!(all.runs, 3);
