@@ -356,8 +356,9 @@ pub fn check_memory_scaled(w: &Workload, have: f64, jobs: usize) -> Result<(), F
                 ),
                 format!(
                     "lower {policy}'s bound in its config (e.g. sglang_cache_aware{{max_tree_tokens: N}}, \
-                     vllm_prefix_aware{{max_chunks: N}}; docs/performance.md, \"Bounded router state\"), \
-                     run fewer at once (-j 1), or leave it out"
+                     vllm_prefix_aware{{max_chunks: N}}; docs/performance.md, \"Bounded router state\"){}, \
+                     or leave it out",
+                    if at_once > 1 { ", run fewer at once (-j 1)" } else { "" }
                 ),
             ));
         }
