@@ -478,6 +478,8 @@ fn validate(file: &Path, trace: Option<PathBuf>) -> Result<i32> {
         checks::policy_builds(&mut loader, &runner::prepare(v, file)?, file)?;
     }
     let prepared = runner::prepare(w, file)?;
+    // The file's policies' own state counts here (loading left it to the command that runs them).
+    workload::estimate::check_memory(&prepared.workload).map_err(|e| InputError::from_field(file, e))?;
     // Everything but the resolved workload is a comment: `validate X > w.yaml` round-trips.
     let shown = routelab_core::builtin::shown(&file.display().to_string()).into_owned();
     println!("# {shown}: ok ({} world)", prepared.workload.world().as_str());

@@ -314,9 +314,22 @@ fn builtin_config(name: &str, config: &str) -> Option<serde_norway::Mapping> {
     Some(cfg)
 }
 
-/// Refuses a workload whose estimated run cannot fit in this machine's memory.
+/// Refuses a workload whose estimated run cannot fit in this machine's memory, its listed
+/// routers' own state counted (`routelab validate`; a run counts the policies it runs with
+/// [`check_memory_jobs`]).
 pub fn check_memory(w: &Workload) -> Result<(), FieldError> {
     check_memory_within(w, machine_memory_bytes())
+}
+
+/// [`check_memory`] with routers' state aside: what loading a workload checks, since the
+/// policies a command runs may not be the file's list (`--policies`).
+pub fn check_base_memory(w: &Workload) -> Result<(), FieldError> {
+    check_base_memory_within(w, machine_memory_bytes())
+}
+
+/// [`check_base_memory`] on a machine with `have` bytes.
+pub fn check_base_memory_within(w: &Workload, have: f64) -> Result<(), FieldError> {
+    check_memory_within(&Workload { policies: Vec::new(), ..w.clone() }, have)
 }
 
 /// [`check_memory`] for `jobs` runs at once (`-j`): each holds its own run's memory.

@@ -122,7 +122,7 @@ impl Workload {
         if let Some(c) = &self.compound {
             c.validate().map_err(|e| e.under("compound"))?;
         }
-        estimate::check_memory(self)
+        estimate::check_base_memory(self)
     }
 }
 
