@@ -111,7 +111,8 @@ impl<'a> ClusterSim<'a> {
                 s.set_infos(infos.clone());
             }
         }
-        let mut queue = EventQueue::new();
+        // Step ends wait in one slot per replica, outside the heap (`EventQueue::with_slots`).
+        let mut queue = EventQueue::with_slots(n, Event::StepEnd);
         if scrape_interval.is_some() {
             // The first scrape at time 0, before any arrival (events run before arrivals at a tie).
             queue.push(SimTime::ZERO, Event::Scrape);

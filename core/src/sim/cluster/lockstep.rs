@@ -20,7 +20,7 @@
 //! A member that ran a dummy step counts no busy time. A member's crash (`cluster.failures`)
 //! takes its group down and back whole (`failures.rs`).
 
-use super::{ClusterSim, Event};
+use super::ClusterSim;
 use crate::error::RunError;
 use crate::step_model::{Pricer, Step};
 use crate::time::{SimTime, ticks};
@@ -64,7 +64,7 @@ impl ClusterSim<'_> {
             }
         }
         self.group_busy[g] = true;
-        self.queue.push(now + t, Event::StepEnd((g * self.lockstep) as u32));
+        self.queue.push_slot(now + t, (g * self.lockstep) as u32);
         Ok(())
     }
 

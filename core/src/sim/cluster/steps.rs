@@ -95,7 +95,7 @@ impl ClusterSim<'_> {
         if let Some(d) = self.form_step(r, now)? {
             let t = ticks(d).max(SimTime::TICK);
             self.replicas[r].step_began(now, t);
-            self.queue.push(now + t, Event::StepEnd(r as u32));
+            self.queue.push_slot(now + t, r as u32);
         }
         Ok(())
     }
