@@ -173,6 +173,11 @@ impl<E, T: Clock> EventQueue<E, T> {
 
     /// The earliest event (FIFO among equal times).
     pub fn pop(&mut self) -> Option<(T, E)> {
+        if self.slots.len == 0 {
+            let (at, event) = self.heap.pop().map(|Reverse(k)| (k.at, k.event))?;
+            self.now = at;
+            return Some((at, event));
+        }
         let top = self.heap.peek().map(|Reverse(k)| (k.at, k.seq));
         let (at, event) = match self.slots.first() {
             Some((i, key)) if top.is_none_or(|t| key < t) => {
@@ -188,6 +193,9 @@ impl<E, T: Clock> EventQueue<E, T> {
     /// Time of the earliest event.
     pub fn peek_time(&self) -> Option<T> {
         let top = self.heap.peek().map(|Reverse(k)| k.at);
+        if self.slots.len == 0 {
+            return top;
+        }
         match self.slots.first() {
             Some((_, (at, _))) => Some(top.map_or(at, |t| t.min(at))),
             None => top,

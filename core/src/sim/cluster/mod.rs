@@ -5,9 +5,9 @@
 //! ends and delayed eviction notices, keyed (time, sequence) in integer nanoseconds; an event at
 //! the same time as an arrival runs first, so the router sees every step that has ended. A replica
 //! that has work runs steps back to back; an idle one starts a step when a request arrives.
-//! A replica's step end waits in its own slot of the queue, outside the heap
-//! ([`EventQueue::with_slots`]): popped in the same (time, sequence) order as any event, without
-//! the heap push and pop that each step used to cost.
+//! On up to 16 replicas, a replica's step end waits in its own slot of the queue, outside the
+//! heap ([`EventQueue::with_slots`]): popped in the same (time, sequence) order as any event,
+//! without the heap push and pop that each step used to cost.
 //! Calls of agent sessions (`generator.session`) that wait for other calls are not arrivals of
 //! the stream: when the last of their parents completes, an [`Event::Release`] is queued a tool
 //! pause later, and the call arrives then (closed loop: its arrival time depends on the policy).
