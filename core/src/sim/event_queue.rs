@@ -143,6 +143,7 @@ impl<E, T: Clock> EventQueue<E, T> {
     /// In the checked profile, asserts that `at` is on the clock: neither the clock's last tick
     /// (where a saturated `seconds → ticks` lands) nor before the current time (where a wrapped
     /// `now + duration` lands).
+    #[inline]
     pub fn push(&mut self, at: T, event: E) {
         let seq = self.next_seq(at);
         self.heap.push(Reverse(Keyed { at, seq, event }));
@@ -150,6 +151,7 @@ impl<E, T: Clock> EventQueue<E, T> {
 
     /// Schedules `slot_event(key)` at `at`, as [`EventQueue::push`] would (same order), in the
     /// key's slot when it is free, else in the heap.
+    #[inline]
     pub fn push_slot(&mut self, at: T, key: u32) {
         let seq = self.next_seq(at);
         let i = key as usize;
@@ -161,6 +163,7 @@ impl<E, T: Clock> EventQueue<E, T> {
     }
 
     /// The sequence number of an event scheduled at `at` (checked as [`EventQueue::push`] says).
+    #[inline]
     fn next_seq(&mut self, at: T) -> u64 {
         debug_assert!(
             at >= self.now && at < T::MAX,
@@ -172,6 +175,7 @@ impl<E, T: Clock> EventQueue<E, T> {
     }
 
     /// The earliest event (FIFO among equal times).
+    #[inline]
     pub fn pop(&mut self) -> Option<(T, E)> {
         if self.slots.len == 0 {
             let (at, event) = self.heap.pop().map(|Reverse(k)| (k.at, k.event))?;
@@ -191,6 +195,7 @@ impl<E, T: Clock> EventQueue<E, T> {
     }
 
     /// Time of the earliest event.
+    #[inline]
     pub fn peek_time(&self) -> Option<T> {
         let top = self.heap.peek().map(|Reverse(k)| k.at);
         if self.slots.len == 0 {
