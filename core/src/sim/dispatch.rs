@@ -47,7 +47,7 @@ const TICKS: f64 = 1e9;
 
 /// Units (mean service times) → ticks, rounded to the nearest tick.
 fn to_ticks(units: f64) -> Ticks {
-    (units * TICKS).round().max(0.0) as Ticks
+    crate::time::round_to_u64(units * TICKS)
 }
 
 /// Ticks → units (mean service times).
