@@ -53,6 +53,8 @@ mod class_tests;
 mod contexts;
 #[cfg(test)]
 mod decision_log_tests;
+#[cfg(test)]
+mod decode_step_tests;
 mod failures;
 #[cfg(test)]
 mod failures_tests;

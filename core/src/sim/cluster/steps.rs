@@ -18,10 +18,28 @@ impl ClusterSim<'_> {
         if self.void_step_ended(now, r)? {
             return Ok(());
         }
-        self.finish_replica_step(now, r)?;
-        self.start_step(r, now)?;
-        self.drained_if_idle(now, r);
+        if !self.next_decode_step(now, r) {
+            self.finish_replica_step(now, r)?;
+            self.start_step(r, now)?;
+            self.drained_if_idle(now, r);
+        }
         self.release_held(now)
+    }
+
+    /// Replica `r`'s step that ended at `now` was a plain decode step, and so is its next
+    /// ([`super::replica::Replica::next_decode_step`]): the next one starts; `false` (nothing
+    /// done) when the general path must run. It completed nothing, and the replica stays busy,
+    /// so nothing else of the general path applies.
+    fn next_decode_step(&mut self, now: SimTime, r: usize) -> bool {
+        let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, r);
+        let Some(step) = self.replicas[r].next_decode_step(now, &self.cfgs[pool], &self.pricers[pool]) else {
+            return false;
+        };
+        self.audit_cache(r);
+        let step = self.slowed(r, now, step);
+        self.queue_evictions(r, now);
+        self.begin_step(r, now, step);
+        true
     }
 
     /// Replica `r`'s step ended at `now`: its finished requests complete (or hand off).
@@ -42,12 +60,18 @@ impl ClusterSim<'_> {
             // Memory freed: handed-off requests waiting for it may start their transfers.
             self.start_transfers(now, r);
         }
-        // The O(nodes) check every max(256, nodes) steps (a power of two): O(1) per step.
+        self.audit_cache(r);
+        Ok(())
+    }
+
+    /// The O(nodes) check of replica `r`'s cache every max(256, nodes) steps (a power of two):
+    /// O(1) per step. Debug builds only.
+    fn audit_cache(&self, r: usize) {
         #[cfg(debug_assertions)]
         if self.replicas[r].steps() % (self.replicas[r].cache().nodes() as u64).max(256).next_power_of_two() == 0 {
             self.replicas[r].cache().check();
         }
-        Ok(())
+        let _ = r;
     }
 
     /// Request `id` finished on replica `r` at `now`: the router hears of it (on a disaggregated
@@ -93,11 +117,16 @@ impl ClusterSim<'_> {
             return self.start_group_step(r / self.lockstep, now);
         }
         if let Some(d) = self.form_step(r, now)? {
-            let t = ticks(d).max(SimTime::TICK);
-            self.replicas[r].step_began(now, t);
-            self.queue.push_slot(now + t, r as u32);
+            self.begin_step(r, now, d);
         }
         Ok(())
+    }
+
+    /// Replica `r`'s step of `d` seconds starts at `now`: its end is queued.
+    fn begin_step(&mut self, r: usize, now: SimTime, d: f64) {
+        let t = ticks(d).max(SimTime::TICK);
+        self.replicas[r].step_began(now, t);
+        self.queue.push_slot(now + t, r as u32);
     }
 
     /// Forms replica `r`'s step at `now` and returns its duration (`None`: nothing to run);
@@ -109,12 +138,28 @@ impl ClusterSim<'_> {
         let remote = self.remote_tier.as_mut();
         let step =
             rep.start_step_tiered(now, &self.stream, &mut self.states, cfg, pricer, &mut self.schedulers[r], remote)?;
-        // A slow replica's step takes longer (`failures.slowdowns`; × 1 leaves it exact).
-        let step = match &self.failures {
-            Some(f) => step.map(|d| d * f.slow_factor(r, now)),
-            None => step,
-        };
-        for ev in rep.drain_evictions() {
+        let step = step.map(|d| self.slowed(r, now, d));
+        self.queue_evictions(r, now);
+        Ok(step)
+    }
+
+    /// A step of `d` seconds that replica `r` starts at `now`, as long as a slow replica's
+    /// takes (`failures.slowdowns`; × 1 leaves it exact).
+    fn slowed(&self, r: usize, now: SimTime, d: f64) -> f64 {
+        match &self.failures {
+            Some(f) => d * f.slow_factor(r, now),
+            None => d,
+        }
+    }
+
+    /// Queues the notices of the cuts replica `r`'s cache made for the step starting at `now`
+    /// (each lost with `failures.kv_event_loss`).
+    fn queue_evictions(&mut self, r: usize, now: SimTime) {
+        // Most steps cut nothing, or nothing the router hears of: no drain to build and drop.
+        if !self.replicas[r].has_evictions() {
+            return;
+        }
+        for ev in self.replicas[r].drain_evictions() {
             if self.failures.as_mut().is_some_and(|f| f.loses_kv_event()) {
                 continue;
             }
@@ -126,6 +171,5 @@ impl ClusterSim<'_> {
             }));
             self.queue.push(now + self.eviction_delay, event);
         }
-        Ok(step)
     }
 }

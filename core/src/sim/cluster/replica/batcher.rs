@@ -10,6 +10,8 @@
 //! Finishing it: chunks advance and mark cache nodes computed; a request whose prefill completes
 //! emits its first token (TTFT) and starts decoding; decoders finish after exactly
 //! `output − produced` more steps (a heap keyed by step, so a step costs O(changes), not O(batch)).
+//! A plain decode step — the last one prefilled nothing and finished nobody, nothing waits — is
+//! ended and the next formed in one call (`next_decode_step`): most steps of a long decode.
 
 use super::{Phase, Replica, ReplicaConfig, States, reserve_tokens};
 use crate::error::RunError;
@@ -218,6 +220,45 @@ impl Replica {
             Some(load_s) if load_s > 0.0 => step_s + load_s,
             _ => step_s,
         }))
+    }
+
+    /// The step that ended at `now` if it was a plain decode step, and the next one formed: the
+    /// whole of [`Replica::finish_step`] and [`Replica::start_step_tiered`] when the ended step
+    /// had no prefill chunk and finished no request, nothing waits or prefills, and the decode
+    /// batch finds its KV room without preempting (no tiers, no adapters). Returns the next
+    /// step's duration, or `None`, having changed nothing, when the general path must run.
+    /// Most steps of a long decode are such steps; this one skips the general path's checks and
+    /// scratch lists (the same arithmetic in the same order: `decode_steps_are_the_general_path`
+    /// runs both on the same replicas).
+    pub(in crate::sim::cluster) fn next_decode_step(
+        &mut self,
+        now: SimTime,
+        cfg: &ReplicaConfig,
+        pricer: &Pricer,
+    ) -> Option<f64> {
+        let need = self.decoding as u64;
+        let plain = need > 0
+            && self.chunks.is_empty()
+            && self.waiting.is_empty()
+            && self.prefilling.is_empty()
+            && self.tiers.is_none()
+            && self.lora.is_none()
+            && self.finishing.peek().is_none_or(|&std::cmp::Reverse((at, _, _))| at > self.steps + 1)
+            && self.cache.pinned_tokens() + self.private_tokens + need <= cfg.kv_capacity_tokens;
+        if !plain {
+            return None;
+        }
+        // `finish_step` without chunks or finishers.
+        self.steps += 1;
+        self.decode_context_tokens += self.decode_batch as u64;
+        self.outstanding_work -= self.decode_batch as u64;
+        self.last_finish = (now, 0);
+        // `form_step` with nothing to admit or prefill.
+        self.make_room(need, cfg);
+        self.decode_batch = self.decoding;
+        self.private_tokens += need;
+        debug_assert!(self.kv_used_tokens() <= cfg.kv_capacity_tokens, "replica {}: KV used exceeds capacity", self.id);
+        Some(pricer.step_time_s(&Step::mixed(need, self.decode_context_tokens, &[])))
     }
 
     /// Tokens of the step just formed: one per decoding request plus every chunk's.

@@ -155,6 +155,12 @@ impl Replica {
         self.evictions.drain(..)
     }
 
+    /// Whether the last step caused evictions to hand over (a cheap check before draining).
+    #[inline]
+    pub(in crate::sim::cluster) fn has_evictions(&self) -> bool {
+        !self.evictions.is_empty()
+    }
+
     /// The running step ended: its loads from the KV tiers (if any) are no longer in flight.
     #[inline]
     pub(in crate::sim::cluster) fn tier_loads_ended(&mut self, remote: Option<&mut KvTier>) {
