@@ -169,7 +169,7 @@ impl Policy for Preble {
         Ok(Self {
             model,
             kv_capacity_tokens: ctx.kv_capacity_tokens,
-            tree: PrefixTree::new(n),
+            tree: PrefixTree::without_hash_index(n),
             members: Members::new(n),
             routable: Vec::with_capacity(n),
             replicas: (0..n)

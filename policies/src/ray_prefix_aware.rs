@@ -123,7 +123,7 @@ impl Policy for RayPrefixAware {
         let n = ctx.replica_count();
         Ok(Self {
             rng: policy_rng(ctx.seed),
-            tree: PrefixTree::new(n),
+            tree: PrefixTree::without_hash_index(n),
             queue: vec![0; n],
             matches: vec![0; n],
             members: Members::new(n),

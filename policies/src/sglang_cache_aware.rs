@@ -144,7 +144,7 @@ impl Policy for SglangCacheAware {
         Ok(Self {
             next_eviction_at: cfg.eviction_interval_s,
             cfg,
-            tree: PrefixTree::new(n),
+            tree: PrefixTree::without_hash_index(n),
             in_flight: vec![0; n],
             members: Members::new(n),
             matches: vec![0; n],

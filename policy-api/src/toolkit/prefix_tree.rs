@@ -2,10 +2,13 @@
 //! private, its items are re-exported from `toolkit`).
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::Segment;
+
+mod node;
+use node::Node;
 
 /// Index of a node in a [`PrefixTree`]. The root is never returned.
 pub type NodeId = u32;
@@ -41,78 +44,6 @@ impl Hasher for IdentityHasher {
 /// Parent of a collected node (its slot waits in the free list).
 const DEAD: NodeId = NodeId::MAX;
 
-#[derive(Clone, Debug)]
-struct Node {
-    segment: Segment,
-    parent: NodeId,
-    /// Hash of the segment ids from the root to this node.
-    path_hash: u64,
-    /// Tokens of the segments above this node.
-    context_tokens: u64,
-    children: BTreeMap<u64, NodeId>,
-    /// The replicas with a stake in this node, by replica index: an entry exists while the
-    /// replica holds tokens of it or holds any of its children.
-    holds: Vec<Hold>,
-}
-
-/// One replica's stake in a node.
-#[derive(Clone, Copy, Debug)]
-struct Hold {
-    replica: u32,
-    /// Tokens of the node's segment held (0 only for the root, which holds nothing itself).
-    tokens: u32,
-    /// Children this replica holds (a held node with none is that replica's leaf).
-    held_children: u32,
-    /// Last access (the tree's counter).
-    used: u64,
-}
-
-impl Node {
-    fn hold(&self, r: usize) -> Option<&Hold> {
-        let i = self.holds.binary_search_by_key(&r, |h| h.replica as usize).ok()?;
-        Some(&self.holds[i])
-    }
-
-    /// Replica `r`'s entry, created empty if it has none.
-    fn hold_mut(&mut self, r: usize) -> &mut Hold {
-        let i = match self.holds.binary_search_by_key(&r, |h| h.replica as usize) {
-            Ok(i) => i,
-            Err(i) => {
-                let replica = u32::try_from(r).expect("replica indices fit in u32 (RouterContext::replicas)");
-                // Most nodes (a request's unique tail) are held by one replica: room for one
-                // entry, not the four a first push reserves (72 bytes less per such node).
-                if self.holds.capacity() == 0 {
-                    self.holds.reserve_exact(1);
-                }
-                self.holds.insert(i, Hold { replica, tokens: 0, held_children: 0, used: 0 });
-                i
-            }
-        };
-        &mut self.holds[i]
-    }
-
-    /// Drops replica `r`'s entry once it holds neither the node nor any child.
-    fn prune(&mut self, r: usize) {
-        if let Ok(i) = self.holds.binary_search_by_key(&r, |h| h.replica as usize) {
-            if self.holds[i].tokens == 0 && self.holds[i].held_children == 0 {
-                self.holds.remove(i);
-            }
-        }
-    }
-
-    fn held(&self, r: usize) -> u32 {
-        self.hold(r).map_or(0, |h| h.tokens)
-    }
-
-    fn used(&self, r: usize) -> u64 {
-        self.hold(r).map_or(0, |h| h.used)
-    }
-
-    fn held_children(&self, r: usize) -> u32 {
-        self.hold(r).map_or(0, |h| h.held_children)
-    }
-}
-
 /// A segment-level prefix tree shared by all replicas, recording which replicas hold each node.
 ///
 /// A node is one [`Segment`] (a system prompt, a document, a question); a path from the root is a
@@ -131,7 +62,9 @@ impl Node {
 /// Each node also carries its *path hash* — a 64-bit hash of the segment ids from the root down to
 /// it ([`extend_path_hash`] from [`ROOT_PATH_HASH`]) — and the tokens above it, so a router can key
 /// per-prefix statistics by node without walking to the root, and look a node up (or release it)
-/// by hash, as engines that publish block-hash removal events address them.
+/// by hash, as engines that publish block-hash removal events address them. The lookup by hash
+/// costs a hash-map entry a node (≈ 20–40 bytes, a sixth of a node's memory); a router that never
+/// looks nodes up by hash makes its tree [`PrefixTree::without_hash_index`].
 ///
 /// # Example
 ///
@@ -181,21 +114,20 @@ pub struct PrefixTree {
     /// Per replica: its leaves by (last use, id), least recent first.
     leaves: Vec<BTreeSet<(u64, NodeId)>>,
     clock: u64,
-    /// Live nodes by path hash.
-    by_hash: HashMap<u64, NodeId, BuildHasherDefault<IdentityHasher>>,
+    /// Live nodes by path hash (`None`: made [`Self::without_hash_index`]).
+    by_hash: Option<HashMap<u64, NodeId, BuildHasherDefault<IdentityHasher>>>,
 }
 
 impl PrefixTree {
     /// An empty tree (just the root) over `replicas` replicas.
     pub fn new(replicas: usize) -> Self {
-        let root = Node {
-            segment: Segment { id: u64::MAX, tokens: 0 },
-            parent: ROOT,
-            path_hash: ROOT_PATH_HASH,
-            context_tokens: 0,
-            children: BTreeMap::new(),
-            holds: Vec::new(),
-        };
+        Self { by_hash: Some(HashMap::default()), ..Self::without_hash_index(replicas) }
+    }
+
+    /// [`Self::new`] without the index of nodes by path hash: everything works the same but
+    /// [`Self::find_hash`] and [`Self::release_hash`], which panic; a node costs that much less.
+    pub fn without_hash_index(replicas: usize) -> Self {
+        let root = Node::new(Segment { id: u64::MAX, tokens: 0 }, ROOT, ROOT_PATH_HASH, 0);
         Self {
             replicas,
             nodes: vec![root],
@@ -203,13 +135,18 @@ impl PrefixTree {
             held_tokens: vec![0; replicas],
             leaves: vec![BTreeSet::new(); replicas],
             clock: 0,
-            by_hash: HashMap::default(),
+            by_hash: None,
         }
     }
 
     /// The number of replicas the tree tracks.
     pub fn replicas(&self) -> usize {
         self.replicas
+    }
+
+    /// Nodes in the tree (the root not counted): one per distinct prefix some replica holds.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len() - 1 - self.free.len()
     }
 
     /// Tokens replica `r` holds in the tree.
@@ -219,7 +156,7 @@ impl PrefixTree {
 
     /// The segment of a node.
     pub fn segment(&self, node: NodeId) -> Segment {
-        self.nodes[node as usize].segment
+        self.nodes[node as usize].segment()
     }
 
     /// The hash of the path from the root to `node` (see [`extend_path_hash`]).
@@ -234,12 +171,17 @@ impl PrefixTree {
 
     /// The live node whose path hashes to `hash`, if any. (Two paths with the same 64-bit hash
     /// would share an entry, the later one winning; at 2^-64 per pair this is left to chance.)
+    ///
+    /// # Panics
+    ///
+    /// On a tree made [`Self::without_hash_index`].
     pub fn find_hash(&self, hash: u64) -> Option<NodeId> {
-        self.by_hash.get(&hash).copied()
+        let by_hash = self.by_hash.as_ref().expect("find_hash on a tree made without_hash_index");
+        by_hash.get(&hash).copied()
     }
 
     /// [`Self::release`] of the node with path hash `hash`: a hash-addressed removal event.
-    /// Unknown hashes are ignored. Returns the tokens released.
+    /// Unknown hashes are ignored. Returns the tokens released. Panics as `find_hash` does.
     pub fn release_hash(&mut self, hash: u64, r: usize, remaining: u32) -> u64 {
         match self.find_hash(hash) {
             Some(n) => self.release(n, r, remaining),
@@ -260,7 +202,7 @@ impl PrefixTree {
 
     /// Replicas holding any of `node`, in index order.
     pub fn holders(&self, node: NodeId) -> impl Iterator<Item = usize> + '_ {
-        self.nodes[node as usize].holds.iter().filter(|h| h.tokens > 0).map(|h| h.replica as usize)
+        self.nodes[node as usize].holds.as_slice().iter().filter(|h| h.tokens > 0).map(|h| h.replica as usize)
     }
 
     fn is_leaf(&self, node: NodeId, r: usize) -> bool {
@@ -277,13 +219,13 @@ impl PrefixTree {
     }
 
     fn child(&mut self, parent: NodeId, seg: Segment) -> NodeId {
-        if let Some(&c) = self.nodes[parent as usize].children.get(&seg.id) {
+        if let Some(c) = self.nodes[parent as usize].child(seg.id) {
             return c;
         }
         let up = &self.nodes[parent as usize];
         let path_hash = extend_path_hash(up.path_hash, seg.id);
-        let context_tokens = up.context_tokens + if parent == ROOT { 0 } else { u64::from(up.segment.tokens) };
-        let n = Node { segment: seg, parent, path_hash, context_tokens, children: BTreeMap::new(), holds: Vec::new() };
+        let context_tokens = up.context_tokens + if parent == ROOT { 0 } else { u64::from(up.segment_tokens) };
+        let n = Node::new(seg, parent, path_hash, context_tokens);
         let id = match self.free.pop() {
             Some(id) => {
                 self.nodes[id as usize] = n;
@@ -294,8 +236,10 @@ impl PrefixTree {
                 (self.nodes.len() - 1) as NodeId
             }
         };
-        self.nodes[parent as usize].children.insert(seg.id, id);
-        self.by_hash.insert(path_hash, id);
+        self.nodes[parent as usize].add_child(seg.id, id);
+        if let Some(by_hash) = &mut self.by_hash {
+            by_hash.insert(path_hash, id);
+        }
         id
     }
 
@@ -340,7 +284,7 @@ impl PrefixTree {
         let mut node = ROOT;
         let mut total = 0;
         for seg in path {
-            let Some(&c) = self.nodes[node as usize].children.get(&seg.id) else { break };
+            let Some(c) = self.nodes[node as usize].child(seg.id) else { break };
             let held = self.nodes[c as usize].held(r);
             total += held;
             if held < seg.tokens {
@@ -359,11 +303,11 @@ impl PrefixTree {
         let mut whole = 0u32;
         let mut node = ROOT;
         for seg in path {
-            let Some(&c) = self.nodes[node as usize].children.get(&seg.id) else { break };
+            let Some(c) = self.nodes[node as usize].child(seg.id) else { break };
             // Replicas without an entry hold none of it: their count stays behind `whole`, unless
             // the segment is empty, which every replica still matching holds whole.
             let mut any_whole = seg.tokens == 0;
-            for h in &self.nodes[c as usize].holds {
+            for h in self.nodes[c as usize].holds.as_slice() {
                 let count = &mut out[h.replica as usize];
                 if *count == whole {
                     *count += h.tokens;
@@ -384,8 +328,8 @@ impl PrefixTree {
         let mut total = 0;
         let mut deepest = None;
         for seg in path {
-            let Some(&c) = self.nodes[node as usize].children.get(&seg.id) else { break };
-            if seg.tokens > 0 && !self.nodes[c as usize].holds.iter().any(|h| h.tokens >= seg.tokens) {
+            let Some(c) = self.nodes[node as usize].child(seg.id) else { break };
+            if seg.tokens > 0 && !self.nodes[c as usize].holds.as_slice().iter().any(|h| h.tokens >= seg.tokens) {
                 break;
             }
             total += seg.tokens;
@@ -399,7 +343,7 @@ impl PrefixTree {
     pub fn find(&self, path: &[Segment]) -> Option<NodeId> {
         let mut node = ROOT;
         for seg in path {
-            node = *self.nodes[node as usize].children.get(&seg.id)?;
+            node = self.nodes[node as usize].child(seg.id)?;
         }
         (node != ROOT).then_some(node)
     }
@@ -410,12 +354,12 @@ impl PrefixTree {
         let mut freed = 0u64;
         // The subtree below first, deepest first: a replica cannot keep a suffix without all of
         // its prefix, whether the node goes wholly or in part.
-        let mut stack: Vec<NodeId> = self.nodes[node as usize].children.values().copied().collect();
+        let mut stack: Vec<NodeId> = self.nodes[node as usize].children().collect();
         let mut order = Vec::new();
         while let Some(n) = stack.pop() {
             if self.nodes[n as usize].held(r) > 0 {
                 order.push(n);
-                stack.extend(self.nodes[n as usize].children.values().copied());
+                stack.extend(self.nodes[n as usize].children());
             }
         }
         for &n in order.iter().rev() {
@@ -425,10 +369,10 @@ impl PrefixTree {
             freed += self.drop_hold(node, r);
         } else {
             let n = &mut self.nodes[node as usize];
-            if let Some(i) = n.holds.iter().position(|h| h.replica as usize == r) {
-                let before = n.holds[i].tokens;
-                n.holds[i].tokens = remaining.min(before);
-                let cut = u64::from(before - n.holds[i].tokens);
+            if let Some(h) = n.holds.as_mut_slice().iter_mut().find(|h| h.replica as usize == r) {
+                let before = h.tokens;
+                h.tokens = remaining.min(before);
+                let cut = u64::from(before - h.tokens);
                 self.held_tokens[r] -= cut;
                 freed += cut;
             }
@@ -463,13 +407,15 @@ impl PrefixTree {
     fn collect(&mut self, mut node: NodeId) {
         while node != ROOT {
             let n = &self.nodes[node as usize];
-            if n.parent == DEAD || !n.children.is_empty() || n.holds.iter().any(|h| h.tokens > 0) {
+            if n.parent == DEAD || n.has_children() || n.holds.as_slice().iter().any(|h| h.tokens > 0) {
                 return;
             }
-            let (parent, id, hash) = (n.parent, n.segment.id, n.path_hash);
-            self.nodes[parent as usize].children.remove(&id);
-            if self.by_hash.get(&hash) == Some(&node) {
-                self.by_hash.remove(&hash);
+            let (parent, id, hash) = (n.parent, n.segment_id, n.path_hash);
+            self.nodes[parent as usize].remove_child(id);
+            if let Some(by_hash) = &mut self.by_hash {
+                if by_hash.get(&hash) == Some(&node) {
+                    by_hash.remove(&hash);
+                }
             }
             self.nodes[node as usize].parent = DEAD;
             self.free.push(node);
@@ -555,24 +501,28 @@ impl PrefixTree {
         let mut live = 0;
         let mut stack = vec![ROOT];
         while let Some(n) = stack.pop() {
-            for &c in self.nodes[n as usize].children.values() {
+            for c in self.nodes[n as usize].children() {
                 let (up, node) = (&self.nodes[n as usize], &self.nodes[c as usize]);
-                assert_eq!(node.path_hash, extend_path_hash(up.path_hash, node.segment.id), "path hash of {c}");
-                let above = if n == ROOT { 0 } else { u64::from(up.segment.tokens) };
+                assert_eq!(node.path_hash, extend_path_hash(up.path_hash, node.segment_id), "path hash of {c}");
+                let above = if n == ROOT { 0 } else { u64::from(up.segment_tokens) };
                 assert_eq!(node.context_tokens, up.context_tokens + above, "context of {c}");
-                assert_eq!(self.by_hash.get(&node.path_hash), Some(&c), "node {c} by its hash");
+                if let Some(by_hash) = &self.by_hash {
+                    assert_eq!(by_hash.get(&node.path_hash), Some(&c), "node {c} by its hash");
+                }
                 live += 1;
                 stack.push(c);
             }
         }
-        assert_eq!(self.by_hash.len(), live, "only live nodes are found by hash");
+        if let Some(by_hash) = &self.by_hash {
+            assert_eq!(by_hash.len(), live, "only live nodes are found by hash");
+        }
         for r in 0..self.replicas {
             let mut total = 0u64;
             let mut leaves = BTreeSet::new();
             let mut stack = vec![ROOT];
             while let Some(n) = stack.pop() {
                 let node = &self.nodes[n as usize];
-                let held_children = node.children.values().filter(|&&c| self.nodes[c as usize].held(r) > 0).count();
+                let held_children = node.children().filter(|&c| self.nodes[c as usize].held(r) > 0).count();
                 assert_eq!(held_children, node.held_children(r) as usize, "held children of {n} on {r}");
                 if let Some(h) = node.hold(r) {
                     assert!(h.tokens > 0 || h.held_children > 0, "empty entry of {r} kept on node {n}");
@@ -584,7 +534,7 @@ impl PrefixTree {
                     }
                     assert!(node.held(r) > 0 || held_children == 0, "node {n} unheld on {r} but has held children");
                 }
-                stack.extend(node.children.values().copied());
+                stack.extend(node.children());
             }
             assert_eq!(total, self.held_tokens[r], "held tokens on {r}");
             assert_eq!(leaves, self.leaves[r], "leaves of {r}");

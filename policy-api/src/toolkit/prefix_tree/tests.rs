@@ -102,21 +102,26 @@ fn bookkeeping_survives_a_random_workout() {
     use rand::{RngExt, SeedableRng};
     let mut rng = rand::rngs::Xoshiro256PlusPlus::seed_from_u64(5);
     let mut t = PrefixTree::new(4);
+    // The same operations on a tree without the hash index give the same answers.
+    let mut lean = PrefixTree::without_hash_index(4);
     for i in 0..3000u64 {
         let r = rng.random_range(0..4);
         let doc = rng.random_range(0..30u64);
         let path = [seg(1, 13), seg(100 + doc, 50 + doc as u32), seg(10_000 + i % 7, 9)];
         match rng.random_range(0..10) {
             0..=5 => {
-                t.insert(&path, r);
+                assert_eq!(t.insert(&path, r), lean.insert(&path, r));
             }
             6 | 7 => {
-                t.evict_lru(r, rng.random_range(1..200));
+                let tokens = rng.random_range(1..200);
+                assert_eq!(t.evict_lru(r, tokens), lean.evict_lru(r, tokens));
             }
             _ => {
-                t.release_path(&path[..2], r, rng.random_range(0..3));
+                let remaining = rng.random_range(0..3);
+                assert_eq!(t.release_path(&path[..2], r, remaining), lean.release_path(&path[..2], r, remaining));
             }
         }
+        assert_eq!(t.node_count(), lean.node_count());
         let mut each = [0; 4];
         t.match_each(&path, &mut each);
         for (k, &m) in each.iter().enumerate() {
@@ -128,7 +133,43 @@ fn bookkeeping_survives_a_random_workout() {
             let mut copy = t.clone();
             let planned: u64 = plan.iter().map(|(_, k)| *k as u64).sum();
             assert_eq!(copy.evict_lru(r, 300), planned, "plan and eviction agree");
+            lean.check();
+            assert_eq!(lean.plan_eviction(r, 300), plan);
         }
     }
     t.check();
+}
+
+#[test]
+fn a_node_takes_64_bytes_with_its_one_holder_inline() {
+    // The layout docs/performance.md's figures rest on ("sglang_cache_aware's day").
+    assert_eq!(std::mem::size_of::<node::Hold>(), 20);
+    assert_eq!(std::mem::size_of::<node::Holds>(), 24);
+    assert_eq!(std::mem::size_of::<node::Node>(), 64);
+}
+
+#[test]
+fn holders_move_inline_and_back_as_replicas_come_and_go() {
+    let mut t = PrefixTree::without_hash_index(3);
+    let (sys, q) = (seg(1, 10), seg(2, 5));
+    t.insert(&[sys, q], 2);
+    t.insert(&[sys, q], 0);
+    t.insert(&[sys], 1);
+    let node = t.find(&[sys, q]).unwrap();
+    assert_eq!(t.holders(node).collect::<Vec<_>>(), [0, 2], "in replica order whatever the order of insertion");
+    assert_eq!(t.evict_lru(2, 1), 5);
+    assert_eq!(t.holders(node).collect::<Vec<_>>(), [0]);
+    assert!(matches!(t.nodes[node as usize].holds, node::Holds::One(_)), "one holder left: inline again");
+    assert_eq!(t.node_count(), 2);
+    assert_eq!(t.evict_lru(0, 15), 15);
+    assert_eq!(t.node_count(), 1, "the question is collected; replica 1 still holds the system prompt");
+    t.check();
+}
+
+#[test]
+#[should_panic(expected = "without_hash_index")]
+fn a_tree_without_the_hash_index_refuses_lookups_by_hash() {
+    let mut t = PrefixTree::without_hash_index(1);
+    t.insert(&[seg(1, 10)], 0);
+    t.find_hash(extend_path_hash(ROOT_PATH_HASH, 1));
 }
