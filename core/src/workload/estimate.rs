@@ -190,19 +190,22 @@ pub fn estimate_with(w: &Workload, requests: Option<usize>) -> Estimate {
 // auto` measured 80 B: its LRUs were full). max_affinity, threshold_affinity and least_work_left
 // measured 0; vllm_loadaware 33 B and chwbl 23 B, in-flight counts and a request-rate window
 // that a run bounds by its requests in flight and its arrival rate, so they count as nothing
-// (docs/performance.md, "Bounded router state").
+// (docs/performance.md, "Bounded router state"). The three toolkit-tree routers were measured
+// again after its nodes shrank (`routelab bench --routers 'sglang_cache_aware,ray_prefix_aware,
+// preble' --runs 1 --warmup 0`, checked build of cbee7c2: 258 → 172, 258 → 172, 374 → 289;
+// docs/performance.md, "sglang_cache_aware's day").
 
 /// `sglang_cache_aware`: a node of its approximate tree a prompt.
-const SGLANG_CACHE_AWARE: f64 = 258.0;
+const SGLANG_CACHE_AWARE: f64 = 172.0;
 /// `preble`: its global tree's node and holder set a prompt.
-const PREBLE: f64 = 374.0;
+const PREBLE: f64 = 289.0;
 /// `vllm_prefix_aware`: 7 trie nodes (32-token chunks) a prompt.
 const VLLM_PREFIX_AWARE: f64 = 870.0;
 /// `vllm_prefix_aware`'s bytes a trie node with its recency entry (700,009 nodes), for its
 /// `max_chunks` bound.
 const VLLM_PREFIX_AWARE_NODE: f64 = 124.0;
 /// `ray_prefix_aware`: a node of its tree a prompt.
-const RAY_PREFIX_AWARE: f64 = 258.0;
+const RAY_PREFIX_AWARE: f64 = 172.0;
 /// `dynamo_kv` with `prefix_state: events` (its default): the block index, 14 new 16-token
 /// blocks a prompt.
 const DYNAMO_KV_EVENTS: f64 = 449.0;

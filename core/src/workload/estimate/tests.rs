@@ -29,7 +29,7 @@ fn a_prefix_tree_router_adds_its_bytes_a_prompt_over_a_load_router() {
     let base = est("[least_work_left]", N);
     let tree = est("[sglang_cache_aware]", N);
     assert_eq!(base.router_state, None, "least_work_left keeps nothing per prompt");
-    // 235 B × 100,000 prompts = 23.5 MB; the default bound (2^26 tokens × 8 replicas) is far off.
+    // 172 B × 100,000 prompts = 17.2 MB; the default bound (2^26 tokens × 8 replicas) is far off.
     close(tree.bytes - base.bytes, SGLANG_CACHE_AWARE * N);
     assert!(tree.bytes - base.bytes > 10e6, "{tree:?} {base:?}");
     assert_eq!(tree.router_state.as_ref().map(|r| r.0.as_str()), Some("sglang_cache_aware"));
@@ -87,7 +87,7 @@ fn the_largest_listed_router_counts_and_plugins_and_pd_routers_are_read() {
 #[test]
 fn the_line_says_what_router_state_it_counts() {
     let tree = est("[least_work_left, sglang_cache_aware]", N).to_string();
-    assert!(tree.contains("includes sglang_cache_aware's own state, 26 MB"), "{tree}");
+    assert!(tree.contains("includes sglang_cache_aware's own state, 17 MB"), "{tree}");
     assert!(!tree.contains("not counted"), "{tree}");
     let base = est("[least_work_left]", N).to_string();
     assert!(base.contains("none of the listed built-ins keeps any per prompt"), "{base}");
@@ -106,7 +106,7 @@ fn a_router_state_over_the_budget_is_refused_on_its_policy_with_its_bound_as_the
     // Loading counts no router's state: `--policies least_work_left` may run the same file.
     assert!(check_base_memory_within(&w, 50e6).is_ok());
     assert!(e.fix.contains("max_chunks") && !e.fix.contains("-j 1"), "{e:?}");
-    // Two runs at once (-j 2) of a router that fits alone (≈ 33 MB of run and 25.8 MB of tree
+    // Two runs at once (-j 2) of a router that fits alone (≈ 33 MB of run and 17.2 MB of tree
     // under 80 MB): its state twice breaks the budget, the rest twice does not.
     let w = cluster("[least_work_left, \"sglang_cache_aware\"]");
     assert!(check_memory_scaled(&w, 100e6, 1).is_ok());
