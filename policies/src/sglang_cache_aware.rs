@@ -22,10 +22,11 @@
 //!
 //! Upstream's bound is the same (`sgl-router/src/policies/tree.rs` @ 026f853b,
 //! `evict_tenant_by_size`, called by a thread every `eviction_interval_secs`): LRU leaves per
-//! tenant until it holds at most `max_tree_size` characters. At the default 2^26 a tool_use
-//! replica reaches it after ≈ 300k requests, so memory grows by ≈ 220 bytes per request until then
-//! (docs/performance.md); a smaller `max_tree_tokens` bounds it sooner but changes decisions once
-//! it trims.
+//! tenant until it holds at most `max_tree_size` characters (the trim goes down to the bound, not
+//! below it). At the default 2^26 a tool_use replica reaches it after ≈ 300k requests, so memory
+//! grows by a tree node, ≈ 137 bytes, per request until then (docs/performance.md,
+//! "sglang_cache_aware's day"); a smaller `max_tree_tokens` bounds it sooner but changes decisions
+//! once it trims. The tree is made without the toolkit's hash index, which it never reads.
 //!
 //! Parameters (defaults): `cache_threshold` 0.5, `balance_abs_threshold` 8,
 //! `balance_rel_threshold` 1.5, `eviction_interval_s` 120, `max_tree_tokens` 67,108,864,
