@@ -87,6 +87,10 @@ fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() 
     assert!(!ties(&root).contains("fn argmax_random_tie") && !ties(&root).contains("fn draw_tie"));
     assert!(ties(&root).contains("pub fn argmin_random_tie"), "0.5.0's helper was cut");
     assert!(!toolkit(&root).contains("pub use ties::{"), "the re-export was not cut");
+    // 0.5.12: `PrefixTree::without_hash_index` and `node_count` beside 0.5.0's `new`.
+    let tree = |dir: &std::path::Path| read(dir, "toolkit/prefix_tree.rs");
+    assert!(tree(&current).contains("pub fn without_hash_index") && !tree(&root).contains("fn without_hash_index"));
+    assert!(!tree(&root).contains("fn node_count") && tree(&root).contains("pub fn new(replicas: usize)"));
     let (_, minor, _) = api_version();
     for file in [
         "lib.rs",
@@ -100,6 +104,7 @@ fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() 
         "signals.rs",
         "toolkit/mod.rs",
         "toolkit/ties.rs",
+        "toolkit/prefix_tree.rs",
     ] {
         assert!(
             !read(&root, file).contains(&format!("// since 0.{minor}.")),

@@ -121,12 +121,26 @@ pub struct PrefixTree {
 impl PrefixTree {
     /// An empty tree (just the root) over `replicas` replicas.
     pub fn new(replicas: usize) -> Self {
-        Self { by_hash: Some(HashMap::default()), ..Self::without_hash_index(replicas) }
+        Self::empty(replicas, Some(HashMap::default()))
     }
 
-    /// [`Self::new`] without the index of nodes by path hash: everything works the same but
-    /// [`Self::find_hash`] and [`Self::release_hash`], which panic; a node costs that much less.
+    // since 0.5.12 {
+    /// Added in 0.5.12. [`Self::new`] without the index of nodes by path hash: everything works
+    /// the same but [`Self::find_hash`] and [`Self::release_hash`], which panic; a node costs
+    /// that much less.
     pub fn without_hash_index(replicas: usize) -> Self {
+        Self::empty(replicas, None)
+    }
+
+    /// Added in 0.5.12. Nodes in the tree (the root not counted): one per distinct prefix some
+    /// replica holds.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len() - 1 - self.free.len()
+    }
+    // } since 0.5.12
+
+    /// An empty tree (just the root), with or without the index by path hash.
+    fn empty(replicas: usize, by_hash: Option<HashMap<u64, NodeId, BuildHasherDefault<IdentityHasher>>>) -> Self {
         let root = Node::new(Segment { id: u64::MAX, tokens: 0 }, ROOT, ROOT_PATH_HASH, 0);
         Self {
             replicas,
@@ -135,18 +149,13 @@ impl PrefixTree {
             held_tokens: vec![0; replicas],
             leaves: vec![BTreeSet::new(); replicas],
             clock: 0,
-            by_hash: None,
+            by_hash,
         }
     }
 
     /// The number of replicas the tree tracks.
     pub fn replicas(&self) -> usize {
         self.replicas
-    }
-
-    /// Nodes in the tree (the root not counted): one per distinct prefix some replica holds.
-    pub fn node_count(&self) -> usize {
-        self.nodes.len() - 1 - self.free.len()
     }
 
     /// Tokens replica `r` holds in the tree.
