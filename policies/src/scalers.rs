@@ -1,7 +1,12 @@
-//! Scalers (policy-api 0.5.4): every `autoscaling.interval_s`, the desired replica count of the
-//! (one) pool, from its ready replicas' views and the fleet facts (`facts::fleet`). The host
-//! clamps the answer to `[min_replicas, max_replicas]`, starts new replicas (routable after
-//! `model_load_s`, cold) and drains removed ones.
+//! Scalers (policy-api 0.5.4): every `autoscaling.interval_s`, the desired replica count of each
+//! pool (one on an aggregated cluster; prefill then decode on a disaggregated one), from its
+//! ready replicas' views and the fleet facts (`facts::fleet`). The host clamps each answer to
+//! the pool's `[min_replicas, max_replicas]`, starts new replicas (routable after
+//! `model_load_s`, cold) and drains removed ones. `hpa` and `llm_d_wva` run their rule on each
+//! pool apart, as one HPA or one WVA variant per Deployment would (upstream llm-d deploys the
+//! prefill and decode workers as separate Deployments); `dynamo_planner` sizes the prefill pool
+//! from the prefill load and the decode pool from the decode load, as upstream's disaggregated
+//! planner does.
 //!
 //! - [`Hpa`] (`hpa`): the Kubernetes Horizontal Pod Autoscaler's rule on a per-replica metric,
 //!   with its tolerance, its treatment of not-yet-ready pods and its stabilisation windows.
@@ -66,8 +71,8 @@ fn kv_use(v: &ReplicaView) -> f64 {
 /// per replica) or `waiting`. "Current" is ready + loading (the Deployment's `spec.replicas`).
 pub struct Hpa {
     config: HpaConfig,
-    /// (time, recommendation), the last `max(window)` seconds' worth.
-    history: VecDeque<(f64, u32)>,
+    /// Per pool: (time, recommendation), the last `max(window)` seconds' worth.
+    history: Vec<VecDeque<(f64, u32)>>,
     decisions: u64,
 }
 
@@ -118,7 +123,7 @@ impl Policy for Hpa {
         if !(config.tolerance >= 0.0) || !(config.scale_up_window_s >= 0.0) || !(config.scale_down_window_s >= 0.0) {
             return Err("tolerance and the windows must be ≥ 0".into());
         }
-        Ok(Self { config, history: VecDeque::new(), decisions: 0 })
+        Ok(Self { config, history: Vec::new(), decisions: 0 })
     }
 }
 
@@ -157,19 +162,32 @@ impl Hpa {
 impl ScalerPolicy for Hpa {
     fn desired(&mut self, now: f64, pools: &[Pool<'_>]) -> Vec<u32> {
         self.decisions += 1;
-        let pool = &pools[0];
+        if self.history.len() < pools.len() {
+            self.history.resize(pools.len(), VecDeque::new());
+        }
+        (0..pools.len()).map(|k| self.desired_of(now, k, &pools[k])).collect()
+    }
+    fn report(&self) -> Vec<(String, f64)> {
+        vec![("decisions".into(), self.decisions as f64)]
+    }
+}
+
+impl Hpa {
+    /// Steps 1–5 for pool `k` (each pool has its own recommendations' history).
+    fn desired_of(&mut self, now: f64, k: usize, pool: &Pool<'_>) -> u32 {
         let current = pool.fact(fleet::REPLICAS) as u32;
         if pool.replicas.is_empty() {
-            return vec![current];
+            return current;
         }
         let rec = self.recommend(pool);
         let keep = self.config.scale_up_window_s.max(self.config.scale_down_window_s);
-        while self.history.front().is_some_and(|&(t, _)| t < now - keep) {
-            self.history.pop_front();
+        let history = &mut self.history[k];
+        while history.front().is_some_and(|&(t, _)| t < now - keep) {
+            history.pop_front();
         }
-        self.history.push_back((now, rec));
+        history.push_back((now, rec));
         let (mut up, mut down) = (rec, rec);
-        for &(t, r) in &self.history {
+        for &(t, r) in history.iter() {
             if t > now - self.config.scale_up_window_s {
                 up = up.min(r);
             }
@@ -178,10 +196,7 @@ impl ScalerPolicy for Hpa {
             }
         }
         let stabilised = current.max(up).min(down);
-        vec![stabilised.min((2 * current).max(current + 4))]
-    }
-    fn report(&self) -> Vec<(String, f64)> {
-        vec![("decisions".into(), self.decisions as f64)]
+        stabilised.min((2 * current).max(current + 4))
     }
 }
 
@@ -203,7 +218,9 @@ impl ScalerPolicy for Hpa {
 ///   (`decode_tokens_per_s` / d_correction)), at least `min_endpoint`.
 ///
 /// routelab: an aggregated replica does both phases, so the two engine-time shares add before
-/// the one ceiling (upstream sizes a prefill and a decode pool apart, a ceiling each). The
+/// the one ceiling; on a disaggregated cluster (two pools) each pool is sized apart, a ceiling
+/// each, as upstream does: prefill = ceil(prefill load / `prefill_tokens_per_s`), decode =
+/// ceil(decode load / corrected decode capacity), each at least `min_endpoint`. The
 /// profile (`prefill_tokens_per_s`, `decode_tokens_per_s`, `expected_ttft_s`, `expected_itl_s`)
 /// is what Dynamo's pre-deployment profiler measures; a correction needs both its observed and
 /// expected figures (0 = off), and an interval without completions (TTFT or ITL NaN) keeps the
@@ -228,7 +245,8 @@ impl ScalerPolicy for Hpa {
 /// them at the last ISL and concurrency.
 pub struct DynamoPlanner {
     config: DynamoConfig,
-    last: Option<u32>,
+    /// The last answer (one count per pool).
+    last: Option<Vec<u32>>,
     p_correction: f64,
     d_correction: f64,
 }
@@ -292,13 +310,18 @@ impl ScalerPolicy for DynamoPlanner {
         let rate = pool.fact(fleet::ARRIVAL_RATE);
         let (isl, osl) = (pool.fact(fleet::PROMPT_TOKENS_MEAN), pool.fact(fleet::OUTPUT_TOKENS_MEAN));
         if !(rate > 0.0 && isl.is_finite() && osl.is_finite()) {
-            return vec![self.last.unwrap_or(pool.fact(fleet::REPLICAS) as u32)];
+            let current = || pools.iter().map(|p| p.fact(fleet::REPLICAS) as u32).collect();
+            return self.last.clone().unwrap_or_else(current);
         }
         let prefill = rate * isl * self.p_correction.min(1.0) / c.prefill_tokens_per_s;
         let decode = rate * osl / (c.decode_tokens_per_s / self.d_correction.max(f64::MIN_POSITIVE));
-        let n = ((prefill + decode).ceil() as u32).max(c.min_endpoint);
-        self.last = Some(n);
-        vec![n]
+        let n = |load: f64| (load.ceil() as u32).max(c.min_endpoint);
+        let answer = match pools.len() {
+            1 => vec![n(prefill + decode)],
+            _ => vec![n(prefill), n(decode)],
+        };
+        self.last = Some(answer.clone());
+        answer
     }
     fn report(&self) -> Vec<(String, f64)> {
         vec![("p_correction".into(), self.p_correction), ("d_correction".into(), self.d_correction)]
@@ -334,7 +357,8 @@ impl ScalerPolicy for DynamoPlanner {
 /// `num_requests_waiting`, upstream's `QueueLength`).
 pub struct LlmDWva {
     config: WvaConfig,
-    target: Option<u32>,
+    /// Per pool: the last target.
+    target: Vec<Option<u32>>,
 }
 
 /// Configuration of [`LlmDWva`] (upstream's `capacity-scaling-config` defaults).
@@ -364,22 +388,31 @@ impl Policy for LlmDWva {
     type Config = WvaConfig;
     type Context = ScalerContext;
     fn new(config: WvaConfig, _: &ScalerContext) -> Result<Self, String> {
-        Ok(Self { config, target: None })
+        Ok(Self { config, target: Vec::new() })
     }
 }
 
 impl ScalerPolicy for LlmDWva {
     fn desired(&mut self, _now: f64, pools: &[Pool<'_>]) -> Vec<u32> {
-        let pool = &pools[0];
+        if self.target.len() < pools.len() {
+            self.target.resize(pools.len(), None);
+        }
+        (0..pools.len()).map(|k| self.desired_of(k, &pools[k])).collect()
+    }
+}
+
+impl LlmDWva {
+    /// The analysis of pool `k` (a variant of its own).
+    fn desired_of(&mut self, k: usize, pool: &Pool<'_>) -> u32 {
         let c = &self.config;
         let ready = pool.replicas.len() as u32;
         if ready == 0 {
             let current = pool.fact(fleet::REPLICAS) as u32;
-            self.target = Some(current);
-            return vec![current];
+            self.target[k] = Some(current);
+            return current;
         }
-        if let Some(t) = self.target.filter(|_| pool.fact(fleet::LOADING_REPLICAS) > 0.0) {
-            return vec![t];
+        if let Some(t) = self.target[k].filter(|_| pool.fact(fleet::LOADING_REPLICAS) > 0.0) {
+            return t;
         }
         let saturated =
             |v: &ReplicaView| kv_use(v) >= c.kv_cache_threshold || v.waiting as f64 >= c.queue_length_threshold;
@@ -405,8 +438,8 @@ impl ScalerPolicy for LlmDWva {
         } else {
             ready
         };
-        self.target = Some(t);
-        vec![t]
+        self.target[k] = Some(t);
+        t
     }
 }
 

@@ -303,3 +303,33 @@ fn wva_preserves_its_target_while_replicas_load() {
     assert_eq!(ask(&mut w, 30.0, &kvq(&[(0, 0); 3]), &facts(3, 0, &[])), 2);
     assert_eq!(ask(&mut wva(), 0.0, &[], &facts(2, 2, &[])), 2);
 }
+
+/// One decision of `s` at `now` for two pools (prefill, decode), each `(views, facts)`.
+fn ask_two<S: ScalerPolicy>(s: &mut S, now: f64, pools: [(&[ReplicaView], &[Fact]); 2]) -> Vec<u32> {
+    let pools = pools.map(|(v, f)| Pool { replicas: Replicas::new(v), facts: RSlice::from_slice(f) });
+    s.desired(now, &pools)
+}
+
+/// Two pools (a disaggregated cluster: prefill, decode), each sized apart.
+///
+/// - `dynamo_planner`, default profile, 10 req/s, ISL 2,000, OSL 300: prefill ceil(10 × 2000 /
+///   8000 = 2.5) = 3, decode ceil(10 × 300 / 1500 = 2.0) = 2 (one pool would add them: 5).
+/// - `hpa` on requests, target 8: prefill 2 ready at [9, 9] (ratio 1.125: ceil(2.25) = 3), decode
+///   4 ready at [8, 8, 8, 9] (ratio 33/32, inside the tolerance: keep 4). At t = 15 the prefill
+///   pool drops to [0, 0, 0] (its own recommendation 0; its own window holds 3), while the
+///   decode pool's history is its own: [16, 16, 16, 16] → ceil(2 × 4) = 8.
+/// - `llm_d_wva`: prefill 2 ready, both saturated (queue 6 ≥ 5): +1 = 3; decode 3 ready, idle
+///   (spare KV 0.8, queue 5; one fewer leaves both above their triggers): −1 = 2.
+#[test]
+fn each_scaler_sizes_two_pools_apart() {
+    let nan = f64::NAN;
+    let f = load(2, 10.0, 2000.0, 300.0, nan, nan);
+    assert_eq!(ask_two(&mut planner(DynamoConfig::default()), 0.0, [(&[], &f), (&[], &f)]), [3, 2]);
+    let mut h = hpa_requests();
+    let (p, d) = (queued(&[9, 9]), queued(&[8, 8, 8, 9]));
+    assert_eq!(ask_two(&mut h, 0.0, [(&p, &facts(2, 0, &[])), (&d, &facts(4, 0, &[]))]), [3, 4]);
+    let (p, d) = (queued(&[0, 0, 0]), queued(&[16; 4]));
+    assert_eq!(ask_two(&mut h, 15.0, [(&p, &facts(3, 0, &[])), (&d, &facts(4, 0, &[]))]), [3, 8]);
+    let (p, d) = (kvq(&[(0, 6), (0, 6)]), kvq(&[(0, 0), (0, 0), (0, 0)]));
+    assert_eq!(ask_two(&mut wva(), 0.0, [(&p, &facts(2, 0, &[])), (&d, &facts(3, 0, &[]))]), [3, 2]);
+}
