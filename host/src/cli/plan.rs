@@ -232,7 +232,8 @@ fn scalers(a: &Args, w: &Workload) -> Result<Vec<Option<String>>, InputError> {
                 return Err(flag_error(
                     "--scalers",
                     "",
-                    "a disaggregated cluster's pools are fixed: autoscaling runs on aggregated clusters only",
+                    "plan sizes one pool, and a disaggregated cluster's pools scale apart (`autoscaling.pools`), \
+                     which plan does not search",
                     "drop --scalers, or pass --scalers none",
                 ));
             }

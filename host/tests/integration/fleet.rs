@@ -126,6 +126,53 @@ fn every_aggregated_router_survives_crashes_and_scaling() {
     }
 }
 
+/// The P/D autoscaling preset shortened to a 4-minute day with an eager scaler (a 5 s interval,
+/// a 10 s model load): both pools grow from 2 + 2 and drain again.
+pub(crate) fn pd_day(scaler: &str) -> String {
+    std::fs::read_to_string(workspace().join("workloads/cluster/pd/autoscaling.yaml"))
+        .unwrap()
+        .replace("    scaler: dynamo_planner\n", &format!("    scaler: \"{scaler}\"\n"))
+        .replace("interval_s: 15", "interval_s: 5")
+        .replace("model_load_s: 60", "model_load_s: 10")
+        .replace("period_s: 1200}", "period_s: 240}")
+        .replace("duration_s: 1200", "duration_s: 240")
+        .replace("seeds: 3", "seeds: 1")
+}
+
+/// Every P/D built-in router, linked, through the scaled P/D day (instances joining and leaving
+/// each pool's candidates), with and without random crashes: each run ends every request, with
+/// no answer out of range, and the fleet both grew and shrank.
+#[test]
+fn every_pd_router_survives_both_pools_scaling() {
+    let mut loader = routelab_core::plugin::Loader::new();
+    let routers: Vec<String> = loader
+        .list(None)
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.kind == routelab_policy_api::PolicyKind::Router && l.name.starts_with("pd_"))
+        .map(|l| l.name)
+        .collect();
+    assert!(routers.len() >= 6, "{routers:?}");
+    let day = pd_day("dynamo_planner");
+    let failing =
+        day.replace("  generator:\n", "  failures: {mtbf_s: 60, restart_s: 10, max_retries: 2}\n  generator:\n");
+    for (yaml, name) in [(day, "pd_day.yaml"), (failing, "pd_failing_day.yaml")] {
+        let w = compare_text(&yaml, name, &routers);
+        // As `each_ended_once`, with the requests a P/D router rejects (`pd_mooncake` under
+        // overload) counted beside the served and the failed.
+        let mut arrived = None;
+        for r in &w.results {
+            assert!(r.error.is_none(), "{name}: {}: {:?}", r.policy, r.error);
+            let m = &r.per_seed[0];
+            let n = |k: &str| m.get(k).unwrap_or(0.0);
+            assert_eq!((n("unfinished"), n("completed")), (0.0, n("requests")), "{name}: {}: {m:?}", r.policy);
+            let all = n("requests") + n("failed_requests") + n("rejected");
+            assert_eq!(*arrived.get_or_insert(all), all, "{name}: {}: {m:?}", r.policy);
+            assert!(m.get("scale_ups") > Some(0.0) && m.get("scale_downs") > Some(0.0), "{name}: {}: {m:?}", r.policy);
+        }
+    }
+}
+
 /// `routelab compare FILE --policies round_robin` on `yaml` fails with exit 2 naming each of `wanted`.
 fn refused(name: &str, yaml: &str, wanted: &[&str]) {
     let f = fixture("fleet", name);

@@ -81,7 +81,17 @@ impl<'a> ClusterSim<'a> {
         };
         // On a disaggregated cluster the tiers sit under the instances that prefill (prefill-only
         // and mixed): a decode-only instance's cache holds what transfers bring.
-        let tiered = |r: u32| pools.as_ref().is_none_or(|(d, ..)| r < d.prefill.instances + d.mixed_instances());
+        // With autoscaling each pool has its `max_replicas` slots (prefill first), the first
+        // `instances` of each up at the start.
+        let pd_slots = spec
+            .autoscaling
+            .as_ref()
+            .and_then(|a| a.pools.as_ref())
+            .map(|p| (p.prefill.max_replicas, p.decode.max_replicas));
+        let prefill_slots = |d: &crate::workload::cluster::disaggregation::Disaggregation| {
+            pd_slots.map_or(d.prefill.instances, |(p, _)| p)
+        };
+        let tiered = |r: u32| pools.as_ref().is_none_or(|(d, ..)| r < prefill_slots(d) + d.mixed_instances());
         let mut replicas: Vec<Replica> = (0..n as u32)
             .map(|r| match &spec.kv_tiers {
                 Some(t) if tiered(r) => {
@@ -148,7 +158,7 @@ impl<'a> ClusterSim<'a> {
                 gpu: gpu_pools.iter().map(|m| m.pricer).collect(),
             },
             gpu_pool: spec.replica_pools(),
-            pd: pools.map(|(d, _, dm, _)| Pd::new(d, dm.cost.kv_bytes_per_token, dm.model.layers, total)),
+            pd: pools.map(|(d, _, dm, _)| Pd::new(d, pd_slots, dm.cost.kv_bytes_per_token, dm.model.layers, total)),
             eviction_delay: ticks(spec.eviction_delay_s),
             horizon: last_arrival.saturating_add(ticks(spec.drain_s)),
             router,
@@ -189,7 +199,11 @@ impl<'a> ClusterSim<'a> {
             group_busy: vec![false; n / spec.lockstep_group().max(1) as usize],
             tally: Tally::new(exact, spec.classes.clone(), spec.tenants.clone(), spec.slo.clone().map(Cow::Owned)),
             retiring,
-            routable: (0..spec.replicas).collect(),
+            routable: match (pd_slots, &spec.disaggregation) {
+                // The prefill instances up, then the decode ones (`Pd::r_decode_start`).
+                (Some((p, _)), Some(d)) => (0..d.prefill.instances).chain(p..p + d.decode.instances).collect(),
+                _ => (0..spec.replicas).collect(),
+            },
             index_of: (0..n as u32).collect(),
             routable_since: vec![SimTime::ZERO; n],
             fleet: None,
@@ -199,6 +213,9 @@ impl<'a> ClusterSim<'a> {
             failures: None,
             models: super::models::Models::of(spec),
         };
+        for k in 0..sim.routable.len() {
+            sim.index_of[sim.routable[k] as usize] = k as u32;
+        }
         if !sim.retiring {
             sim.held_up_to(total);
         }

@@ -68,9 +68,14 @@ pub fn router_context_for(spec: &ClusterSpec, models: &StepModels, run_seed: u64
     };
     let pd = models.pd.as_ref().expect("the step models of this spec (`StepModels::resolve`)");
     let (p, dm) = (&pd.prefill, &pd.decode);
+    // With autoscaling, the most instances each pool may have (its slots).
+    let (prefill, decode) = match spec.autoscaling.as_ref().and_then(|a| a.pools.as_ref()) {
+        Some(b) => (b.prefill.max_replicas, b.decode.max_replicas),
+        None => (d.prefill.instances, d.decode.instances),
+    };
     RouterContext {
         disaggregation: RSome(PdContext {
-            prefill_replicas: d.prefill.instances + d.mixed_instances(),
+            prefill_replicas: prefill + d.mixed_instances(),
             prefill_kv_capacity_tokens: p.kv_capacity_tokens,
             prefill_cost: RSome(CostModel::new(p.pricer)),
             kv_bytes_per_token: dm.cost.kv_bytes_per_token,
@@ -86,7 +91,7 @@ pub fn router_context_for(spec: &ClusterSpec, models: &StepModels, run_seed: u64
                 .map_or(0, |t| (t.capacity_gb * 1e9 / dm.cost.kv_bytes_per_token).floor() as u64),
         }),
         facts,
-        ..router_context(dm, d.decode.instances + d.mixed_instances(), run_seed)
+        ..router_context(dm, decode + d.mixed_instances(), run_seed)
     }
 }
 
@@ -126,7 +131,8 @@ pub fn scaler_context(spec: &ClusterSpec, models: &StepModels, run_seed: u64) ->
     let a = spec.autoscaling.as_ref().expect("a scaler runs on a cluster with autoscaling");
     routelab_policy_api::ScalerContext {
         world: World::Cluster,
-        pools: 1,
+        // A disaggregated cluster's prefill and decode pools, in that order.
+        pools: if spec.disaggregation.is_some() { 2 } else { 1 },
         seed: stream_seed(run_seed, "policy.scaler"),
         interval_s: a.interval_s,
         model_load_s: a.model_load_s,

@@ -282,6 +282,10 @@ impl ClusterSim<'_> {
             }
             self.retry_or_fail(now, id as usize, out)?;
         }
+        if self.pd.is_some() {
+            // Its losses may have freed a draining instance (`fleet_pd.rs`).
+            self.settle_drains(now);
+        }
         Ok(())
     }
 
@@ -329,8 +333,12 @@ impl ClusterSim<'_> {
 
     /// Request `id` fails: it was lost once too often, or no replica was up.
     pub(super) fn fail_request(&mut self, id: usize) -> Result<(), RunError> {
-        // Not bound for a decode instance any more (`pd_failures.rs` looks for such requests).
+        // Not bound for a decode instance any more (`pd_failures.rs` looks for such requests),
+        // nor held by its prefill instance (`fleet_pd.rs`).
         self.states[id].handoff = false;
+        if let Some(pd) = self.pd.as_mut() {
+            pd.handed_over(id);
+        }
         // Events still on their way for it (a transfer's end, a migration's) are void.
         self.states[id].generation += 1;
         let f = self.failures.as_mut().expect("only failures fail requests");

@@ -1,9 +1,18 @@
 //! Autoscaling in the loop (`cluster.autoscaling`): a scaler (policy-api 0.5.4) asked every
-//! `interval_s` how many replicas the cluster should have, and the replicas' lives.
+//! `interval_s` how many replicas each pool should have, and the replicas' lives.
 //!
-//! The cluster keeps `max_replicas` slots. A slot is off, loading, ready or draining. A scale-up
-//! turns off slots (lowest first) into loading ones with cold caches (GPU and CPU tier emptied;
-//! the shared remote tier stays); each becomes ready — routable — `model_load_s` later. A
+//! Pools: an aggregated cluster is one pool of `max_replicas` slots. A disaggregated one (no
+//! mixed instances) is two, asked in the order prefill, decode, each with its own slots
+//! (`autoscaling.pools.*.max_replicas`: prefill slots first, then decode) and bounds; each
+//! answer is applied to its pool's slots alone, and a scale-up also stops at the fleet's budget
+//! (`max_replicas` slots paid for at once over both pools, draining ones included; scale-downs
+//! go first, so a cancelled load frees budget in the same decision). A joining instance takes
+//! the top index of its pool's candidates and a drained one leaves them (`routable.rs`, as a
+//! crash's); when a draining P/D instance is done is `fleet_pd.rs`'s.
+//!
+//! In each pool a slot is off, loading, ready or draining. A scale-up turns off slots (lowest
+//! first) into loading ones with cold caches (GPU and CPU tier emptied; the shared remote tier
+//! stays); each becomes ready — routable — `model_load_s` later. A
 //! scale-down first cancels loading replicas (newest first: Kubernetes deletes not-ready pods
 //! first), then drains ready ones, newest first: a draining replica takes no new request,
 //! finishes every request dispatched to it (queued ones included), then goes off. Billing runs
@@ -26,13 +35,19 @@
 //! the last interval's arrival rate, mean prompt and output tokens, mean TTFT and TPOT of the
 //! requests finished in it, and the SLO attainment of every request finished so far. Its answer
 //! is clamped to `[min_replicas, max_replicas]`, and to the slots free (draining ones count).
+//! On a disaggregated cluster each pool's `Pool` has its own ready instances' views, counts
+//! (ready, loading, draining), bounds, queue and KV figures; the arrival rate, token means, TTFT,
+//! TPOT and SLO attainment are the fleet's, the same in both.
 //!
 //! Metrics (only with `autoscaling` or `cost_per_hour`): `replica_seconds` (over the run, until
 //! its last event), `replicas_mean` (÷ that time), `cost` (× `cost_per_hour` / 3600, with a
 //! price), and with a scaler `replicas_max`, `scale_ups`, `scale_downs` (decisions that raised /
 //! lowered the target), `replicas_started`, `slo_attainment_scaling` (over requests that arrived
 //! while replicas were loading, or loading again after a crash: how the SLO fares during
-//! scale-out; NaN if none did).
+//! scale-out; NaN if none did). On a disaggregated cluster `replica_seconds_prefill` and
+//! `replica_seconds_decode` split the bill by pool (`replica_seconds` is their sum; `scale_ups`
+//! and `scale_downs` count each pool's raised or lowered target), and `prefill_utilisation` /
+//! `decode_utilisation` stay over every slot of the pool (off ones included).
 
 use abi_stable::std_types::{RSlice, RVec};
 use routelab_policy_api::{Fact, Pool, ReplicaView, ScalerBox, facts::fleet};
@@ -54,6 +69,14 @@ pub(super) enum Slot {
     Draining,
 }
 
+/// One pool the scaler decides for: its slots and bounds, and what its replicas cost.
+pub(super) struct FleetPool {
+    pub(super) slots: std::ops::Range<usize>,
+    min: u32,
+    max: u32,
+    replica_seconds: f64,
+}
+
 /// The scaler and the slots' states.
 pub(super) struct Fleet {
     scaler: ScalerBox,
@@ -61,6 +84,9 @@ pub(super) struct Fleet {
     spec: Autoscaling,
     interval: SimTime,
     pub(super) slots: Vec<Slot>,
+    /// The pools, in the order the scaler answers for them: one on an aggregated cluster; the
+    /// prefill then the decode pool on a disaggregated one.
+    pub(super) pools: Vec<FleetPool>,
     /// Per slot: bumped at every scale-up, so a cancelled load's event is recognised.
     generation: Vec<u32>,
     /// Loading slots in the order they were started.
@@ -96,27 +122,43 @@ pub(super) struct Fleet {
 }
 
 impl Fleet {
+    /// `ready`: the slots up at the start.
     pub(super) fn new(
         scaler: ScalerBox,
         label: &str,
         spec: &Autoscaling,
-        start: u32,
+        ready: &[u32],
         requests: usize,
         has_slo: bool,
     ) -> Self {
-        let n = spec.max_replicas as usize;
-        let slots = (0..n).map(|s| if s < start as usize { Slot::Ready } else { Slot::Off }).collect();
+        let n = spec.slots() as usize;
+        let mut slots = vec![Slot::Off; n];
+        for &s in ready {
+            slots[s as usize] = Slot::Ready;
+        }
+        let pool = |slots, min, max| FleetPool { slots, min, max, replica_seconds: 0.0 };
+        let pools = match &spec.pools {
+            None => vec![pool(0..n, spec.min_replicas, spec.max_replicas)],
+            Some(p) => {
+                let split = p.prefill.max_replicas as usize;
+                vec![
+                    pool(0..split, p.prefill.min_replicas, p.prefill.max_replicas),
+                    pool(split..n, p.decode.min_replicas, p.decode.max_replicas),
+                ]
+            }
+        };
         Self {
             scaler,
             label: label.to_string(),
             spec: spec.clone(),
             interval: ticks(spec.interval_s).max(SimTime::TICK),
             slots,
+            pools,
             generation: vec![0; n],
             loading: Vec::new(),
             on_since: vec![SimTime::ZERO; n],
             replica_seconds: 0.0,
-            replicas_max: start,
+            replicas_max: ready.len() as u32,
             scale_ups: 0,
             scale_downs: 0,
             started: 0,
@@ -141,11 +183,24 @@ impl Fleet {
         self.slots.iter().filter(|&&x| x == s).count() as u32
     }
 
+    /// Slots of pool `k` in state `s`.
+    fn count_in(&self, k: usize, s: Slot) -> u32 {
+        self.slots[self.pools[k].slots.clone()].iter().filter(|&&x| x == s).count() as u32
+    }
+
+    /// The pool slot `slot` belongs to.
+    fn pool_of(&self, slot: usize) -> usize {
+        self.pools.iter().position(|p| p.slots.contains(&slot)).expect("every slot is in a pool")
+    }
+
     /// Slot `slot` stops being paid for at `now` (through [`ClusterSim::slot_off`] while the
     /// run goes on).
     pub(super) fn off(&mut self, slot: usize, now: SimTime) {
         self.slots[slot] = Slot::Off;
-        self.replica_seconds += seconds(now - self.on_since[slot]);
+        let paid = seconds(now - self.on_since[slot]);
+        self.replica_seconds += paid;
+        let k = self.pool_of(slot);
+        self.pools[k].replica_seconds += paid;
     }
 
     /// Slot `slot` (ready or loading) crashed: it loads again, still paid for, as the newest
@@ -187,17 +242,19 @@ impl Fleet {
         self.met += met as u64;
     }
 
-    fn facts(&self, views: &[ReplicaView]) -> Vec<Fact> {
+    /// Pool `k`'s figures (counts, bounds, queue and KV of its ready replicas `views`) and the
+    /// fleet's (arrivals, latencies, SLO attainment).
+    fn facts(&self, k: usize, views: &[ReplicaView]) -> Vec<Fact> {
         let nan_div = |a: f64, b: u64| if b == 0 { f64::NAN } else { a / b as f64 };
-        let (ready, loading) = (self.count(Slot::Ready), self.count(Slot::Loading));
+        let (ready, loading) = (self.count_in(k, Slot::Ready), self.count_in(k, Slot::Loading));
         let kv = views.iter().map(|v| v.kv_used_tokens as f64 / v.kv_capacity_tokens.max(1) as f64).sum::<f64>();
         vec![
             Fact::new(fleet::REPLICAS, (ready + loading) as f64),
             Fact::new(fleet::READY_REPLICAS, ready as f64),
             Fact::new(fleet::LOADING_REPLICAS, loading as f64),
-            Fact::new(fleet::DRAINING_REPLICAS, self.count(Slot::Draining) as f64),
-            Fact::new(fleet::MIN_REPLICAS, self.spec.min_replicas as f64),
-            Fact::new(fleet::MAX_REPLICAS, self.spec.max_replicas as f64),
+            Fact::new(fleet::DRAINING_REPLICAS, self.count_in(k, Slot::Draining) as f64),
+            Fact::new(fleet::MIN_REPLICAS, self.pools[k].min as f64),
+            Fact::new(fleet::MAX_REPLICAS, self.pools[k].max as f64),
             Fact::new(fleet::WAITING, views.iter().map(|v| v.waiting as f64).sum()),
             Fact::new(fleet::RUNNING, views.iter().map(|v| v.running as f64).sum()),
             Fact::new(fleet::KV_UTILISATION, nan_div(kv, views.len() as u64)),
@@ -221,6 +278,10 @@ impl Fleet {
             }
         }
         push_cost(m, self.replica_seconds, end, cost_per_hour);
+        if let [prefill, decode] = &self.pools[..] {
+            m.push("replica_seconds_prefill", prefill.replica_seconds);
+            m.push("replica_seconds_decode", decode.replica_seconds);
+        }
         m.push("replicas_max", self.replicas_max as f64);
         m.push("scale_ups", self.scale_ups as f64);
         m.push("scale_downs", self.scale_downs as f64);
@@ -254,8 +315,7 @@ impl ClusterSim<'_> {
                 "add an `autoscaling:` section",
             ));
         };
-        let start = self.routable.len() as u32;
-        let fleet = Fleet::new(scaler, label, &spec, start, self.states.len(), self.slo.is_some());
+        let fleet = Fleet::new(scaler, label, &spec, &self.routable, self.states.len(), self.slo.is_some());
         self.queue.push(fleet.interval, Event::Scale);
         self.fleet = Some(fleet);
         Ok(self)
@@ -271,39 +331,55 @@ impl ClusterSim<'_> {
         // The scaler reads the router's views, KV use counted as vLLM's `kv_cache_usage_perc`
         // counts it ([`Replica::kv_referenced_tokens`]).
         for (k, &slot) in self.routable.iter().enumerate() {
-            self.views[k] = self.replicas[slot as usize].view(&self.cfgs[super::ReplicaPool::Decode]);
+            let pool = super::pool_of(self.pd.as_ref(), slot as usize);
+            self.views[k] = self.replicas[slot as usize].view(&self.cfgs[pool]);
         }
+        let ranges: Vec<std::ops::Range<usize>> =
+            (0..self.fleet.as_ref().expect("fleet").pools.len()).map(|k| self.pool_routable(k)).collect();
         let f = self.fleet.as_mut().expect("scale events come with a fleet");
         f.last = f.last.max(now);
-        let facts = f.facts(&self.views);
-        let pool = Pool {
-            replicas: routelab_policy_api::Replicas {
-                views: RSlice::from_slice(&self.views),
-                signals: RSlice::from_slice(&[]),
-                signal_columns: 0,
-            },
-            facts: RSlice::from_slice(&facts),
-        };
+        let facts: Vec<Vec<Fact>> =
+            ranges.iter().enumerate().map(|(k, r)| f.facts(k, &self.views[r.clone()])).collect();
+        let pools: Vec<Pool> = ranges
+            .iter()
+            .zip(&facts)
+            .map(|(r, facts)| Pool {
+                replicas: routelab_policy_api::Replicas {
+                    views: RSlice::from_slice(&self.views[r.clone()]),
+                    signals: RSlice::from_slice(&[]),
+                    signal_columns: 0,
+                },
+                facts: RSlice::from_slice(facts),
+            })
+            .collect();
         let label = f.label.clone();
         let answer: RVec<u32> = f
             .scaler
-            .desired(seconds(now), RSlice::from_slice(&[pool]))
+            .desired(seconds(now), RSlice::from_slice(&pools))
             .into_result()
             .map_err(|e| RunError::erred(Role::Scaler, &label, "desired", e.into()))?;
-        if answer.len() != 1 {
+        let n = pools.len();
+        if answer.len() != n {
+            let s = if n == 1 { "" } else { "s" };
             return Err(RunError::refused(
                 Role::Scaler,
                 &label,
-                format!("answered {} replica counts for 1 pool (answer one per pool)", answer.len()),
+                format!("answered {} replica counts for {n} pool{s} (answer one per pool)", answer.len()),
             ));
         }
-        let (lo, hi) = (f.spec.min_replicas, f.spec.max_replicas);
-        let desired = answer[0].clamp(lo, hi);
-        let current = f.count(Slot::Ready) + f.count(Slot::Loading);
-        if desired > current {
-            f.scale_ups += 1;
-        } else if desired < current {
-            f.scale_downs += 1;
+        // Per pool: (desired, current).
+        let moves: Vec<(u32, u32)> = (0..n)
+            .map(|k| {
+                let desired = answer[k].clamp(f.pools[k].min, f.pools[k].max);
+                (desired, f.count_in(k, Slot::Ready) + f.count_in(k, Slot::Loading))
+            })
+            .collect();
+        for &(desired, current) in &moves {
+            if desired > current {
+                f.scale_ups += 1;
+            } else if desired < current {
+                f.scale_downs += 1;
+            }
         }
         f.win_arrivals = 0;
         f.win_prompt = 0;
@@ -312,10 +388,16 @@ impl ClusterSim<'_> {
         f.win_ttft = 0.0;
         f.win_tpot = 0.0;
         f.win_tpot_n = 0;
-        if desired > current {
-            self.scale_up(now, desired - current);
-        } else {
-            self.scale_down(now, current - desired)?;
+        // Scale-downs first: a cancelled load frees budget (`max_replicas`) a scale-up may use.
+        for (k, &(desired, current)) in moves.iter().enumerate() {
+            if desired < current {
+                self.scale_down(now, k, current - desired)?;
+            }
+        }
+        for (k, &(desired, current)) in moves.iter().enumerate() {
+            if desired > current {
+                self.scale_up(now, k, desired - current);
+            }
         }
         let f = self.fleet.as_mut().expect("checked");
         f.replicas_max = f.replicas_max.max(f.count(Slot::Ready) + f.count(Slot::Loading) + f.count(Slot::Draining));
@@ -324,12 +406,30 @@ impl ClusterSim<'_> {
         Ok(())
     }
 
-    /// Starts up to `n` replicas on free slots, lowest first, with cold caches.
-    fn scale_up(&mut self, now: SimTime, n: u32) {
+    /// Pool `k`'s ready replicas as router indices: all of them on an aggregated cluster; on a
+    /// disaggregated one the prefill candidates (pool 0) or the decode ones (pool 1).
+    fn pool_routable(&self, k: usize) -> std::ops::Range<usize> {
+        match (&self.pd, k) {
+            (None, _) => 0..self.routable.len(),
+            (Some(pd), 0) => 0..pd.r_decode_start,
+            (Some(pd), _) => pd.r_decode_start..self.routable.len(),
+        }
+    }
+
+    /// Starts up to `n` replicas on pool `k`'s free slots, lowest first, with cold caches,
+    /// within the fleet's budget (`max_replicas` paid for at once, draining ones included).
+    fn scale_up(&mut self, now: SimTime, k: usize, n: u32) {
         let load = ticks(self.fleet.as_ref().expect("fleet").spec.model_load_s);
         for _ in 0..n {
             let f = self.fleet.as_mut().expect("fleet");
-            let Some(slot) = f.slots.iter().position(|&s| s == Slot::Off) else { break };
+            if f.slots.len() as u32 - f.count(Slot::Off) >= f.spec.max_replicas {
+                break;
+            }
+            let range = f.pools[k].slots.clone();
+            let Some(slot) = f.slots[range.clone()].iter().position(|&s| s == Slot::Off).map(|i| range.start + i)
+            else {
+                break;
+            };
             f.slots[slot] = Slot::Loading;
             f.generation[slot] += 1;
             f.loading.push(slot as u32);
@@ -345,15 +445,19 @@ impl ClusterSim<'_> {
         }
     }
 
-    /// Cancels loading replicas (newest first), then drains ready ones (newest first).
-    fn scale_down(&mut self, now: SimTime, mut n: u32) -> Result<(), RunError> {
+    /// Cancels pool `k`'s loading replicas (newest first), then drains its ready ones (newest
+    /// first), keeping one ready.
+    fn scale_down(&mut self, now: SimTime, k: usize, mut n: u32) -> Result<(), RunError> {
         while n > 0 {
-            let Some(slot) = self.fleet.as_mut().expect("fleet").loading.pop() else { break };
+            let f = self.fleet.as_mut().expect("fleet");
+            let range = f.pools[k].slots.clone();
+            let Some(i) = f.loading.iter().rposition(|&s| range.contains(&(s as usize))) else { break };
+            let slot = f.loading.remove(i);
             self.slot_off(now, slot as usize);
             n -= 1;
         }
-        while n > 0 && self.routable.len() > 1 {
-            let slot = *self.routable.last().expect("non-empty");
+        while n > 0 && self.pool_routable(k).len() > 1 {
+            let slot = self.routable[self.pool_routable(k).end - 1];
             self.fleet.as_mut().expect("fleet").slots[slot as usize] = Slot::Draining;
             self.leave_routable(now, slot)?;
             self.drained_if_idle(now, slot as usize);
@@ -366,7 +470,7 @@ impl ClusterSim<'_> {
     pub(super) fn drained_if_idle(&mut self, now: SimTime, slot: usize) {
         let Some(f) = self.fleet.as_ref() else { return };
         let rep: &Replica = &self.replicas[slot];
-        if f.slots[slot] == Slot::Draining && !rep.busy() && !rep.has_work() {
+        if f.slots[slot] == Slot::Draining && !rep.busy() && !rep.has_work() && self.pd_drained(slot) {
             self.slot_off(now, slot);
         }
     }

@@ -61,6 +61,9 @@ mod failures_tests;
 mod feed;
 mod finish;
 mod fleet;
+mod fleet_pd;
+#[cfg(test)]
+mod fleet_pd_tests;
 #[cfg(test)]
 mod fleet_tests;
 mod kv_tier;

@@ -117,14 +117,30 @@ pub(super) struct Pd {
     /// Per request: its decode instance crashed before its hand-off; the router was told it
     /// was abandoned, and it is lost when its prefill ends (`pd_failures.rs`).
     pub orphan: Vec<bool>,
+    /// Per request: the prefill instance that handed it off (`u32::MAX` before its hand-off); a
+    /// draining prefill instance stays until its hand-offs' transfers end (`fleet_pd.rs`).
+    pub(super) prefill_of: Vec<u32>,
+    /// Per prefill instance: the requests it handed off whose transfer has not ended.
+    pub(super) handing: Vec<u32>,
 }
 
 impl Pd {
-    pub fn new(d: &Disaggregation, kv_bytes_per_token: f64, layers: u32, requests: usize) -> Self {
-        let decode = (d.decode.instances + d.mixed_instances()) as usize;
+    /// `slots`: with autoscaling, the prefill and decode pools' slots (`autoscaling.pools`'
+    /// `max_replicas`; the instances up at the start are the first of each pool's); else each
+    /// pool has its instances.
+    pub fn new(
+        d: &Disaggregation,
+        slots: Option<(u32, u32)>,
+        kv_bytes_per_token: f64,
+        layers: u32,
+        requests: usize,
+    ) -> Self {
+        let (prefill_slots, decode_slots) =
+            slots.unwrap_or((d.prefill.instances, d.decode.instances + d.mixed_instances()));
+        let decode = decode_slots as usize;
         Self {
-            decode_start: d.prefill.instances as usize,
-            prefill_end: (d.prefill.instances + d.mixed_instances()) as usize,
+            decode_start: prefill_slots as usize,
+            prefill_end: (prefill_slots + d.mixed_instances()) as usize,
             r_decode_start: d.prefill.instances as usize,
             local: 0,
             link: d.link.clone(),
@@ -145,11 +161,22 @@ impl Pd {
             tier_loaded: if d.shared_kv.is_some() { vec![0; requests] } else { Vec::new() },
             in_flight: Vec::new(),
             orphan: Vec::new(),
+            prefill_of: vec![u32::MAX; requests],
+            handing: vec![0; (prefill_slots + d.mixed_instances()) as usize],
         }
     }
 }
 
 impl Pd {
+    /// Request `id`'s KV is no longer its prefill instance's to send (its transfer ended, or
+    /// the request was lost or failed).
+    pub(super) fn handed_over(&mut self, id: usize) {
+        let p = std::mem::replace(&mut self.prefill_of[id], u32::MAX);
+        if p != u32::MAX {
+            self.handing[p as usize] -= 1;
+        }
+    }
+
     /// `prefill_end` in router indices: the mixed instances (which never crash) follow the
     /// routable prefill-only ones.
     pub fn r_prefill_end(&self) -> usize {
@@ -288,6 +315,8 @@ impl ClusterSim<'_> {
             tier.put(self.stream.prompt(id as usize));
         }
         let d = pd.decode_of[id as usize] as usize;
+        pd.prefill_of[id as usize] = p as u32;
+        pd.handing[p] += 1;
         if pd.link.layerwise {
             pd.handoff_at[id as usize] = now;
         }
@@ -368,6 +397,8 @@ impl ClusterSim<'_> {
         let pd = self.pd.as_mut().expect("disaggregated");
         let d = pd.decode_of[id as usize] as usize;
         pd.active[d - pd.decode_start] -= 1;
+        // The prefill instance's part is over: a draining one may go (`fleet_pd.rs`).
+        pd.handed_over(id as usize);
         let cfg = &self.cfgs[super::pool_of(Some(&*pd), d)];
         let finished = self.replicas[d].begin_decode(id, now, &self.stream, &mut self.states, cfg);
         if finished {
@@ -381,6 +412,7 @@ impl ClusterSim<'_> {
             // Capacity freed without a step's end: held requests may go (as after a step).
             self.release_held(now)?;
         }
+        self.settle_drains(now);
         Ok(())
     }
 

@@ -103,6 +103,7 @@ impl ClusterSim<'_> {
             *t = 0;
         }
         pd.orphan[id] = false;
+        pd.handed_over(id);
         let st = &mut self.states[id];
         st.handoff = false;
         st.produced = 0;

@@ -19,7 +19,8 @@
 //!
 //! Where each runs: on aggregated clusters of single replicas, fixed or autoscaled (there
 //! `replica` names a slot, below `max_replicas`; a crash of a slot that is off is ignored);
-//! crashes also on disaggregated (P/D) clusters without mixed instances, slowdowns and lost KV
+//! crashes also on disaggregated (P/D) clusters without mixed instances, fixed or autoscaled
+//! (there prefill slots first, then decode ones), slowdowns and lost KV
 //! events with them too, where `replica` indexes the instances as the P/D router's views list
 //! them — prefill, then mixed, then decode (a slow prefill instance stretches prefills, a slow
 //! decode instance decode steps; a KV transfer is not slowed). With lock-step groups

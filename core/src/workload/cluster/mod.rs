@@ -159,9 +159,10 @@ pub struct ClusterSpec {
     /// and optionally a remote tier they share; absent = GPU memory alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_tiers: Option<kv_tiers::KvTiers>,
-    /// A scaler deciding the replica count at an interval (aggregated clusters; `replicas` is
-    /// the starting count): `{scaler, interval_s, model_load_s, min_replicas, max_replicas}`
-    /// (autoscaling.rs); absent = a fixed fleet.
+    /// A scaler deciding the replica count at an interval (`replicas` is the starting count; on
+    /// a disaggregated cluster, each pool's with its own bounds in `pools`): `{scaler,
+    /// interval_s, model_load_s, min_replicas, max_replicas, pools}` (autoscaling.rs); absent =
+    /// a fixed fleet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<autoscaling::Autoscaling>,
     /// One replica's price per hour (any currency, ≥ 0); with it the run reports `cost`
@@ -249,7 +250,7 @@ impl ClusterSpec {
     /// Replica slots the simulator keeps: `autoscaling.max_replicas`, else `replicas`. Routers
     /// and schedulers are made for this many.
     pub fn slots(&self) -> u32 {
-        self.autoscaling.as_ref().map_or(self.replicas, |a| a.max_replicas)
+        self.autoscaling.as_ref().map_or(self.replicas, |a| a.slots())
     }
 }
 

@@ -113,14 +113,20 @@ impl ClusterSpec {
             ));
         }
         if let Some(a) = &self.autoscaling {
-            a.validate(self.replicas).map_err(|e| e.under("autoscaling"))?;
-            if self.disaggregation.is_some() {
+            // On a disaggregated cluster the prefill and decode pools scale apart (`pools`); mixed
+            // instances (in both pools at once) would join and leave both, which the routers'
+            // per-pool notices do not model yet.
+            if self.disaggregation.as_ref().is_some_and(|d| d.mixed_instances() > 0) {
                 return Err(FieldError::new(
                     "autoscaling",
-                    "runs on aggregated clusters only (a disaggregated cluster's pools are fixed here)",
-                    "drop `autoscaling:`, or drop `disaggregation:`",
+                    "runs on disaggregated clusters without mixed instances (one in both pools would join and \
+                     leave both at once), and this one has `disaggregation.mixed`",
+                    "drop `mixed:` (scale the prefill and decode pools with `autoscaling.pools`), or drop \
+                     `autoscaling:`",
                 ));
             }
+            let pd_start = self.disaggregation.as_ref().map(|d| (d.prefill.instances, d.decode.instances));
+            a.validate(self.replicas, pd_start).map_err(|e| e.under("autoscaling"))?;
         }
         self.validate_models()?;
         self.validate_pools()?;
