@@ -296,3 +296,16 @@ fn bad_pd_autoscaling_specs_name_the_field() {
     let e = err(mixed);
     assert!(e.contains("autoscaling") && e.contains("mixed"), "{e}");
 }
+
+/// Two prefill (up to three) and two decode instances; at 10 s the scaler asks for 3 + 1:
+/// decode slot 4 (candidate 1) drains with request 0 (4,000 output tokens) on it, and prefill
+/// slot 2 starts loading; at 40 s it joins the prefill candidates (index 2 of 3), which moves
+/// every decode candidate up one router index. Request 0's completion still names decode
+/// candidate 1, where it was placed (not 0, what the stale router index would give).
+#[test]
+fn a_draining_decode_instance_keeps_its_index_when_the_prefill_pool_grows() {
+    let (out, heard) = run(&pd((2, 3), (2, 2)), &stream(&[(0.0, 7, 1000, 4000)]), &[3, 1]);
+    assert!(out.records[0].completed_at_s > 40.0, "{:?}", out.records[0]);
+    let want = ["Decode leave 1 of 1 at 10", "Prefill join 2 of 3 at 40", "complete 0 on 1"];
+    assert_eq!(heard[heard.len() - 3..], want, "{heard:?}");
+}

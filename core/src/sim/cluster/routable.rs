@@ -8,7 +8,9 @@
 //! takes the top one). On a disaggregated cluster the routable set is the prefill candidates
 //! then the decode candidates (`Pd::r_decode_start`): a prefill instance joins at the top of the
 //! prefill range (the decode candidates move up one router index, their own pool's indices
-//! unchanged), and the router hears each change in its pool's indices (`on_pool_change`).
+//! unchanged), and the router hears each change in its pool's indices (`on_pool_change`). A
+//! draining decode instance (autoscaling) moves with them, so its completions keep the decode
+//! index they were placed at.
 //!
 //! An eviction notice from a replica that is not routable now, or that was cut before the
 //! replica last joined, is stale: the router forgot that replica when it left (and the index
@@ -31,6 +33,9 @@ impl ClusterSim<'_> {
             }
             _ => self.routable.len(),
         };
+        if self.pd.as_ref().is_some_and(|pd| s < pd.decode_start) {
+            self.shift_draining_decodes(true);
+        }
         self.routable.insert(pos, slot);
         self.views.insert(pos, ReplicaView::default());
         for k in pos..self.routable.len() {
@@ -51,6 +56,7 @@ impl ClusterSim<'_> {
         self.views.remove(pos);
         if let Some(pd) = self.pd.as_mut().filter(|pd| (slot as usize) < pd.decode_start) {
             pd.r_decode_start -= 1;
+            self.shift_draining_decodes(false);
         }
         self.replicas.mark_all();
         for &above in &self.routable[pos..] {
@@ -74,6 +80,18 @@ impl ClusterSim<'_> {
         let change =
             ReplicaChange { at: seconds(now), replica: self.index_of[s], joined, routable: self.routable.len() as u32 };
         self.router.replicas_changed(&change)
+    }
+
+    /// A prefill instance joined (`up`) or left: the draining decode instances (autoscaling) move
+    /// with the decode candidates, so that their completions keep naming the decode index they
+    /// were placed at (router index − `r_decode_start`).
+    fn shift_draining_decodes(&mut self, up: bool) {
+        let (Some(pd), Some(f)) = (&self.pd, &self.fleet) else { return };
+        for s in pd.decode_start..f.slots.len() {
+            if f.slots[s] == super::fleet::Slot::Draining {
+                self.index_of[s] = if up { self.index_of[s] + 1 } else { self.index_of[s] - 1 };
+            }
+        }
     }
 
     /// Whether slot `slot` is routable now.
