@@ -205,7 +205,10 @@ fn bad_shape_combinations_are_refused_naming_the_flag_and_the_fix() {
         &["plan", pd, "--slo", slo, "--mix", "--gpus", "a6000,h100"],
         &["--mix", "splits prefill from decode", "fix: drop --mix"],
     );
-    bad(&["plan", pd, "--slo", slo, "--scalers", "hpa"], &["--scalers", "pools are fixed", "--scalers none"]);
+    bad(
+        &["plan", pd, "--slo", slo, "--scalers", "hpa"],
+        &["--scalers", "which plan does not search", "--scalers none"],
+    );
     bad(&["plan", pd, "--slo", slo, "--prefill", "0..2"], &["--prefill", "at least 1"]);
     bad(&["plan", pd, "--slo", slo, "--prefill", "3..1"], &["--prefill", "empty"]);
     bad(&["plan", "exp_rho09", "--slo", "wait_mean<1", "--prefill", "2"], &["--prefill", "dispatch world"]);
