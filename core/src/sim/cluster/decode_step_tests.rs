@@ -70,7 +70,7 @@ fn run_both(cfg: &ReplicaConfig) -> (u32, u32, u64, usize) {
     let db = b.start_step(now, &stream, &mut sb, cfg, &pricer(), &mut qb).unwrap();
     assert_eq!(d.map(f64::to_bits), db.map(f64::to_bits));
     while let Some(step) = d {
-        now = now + crate::time::ticks(step).max(SimTime::TICK);
+        now += crate::time::ticks(step).max(SimTime::TICK);
         steps += 1;
         if steps % 40 == 0 && next < n {
             enqueue(&mut a, &mut sa, next, now);
