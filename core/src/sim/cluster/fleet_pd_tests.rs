@@ -235,26 +235,7 @@ fn every_request_finishes_once_while_both_pools_scale() {
     spec.duration_s = Some(600.0);
     let crashes = "{mtbf_s: 120, restart_s: 20, max_retries: 2}";
     let failing = ClusterSpec { failures: Some(serde_norway::from_str(crashes).unwrap()), ..spec.clone() };
-    let run = |spec: &ClusterSpec, scaler: &str| {
-        let resolved = StepModels::resolve(spec).unwrap();
-        let mut loader = Loader::new();
-        let ctx = router_context_for(spec, &resolved, 1);
-        let router = loader.router(&PolicySpec::parse("pd_least_loaded").unwrap(), &ctx).unwrap();
-        let sched =
-            loader.resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler).unwrap();
-        let schedulers = crate::runner::make_schedulers(&sched, &resolved.main, spec.slots(), 1).unwrap();
-        let stream = crate::workload::generate::generate(spec, None, 1).unwrap();
-        let s = loader.scaler_factory(&PolicySpec::parse(scaler).unwrap()).unwrap();
-        let s = s.scaler(&scaler_context(spec, &resolved, 1)).unwrap();
-        let out = ClusterSim::build(spec, &resolved, &stream, router, schedulers, "pd_least_loaded")
-            .unwrap()
-            .with_failures(spec.failures.as_ref(), 1)
-            .with_scaler(s, scaler)
-            .unwrap()
-            .run()
-            .unwrap();
-        (out, stream.requests.len() as f64)
-    };
+    let run = |spec: &ClusterSpec, scaler: &str| super::fleet_tests::run_scaled(spec, "pd_least_loaded", scaler);
     for scaler in ["hpa{metric: requests, target: 8}", "dynamo_planner", "llm_d_wva"] {
         for s in [&spec, &failing] {
             let (out, n) = run(s, scaler);

@@ -163,27 +163,7 @@ fn every_request_finishes_once_while_the_fleet_scales() {
     spec.duration_s = Some(600.0);
     let crashes = "{crashes: [{replica: 0, at_s: 100}], mtbf_s: 60, restart_s: 20, max_retries: 2}";
     let failing = ClusterSpec { failures: Some(serde_norway::from_str(crashes).unwrap()), ..spec.clone() };
-    let run = |spec: &ClusterSpec, scaler: &str| {
-        let resolved = StepModels::resolve(spec).unwrap();
-        let sm = &resolved.main;
-        let mut loader = Loader::new();
-        let ctx = router_context_for(spec, &resolved, 1);
-        let router = loader.router(&PolicySpec::parse("least_requests").unwrap(), &ctx).unwrap();
-        let sched =
-            loader.resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler).unwrap();
-        let schedulers = crate::runner::make_schedulers(&sched, sm, spec.slots(), 1).unwrap();
-        let stream = crate::workload::generate::generate(spec, None, 1).unwrap();
-        let s = loader.scaler_factory(&PolicySpec::parse(scaler).unwrap()).unwrap();
-        let s = s.scaler(&scaler_context(spec, &resolved, 1)).unwrap();
-        let out = ClusterSim::build(spec, &resolved, &stream, router, schedulers, "least_requests")
-            .unwrap()
-            .with_failures(spec.failures.as_ref(), 1)
-            .with_scaler(s, scaler)
-            .unwrap()
-            .run()
-            .unwrap();
-        (out, stream.requests.len() as f64)
-    };
+    let run = |spec: &ClusterSpec, scaler: &str| run_scaled(spec, "least_requests", scaler);
     for scaler in ["hpa{metric: requests, target: 8}", "dynamo_planner", "llm_d_wva"] {
         let (out, n) = run(&spec, scaler);
         let m = &out.metrics;
@@ -247,4 +227,27 @@ fn a_draining_replica_that_crashes_is_gone() {
     let end = r[0].completed_at_s;
     assert!((m.get("replica_seconds").unwrap() - (end + 12.0)).abs() < 1e-6, "{m:?}");
     assert_eq!(m.get("availability"), Some(1.0), "{m:?}");
+}
+
+/// A whole run of `spec` (with its failures) under `router`, `fcfs` and `scaler`, built as
+/// `compare` builds it: the outcome and the number of requests generated.
+pub(super) fn run_scaled(spec: &ClusterSpec, router: &str, scaler: &str) -> (RunOutcome, f64) {
+    let resolved = StepModels::resolve(spec).unwrap();
+    let mut loader = Loader::new();
+    let ctx = router_context_for(spec, &resolved, 1);
+    let r = loader.router(&PolicySpec::parse(router).unwrap(), &ctx).unwrap();
+    let sched =
+        loader.resolve(&PolicySpec::parse("fcfs").unwrap(), routelab_policy_api::PolicyKind::Scheduler).unwrap();
+    let schedulers = crate::runner::make_schedulers(&sched, &resolved.main, spec.slots(), 1).unwrap();
+    let stream = crate::workload::generate::generate(spec, None, 1).unwrap();
+    let s = loader.scaler_factory(&PolicySpec::parse(scaler).unwrap()).unwrap();
+    let s = s.scaler(&scaler_context(spec, &resolved, 1)).unwrap();
+    let out = ClusterSim::build(spec, &resolved, &stream, r, schedulers, router)
+        .unwrap()
+        .with_failures(spec.failures.as_ref(), 1)
+        .with_scaler(s, scaler)
+        .unwrap()
+        .run()
+        .unwrap();
+    (out, stream.requests.len() as f64)
 }
