@@ -116,6 +116,21 @@ impl RouterHandle {
             .map_err(|e| policy_error(&self.label, "on_pool_change", e.into()))
     }
 
+    /// A mixed instance joined or left both pools of a disaggregated cluster (`instances`
+    /// routable now): one notice with its index in each.
+    pub fn mixed_changed(
+        &mut self,
+        prefill: &ReplicaChange,
+        decode: &ReplicaChange,
+        instances: usize,
+    ) -> Result<(), RunError> {
+        self.replicas = instances;
+        self.router
+            .on_mixed_change(prefill, decode)
+            .into_result()
+            .map_err(|e| policy_error(&self.label, "on_mixed_change", e.into()))
+    }
+
     /// Whether the router reads scraped engine metrics (the world then scrapes them).
     pub fn reads_scrapes(&self) -> bool {
         self.signals.reads_scrapes()

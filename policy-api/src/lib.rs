@@ -71,7 +71,7 @@
 //! | a figure about a request | a new request-fact name ([`facts::request`]) |
 //! | a figure a policy is told at creation | a new context-fact name ([`facts::context`]) |
 //! | a pricing question | a method appended to [`StepPricer`], with a default body |
-//! | a hook | a method appended to a trait after its `#[sabi(last_prefix_field)]` method, with a default body (as `Router::on_abandon` in 0.5.1) |
+//! | a hook | a method appended to a trait after its `#[sabi(last_prefix_field)]` method, with a default body (as `Router::on_abandon` in 0.5.1); where no default would be right for an older library, a capability bit the plain-Rust wrapper sets beside it, so a host refuses the older library before the run instead (`on_mixed_change` and `HEARS_MIXED_CHANGES` in 0.5.13) |
 //! | a capability | a new [`Capabilities`] bit (hosts ignore bits they do not know) |
 //! | an error kind, a P/D action | a new [`ErrorKind`] / [`PdDecision`] code (hosts treat unknown kinds as `FAILED`, refuse unknown actions) |
 //! | a policy kind | a field appended to the root module [`root::PolicyLib`] (`missing_field(option)`), with its own listing (as admission in 0.5.2 and scaler in 0.5.4: [`PolicyKind`] cannot grow) |

@@ -205,6 +205,20 @@ pub trait PdRouterPolicy: Policy<Context = RouterContext> {
     /// nothing (the views already show only routable instances).
     fn on_pool_change(&mut self, _pool: PdPool, _change: &crate::scaler::ReplicaChange) {}
     // } since 0.5.8
+    // since 0.5.13 {
+    /// A mixed instance (a candidate of both pools) joined or left both at once (0.5.13):
+    /// `prefill` counts in the prefill candidates, `decode` in the decode candidates, as for
+    /// [`Self::on_pool_change`] (a mixed instance sits above the prefill-only ones and below the
+    /// decode-only ones: it leaves from, and rejoins at, the top of the prefill candidates and
+    /// the top of the mixed ones among the decode candidates). Default: `on_pool_change` for
+    /// each pool in turn, which is right for a router keeping per-pool state by index; one that
+    /// pairs the pools' indices ([`PdContext::as_decode`]) keeps its context current with
+    /// [`PdContext::apply_mixed_change`].
+    fn on_mixed_change(&mut self, prefill: &crate::scaler::ReplicaChange, decode: &crate::scaler::ReplicaChange) {
+        self.on_pool_change(PdPool::Prefill, prefill);
+        self.on_pool_change(PdPool::Decode, decode);
+    }
+    // } since 0.5.13
     /// A cache eviction (only with [`Capabilities::WANTS_EVICTIONS`]); `eviction.replica` is the
     /// instance index (see [`PdContext`]).
     fn on_evict(&mut self, _eviction: &Eviction<'_>) {}

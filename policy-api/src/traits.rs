@@ -101,6 +101,25 @@ pub trait Router: Send {
         abi_stable::std_types::ROk(())
     }
     // } since 0.5.8
+
+    // since 0.5.13 {
+    /// Added in 0.5.13. On a disaggregated cluster, a mixed instance (a candidate of both pools)
+    /// joined or left both pools at once (a crash, a restart): `prefill` counts in the prefill
+    /// candidates and `decode` in the decode candidates, as [`Self::on_pool_change`]'s changes
+    /// do. The host calls it only on routers with [`Capabilities::HEARS_MIXED_CHANGES`] and
+    /// refuses crashes on mixed instances for the others; the default, which a library built
+    /// before 0.5.13 would answer with, fails, so such a library can never miscount its pools.
+    fn on_mixed_change(
+        &mut self,
+        prefill: &crate::scaler::ReplicaChange,
+        decode: &crate::scaler::ReplicaChange,
+    ) -> RResult<(), PolicyError> {
+        let _ = (prefill, decode);
+        abi_stable::std_types::RErr(PolicyError::failed(
+            "built against policy-api before 0.5.13, it cannot hear that a mixed instance joined or left; rebuild it",
+        ))
+    }
+    // } since 0.5.13
 }
 
 /// A replica's local scheduler: orders the waiting queue before each step.

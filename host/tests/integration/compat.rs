@@ -91,11 +91,22 @@ fn the_earlier_patch_is_the_current_minor_without_what_later_patches_appended() 
     let tree = |dir: &std::path::Path| read(dir, "toolkit/prefix_tree.rs");
     assert!(tree(&current).contains("pub fn without_hash_index") && !tree(&root).contains("fn without_hash_index"));
     assert!(!tree(&root).contains("fn node_count") && tree(&root).contains("pub fn new(replicas: usize)"));
+    // 0.5.13: `Router::on_mixed_change`, its plain-Rust twin, the flag and `PdContext`'s helpers.
+    assert!(read(&current, "traits.rs").contains("fn on_mixed_change") && !traits.contains("fn on_mixed_change"));
+    assert!(
+        !read(&root, "policy.rs").contains("fn on_mixed_change")
+            && !read(&root, "policy/guarded.rs").contains("fn on_mixed_change")
+    );
+    let caps = |dir: &std::path::Path| read(dir, "types/capabilities.rs");
+    assert!(caps(&current).contains("HEARS_MIXED_CHANGES") && !caps(&root).contains("HEARS_MIXED_CHANGES"));
+    assert!(caps(&root).contains("let bits = 0b1111;"), "0.5.0's flags were cut");
+    assert!(!read(&root, "types.rs").contains("fn apply_mixed_change"));
     let (_, minor, _) = api_version();
     for file in [
         "lib.rs",
         "traits.rs",
         "types.rs",
+        "types/capabilities.rs",
         "policy.rs",
         "policy/guarded.rs",
         "root.rs",

@@ -31,6 +31,9 @@ macro_rules! forward_pool_hooks {
         fn on_pool_change(&mut self, pool: PdPool, change: &ReplicaChange) {
             self.pools.on_pool_change(pool, change);
         }
+        fn on_mixed_change(&mut self, prefill: &ReplicaChange, decode: &ReplicaChange) {
+            self.pools.on_mixed_change(prefill, decode);
+        }
         fn take_failure(&self) -> Option<PolicyError> {
             self.pools.take_failure()
         }
@@ -243,20 +246,37 @@ impl Pools {
     }
     /// An instance joined or left `pool`: its child hears it in its own indices.
     pub fn on_pool_change(&mut self, pool: PdPool, change: &ReplicaChange) {
+        self.pd.apply_pool_change(pool, change);
         match pool {
             PdPool::Prefill => {
-                self.pd.prefill_replicas = change.routable;
-                if !change.joined {
-                    // The instances above the one that left move down one index.
-                    let gone = change.replica as usize;
-                    self.prefilling.retain(|_, p| *p != gone);
-                    for p in self.prefilling.values_mut() {
-                        *p -= (*p > gone) as usize;
-                    }
-                }
+                self.renumber_prefilling(change);
                 self.prefill.call(|r| r.on_replica_change(change));
             }
             PdPool::Decode => self.decode.call(|r| r.on_replica_change(change)),
+        }
+    }
+    /// A mixed instance joined or left both pools: each child hears it in its own indices.
+    pub fn on_mixed_change(&mut self, prefill: &ReplicaChange, decode: &ReplicaChange) {
+        self.pd.apply_mixed_change(prefill);
+        self.renumber_prefilling(prefill);
+        self.prefill.call(|r| r.on_replica_change(prefill));
+        self.decode.call(|r| r.on_replica_change(decode));
+    }
+    /// The prefill instances of requests still prefilling, through a prefill-pool change: the
+    /// instances above one that left move down one index (its requests are abandoned already),
+    /// and those at or above one that joined move up one (a prefill-only instance rejoins below
+    /// the mixed ones).
+    fn renumber_prefilling(&mut self, change: &ReplicaChange) {
+        let at = change.replica as usize;
+        if change.joined {
+            for p in self.prefilling.values_mut() {
+                *p += (*p >= at) as usize;
+            }
+        } else {
+            self.prefilling.retain(|_, p| *p != at);
+            for p in self.prefilling.values_mut() {
+                *p -= (*p > at) as usize;
+            }
         }
     }
     pub fn on_complete(&mut self, completion: &Completion) {

@@ -36,4 +36,15 @@ impl PdRouterPolicy for PdLeastLoaded {
         let local = self.pd.as_ref().and_then(|pd| pd.as_decode(p as u32));
         PdRoute::pair(p, local.map_or_else(|| argmin_by(decode, |v| v.kv_used_tokens), |d| d as usize))
     }
+    /// Crashes and restarts: the pools' counts follow, so a mixed instance stays paired.
+    fn on_pool_change(&mut self, pool: PdPool, change: &ReplicaChange) {
+        if let Some(pd) = self.pd.as_mut() {
+            pd.apply_pool_change(pool, change);
+        }
+    }
+    fn on_mixed_change(&mut self, prefill: &ReplicaChange, _: &ReplicaChange) {
+        if let Some(pd) = self.pd.as_mut() {
+            pd.apply_mixed_change(prefill);
+        }
+    }
 }

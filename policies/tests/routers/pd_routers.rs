@@ -4,8 +4,8 @@
 use crate::common::a6000_mistral;
 use abi_stable::std_types::{RNone, RSome};
 use routelab_policies::pd::{
-    pd_aibrix, pd_dynamo, pd_dynamo::PdDynamo, pd_llm_d, pd_llm_d::PdLlmD, pd_mooncake, pd_mooncake::PdMooncake,
-    pd_sglang::PdSglang,
+    pd_aibrix, pd_dynamo, pd_dynamo::PdDynamo, pd_least_loaded::PdLeastLoaded, pd_llm_d, pd_llm_d::PdLlmD, pd_mooncake,
+    pd_mooncake::PdMooncake, pd_sglang::PdSglang,
 };
 use routelab_policy_api::*;
 
@@ -254,4 +254,43 @@ fn pd_pools_route_abandons_and_pool_changes_to_the_child_that_placed_them() {
         assert_eq!(x.prefill(), Some(0));
         r.on_dispatch_pair(&q, x);
     }
+}
+
+/// `pd_least_loaded` pairs a mixed instance with itself through crashes and restarts
+/// (policy-api 0.5.13's `PdContext::apply_pool_change` / `apply_mixed_change`). Layout: one
+/// prefill-only instance P, mixed M1 and M2, one decode-only D — prefill candidates [P, M1, M2],
+/// decode candidates [M1, M2, D]. The decode views always make D (the last) the least loaded,
+/// so a pick that is not paired locally shows as D.
+#[test]
+fn pd_least_loaded_keeps_mixed_instances_paired_as_instances_come_and_go() {
+    let mut c = ctx(3, 3);
+    if let RSome(pd) = &mut c.disaggregation {
+        pd.mixed_replicas = 2;
+    }
+    let mut r = PdLeastLoaded::new(routelab_policies::NoConfig {}, &c).unwrap();
+    // The least outstanding work on prefill candidate `least` of `n`; D least loaded.
+    let route = |r: &mut PdLeastLoaded, least: usize, n: usize, d: usize| {
+        let prefill: Vec<ReplicaView> = (0..n)
+            .map(|i| ReplicaView { outstanding_work: if i == least { 1.0 } else { 50.0 }, ..view(0, 0, 0, 0) })
+            .collect();
+        let decode: Vec<ReplicaView> = (0..d).map(|i| view(0, 0, 0, if i + 1 == d { 10 } else { 500 })).collect();
+        r.route_pair(&req(&PROMPT), &Replicas::new(&prefill), &Replicas::new(&decode))
+    };
+    let pair = |prefill: usize, decode: usize| PdRoute::Disaggregate { prefill, decode, prefix_from: None };
+    let change = |replica, joined, routable| ReplicaChange { at: 1.0, replica, joined, routable };
+    // All up: M1 (prefill 1) is decode 0; P (prefill 0) takes D.
+    assert_eq!(route(&mut r, 1, 3, 3), pair(1, 0));
+    assert_eq!(route(&mut r, 0, 3, 3), pair(0, 2));
+    // P crashes: prefill [M1, M2]; M1 is now prefill 0 and still decode 0.
+    r.on_pool_change(PdPool::Prefill, &change(0, false, 2));
+    assert_eq!(route(&mut r, 0, 2, 3), pair(0, 0));
+    // M1 crashes (prefill 0, decode 0): prefill [M2], decode [M2, D]; M2 pairs as 0 with 0.
+    r.on_mixed_change(&change(0, false, 1), &change(0, false, 2));
+    assert_eq!(route(&mut r, 0, 1, 2), pair(0, 0));
+    // M1 restarts at the top of the mixed range (prefill 1, decode 1), P below them (prefill 0).
+    r.on_mixed_change(&change(1, true, 2), &change(1, true, 3));
+    assert_eq!(route(&mut r, 1, 2, 3), pair(1, 1));
+    r.on_pool_change(PdPool::Prefill, &change(0, true, 3));
+    assert_eq!(route(&mut r, 2, 3, 3), pair(2, 1));
+    assert_eq!(route(&mut r, 0, 3, 3), pair(0, 2));
 }

@@ -169,7 +169,13 @@ fn or_recorded<P: PdRouterPolicy, T>(policy: &P, method: &str, r: RResult<T, Pol
 
 impl<P: PdRouterPolicy> Router for GuardedPd<P> {
     fn capabilities(&self) -> RResult<Capabilities, PolicyError> {
-        guard(P::NAME, "capabilities", || self.get().capabilities() | Capabilities::DISAGGREGATED)
+        guard(P::NAME, "capabilities", || {
+            let caps = self.get().capabilities() | Capabilities::DISAGGREGATED;
+            // since 0.5.13 {
+            let caps = caps | Capabilities::HEARS_MIXED_CHANGES;
+            // } since 0.5.13
+            caps
+        })
     }
     fn signals(&self) -> RResult<RVec<RString>, PolicyError> {
         guard(P::NAME, "signals", || names(self.get().signals()))
@@ -245,6 +251,17 @@ impl<P: PdRouterPolicy> Router for GuardedPd<P> {
         or_recorded(&**policy, "on_pool_change", r)
     }
     // } since 0.5.8
+    // since 0.5.13 {
+    fn on_mixed_change(
+        &mut self,
+        prefill: &crate::scaler::ReplicaChange,
+        decode: &crate::scaler::ReplicaChange,
+    ) -> RResult<(), PolicyError> {
+        let policy = &mut self.0.policy;
+        let r = guard(P::NAME, "on_mixed_change", || policy.on_mixed_change(prefill, decode));
+        or_recorded(&**policy, "on_mixed_change", r)
+    }
+    // } since 0.5.13
 }
 
 impl<P: SchedulerPolicy> Scheduler for Guarded<P> {

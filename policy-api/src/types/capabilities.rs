@@ -15,8 +15,21 @@ impl Capabilities {
     /// prefill/decode-disaggregated cluster (a host refuses it elsewhere, and refuses routers
     /// without it there).
     pub const DISAGGREGATED: Self = Self { bits: 1 << 3 };
+    // since 0.5.13 {
+    /// Added in 0.5.13. A disaggregation router that hears a mixed instance join or leave both
+    /// pools at once ([`crate::Router::on_mixed_change`]): a host refuses crashes on mixed
+    /// instances with a router without it. The plain-Rust wrapper ([`crate::PdRouterPolicy`])
+    /// sets it for every P/D router built against 0.5.13 or later.
+    pub const HEARS_MIXED_CHANGES: Self = Self { bits: 1 << 4 };
+    // } since 0.5.13
     /// Every flag this version of the crate defines.
-    pub const KNOWN: Self = Self { bits: 0b1111 };
+    pub const KNOWN: Self = {
+        let bits = 0b1111;
+        // since 0.5.13 {
+        let bits = bits | Self::HEARS_MIXED_CHANGES.bits;
+        // } since 0.5.13
+        Self { bits }
+    };
 
     /// The raw bits, unknown ones included.
     pub const fn bits(self) -> u64 {

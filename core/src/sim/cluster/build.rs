@@ -43,6 +43,7 @@ impl<'a> ClusterSim<'a> {
                         ),
                     ));
                 }
+                check_mixed_changes(spec, caps, label)?;
                 let pd = models.pd.as_ref().expect("the step models of this spec (`StepModels::resolve`)");
                 Some((d, &pd.prefill, &pd.decode, &pd.mixed))
             }
@@ -221,4 +222,27 @@ impl<'a> ClusterSim<'a> {
         }
         Ok(sim)
     }
+}
+
+/// A P/D router whose library predates policy-api 0.5.13 (no
+/// [`routelab_policy_api::Capabilities::HEARS_MIXED_CHANGES`]) cannot hear a mixed instance leave both pools at once:
+/// refused where mixed instances may crash.
+pub(super) fn check_mixed_changes(
+    spec: &ClusterSpec,
+    caps: routelab_policy_api::Capabilities,
+    label: &str,
+) -> Result<(), SetupError> {
+    let mixed = spec.disaggregation.as_ref().is_some_and(|d| d.mixed_instances() > 0);
+    let crashes = spec.failures.as_ref().is_some_and(|f| f.has_crashes());
+    if mixed && crashes && !caps.contains(routelab_policy_api::Capabilities::HEARS_MIXED_CHANGES) {
+        return Err(SetupError::new(
+            "failures",
+            format!(
+                "policy '{label}' cannot hear a mixed instance leave both pools at once (it was built against \
+                 policy-api before 0.5.13), and this cluster's mixed instances may crash"
+            ),
+            "rebuild the router against routelab-policy-api 0.5.13 or later, or drop `mixed:` or the crashes",
+        ));
+    }
+    Ok(())
 }

@@ -42,8 +42,15 @@ impl ClusterSim<'_> {
             return false;
         }
         // Requests bound for it still before their hand-off, on a prefill instance or on their way.
-        let prefilling = self.replicas[..pd.decode_start].iter().flat_map(|r| r.waiting().iter().chain(r.running()));
-        !prefilling.chain(&pd.in_flight).any(|&id| {
+        !self.bound_before_handoff(slot).any(|_| true)
+    }
+
+    /// The requests bound for decode instance `slot` that are still before their hand-off: queued
+    /// or running on a prefill candidate (a mixed instance included), or on their way to one.
+    pub(super) fn bound_before_handoff(&self, slot: usize) -> impl Iterator<Item = u32> + '_ {
+        let pd = self.pd.as_ref().expect("disaggregated");
+        let prefilling = self.replicas[..pd.prefill_end].iter().flat_map(|r| r.waiting().iter().chain(r.running()));
+        prefilling.chain(&pd.in_flight).copied().filter(move |&id| {
             let st = &self.states[id as usize];
             st.handoff && st.phase != Phase::Transfer && pd.decode_of[id as usize] as usize == slot
         })

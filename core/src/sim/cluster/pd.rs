@@ -79,8 +79,11 @@ pub(super) struct Pd {
     /// `decode_start` in router indices (the routable set, `routable.rs`): the decode
     /// candidates are router indices `r_decode_start..`, the prefill ones
     /// `0..`[`Pd::r_prefill_end`]. Equal to `decode_start` while every instance is up; a crashed
-    /// prefill instance leaves the range below it, and one that restarts rejoins at its top.
+    /// prefill-only instance leaves the range below it, and one that restarts rejoins at its top.
     pub r_decode_start: usize,
+    /// Mixed instances routable now (router indices `r_decode_start..r_prefill_end()`): a
+    /// crashed one leaves that range, and one that restarts rejoins at its top.
+    pub r_mixed: usize,
     link: Link,
     transfer: TransferTokens,
     kv_bytes_per_token: f64,
@@ -142,6 +145,7 @@ impl Pd {
             decode_start: prefill_slots as usize,
             prefill_end: (prefill_slots + d.mixed_instances()) as usize,
             r_decode_start: d.prefill.instances as usize,
+            r_mixed: d.mixed_instances() as usize,
             local: 0,
             link: d.link.clone(),
             transfer: d.transfer,
@@ -177,10 +181,15 @@ impl Pd {
         }
     }
 
-    /// `prefill_end` in router indices: the mixed instances (which never crash) follow the
-    /// routable prefill-only ones.
+    /// `prefill_end` in router indices: the routable mixed instances follow the routable
+    /// prefill-only ones.
     pub fn r_prefill_end(&self) -> usize {
-        self.r_decode_start + (self.prefill_end - self.decode_start)
+        self.r_decode_start + self.r_mixed
+    }
+
+    /// Whether instance `s` is a mixed one (a candidate of both pools).
+    pub fn is_mixed(&self, s: usize) -> bool {
+        (self.decode_start..self.prefill_end).contains(&s)
     }
 }
 

@@ -1,6 +1,6 @@
-//! Crashes on a disaggregated cluster (`cluster.failures` with `disaggregation`; no mixed
-//! instances): what an instance's crash loses besides its own queues, and the P/D half of the
-//! retry rule (`failures.rs` has the rest).
+//! Crashes on a disaggregated cluster (`cluster.failures` with `disaggregation`): what an
+//! instance's crash loses besides its own queues, and the P/D half of the retry rule
+//! (`failures.rs` has the rest).
 //!
 //! A crashed **prefill** instance loses what it was prefilling or had queued, and the prompts
 //! migrating or loading from the shared tier into it. A transfer it had started (the request
@@ -13,10 +13,14 @@
 //! ends — the hand-off finds no one to take the KV (as in Dynamo and llm-d, where the decode
 //! worker drives the remote prefill and a broken decode stream is what migration catches).
 //!
+//! A crashed **mixed** instance is both: it loses all of the above on either side.
+//!
 //! The router hears `on_abandon` for every request lost, `replica` its decode candidate (a
 //! request whose prefill had not completed gets no `on_prefill_complete` afterwards), then
-//! `on_pool_change` (left) in the crashed instance's pool. A restarted instance takes its
-//! pool's top index (`routable.rs`).
+//! `on_pool_change` (left) in the crashed instance's pool, or `on_mixed_change` (left) in both
+//! for a mixed instance (policy-api 0.5.13; a router without
+//! `Capabilities::HEARS_MIXED_CHANGES` is refused at build). A restarted instance rejoins at the
+//! top of its own range: prefill-only, mixed or decode-only (`routable.rs`).
 //!
 //! A lost request is routed again (a new `route_pair`) up to `max_retries` times, keeping its
 //! arrival time and, if the client had it, its first token; unlike on an aggregated cluster it
@@ -29,7 +33,6 @@
 use routelab_policy_api::Completion;
 
 use super::ClusterSim;
-use super::replica::Phase;
 use crate::error::RunError;
 use crate::time::{SimTime, seconds};
 
@@ -42,8 +45,8 @@ impl ClusterSim<'_> {
         if pd.orphan.len() < n {
             pd.orphan.resize(n, false);
         }
-        if s < pd.decode_start {
-            // Prefill: the prompts on their way into it.
+        if s < pd.prefill_end {
+            // Prefill (a mixed instance is both): the prompts on their way into it.
             let (ours, others): (Vec<u32>, Vec<u32>) =
                 pd.in_flight.iter().partition(|&&id| pd.migrating[id as usize].0 as usize == s);
             pd.in_flight = others;
@@ -54,7 +57,8 @@ impl ClusterSim<'_> {
                 }
             }
             lost.extend(ours);
-        } else {
+        }
+        if s >= pd.decode_start {
             // Decode: the hand-offs waiting for its memory; its transfers in flight are void.
             let k = s - pd.decode_start;
             lost.extend(pd.waiting[k].drain(..));
@@ -66,16 +70,14 @@ impl ClusterSim<'_> {
     /// hand-off (queued or running on a prefill instance, or on their way to one) become
     /// orphans; returns them (none for a prefill instance).
     pub(super) fn pd_orphans(&mut self, s: usize) -> Vec<u32> {
-        let pd = self.pd.as_mut().expect("disaggregated");
-        if s < pd.decode_start {
+        if s < self.pd.as_ref().expect("disaggregated").decode_start {
             return Vec::new();
         }
+        let bound: Vec<u32> = self.bound_before_handoff(s).collect();
+        let pd = self.pd.as_mut().expect("disaggregated");
         let mut orphans = Vec::new();
-        let prefilling = self.replicas[..pd.decode_start].iter().flat_map(|r| r.waiting().iter().chain(r.running()));
-        for &id in prefilling.chain(&pd.in_flight) {
-            let st = &self.states[id as usize];
-            let before_handoff = st.handoff && st.phase != Phase::Transfer;
-            if before_handoff && pd.decode_of[id as usize] as usize == s && !pd.orphan[id as usize] {
+        for id in bound {
+            if !pd.orphan[id as usize] {
                 pd.orphan[id as usize] = true;
                 orphans.push(id);
             }

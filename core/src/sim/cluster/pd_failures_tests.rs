@@ -54,15 +54,25 @@ impl PdRouterPolicy for Recorder {
         let how = if c.joined { "join" } else { "leave" };
         hear(format!("{pool:?} {how} {} of {} at {}", c.replica, c.routable, c.at));
     }
+    fn on_mixed_change(&mut self, p: &ReplicaChange, d: &ReplicaChange) {
+        let how = if p.joined { "join" } else { "leave" };
+        hear(format!("Mixed {how} {} of {} / {} of {} at {}", p.replica, p.routable, d.replica, d.routable, p.at));
+    }
 }
 
 /// `prefill` + `decode` instances (A6000s, unchunked prefill), `extra` adding fields.
 fn pd(prefill: u32, decode: u32, extra: &str) -> ClusterSpec {
+    pd_mixed(prefill, 0, decode, extra)
+}
+
+/// `prefill` + `mixed` + `decode` instances (see [`pd`]).
+fn pd_mixed(prefill: u32, mixed: u32, decode: u32, extra: &str) -> ClusterSpec {
+    let mixed_pool = if mixed > 0 { format!("  mixed: {{instances: {mixed}}}\n") } else { String::new() };
     serde_norway::from_str(&format!(
         "replicas: {}\nchunk_tokens: 0\ndisaggregation:\n  prefill: {{instances: {prefill}}}\n  \
-         decode: {{instances: {decode}}}\n  link: {{bandwidth_gbps: 100, base_latency_s: 0.0005}}\n{extra}\n\
+         decode: {{instances: {decode}}}\n{mixed_pool}  link: {{bandwidth_gbps: 100, base_latency_s: 0.0005}}\n{extra}\n\
          generator: {{output_tokens: 1}}\narrivals: {{poisson: {{rate: 1}}}}\nrequests: 3\n",
-        prefill + decode
+        prefill + mixed + decode
     ))
     .unwrap()
 }
@@ -184,15 +194,78 @@ fn a_request_whose_decode_instance_crashes_during_its_prefill_is_lost_at_the_han
     assert_eq!((m.get("requests_lost"), m.get("retried_requests")), (Some(1.0), Some(1.0)), "{m:?}");
 }
 
-/// A generated workload on 2 prefill + 3 decode instances under random crashes (MTBF 15 s,
-/// restart 3 s, one retry), with P/D routers that keep state per instance (`pd_sglang`'s
-/// cache-aware prefill child, `pd_dynamo`'s KV indexers), migrate prefixes (`pd_mooncake`) or
-/// count (`pd_round_robin`): every request completes or fails exactly once (the finish's
+/// One prefill-only instance (slot 0), one mixed (slot 1), one decode-only (slot 2); the
+/// router pairs prefill candidate 0 (slot 0) with decode candidate 0 (the mixed slot 1). A
+/// request decoding 2,000 tokens on slot 1 when it crashes at 5 s: the router hears the
+/// abandon (decode candidate 0), then one notice for both pools (prefill candidate 1 of 2 left,
+/// 1 remains; decode candidate 0 of 2 left, 1 remains); it is routed again among 1 + 1 and
+/// completes on slot 2, now decode candidate 0. Slot 1 restarts at 105 s at the top of the
+/// mixed range: prefill candidate 1 (the top) and decode candidate 0 (below slot 2), one
+/// notice again. A second request, after the restart, sees 2 + 2 and decodes on slot 1.
+#[test]
+fn a_mixed_instance_leaves_and_rejoins_both_pools_in_one_notice() {
+    let rows = [(0.0, 7, 1000, 2000), (110.0, 8, 100, 2)];
+    let spec = pd_mixed(1, 1, 1, &crash(1, 5.0, 1));
+    let (out, heard) = run(&spec, &rows);
+    let want = [
+        "route 0 among 2+2",
+        "prefilled 0 on 0",
+        "abandon 0 on 0",
+        "Mixed leave 1 of 1 / 0 of 1 at 5",
+        "route 0 among 1+1",
+        "prefilled 0 on 0",
+        "complete 0 on 0",
+        "Mixed join 1 of 2 / 0 of 2 at 105",
+        "route 1 among 2+2",
+        "prefilled 1 on 0",
+        "complete 1 on 0",
+    ];
+    assert_eq!(heard, want);
+    let replicas: Vec<u32> = out.records.iter().map(|r| r.replica).collect();
+    assert_eq!(replicas, [2, 1], "retried on the decode-only slot; the second on the restarted mixed one");
+    let m = &out.metrics;
+    let got = ["crashes", "requests_lost", "retried_requests", "completed"].map(|k| m.get(k));
+    assert_eq!(got, [Some(1.0), Some(1.0), Some(1.0), Some(2.0)], "{m:?}");
+}
+
+/// A router built before policy-api 0.5.13 (no `HEARS_MIXED_CHANGES`) is refused at build on a
+/// cluster whose mixed instances may crash, naming the field and the fix; every P/D router built
+/// against this crate has the flag, and without crashes or without mixed instances nothing is
+/// refused.
+#[test]
+fn a_router_that_cannot_hear_mixed_changes_is_refused_where_mixed_instances_crash() {
+    use routelab_policy_api::Capabilities;
+    let old = Capabilities::DISAGGREGATED;
+    let now = old | Capabilities::HEARS_MIXED_CHANGES;
+    let crashing = pd_mixed(1, 1, 1, &crash(1, 5.0, 1));
+    let e = build::check_mixed_changes(&crashing, old, "old").unwrap_err();
+    assert_eq!(e.field, "failures");
+    assert!(e.message.contains("policy 'old'") && e.fix.contains("0.5.13"), "{e:?}");
+    assert!(build::check_mixed_changes(&crashing, now, "new").is_ok());
+    assert!(build::check_mixed_changes(&pd_mixed(1, 1, 1, ""), old, "old").is_ok());
+    assert!(build::check_mixed_changes(&pd(1, 2, &crash(1, 5.0, 1)), old, "old").is_ok());
+    let Maker::Router(make) = routelab_policy_api::pd_router::<Recorder>().make else { unreachable!() };
+    let ctx = router_context_for(&crashing, &StepModels::resolve(&crashing).unwrap(), 1);
+    assert!(make("", &ctx).unwrap().capabilities().unwrap().contains(Capabilities::HEARS_MIXED_CHANGES));
+}
+
+/// A generated workload on 2 prefill + 3 decode instances, and on 1 prefill + 2 mixed + 2
+/// decode, under random crashes (MTBF 15 s, restart 3 s, one retry), with P/D routers that keep
+/// state per instance (`pd_sglang`'s cache-aware prefill child, `pd_dynamo`'s KV indexers),
+/// migrate prefixes (`pd_mooncake`), count (`pd_round_robin`) or pair mixed instances with
+/// themselves (`pd_least_loaded`): every request completes or fails exactly once (the finish's
 /// conservation check runs under debug assertions), the run replays exactly from its seed, and
-/// another seed crashes differently.
+/// another seed crashes differently. With mixed instances, some requests still run locally on
+/// one through the crashes.
 #[test]
 fn every_pd_request_completes_or_fails_once_under_random_crashes_and_the_seed_replays() {
-    let mut spec = pd(2, 3, "failures: {mtbf_s: 15, restart_s: 3, max_retries: 1}");
+    for (prefill, mixed, decode) in [(2, 0, 3), (1, 2, 2)] {
+        crash_randomly(pd_mixed(prefill, mixed, decode, "failures: {mtbf_s: 15, restart_s: 3, max_retries: 1}"));
+    }
+}
+
+fn crash_randomly(mut spec: ClusterSpec) {
+    let mixed = spec.disaggregation.as_ref().unwrap().mixed_instances() > 0;
     spec.chunk_tokens = 2048;
     spec.generator = serde_norway::from_str(
         "{system_prompt_tokens: 200, contexts: {count: 8, tokens: 800}, suffix_tokens: 50, output_tokens: 100}",
@@ -202,7 +275,7 @@ fn every_pd_request_completes_or_fails_once_under_random_crashes_and_the_seed_re
     spec.requests = Some(1200);
     let stream = crate::workload::generate::generate(&spec, None, 1).unwrap();
     let resolved = StepModels::resolve(&spec).unwrap();
-    for policy in ["pd_round_robin", "pd_sglang", "pd_dynamo", "pd_mooncake"] {
+    for policy in ["pd_round_robin", "pd_sglang", "pd_dynamo", "pd_mooncake", "pd_least_loaded"] {
         let once = |seed: u64| {
             let ctx = router_context_for(&spec, &resolved, seed);
             let router = Loader::new().router(&PolicySpec::parse(policy).unwrap(), &ctx).unwrap();
@@ -216,5 +289,8 @@ fn every_pd_request_completes_or_fails_once_under_random_crashes_and_the_seed_re
         assert_eq!(failed as f64, n("failed_requests"), "{policy}");
         assert_eq!(format!("{:?}", a.metrics), format!("{:?}", b.metrics), "{policy}: same seed, same run");
         assert_ne!(format!("{:?}", a.metrics), format!("{:?}", c.metrics), "{policy}: another seed");
+        if mixed && policy == "pd_least_loaded" {
+            assert!(n("local_share") > 0.0, "{:?}", a.metrics);
+        }
     }
 }

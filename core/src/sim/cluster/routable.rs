@@ -5,12 +5,16 @@
 //!
 //! A replica joins at the top index with a default view (refreshed before the next decision).
 //! One that leaves takes its index out and those above move down one (`Vec::remove`; a drain
-//! takes the top one). On a disaggregated cluster the routable set is the prefill candidates
-//! then the decode candidates (`Pd::r_decode_start`): a prefill instance joins at the top of the
-//! prefill range (the decode candidates move up one router index, their own pool's indices
-//! unchanged), and the router hears each change in its pool's indices (`on_pool_change`). A
-//! draining decode instance (autoscaling) moves with them, so its completions keep the decode
-//! index they were placed at.
+//! takes the top one). On a disaggregated cluster the routable set is the prefill-only
+//! instances, the mixed ones, then the decode-only ones (`Pd::r_decode_start`, `Pd::r_mixed`):
+//! the prefill candidates are the first two ranges, the decode candidates the last two. A
+//! prefill-only instance joins at the top of its range (the mixed and decode candidates move up
+//! one router index, the decode pool's indices unchanged), a mixed one at the top of the mixed
+//! range (the top prefill index; the decode-only candidates move up one), a decode-only one at
+//! the top; the router hears each change in its pool's indices (`on_pool_change`), a mixed
+//! instance's in both pools' at once (`on_mixed_change`). A draining decode instance
+//! (autoscaling, which never runs with mixed instances) moves with the decode candidates, so
+//! its completions keep the decode index they were placed at.
 //!
 //! An eviction notice from a replica that is not routable now, or that was cut before the
 //! replica last joined, is stale: the router forgot that replica when it left (and the index
@@ -30,6 +34,10 @@ impl ClusterSim<'_> {
             Some(pd) if s < pd.decode_start => {
                 pd.r_decode_start += 1;
                 pd.r_decode_start - 1
+            }
+            Some(pd) if pd.is_mixed(s) => {
+                pd.r_mixed += 1;
+                pd.r_prefill_end() - 1
             }
             _ => self.routable.len(),
         };
@@ -54,9 +62,13 @@ impl ClusterSim<'_> {
         debug_assert_eq!(self.routable.get(pos), Some(&slot), "a leaving replica is routable");
         self.routable.remove(pos);
         self.views.remove(pos);
-        if let Some(pd) = self.pd.as_mut().filter(|pd| (slot as usize) < pd.decode_start) {
-            pd.r_decode_start -= 1;
-            self.shift_draining_decodes(false);
+        match self.pd.as_mut() {
+            Some(pd) if (slot as usize) < pd.decode_start => {
+                pd.r_decode_start -= 1;
+                self.shift_draining_decodes(false);
+            }
+            Some(pd) if pd.is_mixed(slot as usize) => pd.r_mixed -= 1,
+            _ => {}
         }
         self.replicas.mark_all();
         for &above in &self.routable[pos..] {
@@ -67,15 +79,22 @@ impl ClusterSim<'_> {
 
     fn replicas_changed(&mut self, now: SimTime, s: usize, joined: bool) -> Result<(), RunError> {
         if let Some(pd) = &self.pd {
-            // In the instance's own pool's indices.
-            let (pool, replica, routable) = if s < pd.decode_start {
-                (ReplicaChange::PREFILL, self.index_of[s], pd.r_prefill_end())
+            // In each of the instance's pools' own indices.
+            let (at, n, first) = (seconds(now), self.routable.len(), pd.r_decode_start);
+            let prefill =
+                || ReplicaChange { at, replica: self.index_of[s], joined, routable: pd.r_prefill_end() as u32 };
+            let decode =
+                || ReplicaChange { at, replica: self.index_of[s] - first as u32, joined, routable: (n - first) as u32 };
+            return if pd.is_mixed(s) {
+                let (p, d) = (prefill(), decode());
+                self.router.mixed_changed(&p, &d, n)
+            } else if s < pd.decode_start {
+                let p = prefill();
+                self.router.pool_changed(ReplicaChange::PREFILL, &p, n)
             } else {
-                let first = pd.r_decode_start;
-                (ReplicaChange::DECODE, self.index_of[s] - first as u32, self.routable.len() - first)
+                let d = decode();
+                self.router.pool_changed(ReplicaChange::DECODE, &d, n)
             };
-            let change = ReplicaChange { at: seconds(now), replica, joined, routable: routable as u32 };
-            return self.router.pool_changed(pool, &change, self.routable.len());
         }
         let change =
             ReplicaChange { at: seconds(now), replica: self.index_of[s], joined, routable: self.routable.len() as u32 };

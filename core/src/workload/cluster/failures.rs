@@ -19,8 +19,8 @@
 //!
 //! Where each runs: on aggregated clusters of single replicas, fixed or autoscaled (there
 //! `replica` names a slot, below `max_replicas`; a crash of a slot that is off is ignored);
-//! crashes also on disaggregated (P/D) clusters without mixed instances, fixed or autoscaled
-//! (there prefill slots first, then decode ones), slowdowns and lost KV
+//! crashes also on disaggregated (P/D) clusters, fixed or autoscaled (there prefill slots
+//! first, then decode ones; autoscaling runs without mixed instances), slowdowns and lost KV
 //! events with them too, where `replica` indexes the instances as the P/D router's views list
 //! them — prefill, then mixed, then decode (a slow prefill instance stretches prefills, a slow
 //! decode instance decode steps; a KV transfer is not slowed). With lock-step groups
@@ -134,6 +134,11 @@ fn default_retries() -> u32 {
 
 impl Failures {
     /// Checks the section against the cluster's `replicas`.
+    /// Whether any replica may crash (scheduled or at random).
+    pub fn has_crashes(&self) -> bool {
+        !self.crashes.is_empty() || self.mtbf_s.is_some()
+    }
+
     pub fn validate(&self, replicas: u32) -> Result<(), FieldError> {
         if self.crashes.is_empty() && self.mtbf_s.is_none() && self.slowdowns.is_empty() && self.kv_event_loss == 0.0 {
             return Err(FieldError::new(

@@ -170,7 +170,7 @@ pub struct ClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_per_hour: Option<f64>,
     /// Replica crashes, scheduled and/or random, the restart delay and the retry rule, slow
-    /// replicas and lost KV events (failures.rs; crashes on P/D too, without mixed instances,
+    /// replicas and lost KV events (failures.rs; crashes on P/D too, mixed instances included,
     /// in autoscaled fleets, and in lock-step groups, which fail whole); absent = replicas never
     /// fail.
     #[serde(default, skip_serializing_if = "Option::is_none")]

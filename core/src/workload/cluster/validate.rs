@@ -134,23 +134,10 @@ impl ClusterSpec {
             // With autoscaling, `replica` names a slot (up to `max_replicas`).
             f.validate(self.slots()).map_err(|e| e.under("failures"))?;
             // A crash takes one replica out of the routable set (on a P/D cluster, out of its
-            // pool's candidates; with autoscaling, it loads again; in lock-step, with its whole
-            // group); mixed instances (in both pools at once) have lives of their own that
-            // crashes do not model yet. Slowdowns and lost KV events only stretch steps and drop
-            // notices, which every P/D instance has as an aggregated replica does (`form_step`):
-            // they run beside all of these.
-            let crashes = !f.crashes.is_empty() || f.mtbf_s.is_some();
-            let mixed = self.disaggregation.as_ref().is_some_and(|d| d.mixed_instances() > 0);
-            if mixed && crashes {
-                return Err(FieldError::new(
-                    "failures",
-                    "crashes run on P/D clusters without mixed instances (one in both pools would leave \
-                     and rejoin both at once, which the routers' per-pool notices do not model yet), and \
-                     this one has `disaggregation.mixed`; slowdowns and kv_event_loss run with mixed \
-                     instances too",
-                    "drop `crashes` and `mtbf_s` (keep `slowdowns` or `kv_event_loss`), or drop `mixed:`",
-                ));
-            }
+            // pool's candidates, or both pools' for a mixed instance; with autoscaling, it
+            // loads again; in lock-step, with its whole group). Slowdowns and lost KV events
+            // only stretch steps and drop notices, which every P/D instance has as an
+            // aggregated replica does (`form_step`).
         }
         if let Some(c) = self.cost_per_hour {
             if !(c >= 0.0 && c.is_finite()) {
