@@ -105,8 +105,10 @@ impl ClusterSim<'_> {
         let p = &self.probes;
         let mut metrics =
             self.tally.summary(&self.replicas, p.waiting_at_half, p.waiting_at_end, p.replication.factor());
+        // The run's end: its last completion (with a scaler, its last decision or load if later).
+        let end = self.states.iter().filter_map(|st| st.completed_at).max().unwrap_or(SimTime::ZERO);
         if self.pd.is_some() {
-            self.pd_metrics(&records, &mut metrics);
+            self.pd_metrics(&records, end, &mut metrics);
         }
         if self.replicas.first().is_some_and(|r| r.tiers().is_some()) {
             debug_assert_eq!(retired, 0, "a run with KV tiers keeps every request's state");
@@ -131,7 +133,6 @@ impl ClusterSim<'_> {
         if let Some(a) = self.admission.as_ref().filter(|_| self.admission_metrics) {
             self.tally.push_admission(&mut metrics, a.counts.held);
         }
-        let end = self.states.iter().filter_map(|st| st.completed_at).max().unwrap_or(SimTime::ZERO);
         if let Some(f) = &mut self.fleet {
             let end = end.max(f.last);
             f.push_metrics(&mut metrics, end, self.cost_per_hour);

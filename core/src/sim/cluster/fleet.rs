@@ -47,7 +47,9 @@
 //! scale-out; NaN if none did). On a disaggregated cluster `replica_seconds_prefill` and
 //! `replica_seconds_decode` split the bill by pool (`replica_seconds` is their sum; `scale_ups`
 //! and `scale_downs` count each pool's raised or lowered target), and `prefill_utilisation` /
-//! `decode_utilisation` stay over every slot of the pool (off ones included).
+//! `decode_utilisation` are each pool's busy time ÷ its paid replica-seconds (what the pool was
+//! billed for, loading and draining time included; a fixed P/D cluster's stay over every
+//! instance from the first arrival to the last completion).
 
 use abi_stable::std_types::{RSlice, RVec};
 use routelab_policy_api::{Fact, Pool, ReplicaView, ScalerBox, facts::fleet};
@@ -211,6 +213,14 @@ impl Fleet {
         self.loading.retain(|&x| x as usize != slot);
         self.loading.push(slot as u32);
         self.generation[slot]
+    }
+
+    /// Pool `k`'s replica-seconds paid for until the run's `end` (its last completion): what
+    /// [`Fleet::push_metrics`] bills the pool, the same figure to the bit, before it has run.
+    pub(super) fn pool_paid_seconds(&self, k: usize, end: SimTime) -> f64 {
+        let end = end.max(self.last);
+        let on = self.pools[k].slots.clone().filter(|&s| self.slots[s] != Slot::Off);
+        on.fold(self.pools[k].replica_seconds, |paid, s| paid + seconds(end.max(self.on_since[s]) - self.on_since[s]))
     }
 
     /// Replica-seconds paid for (all of the run's once [`Fleet::push_metrics`] has run).

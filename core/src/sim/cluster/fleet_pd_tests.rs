@@ -290,3 +290,27 @@ fn a_draining_decode_instance_keeps_its_index_when_the_prefill_pool_grows() {
     let want = ["Decode leave 1 of 1 at 10", "Prefill join 2 of 3 at 40", "complete 0 on 1"];
     assert_eq!(heard[heard.len() - 3..], want, "{heard:?}");
 }
+
+/// Utilisation over paid time: one prefill and one decode instance, decode up to two; the
+/// scaler asks for 1 + 2 at 10 s, so decode slot 2 is paid for from 10 s (loading until 40 s,
+/// then idle) and never works. One request (0 s, a 1,000-token prompt, 4,000 output tokens)
+/// finishes past 40 s, at `end`. Busy: the prefill pool for the prefill (admission → hand-off,
+/// the hand-off being the first token less the transfer), the decode pool from the first token
+/// to the completion (one decode step after another). Paid: prefill `end`, decode
+/// `end + (end − 10)`. Each utilisation is busy ÷ paid — not ÷ (2 slots × end), the pool's
+/// every slot over the run.
+#[test]
+fn pd_utilisation_is_busy_time_over_the_pools_paid_time() {
+    let (out, _) = run(&pd((1, 1), (1, 2)), &stream(&[(0.0, 7, 1000, 4000)]), &[1, 2]);
+    let r = &out.records[0];
+    let m = &out.metrics;
+    let end = r.completed_at_s;
+    assert!(end > 40.0, "{r:?}");
+    let transfer = m.get("transfer_time_mean_s").unwrap();
+    let prefill_busy = r.first_token_at_s - transfer - r.admitted_at_s;
+    let decode_busy = r.completed_at_s - r.first_token_at_s;
+    assert!(close(m.get("replica_seconds_prefill"), end) && close(m.get("replica_seconds_decode"), 2.0 * end - 10.0));
+    assert!(close(m.get("prefill_utilisation"), prefill_busy / end), "{prefill_busy} / {end}: {m:?}");
+    assert!(close(m.get("decode_utilisation"), decode_busy / (2.0 * end - 10.0)), "{decode_busy}: {m:?}");
+    assert!(!close(m.get("decode_utilisation"), decode_busy / (2.0 * end)), "not over every slot: {m:?}");
+}

@@ -37,7 +37,8 @@
 //! Metrics added to the cluster's (which then cover served requests, `rejected` excluded):
 //! `transfer_time_mean_s` (over transferred requests), `transfer_share` (Σ transfer
 //! time ÷ Σ latency over them); `prefill_utilisation`, `decode_utilisation` (share of
-//! instance-time spent in steps, first arrival → last completion); `prefill_hit_rate` (prompt
+//! instance-time spent in steps: every instance from the first arrival to the last completion,
+//! or with autoscaling the pool's paid replica-seconds, `fleet.rs`); `prefill_hit_rate` (prompt
 //! tokens cached at prefill admission ÷ prompt tokens, transferred requests) and
 //! `decode_hit_rate` (prompt tokens the decode instance already held, at transfer start or at its
 //! own admission ÷ prompt tokens, every served request); `decode_only_share`; `rejected`;
@@ -425,8 +426,9 @@ impl ClusterSim<'_> {
         Ok(())
     }
 
-    /// The disaggregation metrics (see the module docs), from the served requests' records.
-    pub(super) fn pd_metrics(&self, records: &[RequestRecord], m: &mut Metrics) {
+    /// The disaggregation metrics (see the module docs), from the served requests' records;
+    /// `end` is the run's last completion.
+    pub(super) fn pd_metrics(&self, records: &[RequestRecord], end: SimTime, m: &mut Metrics) {
         let pd = self.pd.as_ref().expect("disaggregated");
         let served = |i: &usize| !pd.rejected[*i];
         let done: Vec<usize> =
@@ -440,12 +442,30 @@ impl ClusterSim<'_> {
         let first = records.first().map_or(0.0, |r| r.arrived_at_s);
         let last = done.iter().map(|&i| records[i].completed_at_s).fold(first, f64::max);
         let span = last - first;
-        let util = |pool: &[Replica]| {
+        // Busy time over the pool's instance-time: with a scaler, the replica-seconds it paid for
+        // (its `replica_seconds_prefill`/`_decode`); else every instance over the span.
+        let util = |pool: &[Replica], paid: Option<f64>| {
             let busy: f64 = pool.iter().map(|r| r.busy_s()).sum();
-            if span > 0.0 { busy / (span * pool.len() as f64) } else { f64::NAN }
+            match paid {
+                Some(paid) => {
+                    if paid > 0.0 {
+                        busy / paid
+                    } else {
+                        f64::NAN
+                    }
+                }
+                None => {
+                    if span > 0.0 {
+                        busy / (span * pool.len() as f64)
+                    } else {
+                        f64::NAN
+                    }
+                }
+            }
         };
-        m.push("prefill_utilisation", util(&self.replicas[..pd.decode_start]));
-        m.push("decode_utilisation", util(&self.replicas[pd.prefill_end..]));
+        let paid = |k: usize| self.fleet.as_ref().map(|f| f.pool_paid_seconds(k, end));
+        m.push("prefill_utilisation", util(&self.replicas[..pd.decode_start], paid(0)));
+        m.push("decode_utilisation", util(&self.replicas[pd.prefill_end..], paid(1)));
         let ratio = |idx: &mut dyn Iterator<Item = usize>, cached: &dyn Fn(usize) -> u32| {
             let (c, p) =
                 idx.fold((0u64, 0u64), |(c, p), i| (c + cached(i) as u64, p + records[i].prompt_tokens as u64));
@@ -461,7 +481,8 @@ impl ClusterSim<'_> {
         m.push("rejected", pd.rejected.iter().filter(|r| **r).count() as f64);
         m.push("prefix_migrations", pd.migrations as f64);
         if pd.prefill_end > pd.decode_start {
-            m.push("mixed_utilisation", util(&self.replicas[pd.decode_start..pd.prefill_end]));
+            // (Mixed instances never autoscale.)
+            m.push("mixed_utilisation", util(&self.replicas[pd.decode_start..pd.prefill_end], None));
             m.push("local_share", if served_n > 0 { pd.local as f64 / served_n as f64 } else { f64::NAN });
         }
         if let Some(tier) = &pd.tier {
