@@ -115,7 +115,11 @@ pub enum Command {
         mix: Option<u32>,
         /// Comma-separated scalers (`hpa`, `dynamo_planner`, `llm_d_wva`, …; `none`: no scaler):
         /// each line then autoscales between 1 and the replica count searched, and costs its mean
-        /// replicas (default: the workload's own scaler, if any; `--scalers none` skips them).
+        /// replicas (default: the workload's own scaler, if any; `--scalers none` skips them). On
+        /// a `disaggregation:` workload a P/D shape's prefill and decode counts are the pools'
+        /// `max_replicas` (the fleet's budget their sum): each pool starts full and scales down to
+        /// the workload's own `autoscaling.pools` minimum (default 1); it costs both pools' mean
+        /// instances. Not with `mixed:` instances.
         #[arg(long)]
         scalers: Option<String>,
         /// Most a shape may cost per hour: dearer shapes are not run.

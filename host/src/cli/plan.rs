@@ -228,12 +228,12 @@ fn scalers(a: &Args, w: &Workload) -> Result<Vec<Option<String>>, InputError> {
             None => {
                 return Err(flag_error("--scalers", "", "the dispatch world has no autoscaling", "drop --scalers"));
             }
-            Some(c) if c.disaggregation.is_some() => {
+            Some(c) if c.disaggregation.as_ref().is_some_and(|d| d.mixed_instances() > 0) => {
                 return Err(flag_error(
                     "--scalers",
                     "",
-                    "plan sizes one pool, and a disaggregated cluster's pools scale apart (`autoscaling.pools`), \
-                     which plan does not search",
+                    "autoscaling scales a disaggregated cluster's prefill and decode pools, and this one has \
+                     mixed instances (`disaggregation.mixed`), in both pools at once",
                     "drop --scalers, or pass --scalers none",
                 ));
             }
@@ -379,9 +379,12 @@ pub fn run(a: Args) -> Result<i32> {
                     line_specs.push(spec.clone());
                 };
                 match prefill {
+                    // A P/D line per prefill count × scaler: the counts are the pools' budgets.
                     Some((lo, hi)) => {
                         for count in lo..=hi {
-                            push(None, Some(prefill_part(count, g, tp, price.per_hour)));
+                            for scaler in &scalers {
+                                push(scaler.clone(), Some(prefill_part(count, g, tp, price.per_hour)));
+                            }
                         }
                     }
                     None => {

@@ -12,6 +12,9 @@
 //! cheapest P:D shape wins. With `--mix N`, beside the single-GPU lines, a line per two GPU types
 //! A ≠ B (of one tp) and count k in 1..=N: k replicas of B fixed, A's searched, as two
 //! `cluster.pools`. Either costs its fixed part plus the count searched, each at its GPU's price.
+//! A P/D line with a scaler autoscales both pools: its prefill count and the decode count
+//! searched are the pools' `max_replicas` (the fleet's budget their sum), and it costs the mean
+//! instances of both pools over the run (their paid replica-seconds) × tp × price.
 //!
 //! The SLO is judged as `capacity` judges a load ([`crate::capacity::expr::Target`]): on the mean
 //! over the workload's seeds (the same seeds for every shape: common random numbers), and a
@@ -49,7 +52,8 @@ pub struct Line {
     pub policy: String,
     pub spec: String,
     /// The scaler (`cluster.autoscaling.scaler`); with one, the replica count searched is the
-    /// scaler's `max_replicas`.
+    /// scaler's `max_replicas` (on a P/D line, the decode pool's; the prefill pool's is the
+    /// fixed part's count).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scaler: Option<String>,
     /// One replica's price per hour: the GPU's × tp.
@@ -80,7 +84,8 @@ pub struct Fixed {
     pub gpu: String,
     pub tp: u32,
     /// What it costs per hour: every GPU in it (with a P/D workload's `mixed` instances, theirs
-    /// too) at its GPU's price.
+    /// too) at its GPU's price (on a scaled P/D line, all of its prefill budget: a shape costs
+    /// what its pools paid for instead, [`Line::scaled_cost`]).
     pub cost_per_hour: f64,
     /// The GPU as the workload writes it (a pool's).
     #[serde(skip)]
@@ -109,6 +114,18 @@ impl Line {
     /// those at [`Line::replica_price`] plus the fixed part's.
     pub fn cost(&self, replicas: f64) -> f64 {
         replicas * self.replica_price + self.fixed.as_ref().map_or(0.0, |f| f.cost_per_hour)
+    }
+
+    /// What a scaled line's shape costs per hour when its replicas averaged `mean` over the run
+    /// (`replicas_mean`): `mean` at [`Line::replica_price`]. On a P/D line the prefill pool
+    /// scales too and `mean` counts both pools (their paid replica-seconds, each pool's
+    /// `replica_seconds_prefill`/`_decode`, over the run), so the fixed part adds nothing; any
+    /// other fixed part is added as in [`Line::cost`].
+    pub fn scaled_cost(&self, mean: f64) -> f64 {
+        match &self.fixed {
+            Some(f) if f.role == Role::Prefill => mean * self.replica_price,
+            _ => self.cost(mean),
+        }
     }
 
     /// Where the line's search starts: the workload's own count, less a second GPU's fixed

@@ -13,7 +13,8 @@ use routelab_core::plugin::{Loader, PolicySpec};
 use routelab_core::runner::parallel::{self, Event, Planned, PolicyOutput};
 use routelab_core::runner::{self, CellError, Prepared};
 use routelab_core::step_model::{Choice, Gpu};
-use routelab_core::workload::cluster::{autoscaling::Autoscaling, pools::GpuPool};
+use routelab_core::workload::cluster::autoscaling::{Autoscaling, PdPools, PoolBounds};
+use routelab_core::workload::cluster::pools::GpuPool;
 use routelab_core::workload::{InputError, Workload};
 
 /// What every shape shares.
@@ -102,12 +103,29 @@ pub fn shape(p: &Problem, i: usize, line: &Line, replicas: u32) -> Result<Worklo
         match &line.scaler {
             Some(scaler) => {
                 let base = c.autoscaling.clone();
-                c.autoscaling = Some(Autoscaling {
+                let mut a = Autoscaling {
                     scaler: scaler.clone(),
                     max_replicas: replicas,
                     min_replicas: base.as_ref().map_or(1, |a| a.min_replicas).min(replicas),
                     ..base.unwrap_or_else(|| default_autoscaling(scaler))
-                });
+                };
+                // A P/D shape's counts are its pools' budgets: each pool starts full and scales
+                // within [its own `min_replicas` (default 1), its count], both within their sum.
+                if let (Some(d), Some(f)) = (&c.disaggregation, line.fixed.as_ref().filter(|f| f.role == Role::Prefill))
+                {
+                    let own = a.pools.take();
+                    let bound = |min: Option<u32>, count: u32| PoolBounds {
+                        min_replicas: min.unwrap_or(1).min(count),
+                        max_replicas: count,
+                    };
+                    a.pools = Some(PdPools {
+                        prefill: bound(own.as_ref().map(|p| p.prefill.min_replicas), d.prefill.instances),
+                        decode: bound(own.as_ref().map(|p| p.decode.min_replicas), d.decode.instances),
+                    });
+                    a.min_replicas = 1;
+                    a.max_replicas = f.count + replicas;
+                }
+                c.autoscaling = Some(a);
                 c.cost_per_hour = Some(line.replica_price);
             }
             None => c.autoscaling = None,
@@ -143,13 +161,13 @@ fn judge(p: &Problem, line: &Line, replicas: u32, per_seed: &[Metrics]) -> Resul
     }
     let metrics = over_seeds(per_seed);
     let holds = p.target.holds(&metrics).map_err(missing)? && !per_seed.iter().any(unfinished);
-    let replicas_paid = match (&line.scaler, metrics.get("replicas_mean")) {
-        (Some(_), Some(mean)) => mean,
-        _ => f64::from(replicas),
+    let cost_per_hour = match (&line.scaler, metrics.get("replicas_mean")) {
+        (Some(_), Some(mean)) => line.scaled_cost(mean),
+        _ => line.cost(f64::from(replicas)),
     };
     Ok(Evaluation {
         replicas,
-        cost_per_hour: line.cost(replicas_paid),
+        cost_per_hour,
         holds,
         seeds_holding,
         margin: super::margin(p.target, &metrics),

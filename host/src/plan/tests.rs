@@ -193,3 +193,31 @@ fn a_mixed_line_starts_at_the_workloads_fleet_size() {
     assert_eq!(&asked[..2], &[(0, 6), (1, 8)]);
     assert_eq!(lines[0].shape(6), "6 × a + 2 × b with r");
 }
+
+/// A scaled P/D line on `pd/autoscaling.yaml` (its pools' minimums 1): the shape `2P + 3D` runs
+/// both pools full at the start, each bounded by its count (the budget their sum); it costs the
+/// mean instances of both pools (no fixed part on top), and unrun its whole budget.
+#[test]
+fn a_scaled_pd_line_budgets_each_pool_at_its_count_and_costs_both_pools_mean() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../workloads/cluster/pd/autoscaling.yaml");
+    let w = routelab_core::workload::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    let target = crate::capacity::expr::parse("ttft_p99_s<2", &w).unwrap();
+    let fixed = Fixed { role: Role::Prefill, count: 2, gpu: "a6000".into(), tp: 1, cost_per_hour: 1.6, choice: None };
+    let l = Line { scaler: Some("hpa".into()), fixed: Some(fixed), ..line("a6000", 0.8) };
+    let gpu = routelab_core::step_model::Choice::Name("a6000".into());
+    let p =
+        Problem { workload: &w, file: &file, target: &target, specs: &[], gpus: std::slice::from_ref(&gpu), jobs: 1 };
+    let c = run::shape(&p, 0, &l, 3).unwrap().cluster.unwrap();
+    let d = c.disaggregation.as_ref().unwrap();
+    assert_eq!((c.replicas, d.prefill.instances, d.decode.instances), (5, 2, 3));
+    let a = c.autoscaling.as_ref().unwrap();
+    assert_eq!((a.scaler.as_str(), a.min_replicas, a.max_replicas), ("hpa", 1, 5));
+    let pools = a.pools.as_ref().unwrap();
+    assert_eq!((pools.prefill.min_replicas, pools.prefill.max_replicas), (1, 2));
+    assert_eq!((pools.decode.min_replicas, pools.decode.max_replicas), (1, 3));
+    assert_eq!(c.cost_per_hour, Some(0.8));
+    c.validate().unwrap();
+    assert_eq!(l.shape(3), "up to 2P + 3D × a6000 with r, scaled by hpa");
+    assert_eq!(l.scaled_cost(2.5), 2.5 * 0.8);
+    assert_eq!(l.cost(3.0), 5.0 * 0.8);
+}

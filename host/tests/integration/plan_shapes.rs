@@ -1,7 +1,8 @@
 //! `routelab plan`'s fixed-part lines: the P/D split (`--prefill`), mixed GPUs (`--mix`) and
-//! `--scalers none` — the cheapest P:D shape checked against every shape run alone, mixed
-//! shapes costed per GPU (and agreeing with the simulator's own `cost`), bad combinations
-//! refused before any run, and the same bytes on one and two threads.
+//! `--scalers` (none, or a scaler on the P/D split) — the cheapest P:D shape checked against
+//! every shape run alone, mixed shapes and scaled P/D shapes costed as the simulator bills them
+//! (its own `cost`), bad combinations refused before any run, and the same bytes on one and two
+//! threads.
 
 use crate::common::*;
 
@@ -187,6 +188,68 @@ fn scalers_none_skips_the_autoscaled_lines() {
     assert!(mean < 3.0, "HPA between 1 and 3 replicas averages fewer than 3: {mean}");
 }
 
+/// `pd/autoscaling.yaml` made small (5 minutes, one seed), 2 prefill × decode 2..3 at $2 per
+/// A6000-hour, with `dynamo_planner` and without: a scaled P/D shape autoscales both pools
+/// within its counts (at most 2 + D instances at once) and costs the price × the instances its
+/// pools paid for over the run — (prefill + decode replica-seconds) ÷ the run's length, the
+/// simulator's own `cost` per hour — not its 2 prefill on top; the unscaled one pays for 2 + D.
+#[test]
+fn a_scaled_pd_shape_costs_what_its_two_pools_paid_for() {
+    let yaml = scratch("small_pd_autoscaling.yaml");
+    let text = std::fs::read_to_string(workspace().join("workloads/cluster/pd/autoscaling.yaml")).unwrap();
+    let small = text.replace("duration_s: 1200", "duration_s: 300").replace("seeds: 3", "seeds: 1");
+    assert_ne!(small, text);
+    std::fs::write(&yaml, small).unwrap();
+    let args = [
+        yaml.to_str().unwrap(),
+        "--slo",
+        "ttft_s=1,tpot_s=0.1,attainment>=0.5",
+        "--prefill",
+        "2",
+        "--replicas",
+        "2..3",
+        "--policies",
+        "pd_least_loaded",
+        "--scalers",
+        "dynamo_planner,none",
+        "--prices",
+        "a6000=2",
+    ];
+    let (text, json) = plan(&args, "pd_scaled.json");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let lines = v["lines"].as_array().unwrap();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(
+        (&lines[0]["scaler"], &lines[1]["scaler"]),
+        (&serde_json::json!("dynamo_planner"), &serde_json::Value::Null)
+    );
+    let mut scaled_runs = 0;
+    for l in lines {
+        assert_eq!((&l["fixed"]["role"], l["fixed"]["count"].as_u64()), (&serde_json::json!("prefill"), Some(2)));
+        for e in l["points"].as_array().unwrap() {
+            let d = e["replicas"].as_u64().unwrap() as f64;
+            let cost = e["cost_per_hour"].as_f64().unwrap();
+            let m = &e["metrics"];
+            assert!(e["note"].is_null(), "{e}");
+            if l["scaler"].is_null() {
+                assert!((cost - 2.0 * (2.0 + d)).abs() < 1e-9, "2P{d}D unscaled costs {cost}");
+                continue;
+            }
+            let get = |k: &str| m[k].as_f64().unwrap_or_else(|| panic!("no {k}: {m}"));
+            let paid = get("replica_seconds_prefill") + get("replica_seconds_decode");
+            let run_s = get("replica_seconds") / get("replicas_mean");
+            let want = 2.0 * paid / run_s;
+            assert!((cost - want).abs() < 1e-9 * want, "2P{d}D scaled costs {cost}, its pools paid for {want}/h");
+            assert!((get("cost") / (run_s / 3600.0) - cost).abs() < 1e-9 * cost, "the run's own bill: {m}");
+            assert!(get("replicas_max") <= 2.0 + d && get("scale_downs") > 0.0, "{m}");
+            assert!(cost < 2.0 * (2.0 + d), "scaled below its budget: {cost}");
+            scaled_runs += 1;
+        }
+    }
+    assert!(scaled_runs > 0, "{text}");
+    assert!(text.contains("up to 2P + 2D × a6000 with pd_least_loaded, scaled by dynamo_planner"), "{text}");
+}
+
 #[test]
 fn bad_shape_combinations_are_refused_naming_the_flag_and_the_fix() {
     let tool = "workloads/cluster/tool_use.yaml";
@@ -206,8 +269,8 @@ fn bad_shape_combinations_are_refused_naming_the_flag_and_the_fix() {
         &["--mix", "splits prefill from decode", "fix: drop --mix"],
     );
     bad(
-        &["plan", pd, "--slo", slo, "--scalers", "hpa"],
-        &["--scalers", "which plan does not search", "--scalers none"],
+        &["plan", "workloads/cluster/pd/mixed.yaml", "--slo", slo, "--scalers", "hpa"],
+        &["--scalers", "`disaggregation.mixed`", "fix: drop --scalers, or pass --scalers none"],
     );
     bad(&["plan", pd, "--slo", slo, "--prefill", "0..2"], &["--prefill", "at least 1"]);
     bad(&["plan", pd, "--slo", slo, "--prefill", "3..1"], &["--prefill", "empty"]);
