@@ -447,20 +447,9 @@ impl ClusterSim<'_> {
         let util = |pool: &[Replica], paid: Option<f64>| {
             let busy: f64 = pool.iter().map(|r| r.busy_s()).sum();
             match paid {
-                Some(paid) => {
-                    if paid > 0.0 {
-                        busy / paid
-                    } else {
-                        f64::NAN
-                    }
-                }
-                None => {
-                    if span > 0.0 {
-                        busy / (span * pool.len() as f64)
-                    } else {
-                        f64::NAN
-                    }
-                }
+                Some(paid) if paid > 0.0 => busy / paid,
+                None if span > 0.0 => busy / (span * pool.len() as f64),
+                _ => f64::NAN,
             }
         };
         let paid = |k: usize| self.fleet.as_ref().map(|f| f.pool_paid_seconds(k, end));
