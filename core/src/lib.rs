@@ -19,6 +19,7 @@ pub mod builtin;
 pub mod error;
 pub mod facts;
 pub mod handle;
+pub mod ids;
 pub mod input;
 pub mod metrics;
 pub mod plugin;

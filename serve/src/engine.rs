@@ -18,6 +18,7 @@ use routelab_policy_api::{Roofline, Segment};
 use tokio::sync::{mpsc, oneshot};
 
 use routelab_core::handle::SchedulerHandle;
+use routelab_core::ids::{ReplicaId, RequestId};
 use routelab_core::sim::cluster::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use routelab_core::step_model::Pricer;
 use routelab_core::time::{SimTime, seconds, ticks};
@@ -79,7 +80,7 @@ impl Engine {
         let core = Core {
             stream: RequestStream::default(),
             states: Vec::new(),
-            replica: Replica::new(0),
+            replica: Replica::new(ReplicaId::from_u32(0)),
             cfg,
             cost,
             scheduler,
@@ -167,8 +168,8 @@ struct Core {
     cfg: ReplicaConfig,
     cost: Roofline,
     scheduler: SchedulerHandle,
-    active: HashMap<u32, Active>,
-    completed: Vec<u32>,
+    active: HashMap<RequestId, Active>,
+    completed: Vec<RequestId>,
     start: Instant,
     time_scale: f64,
     /// Model time the running step ends; `None` when idle.
@@ -211,7 +212,7 @@ impl Core {
 
     fn on_arrival(&mut self, prompt: Vec<Segment>, output_tokens: u32, events: mpsc::UnboundedSender<TokenEvent>) {
         let now = self.model_now();
-        let id = self.stream.requests.len() as u32;
+        let id = RequestId::new(self.stream.requests.len());
         let from = self.stream.segments.len() as u32;
         let prompt_tokens = super::text::tokens_of(&prompt);
         self.stream.segments.extend_from_slice(&prompt);
@@ -223,8 +224,8 @@ impl Core {
             output_segment: None,
         });
         self.states.push(RequestState::default());
-        let (stream, st) = (&self.stream, &mut self.states[id as usize]);
-        self.replica.enqueue(now, id, stream.prompt(id as usize), output_tokens.max(1), st, &self.cfg);
+        let (stream, st) = (&self.stream, &mut self.states[id]);
+        self.replica.enqueue(now, id, stream.prompt(id.index()), output_tokens.max(1), st, &self.cfg);
         self.active.insert(id, Active { events, sent: 0, counted: false });
         if self.step_end.is_none() {
             self.start_step(now);
@@ -241,10 +242,9 @@ impl Core {
         }
         let (stream, states) = (&self.stream, &self.states);
         for (&id, a) in self.active.iter_mut() {
-            let st = &states[id as usize];
+            let st = &states[id];
             let produced = self.replica.produced_now(st);
-            let done =
-                (st.phase == Phase::Done).then(|| (stream.requests[id as usize].prompt_tokens, st.cached_tokens));
+            let done = (st.phase == Phase::Done).then(|| (stream.requests[id].prompt_tokens, st.cached_tokens));
             if produced > a.sent || done.is_some() {
                 let _ = a.events.send(TokenEvent::Step { tokens: produced - a.sent, done });
                 self.snap.generation_tokens += (produced - a.sent) as u64;
@@ -253,9 +253,9 @@ impl Core {
         }
         let mirror = &mut self.mirror;
         self.active.retain(|&id, _| {
-            let done = states[id as usize].phase == Phase::Done;
+            let done = states[id].phase == Phase::Done;
             if let Some(m) = mirror.as_mut().filter(|_| done) {
-                m.release(stream.prompt(id as usize));
+                m.release(stream.prompt(id.index()));
             }
             !done
         });
@@ -280,10 +280,10 @@ impl Core {
                 for (id, a) in self.active.drain() {
                     let _ = a.events.send(TokenEvent::Failed);
                     if let Some(m) = &mut self.mirror {
-                        m.release(self.stream.prompt(id as usize));
+                        m.release(self.stream.prompt(id.index()));
                     }
                 }
-                self.replica = Replica::new(0);
+                self.replica = Replica::new(ReplicaId::from_u32(0));
                 if let Some(m) = &mut self.mirror {
                     m.cleared();
                 }
@@ -293,10 +293,10 @@ impl Core {
         // `start_step` marked the replica busy or idle; nothing here reads its evictions.
         self.replica.drain_evictions();
         for (&id, a) in self.active.iter_mut().filter(|(_, a)| !a.counted) {
-            let st = &self.states[id as usize];
+            let st = &self.states[id];
             if st.admitted_at.is_some() {
                 a.counted = true;
-                let prompt = self.stream.requests[id as usize].prompt_tokens as u64;
+                let prompt = self.stream.requests[id].prompt_tokens as u64;
                 self.snap.prefix_queries_tokens += prompt;
                 self.snap.prefix_hits_tokens += st.cached_tokens as u64;
                 self.snap.prompt_tokens += prompt;

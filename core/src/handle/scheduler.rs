@@ -70,8 +70,8 @@ impl SchedulerHandle {
     }
 
     /// Request `id`'s class priority, from the infos [`Self::set_infos`] gave (0 beyond them).
-    pub fn priority(&self, id: u32) -> i32 {
-        self.infos.get(id as usize).map_or(0, |i| i.priority)
+    pub fn priority(&self, id: crate::ids::RequestId) -> i32 {
+        self.infos.get(id.index()).map_or(0, |i| i.priority)
     }
 
     /// Whether it negotiated request facts (then it reads the infos [`Self::set_infos`] gives).

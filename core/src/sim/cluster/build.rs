@@ -60,6 +60,14 @@ impl<'a> ClusterSim<'a> {
         let (psm, dsm, msm) = pools.map_or((sm, sm, sm), |(_, p, d, m)| (p, d, m));
         let mut stream: Feed<'a> = stream.into();
         let (total, sessions) = (stream.len(), stream.sessions.is_some());
+        // Request ids are `u32` (`RequestId`): every id below `total` must fit.
+        if total > u32::MAX as usize {
+            return Err(SetupError::new(
+                "requests",
+                format!("{total} requests in one run"),
+                format!("generate at most {} requests", u32::MAX),
+            ));
+        }
         // A disaggregated cluster's own figures and an agent session's makespan read every
         // record (their state is per request).
         let exact = spec.summary.exact(total) || spec.disaggregation.is_some() || sessions;
@@ -95,10 +103,11 @@ impl<'a> ClusterSim<'a> {
         let tiered = |r: u32| pools.as_ref().is_none_or(|(d, ..)| r < prefill_slots(d) + d.mixed_instances());
         let mut replicas: Vec<Replica> = (0..n as u32)
             .map(|r| match &spec.kv_tiers {
-                Some(t) if tiered(r) => {
-                    Replica::with_tiers(r, ReplicaTiers::new(t, sm.cost.kv_bytes_per_token, sm.model.layers))
-                }
-                _ => Replica::new(r),
+                Some(t) if tiered(r) => Replica::with_tiers(
+                    ReplicaId::from_u32(r),
+                    ReplicaTiers::new(t, sm.cost.kv_bytes_per_token, sm.model.layers),
+                ),
+                _ => Replica::new(ReplicaId::from_u32(r)),
             })
             .collect();
         if let Some(l) = lora::tracked(spec)? {
@@ -137,7 +146,7 @@ impl<'a> ClusterSim<'a> {
             let mut d = vec![Vec::new(); total];
             for i in 0..total {
                 for &p in s.parents(i) {
-                    d[p as usize].push(i as u32);
+                    d[p as usize].push(RequestId::new(i));
                 }
             }
             d
@@ -171,7 +180,7 @@ impl<'a> ClusterSim<'a> {
             completed: Vec::new(),
             next: 0,
             arrived: 0,
-            last_arrived: 0,
+            last_arrived: RequestId::default(),
             waiting_for,
             dependents,
             done: 0,

@@ -5,6 +5,7 @@
 use super::replica::{Replica, ReplicaConfig, RequestState};
 use super::*;
 use crate::handle::SchedulerHandle;
+use crate::ids::{ReplicaId, RequestId};
 use crate::plugin::{Loader, PolicySpec};
 use crate::workload::cluster::{Preemption, Reservation};
 use crate::workload::generate::{RequestStream, generate};
@@ -54,14 +55,14 @@ fn pricer() -> crate::step_model::Pricer {
 fn run_both(cfg: &ReplicaConfig) -> (u32, u32, u64, usize) {
     let stream = stream();
     let n = stream.requests.len();
-    let (mut a, mut b) = (Replica::new(0), Replica::new(0));
+    let (mut a, mut b) = (Replica::new(ReplicaId::from_u32(0)), Replica::new(ReplicaId::from_u32(0)));
     let (mut sa, mut sb) = (vec![RequestState::default(); n], vec![RequestState::default(); n]);
     let (mut qa, mut qb) = (scheduler(), scheduler());
     let (mut done_a, mut done_b) = (Vec::new(), Vec::new());
     let (mut now, mut next, mut steps, mut plain, mut notices) = (SimTime::ZERO, 0usize, 0u32, 0u32, 0);
     let enqueue = |rep: &mut Replica, states: &mut [RequestState], id: usize, now: SimTime| {
         let q = stream.request(id);
-        rep.enqueue(now, id as u32, stream.prompt(id), q.output_tokens, &mut states[id], cfg);
+        rep.enqueue(now, RequestId::new(id), stream.prompt(id), q.output_tokens, &mut states[id], cfg);
     };
     enqueue(&mut a, &mut sa, 0, now);
     enqueue(&mut b, &mut sb, 0, now);

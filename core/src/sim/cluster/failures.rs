@@ -64,6 +64,7 @@ use super::fleet::Slot;
 use super::replica::Phase;
 use super::{ClusterSim, End, Event};
 use crate::error::RunError;
+use crate::ids::RequestId;
 use crate::metrics::Metrics;
 use crate::seeds::SimRng;
 use crate::time::{SimTime, seconds, ticks};
@@ -201,7 +202,7 @@ impl ClusterSim<'_> {
         // A lock-step group fails whole (its collectives break): every member goes down.
         let group = self.group_of(s);
         // Each lost request with the member it was on.
-        let mut lost: Vec<(u32, usize)> = Vec::new();
+        let mut lost: Vec<(RequestId, usize)> = Vec::new();
         for m in group.clone() {
             let rep = &self.replicas[m];
             lost.extend(rep.waiting().iter().chain(rep.running()).map(|&id| (id, m)));
@@ -214,13 +215,12 @@ impl ClusterSim<'_> {
         }
         lost.sort_unstable();
         // What each lost request had streamed, before the replicas' state goes.
-        let produced: Vec<u32> =
-            lost.iter().map(|&(id, m)| self.replicas[m].produced_now(&self.states[id as usize])).collect();
+        let produced: Vec<u32> = lost.iter().map(|&(id, m)| self.replicas[m].produced_now(&self.states[id])).collect();
         // The router hears, in id order, of every request lost now (but an orphan lost again on
         // its prefill instance: it heard of that one when it was orphaned) and, on a P/D
         // decode instance, of every request the crash orphans.
-        let orphaned = |sim: &Self, id: u32| sim.pd.as_ref().is_some_and(|pd| pd.orphan[id as usize]);
-        let mut notices: Vec<(u32, usize, u32)> = lost
+        let orphaned = |sim: &Self, id: RequestId| sim.pd.as_ref().is_some_and(|pd| pd.orphan[id]);
+        let mut notices: Vec<(RequestId, usize, u32)> = lost
             .iter()
             .zip(&produced)
             .filter(|&(&(id, _), _)| !orphaned(self, id))
@@ -228,7 +228,7 @@ impl ClusterSim<'_> {
             .collect();
         if self.pd.is_some() {
             let orphans = self.pd_orphans(s);
-            notices.extend(orphans.into_iter().map(|id| (id, s, self.states[id as usize].produced)));
+            notices.extend(orphans.into_iter().map(|id| (id, s, self.states[id].produced)));
             notices.sort_unstable();
         }
         for &(id, m, out) in &notices {
@@ -278,9 +278,9 @@ impl ClusterSim<'_> {
         }
         for (&(id, _), &out) in lost.iter().zip(&produced) {
             if let Some(pd) = self.pd.as_mut() {
-                pd.orphan[id as usize] = false;
+                pd.orphan[id] = false;
             }
-            self.retry_or_fail(now, id as usize, out)?;
+            self.retry_or_fail(now, id, out)?;
         }
         if self.pd.is_some() {
             // Its losses may have freed a draining instance (`fleet_pd.rs`).
@@ -296,7 +296,7 @@ impl ClusterSim<'_> {
     }
 
     /// Request `id`, lost at `now` with `produced` tokens out, is routed again or fails.
-    pub(super) fn retry_or_fail(&mut self, now: SimTime, id: usize, produced: u32) -> Result<(), RunError> {
+    pub(super) fn retry_or_fail(&mut self, now: SimTime, id: RequestId, produced: u32) -> Result<(), RunError> {
         let nowhere = self.nowhere_to_route();
         let f = self.failures.as_mut().expect("failures");
         if f.retries[id] >= f.spec.max_retries || nowhere {
@@ -318,11 +318,12 @@ impl ClusterSim<'_> {
         self.refresh_views(id);
         let stream = self.stream.whole().expect("crashes run on whole streams (`LazyStream::fits`)");
         let q = &stream.requests[id];
-        let prompt = stream.prompt(id);
-        let req = Request::new(id as u64, seconds(self.states[id].arrived_at), q.prompt_tokens).with_segments(prompt);
+        let prompt = stream.prompt(id.index());
+        let req =
+            Request::new(id.raw() as u64, seconds(self.states[id].arrived_at), q.prompt_tokens).with_segments(prompt);
         let r = self.routable[self.router.dispatch(&req, &self.infos[id], &self.views)? as usize] as usize;
         let cfg = &self.cfgs[super::replica_pool(None, &self.gpu_pool, r)];
-        self.replicas[r].enqueue(now, id as u32, prompt, q.output_tokens, &mut self.states[id], cfg);
+        self.replicas[r].enqueue(now, id, prompt, q.output_tokens, &mut self.states[id], cfg);
         // As after a preemption: the new replica recomputes the generated tokens with the prompt.
         self.states[id].prefill_target += produced;
         if self.idle(r) {
@@ -332,7 +333,7 @@ impl ClusterSim<'_> {
     }
 
     /// Request `id` fails: it was lost once too often, or no replica was up.
-    pub(super) fn fail_request(&mut self, id: usize) -> Result<(), RunError> {
+    pub(super) fn fail_request(&mut self, id: RequestId) -> Result<(), RunError> {
         // Not bound for a decode instance any more (`pd_failures.rs` looks for such requests),
         // nor held by its prefill instance (`fleet_pd.rs`).
         self.states[id].handoff = false;

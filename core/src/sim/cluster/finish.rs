@@ -5,21 +5,22 @@ use super::summary::{self, RequestRecord, RunOutcome};
 use super::{ClusterSim, End, replica_pool, sessions};
 use crate::error::RunError;
 use crate::handle::scheduler_stats;
+use crate::ids::RequestId;
 use crate::time::{SimTime, seconds};
 
 impl ClusterSim<'_> {
     /// Request `i`'s record (its state must still be held).
-    pub(super) fn record(&self, i: usize) -> RequestRecord {
+    pub(super) fn record(&self, i: RequestId) -> RequestRecord {
         let pd_rejected = self.pd.as_ref().is_some_and(|pd| pd.rejected[i]);
-        let (q, st) = (self.stream.request(i), &self.states[i]);
+        let (q, st) = (self.stream.request(i.index()), &self.states[i]);
         let t = |x: Option<SimTime>| x.map_or(f64::NAN, seconds);
         // Per-request costs outside the engine's steps (a calibration's API and
         // detokenisation time), charged where the request's tokens come out.
-        let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, st.replica as usize);
+        let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, st.replica.index());
         let (first, per_token) = self.pricers[pool].per_request_s();
         let later = per_token * q.output_tokens.saturating_sub(1) as f64;
         RequestRecord {
-            replica: st.replica,
+            replica: st.replica.raw(),
             arrived_at_s: seconds(st.arrived_at),
             queued_at_s: if st.phase == super::replica::Phase::NotArrived { f64::NAN } else { seconds(st.queued_at) },
             admitted_at_s: t(st.admitted_at),
@@ -38,7 +39,7 @@ impl ClusterSim<'_> {
     }
 
     /// Whether request `i` (held) has ended: finished, rejected or shed.
-    pub(super) fn ended(&self, i: usize) -> bool {
+    pub(super) fn ended(&self, i: RequestId) -> bool {
         self.states[i].completed_at.is_some()
             || self.ends[i] != End::Served
             || self.pd.as_ref().is_some_and(|pd| pd.rejected[i])
@@ -50,8 +51,8 @@ impl ClusterSim<'_> {
         if !self.retiring {
             return;
         }
-        while self.states.front().is_some() && self.ended(self.states.base()) {
-            let r = self.record(self.states.base());
+        while self.states.front().is_some() && self.ended(RequestId::new(self.states.base())) {
+            let r = self.record(RequestId::new(self.states.base()));
             self.tally.add(&r);
             self.states.pop_front();
             self.infos.pop_front();
@@ -72,9 +73,9 @@ impl ClusterSim<'_> {
         // retired request ended once.
         #[cfg(debug_assertions)]
         {
-            let pd_rejected = |i: usize| self.pd.as_ref().is_some_and(|pd| pd.rejected[i]);
+            let pd_rejected = |i: RequestId| self.pd.as_ref().is_some_and(|pd| pd.rejected[i]);
             let mut ended = retired;
-            for i in retired..total {
+            for i in (retired..total).map(RequestId::new) {
                 let st = &self.states[i];
                 let ways = [st.completed_at.is_some(), pd_rejected(i), self.ends[i] != End::Served];
                 let n = ways.iter().filter(|w| **w).count();
@@ -86,7 +87,7 @@ impl ClusterSim<'_> {
         // Over every request in order; the cluster's own figures over the served ones (rejected
         // and shed requests were never served), the SLO's over all (a rejection misses it).
         let records: Vec<RequestRecord> =
-            if self.exact { (0..total).map(|i| self.record(i)).collect() } else { Vec::new() };
+            if self.exact { (0..total).map(|i| self.record(RequestId::new(i))).collect() } else { Vec::new() };
         let mut model_tally = self.models.as_ref().map(|ms| ms.tally(self.exact, &self.classes, self.slo.as_ref()));
         if self.exact {
             records.iter().for_each(|r| self.tally.add(r));
@@ -94,7 +95,7 @@ impl ClusterSim<'_> {
                 records.iter().for_each(|r| t.add(r));
             }
         } else {
-            for i in retired..total {
+            for i in (retired..total).map(RequestId::new) {
                 let r = self.record(i);
                 self.tally.add(&r);
                 if let Some(t) = &mut model_tally {

@@ -58,6 +58,7 @@ use super::replica::Replica;
 use super::{ClusterSim, Event};
 use crate::error::{Role, RunError};
 use crate::handle::report_of;
+use crate::ids::RequestId;
 use crate::metrics::Metrics;
 use crate::time::{SimTime, seconds, ticks};
 use crate::workload::cluster::autoscaling::Autoscaling;
@@ -229,7 +230,7 @@ impl Fleet {
     }
 
     /// Request `id` arrived with these sizes.
-    pub(super) fn arrived(&mut self, id: usize, prompt: u32, output: u32) {
+    pub(super) fn arrived(&mut self, id: RequestId, prompt: u32, output: u32) {
         self.win_arrivals += 1;
         self.win_prompt += prompt as u64;
         self.win_output += output as u64;
@@ -239,7 +240,7 @@ impl Fleet {
 
     /// Request `id` finished at `now` with these times (seconds; `tpot` NaN for one output
     /// token), meeting the SLO or not.
-    pub(super) fn completed(&mut self, id: usize, now: SimTime, ttft: f64, tpot: f64, met: bool) {
+    pub(super) fn completed(&mut self, id: RequestId, now: SimTime, ttft: f64, tpot: f64, met: bool) {
         self.scaling_met += (met && self.during_scale_out[id]) as u64;
         self.last = self.last.max(now);
         self.win_done += 1;

@@ -23,6 +23,7 @@
 use super::ClusterSim;
 use super::fleet::Slot;
 use super::replica::Phase;
+use crate::ids::RequestId;
 use crate::time::SimTime;
 
 impl ClusterSim<'_> {
@@ -31,7 +32,7 @@ impl ClusterSim<'_> {
     pub(super) fn pd_drained(&self, slot: usize) -> bool {
         let Some(pd) = &self.pd else { return true };
         // Prompts on their way into it (a migration or a tier load) join its queue when they land.
-        if pd.in_flight.iter().any(|&id| pd.migrating[id as usize].0 as usize == slot) {
+        if pd.in_flight.iter().any(|&id| pd.migrating[id].0 as usize == slot) {
             return false;
         }
         if slot < pd.decode_start {
@@ -47,12 +48,12 @@ impl ClusterSim<'_> {
 
     /// The requests bound for decode instance `slot` that are still before their hand-off: queued
     /// or running on a prefill candidate (a mixed instance included), or on their way to one.
-    pub(super) fn bound_before_handoff(&self, slot: usize) -> impl Iterator<Item = u32> + '_ {
+    pub(super) fn bound_before_handoff(&self, slot: usize) -> impl Iterator<Item = RequestId> + '_ {
         let pd = self.pd.as_ref().expect("disaggregated");
         let prefilling = self.replicas[..pd.prefill_end].iter().flat_map(|r| r.waiting().iter().chain(r.running()));
         prefilling.chain(&pd.in_flight).copied().filter(move |&id| {
-            let st = &self.states[id as usize];
-            st.handoff && st.phase != Phase::Transfer && pd.decode_of[id as usize] as usize == slot
+            let st = &self.states[id];
+            st.handoff && st.phase != Phase::Transfer && pd.decode_of[id] as usize == slot
         })
     }
 

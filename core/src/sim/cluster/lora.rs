@@ -12,6 +12,7 @@
 //! the batch's adapters every step; the last step that ran one ended with its last request).
 //! Without `max_loras` every adapter is loaded from the start: admissions are all hits.
 
+use crate::ids::RequestId;
 use crate::signals::AdapterFigures;
 use crate::workload::cluster::lora::Lora;
 use crate::workload::generate::RequestStream;
@@ -163,8 +164,8 @@ impl Adapters {
 }
 
 /// The adapter of request `r`, when replicas track adapters.
-pub fn adapter_of(lora: &Option<Box<Adapters>>, stream: &RequestStream, r: u32) -> Option<u32> {
-    lora.as_ref().and_then(|_| stream.adapter(r as usize))
+pub fn adapter_of(lora: &Option<Box<Adapters>>, stream: &RequestStream, r: crate::ids::RequestId) -> Option<u32> {
+    lora.as_ref().and_then(|_| stream.adapter(r.index()))
 }
 
 /// The run's adapter figures: `lora_loads` (cold loads over every replica), `lora_hit_rate`
@@ -184,16 +185,16 @@ pub fn push_lora_metrics<'a>(m: &mut crate::metrics::Metrics, adapters: impl Ite
 
 impl super::ClusterSim<'_> {
     /// Request `id` joined replica `r`'s waiting queue.
-    pub(super) fn lora_enqueued(&mut self, r: usize, id: usize) {
-        self.replicas[r].adapter_enqueued(&self.stream, id as u32);
+    pub(super) fn lora_enqueued(&mut self, r: usize, id: RequestId) {
+        self.replicas[r].adapter_enqueued(&self.stream, id);
     }
 
     /// The `lora.*` signals of every routable replica for request `id` (when the router reads them).
-    pub(super) fn refresh_lora(&mut self, id: usize) {
+    pub(super) fn refresh_lora(&mut self, id: RequestId) {
         if !self.router.reads_lora() {
             return;
         }
-        let adapter = self.stream.adapter(id);
+        let adapter = self.stream.adapter(id.index());
         for (k, &slot) in self.routable.iter().enumerate() {
             if let Some(l) = self.replicas[slot as usize].lora() {
                 self.router.set_lora(k, l.figures(adapter));

@@ -129,6 +129,7 @@ use super::event_queue::EventQueue;
 use crate::error::{Role, RunError};
 use crate::facts::RequestInfo;
 use crate::handle::{AdmissionHandle, Admitted, RouterHandle, SchedulerHandle, Schedulers};
+use crate::ids::{ReplicaId, RequestId};
 use crate::step_model::{Pricer, StepModel};
 use crate::time::{SimTime, seconds, ticks};
 use crate::workload::cluster::{ClusterSpec, Preemption, StepModels};
@@ -138,19 +139,19 @@ enum Event {
     /// A request's KV cache reached its decode instance (disaggregated clusters); void if the
     /// request was lost in a crash since (its `generation` moved on).
     TransferEnd {
-        id: u32,
+        id: RequestId,
         generation: u32,
     },
     /// A prompt's prefix, copied between prefill instances, landed (disaggregated clusters);
     /// void if the request was lost in a crash since.
     MigrationEnd {
-        id: u32,
+        id: RequestId,
         generation: u32,
     },
     /// The gateway scrapes every replica's engine metrics (only for routers that read them).
     Scrape,
     /// A call of an agent session is sent: what it waited for is done, and its tool has run.
-    Release(u32),
+    Release(RequestId),
     /// The scaler decides (autoscaling).
     Scale,
     /// A started replica finished loading the model (unless its load was cancelled since).
@@ -279,16 +280,16 @@ pub struct ClusterSim<'a> {
     queue: EventQueue<Event>,
     views: Vec<ReplicaView>,
     /// Scratch: requests finished by the step being handled.
-    completed: Vec<u32>,
+    completed: Vec<RequestId>,
     /// The next request of the stream to arrive by itself (calls that wait for others are sent
     /// by [`Event::Release`]).
     next: usize,
     /// Requests arrived so far, and the last one.
     arrived: usize,
-    last_arrived: usize,
+    last_arrived: RequestId,
     /// Agent sessions: per request, the calls it still waits for, and the calls waiting for it.
     waiting_for: Vec<u32>,
-    dependents: Vec<Vec<u32>>,
+    dependents: Vec<Vec<RequestId>>,
     done: usize,
     probes: Probes,
     /// The workload's per-request SLO, measured at the end.
@@ -394,17 +395,17 @@ impl<'a> ClusterSim<'a> {
                 match event {
                     Event::StepEnd(r) => self.on_step_end(now, r as usize)?,
                     Event::TransferEnd { id, generation } => {
-                        if self.states[id as usize].generation == generation {
+                        if self.states[id].generation == generation {
                             self.on_transfer_end(now, id)?
                         }
                     }
                     Event::MigrationEnd { id, generation } => {
-                        if self.states[id as usize].generation == generation {
+                        if self.states[id].generation == generation {
                             self.on_migration_end(now, id)?
                         }
                     }
                     Event::Scrape => self.on_scrape(now),
-                    Event::Release(id) => self.on_release(now, id as usize)?,
+                    Event::Release(id) => self.on_release(now, id)?,
                     Event::Scale => self.on_scale(now)?,
                     Event::Loaded { slot, generation } => self.on_loaded(now, slot, generation)?,
                     Event::Crash { slot, life } => self.on_crash(now, slot, life)?,
@@ -420,7 +421,7 @@ impl<'a> ClusterSim<'a> {
     }
 
     /// The router places request `id` at `now` (views fresh), and an idle replica starts.
-    fn place(&mut self, now: SimTime, id: usize) -> Result<(), RunError> {
+    fn place(&mut self, now: SimTime, id: RequestId) -> Result<(), RunError> {
         let arrived_at = seconds(self.states[id].arrived_at);
         if self.nowhere_to_route() {
             // Every replica (of a pool) is down (failures): the gateway has nowhere to send it.
@@ -428,22 +429,23 @@ impl<'a> ClusterSim<'a> {
         }
         if self.pd.is_some() {
             // The router's request borrows the prompt while the handler changes the run.
-            let prompt = self.stream.prompt(id).to_vec();
-            let req = Request::new(id as u64, arrived_at, self.stream.request(id).prompt_tokens).with_segments(&prompt);
+            let prompt = self.stream.prompt(id.index()).to_vec();
+            let req = Request::new(id.raw() as u64, arrived_at, self.stream.request(id.index()).prompt_tokens)
+                .with_segments(&prompt);
             return self.on_arrival_pd(now, id, &req);
         }
         let stream = &*self.stream;
-        let q = stream.request(id);
-        let prompt = stream.prompt(id);
-        let req = Request::new(id as u64, arrived_at, q.prompt_tokens).with_segments(prompt);
+        let q = stream.request(id.index());
+        let prompt = stream.prompt(id.index());
+        let req = Request::new(id.raw() as u64, arrived_at, q.prompt_tokens).with_segments(prompt);
         // The request's model's router, shown its model's replicas only (`models.rs`).
         let n = self.routable.len();
         let (router, range) =
-            models::router_of(&mut self.router, self.models.as_deref_mut(), stream.model(id) as usize, n);
+            models::router_of(&mut self.router, self.models.as_deref_mut(), stream.model(id.index()) as usize, n);
         let k = range.start + router.dispatch(&req, &self.infos[id], &self.views[range])? as usize;
         let r = self.routable[k] as usize;
         let cfg = &self.cfgs[replica_pool(None, &self.gpu_pool, r)];
-        self.replicas[r].enqueue(now, id as u32, prompt, q.output_tokens, &mut self.states[id], cfg);
+        self.replicas[r].enqueue(now, id, prompt, q.output_tokens, &mut self.states[id], cfg);
         self.lora_enqueued(r, id);
         if self.idle(r) {
             self.start_step(r, now)?;
@@ -459,7 +461,7 @@ impl<'a> ClusterSim<'a> {
             self.refresh_views(probe);
             let a = self.admission.as_mut().expect("checked");
             let Some((id, admit)) = a.next(seconds(now), &self.views)? else { break };
-            let id = id as usize;
+            let id = RequestId::try_from_u64(id).expect("a held request's id (the handle checks it)");
             if admit {
                 self.dispatched_at[id] = now;
                 self.refresh_views(id);
@@ -476,26 +478,27 @@ impl<'a> ClusterSim<'a> {
     /// The next request arrives at `now`: the admission policy (if any) decides, the router
     /// places it, and an idle replica starts.
     fn on_arrival(&mut self, now: SimTime) -> Result<(), RunError> {
-        let id = self.next;
+        let i = self.next;
         self.next += 1;
-        self.held_up_to(id + 1);
-        self.arrive(now, id)
+        self.held_up_to(i + 1);
+        self.arrive(now, RequestId::new(i))
     }
 
     /// Request `id` arrives at `now` (from the stream, or released by its session).
-    fn arrive(&mut self, now: SimTime, id: usize) -> Result<(), RunError> {
+    fn arrive(&mut self, now: SimTime, id: RequestId) -> Result<(), RunError> {
         self.arrived += 1;
         self.last_arrived = id;
         if let Some(f) = &mut self.fleet {
-            let q = self.stream.request(id);
+            let q = self.stream.request(id.index());
             f.arrived(id, q.prompt_tokens, q.output_tokens);
         }
         self.refresh_views(id);
         let admitted = match &mut self.admission {
             None => Admitted::Now,
             Some(a) => {
-                let q = self.stream.request(id);
-                let req = Request::new(id as u64, seconds(now), q.prompt_tokens).with_segments(self.stream.prompt(id));
+                let q = self.stream.request(id.index());
+                let req = Request::new(id.raw() as u64, seconds(now), q.prompt_tokens)
+                    .with_segments(self.stream.prompt(id.index()));
                 a.arrive(&req, &self.infos[id], &self.views)?
             }
         };

@@ -66,6 +66,7 @@ use super::kv_tier::KvTier;
 use super::replica::{Phase, Replica};
 use super::{ClusterSim, Event, RequestRecord};
 use crate::error::RunError;
+use crate::ids::RequestId;
 use crate::metrics::Metrics;
 use crate::time::{SimTime, seconds, ticks};
 use crate::workload::cluster::disaggregation::{Disaggregation, Link, TransferTokens};
@@ -97,7 +98,7 @@ pub(super) struct Pd {
     /// Per decode candidate: transfers in flight into it.
     pub(super) active: Vec<u32>,
     /// Per decode candidate: handed-off requests waiting for its KV memory, in hand-off order.
-    pub(super) waiting: Vec<VecDeque<u32>>,
+    pub(super) waiting: Vec<VecDeque<RequestId>>,
     /// Per request: its decode instance (replica index), once decided.
     pub(super) decode_of: Vec<u32>,
     /// Per request: the transfer's duration (NaN when it had none).
@@ -117,7 +118,7 @@ pub(super) struct Pd {
     pub tier_loaded: Vec<u32>,
     /// Requests whose prefix migration or tier load is in flight (lost if their prefill
     /// instance crashes first: `pd_failures.rs`).
-    pub in_flight: Vec<u32>,
+    pub in_flight: Vec<RequestId>,
     /// Per request: its decode instance crashed before its hand-off; the router was told it
     /// was abandoned, and it is lost when its prefill ends (`pd_failures.rs`).
     pub orphan: Vec<bool>,
@@ -175,7 +176,7 @@ impl Pd {
 impl Pd {
     /// Request `id`'s KV is no longer its prefill instance's to send (its transfer ended, or
     /// the request was lost or failed).
-    pub(super) fn handed_over(&mut self, id: usize) {
+    pub(super) fn handed_over(&mut self, id: RequestId) {
         let p = std::mem::replace(&mut self.prefill_of[id], u32::MAX);
         if p != u32::MAX {
             self.handing[p as usize] -= 1;
@@ -196,7 +197,7 @@ impl Pd {
 
 impl ClusterSim<'_> {
     /// A request arrives at a disaggregated cluster: the router decides with both pools' views.
-    pub(super) fn on_arrival_pd(&mut self, now: SimTime, id: usize, req: &Request<'_>) -> Result<(), RunError> {
+    pub(super) fn on_arrival_pd(&mut self, now: SimTime, id: RequestId, req: &Request<'_>) -> Result<(), RunError> {
         let pd = self.pd.as_ref().expect("disaggregated");
         let (first, end) = (pd.r_decode_start, pd.r_prefill_end());
         // The request's class, tenant and SLO, as an aggregated router sees them.
@@ -204,7 +205,7 @@ impl ClusterSim<'_> {
         // Router indices to instances (slots).
         let slot = |k: usize| self.routable[k] as usize;
         let stream = &*self.stream;
-        let prompt = stream.prompt(id);
+        let prompt = stream.prompt(id.index());
         let pd = self.pd.as_mut().expect("disaggregated");
         let target = match decision.action {
             PdDecision::DISAGGREGATE => {
@@ -230,12 +231,9 @@ impl ClusterSim<'_> {
                     if tokens > have {
                         let dur = pd.link.transfer_time_s(tokens - have, pd.kv_bytes_per_token, 1);
                         pd.migrating[id] = (p as u32, n as u32);
-                        pd.in_flight.push(id as u32);
+                        pd.in_flight.push(id);
                         let generation = self.states[id].generation;
-                        self.queue.push(
-                            now + ticks(dur).max(SimTime::TICK),
-                            Event::MigrationEnd { id: id as u32, generation },
-                        );
+                        self.queue.push(now + ticks(dur).max(SimTime::TICK), Event::MigrationEnd { id, generation });
                         return Ok(());
                     }
                 }
@@ -260,19 +258,19 @@ impl ClusterSim<'_> {
 
     /// Request `id` prefills on `target`: after a load from the shared tier if it holds more of
     /// the prompt than `target` does, at once otherwise.
-    fn prefill_at(&mut self, now: SimTime, id: usize, target: usize) -> Result<(), RunError> {
+    fn prefill_at(&mut self, now: SimTime, id: RequestId, target: usize) -> Result<(), RunError> {
         if self.load_from_tier(now, id, target) {
             return Ok(());
         }
-        self.join_queue(now, id as u32, target)
+        self.join_queue(now, id, target)
     }
 
     /// Request `id` is about to prefill on `target`: if the shared tier holds more of its prompt
     /// than `target`'s cache, that part is loaded first (the request waits for it, as for a
     /// migration); returns whether a load started.
-    fn load_from_tier(&mut self, now: SimTime, id: usize, target: usize) -> bool {
+    fn load_from_tier(&mut self, now: SimTime, id: RequestId, target: usize) -> bool {
         let Some(tier) = self.pd.as_mut().and_then(|pd| pd.tier.as_mut()) else { return false };
-        let prompt = self.stream.prompt(id);
+        let prompt = self.stream.prompt(id.index());
         let (n, held) = tier.get(prompt);
         let have = self.replicas[target].cached_prefix(prompt);
         if held <= have {
@@ -283,19 +281,19 @@ impl ClusterSim<'_> {
         let pd = self.pd.as_mut().expect("disaggregated");
         pd.tier_loaded[id] = held - have;
         pd.migrating[id] = (target as u32, n as u32);
-        pd.in_flight.push(id as u32);
+        pd.in_flight.push(id);
         let generation = self.states[id].generation;
-        self.queue.push(now + ticks(dur).max(SimTime::TICK), Event::MigrationEnd { id: id as u32, generation });
+        self.queue.push(now + ticks(dur).max(SimTime::TICK), Event::MigrationEnd { id, generation });
         true
     }
 
     /// Request `id` joins `target`'s queue at `now` (a prefill instance keeps only its first
     /// token); an idle instance starts.
-    fn join_queue(&mut self, now: SimTime, id: u32, target: usize) -> Result<(), RunError> {
+    fn join_queue(&mut self, now: SimTime, id: RequestId, target: usize) -> Result<(), RunError> {
         let rep = &mut self.replicas[target];
-        let out = self.states[id as usize].output_here(self.stream.request(id as usize).output_tokens);
+        let out = self.states[id].output_here(self.stream.request(id.index()).output_tokens);
         let cfg = &self.cfgs[super::pool_of(self.pd.as_ref(), target)];
-        rep.enqueue(now, id, self.stream.prompt(id as usize), out, &mut self.states[id as usize], cfg);
+        rep.enqueue(now, id, self.stream.prompt(id.index()), out, &mut self.states[id], cfg);
         if !rep.busy() {
             self.start_step(target, now)?;
         }
@@ -304,13 +302,13 @@ impl ClusterSim<'_> {
 
     /// Prefill instance `p` finished request `id`'s prefill at `now`: the router hears of it and
     /// the request queues for its decode instance's memory.
-    pub(super) fn on_handoff(&mut self, now: SimTime, p: usize, id: u32) -> Result<(), RunError> {
-        if self.pd.as_ref().is_some_and(|pd| pd.orphan.get(id as usize) == Some(&true)) {
+    pub(super) fn on_handoff(&mut self, now: SimTime, p: usize, id: RequestId) -> Result<(), RunError> {
+        if self.pd.as_ref().is_some_and(|pd| pd.orphan.get(id.index()) == Some(&true)) {
             return self.orphan_handed_off(now, id);
         }
-        let (q, st) = (self.stream.request(id as usize), &self.states[id as usize]);
+        let (q, st) = (self.stream.request(id.index()), &self.states[id]);
         let c = Completion {
-            request_id: id as u64,
+            request_id: id.raw() as u64,
             replica: self.index_of[p],
             arrived_at: seconds(st.arrived_at),
             completed_at: seconds(now),
@@ -322,13 +320,13 @@ impl ClusterSim<'_> {
         self.router.prefill_complete(&c)?;
         let pd = self.pd.as_mut().expect("disaggregated");
         if let Some(tier) = &mut pd.tier {
-            tier.put(self.stream.prompt(id as usize));
+            tier.put(self.stream.prompt(id.index()));
         }
-        let d = pd.decode_of[id as usize] as usize;
-        pd.prefill_of[id as usize] = p as u32;
+        let d = pd.decode_of[id] as usize;
+        pd.prefill_of[id] = p as u32;
         pd.handing[p] += 1;
         if pd.link.layerwise {
-            pd.handoff_at[id as usize] = now;
+            pd.handoff_at[id] = now;
         }
         pd.waiting[d - pd.decode_start].push_back(id);
         self.start_transfers(now, d);
@@ -344,10 +342,10 @@ impl ClusterSim<'_> {
         // A mixed instance takes transfers too, with its own pool's memory (not the decode pool's).
         let cfg = &self.cfgs[super::pool_of(Some(&*pd), d)];
         while let Some(&id) = pd.waiting[k].front() {
-            let st = &mut self.states[id as usize];
+            let st = &mut self.states[id];
             let Some(cached) = self.replicas[d].admit_transfer(id, &self.stream, st, cfg) else { break };
             pd.waiting[k].pop_front();
-            let prompt = self.stream.request(id as usize).prompt_tokens;
+            let prompt = self.stream.request(id.index()).prompt_tokens;
             let tokens = match pd.transfer {
                 TransferTokens::Missing => prompt - cached,
                 TransferTokens::FullPrompt => prompt,
@@ -358,8 +356,8 @@ impl ClusterSim<'_> {
                 // The stream overlapped the prefill only if the decode side had room at once
                 // (memory is reserved here, at the hand-off: an approximation that holds it for
                 // less time than a real layer-wise transfer, which needs it from the start).
-                let ended = pd.handoff_at[id as usize];
-                let started = if now == ended { self.states[id as usize].admitted_at.unwrap_or(now) } else { now };
+                let ended = pd.handoff_at[id];
+                let started = if now == ended { self.states[id].admitted_at.unwrap_or(now) } else { now };
                 let end = pd.link.layerwise_end(dur, pd.layers, seconds(started), seconds(ended));
                 let end = ticks(end).max(now + SimTime::TICK);
                 // What the request waits after its prefill: the part the overlap did not hide.
@@ -367,24 +365,24 @@ impl ClusterSim<'_> {
             } else {
                 (now + ticks(dur).max(SimTime::TICK), dur)
             };
-            pd.transfer_s[id as usize] = shown;
-            pd.decode_cached[id as usize] = cached;
-            self.queue.push(end, Event::TransferEnd { id, generation: self.states[id as usize].generation });
+            pd.transfer_s[id] = shown;
+            pd.decode_cached[id] = cached;
+            self.queue.push(end, Event::TransferEnd { id, generation: self.states[id].generation });
         }
     }
 
     /// The prefix of request `id` (migrated from another prefill instance, or loaded from the
     /// shared tier) reached its instance at `now`: cached there (if memory allows), the request
     /// joins that instance's queue.
-    pub(super) fn on_migration_end(&mut self, now: SimTime, id: u32) -> Result<(), RunError> {
+    pub(super) fn on_migration_end(&mut self, now: SimTime, id: RequestId) -> Result<(), RunError> {
         let pd = self.pd.as_mut().expect("disaggregated");
-        let (p, n) = pd.migrating[id as usize];
+        let (p, n) = pd.migrating[id];
         let p = p as usize;
         if let Some(k) = pd.in_flight.iter().position(|&x| x == id) {
             pd.in_flight.swap_remove(k);
         }
-        let from_tier = pd.tier_loaded.get(id as usize).is_some_and(|&t| t > 0);
-        let prompt = self.stream.prompt(id as usize);
+        let from_tier = pd.tier_loaded.get(id.index()).is_some_and(|&t| t > 0);
+        let prompt = self.stream.prompt(id.index());
         let cfg = &self.cfgs[super::pool_of(Some(pd), p)];
         let landed = self.replicas[p].insert_prefix(&prompt[..n as usize], cfg);
         match pd.tier.as_mut() {
@@ -392,9 +390,9 @@ impl ClusterSim<'_> {
                 tier.loading -= 1;
                 if landed {
                     tier.loads += 1;
-                    tier.loaded_tokens += pd.tier_loaded[id as usize] as u64;
+                    tier.loaded_tokens += pd.tier_loaded[id] as u64;
                 } else {
-                    pd.tier_loaded[id as usize] = 0;
+                    pd.tier_loaded[id] = 0;
                 }
             }
             _ => pd.migrations += landed as u64,
@@ -403,12 +401,12 @@ impl ClusterSim<'_> {
     }
 
     /// Request `id`'s KV arrived at its decode instance at `now`.
-    pub(super) fn on_transfer_end(&mut self, now: SimTime, id: u32) -> Result<(), RunError> {
+    pub(super) fn on_transfer_end(&mut self, now: SimTime, id: RequestId) -> Result<(), RunError> {
         let pd = self.pd.as_mut().expect("disaggregated");
-        let d = pd.decode_of[id as usize] as usize;
+        let d = pd.decode_of[id] as usize;
         pd.active[d - pd.decode_start] -= 1;
         // The prefill instance's part is over: a draining one may go (`fleet_pd.rs`).
-        pd.handed_over(id as usize);
+        pd.handed_over(id);
         let cfg = &self.cfgs[super::pool_of(Some(&*pd), d)];
         let finished = self.replicas[d].begin_decode(id, now, &self.stream, &mut self.states, cfg);
         if finished {

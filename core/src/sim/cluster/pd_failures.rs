@@ -34,12 +34,13 @@ use routelab_policy_api::Completion;
 
 use super::ClusterSim;
 use crate::error::RunError;
+use crate::ids::RequestId;
 use crate::time::{SimTime, seconds};
 
 impl ClusterSim<'_> {
     /// Instance `s` crashes: pushes to `lost` the requests it loses beyond its own queues
     /// (module docs).
-    pub(super) fn pd_crash_losses(&mut self, s: usize, lost: &mut Vec<u32>) {
+    pub(super) fn pd_crash_losses(&mut self, s: usize, lost: &mut Vec<RequestId>) {
         let n = self.stream.len();
         let pd = self.pd.as_mut().expect("disaggregated");
         if pd.orphan.len() < n {
@@ -47,13 +48,13 @@ impl ClusterSim<'_> {
         }
         if s < pd.prefill_end {
             // Prefill (a mixed instance is both): the prompts on their way into it.
-            let (ours, others): (Vec<u32>, Vec<u32>) =
-                pd.in_flight.iter().partition(|&&id| pd.migrating[id as usize].0 as usize == s);
+            let (ours, others): (Vec<RequestId>, Vec<RequestId>) =
+                pd.in_flight.iter().partition(|&&id| pd.migrating[id].0 as usize == s);
             pd.in_flight = others;
             for &id in &ours {
-                if let Some(tier) = pd.tier.as_mut().filter(|_| pd.tier_loaded[id as usize] > 0) {
+                if let Some(tier) = pd.tier.as_mut().filter(|_| pd.tier_loaded[id] > 0) {
                     tier.loading -= 1;
-                    pd.tier_loaded[id as usize] = 0;
+                    pd.tier_loaded[id] = 0;
                 }
             }
             lost.extend(ours);
@@ -69,16 +70,16 @@ impl ClusterSim<'_> {
     /// Decode instance `s` crashed: the requests bound for it that are still before their
     /// hand-off (queued or running on a prefill instance, or on their way to one) become
     /// orphans; returns them (none for a prefill instance).
-    pub(super) fn pd_orphans(&mut self, s: usize) -> Vec<u32> {
+    pub(super) fn pd_orphans(&mut self, s: usize) -> Vec<RequestId> {
         if s < self.pd.as_ref().expect("disaggregated").decode_start {
             return Vec::new();
         }
-        let bound: Vec<u32> = self.bound_before_handoff(s).collect();
+        let bound: Vec<RequestId> = self.bound_before_handoff(s).collect();
         let pd = self.pd.as_mut().expect("disaggregated");
         let mut orphans = Vec::new();
         for id in bound {
-            if !pd.orphan[id as usize] {
-                pd.orphan[id as usize] = true;
+            if !pd.orphan[id] {
+                pd.orphan[id] = true;
                 orphans.push(id);
             }
         }
@@ -87,21 +88,21 @@ impl ClusterSim<'_> {
 
     /// The index `abandoned.replica` names for request `id`: its decode candidate on a
     /// disaggregated cluster, else the router index of `s`, the replica it was lost on.
-    pub(super) fn abandoned_index(&self, id: u32, s: usize) -> u32 {
+    pub(super) fn abandoned_index(&self, id: RequestId, s: usize) -> u32 {
         match &self.pd {
-            Some(pd) => self.index_of[pd.decode_of[id as usize] as usize] - pd.r_decode_start as u32,
+            Some(pd) => self.index_of[pd.decode_of[id] as usize] - pd.r_decode_start as u32,
             None => self.index_of[s],
         }
     }
 
     /// Request `id` is about to be routed again: its P/D state is reset (module docs: its
     /// output starts again; a first token the client saw stays).
-    pub(super) fn pd_reset(&mut self, id: usize) {
+    pub(super) fn pd_reset(&mut self, id: RequestId) {
         let Some(pd) = self.pd.as_mut() else { return };
         pd.decode_of[id] = u32::MAX;
         pd.transfer_s[id] = f64::NAN;
         pd.decode_cached[id] = 0;
-        if let Some(t) = pd.tier_loaded.get_mut(id) {
+        if let Some(t) = pd.tier_loaded.get_mut(id.index()) {
             *t = 0;
         }
         pd.orphan[id] = false;
@@ -113,18 +114,18 @@ impl ClusterSim<'_> {
 
     /// Orphan `id` (its decode instance crashed) finished its prefill at `now`: it is lost
     /// now, without an `on_prefill_complete` (the router was told it was abandoned).
-    pub(super) fn orphan_handed_off(&mut self, now: SimTime, id: u32) -> Result<(), RunError> {
-        self.pd.as_mut().expect("disaggregated").orphan[id as usize] = false;
-        self.retry_or_fail(now, id as usize, 0)
+    pub(super) fn orphan_handed_off(&mut self, now: SimTime, id: RequestId) -> Result<(), RunError> {
+        self.pd.as_mut().expect("disaggregated").orphan[id] = false;
+        self.retry_or_fail(now, id, 0)
     }
 
     /// The router hears that request `id` will not complete where it was placed (`produced`:
     /// tokens it had streamed).
-    pub(super) fn abandon(&mut self, now: SimTime, id: u32, index: u32, produced: u32) -> Result<(), RunError> {
-        let st = &self.states[id as usize];
-        let q = self.stream.request(id as usize);
+    pub(super) fn abandon(&mut self, now: SimTime, id: RequestId, index: u32, produced: u32) -> Result<(), RunError> {
+        let st = &self.states[id];
+        let q = self.stream.request(id.index());
         let c = Completion {
-            request_id: id as u64,
+            request_id: id.raw() as u64,
             replica: index,
             arrived_at: seconds(st.arrived_at),
             completed_at: seconds(now),

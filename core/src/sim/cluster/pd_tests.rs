@@ -6,6 +6,7 @@ use routelab_policy_api::{Roofline, StepShape};
 use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use super::tests::run_named;
 use super::*;
+use crate::ids::{ReplicaId, RequestId};
 use crate::time::{SimTime, seconds, ticks};
 use crate::workload::cluster::Reservation;
 use crate::workload::generate::generate;
@@ -102,8 +103,8 @@ fn a_transfer_occupies_decode_memory_from_its_start() {
     }
     // Room for exactly one request: 1000 prompt + 5 output reserved.
     let cfg = config(1005);
-    let mut rep = Replica::new(1);
-    assert_eq!(rep.admit_transfer(0, &stream, &mut states[0], &cfg), Some(0));
+    let mut rep = Replica::new(ReplicaId::from_u32(1));
+    assert_eq!(rep.admit_transfer(RequestId::from_u32(0), &stream, &mut states[0], &cfg), Some(0));
     // In use now: the 1000 prompt tokens being written + the first token; committed: the pinned
     // prompt + the whole output (full reservation).
     assert_eq!(rep.kv_used_tokens(), 1001);
@@ -111,11 +112,11 @@ fn a_transfer_occupies_decode_memory_from_its_start() {
     assert_eq!(rep.running().len(), 1);
     // The second does not fit until the first is gone (its 100 shared tokens would be, but its
     // 900 own and its output would not).
-    assert_eq!(rep.admit_transfer(1, &stream, &mut states[1], &cfg), None);
+    assert_eq!(rep.admit_transfer(RequestId::from_u32(1), &stream, &mut states[1], &cfg), None);
     // With room, the second finds the system prompt the first brought (once computed).
     let cfg = config(10_000);
-    assert!(!rep.begin_decode(0, SimTime::ZERO, &stream, &mut states, &cfg));
-    assert_eq!(rep.admit_transfer(1, &stream, &mut states[1], &cfg), Some(100));
+    assert!(!rep.begin_decode(RequestId::from_u32(0), SimTime::ZERO, &stream, &mut states, &cfg));
+    assert_eq!(rep.admit_transfer(RequestId::from_u32(1), &stream, &mut states[1], &cfg), Some(100));
     assert_eq!(rep.kv_used_tokens(), 1001 + 900 + 1);
     assert_eq!(rep.committed_tokens(&cfg), 1900 + 10);
 }

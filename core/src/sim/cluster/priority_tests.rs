@@ -4,6 +4,7 @@
 use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use super::*;
 use crate::handle::SchedulerHandle;
+use crate::ids::{ReplicaId, RequestId};
 use crate::plugin::{Loader, PolicySpec};
 use crate::workload::cluster::{Preemption, Reservation};
 use crate::workload::generate::{RequestStream, generate};
@@ -46,8 +47,8 @@ fn scheduler(name: &str, priorities: &[i32]) -> SchedulerHandle {
 }
 
 /// `running` is unordered.
-fn sorted(running: &[u32]) -> Vec<u32> {
-    let mut v = running.to_vec();
+fn sorted(running: &[RequestId]) -> Vec<u32> {
+    let mut v: Vec<u32> = running.iter().map(|r| r.raw()).collect();
     v.sort_unstable();
     v
 }
@@ -62,16 +63,23 @@ fn third_arrives(priorities: [i32; 3], preemption: Preemption) -> (Replica, Vec<
     let stream = stream();
     let cfg = config(300, Reservation::Full, preemption);
     let mut states = vec![RequestState::default(); 3];
-    let mut rep = Replica::new(0);
+    let mut rep = Replica::new(ReplicaId::from_u32(0));
     let mut sched = scheduler("priority", &priorities);
     let mut done = Vec::new();
     for r in 0..2u32 {
-        rep.enqueue(SimTime::ZERO, r, stream.prompt(r as usize), 50, &mut states[r as usize], &cfg);
+        rep.enqueue(
+            SimTime::ZERO,
+            RequestId::from_u32(r),
+            stream.prompt(r as usize),
+            50,
+            &mut states[r as usize],
+            &cfg,
+        );
     }
     rep.start_step(SimTime::ZERO, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
     rep.finish_step(SimTime::TICK, &stream, &mut states, &cfg, &mut done);
     assert_eq!(sorted(rep.running()), [0, 1], "both fit: 300 tokens committed of 300");
-    rep.enqueue(SimTime::ZERO, 2, stream.prompt(2), 50, &mut states[2], &cfg);
+    rep.enqueue(SimTime::ZERO, RequestId::from_u32(2), stream.prompt(2), 50, &mut states[2], &cfg);
     rep.start_step(SimTime::TICK, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
     (rep, states)
 }
@@ -85,7 +93,7 @@ fn a_higher_priority_arrival_preempts_the_latest_lower_one_and_is_admitted() {
     assert_eq!((st[1].preemptions, st[1].prefill_target), (1, 101));
     assert_eq!(st[2].phase, Phase::Prefill);
     assert_eq!(st[0].phase, Phase::Decode);
-    assert_eq!(*rep.waiting(), [1]);
+    assert_eq!(rep.waiting().iter().map(|r| r.raw()).collect::<Vec<_>>(), [1]);
     assert_eq!(rep.preemptions(), 1);
     assert_eq!(rep.committed_tokens(&config(300, Reservation::Full, Preemption::Priority)), 300);
 }
@@ -100,18 +108,32 @@ fn priority_preemption_reads_a_stream_that_dropped_its_oldest_requests() {
     stream.base = BASE as usize;
     let cfg = config(300, Reservation::Full, Preemption::Priority);
     let mut states = vec![RequestState::default(); BASE as usize + 3];
-    let mut rep = Replica::new(0);
+    let mut rep = Replica::new(ReplicaId::from_u32(0));
     let mut priorities = vec![0; BASE as usize + 3];
     priorities[BASE as usize + 2] = 2;
     let mut sched = scheduler("priority", &priorities);
     let mut done = Vec::new();
     for r in BASE..BASE + 2 {
-        rep.enqueue(SimTime::ZERO, r, stream.prompt(r as usize), 50, &mut states[r as usize], &cfg);
+        rep.enqueue(
+            SimTime::ZERO,
+            RequestId::from_u32(r),
+            stream.prompt(r as usize),
+            50,
+            &mut states[r as usize],
+            &cfg,
+        );
     }
     rep.start_step(SimTime::ZERO, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
     rep.finish_step(SimTime::TICK, &stream, &mut states, &cfg, &mut done);
     let third = BASE + 2;
-    rep.enqueue(SimTime::ZERO, third, stream.prompt(third as usize), 50, &mut states[third as usize], &cfg);
+    rep.enqueue(
+        SimTime::ZERO,
+        RequestId::from_u32(third),
+        stream.prompt(third as usize),
+        50,
+        &mut states[third as usize],
+        &cfg,
+    );
     rep.start_step(SimTime::TICK, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
     // As with every request held: the later priority-0 request gives way to the priority-2 one.
     assert_eq!(states[BASE as usize + 1].phase, Phase::Waiting);
@@ -146,11 +168,18 @@ fn out_of_memory_the_victim_is_the_least_important_not_the_newest() {
         // Room for both prompts (200) and 2 × 10 headroom; decoding grows past it.
         let cfg = config(220, Reservation::Estimate { output_tokens: 10 }, preemption);
         let mut states = vec![RequestState::default(); 3];
-        let mut rep = Replica::new(0);
+        let mut rep = Replica::new(ReplicaId::from_u32(0));
         let mut sched = scheduler("fcfs", &[0, 2, 0]);
         let mut done = Vec::new();
         for r in 0..2u32 {
-            rep.enqueue(SimTime::ZERO, r, stream.prompt(r as usize), 50, &mut states[r as usize], &cfg);
+            rep.enqueue(
+                SimTime::ZERO,
+                RequestId::from_u32(r),
+                stream.prompt(r as usize),
+                50,
+                &mut states[r as usize],
+                &cfg,
+            );
         }
         let mut now = SimTime::ZERO;
         while rep.preemptions() == 0 && done.is_empty() {

@@ -11,6 +11,7 @@
 use super::summary::RequestRecord;
 use super::{ClusterSim, End, Event};
 use crate::error::RunError;
+use crate::ids::RequestId;
 use crate::metrics::{Metrics, quantile};
 use crate::time::SimTime;
 use crate::workload::generate::Sessions;
@@ -71,36 +72,36 @@ impl ClusterSim<'_> {
 
     /// Request `id` is done at `now`: the calls of its session that waited only for it (and
     /// whatever else is done) are sent after their tool pause.
-    pub(super) fn release_dependents(&mut self, now: SimTime, id: u32) {
+    pub(super) fn release_dependents(&mut self, now: SimTime, id: RequestId) {
         let Some(s) = &self.stream.sessions else { return };
-        for &d in &self.dependents[id as usize] {
-            let w = &mut self.waiting_for[d as usize];
+        for &d in &self.dependents[id] {
+            let w = &mut self.waiting_for[d];
             *w -= 1;
-            if *w == 0 && self.ends[d as usize] == End::Served {
-                self.queue.push(now + s.pause[d as usize], Event::Release(d));
+            if *w == 0 && self.ends[d] == End::Served {
+                self.queue.push(now + s.pause[d], Event::Release(d));
             }
         }
     }
 
     /// Request `id` was turned away (rejected or shed): the calls of its session that wait for
     /// it will never be sent; they are shed with it.
-    pub(super) fn abandon_dependents(&mut self, id: usize) {
+    pub(super) fn abandon_dependents(&mut self, id: RequestId) {
         if self.dependents.is_empty() {
             return;
         }
-        let mut stack: Vec<u32> = self.dependents[id].clone();
+        let mut stack: Vec<RequestId> = self.dependents[id].clone();
         while let Some(d) = stack.pop() {
-            if self.ends[d as usize] == End::Served {
-                self.ends[d as usize] = End::Shed;
+            if self.ends[d] == End::Served {
+                self.ends[d] = End::Shed;
                 self.done += 1;
-                stack.extend_from_slice(&self.dependents[d as usize]);
+                stack.extend_from_slice(&self.dependents[d]);
             }
         }
     }
 
     /// A call of an agent session is sent at `now`.
-    pub(super) fn on_release(&mut self, now: SimTime, id: usize) -> Result<(), RunError> {
-        self.held_up_to(id + 1);
+    pub(super) fn on_release(&mut self, now: SimTime, id: RequestId) -> Result<(), RunError> {
+        self.held_up_to(id.index() + 1);
         self.states[id].arrived_at = now;
         self.dispatched_at[id] = now;
         self.arrive(now, id)

@@ -14,6 +14,7 @@ use std::slice::SliceIndex;
 
 use super::replica::Replica;
 use super::replica_pool;
+use crate::ids::RequestId;
 
 /// The replicas, by slot, and the slots changed since [`Slots::take_changed`].
 pub(super) struct Slots {
@@ -79,7 +80,7 @@ impl super::ClusterSim<'_> {
     /// [`Slots::mark_all`]), and `matched_tokens` of every replica when the router asks for
     /// exact matches (that depends on the request). The same views as rebuilding them all
     /// (checked in debug builds).
-    pub(super) fn refresh_views(&mut self, id: usize) {
+    pub(super) fn refresh_views(&mut self, id: RequestId) {
         match self.replicas.take_changed() {
             Changed::All => {
                 for k in 0..self.routable.len() {
@@ -97,7 +98,7 @@ impl super::ClusterSim<'_> {
             }
         }
         if self.router.capabilities().needs_exact_match() {
-            let prompt = self.stream.prompt(id);
+            let prompt = self.stream.prompt(id.index());
             for (v, &slot) in self.views.iter_mut().zip(&self.routable) {
                 v.matched_tokens = self.replicas[slot as usize].matched_tokens(prompt);
             }
@@ -161,7 +162,7 @@ mod tests {
     use super::*;
 
     fn slots(n: usize) -> Slots {
-        Slots::new((0..n as u32).map(Replica::new).collect())
+        Slots::new((0..n as u32).map(|r| Replica::new(crate::ids::ReplicaId::from_u32(r))).collect())
     }
 
     fn changed(s: &mut Slots) -> Option<Vec<u32>> {

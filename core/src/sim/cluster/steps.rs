@@ -7,6 +7,7 @@ use routelab_policy_api::Completion;
 use super::replica::Phase;
 use super::{ClusterSim, Event, Evicted, models, replica_pool};
 use crate::error::RunError;
+use crate::ids::RequestId;
 use crate::time::{SimTime, seconds, ticks};
 
 impl ClusterSim<'_> {
@@ -50,7 +51,7 @@ impl ClusterSim<'_> {
         self.replicas[r].finish_step(now, &self.stream, &mut self.states, cfg, &mut self.completed);
         for k in 0..self.completed.len() {
             let id = self.completed[k];
-            if self.states[id as usize].phase == Phase::Transfer {
+            if self.states[id].phase == Phase::Transfer {
                 self.on_handoff(now, r, id)?;
             } else {
                 self.report_completion(now, r, id)?;
@@ -76,8 +77,8 @@ impl ClusterSim<'_> {
 
     /// Request `id` finished on replica `r` at `now`: the router hears of it (on a disaggregated
     /// cluster, `replica` indexes the decode candidates).
-    pub(super) fn report_completion(&mut self, now: SimTime, r: usize, id: u32) -> Result<(), RunError> {
-        let (q, st) = (self.stream.request(id as usize), &self.states[id as usize]);
+    pub(super) fn report_completion(&mut self, now: SimTime, r: usize, id: RequestId) -> Result<(), RunError> {
+        let (q, st) = (self.stream.request(id.index()), &self.states[id]);
         self.done += 1;
         let model = self.model_of_slot(r);
         let n = self.routable.len();
@@ -87,7 +88,7 @@ impl ClusterSim<'_> {
             None => self.index_of[r] - range.start as u32,
         };
         let c = Completion {
-            request_id: id as u64,
+            request_id: id.raw() as u64,
             replica,
             arrived_at: seconds(st.arrived_at),
             completed_at: seconds(now),
@@ -103,7 +104,7 @@ impl ClusterSim<'_> {
             let latency = c.completed_at - c.arrived_at;
             let tpot = if c.output_tokens > 1 { (latency - c.ttft) / (c.output_tokens - 1) as f64 } else { f64::NAN };
             let met = self.slo.as_ref().is_some_and(|s| s.met(c.ttft, tpot, latency));
-            f.completed(id as usize, now, c.ttft, tpot, met);
+            f.completed(id, now, c.ttft, tpot, met);
         }
         router.complete(&c)?;
         self.release_dependents(now, id);

@@ -43,6 +43,7 @@ use routelab_policy_api::Segment;
 
 use super::kv_tier::KvTier;
 use super::prefix_cache::{PrefixCache, extend_path_hash};
+use crate::ids::RequestId;
 use crate::workload::cluster::kv_tiers::KvTiers;
 
 /// A block going down a tier: (path hash, depth, tokens).
@@ -195,11 +196,11 @@ impl super::ClusterSim<'_> {
     /// The `tier.*.matched_tokens` signals of every routable replica for request `id` (when the
     /// router reads them and the replicas have tiers): its GPU match — cached or pending, as
     /// `matched_tokens` counts it — continued in the replica's CPU tier and the remote tier.
-    pub(super) fn refresh_tier_matches(&mut self, id: usize) {
+    pub(super) fn refresh_tier_matches(&mut self, id: RequestId) {
         if !self.router.reads_tiers() {
             return;
         }
-        let prompt = self.stream.prompt(id);
+        let prompt = self.stream.prompt(id.index());
         for (k, &slot) in self.routable.iter().enumerate() {
             let Some(m) = self.replicas[slot as usize].tier_matches(prompt, self.remote_tier.as_ref()) else {
                 continue;

@@ -7,6 +7,8 @@
 use std::collections::VecDeque;
 use std::ops::{Index, IndexMut};
 
+use crate::ids::RequestId;
+
 pub struct Window<T> {
     base: usize,
     items: VecDeque<T>,
@@ -55,21 +57,24 @@ impl<T> Window<T> {
     }
 }
 
-impl<T> Index<usize> for Window<T> {
+impl<T> Index<RequestId> for Window<T> {
     type Output = T;
 
-    fn index(&self, id: usize) -> &T {
-        match id.checked_sub(self.base) {
+    fn index(&self, id: RequestId) -> &T {
+        match id.index().checked_sub(self.base) {
             Some(k) => &self.items[k],
             None => &self.retired,
         }
     }
 }
 
-impl<T> IndexMut<usize> for Window<T> {
-    fn index_mut(&mut self, id: usize) -> &mut T {
+impl<T> IndexMut<RequestId> for Window<T> {
+    fn index_mut(&mut self, id: RequestId) -> &mut T {
         let base = self.base;
-        let k = id.checked_sub(base).unwrap_or_else(|| panic!("request {id} was retired (ids from {base} are held)"));
+        let k = id
+            .index()
+            .checked_sub(base)
+            .unwrap_or_else(|| panic!("request {id} was retired (ids from {base} are held)"));
         &mut self.items[k]
     }
 }
@@ -77,6 +82,11 @@ impl<T> IndexMut<usize> for Window<T> {
 #[cfg(test)]
 mod tests {
     use super::Window;
+    use crate::ids::RequestId;
+
+    fn id(i: usize) -> RequestId {
+        RequestId::new(i)
+    }
 
     #[test]
     fn ids_stay_put_as_the_front_retires() {
@@ -87,12 +97,12 @@ mod tests {
         assert_eq!(w.pop_front(), Some(0));
         assert_eq!(w.pop_front(), Some(10));
         assert_eq!((w.base(), w.len()), (2, 5));
-        assert_eq!((w[2], w[4]), (20, 40));
-        w[3] = 31;
+        assert_eq!((w[id(2)], w[id(4)]), (20, 40));
+        w[id(3)] = 31;
         assert_eq!(w.iter().copied().collect::<Vec<_>>(), [20, 31, 40]);
-        assert_eq!(w[1], -1, "a retired id reads as the sentinel");
+        assert_eq!(w[id(1)], -1, "a retired id reads as the sentinel");
         w.push(50);
-        assert_eq!(w[5], 50);
+        assert_eq!(w[id(5)], 50);
     }
 
     #[test]
@@ -101,6 +111,6 @@ mod tests {
         let mut w = Window::new(0);
         w.push(1);
         w.pop_front();
-        w[0] = 2;
+        w[id(0)] = 2;
     }
 }

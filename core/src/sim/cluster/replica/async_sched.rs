@@ -52,7 +52,7 @@ impl Replica {
         let continues = self.decoding > 0
             || !self.prefilling.is_empty()
             || (held < cfg.max_batch_requests
-                && self.waiting.front().is_some_and(|&r| states[r as usize].queued_at <= self.step_started_at));
+                && self.waiting.front().is_some_and(|&r| states[r].queued_at <= self.step_started_at));
         if !(formed_earlier && continues) {
             return (now, 0);
         }

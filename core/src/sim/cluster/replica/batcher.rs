@@ -16,6 +16,7 @@
 use super::{Phase, Replica, ReplicaConfig, States, reserve_tokens};
 use crate::error::RunError;
 use crate::handle::SchedulerHandle;
+use crate::ids::RequestId;
 use crate::sim::cluster::kv_tier::KvTier;
 use crate::step_model::{Chunk, Pricer, Step};
 use crate::time::{SimTime, seconds};
@@ -101,7 +102,7 @@ impl Replica {
             if budget == 0 {
                 break;
             }
-            let st = &states[r as usize];
+            let st = &states[r];
             let left = st.prefill_target - st.prefill_done;
             let n = left.min(budget);
             budget -= n;
@@ -131,10 +132,10 @@ impl Replica {
                 if adapter.is_some_and(|a| !self.lora.as_ref().expect("tracked").can_run(a)) {
                     continue;
                 }
-                let req = stream.request(r as usize);
-                let prompt = stream.prompt(r as usize);
+                let req = stream.request(r.index());
+                let prompt = stream.prompt(r.index());
                 let plan = self.cache.plan(prompt);
-                let st = &mut states[r as usize];
+                let st = &mut states[r];
                 let redo = st.prefill_target - req.prompt_tokens;
                 let output_here = st.output_here(req.output_tokens);
                 let reserve = reserve_tokens(cfg, st, req);
@@ -185,7 +186,7 @@ impl Replica {
                 budget -= n;
                 self.chunks.push((r, n));
                 self.prefilling.push_back(r);
-                self.add_running(r, &mut states[r as usize]);
+                self.add_running(r, &mut states[r]);
                 if let Some(a) = adapter {
                     self.lora.as_mut().expect("tracked").admit(a);
                 }
@@ -207,7 +208,7 @@ impl Replica {
         self.step_chunks.extend(
             self.chunks
                 .iter()
-                .map(|&(r, n)| Chunk { new_tokens: n as u64, context_tokens: states[r as usize].prefill_done as u64 }),
+                .map(|&(r, n)| Chunk { new_tokens: n as u64, context_tokens: states[r].prefill_done as u64 }),
         );
         let step = Step::mixed(self.decode_batch as u64, self.decode_context_tokens, &self.step_chunks);
         let compute_s = pricer.step_time_s(&step);
@@ -275,7 +276,7 @@ impl Replica {
         let mut kept = 0;
         for i in 0..front {
             let r = self.waiting[i];
-            if states[r as usize].phase == Phase::Waiting {
+            if states[r].phase == Phase::Waiting {
                 self.waiting[kept] = r;
                 kept += 1;
             }
@@ -290,7 +291,7 @@ impl Replica {
         stream: &RequestStream,
         states: &mut (impl States + ?Sized),
         cfg: &ReplicaConfig,
-        completed: &mut Vec<u32>,
+        completed: &mut Vec<RequestId>,
     ) {
         self.steps += 1;
         let completed_before = completed.len();
@@ -299,9 +300,9 @@ impl Replica {
         let mut prefill_finished = false;
         for k in 0..self.chunks.len() {
             let (r, n) = self.chunks[k];
-            let req = stream.request(r as usize);
-            let prompt = stream.prompt(r as usize);
-            let st = &mut states[r as usize];
+            let req = stream.request(r.index());
+            let prompt = stream.prompt(r.index());
+            let st = &mut states[r];
             let before = st.prefill_done;
             st.prefill_done += n;
             self.outstanding_work -= n as u64;
@@ -337,14 +338,14 @@ impl Replica {
             }
         }
         if prefill_finished {
-            self.prefilling.retain(|&r| states[r as usize].phase == Phase::Prefill);
+            self.prefilling.retain(|&r| states[r].phase == Phase::Prefill);
         }
         while let Some(&std::cmp::Reverse((at, r, generation))) = self.finishing.peek() {
             if at > self.steps {
                 break;
             }
             self.finishing.pop();
-            let st = &states[r as usize];
+            let st = &states[r];
             if st.generation != generation || st.phase != Phase::Decode {
                 continue; // preempted since
             }
@@ -359,16 +360,16 @@ impl Replica {
     /// (unpinned), and the request's phase becomes `Transfer`.
     pub(super) fn complete(
         &mut self,
-        r: u32,
+        r: RequestId,
         now: SimTime,
         stream: &RequestStream,
         states: &mut (impl States + ?Sized),
         cfg: &ReplicaConfig,
         decoding: bool,
     ) {
-        let req = stream.request(r as usize);
-        let produced = self.produced_now(&states[r as usize]);
-        let output_here = states[r as usize].output_here(req.output_tokens);
+        let req = stream.request(r.index());
+        let produced = self.produced_now(&states[r]);
+        let output_here = states[r].output_here(req.output_tokens);
         debug_assert_eq!(produced, output_here);
         if decoding {
             self.decoding -= 1;
@@ -378,7 +379,7 @@ impl Replica {
         if cfg.reservation == Reservation::Full {
             self.reserved_output_tokens -= output_here as u64;
         }
-        let st = &mut states[r as usize];
+        let st = &mut states[r];
         if let (Some(seg), Some(&last), false) = (req.output_segment, st.path.last(), st.handoff) {
             self.cache.insert_computed(last, seg);
         }

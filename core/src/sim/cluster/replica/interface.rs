@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use routelab_policy_api::Segment;
 
 use super::{Replica, TierSpec};
+use crate::ids::RequestId;
 use crate::sim::cluster::kv_tier::KvTier;
 use crate::sim::cluster::lora::{Adapters, adapter_of};
 use crate::sim::cluster::prefix_cache::{EvictionEvent, PrefixCache};
@@ -38,13 +39,13 @@ impl Replica {
 
     /// Requests not yet admitted, in arrival order.
     #[inline]
-    pub fn waiting(&self) -> &VecDeque<u32> {
+    pub fn waiting(&self) -> &VecDeque<RequestId> {
         &self.waiting
     }
 
     /// Admitted requests (prefill or decode), unordered.
     #[inline]
-    pub fn running(&self) -> &[u32] {
+    pub fn running(&self) -> &[RequestId] {
         &self.running
     }
 
@@ -122,7 +123,7 @@ impl Replica {
     }
 
     /// Request `id` joined the waiting queue: its adapter (if any) is wanted here.
-    pub(in crate::sim::cluster) fn adapter_enqueued(&mut self, stream: &RequestStream, id: u32) {
+    pub(in crate::sim::cluster) fn adapter_enqueued(&mut self, stream: &RequestStream, id: RequestId) {
         if let Some(a) = adapter_of(&self.lora, stream, id) {
             self.lora.as_mut().expect("tracked").enqueued(a);
         }

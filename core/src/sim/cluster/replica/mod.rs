@@ -38,6 +38,7 @@ use super::prefix_cache::{EvictionEvent, PrefixCache, extend_path_hash};
 use super::tiers::ReplicaTiers;
 use crate::error::RunError;
 use crate::handle::SchedulerHandle;
+use crate::ids::{ReplicaId, RequestId};
 use crate::time::SimTime;
 use crate::workload::cluster::{Preemption, Reservation};
 use crate::workload::generate::RequestStream;
@@ -60,7 +61,7 @@ pub enum Phase {
 #[derive(Clone, Debug, Default)]
 pub struct RequestState {
     pub phase: Phase,
-    pub replica: u32,
+    pub replica: ReplicaId,
     /// Cache nodes of the prompt's segments while admitted.
     pub path: Vec<u32>,
     /// Prompt tokens found cached at the first admission.
@@ -102,8 +103,8 @@ impl RequestState {
 
 /// Per-request states by request id: a list, or a run's `Window` (`window.rs`, which holds
 /// only the requests the run still needs).
-pub trait States: std::ops::IndexMut<usize, Output = RequestState> {}
-impl<S: std::ops::IndexMut<usize, Output = RequestState> + ?Sized> States for S {}
+pub trait States: std::ops::IndexMut<RequestId, Output = RequestState> {}
+impl<S: std::ops::IndexMut<RequestId, Output = RequestState> + ?Sized> States for S {}
 
 /// The KV memory admitting `st` reserves beyond its prompt: its whole output (`full`), or the
 /// headroom plus the generated tokens it recomputes after a preemption (`estimate`).
@@ -142,20 +143,20 @@ pub struct ReplicaConfig {
 /// One replica's state: private to this folder, read and changed from outside only through the
 /// figures and operations of `interface.rs` (and the step, hand-off and queue methods).
 pub struct Replica {
-    id: u32,
+    id: ReplicaId,
     cache: PrefixCache,
     /// The KV tiers below the GPU cache, if the cluster has them.
     tiers: Option<Box<ReplicaTiers>>,
     /// Its LoRA adapters, if the workload has `lora:` (`lora.rs`).
     lora: Option<Box<super::lora::Adapters>>,
     /// Not yet admitted, in arrival order.
-    waiting: VecDeque<u32>,
+    waiting: VecDeque<RequestId>,
     /// Admitted and still prefilling, in admission order.
-    prefilling: VecDeque<u32>,
+    prefilling: VecDeque<RequestId>,
     /// Every admitted request (prefill or decode), unordered.
-    running: Vec<u32>,
+    running: Vec<RequestId>,
     /// (step at which it finishes, request, generation) of decoding requests.
-    finishing: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    finishing: BinaryHeap<Reverse<(u64, RequestId, u32)>>,
     decoding: u32,
     /// Sum of (prompt + produced) over decoding requests: the KV a decode step reads.
     decode_context_tokens: u64,
@@ -181,22 +182,22 @@ pub struct Replica {
     last_finish: (SimTime, u32),
     next_admit_seq: u64,
     // Scratch, reused every step.
-    chunks: Vec<(u32, u32)>,
+    chunks: Vec<(RequestId, u32)>,
     /// Scratch: this step's chunks as (new tokens, tokens already computed), for pricing.
     step_chunks: Vec<crate::step_model::Chunk>,
     decode_batch: u32,
     views: Vec<WaitingRequest>,
-    shown: Vec<u32>,
+    shown: Vec<RequestId>,
     order: RVec<u32>,
 }
 
 impl Replica {
     /// A replica with `tiers` below its GPU cache: the cache reports what it evicts to them.
-    pub fn with_tiers(id: u32, tiers: ReplicaTiers) -> Self {
+    pub fn with_tiers(id: ReplicaId, tiers: ReplicaTiers) -> Self {
         Self { cache: PrefixCache::with_offload(), tiers: Some(Box::new(tiers)), ..Self::new(id) }
     }
 
-    pub fn new(id: u32) -> Self {
+    pub fn new(id: ReplicaId) -> Self {
         Self {
             id,
             cache: PrefixCache::new(),
@@ -271,7 +272,7 @@ impl Replica {
     pub fn enqueue(
         &mut self,
         now: SimTime,
-        id: u32,
+        id: RequestId,
         prompt: &[Segment],
         output_tokens: u32,
         st: &mut RequestState,
@@ -331,19 +332,19 @@ impl Replica {
         }
     }
 
-    fn add_running(&mut self, id: u32, st: &mut RequestState) {
+    fn add_running(&mut self, id: RequestId, st: &mut RequestState) {
         st.running_index = self.running.len() as u32;
         st.admit_seq = self.next_admit_seq;
         self.next_admit_seq += 1;
         self.running.push(id);
     }
 
-    fn remove_running(&mut self, id: u32, states: &mut (impl States + ?Sized)) {
-        let i = states[id as usize].running_index as usize;
+    fn remove_running(&mut self, id: RequestId, states: &mut (impl States + ?Sized)) {
+        let i = states[id].running_index as usize;
         debug_assert_eq!(self.running[i], id);
         self.running.swap_remove(i);
         if let Some(&moved) = self.running.get(i) {
-            states[moved as usize].running_index = i as u32;
+            states[moved].running_index = i as u32;
         }
     }
 
@@ -359,11 +360,11 @@ impl Replica {
     /// The most recently admitted running request, the victim of vLLM's FCFS policy (`None`
     /// when nothing runs). A request whose KV is still arriving is never a victim (its transfer
     /// is in flight).
-    fn newest_running(&self, states: &(impl States + ?Sized)) -> Option<u32> {
+    fn newest_running(&self, states: &(impl States + ?Sized)) -> Option<RequestId> {
         self.running
             .iter()
-            .filter(|&&r| states[r as usize].phase != Phase::Transfer)
-            .max_by_key(|&&r| states[r as usize].admit_seq)
+            .filter(|&&r| states[r].phase != Phase::Transfer)
+            .max_by_key(|&&r| states[r].admit_seq)
             .copied()
     }
 
@@ -371,19 +372,18 @@ impl Replica {
     /// priority preemption preempts there) its reserved output is released too.
     fn preempt(
         &mut self,
-        victim: u32,
+        victim: RequestId,
         stream: &RequestStream,
         states: &mut (impl States + ?Sized),
         cfg: &ReplicaConfig,
     ) {
-        let v = victim as usize;
-        let produced = self.produced_now(&states[v]);
-        let prompt_tokens = stream.request(v).prompt_tokens;
-        let output_tokens = states[v].output_here(stream.request(v).output_tokens);
-        let st = &states[v];
+        let produced = self.produced_now(&states[victim]);
+        let prompt_tokens = stream.request(victim.index()).prompt_tokens;
+        let output_tokens = states[victim].output_here(stream.request(victim.index()).output_tokens);
+        let st = &states[victim];
         let remaining_work = (output_tokens - produced) as u64
             + if st.phase == Phase::Prefill { (st.prefill_target - st.prefill_done) as u64 } else { 0 };
-        match states[v].phase {
+        match states[victim].phase {
             Phase::Decode => {
                 self.decoding -= 1;
                 self.decode_context_tokens -= (prompt_tokens + produced) as u64;
@@ -399,7 +399,7 @@ impl Replica {
         if let Some(a) = super::lora::adapter_of(&self.lora, stream, victim) {
             self.lora.as_mut().expect("tracked").left(a, true);
         }
-        let st = &mut states[v];
+        let st = &mut states[victim];
         // Private KV: the generated tokens (decoding), or the ones being recomputed (prefill).
         let private = if st.phase == Phase::Decode { produced } else { st.prefill_target - prompt_tokens };
         self.private_tokens -= private as u64;
@@ -437,12 +437,12 @@ impl Replica {
         self.views.clear();
         self.shown.clear();
         let window = self.waiting.iter().take(cfg.scheduler_window as usize);
-        for &r in window.take_while(|&&r| states[r as usize].queued_at <= taken_in_by) {
-            let req = stream.request(r as usize);
-            let st = &states[r as usize];
-            let cached = self.cache.cached_prefix(stream.prompt(r as usize)).min(req.prompt_tokens);
+        for &r in window.take_while(|&&r| states[r].queued_at <= taken_in_by) {
+            let req = stream.request(r.index());
+            let st = &states[r];
+            let cached = self.cache.cached_prefix(stream.prompt(r.index())).min(req.prompt_tokens);
             self.views.push(WaitingRequest {
-                id: r as u64,
+                id: r.raw() as u64,
                 arrived_at: crate::time::seconds(st.arrived_at),
                 prompt_tokens: req.prompt_tokens,
                 cached_tokens: cached,

@@ -4,6 +4,7 @@
 
 use super::batcher::mark_computed;
 use super::{Phase, Replica, ReplicaConfig, RequestState, States};
+use crate::ids::RequestId;
 use crate::time::SimTime;
 use crate::workload::cluster::Reservation;
 use crate::workload::generate::RequestStream;
@@ -15,13 +16,13 @@ impl Replica {
     /// here, or `None` when memory or batch slots are short (the caller retries later).
     pub(in crate::sim::cluster) fn admit_transfer(
         &mut self,
-        id: u32,
+        id: RequestId,
         stream: &RequestStream,
         st: &mut RequestState,
         cfg: &ReplicaConfig,
     ) -> Option<u32> {
-        let req = stream.request(id as usize);
-        let prompt = stream.prompt(id as usize);
+        let req = stream.request(id.index());
+        let prompt = stream.prompt(id.index());
         if self.running.len() >= cfg.max_batch_requests as usize {
             return None;
         }
@@ -80,16 +81,16 @@ impl Replica {
     /// next step on. Returns true when it had nothing left to generate (it completed now).
     pub(in crate::sim::cluster) fn begin_decode(
         &mut self,
-        id: u32,
+        id: RequestId,
         now: SimTime,
         stream: &RequestStream,
         states: &mut (impl States + ?Sized),
         cfg: &ReplicaConfig,
     ) -> bool {
-        let req = stream.request(id as usize);
-        let st = &mut states[id as usize];
+        let req = stream.request(id.index());
+        let st = &mut states[id];
         debug_assert_eq!(st.phase, Phase::Transfer);
-        mark_computed(&mut self.cache, stream.prompt(id as usize), &st.path, 0, req.prompt_tokens);
+        mark_computed(&mut self.cache, stream.prompt(id.index()), &st.path, 0, req.prompt_tokens);
         // A request lost once and routed again keeps the first token the client saw.
         st.first_token_at.get_or_insert(now);
         if st.produced >= req.output_tokens {

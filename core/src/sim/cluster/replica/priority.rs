@@ -35,6 +35,7 @@
 
 use super::{Phase, Replica, ReplicaConfig, States, reserve_tokens};
 use crate::handle::SchedulerHandle;
+use crate::ids::RequestId;
 use crate::workload::cluster::{Preemption, Reservation};
 use crate::workload::generate::RequestStream;
 
@@ -46,7 +47,7 @@ impl Replica {
         states: &(impl States + ?Sized),
         cfg: &ReplicaConfig,
         scheduler: &SchedulerHandle,
-    ) -> Option<u32> {
+    ) -> Option<RequestId> {
         match cfg.preemption {
             Preemption::Newest => self.newest_running(states),
             Preemption::Priority => self.least_important_running(states, scheduler, i32::MAX),
@@ -60,11 +61,11 @@ impl Replica {
         states: &(impl States + ?Sized),
         scheduler: &SchedulerHandle,
         below: i32,
-    ) -> Option<u32> {
+    ) -> Option<RequestId> {
         self.running
             .iter()
             .copied()
-            .filter(|&r| states[r as usize].phase != Phase::Transfer && scheduler.priority(r) < below)
+            .filter(|&r| states[r].phase != Phase::Transfer && scheduler.priority(r) < below)
             .min_by_key(|&r| (scheduler.priority(r), std::cmp::Reverse(r)))
     }
 
@@ -99,9 +100,9 @@ impl Replica {
     }
 
     /// Whether waiting request `r` passes admission's memory check at the start of a step.
-    fn fits(&self, r: u32, stream: &RequestStream, states: &(impl States + ?Sized), cfg: &ReplicaConfig) -> bool {
-        let plan = self.cache.plan(stream.prompt(r as usize));
-        let st = &states[r as usize];
+    fn fits(&self, r: RequestId, stream: &RequestStream, states: &(impl States + ?Sized), cfg: &ReplicaConfig) -> bool {
+        let plan = self.cache.plan(stream.prompt(r.index()));
+        let st = &states[r];
         // The step's own growth (one token per decoder and finishing prefill) comes first under
         // `estimate`; `full` reserved it at admission.
         let growth = match cfg.reservation {
@@ -112,7 +113,7 @@ impl Replica {
             + growth
             + plan.newly_pinned_tokens
             + plan.new_tokens
-            + reserve_tokens(cfg, st, stream.request(r as usize))
+            + reserve_tokens(cfg, st, stream.request(r.index()))
             <= cfg.kv_capacity_tokens
     }
 }

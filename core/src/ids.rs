@@ -1,0 +1,125 @@
+//! Typed ids of the cluster world, in place of raw integers, so that a request id cannot be
+//! passed where a replica is meant (or read as `usize` in one place and `u32` in the next).
+//!
+//! - [`RequestId`]: a request of the run's stream, by its position in the stream (arrival
+//!   order). It indexes every per-request table: the states (the cluster's `Window` or a list), the infos,
+//!   the ends, a P/D cluster's per-request instances, an agent session's dependencies.
+//! - [`ReplicaId`]: a replica slot of the cluster, by its position among all slots (every pool,
+//!   every model, the slots autoscaling may start). It indexes the replicas, their schedulers
+//!   and every per-slot table. It is not a router's index: routers see the routable replicas of
+//!   their model (or their P/D pool) numbered from 0, and the cluster maps those to slots.
+//!
+//! Both hold a `u32` (`#[repr(transparent)]`: as cheap as the integer). The checked
+//! constructors range-check before the cast; the run bounds its request count and its slot
+//! count at setup (`ClusterSim::build`), so inside a run they never fail.
+
+use std::fmt;
+use std::ops::{Index, IndexMut};
+
+/// A request of the run's stream, by its position in it (arrival order).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(u32);
+
+/// A replica slot of the cluster, by its position among all slots.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReplicaId(u32);
+
+macro_rules! id_impls {
+    ($t:ident, $what:literal) => {
+        impl $t {
+            /// The id of position `i`, if it fits in a `u32`.
+            #[inline]
+            pub fn try_new(i: usize) -> Option<Self> {
+                u32::try_from(i).ok().map(Self)
+            }
+
+            /// The id of position `i`; the run bounds its positions below `u32::MAX` at setup
+            /// (`ClusterSim::build`), so a larger one is a bug.
+            #[inline]
+            pub fn new(i: usize) -> Self {
+                Self::try_new(i).unwrap_or_else(|| panic!(concat!($what, " {} past u32::MAX (bounded at setup)"), i))
+            }
+
+            /// The id of a `u64` the ABI carries, if it fits in a `u32`.
+            #[inline]
+            pub fn try_from_u64(raw: u64) -> Option<Self> {
+                u32::try_from(raw).ok().map(Self)
+            }
+
+            /// The id as a policy or the ABI carries it.
+            #[inline]
+            pub const fn from_u32(raw: u32) -> Self {
+                Self(raw)
+            }
+
+            /// The raw id, as the ABI carries it.
+            #[inline]
+            pub const fn raw(self) -> u32 {
+                self.0
+            }
+
+            /// The position it indexes.
+            #[inline]
+            pub const fn index(self) -> usize {
+                self.0 as usize
+            }
+        }
+
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        /// A plain list indexed by this id (a test's states, the emulator's).
+        impl<T> Index<$t> for Vec<T> {
+            type Output = T;
+            #[inline]
+            fn index(&self, id: $t) -> &T {
+                &self[id.index()]
+            }
+        }
+
+        impl<T> IndexMut<$t> for Vec<T> {
+            #[inline]
+            fn index_mut(&mut self, id: $t) -> &mut T {
+                &mut self[id.index()]
+            }
+        }
+
+        impl<T> Index<$t> for [T] {
+            type Output = T;
+            #[inline]
+            fn index(&self, id: $t) -> &T {
+                &self[id.index()]
+            }
+        }
+
+        impl<T> IndexMut<$t> for [T] {
+            #[inline]
+            fn index_mut(&mut self, id: $t) -> &mut T {
+                &mut self[id.index()]
+            }
+        }
+    };
+}
+
+id_impls!(RequestId, "request");
+id_impls!(ReplicaId, "replica");
+
+#[cfg(test)]
+mod tests {
+    use super::{ReplicaId, RequestId};
+
+    #[test]
+    fn ids_index_lists_and_check_their_range() {
+        let v = vec![10, 20, 30];
+        assert_eq!(v[RequestId::new(2)], 30);
+        assert_eq!(v[ReplicaId::from_u32(1)], 20);
+        assert_eq!(RequestId::try_new(u32::MAX as usize + 1), None);
+        assert_eq!(RequestId::new(7).index(), 7);
+        assert!(RequestId::new(1) < RequestId::new(2));
+    }
+}
