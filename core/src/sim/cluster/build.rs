@@ -135,7 +135,7 @@ impl<'a> ClusterSim<'a> {
         // up to 16 slots: on 1,000 mostly idle replicas the tree's 10-level paths cost more than
         // the heap of the busy ones' step ends (docs/performance.md); above, every event is heaped.
         let slots = if n <= 16 { n } else { 0 };
-        let mut queue = EventQueue::with_slots(slots, Event::StepEnd);
+        let mut queue = EventQueue::with_slots(slots, |k| Event::StepEnd(ReplicaId::from_u32(k)));
         if scrape_interval.is_some() {
             // The first scrape at time 0, before any arrival (events run before arrivals at a tie).
             queue.push(SimTime::ZERO, Event::Scrape);

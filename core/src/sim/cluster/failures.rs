@@ -64,7 +64,7 @@ use super::fleet::Slot;
 use super::replica::Phase;
 use super::{ClusterSim, End, Event};
 use crate::error::RunError;
-use crate::ids::RequestId;
+use crate::ids::{ReplicaId, RequestId};
 use crate::metrics::Metrics;
 use crate::seeds::SimRng;
 use crate::time::{SimTime, seconds, ticks};
@@ -119,7 +119,7 @@ impl Failures {
         let mtbf = self.spec.mtbf_s?;
         let x: f64 = Exp::new(1.0 / mtbf).expect("mtbf_s > 0 (validated)").sample(&mut self.rng);
         let at = now.saturating_add(ticks(x.min(crate::workload::limits::MAX_HORIZON)));
-        Some((at, Event::Crash { slot: slot as u32, life: self.life[slot] }))
+        Some((at, Event::Crash { slot: ReplicaId::new(slot), life: self.life[slot] }))
     }
 
     /// Whether the next eviction event is lost on its way to the router (`kv_event_loss`).
@@ -170,7 +170,7 @@ impl ClusterSim<'_> {
         let Some(spec) = spec else { return self };
         let mut f = Failures::new(spec, self.replicas.len(), self.stream.requests.len(), run_seed);
         for c in &spec.crashes {
-            self.queue.push(ticks(c.at_s), Event::Crash { slot: c.replica, life: SCHEDULED });
+            self.queue.push(ticks(c.at_s), Event::Crash { slot: ReplicaId::from_u32(c.replica), life: SCHEDULED });
         }
         // The replicas up at the start (every slot of a fixed cluster; with autoscaling, the
         // starting ones: the others draw theirs when they start).
@@ -191,8 +191,8 @@ impl ClusterSim<'_> {
 
     /// Replica `slot` crashes at `now` (ignored if it is down or off, if `life` — a random
     /// crash's — has ended, or once every request has ended).
-    pub(super) fn on_crash(&mut self, now: SimTime, slot: u32, life: u32) -> Result<(), RunError> {
-        let s = slot as usize;
+    pub(super) fn on_crash(&mut self, now: SimTime, slot: ReplicaId, life: u32) -> Result<(), RunError> {
+        let s = slot.index();
         let f = self.failures.as_ref().expect("crash events come with failures");
         let ended = life != SCHEDULED && life != f.life[s];
         let state = self.fleet.as_ref().map(|fleet| fleet.slots[s]);
@@ -361,8 +361,8 @@ impl ClusterSim<'_> {
 
     /// Replica `slot` (with its lock-step group, member by member) is back at `now`, cold: it
     /// takes requests at the top index.
-    pub(super) fn on_restart(&mut self, now: SimTime, slot: u32) -> Result<(), RunError> {
-        for m in self.group_of(slot as usize) {
+    pub(super) fn on_restart(&mut self, now: SimTime, slot: ReplicaId) -> Result<(), RunError> {
+        for m in self.group_of(slot.index()) {
             debug_assert!(self.is_down(m), "a restarting replica is down");
             self.arm_crash(now, m);
             self.join_routable(now, m as u32)?;

@@ -121,7 +121,7 @@ fn a_random_crash_drawn_in_an_ended_life_is_void() {
     let rows = [(0.0, 7, 1000, 2000)];
     let with_random = |life: u32| {
         let out = run_with(&spec, &stream(&rows), |sim| {
-            sim.queue.push(ticks(20.0), Event::Crash { slot: 1, life });
+            sim.queue.push(ticks(20.0), Event::Crash { slot: crate::ids::ReplicaId::from_u32(1), life });
         });
         assert!(out.records[0].completed_at_s > 20.0, "the run is live at 20 s");
         out.metrics.get("crashes")

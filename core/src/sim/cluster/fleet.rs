@@ -58,7 +58,7 @@ use super::replica::Replica;
 use super::{ClusterSim, Event};
 use crate::error::{Role, RunError};
 use crate::handle::report_of;
-use crate::ids::RequestId;
+use crate::ids::{ReplicaId, RequestId};
 use crate::metrics::Metrics;
 use crate::time::{SimTime, seconds, ticks};
 use crate::workload::cluster::autoscaling::Autoscaling;
@@ -451,7 +451,7 @@ impl ClusterSim<'_> {
             // (A step from before a crash may still be running, void: `failures.rs`.)
             debug_assert!(!rep.has_work(), "an off replica has no work");
             rep.cold_start(self.tier_spec.as_ref());
-            self.queue.push(now + load, Event::Loaded { slot: slot as u32, generation });
+            self.queue.push(now + load, Event::Loaded { slot: ReplicaId::new(slot), generation });
             self.arm_crash(now, slot);
         }
     }
@@ -487,19 +487,19 @@ impl ClusterSim<'_> {
     }
 
     /// Slot `slot` finished loading at `now` (unless its load was cancelled): it takes requests.
-    pub(super) fn on_loaded(&mut self, now: SimTime, slot: u32, generation: u32) -> Result<(), RunError> {
+    pub(super) fn on_loaded(&mut self, now: SimTime, slot: ReplicaId, generation: u32) -> Result<(), RunError> {
         let f = self.fleet.as_mut().expect("load events come with a fleet");
-        let s = slot as usize;
+        let s = slot.index();
         if f.slots[s] != Slot::Loading || f.generation[s] != generation {
             return Ok(());
         }
         f.slots[s] = Slot::Ready;
-        f.loading.retain(|&x| x != slot);
+        f.loading.retain(|&x| x != slot.raw());
         f.last = f.last.max(now);
         if self.is_down(s) {
             // Back from a crash (`failures.rs`): its down time ends, its next crash is drawn.
             self.arm_crash(now, s);
         }
-        self.join_routable(now, slot)
+        self.join_routable(now, slot.raw())
     }
 }

@@ -135,7 +135,7 @@ use crate::time::{SimTime, seconds, ticks};
 use crate::workload::cluster::{ClusterSpec, Preemption, StepModels};
 
 enum Event {
-    StepEnd(u32),
+    StepEnd(ReplicaId),
     /// A request's KV cache reached its decode instance (disaggregated clusters); void if the
     /// request was lost in a crash since (its `generation` moved on).
     TransferEnd {
@@ -156,24 +156,24 @@ enum Event {
     Scale,
     /// A started replica finished loading the model (unless its load was cancelled since).
     Loaded {
-        slot: u32,
+        slot: ReplicaId,
         generation: u32,
     },
     /// A replica crashes (`cluster.failures`): a scheduled crash (`life` is
     /// [`failures::SCHEDULED`]) or a random one drawn in the slot's `life`th life (void if that
     /// life has ended since); and it comes back.
     Crash {
-        slot: u32,
+        slot: ReplicaId,
         life: u32,
     },
-    Restart(u32),
+    Restart(ReplicaId),
     /// Boxed: rare, and unboxed it would double every queued event's size.
     Evicted(Box<Evicted>),
 }
 
 /// A cut of a replica's cache, on its way to the router.
 struct Evicted {
-    replica: u32,
+    replica: ReplicaId,
     evicted_at: SimTime,
     path: Vec<Segment>,
     remaining_tokens: u32,
@@ -393,7 +393,7 @@ impl<'a> ClusterSim<'a> {
             if due.is_some() {
                 let (now, event) = self.queue.pop().expect("peeked");
                 match event {
-                    Event::StepEnd(r) => self.on_step_end(now, r as usize)?,
+                    Event::StepEnd(r) => self.on_step_end(now, r.index())?,
                     Event::TransferEnd { id, generation } => {
                         if self.states[id].generation == generation {
                             self.on_transfer_end(now, id)?
@@ -546,23 +546,23 @@ impl<'a> ClusterSim<'a> {
     /// A cut of `replica`'s cache at `evicted_at` reaches the router (`eviction_delay_s` later).
     fn on_evicted(
         &mut self,
-        replica: u32,
+        replica: ReplicaId,
         evicted_at: SimTime,
         path: &[Segment],
         remaining_tokens: u32,
     ) -> Result<(), RunError> {
         let changing = self.failures.is_some() || self.fleet.is_some();
-        if changing && self.stale_eviction(replica as usize, evicted_at) {
+        if changing && self.stale_eviction(replica.index(), evicted_at) {
             return Ok(());
         }
         if self.pd.is_some() {
             // The instance index: a router index (`Pd::r_decode_start`).
-            let replica = self.index_of[replica as usize];
+            let replica = self.index_of[replica];
             let e =
                 Eviction { replica, evicted_at: seconds(evicted_at), path: RSlice::from_slice(path), remaining_tokens };
             return self.router.evicted(&e);
         }
-        let (router, local) = self.router_at(self.index_of[replica as usize] as usize);
+        let (router, local) = self.router_at(self.index_of[replica] as usize);
         let e = Eviction {
             replica: local as u32,
             evicted_at: seconds(evicted_at),

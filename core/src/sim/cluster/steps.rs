@@ -160,12 +160,14 @@ impl ClusterSim<'_> {
         if !self.replicas[r].has_evictions() {
             return;
         }
+        let replica = self.replicas[r].id();
+        debug_assert_eq!(replica.index(), r, "a replica's id is its slot");
         for ev in self.replicas[r].drain_evictions() {
             if self.failures.as_mut().is_some_and(|f| f.loses_kv_event()) {
                 continue;
             }
             let event = Event::Evicted(Box::new(Evicted {
-                replica: r as u32,
+                replica,
                 evicted_at: now,
                 path: ev.path,
                 remaining_tokens: ev.remaining_tokens,

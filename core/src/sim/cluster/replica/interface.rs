@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use routelab_policy_api::Segment;
 
 use super::{Replica, TierSpec};
-use crate::ids::RequestId;
+use crate::ids::{ReplicaId, RequestId};
 use crate::sim::cluster::kv_tier::KvTier;
 use crate::sim::cluster::lora::{Adapters, adapter_of};
 use crate::sim::cluster::prefix_cache::{EvictionEvent, PrefixCache};
@@ -35,6 +35,12 @@ impl Replica {
     #[inline]
     pub(in crate::sim::cluster) fn lora(&self) -> Option<&Adapters> {
         self.lora.as_deref()
+    }
+
+    /// Its slot in the cluster.
+    #[inline]
+    pub(in crate::sim::cluster) fn id(&self) -> ReplicaId {
+        self.id
     }
 
     /// Requests not yet admitted, in arrival order.
