@@ -10,8 +10,8 @@
 //!   their model (or their P/D pool) numbered from 0, and the cluster maps those to slots.
 //!
 //! Both hold a `u32` (`#[repr(transparent)]`: as cheap as the integer). The checked
-//! constructors range-check before the cast; the run bounds its request count and its slot
-//! count at setup (`ClusterSim::build`), so inside a run they never fail.
+//! constructors range-check before the cast. Inside a run they never fail: `ClusterSim::build`
+//! refuses a stream of more than `u32::MAX` requests, and the spec counts slots in a `u32`.
 
 use std::fmt;
 use std::ops::{Index, IndexMut};
@@ -35,8 +35,8 @@ macro_rules! id_impls {
                 u32::try_from(i).ok().map(Self)
             }
 
-            /// The id of position `i`; the run bounds its positions below `u32::MAX` at setup
-            /// (`ClusterSim::build`), so a larger one is a bug.
+            /// The id of position `i`; a run's positions fit in a `u32` (checked at setup: see
+            /// the module docs), so a larger one is a bug.
             #[inline]
             pub fn new(i: usize) -> Self {
                 Self::try_new(i).unwrap_or_else(|| panic!(concat!($what, " {} past u32::MAX (bounded at setup)"), i))
@@ -115,7 +115,7 @@ mod tests {
 
     #[test]
     fn ids_index_lists_and_check_their_range() {
-        let v = vec![10, 20, 30];
+        let v: Vec<u32> = (1..=3).map(|x| x * 10).collect();
         assert_eq!(v[RequestId::new(2)], 30);
         assert_eq!(v[ReplicaId::from_u32(1)], 20);
         assert_eq!(RequestId::try_new(u32::MAX as usize + 1), None);
