@@ -260,6 +260,29 @@ impl PdPool {
 }
 // } since 0.5.8
 
+// since 0.5.13 {
+/// Keeping a router's copy of the pools' counts current as instances come and go (here rather
+/// than beside [`PdContext`]'s fields, so that `types` stays below `policy` and `scaler`).
+impl PdContext {
+    /// Added in 0.5.13. Keeps the counts current through a change in one pool
+    /// ([`crate::PdRouterPolicy::on_pool_change`]): after a prefill-only instance joined or
+    /// left, the prefill candidates are `change.routable` and the mixed ones unchanged; a
+    /// decode-pool change leaves the counts as they are.
+    pub fn apply_pool_change(&mut self, pool: PdPool, change: &crate::scaler::ReplicaChange) {
+        if pool == PdPool::Prefill {
+            self.prefill_replicas = change.routable;
+        }
+    }
+    /// Added in 0.5.13. Keeps the counts current through a mixed instance's change
+    /// ([`crate::PdRouterPolicy::on_mixed_change`]): one more or one fewer mixed candidate.
+    pub fn apply_mixed_change(&mut self, prefill: &crate::scaler::ReplicaChange) {
+        self.prefill_replicas = prefill.routable;
+        self.mixed_replicas =
+            if prefill.joined { self.mixed_replicas + 1 } else { self.mixed_replicas.saturating_sub(1) };
+    }
+}
+// } since 0.5.13
+
 /// A local scheduler in plain Rust.
 pub trait SchedulerPolicy: Policy<Context = SchedulerContext> {
     /// Request facts to receive for every waiting request, by name ([`crate::facts::request`]);

@@ -256,24 +256,6 @@ impl PdContext {
     pub const fn as_prefill(&self, decode: u32) -> Option<u32> {
         if decode < self.mixed_replicas { Some(self.prefill_replicas - self.mixed_replicas + decode) } else { None }
     }
-    // since 0.5.13 {
-    /// Added in 0.5.13. Keeps the counts current through a change in one pool
-    /// ([`crate::PdRouterPolicy::on_pool_change`]): after a prefill-only instance joined or
-    /// left, the prefill candidates are `change.routable` and the mixed ones unchanged; a
-    /// decode-pool change leaves the counts as they are.
-    pub fn apply_pool_change(&mut self, pool: crate::policy::PdPool, change: &crate::scaler::ReplicaChange) {
-        if pool == crate::policy::PdPool::Prefill {
-            self.prefill_replicas = change.routable;
-        }
-    }
-    /// Added in 0.5.13. Keeps the counts current through a mixed instance's change
-    /// ([`crate::PdRouterPolicy::on_mixed_change`]): one more or one fewer mixed candidate.
-    pub fn apply_mixed_change(&mut self, prefill: &crate::scaler::ReplicaChange) {
-        self.prefill_replicas = prefill.routable;
-        self.mixed_replicas =
-            if prefill.joined { self.mixed_replicas + 1 } else { self.mixed_replicas.saturating_sub(1) };
-    }
-    // } since 0.5.13
 }
 
 /// A finished request, reported to the router that placed it.

@@ -113,14 +113,16 @@ impl ClusterSpec {
             ));
         }
         if let Some(a) = &self.autoscaling {
-            // On a disaggregated cluster the prefill and decode pools scale apart (`pools`); mixed
-            // instances (in both pools at once) would join and leave both, which the routers'
-            // per-pool notices do not model yet.
+            // On a disaggregated cluster a scaler sizes the prefill and decode pools apart
+            // (`pools`, as Dynamo's planner sizes prefill and decode workers); mixed instances,
+            // in both pools at once, are in neither count: they stay a fixed set (a chosen
+            // limit; they do crash and restart, `pd_failures.rs`).
             if self.disaggregation.as_ref().is_some_and(|d| d.mixed_instances() > 0) {
                 return Err(FieldError::new(
                     "autoscaling",
-                    "runs on disaggregated clusters without mixed instances (one in both pools would join and \
-                     leave both at once), and this one has `disaggregation.mixed`",
+                    "sizes a disaggregated cluster's prefill and decode pools (`autoscaling.pools`), and mixed \
+                     instances, in both pools at once, are in neither count; this cluster has \
+                     `disaggregation.mixed`",
                     "drop `mixed:` (scale the prefill and decode pools with `autoscaling.pools`), or drop \
                      `autoscaling:`",
                 ));
