@@ -108,18 +108,21 @@ fn stateful_routers_survive_scale_ups_and_drains_linked_or_loaded() {
     });
 }
 
+/// The built-in routers' names: the P/D ones (`pd_…`), or every other one.
+fn built_in_routers(pd: bool) -> Vec<String> {
+    let mut loader = routelab_core::plugin::Loader::new();
+    let routers = loader.list(None).unwrap().into_iter();
+    routers
+        .filter(|l| l.kind == routelab_policy_api::PolicyKind::Router && l.name.starts_with("pd_") == pd)
+        .map(|l| l.name)
+        .collect()
+}
+
 /// Every aggregated built-in router (the view-only ones too), linked: each run through the
 /// crashes and the scaled day ends every request, with no answer out of range.
 #[test]
 fn every_aggregated_router_survives_crashes_and_scaling() {
-    let mut loader = routelab_core::plugin::Loader::new();
-    let routers: Vec<String> = loader
-        .list(None)
-        .unwrap()
-        .into_iter()
-        .filter(|l| l.kind == routelab_policy_api::PolicyKind::Router && !l.name.starts_with("pd_"))
-        .map(|l| l.name)
-        .collect();
+    let routers = built_in_routers(false);
     assert!(routers.len() >= 19, "{routers:?}");
     for (yaml, name) in [(crashes(), "crashes.yaml"), (day(), "day.yaml"), (failing_day(), "failing_day.yaml")] {
         each_ended_once(&compare_text(&yaml, name, &routers), name);
@@ -144,14 +147,7 @@ pub(crate) fn pd_day(scaler: &str) -> String {
 /// no answer out of range, and the fleet both grew and shrank.
 #[test]
 fn every_pd_router_survives_both_pools_scaling() {
-    let mut loader = routelab_core::plugin::Loader::new();
-    let routers: Vec<String> = loader
-        .list(None)
-        .unwrap()
-        .into_iter()
-        .filter(|l| l.kind == routelab_policy_api::PolicyKind::Router && l.name.starts_with("pd_"))
-        .map(|l| l.name)
-        .collect();
+    let routers = built_in_routers(true);
     assert!(routers.len() >= 6, "{routers:?}");
     let day = pd_day("dynamo_planner");
     let failing =

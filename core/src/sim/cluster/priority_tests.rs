@@ -60,26 +60,33 @@ fn pricer() -> crate::step_model::Pricer {
 /// Requests 0 and 1 fill the replica (full reservation: 2 × (100 + 50) = 300 tokens); then
 /// request 2 arrives with `priority[2]`. Returns the replica and states after its next step.
 fn third_arrives(priorities: [i32; 3], preemption: Preemption) -> (Replica, Vec<RequestState>) {
-    let stream = stream();
+    third_arrives_from(0, priorities, preemption)
+}
+
+/// [`third_arrives`] with the requests numbered from `base`, in a stream that holds only those
+/// (a lazy stream's `base`: it dropped the older ones).
+fn third_arrives_from(base: u32, priorities: [i32; 3], preemption: Preemption) -> (Replica, Vec<RequestState>) {
+    let mut stream = stream();
+    stream.base = base as usize;
     let cfg = config(300, Reservation::Full, preemption);
-    let mut states = vec![RequestState::default(); 3];
+    let n = base as usize + 3;
+    let mut states = vec![RequestState::default(); n];
     let mut rep = Replica::new(ReplicaId::from_u32(0));
-    let mut sched = scheduler("priority", &priorities);
+    let mut all = vec![0; n];
+    all[base as usize..].copy_from_slice(&priorities);
+    let mut sched = scheduler("priority", &all);
     let mut done = Vec::new();
-    for r in 0..2u32 {
-        rep.enqueue(
-            SimTime::ZERO,
-            RequestId::from_u32(r),
-            stream.prompt(r as usize),
-            50,
-            &mut states[r as usize],
-            &cfg,
-        );
+    let enqueue = |rep: &mut Replica, states: &mut [RequestState], r: u32| {
+        let prompt = stream.prompt(r as usize);
+        rep.enqueue(SimTime::ZERO, RequestId::from_u32(r), prompt, 50, &mut states[r as usize], &cfg);
+    };
+    for r in base..base + 2 {
+        enqueue(&mut rep, &mut states, r);
     }
     rep.start_step(SimTime::ZERO, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
     rep.finish_step(SimTime::TICK, &stream, &mut states, &cfg, &mut done);
-    assert_eq!(sorted(rep.running()), [0, 1], "both fit: 300 tokens committed of 300");
-    rep.enqueue(SimTime::ZERO, RequestId::from_u32(2), stream.prompt(2), 50, &mut states[2], &cfg);
+    assert_eq!(sorted(rep.running()), [base, base + 1], "both fit: 300 tokens committed of 300");
+    enqueue(&mut rep, &mut states, base + 2);
     rep.start_step(SimTime::TICK, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
     (rep, states)
 }
@@ -103,41 +110,11 @@ fn a_higher_priority_arrival_preempts_the_latest_lower_one_and_is_admitted() {
 /// requests by id, past their end.
 #[test]
 fn priority_preemption_reads_a_stream_that_dropped_its_oldest_requests() {
-    const BASE: u32 = 5;
-    let mut stream = stream();
-    stream.base = BASE as usize;
-    let cfg = config(300, Reservation::Full, Preemption::Priority);
-    let mut states = vec![RequestState::default(); BASE as usize + 3];
-    let mut rep = Replica::new(ReplicaId::from_u32(0));
-    let mut priorities = vec![0; BASE as usize + 3];
-    priorities[BASE as usize + 2] = 2;
-    let mut sched = scheduler("priority", &priorities);
-    let mut done = Vec::new();
-    for r in BASE..BASE + 2 {
-        rep.enqueue(
-            SimTime::ZERO,
-            RequestId::from_u32(r),
-            stream.prompt(r as usize),
-            50,
-            &mut states[r as usize],
-            &cfg,
-        );
-    }
-    rep.start_step(SimTime::ZERO, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
-    rep.finish_step(SimTime::TICK, &stream, &mut states, &cfg, &mut done);
-    let third = BASE + 2;
-    rep.enqueue(
-        SimTime::ZERO,
-        RequestId::from_u32(third),
-        stream.prompt(third as usize),
-        50,
-        &mut states[third as usize],
-        &cfg,
-    );
-    rep.start_step(SimTime::TICK, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
+    const BASE: usize = 5;
+    let (rep, states) = third_arrives_from(BASE as u32, [0, 0, 2], Preemption::Priority);
     // As with every request held: the later priority-0 request gives way to the priority-2 one.
-    assert_eq!(states[BASE as usize + 1].phase, Phase::Waiting);
-    assert_eq!(states[third as usize].phase, Phase::Prefill);
+    assert_eq!(states[BASE + 1].phase, Phase::Waiting);
+    assert_eq!(states[BASE + 2].phase, Phase::Prefill);
     assert_eq!(rep.preemptions(), 1);
 }
 
