@@ -162,6 +162,28 @@ impl<E, T: Clock> EventQueue<E, T> {
         }
     }
 
+    /// Whether `key` has a slot (its events wait outside the heap whenever the slot is free).
+    #[inline]
+    pub fn has_slot(&self, key: u32) -> bool {
+        (key as usize) < self.slots.len
+    }
+
+    /// Whether `key`'s event waits in its slot (not in the heap, and not already popped).
+    #[inline]
+    pub fn in_slot(&self, key: u32) -> bool {
+        let i = key as usize;
+        i < self.slots.len && self.slots.keys[i].1 != EMPTY
+    }
+
+    /// Moves the event waiting in `key`'s slot ([`EventQueue::in_slot`]) to `at`, ordered as if
+    /// it were pushed now.
+    #[inline]
+    pub fn reschedule_slot(&mut self, key: u32, at: T) {
+        debug_assert!(self.in_slot(key), "slot {key} holds no event to move");
+        let seq = self.next_seq(at);
+        self.slots.set(key as usize, (at, seq));
+    }
+
     /// The sequence number of an event scheduled at `at` (checked as [`EventQueue::push`] says).
     #[inline]
     fn next_seq(&mut self, at: T) -> u64 {

@@ -222,6 +222,8 @@ impl<'a> ClusterSim<'a> {
             cost_per_hour: spec.mean_cost_per_hour(),
             failures: None,
             models: super::models::Models::of(spec),
+            runs: None,
+            decode_runs: true,
         };
         for k in 0..sim.routable.len() {
             sim.index_of[sim.routable[k] as usize] = k as u32;

@@ -51,8 +51,11 @@ fn pricer() -> crate::step_model::Pricer {
 }
 
 /// Runs both replicas to the end, a request joining every 40 steps; returns how many steps the
-/// plain path took, how many there were, and the preemptions and eviction notices.
-fn run_both(cfg: &ReplicaConfig) -> (u32, u32, u64, usize) {
+/// plain path took, how many there were, and the preemptions and eviction notices. After each
+/// plain step taken with no planned one pending, A plans the run that follows
+/// ([`Replica::plan_decode_run`], as `runs.rs` does): every planned end must come at its time
+/// and be a plain step, until a request joins; `planned` counts them.
+fn run_both(cfg: &ReplicaConfig) -> (u32, u32, u64, usize, u32) {
     let stream = stream();
     let n = stream.requests.len();
     let (mut a, mut b) = (Replica::new(ReplicaId::from_u32(0)), Replica::new(ReplicaId::from_u32(0)));
@@ -60,6 +63,7 @@ fn run_both(cfg: &ReplicaConfig) -> (u32, u32, u64, usize) {
     let (mut qa, mut qb) = (scheduler(), scheduler());
     let (mut done_a, mut done_b) = (Vec::new(), Vec::new());
     let (mut now, mut next, mut steps, mut plain, mut notices) = (SimTime::ZERO, 0usize, 0u32, 0u32, 0);
+    let (mut plan, mut at, mut planned) = (Vec::new(), 0usize, 0u32);
     let enqueue = |rep: &mut Replica, states: &mut [RequestState], id: usize, now: SimTime| {
         let q = stream.request(id);
         rep.enqueue(now, RequestId::new(id), stream.prompt(id), q.output_tokens, &mut states[id], cfg);
@@ -77,6 +81,14 @@ fn run_both(cfg: &ReplicaConfig) -> (u32, u32, u64, usize) {
             enqueue(&mut a, &mut sa, next, now);
             enqueue(&mut b, &mut sb, next, now);
             next += 1;
+            // Changed from outside: the run is over.
+            plan.clear();
+        }
+        let planned_plain = at + 1 < plan.len();
+        if planned_plain {
+            assert_eq!(plan[at], now, "step {steps}: a planned end's time");
+            at += 1;
+            planned += 1;
         }
         // B: always the general path.
         done_b.clear();
@@ -87,9 +99,14 @@ fn run_both(cfg: &ReplicaConfig) -> (u32, u32, u64, usize) {
             Some(s) => {
                 plain += 1;
                 assert!(done_b.is_empty(), "step {steps}: a plain step completed nothing");
+                if at + 1 >= plan.len() {
+                    a.plan_decode_run(now + crate::time::ticks(s).max(SimTime::TICK), cfg, &pricer(), 64, &mut plan);
+                    at = 0;
+                }
                 Some(s)
             }
             None => {
+                assert!(!planned_plain, "step {steps}: a planned end is a plain step");
                 done_a.clear();
                 a.finish_step(now, &stream, &mut sa, cfg, &mut done_a);
                 assert_eq!(done_a, done_b, "step {steps}");
@@ -116,7 +133,7 @@ fn run_both(cfg: &ReplicaConfig) -> (u32, u32, u64, usize) {
     assert_eq!(next, n, "every request ran");
     assert!(sa.iter().zip(&sb).all(|(x, y)| x.completed_at.is_some() && x.completed_at == y.completed_at));
     assert_eq!(a.preemptions(), b.preemptions());
-    (plain, steps, b.preemptions(), notices)
+    (plain, steps, b.preemptions(), notices, planned)
 }
 
 #[test]
@@ -126,8 +143,11 @@ fn decode_steps_are_the_general_path() {
     for cfg in
         [config(100_000, Reservation::Full, false), config(700, Reservation::Estimate { output_tokens: 8 }, true)]
     {
-        let (plain, steps, preemptions, notices) = run_both(&cfg);
+        let (plain, steps, preemptions, notices, planned) = run_both(&cfg);
         assert!(plain * 10 > steps * 7, "{plain} plain steps of {steps} ({cfg:?})");
+        // Planned runs carry most plain steps (fewer where every step cuts a reported cache).
+        let least = if cfg.report_evictions { 0 } else { plain / 2 };
+        assert!(planned > least, "{planned} planned of {plain} plain steps ({cfg:?})");
         if cfg.report_evictions {
             assert!(preemptions > 0 && notices > 0, "the tight replica preempts and evicts: {preemptions}, {notices}");
         }

@@ -91,6 +91,9 @@ pub mod prefix_cache;
 mod priority_tests;
 pub mod replica;
 mod routable;
+mod runs;
+#[cfg(test)]
+mod runs_tests;
 #[cfg(test)]
 mod session_tests;
 mod sessions;
@@ -341,6 +344,10 @@ pub struct ClusterSim<'a> {
     failures: Option<failures::Failures>,
     /// Several models (`cluster.models`): their routers and replicas; `None`: one model.
     models: Option<Box<models::Models>>,
+    /// Plain decode steps advanced without queued events (`runs.rs`); `None`: every step queued
+    /// (always, when `decode_runs` is off: the tests compare both).
+    runs: Option<runs::DecodeRuns>,
+    decode_runs: bool,
 }
 
 impl<'a> ClusterSim<'a> {
@@ -376,8 +383,16 @@ impl<'a> ClusterSim<'a> {
             let m = "a cluster of several models runs with one router per model (with_model_routers)";
             return Err(RunError::failed(Role::Policy, self.router.label(), m.to_string()));
         }
-        self.run_events()?;
+        self.run_to_horizon()?;
         self.finish()
+    }
+
+    /// Every arrival and every event up to the horizon, and every planned decode step.
+    fn run_to_horizon(&mut self) -> Result<(), RunError> {
+        self.start_decode_runs();
+        self.run_events()?;
+        self.catch_up_all(self.horizon);
+        Ok(())
     }
 
     /// Every arrival and every event up to the horizon.
@@ -447,6 +462,7 @@ impl<'a> ClusterSim<'a> {
         let cfg = &self.cfgs[replica_pool(None, &self.gpu_pool, r)];
         self.replicas[r].enqueue(now, id, prompt, q.output_tokens, &mut self.states[id], cfg);
         self.lora_enqueued(r, id);
+        self.end_decode_run(r);
         if self.idle(r) {
             self.start_step(r, now)?;
         }
@@ -486,6 +502,7 @@ impl<'a> ClusterSim<'a> {
 
     /// Request `id` arrives at `now` (from the stream, or released by its session).
     fn arrive(&mut self, now: SimTime, id: RequestId) -> Result<(), RunError> {
+        self.catch_up_all(now);
         self.arrived += 1;
         self.last_arrived = id;
         if let Some(f) = &mut self.fleet {
@@ -504,7 +521,7 @@ impl<'a> ClusterSim<'a> {
         };
         match admitted {
             Admitted::Now => self.place(now, id)?,
-            Admitted::Held => {}
+            Admitted::Held => self.end_decode_runs(),
             Admitted::Rejected | Admitted::Shed => {
                 self.ends[id] = if admitted == Admitted::Rejected { End::Rejected } else { End::Shed };
                 self.done += 1;

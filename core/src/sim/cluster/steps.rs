@@ -13,6 +13,7 @@ use crate::time::{SimTime, seconds, ticks};
 impl ClusterSim<'_> {
     /// Replica `r`'s step ends at `now`: finished requests complete, and its next step starts.
     pub(super) fn on_step_end(&mut self, now: SimTime, r: usize) -> Result<(), RunError> {
+        self.decode_run_ended(r, now);
         if self.lockstep > 1 {
             return self.on_group_step_end(now, r / self.lockstep);
         }
@@ -39,7 +40,7 @@ impl ClusterSim<'_> {
         self.audit_cache(r);
         let step = self.slowed(r, now, step);
         self.queue_evictions(r, now);
-        self.begin_step(r, now, step);
+        self.begin_decode_step(r, now, step);
         true
     }
 
@@ -67,7 +68,7 @@ impl ClusterSim<'_> {
 
     /// The O(nodes) check of replica `r`'s cache every max(256, nodes) steps (a power of two):
     /// O(1) per step. Debug builds only.
-    fn audit_cache(&self, r: usize) {
+    pub(super) fn audit_cache(&self, r: usize) {
         #[cfg(debug_assertions)]
         if self.replicas[r].steps() % (self.replicas[r].cache().nodes() as u64).max(256).next_power_of_two() == 0 {
             self.replicas[r].cache().check();

@@ -237,18 +237,33 @@ impl Replica {
         cfg: &ReplicaConfig,
         pricer: &Pricer,
     ) -> Option<f64> {
+        if !self.plain_decode_end(cfg) {
+            return None;
+        }
+        self.advance_plain_decode(now, cfg);
+        Some(pricer.step_time_s(&Step::mixed(self.decode_batch as u64, self.decode_context_tokens, &[])))
+    }
+
+    /// Whether the step ending now is a plain decode step whose successor is one too (the
+    /// conditions of [`Replica::next_decode_step`]).
+    #[inline]
+    fn plain_decode_end(&self, cfg: &ReplicaConfig) -> bool {
         let need = self.decoding as u64;
-        let plain = need > 0
+        need > 0
             && self.chunks.is_empty()
             && self.waiting.is_empty()
             && self.prefilling.is_empty()
             && self.tiers.is_none()
             && self.lora.is_none()
             && self.finishing.peek().is_none_or(|&std::cmp::Reverse((at, _, _))| at > self.steps + 1)
-            && self.cache.pinned_tokens() + self.private_tokens + need <= cfg.kv_capacity_tokens;
-        if !plain {
-            return None;
-        }
+            && self.cache.pinned_tokens() + self.private_tokens + need <= cfg.kv_capacity_tokens
+    }
+
+    /// The state change of a plain decode step ending at `now` and its successor forming
+    /// (everything of [`Replica::next_decode_step`] but the pricing).
+    #[inline]
+    fn advance_plain_decode(&mut self, now: SimTime, cfg: &ReplicaConfig) {
+        let need = self.decoding as u64;
         // `finish_step` without chunks or finishers.
         self.steps += 1;
         self.decode_context_tokens += self.decode_batch as u64;
@@ -259,7 +274,64 @@ impl Replica {
         self.decode_batch = self.decoding;
         self.private_tokens += need;
         debug_assert!(self.kv_used_tokens() <= cfg.kv_capacity_tokens, "replica {}: KV used exceeds capacity", self.id);
-        Some(pricer.step_time_s(&Step::mixed(need, self.decode_context_tokens, &[])))
+    }
+
+    /// The plain decode steps ending at `ends[..k]` (k = `ends.len()` − 1), each forming the
+    /// next, which ends at the following entry: [`Replica::advance_plain_decode`] k times, with
+    /// the KV room of all k steps made at once — eviction takes tokens off the LRU order
+    /// greedily, so cutting the k steps' tokens in one call leaves the cache as k cuts would
+    /// (`runs_change_no_outcome_and_carry_most_steps` compares whole runs).
+    pub(in crate::sim::cluster) fn advance_plain_decodes(&mut self, ends: &[SimTime], cfg: &ReplicaConfig) {
+        let k = ends.len() as u64 - 1;
+        let need = self.decoding as u64;
+        debug_assert_eq!(need, self.decode_batch as u64, "a run's batch is fixed");
+        self.steps += k;
+        self.decode_context_tokens += k * need;
+        self.outstanding_work -= k * need;
+        self.last_finish = (ends[ends.len() - 2], 0);
+        self.make_room(k * need, cfg);
+        self.private_tokens += k * need;
+        debug_assert!(self.kv_used_tokens() <= cfg.kv_capacity_tokens, "replica {}: KV used exceeds capacity", self.id);
+        for w in ends.windows(2) {
+            self.step_began(w[0], w[1] - w[0]);
+        }
+    }
+
+    /// A run of plain decode steps, planned right after [`Replica::next_decode_step`] formed one
+    /// that ends at `first_end`: while nothing from outside changes this replica, the steps
+    /// that follow are plain decode steps until one of its requests finishes, its KV runs out,
+    /// or (`report_evictions`) a step would cut the cache, and each one's duration is known
+    /// now (the batch is fixed, its context grows by one token per request a step). Fills
+    /// `ends` with T₁ = `first_end`, T₂, …, T_{m+1}: the steps ending at T₁…T_m are plain (at
+    /// most `max` of them), and the one ending at T_{m+1} is not known to be. The same
+    /// arithmetic as stepping one by one (`decode_steps_are_the_general_path` checks every planned end).
+    pub(in crate::sim::cluster) fn plan_decode_run(
+        &self,
+        first_end: SimTime,
+        cfg: &ReplicaConfig,
+        pricer: &Pricer,
+        max: u64,
+        ends: &mut Vec<SimTime>,
+    ) {
+        ends.clear();
+        ends.push(first_end);
+        let need = self.decoding as u64;
+        debug_assert_eq!(need, self.decode_batch as u64, "planned right after a plain decode step");
+        let finish_at = self.finishing.peek().map_or(u64::MAX, |&std::cmp::Reverse((at, _, _))| at);
+        let (pinned, cached) = (self.cache.pinned_tokens(), self.cache.total_tokens());
+        let mut end = first_end;
+        for k in 1..=max {
+            // The k-th end from now: `plain_decode_end` then, with k − 1 more steps' tokens.
+            let private = self.private_tokens + (k - 1) * need;
+            let room = pinned + private + need <= cfg.kv_capacity_tokens;
+            let uncut = !cfg.report_evictions || cached + private + need <= cfg.kv_capacity_tokens;
+            if finish_at <= self.steps + k || !room || !uncut {
+                break;
+            }
+            let d = pricer.step_time_s(&Step::mixed(need, self.decode_context_tokens + k * need, &[]));
+            end += crate::time::ticks(d).max(SimTime::TICK);
+            ends.push(end);
+        }
     }
 
     /// Tokens of the step just formed: one per decoding request plus every chunk's.
