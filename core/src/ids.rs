@@ -8,8 +8,13 @@
 //!   every model, the slots autoscaling may start). It indexes the replicas, their schedulers
 //!   and every per-slot table. It is not a router's index: routers see the routable replicas of
 //!   their model (or their P/D pool) numbered from 0, and the cluster maps those to slots.
+//! - [`RouterIndex`]: a routable replica, by its position in the cluster's routable set (the
+//!   replicas routers are shown, in order: the views' index). It keys the routable set and is
+//!   what a slot maps back to. A router sees a part of it numbered from 0 (its model's range, or
+//!   on a P/D cluster its pool's: the decode candidates start at `Pd::r_decode_start`); the one
+//!   conversion to a P/D pool's own index is `Pd::pool_index`.
 //!
-//! Both hold a `u32` (`#[repr(transparent)]`: as cheap as the integer). The checked
+//! All three hold a `u32` (`#[repr(transparent)]`: as cheap as the integer). The checked
 //! constructors range-check before the cast. Inside a run they never fail: `ClusterSim::build`
 //! refuses a stream of more than `u32::MAX` requests, and the spec counts slots in a `u32`.
 
@@ -25,6 +30,12 @@ pub struct RequestId(u32);
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ReplicaId(u32);
+
+/// A routable replica, by its position in the routable set (the views' index); not a slot,
+/// and not yet the index a model's or a P/D pool's router sees (that one starts at its range).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RouterIndex(u32);
 
 macro_rules! id_impls {
     ($t:ident, $what:literal) => {
@@ -108,10 +119,11 @@ macro_rules! id_impls {
 
 id_impls!(RequestId, "request");
 id_impls!(ReplicaId, "replica");
+id_impls!(RouterIndex, "router index");
 
 #[cfg(test)]
 mod tests {
-    use super::{ReplicaId, RequestId};
+    use super::{ReplicaId, RequestId, RouterIndex};
 
     #[test]
     fn ids_index_lists_and_check_their_range() {
@@ -121,5 +133,15 @@ mod tests {
         assert_eq!(RequestId::try_new(u32::MAX as usize + 1), None);
         assert_eq!(RequestId::new(7).index(), 7);
         assert!(RequestId::new(1) < RequestId::new(2));
+    }
+
+    #[test]
+    fn router_indices_are_checked_and_index_the_routable_set() {
+        let routable: Vec<u32> = vec![4, 0, 7];
+        assert_eq!(routable[RouterIndex::new(2)], 7);
+        assert_eq!(RouterIndex::try_new(u32::MAX as usize), Some(RouterIndex::from_u32(u32::MAX)));
+        assert_eq!(RouterIndex::try_new(u32::MAX as usize + 1), None);
+        assert_eq!(RouterIndex::try_from_u64(u64::from(u32::MAX) + 1), None);
+        assert_eq!((RouterIndex::new(5).index(), RouterIndex::new(5).raw()), (5, 5));
     }
 }
