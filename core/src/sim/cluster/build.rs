@@ -214,7 +214,7 @@ impl<'a> ClusterSim<'a> {
                 (Some((p, _)), Some(d)) => (0..d.prefill.instances).chain(p..p + d.decode.instances).collect(),
                 _ => (0..spec.replicas).collect(),
             },
-            index_of: (0..n as u32).collect(),
+            index_of: (0..n).map(RouterIndex::new).collect(),
             routable_since: vec![SimTime::ZERO; n],
             fleet: None,
             autoscaling: spec.autoscaling.clone(),
@@ -226,7 +226,7 @@ impl<'a> ClusterSim<'a> {
             decode_runs: true,
         };
         for k in 0..sim.routable.len() {
-            sim.index_of[sim.routable[k] as usize] = k as u32;
+            sim.index_of[sim.routable[k] as usize] = RouterIndex::new(k);
         }
         if !sim.retiring {
             sim.held_up_to(total);

@@ -53,7 +53,7 @@ impl ClusterSim<'_> {
         let prefilling = self.replicas[..pd.prefill_end].iter().flat_map(|r| r.waiting().iter().chain(r.running()));
         prefilling.chain(&pd.in_flight).copied().filter(move |&id| {
             let st = &self.states[id];
-            st.handoff && st.phase != Phase::Transfer && pd.decode_of[id] as usize == slot
+            st.handoff && st.phase != Phase::Transfer && pd.decode_of[id].is_some_and(|d| d.index() == slot)
         })
     }
 

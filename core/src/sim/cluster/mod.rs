@@ -132,7 +132,7 @@ use super::event_queue::EventQueue;
 use crate::error::{Role, RunError};
 use crate::facts::RequestInfo;
 use crate::handle::{AdmissionHandle, Admitted, RouterHandle, SchedulerHandle, Schedulers};
-use crate::ids::{ReplicaId, RequestId};
+use crate::ids::{ReplicaId, RequestId, RouterIndex};
 use crate::step_model::{Pricer, StepModel};
 use crate::time::{SimTime, seconds, ticks};
 use crate::workload::cluster::{ClusterSpec, Preemption, StepModels};
@@ -331,7 +331,7 @@ pub struct ClusterSim<'a> {
     /// of them, in order, on a fixed fleet).
     routable: Vec<u32>,
     /// Per slot: its router index while ready (and the one its completions keep while draining).
-    index_of: Vec<u32>,
+    index_of: Vec<RouterIndex>,
     /// Per slot: when it last became routable (`routable.rs`).
     routable_since: Vec<SimTime>,
     /// The scaler and the slots' lives (`cluster.autoscaling`); `None` on a fixed fleet.
@@ -574,12 +574,12 @@ impl<'a> ClusterSim<'a> {
         }
         if self.pd.is_some() {
             // The instance index: a router index (`Pd::r_decode_start`).
-            let replica = self.index_of[replica];
+            let replica = self.index_of[replica].raw();
             let e =
                 Eviction { replica, evicted_at: seconds(evicted_at), path: RSlice::from_slice(path), remaining_tokens };
             return self.router.evicted(&e);
         }
-        let (router, local) = self.router_at(self.index_of[replica] as usize);
+        let (router, local) = self.router_at(self.index_of[replica]);
         let e = Eviction {
             replica: local as u32,
             evicted_at: seconds(evicted_at),

@@ -15,6 +15,7 @@ use routelab_policy_api::{RouterBox, World};
 
 use super::{ClusterSim, SetupError};
 use crate::handle::RouterHandle;
+use crate::ids::RouterIndex;
 
 /// The routers of models 1.. (model 0's is the world's `router`) and where each model's
 /// replicas start.
@@ -104,11 +105,11 @@ impl ClusterSim<'_> {
 
     /// The router that sees router index `k` (of the whole routable set), and `k` in its own
     /// indices.
-    pub(super) fn router_at(&mut self, k: usize) -> (&mut RouterHandle, usize) {
+    pub(super) fn router_at(&mut self, k: RouterIndex) -> (&mut RouterHandle, usize) {
         let m = self.models.as_ref().map_or(0, |ms| ms.of_slot[self.routable[k] as usize] as usize);
         let n = self.routable.len();
         let (router, range) = router_of(&mut self.router, self.models.as_deref_mut(), m, n);
-        (router, k - range.start)
+        (router, k.index() - range.start)
     }
 
     /// Every router's own figures: `router.<stat>` with one model; with several, each model's

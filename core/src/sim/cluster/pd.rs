@@ -60,13 +60,13 @@
 
 use std::collections::VecDeque;
 
-use routelab_policy_api::{Completion, PdDecision, Request};
+use routelab_policy_api::{Completion, PdDecision, PdPool, Request};
 
 use super::kv_tier::KvTier;
 use super::replica::{Phase, Replica};
 use super::{ClusterSim, Event, RequestRecord};
 use crate::error::RunError;
-use crate::ids::RequestId;
+use crate::ids::{ReplicaId, RequestId, RouterIndex};
 use crate::metrics::Metrics;
 use crate::time::{SimTime, seconds, ticks};
 use crate::workload::cluster::disaggregation::{Disaggregation, Link, TransferTokens};
@@ -99,8 +99,8 @@ pub(super) struct Pd {
     pub(super) active: Vec<u32>,
     /// Per decode candidate: handed-off requests waiting for its KV memory, in hand-off order.
     pub(super) waiting: Vec<VecDeque<RequestId>>,
-    /// Per request: its decode instance (replica index), once decided.
-    pub(super) decode_of: Vec<u32>,
+    /// Per request: its decode instance, once decided.
+    pub(super) decode_of: Vec<Option<ReplicaId>>,
     /// Per request: the transfer's duration (NaN when it had none).
     pub transfer_s: Vec<f64>,
     /// Per request: prompt tokens its decode instance already held.
@@ -122,9 +122,10 @@ pub(super) struct Pd {
     /// Per request: its decode instance crashed before its hand-off; the router was told it
     /// was abandoned, and it is lost when its prefill ends (`pd_failures.rs`).
     pub orphan: Vec<bool>,
-    /// Per request: the prefill instance that handed it off (`u32::MAX` before its hand-off); a
-    /// draining prefill instance stays until its hand-offs' transfers end (`fleet_pd.rs`).
-    pub(super) prefill_of: Vec<u32>,
+    /// Per request: the prefill instance that handed it off (`None` before its hand-off, and
+    /// once its KV is handed over); a draining prefill instance stays until its hand-offs'
+    /// transfers end (`fleet_pd.rs`).
+    pub(super) prefill_of: Vec<Option<ReplicaId>>,
     /// Per prefill instance: the requests it handed off whose transfer has not ended.
     pub(super) handing: Vec<u32>,
 }
@@ -156,7 +157,7 @@ impl Pd {
             handoff_at: if d.link.layerwise { vec![SimTime::ZERO; requests] } else { Vec::new() },
             active: vec![0; decode],
             waiting: vec![VecDeque::new(); decode],
-            decode_of: vec![u32::MAX; requests],
+            decode_of: vec![None; requests],
             transfer_s: vec![f64::NAN; requests],
             decode_cached: vec![0; requests],
             rejected: vec![false; requests],
@@ -167,7 +168,7 @@ impl Pd {
             tier_loaded: if d.shared_kv.is_some() { vec![0; requests] } else { Vec::new() },
             in_flight: Vec::new(),
             orphan: Vec::new(),
-            prefill_of: vec![u32::MAX; requests],
+            prefill_of: vec![None; requests],
             handing: vec![0; (prefill_slots + d.mixed_instances()) as usize],
         }
     }
@@ -177,9 +178,8 @@ impl Pd {
     /// Request `id`'s KV is no longer its prefill instance's to send (its transfer ended, or
     /// the request was lost or failed).
     pub(super) fn handed_over(&mut self, id: RequestId) {
-        let p = std::mem::replace(&mut self.prefill_of[id], u32::MAX);
-        if p != u32::MAX {
-            self.handing[p as usize] -= 1;
+        if let Some(p) = self.prefill_of[id].take() {
+            self.handing[p] -= 1;
         }
     }
 
@@ -187,6 +187,25 @@ impl Pd {
     /// prefill-only ones.
     pub fn r_prefill_end(&self) -> usize {
         self.r_decode_start + self.r_mixed
+    }
+
+    /// Router index `k` in pool `pool`'s own indices, as its router numbers the candidates: a
+    /// prefill candidate's is its router index, a decode candidate's its router index −
+    /// `r_decode_start` (the one place that offset is taken; [`Pd::router_index`] adds it back).
+    pub fn pool_index(&self, k: RouterIndex, pool: PdPool) -> u32 {
+        match pool {
+            PdPool::Prefill => k.raw(),
+            PdPool::Decode => k.raw() - self.r_decode_start as u32,
+        }
+    }
+
+    /// The router index of pool `pool`'s candidate `i` (the router's answer): the inverse of
+    /// [`Pd::pool_index`].
+    pub fn router_index(&self, pool: PdPool, i: u32) -> RouterIndex {
+        match pool {
+            PdPool::Prefill => RouterIndex::from_u32(i),
+            PdPool::Decode => RouterIndex::new(self.r_decode_start + i as usize),
+        }
     }
 
     /// Whether instance `s` is a mixed one (a candidate of both pools).
@@ -202,23 +221,25 @@ impl ClusterSim<'_> {
         let (first, end) = (pd.r_decode_start, pd.r_prefill_end());
         // The request's class, tenant and SLO, as an aggregated router sees them.
         let decision = self.router.dispatch_pair(req, &self.infos[id], &self.views, end, first)?;
-        // Router indices to instances (slots).
-        let slot = |k: usize| self.routable[k] as usize;
+        // The pools' indices to instances (slots).
+        let routable = &self.routable;
+        let slot = |pd: &Pd, pool, i| routable[pd.router_index(pool, i)] as usize;
         let stream = &*self.stream;
         let prompt = stream.prompt(id.index());
         let pd = self.pd.as_mut().expect("disaggregated");
         let target = match decision.action {
             PdDecision::DISAGGREGATE => {
-                let (p, d) = (slot(decision.prefill as usize), slot(first + decision.decode as usize));
-                pd.decode_of[id] = d as u32;
+                let (p, d) = (slot(pd, PdPool::Prefill, decision.prefill), slot(pd, PdPool::Decode, decision.decode));
+                pd.decode_of[id] = Some(ReplicaId::new(d));
                 if p == d {
                     // One mixed instance both prefills and decodes: nothing to transfer.
                     pd.local += 1;
                     return self.prefill_at(now, id, d);
                 }
                 self.states[id].handoff = true;
-                if decision.prefix_from != PdDecision::NO_SOURCE && slot(decision.prefix_from as usize) != p {
-                    let src = slot(decision.prefix_from as usize);
+                if decision.prefix_from != PdDecision::NO_SOURCE && slot(pd, PdPool::Prefill, decision.prefix_from) != p
+                {
+                    let src = slot(pd, PdPool::Prefill, decision.prefix_from);
                     // Copy the whole segments of the prompt cached on `src` that `p` lacks.
                     let have = self.replicas[p].cached_prefix(prompt);
                     // What `src` holds in GPU memory, continued in its CPU tier (`kv_tiers`).
@@ -240,8 +261,8 @@ impl ClusterSim<'_> {
                 p
             }
             PdDecision::DECODE_ONLY => {
-                let d = slot(first + decision.decode as usize);
-                pd.decode_of[id] = d as u32;
+                let d = slot(pd, PdPool::Decode, decision.decode);
+                pd.decode_of[id] = Some(ReplicaId::new(d));
                 pd.decode_only += 1;
                 d
             }
@@ -307,9 +328,10 @@ impl ClusterSim<'_> {
             return self.orphan_handed_off(now, id);
         }
         let (q, st) = (self.stream.request(id.index()), &self.states[id]);
+        let pd = self.pd.as_ref().expect("disaggregated");
         let c = Completion {
             request_id: id.raw() as u64,
-            replica: self.index_of[p],
+            replica: pd.pool_index(self.index_of[p], PdPool::Prefill),
             arrived_at: seconds(st.arrived_at),
             completed_at: seconds(now),
             ttft: seconds(now - st.arrived_at),
@@ -322,8 +344,8 @@ impl ClusterSim<'_> {
         if let Some(tier) = &mut pd.tier {
             tier.put(self.stream.prompt(id.index()));
         }
-        let d = pd.decode_of[id] as usize;
-        pd.prefill_of[id] = p as u32;
+        let d = pd.decode_of[id].expect("a handed-off request's decode instance is decided").index();
+        pd.prefill_of[id] = Some(ReplicaId::new(p));
         pd.handing[p] += 1;
         if pd.link.layerwise {
             pd.handoff_at[id] = now;
@@ -403,7 +425,7 @@ impl ClusterSim<'_> {
     /// Request `id`'s KV arrived at its decode instance at `now`.
     pub(super) fn on_transfer_end(&mut self, now: SimTime, id: RequestId) -> Result<(), RunError> {
         let pd = self.pd.as_mut().expect("disaggregated");
-        let d = pd.decode_of[id] as usize;
+        let d = pd.decode_of[id].expect("a transferred request's decode instance is decided").index();
         pd.active[d - pd.decode_start] -= 1;
         // The prefill instance's part is over: a draining one may go (`fleet_pd.rs`).
         pd.handed_over(id);

@@ -30,7 +30,7 @@
 //! request the decode steps of what it had streamed. A request routed while either pool has no
 //! routable instance fails.
 
-use routelab_policy_api::Completion;
+use routelab_policy_api::{Completion, PdPool};
 
 use super::ClusterSim;
 use crate::error::RunError;
@@ -90,8 +90,11 @@ impl ClusterSim<'_> {
     /// disaggregated cluster, else the router index of `s`, the replica it was lost on.
     pub(super) fn abandoned_index(&self, id: RequestId, s: usize) -> u32 {
         match &self.pd {
-            Some(pd) => self.index_of[pd.decode_of[id] as usize] - pd.r_decode_start as u32,
-            None => self.index_of[s],
+            Some(pd) => {
+                let d = pd.decode_of[id].expect("an abandoned P/D request's decode instance is decided");
+                pd.pool_index(self.index_of[d], PdPool::Decode)
+            }
+            None => self.index_of[s].raw(),
         }
     }
 
@@ -99,7 +102,7 @@ impl ClusterSim<'_> {
     /// output starts again; a first token the client saw stays).
     pub(super) fn pd_reset(&mut self, id: RequestId) {
         let Some(pd) = self.pd.as_mut() else { return };
-        pd.decode_of[id] = u32::MAX;
+        pd.decode_of[id] = None;
         pd.transfer_s[id] = f64::NAN;
         pd.decode_cached[id] = 0;
         if let Some(t) = pd.tier_loaded.get_mut(id.index()) {

@@ -6,7 +6,7 @@ use routelab_policy_api::{Roofline, StepShape};
 use super::replica::{Phase, Replica, ReplicaConfig, RequestState};
 use super::tests::run_named;
 use super::*;
-use crate::ids::{ReplicaId, RequestId};
+use crate::ids::{ReplicaId, RequestId, RouterIndex};
 use crate::time::{SimTime, seconds, ticks};
 use crate::workload::cluster::Reservation;
 use crate::workload::generate::generate;
@@ -334,4 +334,24 @@ fn slowdowns_stretch_the_phase_of_the_slow_instance() {
     mixed.replicas = 3;
     // Mixed instances crash too (policy-api 0.5.13's `on_mixed_change`; `pd_failures_tests.rs`).
     mixed.validate().unwrap();
+}
+
+#[test]
+fn router_indices_convert_to_each_pools_own_and_back() {
+    use routelab_policy_api::PdPool::{Decode, Prefill};
+    // 2 prefill-only, 1 mixed, 2 decode-only: router indices 0 1 | 2 | 3 4; the prefill
+    // candidates are 0..3, the decode candidates 2..5 (the mixed instance is in both).
+    let spec = mixed(2, 1, 2, 1);
+    let mut pd = Pd::new(spec.disaggregation.as_ref().unwrap(), None, 1.0, 1, 1);
+    let k = RouterIndex::new;
+    assert_eq!([0, 1, 2].map(|i| pd.pool_index(k(i), Prefill)), [0, 1, 2]);
+    assert_eq!([2, 3, 4].map(|i| pd.pool_index(k(i), Decode)), [0, 1, 2]);
+    assert_eq!([0, 1, 2].map(|i| pd.router_index(Decode, i)), [k(2), k(3), k(4)]);
+    assert_eq!(pd.router_index(Prefill, 2), k(2));
+    // A prefill-only instance left: the mixed and decode candidates moved down one router index,
+    // their decode indices unchanged.
+    pd.r_decode_start -= 1;
+    assert_eq!([1, 2, 3].map(|i| pd.pool_index(k(i), Decode)), [0, 1, 2]);
+    assert_eq!(pd.router_index(Decode, 2), k(3));
+    assert_eq!(pd.pool_index(k(1), Prefill), 1);
 }

@@ -20,10 +20,11 @@
 //! replica last joined, is stale: the router forgot that replica when it left (and the index
 //! may name another one by now), so it is not delivered.
 
-use routelab_policy_api::{ReplicaChange, ReplicaView};
+use routelab_policy_api::{PdPool, ReplicaChange, ReplicaView};
 
 use super::ClusterSim;
 use crate::error::RunError;
+use crate::ids::RouterIndex;
 use crate::time::{SimTime, seconds};
 
 impl ClusterSim<'_> {
@@ -47,7 +48,7 @@ impl ClusterSim<'_> {
         self.routable.insert(pos, slot);
         self.views.insert(pos, ReplicaView::default());
         for k in pos..self.routable.len() {
-            self.index_of[self.routable[k] as usize] = k as u32;
+            self.index_of[self.routable[k] as usize] = RouterIndex::new(k);
         }
         self.replicas.mark_all();
         self.routable_since[s] = now;
@@ -58,7 +59,7 @@ impl ClusterSim<'_> {
     /// index, and the router hears it. Its `index_of` stays what it was (a draining replica's
     /// completions name it).
     pub(super) fn leave_routable(&mut self, now: SimTime, slot: u32) -> Result<(), RunError> {
-        let pos = self.index_of[slot as usize] as usize;
+        let pos = self.index_of[slot as usize].index();
         debug_assert_eq!(self.routable.get(pos), Some(&slot), "a leaving replica is routable");
         self.routable.remove(pos);
         self.views.remove(pos);
@@ -72,7 +73,8 @@ impl ClusterSim<'_> {
         }
         self.replicas.mark_all();
         for &above in &self.routable[pos..] {
-            self.index_of[above as usize] -= 1;
+            let k = &mut self.index_of[above as usize];
+            *k = RouterIndex::new(k.index() - 1);
         }
         self.replicas_changed(now, slot as usize, false)
     }
@@ -80,11 +82,15 @@ impl ClusterSim<'_> {
     fn replicas_changed(&mut self, now: SimTime, s: usize, joined: bool) -> Result<(), RunError> {
         if let Some(pd) = &self.pd {
             // In each of the instance's pools' own indices.
-            let (at, n, first) = (seconds(now), self.routable.len(), pd.r_decode_start);
-            let prefill =
-                || ReplicaChange { at, replica: self.index_of[s], joined, routable: pd.r_prefill_end() as u32 };
-            let decode =
-                || ReplicaChange { at, replica: self.index_of[s] - first as u32, joined, routable: (n - first) as u32 };
+            let (at, n, k) = (seconds(now), self.routable.len(), self.index_of[s]);
+            let change = |pool, routable: usize| ReplicaChange {
+                at,
+                replica: pd.pool_index(k, pool),
+                joined,
+                routable: routable as u32,
+            };
+            let prefill = || change(PdPool::Prefill, pd.r_prefill_end());
+            let decode = || change(PdPool::Decode, n - pd.r_decode_start);
             return if pd.is_mixed(s) {
                 let (p, d) = (prefill(), decode());
                 self.router.mixed_changed(&p, &d, n)
@@ -96,8 +102,12 @@ impl ClusterSim<'_> {
                 self.router.pool_changed(ReplicaChange::DECODE, &d, n)
             };
         }
-        let change =
-            ReplicaChange { at: seconds(now), replica: self.index_of[s], joined, routable: self.routable.len() as u32 };
+        let change = ReplicaChange {
+            at: seconds(now),
+            replica: self.index_of[s].raw(),
+            joined,
+            routable: self.routable.len() as u32,
+        };
         self.router.replicas_changed(&change)
     }
 
@@ -108,14 +118,15 @@ impl ClusterSim<'_> {
         let (Some(pd), Some(f)) = (&self.pd, &self.fleet) else { return };
         for s in pd.decode_start..f.slots.len() {
             if f.slots[s] == super::fleet::Slot::Draining {
-                self.index_of[s] = if up { self.index_of[s] + 1 } else { self.index_of[s] - 1 };
+                let k = self.index_of[s].index();
+                self.index_of[s] = RouterIndex::new(if up { k + 1 } else { k - 1 });
             }
         }
     }
 
     /// Whether slot `slot` is routable now.
     pub(super) fn is_routable(&self, slot: usize) -> bool {
-        self.routable.get(self.index_of[slot] as usize) == Some(&(slot as u32))
+        self.routable.get(self.index_of[slot].index()) == Some(&(slot as u32))
     }
 
     /// Whether an eviction notice of `slot` cut at `evicted_at` is stale (module docs).

@@ -14,7 +14,7 @@ use std::slice::SliceIndex;
 
 use super::replica::Replica;
 use super::replica_pool;
-use crate::ids::RequestId;
+use crate::ids::{RequestId, RouterIndex};
 
 /// The replicas, by slot, and the slots changed since [`Slots::take_changed`].
 pub(super) struct Slots {
@@ -84,13 +84,13 @@ impl super::ClusterSim<'_> {
         match self.replicas.take_changed() {
             Changed::All => {
                 for k in 0..self.routable.len() {
-                    self.refresh_view(k);
+                    self.refresh_view(RouterIndex::new(k));
                 }
             }
             Changed::Slots(list) => {
                 for &slot in &list {
-                    let k = self.index_of[slot as usize] as usize;
-                    if self.routable.get(k) == Some(&slot) {
+                    let k = self.index_of[slot as usize];
+                    if self.routable.get(k.index()) == Some(&slot) {
                         self.refresh_view(k);
                     }
                 }
@@ -110,7 +110,7 @@ impl super::ClusterSim<'_> {
     }
 
     /// Rebuilds the view of the replica at router index `k`.
-    fn refresh_view(&mut self, k: usize) {
+    fn refresh_view(&mut self, k: RouterIndex) {
         let slot = self.routable[k] as usize;
         let rep = &self.replicas[slot];
         self.views[k] = rep.view(&self.cfgs[replica_pool(self.pd.as_ref(), &self.gpu_pool, slot)]);

@@ -2,7 +2,7 @@
 //! end and the evictions it caused; at its end, finishing its requests, reporting completions
 //! to the router (and admission, and the scaler), and starting the next step.
 
-use routelab_policy_api::Completion;
+use routelab_policy_api::{Completion, PdPool};
 
 use super::replica::Phase;
 use super::{ClusterSim, Event, Evicted, models, replica_pool};
@@ -85,8 +85,8 @@ impl ClusterSim<'_> {
         let n = self.routable.len();
         let (router, range) = models::router_of(&mut self.router, self.models.as_deref_mut(), model, n);
         let replica = match &self.pd {
-            Some(pd) => self.index_of[r] - pd.r_decode_start as u32,
-            None => self.index_of[r] - range.start as u32,
+            Some(pd) => pd.pool_index(self.index_of[r], PdPool::Decode),
+            None => self.index_of[r].raw() - range.start as u32,
         };
         let c = Completion {
             request_id: id.raw() as u64,
