@@ -211,8 +211,10 @@ impl<'a> ClusterSim<'a> {
             retiring,
             routable: match (pd_slots, &spec.disaggregation) {
                 // The prefill instances up, then the decode ones (`Pd::r_decode_start`).
-                (Some((p, _)), Some(d)) => (0..d.prefill.instances).chain(p..p + d.decode.instances).collect(),
-                _ => (0..spec.replicas).collect(),
+                (Some((p, _)), Some(d)) => {
+                    (0..d.prefill.instances).chain(p..p + d.decode.instances).map(ReplicaId::from_u32).collect()
+                }
+                _ => (0..spec.replicas).map(ReplicaId::from_u32).collect(),
             },
             index_of: (0..n).map(RouterIndex::new).collect(),
             routable_since: vec![SimTime::ZERO; n],
@@ -226,7 +228,7 @@ impl<'a> ClusterSim<'a> {
             decode_runs: true,
         };
         for k in 0..sim.routable.len() {
-            sim.index_of[sim.routable[k] as usize] = RouterIndex::new(k);
+            sim.index_of[sim.routable[k]] = RouterIndex::new(k);
         }
         if !sim.retiring {
             sim.held_up_to(total);

@@ -239,7 +239,7 @@ impl ClusterSim<'_> {
         // it yet).
         if state.is_none_or(|st| st == Slot::Ready) {
             for m in group.clone() {
-                self.leave_routable(now, m as u32)?;
+                self.leave_routable(now, ReplicaId::new(m))?;
             }
         }
         // Cold: a new replica keeps only the counters the summary reads. A step in flight (a
@@ -321,7 +321,7 @@ impl ClusterSim<'_> {
         let prompt = stream.prompt(id.index());
         let req =
             Request::new(id.raw() as u64, seconds(self.states[id].arrived_at), q.prompt_tokens).with_segments(prompt);
-        let r = self.routable[self.router.dispatch(&req, &self.infos[id], &self.views)? as usize] as usize;
+        let r = self.routable[self.router.dispatch(&req, &self.infos[id], &self.views)? as usize].index();
         let cfg = &self.cfgs[super::replica_pool(None, &self.gpu_pool, r)];
         self.replicas[r].enqueue(now, id, prompt, q.output_tokens, &mut self.states[id], cfg);
         // As after a preemption: the new replica recomputes the generated tokens with the prompt.
@@ -365,7 +365,7 @@ impl ClusterSim<'_> {
         for m in self.group_of(slot.index()) {
             debug_assert!(self.is_down(m), "a restarting replica is down");
             self.arm_crash(now, m);
-            self.join_routable(now, m as u32)?;
+            self.join_routable(now, ReplicaId::new(m))?;
         }
         self.release_held(now)
     }

@@ -130,14 +130,14 @@ impl Fleet {
         scaler: ScalerBox,
         label: &str,
         spec: &Autoscaling,
-        ready: &[u32],
+        ready: &[ReplicaId],
         requests: usize,
         has_slo: bool,
     ) -> Self {
         let n = spec.slots() as usize;
         let mut slots = vec![Slot::Off; n];
         for &s in ready {
-            slots[s as usize] = Slot::Ready;
+            slots[s.index()] = Slot::Ready;
         }
         let pool = |slots, min, max| FleetPool { slots, min, max, replica_seconds: 0.0 };
         let pools = match &spec.pools {
@@ -342,8 +342,8 @@ impl ClusterSim<'_> {
         // The scaler reads the router's views, KV use counted as vLLM's `kv_cache_usage_perc`
         // counts it ([`Replica::kv_referenced_tokens`]).
         for (k, &slot) in self.routable.iter().enumerate() {
-            let pool = super::pool_of(self.pd.as_ref(), slot as usize);
-            self.views[k] = self.replicas[slot as usize].view(&self.cfgs[pool]);
+            let pool = super::pool_of(self.pd.as_ref(), slot.index());
+            self.views[k] = self.replicas[slot.index()].view(&self.cfgs[pool]);
         }
         let ranges: Vec<std::ops::Range<usize>> =
             (0..self.fleet.as_ref().expect("fleet").pools.len()).map(|k| self.pool_routable(k)).collect();
@@ -469,9 +469,9 @@ impl ClusterSim<'_> {
         }
         while n > 0 && self.pool_routable(k).len() > 1 {
             let slot = self.routable[self.pool_routable(k).end - 1];
-            self.fleet.as_mut().expect("fleet").slots[slot as usize] = Slot::Draining;
+            self.fleet.as_mut().expect("fleet").slots[slot.index()] = Slot::Draining;
             self.leave_routable(now, slot)?;
-            self.drained_if_idle(now, slot as usize);
+            self.drained_if_idle(now, slot.index());
             n -= 1;
         }
         Ok(())
@@ -500,6 +500,6 @@ impl ClusterSim<'_> {
             // Back from a crash (`failures.rs`): its down time ends, its next crash is drawn.
             self.arm_crash(now, s);
         }
-        self.join_routable(now, slot.raw())
+        self.join_routable(now, slot)
     }
 }

@@ -196,7 +196,7 @@ impl super::ClusterSim<'_> {
         }
         let adapter = self.stream.adapter(id.index());
         for (k, &slot) in self.routable.iter().enumerate() {
-            if let Some(l) = self.replicas[slot as usize].lora() {
+            if let Some(l) = self.replicas[slot.index()].lora() {
                 self.router.set_lora(k, l.figures(adapter));
             }
         }

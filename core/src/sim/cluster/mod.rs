@@ -329,7 +329,7 @@ pub struct ClusterSim<'a> {
     retiring: bool,
     /// The replicas routers see, as slots: `routable[k]` is the slot at router index `k` (all
     /// of them, in order, on a fixed fleet).
-    routable: Vec<u32>,
+    routable: Vec<ReplicaId>,
     /// Per slot: its router index while ready (and the one its completions keep while draining).
     index_of: Vec<RouterIndex>,
     /// Per slot: when it last became routable (`routable.rs`).
@@ -457,8 +457,8 @@ impl<'a> ClusterSim<'a> {
         let n = self.routable.len();
         let (router, range) =
             models::router_of(&mut self.router, self.models.as_deref_mut(), stream.model(id.index()) as usize, n);
-        let k = range.start + router.dispatch(&req, &self.infos[id], &self.views[range])? as usize;
-        let r = self.routable[k] as usize;
+        let k = RouterIndex::new(range.start + router.dispatch(&req, &self.infos[id], &self.views[range])? as usize);
+        let r = self.routable[k].index();
         let cfg = &self.cfgs[replica_pool(None, &self.gpu_pool, r)];
         self.replicas[r].enqueue(now, id, prompt, q.output_tokens, &mut self.states[id], cfg);
         self.lora_enqueued(r, id);
@@ -546,8 +546,8 @@ impl<'a> ClusterSim<'a> {
     /// interval later while requests remain (to arrive or to finish).
     fn on_scrape(&mut self, now: SimTime) {
         for (v, &slot) in self.views.iter_mut().zip(&self.routable) {
-            let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, slot as usize);
-            *v = self.replicas[slot as usize].view(&self.cfgs[pool]);
+            let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, slot.index());
+            *v = self.replicas[slot.index()].view(&self.cfgs[pool]);
         }
         for m in 0..self.model_count() {
             let n = self.routable.len();

@@ -106,7 +106,7 @@ impl ClusterSim<'_> {
     /// The router that sees router index `k` (of the whole routable set), and `k` in its own
     /// indices.
     pub(super) fn router_at(&mut self, k: RouterIndex) -> (&mut RouterHandle, usize) {
-        let m = self.models.as_ref().map_or(0, |ms| ms.of_slot[self.routable[k] as usize] as usize);
+        let m = self.models.as_ref().map_or(0, |ms| ms.of_slot[self.routable[k].index()] as usize);
         let n = self.routable.len();
         let (router, range) = router_of(&mut self.router, self.models.as_deref_mut(), m, n);
         (router, k.index() - range.start)

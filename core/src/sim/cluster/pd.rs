@@ -223,7 +223,7 @@ impl ClusterSim<'_> {
         let decision = self.router.dispatch_pair(req, &self.infos[id], &self.views, end, first)?;
         // The pools' indices to instances (slots).
         let routable = &self.routable;
-        let slot = |pd: &Pd, pool, i| routable[pd.router_index(pool, i)] as usize;
+        let slot = |pd: &Pd, pool, i| routable[pd.router_index(pool, i)].index();
         let stream = &*self.stream;
         let prompt = stream.prompt(id.index());
         let pd = self.pd.as_mut().expect("disaggregated");

@@ -24,13 +24,13 @@ use routelab_policy_api::{PdPool, ReplicaChange, ReplicaView};
 
 use super::ClusterSim;
 use crate::error::RunError;
-use crate::ids::RouterIndex;
+use crate::ids::{ReplicaId, RouterIndex};
 use crate::time::{SimTime, seconds};
 
 impl ClusterSim<'_> {
     /// Slot `slot` becomes routable at `now`, at the top index, and the router hears it.
-    pub(super) fn join_routable(&mut self, now: SimTime, slot: u32) -> Result<(), RunError> {
-        let s = slot as usize;
+    pub(super) fn join_routable(&mut self, now: SimTime, slot: ReplicaId) -> Result<(), RunError> {
+        let s = slot.index();
         let pos = match self.pd.as_mut() {
             Some(pd) if s < pd.decode_start => {
                 pd.r_decode_start += 1;
@@ -48,7 +48,7 @@ impl ClusterSim<'_> {
         self.routable.insert(pos, slot);
         self.views.insert(pos, ReplicaView::default());
         for k in pos..self.routable.len() {
-            self.index_of[self.routable[k] as usize] = RouterIndex::new(k);
+            self.index_of[self.routable[k]] = RouterIndex::new(k);
         }
         self.replicas.mark_all();
         self.routable_since[s] = now;
@@ -58,25 +58,25 @@ impl ClusterSim<'_> {
     /// Slot `slot` (routable) stops taking requests at `now`: the replicas above it move down one
     /// index, and the router hears it. Its `index_of` stays what it was (a draining replica's
     /// completions name it).
-    pub(super) fn leave_routable(&mut self, now: SimTime, slot: u32) -> Result<(), RunError> {
-        let pos = self.index_of[slot as usize].index();
+    pub(super) fn leave_routable(&mut self, now: SimTime, slot: ReplicaId) -> Result<(), RunError> {
+        let pos = self.index_of[slot].index();
         debug_assert_eq!(self.routable.get(pos), Some(&slot), "a leaving replica is routable");
         self.routable.remove(pos);
         self.views.remove(pos);
         match self.pd.as_mut() {
-            Some(pd) if (slot as usize) < pd.decode_start => {
+            Some(pd) if slot.index() < pd.decode_start => {
                 pd.r_decode_start -= 1;
                 self.shift_draining_decodes(false);
             }
-            Some(pd) if pd.is_mixed(slot as usize) => pd.r_mixed -= 1,
+            Some(pd) if pd.is_mixed(slot.index()) => pd.r_mixed -= 1,
             _ => {}
         }
         self.replicas.mark_all();
         for &above in &self.routable[pos..] {
-            let k = &mut self.index_of[above as usize];
+            let k = &mut self.index_of[above];
             *k = RouterIndex::new(k.index() - 1);
         }
-        self.replicas_changed(now, slot as usize, false)
+        self.replicas_changed(now, slot.index(), false)
     }
 
     fn replicas_changed(&mut self, now: SimTime, s: usize, joined: bool) -> Result<(), RunError> {
@@ -126,7 +126,7 @@ impl ClusterSim<'_> {
 
     /// Whether slot `slot` is routable now.
     pub(super) fn is_routable(&self, slot: usize) -> bool {
-        self.routable.get(self.index_of[slot].index()) == Some(&(slot as u32))
+        self.routable.get(self.index_of[slot].index()) == Some(&ReplicaId::new(slot))
     }
 
     /// Whether an eviction notice of `slot` cut at `evicted_at` is stale (module docs).

@@ -14,7 +14,7 @@ use std::slice::SliceIndex;
 
 use super::replica::Replica;
 use super::replica_pool;
-use crate::ids::{RequestId, RouterIndex};
+use crate::ids::{ReplicaId, RequestId, RouterIndex};
 
 /// The replicas, by slot, and the slots changed since [`Slots::take_changed`].
 pub(super) struct Slots {
@@ -90,7 +90,7 @@ impl super::ClusterSim<'_> {
             Changed::Slots(list) => {
                 for &slot in &list {
                     let k = self.index_of[slot as usize];
-                    if self.routable.get(k.index()) == Some(&slot) {
+                    if self.routable.get(k.index()) == Some(&ReplicaId::from_u32(slot)) {
                         self.refresh_view(k);
                     }
                 }
@@ -100,7 +100,7 @@ impl super::ClusterSim<'_> {
         if self.router.capabilities().needs_exact_match() {
             let prompt = self.stream.prompt(id.index());
             for (v, &slot) in self.views.iter_mut().zip(&self.routable) {
-                v.matched_tokens = self.replicas[slot as usize].matched_tokens(prompt);
+                v.matched_tokens = self.replicas[slot.index()].matched_tokens(prompt);
             }
         }
         #[cfg(debug_assertions)]
@@ -111,7 +111,7 @@ impl super::ClusterSim<'_> {
 
     /// Rebuilds the view of the replica at router index `k`.
     fn refresh_view(&mut self, k: RouterIndex) {
-        let slot = self.routable[k] as usize;
+        let slot = self.routable[k].index();
         let rep = &self.replicas[slot];
         self.views[k] = rep.view(&self.cfgs[replica_pool(self.pd.as_ref(), &self.gpu_pool, slot)]);
         let prefilling = rep.prefilling_len() as u32;
@@ -128,7 +128,7 @@ impl super::ClusterSim<'_> {
         }
         assert_eq!(self.views.len(), self.routable.len());
         for (k, (v, &slot)) in self.views.iter().zip(&self.routable).enumerate() {
-            let slot = slot as usize;
+            let slot = slot.index();
             let fresh = self.replicas[slot].view(&self.cfgs[replica_pool(self.pd.as_ref(), &self.gpu_pool, slot)]);
             let seen = routelab_policy_api::ReplicaView { matched_tokens: 0, ..*v };
             assert_eq!(seen, fresh, "view {k} (slot {slot}) is stale");
