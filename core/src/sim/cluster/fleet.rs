@@ -93,7 +93,7 @@ pub(super) struct Fleet {
     /// Per slot: bumped at every scale-up, so a cancelled load's event is recognised.
     generation: Vec<u32>,
     /// Loading slots in the order they were started.
-    loading: Vec<u32>,
+    loading: Vec<ReplicaId>,
     /// Per slot: since when it is paid for (not off).
     on_since: Vec<SimTime>,
     replica_seconds: f64,
@@ -211,8 +211,8 @@ impl Fleet {
     pub(super) fn restart(&mut self, slot: usize) -> u32 {
         self.slots[slot] = Slot::Loading;
         self.generation[slot] += 1;
-        self.loading.retain(|&x| x as usize != slot);
-        self.loading.push(slot as u32);
+        self.loading.retain(|&x| x.index() != slot);
+        self.loading.push(ReplicaId::new(slot));
         self.generation[slot]
     }
 
@@ -443,7 +443,7 @@ impl ClusterSim<'_> {
             };
             f.slots[slot] = Slot::Loading;
             f.generation[slot] += 1;
-            f.loading.push(slot as u32);
+            f.loading.push(ReplicaId::new(slot));
             f.on_since[slot] = now;
             f.started += 1;
             let generation = f.generation[slot];
@@ -462,9 +462,9 @@ impl ClusterSim<'_> {
         while n > 0 {
             let f = self.fleet.as_mut().expect("fleet");
             let range = f.pools[k].slots.clone();
-            let Some(i) = f.loading.iter().rposition(|&s| range.contains(&(s as usize))) else { break };
+            let Some(i) = f.loading.iter().rposition(|&s| range.contains(&s.index())) else { break };
             let slot = f.loading.remove(i);
-            self.slot_off(now, slot as usize);
+            self.slot_off(now, slot.index());
             n -= 1;
         }
         while n > 0 && self.pool_routable(k).len() > 1 {
@@ -494,7 +494,7 @@ impl ClusterSim<'_> {
             return Ok(());
         }
         f.slots[s] = Slot::Ready;
-        f.loading.retain(|&x| x != slot.raw());
+        f.loading.retain(|&x| x != slot);
         f.last = f.last.max(now);
         if self.is_down(s) {
             // Back from a crash (`failures.rs`): its down time ends, its next crash is drawn.

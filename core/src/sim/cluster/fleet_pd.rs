@@ -32,7 +32,7 @@ impl ClusterSim<'_> {
     pub(super) fn pd_drained(&self, slot: usize) -> bool {
         let Some(pd) = &self.pd else { return true };
         // Prompts on their way into it (a migration or a tier load) join its queue when they land.
-        if pd.in_flight.iter().any(|&id| pd.migrating[id].0 as usize == slot) {
+        if pd.in_flight.iter().any(|&id| pd.migrating[id].0.index() == slot) {
             return false;
         }
         if slot < pd.decode_start {

@@ -108,7 +108,7 @@ pub(super) struct Pd {
     pub rejected: Vec<bool>,
     decode_only: u64,
     /// Per request being migrated: its prefill instance and the prompt segments copied to it.
-    pub(super) migrating: Vec<(u32, u32)>,
+    pub(super) migrating: Vec<(ReplicaId, u32)>,
     /// Prefix copies between prefill instances carried out.
     migrations: u64,
     /// The shared KV tier, if any.
@@ -162,7 +162,7 @@ impl Pd {
             decode_cached: vec![0; requests],
             rejected: vec![false; requests],
             decode_only: 0,
-            migrating: vec![(0, 0); requests],
+            migrating: vec![(ReplicaId::default(), 0); requests],
             migrations: 0,
             tier: d.shared_kv.as_ref().map(|t| KvTier::new(t, kv_bytes_per_token)),
             tier_loaded: if d.shared_kv.is_some() { vec![0; requests] } else { Vec::new() },
@@ -251,7 +251,7 @@ impl ClusterSim<'_> {
                     }
                     if tokens > have {
                         let dur = pd.link.transfer_time_s(tokens - have, pd.kv_bytes_per_token, 1);
-                        pd.migrating[id] = (p as u32, n as u32);
+                        pd.migrating[id] = (ReplicaId::new(p), n as u32);
                         pd.in_flight.push(id);
                         let generation = self.states[id].generation;
                         self.queue.push(now + ticks(dur).max(SimTime::TICK), Event::MigrationEnd { id, generation });
@@ -301,7 +301,7 @@ impl ClusterSim<'_> {
         tier.loading += 1;
         let pd = self.pd.as_mut().expect("disaggregated");
         pd.tier_loaded[id] = held - have;
-        pd.migrating[id] = (target as u32, n as u32);
+        pd.migrating[id] = (ReplicaId::new(target), n as u32);
         pd.in_flight.push(id);
         let generation = self.states[id].generation;
         self.queue.push(now + ticks(dur).max(SimTime::TICK), Event::MigrationEnd { id, generation });
@@ -399,7 +399,7 @@ impl ClusterSim<'_> {
     pub(super) fn on_migration_end(&mut self, now: SimTime, id: RequestId) -> Result<(), RunError> {
         let pd = self.pd.as_mut().expect("disaggregated");
         let (p, n) = pd.migrating[id];
-        let p = p as usize;
+        let p = p.index();
         if let Some(k) = pd.in_flight.iter().position(|&x| x == id) {
             pd.in_flight.swap_remove(k);
         }

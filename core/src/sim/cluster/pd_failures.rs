@@ -49,7 +49,7 @@ impl ClusterSim<'_> {
         if s < pd.prefill_end {
             // Prefill (a mixed instance is both): the prompts on their way into it.
             let (ours, others): (Vec<RequestId>, Vec<RequestId>) =
-                pd.in_flight.iter().partition(|&&id| pd.migrating[id].0 as usize == s);
+                pd.in_flight.iter().partition(|&&id| pd.migrating[id].0.index() == s);
             pd.in_flight = others;
             for &id in &ours {
                 if let Some(tier) = pd.tier.as_mut().filter(|_| pd.tier_loaded[id] > 0) {

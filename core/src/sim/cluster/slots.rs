@@ -20,7 +20,7 @@ use crate::ids::{ReplicaId, RequestId, RouterIndex};
 pub(super) struct Slots {
     items: Vec<Replica>,
     /// Slots marked since the last take, each once (`marked` says which).
-    changed: Vec<u32>,
+    changed: Vec<ReplicaId>,
     marked: Vec<bool>,
     /// Every view must be rebuilt (at the start, and after [`Slots::mark_all`]).
     all: bool,
@@ -31,7 +31,7 @@ pub(super) enum Changed {
     /// Every view.
     All,
     /// The views of these slots (routable or not).
-    Slots(Vec<u32>),
+    Slots(Vec<ReplicaId>),
 }
 
 impl Slots {
@@ -43,7 +43,7 @@ impl Slots {
     fn mark(&mut self, slot: usize) {
         if !self.all && !self.marked[slot] {
             self.marked[slot] = true;
-            self.changed.push(slot as u32);
+            self.changed.push(ReplicaId::new(slot));
         }
     }
 
@@ -56,7 +56,7 @@ impl Slots {
     /// [`Slots::give_back`] so that its room is reused.
     pub(super) fn take_changed(&mut self) -> Changed {
         for &s in &self.changed {
-            self.marked[s as usize] = false;
+            self.marked[s] = false;
         }
         if std::mem::take(&mut self.all) {
             self.changed.clear();
@@ -66,7 +66,7 @@ impl Slots {
     }
 
     /// Returns the list [`Slots::take_changed`] handed out (emptied).
-    pub(super) fn give_back(&mut self, mut list: Vec<u32>) {
+    pub(super) fn give_back(&mut self, mut list: Vec<ReplicaId>) {
         if self.changed.is_empty() {
             list.clear();
             self.changed = list;
@@ -89,8 +89,8 @@ impl super::ClusterSim<'_> {
             }
             Changed::Slots(list) => {
                 for &slot in &list {
-                    let k = self.index_of[slot as usize];
-                    if self.routable.get(k.index()) == Some(&ReplicaId::from_u32(slot)) {
+                    let k = self.index_of[slot];
+                    if self.routable.get(k.index()) == Some(&slot) {
                         self.refresh_view(k);
                     }
                 }
@@ -169,7 +169,7 @@ mod tests {
         match s.take_changed() {
             Changed::All => None,
             Changed::Slots(v) => {
-                let out = v.clone();
+                let out = v.iter().map(|r| r.raw()).collect();
                 s.give_back(v);
                 Some(out)
             }
