@@ -457,7 +457,7 @@ impl<'a> ClusterSim<'a> {
         let n = self.routable.len();
         let (router, range) =
             models::router_of(&mut self.router, self.models.as_deref_mut(), stream.model(id.index()) as usize, n);
-        let k = RouterIndex::new(range.start + router.dispatch(&req, &self.infos[id], &self.views[range])? as usize);
+        let k = range.router_index(router.dispatch(&req, &self.infos[id], &self.views[range.views()])?);
         let r = self.routable[k].index();
         let cfg = &self.cfgs[replica_pool(None, &self.gpu_pool, r)];
         self.replicas[r].enqueue(now, id, prompt, q.output_tokens, &mut self.states[id], cfg);
@@ -552,7 +552,7 @@ impl<'a> ClusterSim<'a> {
         for m in 0..self.model_count() {
             let n = self.routable.len();
             let (router, range) = models::router_of(&mut self.router, self.models.as_deref_mut(), m, n);
-            router.scrape(&self.views[range], seconds(now));
+            router.scrape(&self.views[range.views()], seconds(now));
         }
         if self.done < self.stream.len() {
             let interval = self.scrape_interval.expect("scrapes are scheduled only with an interval");

@@ -50,13 +50,38 @@ pub(super) fn router_of<'r>(
     models: Option<&'r mut Models>,
     m: usize,
     routable: usize,
-) -> (&'r mut RouterHandle, Range<usize>) {
+) -> (&'r mut RouterHandle, ModelIndices) {
     match models {
-        None => (router, 0..routable),
+        None => (router, ModelIndices(0..routable)),
         Some(ms) => {
-            let range = ms.bounds[m] as usize..ms.bounds[m + 1] as usize;
+            let range = ModelIndices(ms.bounds[m] as usize..ms.bounds[m + 1] as usize);
             if m == 0 { (router, range) } else { (&mut ms.others[m - 1], range) }
         }
+    }
+}
+
+/// One model's replicas as router indices (a contiguous range of the routable set), which its
+/// router numbers from 0: the one conversion between the two ([`ModelIndices::local`],
+/// [`ModelIndices::router_index`]). Without models, the whole set, numbered as it is.
+pub(super) struct ModelIndices(Range<usize>);
+
+impl ModelIndices {
+    /// The range of the views this model's router is shown.
+    pub(super) fn views(&self) -> Range<usize> {
+        self.0.clone()
+    }
+
+    /// Router index `k` (one of this model's) as its router numbers it. A draining replica's
+    /// completions keep the index it had, which may now lie past the range's end; never below
+    /// its start.
+    pub(super) fn local(&self, k: RouterIndex) -> u32 {
+        debug_assert!(k.index() >= self.0.start, "router index {} below its model's {:?}", k.index(), self.0);
+        (k.index() - self.0.start) as u32
+    }
+
+    /// The router index of this model's candidate `i` (its router's answer).
+    pub(super) fn router_index(&self, i: u32) -> RouterIndex {
+        RouterIndex::new(self.0.start + i as usize)
     }
 }
 
@@ -109,7 +134,7 @@ impl ClusterSim<'_> {
         let m = self.models.as_ref().map_or(0, |ms| ms.of_slot[self.routable[k].index()] as usize);
         let n = self.routable.len();
         let (router, range) = router_of(&mut self.router, self.models.as_deref_mut(), m, n);
-        (router, k.index() - range.start)
+        (router, range.local(k) as usize)
     }
 
     /// Every router's own figures: `router.<stat>` with one model; with several, each model's

@@ -86,7 +86,7 @@ impl ClusterSim<'_> {
         let (router, range) = models::router_of(&mut self.router, self.models.as_deref_mut(), model, n);
         let replica = match &self.pd {
             Some(pd) => pd.pool_index(self.index_of[r], PdPool::Decode),
-            None => self.index_of[r].raw() - range.start as u32,
+            None => range.local(self.index_of[r]),
         };
         let c = Completion {
             request_id: id.raw() as u64,
