@@ -60,6 +60,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::time::{SimTime, ticks};
 use routelab_policy_api::abi_stable::std_types::Tuple2;
 use routelab_policy_api::{Roofline, Step, StepPricer, StepShape};
 use serde::{Deserialize, Serialize};
@@ -393,6 +394,29 @@ impl Pricer {
         match self {
             Pricer::Roofline(cost) => cost.shape_time_s(&StepShape::of(step)),
             Pricer::Calibrated(c) => c.step_time_s(step),
+        }
+    }
+
+    /// Appends to `ends` the ends of `m` plain decode steps after `end`: the k-th (from 1) of
+    /// `batch` decodes over `context_tokens + k × batch` context tokens, each at least a tick,
+    /// exactly as pricing each with [`Pricer::step_time_s`] and adding its ticks. One match for
+    /// the whole run, so the roofline's loop is the formula alone (a decode run prices up to 64
+    /// steps at a time).
+    pub fn decode_run_ends(&self, batch: u64, context_tokens: u64, m: u64, end: SimTime, ends: &mut Vec<SimTime>) {
+        fn extend(m: u64, mut end: SimTime, ends: &mut Vec<SimTime>, step_s: impl Fn(u64) -> f64) {
+            ends.reserve(m as usize);
+            for k in 1..=m {
+                end += ticks(step_s(k)).max(SimTime::TICK);
+                ends.push(end);
+            }
+        }
+        let context = |k: u64| context_tokens + k * batch;
+        match self {
+            // `StepShape::of` a step without chunks is its decode shape.
+            Pricer::Roofline(cost) => {
+                extend(m, end, ends, |k| cost.shape_time_s(&StepShape::decode(batch, context(k))))
+            }
+            Pricer::Calibrated(c) => extend(m, end, ends, |k| c.step_time_s(&Step::mixed(batch, context(k), &[]))),
         }
     }
 

@@ -319,19 +319,20 @@ impl Replica {
         debug_assert_eq!(need, self.decode_batch as u64, "planned right after a plain decode step");
         let finish_at = self.finishing.peek().map_or(u64::MAX, |&std::cmp::Reverse((at, _, _))| at);
         let (pinned, cached) = (self.cache.pinned_tokens(), self.cache.total_tokens());
-        let mut end = first_end;
-        for k in 1..=max {
-            // The k-th end from now: `plain_decode_end` then, with k − 1 more steps' tokens.
-            let private = self.private_tokens + (k - 1) * need;
-            let room = pinned + private + need <= cfg.kv_capacity_tokens;
-            let uncut = !cfg.report_evictions || cached + private + need <= cfg.kv_capacity_tokens;
-            if finish_at <= self.steps + k || !room || !uncut {
-                break;
-            }
-            let d = pricer.step_time_s(&Step::mixed(need, self.decode_context_tokens + k * need, &[]));
-            end += crate::time::ticks(d).max(SimTime::TICK);
-            ends.push(end);
+        // The k-th end from now (`plain_decode_end` then, with k − 1 more steps' tokens) is
+        // plain while nobody finishes by step `steps + k`, and `used + k × need` KV tokens fit
+        // (pinned + private: room; cached + private: no cut the router hears of). Each bound
+        // only tightens with k, so the run is the k up to the least of them.
+        let fits = |used: u64| match (cfg.kv_capacity_tokens.checked_sub(used), need) {
+            (None, _) => 0,
+            (Some(_), 0) => max,
+            (Some(left), _) => left / need,
+        };
+        let mut m = max.min(finish_at.saturating_sub(self.steps + 1)).min(fits(pinned + self.private_tokens));
+        if cfg.report_evictions {
+            m = m.min(fits(cached + self.private_tokens));
         }
+        pricer.decode_run_ends(need, self.decode_context_tokens, m, first_end, ends);
     }
 
     /// Tokens of the step just formed: one per decoding request plus every chunk's.
