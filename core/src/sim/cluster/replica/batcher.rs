@@ -134,14 +134,19 @@ impl Replica {
                 }
                 let req = stream.request(r.index());
                 let prompt = stream.prompt(r.index());
-                let plan = self.cache.plan(prompt);
                 let st = &mut states[r];
+                // The matched nodes go straight to `admit` (a waiting request's path is empty).
+                debug_assert!(st.path.is_empty(), "a waiting request holds a path");
+                let mut path = std::mem::take(&mut st.path);
+                let plan = self.cache.plan_path(prompt, &mut path);
                 let redo = st.prefill_target - req.prompt_tokens;
                 let output_here = st.output_here(req.output_tokens);
                 let reserve = reserve_tokens(cfg, st, req);
                 if self.committed_tokens(cfg) + plan.newly_pinned_tokens + plan.new_tokens + reserve
                     > cfg.kv_capacity_tokens
                 {
+                    path.clear();
+                    st.path = path;
                     self.blocked = true;
                     break;
                 }
@@ -159,7 +164,6 @@ impl Replica {
                 let private = redo as u64 + (n == left) as u64;
                 let over = (self.kv_used_tokens() + plan.new_tokens + private).saturating_sub(cfg.kv_capacity_tokens);
                 let events = cfg.report_evictions.then_some(&mut self.evictions);
-                let mut path = std::mem::take(&mut st.path);
                 self.cache.admit(prompt, &mut path, over, events);
                 st.path = path;
                 self.private_tokens += private;

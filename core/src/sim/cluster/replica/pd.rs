@@ -26,7 +26,8 @@ impl Replica {
         if self.running.len() >= cfg.max_batch_requests as usize {
             return None;
         }
-        let plan = self.cache.plan(prompt);
+        let mut path = Vec::new();
+        let plan = self.cache.plan_path(prompt, &mut path);
         let reserve = match cfg.reservation {
             Reservation::Full => req.output_tokens as u64,
             Reservation::Estimate { output_tokens } => output_tokens.max(1).min(req.output_tokens) as u64,
@@ -36,7 +37,6 @@ impl Replica {
         }
         let over = (self.kv_used_tokens() + plan.new_tokens + 1).saturating_sub(cfg.kv_capacity_tokens);
         let events = cfg.report_evictions.then_some(&mut self.evictions);
-        let mut path = std::mem::take(&mut st.path);
         self.cache.admit(prompt, &mut path, over, events);
         st.path = path;
         self.private_tokens += 1;
@@ -62,13 +62,13 @@ impl Replica {
         segments: &[routelab_policy_api::Segment],
         cfg: &ReplicaConfig,
     ) -> bool {
-        let plan = self.cache.plan(segments);
+        let mut path = Vec::new();
+        let plan = self.cache.plan_path(segments, &mut path);
         if self.committed_tokens(cfg) + plan.newly_pinned_tokens + plan.new_tokens > cfg.kv_capacity_tokens {
             return false;
         }
         let over = (self.kv_used_tokens() + plan.new_tokens).saturating_sub(cfg.kv_capacity_tokens);
         let events = cfg.report_evictions.then_some(&mut self.evictions);
-        let mut path = Vec::new();
         self.cache.admit(segments, &mut path, over, events);
         let tokens = segments.iter().map(|s| s.tokens).sum();
         mark_computed(&mut self.cache, segments, &path, 0, tokens);
