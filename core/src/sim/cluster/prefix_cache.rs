@@ -37,7 +37,13 @@ struct Node {
     children: u32,
     last_used: u64,
     path_hash: u64,
+    /// A child of this node (the last one inserted, while it lives), or [`NO_HINT`]: a chain of
+    /// single children (an agent's growing context) is walked without hashing.
+    hint: u32,
 }
+
+/// A node's `hint` when it names no child.
+const NO_HINT: u32 = u32::MAX;
 
 /// What admitting a prompt would take.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,6 +96,7 @@ impl PrefixCache {
             children: 0,
             last_used: 0,
             path_hash: 0,
+            hint: NO_HINT,
         };
         Self {
             nodes: vec![root],
@@ -139,6 +146,11 @@ impl PrefixCache {
     }
 
     fn child(&self, parent: u32, segment_id: u64) -> Option<u32> {
+        let hint = self.nodes[parent as usize].hint;
+        // The hint is a live child of `parent` (`remove` clears it), so its id decides.
+        if hint != NO_HINT && self.nodes[hint as usize].segment.id == segment_id {
+            return Some(hint);
+        }
         self.children.get(&(parent, segment_id)).copied()
     }
 
@@ -303,6 +315,7 @@ impl PrefixCache {
             children: 0,
             last_used: self.clock,
             path_hash,
+            hint: NO_HINT,
         };
         let c = match self.free_slots.pop() {
             Some(i) => {
@@ -319,6 +332,7 @@ impl PrefixCache {
             self.lru.remove(&(p.last_used, parent));
         }
         p.children += 1;
+        p.hint = c;
         self.children.insert((parent, segment.id), c);
         self.total_tokens += segment.tokens as u64;
         c
@@ -377,6 +391,9 @@ impl PrefixCache {
         self.free_slots.push(c);
         let p = &mut self.nodes[parent as usize];
         p.children -= 1;
+        if p.hint == c {
+            p.hint = NO_HINT;
+        }
         if p.children == 0 && p.pins == 0 && parent != ROOT {
             self.lru.insert((p.last_used, parent));
         }
@@ -463,8 +480,15 @@ impl PrefixCache {
     pub fn check(&self) {
         let mut total = 0u64;
         let mut pinned = 0u64;
-        for &c in self.children.values() {
+        for c in self.children.values().copied().chain([ROOT]) {
             let n = &self.nodes[c as usize];
+            if n.hint != NO_HINT {
+                let id = self.nodes[n.hint as usize].segment.id;
+                assert_eq!(self.children.get(&(c, id)), Some(&n.hint), "node {c}'s hint is not its child: {n:?}");
+            }
+            if c == ROOT {
+                continue;
+            }
             assert!(n.computed <= n.tokens && n.tokens <= n.segment.tokens, "node {c}: {n:?}");
             assert!(n.pins > 0 || n.computed == n.tokens, "unpinned node {c} not fully computed: {n:?}");
             total += n.tokens as u64;
