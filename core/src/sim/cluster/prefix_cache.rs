@@ -45,6 +45,48 @@ struct Node {
 /// A node's `hint` when it names no child.
 const NO_HINT: u32 = u32::MAX;
 
+/// The evictable nodes, (last_used, index) in order, and the first of them once asked for: a
+/// replica evicts a few tokens off its oldest leaf nearly every step, and on a large fleet the
+/// B-tree's walk down to its first leaf was a cache miss a level.
+#[derive(Debug, Default)]
+struct Lru {
+    set: BTreeSet<(u64, u32)>,
+    /// `set`'s first key, when known (`None`: ask `set`).
+    first: Option<(u64, u32)>,
+}
+
+impl Lru {
+    fn insert(&mut self, key: (u64, u32)) {
+        if self.first.is_some_and(|f| key < f) {
+            self.first = Some(key);
+        }
+        self.set.insert(key);
+    }
+
+    fn remove(&mut self, key: &(u64, u32)) {
+        if self.first == Some(*key) {
+            self.first = None;
+        }
+        self.set.remove(key);
+    }
+
+    fn first(&mut self) -> Option<(u64, u32)> {
+        if self.first.is_none() {
+            self.first = self.set.first().copied();
+        }
+        self.first
+    }
+
+    fn pop_first(&mut self) {
+        self.first = None;
+        self.set.pop_first();
+    }
+
+    fn contains(&self, key: &(u64, u32)) -> bool {
+        self.set.contains(key)
+    }
+}
+
 /// What admitting a prompt would take.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AdmitPlan {
@@ -69,7 +111,7 @@ pub struct PrefixCache {
     free_slots: Vec<u32>,
     children: MixMap<(u32, u64), u32>,
     /// Evictable nodes: unpinned leaves, by (last_used, index).
-    lru: BTreeSet<(u64, u32)>,
+    lru: Lru,
     clock: u64,
     total_tokens: u64,
     pinned_tokens: u64,
@@ -102,7 +144,7 @@ impl PrefixCache {
             nodes: vec![root],
             free_slots: Vec::new(),
             children: MixMap::default(),
-            lru: BTreeSet::new(),
+            lru: Lru::default(),
             clock: 0,
             total_tokens: 0,
             pinned_tokens: 0,
@@ -406,7 +448,7 @@ impl PrefixCache {
         while tokens > 0 {
             // Peeked, not popped: a victim cut partially keeps its place (and its key), so the
             // common case (a few tokens off the oldest leaf each step) costs no reinsertion.
-            let Some(&(_, c)) = self.lru.first() else { break };
+            let Some((_, c)) = self.lru.first() else { break };
             let whole = self.nodes[c as usize].tokens == self.nodes[c as usize].segment.tokens;
             if whole && self.offloaded.is_some() {
                 let (hash, seg_tokens) = (self.nodes[c as usize].path_hash, self.nodes[c as usize].segment.tokens);
@@ -501,6 +543,7 @@ impl PrefixCache {
                 "lru membership of {c}: {n:?}"
             );
         }
+        assert!(self.lru.first.is_none_or(|f| self.lru.set.first() == Some(&f)), "the LRU's first key is stale");
         assert_eq!(total, self.total_tokens, "total tokens");
         assert_eq!(pinned, self.pinned_tokens, "pinned tokens");
     }
