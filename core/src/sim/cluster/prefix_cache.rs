@@ -664,4 +664,57 @@ mod tests {
         assert_eq!(c.cached_or_pending_prefix(&[seg(1, 10), seg(2, 100), seg(3, 5)], &pending), 110);
         assert_eq!(c.cached_or_pending_prefix(&[seg(1, 10), seg(4, 100)], &pending), 10);
     }
+
+    /// Random admissions (through `plan_path`, as the batcher admits), computations, releases,
+    /// evictions and cached outputs on a small branching tree of segments: after every operation
+    /// every node's child hint is a live child and the LRU's remembered first key is its first
+    /// (`check`), and a lookup through the hints finds what the child map holds.
+    #[test]
+    fn random_operations_keep_hints_and_the_lru_head_true() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut c = PrefixCache::new();
+        let mut running: Vec<(Vec<Segment>, Vec<u32>)> = Vec::new();
+        let (mut admitted, mut evicted) = (0, 0);
+        for _ in 0..20_000 {
+            match next(5) {
+                0 | 1 if running.len() < 12 => {
+                    // Level k draws one of three ids: chains, and branches at every level.
+                    let prompt: Vec<Segment> =
+                        (0..1 + next(6)).map(|k| seg(k * 10 + next(3), 5 + (k as u32 * 7) % 11)).collect();
+                    let mut path = Vec::new();
+                    c.plan_path(&prompt, &mut path);
+                    c.admit(&prompt, &mut path, next(40), None);
+                    assert_eq!(path.len(), prompt.len());
+                    running.push((prompt, path));
+                    admitted += 1;
+                }
+                2 if !running.is_empty() => {
+                    let (prompt, path) = &running[next(running.len() as u64) as usize];
+                    for (&n, s) in path.iter().zip(prompt) {
+                        c.mark_computed(n, s.tokens);
+                    }
+                }
+                3 if !running.is_empty() => {
+                    let (_, path) = running.swap_remove(next(running.len() as u64) as usize);
+                    // A finished turn's output, cached under its path, as the batcher does.
+                    if next(2) == 0 && c.nodes[*path.last().unwrap() as usize].computed > 0 {
+                        c.insert_computed(*path.last().unwrap(), seg(100 + next(3), 4));
+                    }
+                    c.release(&path);
+                }
+                _ => evicted += c.evict(next(60), None),
+            }
+            c.check();
+            for (&(parent, id), &child) in c.children.iter() {
+                assert_eq!(c.child(parent, id), Some(child));
+            }
+        }
+        assert!(admitted > 1000 && evicted > 1000, "{admitted} admitted, {evicted} tokens evicted");
+    }
 }
