@@ -671,13 +671,9 @@ mod tests {
     /// (`check`), and a lookup through the hints finds what the child map holds.
     #[test]
     fn random_operations_keep_hints_and_the_lru_head_true() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        use rand::{RngExt, SeedableRng};
+        let mut rng = crate::seeds::SimRng::seed_from_u64(11);
+        let mut next = move |n: u64| rng.random_range(0..n);
         let mut c = PrefixCache::new();
         let mut running: Vec<(Vec<Segment>, Vec<u32>)> = Vec::new();
         let (mut admitted, mut evicted) = (0, 0);
