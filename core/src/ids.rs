@@ -19,7 +19,7 @@
 //! refuses a stream of more than `u32::MAX` requests, and the spec counts slots in a `u32`.
 
 use std::fmt;
-use std::ops::{Index, IndexMut};
+use std::ops::{Index, IndexMut, Range};
 
 /// A request of the run's stream, by its position in it (arrival order).
 #[repr(transparent)]
@@ -117,6 +117,15 @@ macro_rules! id_impls {
     };
 }
 
+impl ReplicaId {
+    /// The slots at positions `range`, in order: where slots are enumerated, so that a loop
+    /// over them hands out ids, not positions.
+    #[inline]
+    pub fn each(range: Range<usize>) -> impl DoubleEndedIterator<Item = Self> + ExactSizeIterator + Clone {
+        range.map(Self::new)
+    }
+}
+
 id_impls!(RequestId, "request");
 id_impls!(ReplicaId, "replica");
 id_impls!(RouterIndex, "router index");
@@ -133,6 +142,8 @@ mod tests {
         assert_eq!(RequestId::try_new(u32::MAX as usize + 1), None);
         assert_eq!(RequestId::new(7).index(), 7);
         assert!(RequestId::new(1) < RequestId::new(2));
+        let each: Vec<u32> = ReplicaId::each(2..5).map(ReplicaId::raw).collect();
+        assert_eq!(each, vec![2, 3, 4]);
     }
 
     #[test]
