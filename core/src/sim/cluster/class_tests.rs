@@ -108,7 +108,7 @@ fn views_count_kv_as_vllm_reports_it() {
         sim.refresh_views(sim.last_arrived);
         assert_eq!(sim.views.len(), spec.replicas as usize);
         for (k, v) in sim.views.iter().enumerate() {
-            let rep = &sim.replicas[sim.routable[k].index()];
+            let rep = &sim.replicas[sim.routable[k]];
             assert_eq!(v.kv_used_tokens, rep.kv_referenced_tokens());
             assert!(rep.kv_used_tokens() > 0 && v.kv_used_tokens == 0, "replica {k}: {v:?}");
         }

@@ -115,11 +115,11 @@ impl Failures {
 
     /// When slot `slot`, started at `now`, next crashes at random, as the event to queue (`None`
     /// without `mtbf_s`).
-    fn next_crash(&mut self, slot: usize, now: SimTime) -> Option<(SimTime, Event)> {
+    fn next_crash(&mut self, slot: ReplicaId, now: SimTime) -> Option<(SimTime, Event)> {
         let mtbf = self.spec.mtbf_s?;
         let x: f64 = Exp::new(1.0 / mtbf).expect("mtbf_s > 0 (validated)").sample(&mut self.rng);
         let at = now.saturating_add(ticks(x.min(crate::workload::limits::MAX_HORIZON)));
-        Some((at, Event::Crash { slot: ReplicaId::new(slot), life: self.life[slot] }))
+        Some((at, Event::Crash { slot, life: self.life[slot] }))
     }
 
     /// Whether the next eviction event is lost on its way to the router (`kv_event_loss`).
@@ -131,13 +131,13 @@ impl Failures {
     }
 
     /// The factor on a step `slot` starts at `now` (1 when no slowdown holds).
-    pub(super) fn slow_factor(&self, slot: usize, now: SimTime) -> f64 {
+    pub(super) fn slow_factor(&self, slot: ReplicaId, now: SimTime) -> f64 {
         let at = seconds(now);
-        self.spec.slowdowns.iter().filter(|d| d.replica as usize == slot).map(|d| d.factor_at(at)).product()
+        self.spec.slowdowns.iter().filter(|d| d.replica == slot.raw()).map(|d| d.factor_at(at)).product()
     }
 
     /// Slot `slot`'s down time (if it is down) ends at `now`.
-    fn up(&mut self, slot: usize, now: SimTime) {
+    fn up(&mut self, slot: ReplicaId, now: SimTime) {
         if let Some(since) = self.down_since[slot].take() {
             self.down_spans.push((since, now));
         }
@@ -174,7 +174,7 @@ impl ClusterSim<'_> {
         }
         // The replicas up at the start (every slot of a fixed cluster; with autoscaling, the
         // starting ones: the others draw theirs when they start).
-        let up: Vec<usize> = (0..self.replicas.len()).filter(|&s| self.is_routable(s)).collect();
+        let up: Vec<ReplicaId> = self.replicas.ids().filter(|&s| self.is_routable(s)).collect();
         for slot in up {
             if let Some((at, event)) = f.next_crash(slot, SimTime::ZERO) {
                 self.queue.push(at, event);
@@ -185,24 +185,23 @@ impl ClusterSim<'_> {
     }
 
     /// Whether `slot` is down (crashed, not yet restarted).
-    pub(super) fn is_down(&self, slot: usize) -> bool {
+    pub(super) fn is_down(&self, slot: ReplicaId) -> bool {
         self.failures.as_ref().is_some_and(|f| f.down_since[slot].is_some())
     }
 
     /// Replica `slot` crashes at `now` (ignored if it is down or off, if `life` — a random
     /// crash's — has ended, or once every request has ended).
     pub(super) fn on_crash(&mut self, now: SimTime, slot: ReplicaId, life: u32) -> Result<(), RunError> {
-        let s = slot.index();
         let f = self.failures.as_ref().expect("crash events come with failures");
-        let ended = life != SCHEDULED && life != f.life[s];
-        let state = self.fleet.as_ref().map(|fleet| fleet.slots[s]);
-        if ended || self.is_down(s) || state == Some(Slot::Off) || self.done == self.states.len() {
+        let ended = life != SCHEDULED && life != f.life[slot];
+        let state = self.fleet.as_ref().map(|fleet| fleet.slots[slot]);
+        if ended || self.is_down(slot) || state == Some(Slot::Off) || self.done == self.states.len() {
             return Ok(());
         }
         // A lock-step group fails whole (its collectives break): every member goes down.
-        let group = self.group_of(s);
+        let group = self.group_of(slot);
         // Each lost request with the member it was on.
-        let mut lost: Vec<(RequestId, usize)> = Vec::new();
+        let mut lost: Vec<(RequestId, ReplicaId)> = Vec::new();
         for m in group.clone() {
             let rep = &self.replicas[m];
             lost.extend(rep.waiting().iter().chain(rep.running()).map(|&id| (id, m)));
@@ -210,8 +209,8 @@ impl ClusterSim<'_> {
         // P/D: what else the crash loses (`pd_failures.rs`).
         if self.pd.is_some() {
             let mut more = Vec::new();
-            self.pd_crash_losses(s, &mut more);
-            lost.extend(more.into_iter().map(|id| (id, s)));
+            self.pd_crash_losses(slot, &mut more);
+            lost.extend(more.into_iter().map(|id| (id, slot)));
         }
         lost.sort_unstable();
         // What each lost request had streamed, before the replicas' state goes.
@@ -220,15 +219,15 @@ impl ClusterSim<'_> {
         // its prefill instance: it heard of that one when it was orphaned) and, on a P/D
         // decode instance, of every request the crash orphans.
         let orphaned = |sim: &Self, id: RequestId| sim.pd.as_ref().is_some_and(|pd| pd.orphan[id]);
-        let mut notices: Vec<(RequestId, usize, u32)> = lost
+        let mut notices: Vec<(RequestId, ReplicaId, u32)> = lost
             .iter()
             .zip(&produced)
             .filter(|&(&(id, _), _)| !orphaned(self, id))
             .map(|(&(id, m), &out)| (id, m, out))
             .collect();
         if self.pd.is_some() {
-            let orphans = self.pd_orphans(s);
-            notices.extend(orphans.into_iter().map(|id| (id, s, self.states[id].produced)));
+            let orphans = self.pd_orphans(slot);
+            notices.extend(orphans.into_iter().map(|id| (id, slot, self.states[id].produced)));
             notices.sort_unstable();
         }
         for &(id, m, out) in &notices {
@@ -239,14 +238,14 @@ impl ClusterSim<'_> {
         // it yet).
         if state.is_none_or(|st| st == Slot::Ready) {
             for m in group.clone() {
-                self.leave_routable(now, ReplicaId::new(m))?;
+                self.leave_routable(now, m)?;
             }
         }
         // Cold: a new replica keeps only the counters the summary reads. A step in flight (a
         // group's: the group was busy) ends void.
         let was_busy = match self.lockstep {
-            1 => self.replicas[s].busy(),
-            n => self.group_busy[s / n],
+            1 => self.replicas[slot].busy(),
+            n => self.group_busy[slot.index() / n],
         };
         for m in group.clone() {
             self.replicas[m].cold_restart(self.tier_spec.as_ref());
@@ -268,11 +267,11 @@ impl ClusterSim<'_> {
                 self.queue.push(now + restart, Event::Restart(slot));
             }
             // A draining one was going: it is gone.
-            Some(Slot::Draining) => self.slot_off(now, s),
+            Some(Slot::Draining) => self.slot_off(now, slot),
             // A ready or loading one restarts as a loading one (`fleet.rs`).
             Some(_) => {
-                f.down_since[s] = Some(now);
-                let generation = self.fleet.as_mut().expect("a fleet").restart(s);
+                f.down_since[slot] = Some(now);
+                let generation = self.fleet.as_mut().expect("a fleet").restart(slot);
                 self.queue.push(now + restart, Event::Loaded { slot, generation });
             }
         }
@@ -289,10 +288,10 @@ impl ClusterSim<'_> {
         Ok(())
     }
 
-    /// The slots that fail and restart with `s`: its lock-step group (`s` alone without one).
-    fn group_of(&self, s: usize) -> std::ops::Range<usize> {
-        let first = s - s % self.lockstep;
-        first..first + self.lockstep
+    /// The slots that fail and restart with `s`: its lock-step group (`s` alone without one),
+    /// in slot order.
+    fn group_of(&self, s: ReplicaId) -> impl Iterator<Item = ReplicaId> + Clone + use<> {
+        self.group_members(s.index() / self.lockstep)
     }
 
     /// Request `id`, lost at `now` with `produced` tokens out, is routed again or fails.
@@ -321,7 +320,7 @@ impl ClusterSim<'_> {
         let prompt = stream.prompt(id.index());
         let req =
             Request::new(id.raw() as u64, seconds(self.states[id].arrived_at), q.prompt_tokens).with_segments(prompt);
-        let r = self.routable[self.router.dispatch(&req, &self.infos[id], &self.views)? as usize].index();
+        let r = self.routable[self.router.dispatch(&req, &self.infos[id], &self.views)? as usize];
         let cfg = &self.cfgs[super::replica_pool(None, &self.gpu_pool, r)];
         self.replicas[r].enqueue(now, id, prompt, q.output_tokens, &mut self.states[id], cfg);
         // As after a preemption: the new replica recomputes the generated tokens with the prompt.
@@ -362,17 +361,17 @@ impl ClusterSim<'_> {
     /// Replica `slot` (with its lock-step group, member by member) is back at `now`, cold: it
     /// takes requests at the top index.
     pub(super) fn on_restart(&mut self, now: SimTime, slot: ReplicaId) -> Result<(), RunError> {
-        for m in self.group_of(slot.index()) {
+        for m in self.group_of(slot) {
             debug_assert!(self.is_down(m), "a restarting replica is down");
             self.arm_crash(now, m);
-            self.join_routable(now, ReplicaId::new(m))?;
+            self.join_routable(now, m)?;
         }
         self.release_held(now)
     }
 
     /// Slot `s` started (or restarted) at `now`: its next random crash is queued (with
     /// `mtbf_s`, while requests remain), and a down time it had ends.
-    pub(super) fn arm_crash(&mut self, now: SimTime, s: usize) {
+    pub(super) fn arm_crash(&mut self, now: SimTime, s: ReplicaId) {
         let live = self.done < self.states.len();
         let Some(f) = self.failures.as_mut() else { return };
         f.up(s, now);
@@ -384,7 +383,7 @@ impl ClusterSim<'_> {
     /// Slot `s` of an autoscaled fleet goes off at `now` (drained, cancelled, or crashed while
     /// draining): it stops being paid for, its life ends (a random crash drawn in it is void),
     /// and a down time it had ends.
-    pub(super) fn slot_off(&mut self, now: SimTime, s: usize) {
+    pub(super) fn slot_off(&mut self, now: SimTime, s: ReplicaId) {
         self.fleet.as_mut().expect("slots go off in autoscaled fleets").off(s, now);
         if let Some(f) = self.failures.as_mut() {
             f.up(s, now);
@@ -395,9 +394,10 @@ impl ClusterSim<'_> {
     /// Group `g`'s step ended at `now`: `true` if it was void (begun before its crash); the
     /// group, if back up with work, starts its first step.
     pub(super) fn void_group_step_ended(&mut self, now: SimTime, g: usize) -> Result<bool, RunError> {
-        let group = self.group_of(g * self.lockstep);
+        let first = ReplicaId::new(g * self.lockstep);
+        let group = self.group_of(first);
         let Some(f) = self.failures.as_mut() else { return Ok(false) };
-        if !f.void_step[group.start] {
+        if !f.void_step[first] {
             return Ok(false);
         }
         for m in group.clone() {
@@ -405,7 +405,7 @@ impl ClusterSim<'_> {
             self.replicas[m].void_step_ended();
         }
         self.group_busy[g] = false;
-        if !self.is_down(group.start) {
+        if !self.is_down(first) {
             self.start_group_step(g, now)?;
         }
         Ok(true)
@@ -413,7 +413,7 @@ impl ClusterSim<'_> {
 
     /// A step of `slot` ended at `now`: `true` if it was void (begun before a crash); the
     /// replica, if back up with work, starts its first step.
-    pub(super) fn void_step_ended(&mut self, now: SimTime, slot: usize) -> Result<bool, RunError> {
+    pub(super) fn void_step_ended(&mut self, now: SimTime, slot: ReplicaId) -> Result<bool, RunError> {
         let Some(f) = self.failures.as_mut() else { return Ok(false) };
         if !std::mem::take(&mut f.void_step[slot]) {
             return Ok(false);

@@ -16,7 +16,7 @@ impl ClusterSim<'_> {
         let t = |x: Option<SimTime>| x.map_or(f64::NAN, seconds);
         // Per-request costs outside the engine's steps (a calibration's API and
         // detokenisation time), charged where the request's tokens come out.
-        let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, st.replica.index());
+        let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, st.replica);
         let (first, per_token) = self.pricers[pool].per_request_s();
         let later = per_token * q.output_tokens.saturating_sub(1) as f64;
         RequestRecord {

@@ -192,13 +192,13 @@ impl Fleet {
     }
 
     /// The pool slot `slot` belongs to.
-    fn pool_of(&self, slot: usize) -> usize {
-        self.pools.iter().position(|p| p.slots.contains(&slot)).expect("every slot is in a pool")
+    fn pool_of(&self, slot: ReplicaId) -> usize {
+        self.pools.iter().position(|p| p.slots.contains(&slot.index())).expect("every slot is in a pool")
     }
 
     /// Slot `slot` stops being paid for at `now` (through [`ClusterSim::slot_off`] while the
     /// run goes on).
-    pub(super) fn off(&mut self, slot: usize, now: SimTime) {
+    pub(super) fn off(&mut self, slot: ReplicaId, now: SimTime) {
         self.slots[slot] = Slot::Off;
         let paid = seconds(now - self.on_since[slot]);
         self.replica_seconds += paid;
@@ -208,11 +208,11 @@ impl Fleet {
 
     /// Slot `slot` (ready or loading) crashed: it loads again, still paid for, as the newest
     /// loading replica; returns the generation its `Loaded` event must carry.
-    pub(super) fn restart(&mut self, slot: usize) -> u32 {
+    pub(super) fn restart(&mut self, slot: ReplicaId) -> u32 {
         self.slots[slot] = Slot::Loading;
         self.generation[slot] += 1;
-        self.loading.retain(|&x| x.index() != slot);
-        self.loading.push(ReplicaId::new(slot));
+        self.loading.retain(|&x| x != slot);
+        self.loading.push(slot);
         self.generation[slot]
     }
 
@@ -283,7 +283,7 @@ impl Fleet {
 
     /// The run's figures (see the module docs); `end` is when the run's last event happened.
     pub(super) fn push_metrics(&mut self, m: &mut Metrics, end: SimTime, cost_per_hour: Option<f64>) {
-        for s in 0..self.slots.len() {
+        for s in ReplicaId::each(0..self.slots.len()) {
             if self.slots[s] != Slot::Off {
                 self.off(s, end.max(self.on_since[s]));
             }
@@ -342,8 +342,8 @@ impl ClusterSim<'_> {
         // The scaler reads the router's views, KV use counted as vLLM's `kv_cache_usage_perc`
         // counts it ([`Replica::kv_referenced_tokens`]).
         for (k, &slot) in self.routable.iter().enumerate() {
-            let pool = super::pool_of(self.pd.as_ref(), slot.index());
-            self.views[k] = self.replicas[slot.index()].view(&self.cfgs[pool]);
+            let pool = super::pool_of(self.pd.as_ref(), slot);
+            self.views[k] = self.replicas[slot].view(&self.cfgs[pool]);
         }
         let ranges: Vec<std::ops::Range<usize>> =
             (0..self.fleet.as_ref().expect("fleet").pools.len()).map(|k| self.pool_routable(k)).collect();
@@ -437,13 +437,14 @@ impl ClusterSim<'_> {
                 break;
             }
             let range = f.pools[k].slots.clone();
-            let Some(slot) = f.slots[range.clone()].iter().position(|&s| s == Slot::Off).map(|i| range.start + i)
+            let Some(slot) =
+                f.slots[range.clone()].iter().position(|&s| s == Slot::Off).map(|i| ReplicaId::new(range.start + i))
             else {
                 break;
             };
             f.slots[slot] = Slot::Loading;
             f.generation[slot] += 1;
-            f.loading.push(ReplicaId::new(slot));
+            f.loading.push(slot);
             f.on_since[slot] = now;
             f.started += 1;
             let generation = f.generation[slot];
@@ -451,7 +452,7 @@ impl ClusterSim<'_> {
             // (A step from before a crash may still be running, void: `failures.rs`.)
             debug_assert!(!rep.has_work(), "an off replica has no work");
             rep.cold_start(self.tier_spec.as_ref());
-            self.queue.push(now + load, Event::Loaded { slot: ReplicaId::new(slot), generation });
+            self.queue.push(now + load, Event::Loaded { slot, generation });
             self.arm_crash(now, slot);
         }
     }
@@ -464,21 +465,21 @@ impl ClusterSim<'_> {
             let range = f.pools[k].slots.clone();
             let Some(i) = f.loading.iter().rposition(|&s| range.contains(&s.index())) else { break };
             let slot = f.loading.remove(i);
-            self.slot_off(now, slot.index());
+            self.slot_off(now, slot);
             n -= 1;
         }
         while n > 0 && self.pool_routable(k).len() > 1 {
             let slot = self.routable[self.pool_routable(k).end - 1];
-            self.fleet.as_mut().expect("fleet").slots[slot.index()] = Slot::Draining;
+            self.fleet.as_mut().expect("fleet").slots[slot] = Slot::Draining;
             self.leave_routable(now, slot)?;
-            self.drained_if_idle(now, slot.index());
+            self.drained_if_idle(now, slot);
             n -= 1;
         }
         Ok(())
     }
 
     /// A draining replica with nothing left goes off at `now`.
-    pub(super) fn drained_if_idle(&mut self, now: SimTime, slot: usize) {
+    pub(super) fn drained_if_idle(&mut self, now: SimTime, slot: ReplicaId) {
         let Some(f) = self.fleet.as_ref() else { return };
         let rep: &Replica = &self.replicas[slot];
         if f.slots[slot] == Slot::Draining && !rep.busy() && !rep.has_work() && self.pd_drained(slot) {
@@ -489,16 +490,15 @@ impl ClusterSim<'_> {
     /// Slot `slot` finished loading at `now` (unless its load was cancelled): it takes requests.
     pub(super) fn on_loaded(&mut self, now: SimTime, slot: ReplicaId, generation: u32) -> Result<(), RunError> {
         let f = self.fleet.as_mut().expect("load events come with a fleet");
-        let s = slot.index();
-        if f.slots[s] != Slot::Loading || f.generation[s] != generation {
+        if f.slots[slot] != Slot::Loading || f.generation[slot] != generation {
             return Ok(());
         }
-        f.slots[s] = Slot::Ready;
+        f.slots[slot] = Slot::Ready;
         f.loading.retain(|&x| x != slot);
         f.last = f.last.max(now);
-        if self.is_down(s) {
+        if self.is_down(slot) {
             // Back from a crash (`failures.rs`): its down time ends, its next crash is drawn.
-            self.arm_crash(now, s);
+            self.arm_crash(now, slot);
         }
         self.join_routable(now, slot)
     }

@@ -23,22 +23,22 @@
 use super::ClusterSim;
 use super::fleet::Slot;
 use super::replica::Phase;
-use crate::ids::RequestId;
+use crate::ids::{ReplicaId, RequestId};
 use crate::time::SimTime;
 
 impl ClusterSim<'_> {
     /// Whether slot `slot` (idle) holds nothing more on a disaggregated cluster (module docs);
     /// `true` on an aggregated one.
-    pub(super) fn pd_drained(&self, slot: usize) -> bool {
+    pub(super) fn pd_drained(&self, slot: ReplicaId) -> bool {
         let Some(pd) = &self.pd else { return true };
         // Prompts on their way into it (a migration or a tier load) join its queue when they land.
-        if pd.in_flight.iter().any(|&id| pd.migrating[id].0.index() == slot) {
+        if pd.in_flight.iter().any(|&id| pd.migrating[id].0 == slot) {
             return false;
         }
-        if slot < pd.decode_start {
+        if slot.index() < pd.decode_start {
             return pd.handing[slot] == 0;
         }
-        let k = slot - pd.decode_start;
+        let k = slot.index() - pd.decode_start;
         if !pd.waiting[k].is_empty() || pd.active[k] > 0 {
             return false;
         }
@@ -48,12 +48,12 @@ impl ClusterSim<'_> {
 
     /// The requests bound for decode instance `slot` that are still before their hand-off: queued
     /// or running on a prefill candidate (a mixed instance included), or on their way to one.
-    pub(super) fn bound_before_handoff(&self, slot: usize) -> impl Iterator<Item = RequestId> + '_ {
+    pub(super) fn bound_before_handoff(&self, slot: ReplicaId) -> impl Iterator<Item = RequestId> + '_ {
         let pd = self.pd.as_ref().expect("disaggregated");
         let prefilling = self.replicas[..pd.prefill_end].iter().flat_map(|r| r.waiting().iter().chain(r.running()));
         prefilling.chain(&pd.in_flight).copied().filter(move |&id| {
             let st = &self.states[id];
-            st.handoff && st.phase != Phase::Transfer && pd.decode_of[id].is_some_and(|d| d.index() == slot)
+            st.handoff && st.phase != Phase::Transfer && pd.decode_of[id] == Some(slot)
         })
     }
 
@@ -61,7 +61,8 @@ impl ClusterSim<'_> {
     /// or a crash, which free a draining instance without a step of its own ending).
     pub(super) fn settle_drains(&mut self, now: SimTime) {
         let Some(f) = &self.fleet else { return };
-        let draining: Vec<usize> = (0..f.slots.len()).filter(|&s| f.slots[s] == Slot::Draining).collect();
+        let draining: Vec<ReplicaId> =
+            ReplicaId::each(0..f.slots.len()).filter(|&s| f.slots[s] == Slot::Draining).collect();
         for s in draining {
             self.drained_if_idle(now, s);
         }

@@ -22,21 +22,27 @@
 
 use super::ClusterSim;
 use crate::error::RunError;
+use crate::ids::ReplicaId;
 use crate::step_model::{Pricer, Step};
 use crate::time::{SimTime, ticks};
 
 impl ClusterSim<'_> {
     /// Whether replica `r` can start a step now (alone, or with its group).
-    pub(super) fn idle(&self, r: usize) -> bool {
+    pub(super) fn idle(&self, r: ReplicaId) -> bool {
         match self.lockstep {
             1 => !self.replicas[r].busy(),
-            n => !self.group_busy[r / n],
+            n => !self.group_busy[r.index() / n],
         }
+    }
+
+    /// Group `g`'s members, in slot order.
+    pub(super) fn group_members(&self, g: usize) -> impl Iterator<Item = ReplicaId> + Clone + use<> {
+        ReplicaId::each(g * self.lockstep..(g + 1) * self.lockstep)
     }
 
     /// Starts group `g`'s next step at `now` if any member has work; queues its end.
     pub(super) fn start_group_step(&mut self, g: usize, now: SimTime) -> Result<(), RunError> {
-        let members = g * self.lockstep..(g + 1) * self.lockstep;
+        let members = self.group_members(g);
         let mut steps = Vec::with_capacity(self.lockstep);
         for m in members.clone() {
             let d = self.form_step(m, now)?;
@@ -64,7 +70,7 @@ impl ClusterSim<'_> {
             }
         }
         self.group_busy[g] = true;
-        self.queue.push_slot(now + t, (g * self.lockstep) as u32);
+        self.queue_step_end(now + t, ReplicaId::new(g * self.lockstep));
         Ok(())
     }
 
@@ -74,7 +80,7 @@ impl ClusterSim<'_> {
         if self.void_group_step_ended(now, g)? {
             return Ok(());
         }
-        for m in g * self.lockstep..(g + 1) * self.lockstep {
+        for m in self.group_members(g) {
             if self.replicas[m].busy() {
                 self.finish_replica_step(now, m)?;
             }

@@ -12,7 +12,7 @@
 //! the batch's adapters every step; the last step that ran one ended with its last request).
 //! Without `max_loras` every adapter is loaded from the start: admissions are all hits.
 
-use crate::ids::RequestId;
+use crate::ids::{ReplicaId, RequestId};
 use crate::signals::AdapterFigures;
 use crate::workload::cluster::lora::Lora;
 use crate::workload::generate::RequestStream;
@@ -185,7 +185,7 @@ pub fn push_lora_metrics<'a>(m: &mut crate::metrics::Metrics, adapters: impl Ite
 
 impl super::ClusterSim<'_> {
     /// Request `id` joined replica `r`'s waiting queue.
-    pub(super) fn lora_enqueued(&mut self, r: usize, id: RequestId) {
+    pub(super) fn lora_enqueued(&mut self, r: ReplicaId, id: RequestId) {
         self.replicas[r].adapter_enqueued(&self.stream, id);
     }
 
@@ -196,7 +196,7 @@ impl super::ClusterSim<'_> {
         }
         let adapter = self.stream.adapter(id.index());
         for (k, &slot) in self.routable.iter().enumerate() {
-            if let Some(l) = self.replicas[slot.index()].lora() {
+            if let Some(l) = self.replicas[slot].lora() {
                 self.router.set_lora(k, l.figures(adapter));
             }
         }

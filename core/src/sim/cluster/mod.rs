@@ -218,18 +218,18 @@ impl<T> std::ops::Index<ReplicaPool> for ByPool<T> {
 }
 
 /// The disaggregation pool of replica `r` (`Decode` on an aggregated cluster).
-fn pool_of(pd: Option<&Pd>, r: usize) -> ReplicaPool {
+fn pool_of(pd: Option<&Pd>, r: ReplicaId) -> ReplicaPool {
     match pd {
-        Some(pd) if r < pd.decode_start => ReplicaPool::Prefill,
-        Some(pd) if r < pd.prefill_end => ReplicaPool::Mixed,
+        Some(pd) if r.index() < pd.decode_start => ReplicaPool::Prefill,
+        Some(pd) if r.index() < pd.prefill_end => ReplicaPool::Mixed,
         _ => ReplicaPool::Decode,
     }
 }
 
 /// The pool of replica `r`: its GPU pool's (`cluster.pools` or the models' own hardware), else
 /// [`pool_of`]'s.
-fn replica_pool(pd: Option<&Pd>, gpu_pool: &[u8], r: usize) -> ReplicaPool {
-    match gpu_pool.get(r) {
+fn replica_pool(pd: Option<&Pd>, gpu_pool: &[u8], r: ReplicaId) -> ReplicaPool {
+    match gpu_pool.get(r.index()) {
         Some(&p) => ReplicaPool::Gpu(p),
         None => pool_of(pd, r),
     }
@@ -408,7 +408,7 @@ impl<'a> ClusterSim<'a> {
             if due.is_some() {
                 let (now, event) = self.queue.pop().expect("peeked");
                 match event {
-                    Event::StepEnd(r) => self.on_step_end(now, r.index())?,
+                    Event::StepEnd(r) => self.on_step_end(now, r)?,
                     Event::TransferEnd { id, generation } => {
                         if self.states[id].generation == generation {
                             self.on_transfer_end(now, id)?
@@ -458,7 +458,7 @@ impl<'a> ClusterSim<'a> {
         let (router, range) =
             models::router_of(&mut self.router, self.models.as_deref_mut(), stream.model(id.index()) as usize, n);
         let k = range.router_index(router.dispatch(&req, &self.infos[id], &self.views[range.views()])?);
-        let r = self.routable[k].index();
+        let r = self.routable[k];
         let cfg = &self.cfgs[replica_pool(None, &self.gpu_pool, r)];
         self.replicas[r].enqueue(now, id, prompt, q.output_tokens, &mut self.states[id], cfg);
         self.lora_enqueued(r, id);
@@ -546,8 +546,8 @@ impl<'a> ClusterSim<'a> {
     /// interval later while requests remain (to arrive or to finish).
     fn on_scrape(&mut self, now: SimTime) {
         for (v, &slot) in self.views.iter_mut().zip(&self.routable) {
-            let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, slot.index());
-            *v = self.replicas[slot.index()].view(&self.cfgs[pool]);
+            let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, slot);
+            *v = self.replicas[slot].view(&self.cfgs[pool]);
         }
         for m in 0..self.model_count() {
             let n = self.routable.len();
@@ -569,7 +569,7 @@ impl<'a> ClusterSim<'a> {
         remaining_tokens: u32,
     ) -> Result<(), RunError> {
         let changing = self.failures.is_some() || self.fleet.is_some();
-        if changing && self.stale_eviction(replica.index(), evicted_at) {
+        if changing && self.stale_eviction(replica, evicted_at) {
             return Ok(());
         }
         if self.pd.is_some() {

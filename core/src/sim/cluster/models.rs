@@ -15,7 +15,7 @@ use routelab_policy_api::{RouterBox, World};
 
 use super::{ClusterSim, SetupError};
 use crate::handle::RouterHandle;
-use crate::ids::RouterIndex;
+use crate::ids::{ReplicaId, RouterIndex};
 
 /// The routers of models 1.. (model 0's is the world's `router`) and where each model's
 /// replicas start.
@@ -119,7 +119,7 @@ impl ClusterSim<'_> {
     }
 
     /// The model of the replica in slot `slot` (0 with one model).
-    pub(super) fn model_of_slot(&self, slot: usize) -> usize {
+    pub(super) fn model_of_slot(&self, slot: ReplicaId) -> usize {
         self.models.as_ref().map_or(0, |ms| ms.of_slot[slot] as usize)
     }
 
@@ -131,7 +131,7 @@ impl ClusterSim<'_> {
     /// The router that sees router index `k` (of the whole routable set), and `k` in its own
     /// indices.
     pub(super) fn router_at(&mut self, k: RouterIndex) -> (&mut RouterHandle, usize) {
-        let m = self.models.as_ref().map_or(0, |ms| ms.of_slot[self.routable[k].index()] as usize);
+        let m = self.models.as_ref().map_or(0, |ms| ms.of_slot[self.routable[k]] as usize);
         let n = self.routable.len();
         let (router, range) = router_of(&mut self.router, self.models.as_deref_mut(), m, n);
         (router, range.local(k) as usize)

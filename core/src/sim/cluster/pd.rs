@@ -209,8 +209,8 @@ impl Pd {
     }
 
     /// Whether instance `s` is a mixed one (a candidate of both pools).
-    pub fn is_mixed(&self, s: usize) -> bool {
-        (self.decode_start..self.prefill_end).contains(&s)
+    pub fn is_mixed(&self, s: ReplicaId) -> bool {
+        (self.decode_start..self.prefill_end).contains(&s.index())
     }
 }
 
@@ -223,14 +223,14 @@ impl ClusterSim<'_> {
         let decision = self.router.dispatch_pair(req, &self.infos[id], &self.views, end, first)?;
         // The pools' indices to instances (slots).
         let routable = &self.routable;
-        let slot = |pd: &Pd, pool, i| routable[pd.router_index(pool, i)].index();
+        let slot = |pd: &Pd, pool, i| routable[pd.router_index(pool, i)];
         let stream = &*self.stream;
         let prompt = stream.prompt(id.index());
         let pd = self.pd.as_mut().expect("disaggregated");
         let target = match decision.action {
             PdDecision::DISAGGREGATE => {
                 let (p, d) = (slot(pd, PdPool::Prefill, decision.prefill), slot(pd, PdPool::Decode, decision.decode));
-                pd.decode_of[id] = Some(ReplicaId::new(d));
+                pd.decode_of[id] = Some(d);
                 if p == d {
                     // One mixed instance both prefills and decodes: nothing to transfer.
                     pd.local += 1;
@@ -251,7 +251,7 @@ impl ClusterSim<'_> {
                     }
                     if tokens > have {
                         let dur = pd.link.transfer_time_s(tokens - have, pd.kv_bytes_per_token, 1);
-                        pd.migrating[id] = (ReplicaId::new(p), n as u32);
+                        pd.migrating[id] = (p, n as u32);
                         pd.in_flight.push(id);
                         let generation = self.states[id].generation;
                         self.queue.push(now + ticks(dur).max(SimTime::TICK), Event::MigrationEnd { id, generation });
@@ -262,7 +262,7 @@ impl ClusterSim<'_> {
             }
             PdDecision::DECODE_ONLY => {
                 let d = slot(pd, PdPool::Decode, decision.decode);
-                pd.decode_of[id] = Some(ReplicaId::new(d));
+                pd.decode_of[id] = Some(d);
                 pd.decode_only += 1;
                 d
             }
@@ -279,7 +279,7 @@ impl ClusterSim<'_> {
 
     /// Request `id` prefills on `target`: after a load from the shared tier if it holds more of
     /// the prompt than `target` does, at once otherwise.
-    fn prefill_at(&mut self, now: SimTime, id: RequestId, target: usize) -> Result<(), RunError> {
+    fn prefill_at(&mut self, now: SimTime, id: RequestId, target: ReplicaId) -> Result<(), RunError> {
         if self.load_from_tier(now, id, target) {
             return Ok(());
         }
@@ -289,7 +289,7 @@ impl ClusterSim<'_> {
     /// Request `id` is about to prefill on `target`: if the shared tier holds more of its prompt
     /// than `target`'s cache, that part is loaded first (the request waits for it, as for a
     /// migration); returns whether a load started.
-    fn load_from_tier(&mut self, now: SimTime, id: RequestId, target: usize) -> bool {
+    fn load_from_tier(&mut self, now: SimTime, id: RequestId, target: ReplicaId) -> bool {
         let Some(tier) = self.pd.as_mut().and_then(|pd| pd.tier.as_mut()) else { return false };
         let prompt = self.stream.prompt(id.index());
         let (n, held) = tier.get(prompt);
@@ -301,7 +301,7 @@ impl ClusterSim<'_> {
         tier.loading += 1;
         let pd = self.pd.as_mut().expect("disaggregated");
         pd.tier_loaded[id] = held - have;
-        pd.migrating[id] = (ReplicaId::new(target), n as u32);
+        pd.migrating[id] = (target, n as u32);
         pd.in_flight.push(id);
         let generation = self.states[id].generation;
         self.queue.push(now + ticks(dur).max(SimTime::TICK), Event::MigrationEnd { id, generation });
@@ -310,7 +310,7 @@ impl ClusterSim<'_> {
 
     /// Request `id` joins `target`'s queue at `now` (a prefill instance keeps only its first
     /// token); an idle instance starts.
-    fn join_queue(&mut self, now: SimTime, id: RequestId, target: usize) -> Result<(), RunError> {
+    fn join_queue(&mut self, now: SimTime, id: RequestId, target: ReplicaId) -> Result<(), RunError> {
         let rep = &mut self.replicas[target];
         let out = self.states[id].output_here(self.stream.request(id.index()).output_tokens);
         let cfg = &self.cfgs[super::pool_of(self.pd.as_ref(), target)];
@@ -323,7 +323,7 @@ impl ClusterSim<'_> {
 
     /// Prefill instance `p` finished request `id`'s prefill at `now`: the router hears of it and
     /// the request queues for its decode instance's memory.
-    pub(super) fn on_handoff(&mut self, now: SimTime, p: usize, id: RequestId) -> Result<(), RunError> {
+    pub(super) fn on_handoff(&mut self, now: SimTime, p: ReplicaId, id: RequestId) -> Result<(), RunError> {
         if self.pd.as_ref().is_some_and(|pd| pd.orphan.get(id.index()) == Some(&true)) {
             return self.orphan_handed_off(now, id);
         }
@@ -344,13 +344,13 @@ impl ClusterSim<'_> {
         if let Some(tier) = &mut pd.tier {
             tier.put(self.stream.prompt(id.index()));
         }
-        let d = pd.decode_of[id].expect("a handed-off request's decode instance is decided").index();
-        pd.prefill_of[id] = Some(ReplicaId::new(p));
+        let d = pd.decode_of[id].expect("a handed-off request's decode instance is decided");
+        pd.prefill_of[id] = Some(p);
         pd.handing[p] += 1;
         if pd.link.layerwise {
             pd.handoff_at[id] = now;
         }
-        pd.waiting[d - pd.decode_start].push_back(id);
+        pd.waiting[d.index() - pd.decode_start].push_back(id);
         self.start_transfers(now, d);
         Ok(())
     }
@@ -358,9 +358,9 @@ impl ClusterSim<'_> {
     /// Starts the transfers into decode instance `d` that its memory now admits, in hand-off
     /// order (the first that does not fit stops the rest, as admission does). Nothing for a
     /// prefill instance or an aggregated cluster.
-    pub(super) fn start_transfers(&mut self, now: SimTime, d: usize) {
-        let Some(pd) = self.pd.as_mut().filter(|pd| d >= pd.decode_start) else { return };
-        let k = d - pd.decode_start;
+    pub(super) fn start_transfers(&mut self, now: SimTime, d: ReplicaId) {
+        let Some(pd) = self.pd.as_mut().filter(|pd| d.index() >= pd.decode_start) else { return };
+        let k = d.index() - pd.decode_start;
         // A mixed instance takes transfers too, with its own pool's memory (not the decode pool's).
         let cfg = &self.cfgs[super::pool_of(Some(&*pd), d)];
         while let Some(&id) = pd.waiting[k].front() {
@@ -399,7 +399,6 @@ impl ClusterSim<'_> {
     pub(super) fn on_migration_end(&mut self, now: SimTime, id: RequestId) -> Result<(), RunError> {
         let pd = self.pd.as_mut().expect("disaggregated");
         let (p, n) = pd.migrating[id];
-        let p = p.index();
         if let Some(k) = pd.in_flight.iter().position(|&x| x == id) {
             pd.in_flight.swap_remove(k);
         }
@@ -425,8 +424,8 @@ impl ClusterSim<'_> {
     /// Request `id`'s KV arrived at its decode instance at `now`.
     pub(super) fn on_transfer_end(&mut self, now: SimTime, id: RequestId) -> Result<(), RunError> {
         let pd = self.pd.as_mut().expect("disaggregated");
-        let d = pd.decode_of[id].expect("a transferred request's decode instance is decided").index();
-        pd.active[d - pd.decode_start] -= 1;
+        let d = pd.decode_of[id].expect("a transferred request's decode instance is decided");
+        pd.active[d.index() - pd.decode_start] -= 1;
         // The prefill instance's part is over: a draining one may go (`fleet_pd.rs`).
         pd.handed_over(id);
         let cfg = &self.cfgs[super::pool_of(Some(&*pd), d)];

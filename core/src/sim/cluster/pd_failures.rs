@@ -34,22 +34,22 @@ use routelab_policy_api::{Completion, PdPool};
 
 use super::ClusterSim;
 use crate::error::RunError;
-use crate::ids::RequestId;
+use crate::ids::{ReplicaId, RequestId};
 use crate::time::{SimTime, seconds};
 
 impl ClusterSim<'_> {
     /// Instance `s` crashes: pushes to `lost` the requests it loses beyond its own queues
     /// (module docs).
-    pub(super) fn pd_crash_losses(&mut self, s: usize, lost: &mut Vec<RequestId>) {
+    pub(super) fn pd_crash_losses(&mut self, s: ReplicaId, lost: &mut Vec<RequestId>) {
         let n = self.stream.len();
         let pd = self.pd.as_mut().expect("disaggregated");
         if pd.orphan.len() < n {
             pd.orphan.resize(n, false);
         }
-        if s < pd.prefill_end {
+        if s.index() < pd.prefill_end {
             // Prefill (a mixed instance is both): the prompts on their way into it.
             let (ours, others): (Vec<RequestId>, Vec<RequestId>) =
-                pd.in_flight.iter().partition(|&&id| pd.migrating[id].0.index() == s);
+                pd.in_flight.iter().partition(|&&id| pd.migrating[id].0 == s);
             pd.in_flight = others;
             for &id in &ours {
                 if let Some(tier) = pd.tier.as_mut().filter(|_| pd.tier_loaded[id] > 0) {
@@ -59,9 +59,9 @@ impl ClusterSim<'_> {
             }
             lost.extend(ours);
         }
-        if s >= pd.decode_start {
+        if s.index() >= pd.decode_start {
             // Decode: the hand-offs waiting for its memory; its transfers in flight are void.
-            let k = s - pd.decode_start;
+            let k = s.index() - pd.decode_start;
             lost.extend(pd.waiting[k].drain(..));
             pd.active[k] = 0;
         }
@@ -70,8 +70,8 @@ impl ClusterSim<'_> {
     /// Decode instance `s` crashed: the requests bound for it that are still before their
     /// hand-off (queued or running on a prefill instance, or on their way to one) become
     /// orphans; returns them (none for a prefill instance).
-    pub(super) fn pd_orphans(&mut self, s: usize) -> Vec<RequestId> {
-        if s < self.pd.as_ref().expect("disaggregated").decode_start {
+    pub(super) fn pd_orphans(&mut self, s: ReplicaId) -> Vec<RequestId> {
+        if s.index() < self.pd.as_ref().expect("disaggregated").decode_start {
             return Vec::new();
         }
         let bound: Vec<RequestId> = self.bound_before_handoff(s).collect();
@@ -88,7 +88,7 @@ impl ClusterSim<'_> {
 
     /// The index `abandoned.replica` names for request `id`: its decode candidate on a
     /// disaggregated cluster, else the router index of `s`, the replica it was lost on.
-    pub(super) fn abandoned_index(&self, id: RequestId, s: usize) -> u32 {
+    pub(super) fn abandoned_index(&self, id: RequestId, s: ReplicaId) -> u32 {
         match &self.pd {
             Some(pd) => {
                 let d = pd.decode_of[id].expect("an abandoned P/D request's decode instance is decided");

@@ -36,7 +36,7 @@ impl ClusterSim<'_> {
                 pd.r_decode_start += 1;
                 pd.r_decode_start - 1
             }
-            Some(pd) if pd.is_mixed(s) => {
+            Some(pd) if pd.is_mixed(slot) => {
                 pd.r_mixed += 1;
                 pd.r_prefill_end() - 1
             }
@@ -51,8 +51,8 @@ impl ClusterSim<'_> {
             self.index_of[self.routable[k]] = RouterIndex::new(k);
         }
         self.replicas.mark_all();
-        self.routable_since[s] = now;
-        self.replicas_changed(now, s, true)
+        self.routable_since[slot] = now;
+        self.replicas_changed(now, slot, true)
     }
 
     /// Slot `slot` (routable) stops taking requests at `now`: the replicas above it move down one
@@ -68,7 +68,7 @@ impl ClusterSim<'_> {
                 pd.r_decode_start -= 1;
                 self.shift_draining_decodes(false);
             }
-            Some(pd) if pd.is_mixed(slot.index()) => pd.r_mixed -= 1,
+            Some(pd) if pd.is_mixed(slot) => pd.r_mixed -= 1,
             _ => {}
         }
         self.replicas.mark_all();
@@ -76,10 +76,10 @@ impl ClusterSim<'_> {
             let k = &mut self.index_of[above];
             *k = RouterIndex::new(k.index() - 1);
         }
-        self.replicas_changed(now, slot.index(), false)
+        self.replicas_changed(now, slot, false)
     }
 
-    fn replicas_changed(&mut self, now: SimTime, s: usize, joined: bool) -> Result<(), RunError> {
+    fn replicas_changed(&mut self, now: SimTime, s: ReplicaId, joined: bool) -> Result<(), RunError> {
         if let Some(pd) = &self.pd {
             // In each of the instance's pools' own indices.
             let (at, n, k) = (seconds(now), self.routable.len(), self.index_of[s]);
@@ -94,7 +94,7 @@ impl ClusterSim<'_> {
             return if pd.is_mixed(s) {
                 let (p, d) = (prefill(), decode());
                 self.router.mixed_changed(&p, &d, n)
-            } else if s < pd.decode_start {
+            } else if s.index() < pd.decode_start {
                 let p = prefill();
                 self.router.pool_changed(ReplicaChange::PREFILL, &p, n)
             } else {
@@ -116,7 +116,7 @@ impl ClusterSim<'_> {
     /// were placed at (router index − `r_decode_start`).
     fn shift_draining_decodes(&mut self, up: bool) {
         let (Some(pd), Some(f)) = (&self.pd, &self.fleet) else { return };
-        for s in pd.decode_start..f.slots.len() {
+        for s in ReplicaId::each(pd.decode_start..f.slots.len()) {
             if f.slots[s] == super::fleet::Slot::Draining {
                 let k = self.index_of[s].index();
                 self.index_of[s] = RouterIndex::new(if up { k + 1 } else { k - 1 });
@@ -125,12 +125,12 @@ impl ClusterSim<'_> {
     }
 
     /// Whether slot `slot` is routable now.
-    pub(super) fn is_routable(&self, slot: usize) -> bool {
-        self.routable.get(self.index_of[slot].index()) == Some(&ReplicaId::new(slot))
+    pub(super) fn is_routable(&self, slot: ReplicaId) -> bool {
+        self.routable.get(self.index_of[slot].index()) == Some(&slot)
     }
 
     /// Whether an eviction notice of `slot` cut at `evicted_at` is stale (module docs).
-    pub(super) fn stale_eviction(&self, slot: usize, evicted_at: SimTime) -> bool {
+    pub(super) fn stale_eviction(&self, slot: ReplicaId, evicted_at: SimTime) -> bool {
         !self.is_routable(slot) || evicted_at < self.routable_since[slot]
     }
 }

@@ -25,6 +25,7 @@
 //! [`Replica::plan_decode_run`]: super::replica::Replica::plan_decode_run
 
 use super::{ClusterSim, replica_pool};
+use crate::ids::ReplicaId;
 use crate::time::{SimTime, ticks};
 
 /// Plain decode steps planned ahead at most: a run an arrival ends wastes at most this many
@@ -38,7 +39,7 @@ pub(super) struct DecodeRuns {
     ends: Vec<Vec<SimTime>>,
     next: Vec<usize>,
     /// Slots whose run has ends not yet applied (each once: `listed`).
-    active: Vec<u32>,
+    active: Vec<ReplicaId>,
     listed: Vec<bool>,
     /// Planned step ends applied (the tests' measure of how much the runs carry).
     applied: u64,
@@ -56,7 +57,7 @@ impl DecodeRuns {
     }
 
     /// Whether slot `r` has planned ends not yet applied.
-    fn pending(&self, r: usize) -> bool {
+    fn pending(&self, r: ReplicaId) -> bool {
         self.next[r] + 1 < self.ends[r].len()
     }
 }
@@ -83,7 +84,7 @@ impl ClusterSim<'_> {
             && self.scrape_interval.is_none()
             && self.remote_tier.is_none()
             && self.lockstep == 1;
-        let slotted = (0..self.replicas.len()).all(|r| self.queue.has_slot(r as u32));
+        let slotted = self.replicas.ids().all(|r| self.queue.has_slot(r.raw()));
         if quiet && slotted && self.decode_runs {
             self.runs = Some(DecodeRuns::new(self.replicas.len()));
         }
@@ -91,28 +92,29 @@ impl ClusterSim<'_> {
 
     /// Replica `r`'s plain decode step of `d` seconds starts at `now` (as `begin_step`), and
     /// the steps after it are planned: only the run's last end is queued.
-    pub(super) fn begin_decode_step(&mut self, r: usize, now: SimTime, d: f64) {
+    pub(super) fn begin_decode_step(&mut self, r: ReplicaId, now: SimTime, d: f64) {
         let t = ticks(d).max(SimTime::TICK);
         self.replicas[r].step_began(now, t);
         // A held request may be released at any step end (`release_held` reads the views).
         let holding = self.admission.as_ref().is_some_and(|a| a.held() > 0);
         let Some(runs) = self.runs.as_mut().filter(|_| !holding) else {
-            self.queue.push_slot(now + t, r as u32);
+            self.queue_step_end(now + t, r);
             return;
         };
         let pool = replica_pool(None, &self.gpu_pool, r);
         let ends = &mut runs.ends[r];
         self.replicas[r].plan_decode_run(now + t, &self.cfgs[pool], &self.pricers[pool], MAX_RUN, ends);
         runs.next[r] = 0;
-        self.queue.push_slot(*ends.last().expect("T₁ at least"), r as u32);
+        let last = *ends.last().expect("T₁ at least");
         if runs.pending(r) && !runs.listed[r] {
             runs.listed[r] = true;
-            runs.active.push(r as u32);
+            runs.active.push(r);
         }
+        self.queue_step_end(last, r);
     }
 
     /// Applies replica `r`'s planned step ends up to `t` (inclusive).
-    fn catch_up(&mut self, r: usize, t: SimTime) {
+    fn catch_up(&mut self, r: ReplicaId, t: SimTime) {
         let Some(runs) = &mut self.runs else { return };
         let ends = &runs.ends[r];
         let mut i = runs.next[r];
@@ -136,12 +138,12 @@ impl ClusterSim<'_> {
         let Some(runs) = &mut self.runs else { return };
         let mut active = std::mem::take(&mut runs.active);
         for &r in &active {
-            self.catch_up(r as usize, t);
+            self.catch_up(r, t);
         }
         let runs = self.runs.as_mut().expect("on");
         active.retain(|&r| {
-            let keep = runs.pending(r as usize);
-            runs.listed[r as usize] = keep;
+            let keep = runs.pending(r);
+            runs.listed[r] = keep;
             keep
         });
         runs.active = active;
@@ -149,7 +151,7 @@ impl ClusterSim<'_> {
 
     /// Replica `r`'s queued step end at `now`: the planned ends before it are applied and its
     /// run is over.
-    pub(super) fn decode_run_ended(&mut self, r: usize, now: SimTime) {
+    pub(super) fn decode_run_ended(&mut self, r: ReplicaId, now: SimTime) {
         if self.runs.is_none() {
             return;
         }
@@ -166,18 +168,18 @@ impl ClusterSim<'_> {
     pub(super) fn end_decode_runs(&mut self) {
         let Some(runs) = &mut self.runs else { return };
         for r in std::mem::take(&mut runs.active) {
-            self.runs.as_mut().expect("on").listed[r as usize] = false;
-            self.end_decode_run(r as usize);
+            self.runs.as_mut().expect("on").listed[r] = false;
+            self.end_decode_run(r);
         }
     }
 
     /// Something from outside changes replica `r` at `now` (a request placed on it), which has
     /// been caught up to `now`: the step in flight ends as a queued event, and its run is over.
-    pub(super) fn end_decode_run(&mut self, r: usize) {
+    pub(super) fn end_decode_run(&mut self, r: ReplicaId) {
         let Some(runs) = &mut self.runs else { return };
         if runs.pending(r) {
             let in_flight = runs.ends[r][runs.next[r]];
-            self.queue.reschedule_slot(r as u32, in_flight);
+            self.queue.reschedule_slot(r.raw(), in_flight);
         }
         runs.ends[r].clear();
         runs.next[r] = 0;

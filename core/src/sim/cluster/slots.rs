@@ -4,13 +4,12 @@
 //! rebuilding views that had not moved).
 //!
 //! A view is a function of its replica's state alone ([`Replica::view`]), so the one way to
-//! change that state — `&mut` through [`IndexMut`] — marks the slot; reading ([`Deref`] to a slice, [`Index`]) does not. There is no `DerefMut`: a mutable
+//! change that state — `&mut` through [`IndexMut`], by [`ReplicaId`] — marks the slot; reading ([`Deref`] to a slice, [`Index`] by a [`ReplicaId`] or a range of positions) does not. There is no `DerefMut`: a mutable
 //! path that does not mark does not compile. Marking is conservative (a `&mut` that changes
 //! nothing a view shows still marks). Whatever rewrites or reshapes the views themselves (a
 //! crash, a scale decision) calls [`Slots::mark_all`], and the next refresh rebuilds them all.
 
-use std::ops::{Deref, Index, IndexMut};
-use std::slice::SliceIndex;
+use std::ops::{Deref, Index, IndexMut, Range, RangeFrom, RangeTo};
 
 use super::replica::Replica;
 use super::replica_pool;
@@ -40,11 +39,16 @@ impl Slots {
         Self { items, changed: Vec::new(), marked, all: true }
     }
 
-    fn mark(&mut self, slot: usize) {
+    fn mark(&mut self, slot: ReplicaId) {
         if !self.all && !self.marked[slot] {
             self.marked[slot] = true;
-            self.changed.push(ReplicaId::new(slot));
+            self.changed.push(slot);
         }
+    }
+
+    /// Every slot, in order.
+    pub(super) fn ids(&self) -> impl Iterator<Item = ReplicaId> + use<> {
+        ReplicaId::each(0..self.items.len())
     }
 
     /// Every view is to be rebuilt at the next refresh.
@@ -100,7 +104,7 @@ impl super::ClusterSim<'_> {
         if self.router.capabilities().needs_exact_match() {
             let prompt = self.stream.prompt(id.index());
             for (v, &slot) in self.views.iter_mut().zip(&self.routable) {
-                v.matched_tokens = self.replicas[slot.index()].matched_tokens(prompt);
+                v.matched_tokens = self.replicas[slot].matched_tokens(prompt);
             }
         }
         #[cfg(debug_assertions)]
@@ -111,7 +115,7 @@ impl super::ClusterSim<'_> {
 
     /// Rebuilds the view of the replica at router index `k`.
     fn refresh_view(&mut self, k: RouterIndex) {
-        let slot = self.routable[k].index();
+        let slot = self.routable[k];
         let rep = &self.replicas[slot];
         self.views[k] = rep.view(&self.cfgs[replica_pool(self.pd.as_ref(), &self.gpu_pool, slot)]);
         let prefilling = rep.prefilling_len() as u32;
@@ -128,7 +132,6 @@ impl super::ClusterSim<'_> {
         }
         assert_eq!(self.views.len(), self.routable.len());
         for (k, (v, &slot)) in self.views.iter().zip(&self.routable).enumerate() {
-            let slot = slot.index();
             let fresh = self.replicas[slot].view(&self.cfgs[replica_pool(self.pd.as_ref(), &self.gpu_pool, slot)]);
             let seen = routelab_policy_api::ReplicaView { matched_tokens: 0, ..*v };
             assert_eq!(seen, fresh, "view {k} (slot {slot}) is stale");
@@ -143,15 +146,29 @@ impl Deref for Slots {
     }
 }
 
-impl<I: SliceIndex<[Replica]>> Index<I> for Slots {
-    type Output = I::Output;
-    fn index(&self, slots: I) -> &I::Output {
-        &self.items[slots]
+impl Index<ReplicaId> for Slots {
+    type Output = Replica;
+    fn index(&self, slot: ReplicaId) -> &Replica {
+        &self.items[slot]
     }
 }
 
-impl IndexMut<usize> for Slots {
-    fn index_mut(&mut self, slot: usize) -> &mut Replica {
+/// A run of slots by position (a disaggregated cluster's pools: `..decode_start`,
+/// `prefill_end..`), read only.
+macro_rules! index_by_positions {
+    ($($range:ty),*) => {$(
+        impl Index<$range> for Slots {
+            type Output = [Replica];
+            fn index(&self, slots: $range) -> &[Replica] {
+                &self.items[slots]
+            }
+        }
+    )*};
+}
+index_by_positions!(Range<usize>, RangeFrom<usize>, RangeTo<usize>);
+
+impl IndexMut<ReplicaId> for Slots {
+    fn index_mut(&mut self, slot: ReplicaId) -> &mut Replica {
         self.mark(slot);
         &mut self.items[slot]
     }
@@ -179,19 +196,20 @@ mod tests {
     #[test]
     fn only_mutable_access_marks_and_each_slot_once() {
         let mut s = slots(4);
+        let r = ReplicaId::from_u32;
         assert!(changed(&mut s).is_none(), "everything is new at the start");
         assert_eq!(changed(&mut s), Some(vec![]));
-        let _ = s[1].waiting().len() + s.iter().count();
+        let _ = s[r(1)].waiting().len() + s.iter().count();
         assert_eq!(changed(&mut s), Some(vec![]), "reads mark nothing");
-        let _ = &mut s[2];
-        let _ = &mut s[0];
-        let _ = &mut s[2];
+        let _ = &mut s[r(2)];
+        let _ = &mut s[r(0)];
+        let _ = &mut s[r(2)];
         assert_eq!(changed(&mut s), Some(vec![2, 0]));
         assert_eq!(changed(&mut s), Some(vec![]), "taking clears the marks");
-        let _ = &mut s[3];
+        let _ = &mut s[r(3)];
         s.mark_all();
         assert!(changed(&mut s).is_none());
-        let _ = &mut s[3];
+        let _ = &mut s[r(3)];
         assert_eq!(changed(&mut s), Some(vec![3]), "a mark taken with `All` is not left behind");
     }
 }

@@ -7,15 +7,15 @@ use routelab_policy_api::{Completion, PdPool};
 use super::replica::Phase;
 use super::{ClusterSim, Event, Evicted, models, replica_pool};
 use crate::error::RunError;
-use crate::ids::RequestId;
+use crate::ids::{ReplicaId, RequestId};
 use crate::time::{SimTime, seconds, ticks};
 
 impl ClusterSim<'_> {
     /// Replica `r`'s step ends at `now`: finished requests complete, and its next step starts.
-    pub(super) fn on_step_end(&mut self, now: SimTime, r: usize) -> Result<(), RunError> {
+    pub(super) fn on_step_end(&mut self, now: SimTime, r: ReplicaId) -> Result<(), RunError> {
         self.decode_run_ended(r, now);
         if self.lockstep > 1 {
-            return self.on_group_step_end(now, r / self.lockstep);
+            return self.on_group_step_end(now, r.index() / self.lockstep);
         }
         if self.void_step_ended(now, r)? {
             return Ok(());
@@ -32,7 +32,7 @@ impl ClusterSim<'_> {
     /// ([`super::replica::Replica::next_decode_step`]): the next one starts; `false` (nothing
     /// done) when the general path must run. It completed nothing, and the replica stays busy,
     /// so nothing else of the general path applies.
-    fn next_decode_step(&mut self, now: SimTime, r: usize) -> bool {
+    fn next_decode_step(&mut self, now: SimTime, r: ReplicaId) -> bool {
         let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, r);
         let Some(step) = self.replicas[r].next_decode_step(now, &self.cfgs[pool], &self.pricers[pool]) else {
             return false;
@@ -45,7 +45,7 @@ impl ClusterSim<'_> {
     }
 
     /// Replica `r`'s step ended at `now`: its finished requests complete (or hand off).
-    pub(super) fn finish_replica_step(&mut self, now: SimTime, r: usize) -> Result<(), RunError> {
+    pub(super) fn finish_replica_step(&mut self, now: SimTime, r: ReplicaId) -> Result<(), RunError> {
         self.completed.clear();
         let cfg = &self.cfgs[replica_pool(self.pd.as_ref(), &self.gpu_pool, r)];
         self.replicas[r].tier_loads_ended(self.remote_tier.as_mut());
@@ -68,7 +68,7 @@ impl ClusterSim<'_> {
 
     /// The O(nodes) check of replica `r`'s cache every max(256, nodes) steps (a power of two):
     /// O(1) per step. Debug builds only.
-    pub(super) fn audit_cache(&self, r: usize) {
+    pub(super) fn audit_cache(&self, r: ReplicaId) {
         #[cfg(debug_assertions)]
         if self.replicas[r].steps() % (self.replicas[r].cache().nodes() as u64).max(256).next_power_of_two() == 0 {
             self.replicas[r].cache().check();
@@ -78,7 +78,7 @@ impl ClusterSim<'_> {
 
     /// Request `id` finished on replica `r` at `now`: the router hears of it (on a disaggregated
     /// cluster, `replica` indexes the decode candidates).
-    pub(super) fn report_completion(&mut self, now: SimTime, r: usize, id: RequestId) -> Result<(), RunError> {
+    pub(super) fn report_completion(&mut self, now: SimTime, r: ReplicaId, id: RequestId) -> Result<(), RunError> {
         let (q, st) = (self.stream.request(id.index()), &self.states[id]);
         self.done += 1;
         let model = self.model_of_slot(r);
@@ -114,9 +114,9 @@ impl ClusterSim<'_> {
 
     /// Starts replica `r`'s next step at `now` if it has work (in lock-step: its group's step);
     /// queues its end and its evictions.
-    pub(super) fn start_step(&mut self, r: usize, now: SimTime) -> Result<(), RunError> {
+    pub(super) fn start_step(&mut self, r: ReplicaId, now: SimTime) -> Result<(), RunError> {
         if self.lockstep > 1 {
-            return self.start_group_step(r / self.lockstep, now);
+            return self.start_group_step(r.index() / self.lockstep, now);
         }
         if let Some(d) = self.form_step(r, now)? {
             self.begin_step(r, now, d);
@@ -125,15 +125,22 @@ impl ClusterSim<'_> {
     }
 
     /// Replica `r`'s step of `d` seconds starts at `now`: its end is queued.
-    fn begin_step(&mut self, r: usize, now: SimTime, d: f64) {
+    fn begin_step(&mut self, r: ReplicaId, now: SimTime, d: f64) {
         let t = ticks(d).max(SimTime::TICK);
         self.replicas[r].step_began(now, t);
-        self.queue.push_slot(now + t, r as u32);
+        self.queue_step_end(now + t, r);
+    }
+
+    /// Queues replica `r`'s step end at `at`: in `r`'s slot of the queue when it has one and it
+    /// is free (the queue keys its slots by the replica's raw id; `build.rs` maps a key back to
+    /// [`Event::StepEnd`]), else in the heap.
+    pub(super) fn queue_step_end(&mut self, at: SimTime, r: ReplicaId) {
+        self.queue.push_slot(at, r.raw());
     }
 
     /// Forms replica `r`'s step at `now` and returns its duration (`None`: nothing to run);
     /// marks the replica busy or idle and queues the evictions the step caused.
-    pub(super) fn form_step(&mut self, r: usize, now: SimTime) -> Result<Option<f64>, RunError> {
+    pub(super) fn form_step(&mut self, r: ReplicaId, now: SimTime) -> Result<Option<f64>, RunError> {
         let pool = replica_pool(self.pd.as_ref(), &self.gpu_pool, r);
         let rep = &mut self.replicas[r];
         let (cfg, pricer) = (&self.cfgs[pool], &self.pricers[pool]);
@@ -147,7 +154,7 @@ impl ClusterSim<'_> {
 
     /// A step of `d` seconds that replica `r` starts at `now`, as long as a slow replica's
     /// takes (`failures.slowdowns`; × 1 leaves it exact).
-    fn slowed(&self, r: usize, now: SimTime, d: f64) -> f64 {
+    fn slowed(&self, r: ReplicaId, now: SimTime, d: f64) -> f64 {
         match &self.failures {
             Some(f) => d * f.slow_factor(r, now),
             None => d,
@@ -156,13 +163,13 @@ impl ClusterSim<'_> {
 
     /// Queues the notices of the cuts replica `r`'s cache made for the step starting at `now`
     /// (each lost with `failures.kv_event_loss`).
-    fn queue_evictions(&mut self, r: usize, now: SimTime) {
+    fn queue_evictions(&mut self, r: ReplicaId, now: SimTime) {
         // Most steps cut nothing, or nothing the router hears of: no drain to build and drop.
         if !self.replicas[r].has_evictions() {
             return;
         }
         let replica = self.replicas[r].id();
-        debug_assert_eq!(replica.index(), r, "a replica's id is its slot");
+        debug_assert_eq!(replica, r, "a replica's id is its slot");
         for ev in self.replicas[r].drain_evictions() {
             if self.failures.as_mut().is_some_and(|f| f.loses_kv_event()) {
                 continue;

@@ -202,7 +202,7 @@ impl super::ClusterSim<'_> {
         }
         let prompt = self.stream.prompt(id.index());
         for (k, &slot) in self.routable.iter().enumerate() {
-            let Some(m) = self.replicas[slot.index()].tier_matches(prompt, self.remote_tier.as_ref()) else {
+            let Some(m) = self.replicas[slot].tier_matches(prompt, self.remote_tier.as_ref()) else {
                 continue;
             };
             self.router.set_tier_matches(k, m);
