@@ -245,7 +245,7 @@ impl ClusterSim<'_> {
         // group's: the group was busy) ends void.
         let was_busy = match self.lockstep {
             1 => self.replicas[slot].busy(),
-            n => self.group_busy[slot.index() / n],
+            _ => self.group_busy[self.group_index(slot)],
         };
         for m in group.clone() {
             self.replicas[m].cold_restart(self.tier_spec.as_ref());
@@ -291,7 +291,7 @@ impl ClusterSim<'_> {
     /// The slots that fail and restart with `s`: its lock-step group (`s` alone without one),
     /// in slot order.
     fn group_of(&self, s: ReplicaId) -> impl Iterator<Item = ReplicaId> + Clone + use<> {
-        self.group_members(s.index() / self.lockstep)
+        self.group_members(self.group_index(s))
     }
 
     /// Request `id`, lost at `now` with `produced` tokens out, is routed again or fails.
@@ -394,7 +394,7 @@ impl ClusterSim<'_> {
     /// Group `g`'s step ended at `now`: `true` if it was void (begun before its crash); the
     /// group, if back up with work, starts its first step.
     pub(super) fn void_group_step_ended(&mut self, now: SimTime, g: usize) -> Result<bool, RunError> {
-        let first = ReplicaId::new(g * self.lockstep);
+        let first = self.group_first(g);
         let group = self.group_of(first);
         let Some(f) = self.failures.as_mut() else { return Ok(false) };
         if !f.void_step[first] {

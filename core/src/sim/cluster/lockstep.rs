@@ -31,8 +31,20 @@ impl ClusterSim<'_> {
     pub(super) fn idle(&self, r: ReplicaId) -> bool {
         match self.lockstep {
             1 => !self.replicas[r].busy(),
-            n => !self.group_busy[r.index() / n],
+            _ => !self.group_busy[self.group_index(r)],
         }
+    }
+
+    /// The group slot `r` steps with (groups are numbered from 0, `lockstep` consecutive slots
+    /// each; without lock-step every slot is its own group).
+    pub(super) fn group_index(&self, r: ReplicaId) -> usize {
+        r.index() / self.lockstep
+    }
+
+    /// Group `g`'s first member: its queue slot holds the group's step end, and it stands for the
+    /// group (its void step, its down time).
+    pub(super) fn group_first(&self, g: usize) -> ReplicaId {
+        ReplicaId::new(g * self.lockstep)
     }
 
     /// Group `g`'s members, in slot order.
@@ -70,7 +82,7 @@ impl ClusterSim<'_> {
             }
         }
         self.group_busy[g] = true;
-        self.queue_step_end(now + t, ReplicaId::new(g * self.lockstep));
+        self.queue_step_end(now + t, self.group_first(g));
         Ok(())
     }
 

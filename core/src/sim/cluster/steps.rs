@@ -15,7 +15,7 @@ impl ClusterSim<'_> {
     pub(super) fn on_step_end(&mut self, now: SimTime, r: ReplicaId) -> Result<(), RunError> {
         self.decode_run_ended(r, now);
         if self.lockstep > 1 {
-            return self.on_group_step_end(now, r.index() / self.lockstep);
+            return self.on_group_step_end(now, self.group_index(r));
         }
         if self.void_step_ended(now, r)? {
             return Ok(());
@@ -116,7 +116,7 @@ impl ClusterSim<'_> {
     /// queues its end and its evictions.
     pub(super) fn start_step(&mut self, r: ReplicaId, now: SimTime) -> Result<(), RunError> {
         if self.lockstep > 1 {
-            return self.start_group_step(r.index() / self.lockstep, now);
+            return self.start_group_step(self.group_index(r), now);
         }
         if let Some(d) = self.form_step(r, now)? {
             self.begin_step(r, now, d);
