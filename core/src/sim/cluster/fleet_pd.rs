@@ -35,10 +35,7 @@ impl ClusterSim<'_> {
         if pd.in_flight.iter().any(|&id| pd.migrating[id].0 == slot) {
             return false;
         }
-        if slot.index() < pd.decode_start {
-            return pd.handing[slot] == 0;
-        }
-        let k = slot.index() - pd.decode_start;
+        let Some(k) = pd.decode_row(slot) else { return pd.handing[slot] == 0 };
         if !pd.waiting[k].is_empty() || pd.active[k] > 0 {
             return false;
         }

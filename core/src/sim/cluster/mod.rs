@@ -220,8 +220,8 @@ impl<T> std::ops::Index<ReplicaPool> for ByPool<T> {
 /// The disaggregation pool of replica `r` (`Decode` on an aggregated cluster).
 fn pool_of(pd: Option<&Pd>, r: ReplicaId) -> ReplicaPool {
     match pd {
-        Some(pd) if r.index() < pd.decode_start => ReplicaPool::Prefill,
-        Some(pd) if r.index() < pd.prefill_end => ReplicaPool::Mixed,
+        Some(pd) if pd.is_prefill_only(r) => ReplicaPool::Prefill,
+        Some(pd) if pd.prefills(r) => ReplicaPool::Mixed,
         _ => ReplicaPool::Decode,
     }
 }

@@ -212,6 +212,23 @@ impl Pd {
     pub fn is_mixed(&self, s: ReplicaId) -> bool {
         (self.decode_start..self.prefill_end).contains(&s.index())
     }
+
+    /// Whether instance `s` is a prefill-only one (below `decode_start`).
+    pub fn is_prefill_only(&self, s: ReplicaId) -> bool {
+        s.index() < self.decode_start
+    }
+
+    /// Whether instance `s` is a prefill candidate: prefill-only or mixed (below `prefill_end`).
+    pub fn prefills(&self, s: ReplicaId) -> bool {
+        s.index() < self.prefill_end
+    }
+
+    /// Decode candidate `d`'s row in the per-decode-candidate tables (`active`, `waiting`): its
+    /// slot − `decode_start` (the one place that offset is taken); `None` for a prefill-only
+    /// instance.
+    pub fn decode_row(&self, d: ReplicaId) -> Option<usize> {
+        d.index().checked_sub(self.decode_start)
+    }
 }
 
 impl ClusterSim<'_> {
@@ -350,7 +367,8 @@ impl ClusterSim<'_> {
         if pd.link.layerwise {
             pd.handoff_at[id] = now;
         }
-        pd.waiting[d.index() - pd.decode_start].push_back(id);
+        let k = pd.decode_row(d).expect("a decode instance");
+        pd.waiting[k].push_back(id);
         self.start_transfers(now, d);
         Ok(())
     }
@@ -359,8 +377,8 @@ impl ClusterSim<'_> {
     /// order (the first that does not fit stops the rest, as admission does). Nothing for a
     /// prefill instance or an aggregated cluster.
     pub(super) fn start_transfers(&mut self, now: SimTime, d: ReplicaId) {
-        let Some(pd) = self.pd.as_mut().filter(|pd| d.index() >= pd.decode_start) else { return };
-        let k = d.index() - pd.decode_start;
+        let Some(pd) = self.pd.as_mut() else { return };
+        let Some(k) = pd.decode_row(d) else { return };
         // A mixed instance takes transfers too, with its own pool's memory (not the decode pool's).
         let cfg = &self.cfgs[super::pool_of(Some(&*pd), d)];
         while let Some(&id) = pd.waiting[k].front() {
@@ -425,7 +443,8 @@ impl ClusterSim<'_> {
     pub(super) fn on_transfer_end(&mut self, now: SimTime, id: RequestId) -> Result<(), RunError> {
         let pd = self.pd.as_mut().expect("disaggregated");
         let d = pd.decode_of[id].expect("a transferred request's decode instance is decided");
-        pd.active[d.index() - pd.decode_start] -= 1;
+        let k = pd.decode_row(d).expect("a decode instance");
+        pd.active[k] -= 1;
         // The prefill instance's part is over: a draining one may go (`fleet_pd.rs`).
         pd.handed_over(id);
         let cfg = &self.cfgs[super::pool_of(Some(&*pd), d)];

@@ -46,7 +46,7 @@ impl ClusterSim<'_> {
         if pd.orphan.len() < n {
             pd.orphan.resize(n, false);
         }
-        if s.index() < pd.prefill_end {
+        if pd.prefills(s) {
             // Prefill (a mixed instance is both): the prompts on their way into it.
             let (ours, others): (Vec<RequestId>, Vec<RequestId>) =
                 pd.in_flight.iter().partition(|&&id| pd.migrating[id].0 == s);
@@ -59,9 +59,8 @@ impl ClusterSim<'_> {
             }
             lost.extend(ours);
         }
-        if s.index() >= pd.decode_start {
+        if let Some(k) = pd.decode_row(s) {
             // Decode: the hand-offs waiting for its memory; its transfers in flight are void.
-            let k = s.index() - pd.decode_start;
             lost.extend(pd.waiting[k].drain(..));
             pd.active[k] = 0;
         }
@@ -71,7 +70,7 @@ impl ClusterSim<'_> {
     /// hand-off (queued or running on a prefill instance, or on their way to one) become
     /// orphans; returns them (none for a prefill instance).
     pub(super) fn pd_orphans(&mut self, s: ReplicaId) -> Vec<RequestId> {
-        if s.index() < self.pd.as_ref().expect("disaggregated").decode_start {
+        if self.pd.as_ref().expect("disaggregated").is_prefill_only(s) {
             return Vec::new();
         }
         let bound: Vec<RequestId> = self.bound_before_handoff(s).collect();

@@ -30,9 +30,8 @@ use crate::time::{SimTime, seconds};
 impl ClusterSim<'_> {
     /// Slot `slot` becomes routable at `now`, at the top index, and the router hears it.
     pub(super) fn join_routable(&mut self, now: SimTime, slot: ReplicaId) -> Result<(), RunError> {
-        let s = slot.index();
         let pos = match self.pd.as_mut() {
-            Some(pd) if s < pd.decode_start => {
+            Some(pd) if pd.is_prefill_only(slot) => {
                 pd.r_decode_start += 1;
                 pd.r_decode_start - 1
             }
@@ -42,7 +41,7 @@ impl ClusterSim<'_> {
             }
             _ => self.routable.len(),
         };
-        if self.pd.as_ref().is_some_and(|pd| s < pd.decode_start) {
+        if self.pd.as_ref().is_some_and(|pd| pd.is_prefill_only(slot)) {
             self.shift_draining_decodes(true);
         }
         self.routable.insert(pos, slot);
@@ -64,7 +63,7 @@ impl ClusterSim<'_> {
         self.routable.remove(pos);
         self.views.remove(pos);
         match self.pd.as_mut() {
-            Some(pd) if slot.index() < pd.decode_start => {
+            Some(pd) if pd.is_prefill_only(slot) => {
                 pd.r_decode_start -= 1;
                 self.shift_draining_decodes(false);
             }
@@ -94,7 +93,7 @@ impl ClusterSim<'_> {
             return if pd.is_mixed(s) {
                 let (p, d) = (prefill(), decode());
                 self.router.mixed_changed(&p, &d, n)
-            } else if s.index() < pd.decode_start {
+            } else if pd.is_prefill_only(s) {
                 let p = prefill();
                 self.router.pool_changed(ReplicaChange::PREFILL, &p, n)
             } else {
