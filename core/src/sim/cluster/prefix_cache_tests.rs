@@ -50,11 +50,7 @@ fn pinned_nodes_survive_eviction_and_lru_order_is_respected() {
     // Doc 2 (least recently used) goes whole, doc 3 loses its last 50 tokens; 1 and 4 are pinned.
     assert_eq!(ev[0], EvictionEvent { path: vec![seg(1, 10), seg(2, 100)], remaining_tokens: 0 });
     assert_eq!(ev[1], EvictionEvent { path: vec![seg(1, 10), seg(3, 100)], remaining_tokens: 50 });
-    assert_eq!(
-        c.cached_prefix(&[seg(1, 10), seg(3, 100)]),
-        60,
-        "a partially evicted segment keeps its leading tokens"
-    );
+    assert_eq!(c.cached_prefix(&[seg(1, 10), seg(3, 100)]), 60, "a partially evicted segment keeps its leading tokens");
     assert_eq!(c.evict(1000, None), 50, "only unpinned leaves go");
     assert_eq!(c.total_tokens(), 110);
     c.check();
