@@ -79,7 +79,6 @@ impl Engine {
         let kv_capacity_tokens = cfg.kv_capacity_tokens;
         let core = Core {
             stream: RequestStream::default(),
-            states: Vec::new(),
             replica: Replica::new(ReplicaId::from_u32(0)),
             cfg,
             cost,
@@ -163,7 +162,6 @@ struct Active {
 
 struct Core {
     stream: RequestStream,
-    states: Vec<RequestState>,
     replica: Replica,
     cfg: ReplicaConfig,
     cost: Roofline,
@@ -223,9 +221,15 @@ impl Core {
             segments: from..self.stream.segments.len() as u32,
             output_segment: None,
         });
-        self.states.push(RequestState::default());
-        let (stream, st) = (&self.stream, &mut self.states[id]);
-        self.replica.enqueue(now, id, stream.prompt(id.index()), output_tokens.max(1), st, &self.cfg);
+        let stream = &self.stream;
+        self.replica.enqueue(
+            now,
+            id,
+            stream.prompt(id.index()),
+            output_tokens.max(1),
+            RequestState::default(),
+            &self.cfg,
+        );
         self.active.insert(id, Active { events, sent: 0, counted: false });
         if self.step_end.is_none() {
             self.start_step(now);
@@ -236,13 +240,13 @@ impl Core {
         let now = self.step_end.take().expect("a step runs");
         self.last_end = now;
         self.completed.clear();
-        self.replica.finish_step(now, &self.stream, &mut self.states, &self.cfg, &mut self.completed);
+        self.replica.finish_step(now, &self.stream, &self.cfg, &mut self.completed);
         if let Some(m) = &mut self.mirror {
             m.sync(self.replica.cache());
         }
-        let (stream, states) = (&self.stream, &self.states);
+        let (stream, replica) = (&self.stream, &self.replica);
         for (&id, a) in self.active.iter_mut() {
-            let st = &states[id];
+            let st = replica.state(id);
             let produced = self.replica.produced_now(st);
             let done = (st.phase == Phase::Done).then(|| (stream.requests[id].prompt_tokens, st.cached_tokens));
             if produced > a.sent || done.is_some() {
@@ -251,27 +255,21 @@ impl Core {
                 a.sent = produced;
             }
         }
-        let mirror = &mut self.mirror;
-        self.active.retain(|&id, _| {
-            let done = states[id].phase == Phase::Done;
-            if let Some(m) = mirror.as_mut().filter(|_| done) {
+        // The finished requests' states come back from the replica, and they go.
+        for &id in &self.completed {
+            self.replica.release(id);
+            self.active.remove(&id);
+            if let Some(m) = &mut self.mirror {
                 m.release(stream.prompt(id.index()));
             }
-            !done
-        });
+        }
         self.snap.requests_finished += self.completed.len() as u64;
         self.start_step(now);
     }
 
     fn start_step(&mut self, now: SimTime) {
-        let step = self.replica.start_step(
-            now,
-            &self.stream,
-            &mut self.states,
-            &self.cfg,
-            &Pricer::Roofline(self.cost),
-            &mut self.scheduler,
-        );
+        let step =
+            self.replica.start_step(now, &self.stream, &self.cfg, &Pricer::Roofline(self.cost), &mut self.scheduler);
         match step {
             Ok(step) => self.step_end = step.map(|d| now + ticks(d).max(SimTime::TICK)),
             Err(e) => {
@@ -293,7 +291,7 @@ impl Core {
         // `start_step` marked the replica busy or idle; nothing here reads its evictions.
         self.replica.drain_evictions();
         for (&id, a) in self.active.iter_mut().filter(|(_, a)| !a.counted) {
-            let st = &self.states[id];
+            let st = self.replica.state(id);
             if st.admitted_at.is_some() {
                 a.counted = true;
                 let prompt = self.stream.requests[id].prompt_tokens as u64;

@@ -174,7 +174,7 @@ impl<'a> ClusterSim<'a> {
             router,
             schedulers,
             replicas: super::slots::Slots::new(replicas),
-            states: Window::new(done_state),
+            states: Window::new(super::kept::Kept::Here(done_state)),
             queue,
             views: vec![ReplicaView::default(); spec.replicas as usize],
             completed: Vec::new(),

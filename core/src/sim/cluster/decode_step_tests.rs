@@ -64,22 +64,28 @@ fn run_both(cfg: &ReplicaConfig) -> (u32, u32, u64, usize, u32) {
     let (mut done_a, mut done_b) = (Vec::new(), Vec::new());
     let (mut now, mut next, mut steps, mut plain, mut notices) = (SimTime::ZERO, 0usize, 0u32, 0u32, 0);
     let (mut plan, mut at, mut planned) = (Vec::new(), 0usize, 0u32);
-    let enqueue = |rep: &mut Replica, states: &mut [RequestState], id: usize, now: SimTime| {
+    // Each replica holds its requests' states; a finished one's comes back into `sa`/`sb`.
+    let enqueue = |rep: &mut Replica, id: usize, now: SimTime| {
         let q = stream.request(id);
-        rep.enqueue(now, RequestId::new(id), stream.prompt(id), q.output_tokens, &mut states[id], cfg);
+        rep.enqueue(now, RequestId::new(id), stream.prompt(id), q.output_tokens, RequestState::default(), cfg);
     };
-    enqueue(&mut a, &mut sa, 0, now);
-    enqueue(&mut b, &mut sb, 0, now);
+    let release = |rep: &mut Replica, states: &mut [RequestState], done: &[RequestId]| {
+        for &r in done {
+            states[r.index()] = rep.release(r);
+        }
+    };
+    enqueue(&mut a, 0, now);
+    enqueue(&mut b, 0, now);
     next += 1;
-    let mut d = a.start_step(now, &stream, &mut sa, cfg, &pricer(), &mut qa).unwrap();
-    let db = b.start_step(now, &stream, &mut sb, cfg, &pricer(), &mut qb).unwrap();
+    let mut d = a.start_step(now, &stream, cfg, &pricer(), &mut qa).unwrap();
+    let db = b.start_step(now, &stream, cfg, &pricer(), &mut qb).unwrap();
     assert_eq!(d.map(f64::to_bits), db.map(f64::to_bits));
     while let Some(step) = d {
         now += crate::time::ticks(step).max(SimTime::TICK);
         steps += 1;
         if steps % 40 == 0 && next < n {
-            enqueue(&mut a, &mut sa, next, now);
-            enqueue(&mut b, &mut sb, next, now);
+            enqueue(&mut a, next, now);
+            enqueue(&mut b, next, now);
             next += 1;
             // Changed from outside: the run is over.
             plan.clear();
@@ -92,8 +98,9 @@ fn run_both(cfg: &ReplicaConfig) -> (u32, u32, u64, usize, u32) {
         }
         // B: always the general path.
         done_b.clear();
-        b.finish_step(now, &stream, &mut sb, cfg, &mut done_b);
-        let db2 = b.start_step_tiered(now, &stream, &mut sb, cfg, &pricer(), &mut qb, None).unwrap();
+        b.finish_step(now, &stream, cfg, &mut done_b);
+        release(&mut b, &mut sb, &done_b);
+        let db2 = b.start_step_tiered(now, &stream, cfg, &pricer(), &mut qb, None).unwrap();
         // A: the plain step where it applies.
         d = match a.next_decode_step(now, cfg, &pricer()) {
             Some(s) => {
@@ -108,9 +115,10 @@ fn run_both(cfg: &ReplicaConfig) -> (u32, u32, u64, usize, u32) {
             None => {
                 assert!(!planned_plain, "step {steps}: a planned end is a plain step");
                 done_a.clear();
-                a.finish_step(now, &stream, &mut sa, cfg, &mut done_a);
+                a.finish_step(now, &stream, cfg, &mut done_a);
                 assert_eq!(done_a, done_b, "step {steps}");
-                a.start_step_tiered(now, &stream, &mut sa, cfg, &pricer(), &mut qa, None).unwrap()
+                release(&mut a, &mut sa, &done_a);
+                a.start_step_tiered(now, &stream, cfg, &pricer(), &mut qa, None).unwrap()
             }
         };
         assert_eq!(d.map(f64::to_bits), db2.map(f64::to_bits), "step {steps}: durations");
@@ -122,11 +130,11 @@ fn run_both(cfg: &ReplicaConfig) -> (u32, u32, u64, usize, u32) {
         notices += eb.len();
         if d.is_none() && next < n {
             // Idle: the next request arrives now.
-            enqueue(&mut a, &mut sa, next, now);
-            enqueue(&mut b, &mut sb, next, now);
+            enqueue(&mut a, next, now);
+            enqueue(&mut b, next, now);
             next += 1;
-            d = a.start_step(now, &stream, &mut sa, cfg, &pricer(), &mut qa).unwrap();
-            let db = b.start_step(now, &stream, &mut sb, cfg, &pricer(), &mut qb).unwrap();
+            d = a.start_step(now, &stream, cfg, &pricer(), &mut qa).unwrap();
+            let db = b.start_step(now, &stream, cfg, &pricer(), &mut qb).unwrap();
             assert_eq!(d.map(f64::to_bits), db.map(f64::to_bits), "step {steps}: after idle");
         }
     }

@@ -214,7 +214,7 @@ impl ClusterSim<'_> {
         }
         lost.sort_unstable();
         // What each lost request had streamed, before the replicas' state goes.
-        let produced: Vec<u32> = lost.iter().map(|&(id, m)| self.replicas[m].produced_now(&self.states[id])).collect();
+        let produced: Vec<u32> = lost.iter().map(|&(id, m)| self.replicas[m].produced_now(self.state(id))).collect();
         // The router hears, in id order, of every request lost now (but an orphan lost again on
         // its prefill instance: it heard of that one when it was orphaned) and, on a P/D
         // decode instance, of every request the crash orphans.
@@ -227,7 +227,7 @@ impl ClusterSim<'_> {
             .collect();
         if self.pd.is_some() {
             let orphans = self.pd_orphans(slot);
-            notices.extend(orphans.into_iter().map(|id| (id, slot, self.states[id].produced)));
+            notices.extend(orphans.into_iter().map(|id| (id, slot, self.state(id).produced)));
             notices.sort_unstable();
         }
         for &(id, m, out) in &notices {
@@ -248,7 +248,9 @@ impl ClusterSim<'_> {
             _ => self.group_busy[self.group_index(slot)],
         };
         for m in group.clone() {
-            self.replicas[m].cold_restart(self.tier_spec.as_ref());
+            for (id, st) in self.replicas[m].cold_restart(self.tier_spec.as_ref()) {
+                self.states[id] = super::kept::Kept::Here(st);
+            }
         }
         let f = self.failures.as_mut().expect("crash events come with failures");
         for m in group.clone() {
@@ -303,7 +305,7 @@ impl ClusterSim<'_> {
         }
         f.retries[id] += 1;
         f.retried += 1;
-        let st = &mut self.states[id];
+        let st = self.state_mut(id);
         st.path.clear();
         st.generation += 1;
         st.prefill_done = 0;
@@ -319,12 +321,12 @@ impl ClusterSim<'_> {
         let q = &stream.requests[id];
         let prompt = stream.prompt(id.index());
         let req =
-            Request::new(id.raw() as u64, seconds(self.states[id].arrived_at), q.prompt_tokens).with_segments(prompt);
+            Request::new(id.raw() as u64, seconds(self.state(id).arrived_at), q.prompt_tokens).with_segments(prompt);
         let r = self.routable[self.router.dispatch(&req, &self.infos[id], &self.views)? as usize];
         let cfg = &self.cfgs[super::replica_pool(None, &self.gpu_pool, r)];
-        self.replicas[r].enqueue(now, id, prompt, q.output_tokens, &mut self.states[id], cfg);
-        // As after a preemption: the new replica recomputes the generated tokens with the prompt.
-        self.states[id].prefill_target += produced;
+        // As after a preemption, the new replica recomputes the generated tokens with the prompt.
+        let st = super::kept::hand(&mut self.states, id, r);
+        self.replicas[r].enqueue(now, id, prompt, q.output_tokens, st, cfg);
         if self.idle(r) {
             self.start_step(r, now)?;
         }
@@ -335,12 +337,12 @@ impl ClusterSim<'_> {
     pub(super) fn fail_request(&mut self, id: RequestId) -> Result<(), RunError> {
         // Not bound for a decode instance any more (`pd_failures.rs` looks for such requests),
         // nor held by its prefill instance (`fleet_pd.rs`).
-        self.states[id].handoff = false;
+        self.state_mut(id).handoff = false;
         if let Some(pd) = self.pd.as_mut() {
             pd.handed_over(id);
         }
         // Events still on their way for it (a transfer's end, a migration's) are void.
-        self.states[id].generation += 1;
+        self.state_mut(id).generation += 1;
         let f = self.failures.as_mut().expect("only failures fail requests");
         f.failed += 1;
         self.ends[id] = End::Failed;

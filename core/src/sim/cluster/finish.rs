@@ -12,7 +12,7 @@ impl ClusterSim<'_> {
     /// Request `i`'s record (its state must still be held).
     pub(super) fn record(&self, i: RequestId) -> RequestRecord {
         let pd_rejected = self.pd.as_ref().is_some_and(|pd| pd.rejected[i]);
-        let (q, st) = (self.stream.request(i.index()), &self.states[i]);
+        let (q, st) = (self.stream.request(i.index()), self.state(i));
         let t = |x: Option<SimTime>| x.map_or(f64::NAN, seconds);
         // Per-request costs outside the engine's steps (a calibration's API and
         // detokenisation time), charged where the request's tokens come out.
@@ -40,7 +40,7 @@ impl ClusterSim<'_> {
 
     /// Whether request `i` (held) has ended: finished, rejected or shed.
     pub(super) fn ended(&self, i: RequestId) -> bool {
-        self.states[i].completed_at.is_some()
+        self.state(i).completed_at.is_some()
             || self.ends[i] != End::Served
             || self.pd.as_ref().is_some_and(|pd| pd.rejected[i])
     }
@@ -76,7 +76,7 @@ impl ClusterSim<'_> {
             let pd_rejected = |i: RequestId| self.pd.as_ref().is_some_and(|pd| pd.rejected[i]);
             let mut ended = retired;
             for i in (retired..total).map(RequestId::new) {
-                let st = &self.states[i];
+                let st = self.state(i);
                 let ways = [st.completed_at.is_some(), pd_rejected(i), self.ends[i] != End::Served];
                 let n = ways.iter().filter(|w| **w).count();
                 assert!(n <= 1, "request {i} ended {n} times ({ways:?})");
@@ -107,14 +107,15 @@ impl ClusterSim<'_> {
         let mut metrics =
             self.tally.summary(&self.replicas, p.waiting_at_half, p.waiting_at_end, p.replication.factor());
         // The run's end: its last completion (with a scaler, its last decision or load if later).
-        let end = self.states.iter().filter_map(|st| st.completed_at).max().unwrap_or(SimTime::ZERO);
+        let end =
+            (retired..total).filter_map(|i| self.state(RequestId::new(i)).completed_at).max().unwrap_or(SimTime::ZERO);
         if self.pd.is_some() {
             self.pd_metrics(&records, end, &mut metrics);
         }
         if self.replicas.first().is_some_and(|r| r.tiers().is_some()) {
             debug_assert_eq!(retired, 0, "a run with KV tiers keeps every request's state");
             let prompts = self.stream.requests.iter().map(|q| q.prompt_tokens);
-            let states = self.states.iter();
+            let states = (0..total).map(|i| self.state(RequestId::new(i)));
             summary::push_tier_metrics(&mut metrics, prompts, states, &self.replicas, self.remote_tier.as_ref());
         }
         if !self.classes.is_empty() || !self.tenants.is_empty() {

@@ -49,7 +49,7 @@ impl ClusterSim<'_> {
         let pd = self.pd.as_ref().expect("disaggregated");
         let prefilling = self.replicas[..pd.prefill_end].iter().flat_map(|r| r.waiting().iter().chain(r.running()));
         prefilling.chain(&pd.in_flight).copied().filter(move |&id| {
-            let st = &self.states[id];
+            let st = self.state(id);
             st.handoff && st.phase != Phase::Transfer && pd.decode_of[id] == Some(slot)
         })
     }

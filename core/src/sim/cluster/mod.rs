@@ -66,6 +66,7 @@ mod fleet_pd;
 mod fleet_pd_tests;
 #[cfg(test)]
 mod fleet_tests;
+mod kept;
 mod kv_tier;
 mod lockstep;
 #[cfg(test)]
@@ -279,7 +280,7 @@ pub struct ClusterSim<'a> {
     schedulers: Vec<SchedulerHandle>,
     replicas: slots::Slots,
     /// Per request, by id ([`Window`]: a sketched run drops the requests that have ended).
-    states: Window<RequestState>,
+    states: Window<kept::Kept>,
     queue: EventQueue<Event>,
     views: Vec<ReplicaView>,
     /// Scratch: requests finished by the step being handled.
@@ -357,7 +358,7 @@ impl<'a> ClusterSim<'a> {
         while self.states.len() < upto {
             let i = self.states.len();
             let at = self.stream.arrival(i).expect("a request of the stream");
-            self.states.push(RequestState { arrived_at: at, ..Default::default() });
+            self.states.push(kept::Kept::Here(RequestState { arrived_at: at, ..Default::default() }));
             self.infos.push(request_info(&self.classes, self.slo.as_ref(), &self.stream, i));
             self.ends.push(End::Served);
             self.dispatched_at.push(at);
@@ -410,12 +411,12 @@ impl<'a> ClusterSim<'a> {
                 match event {
                     Event::StepEnd(r) => self.on_step_end(now, r)?,
                     Event::TransferEnd { id, generation } => {
-                        if self.states[id].generation == generation {
+                        if self.state(id).generation == generation {
                             self.on_transfer_end(now, id)?
                         }
                     }
                     Event::MigrationEnd { id, generation } => {
-                        if self.states[id].generation == generation {
+                        if self.state(id).generation == generation {
                             self.on_migration_end(now, id)?
                         }
                     }
@@ -437,7 +438,7 @@ impl<'a> ClusterSim<'a> {
 
     /// The router places request `id` at `now` (views fresh), and an idle replica starts.
     fn place(&mut self, now: SimTime, id: RequestId) -> Result<(), RunError> {
-        let arrived_at = seconds(self.states[id].arrived_at);
+        let arrived_at = seconds(self.state(id).arrived_at);
         if self.nowhere_to_route() {
             // Every replica (of a pool) is down (failures): the gateway has nowhere to send it.
             return self.fail_request(id);
@@ -460,7 +461,8 @@ impl<'a> ClusterSim<'a> {
         let k = range.router_index(router.dispatch(&req, &self.infos[id], &self.views[range.views()])?);
         let r = self.routable[k];
         let cfg = &self.cfgs[replica_pool(None, &self.gpu_pool, r)];
-        self.replicas[r].enqueue(now, id, prompt, q.output_tokens, &mut self.states[id], cfg);
+        let st = kept::hand(&mut self.states, id, r);
+        self.replicas[r].enqueue(now, id, prompt, q.output_tokens, st, cfg);
         self.lora_enqueued(r, id);
         self.end_decode_run(r);
         if self.idle(r) {

@@ -253,7 +253,7 @@ impl ClusterSim<'_> {
                     pd.local += 1;
                     return self.prefill_at(now, id, d);
                 }
-                self.states[id].handoff = true;
+                super::kept::here_mut(&mut self.states, id).handoff = true;
                 if decision.prefix_from != PdDecision::NO_SOURCE && slot(pd, PdPool::Prefill, decision.prefix_from) != p
                 {
                     let src = slot(pd, PdPool::Prefill, decision.prefix_from);
@@ -270,7 +270,7 @@ impl ClusterSim<'_> {
                         let dur = pd.link.transfer_time_s(tokens - have, pd.kv_bytes_per_token, 1);
                         pd.migrating[id] = (p, n as u32);
                         pd.in_flight.push(id);
-                        let generation = self.states[id].generation;
+                        let generation = self.state(id).generation;
                         self.queue.push(now + ticks(dur).max(SimTime::TICK), Event::MigrationEnd { id, generation });
                         return Ok(());
                     }
@@ -285,7 +285,7 @@ impl ClusterSim<'_> {
             }
             _ => {
                 pd.rejected[id] = true;
-                self.states[id].phase = Phase::Done;
+                self.state_mut(id).phase = Phase::Done;
                 self.done += 1;
                 self.abandon_dependents(id);
                 return Ok(());
@@ -320,7 +320,7 @@ impl ClusterSim<'_> {
         pd.tier_loaded[id] = held - have;
         pd.migrating[id] = (target, n as u32);
         pd.in_flight.push(id);
-        let generation = self.states[id].generation;
+        let generation = self.state(id).generation;
         self.queue.push(now + ticks(dur).max(SimTime::TICK), Event::MigrationEnd { id, generation });
         true
     }
@@ -328,10 +328,11 @@ impl ClusterSim<'_> {
     /// Request `id` joins `target`'s queue at `now` (a prefill instance keeps only its first
     /// token); an idle instance starts.
     fn join_queue(&mut self, now: SimTime, id: RequestId, target: ReplicaId) -> Result<(), RunError> {
+        let out = self.state(id).output_here(self.stream.request(id.index()).output_tokens);
+        let st = super::kept::hand(&mut self.states, id, target);
         let rep = &mut self.replicas[target];
-        let out = self.states[id].output_here(self.stream.request(id.index()).output_tokens);
         let cfg = &self.cfgs[super::pool_of(self.pd.as_ref(), target)];
-        rep.enqueue(now, id, self.stream.prompt(id.index()), out, &mut self.states[id], cfg);
+        rep.enqueue(now, id, self.stream.prompt(id.index()), out, st, cfg);
         if !rep.busy() {
             self.start_step(target, now)?;
         }
@@ -344,7 +345,7 @@ impl ClusterSim<'_> {
         if self.pd.as_ref().is_some_and(|pd| pd.orphan.get(id.index()) == Some(&true)) {
             return self.orphan_handed_off(now, id);
         }
-        let (q, st) = (self.stream.request(id.index()), &self.states[id]);
+        let (q, st) = (self.stream.request(id.index()), self.state(id));
         let pd = self.pd.as_ref().expect("disaggregated");
         let c = Completion {
             request_id: id.raw() as u64,
@@ -382,8 +383,9 @@ impl ClusterSim<'_> {
         // A mixed instance takes transfers too, with its own pool's memory (not the decode pool's).
         let cfg = &self.cfgs[super::pool_of(Some(&*pd), d)];
         while let Some(&id) = pd.waiting[k].front() {
-            let st = &mut self.states[id];
-            let Some(cached) = self.replicas[d].admit_transfer(id, &self.stream, st, cfg) else { break };
+            let table = &mut self.states;
+            let take = || super::kept::hand(table, id, d);
+            let Some(cached) = self.replicas[d].admit_transfer(id, &self.stream, take, cfg) else { break };
             pd.waiting[k].pop_front();
             let prompt = self.stream.request(id.index()).prompt_tokens;
             let tokens = match pd.transfer {
@@ -397,7 +399,7 @@ impl ClusterSim<'_> {
                 // (memory is reserved here, at the hand-off: an approximation that holds it for
                 // less time than a real layer-wise transfer, which needs it from the start).
                 let ended = pd.handoff_at[id];
-                let started = if now == ended { self.states[id].admitted_at.unwrap_or(now) } else { now };
+                let started = if now == ended { self.replicas[d].state(id).admitted_at.unwrap_or(now) } else { now };
                 let end = pd.link.layerwise_end(dur, pd.layers, seconds(started), seconds(ended));
                 let end = ticks(end).max(now + SimTime::TICK);
                 // What the request waits after its prefill: the part the overlap did not hide.
@@ -407,7 +409,7 @@ impl ClusterSim<'_> {
             };
             pd.transfer_s[id] = shown;
             pd.decode_cached[id] = cached;
-            self.queue.push(end, Event::TransferEnd { id, generation: self.states[id].generation });
+            self.queue.push(end, Event::TransferEnd { id, generation: self.replicas[d].state(id).generation });
         }
     }
 
@@ -448,8 +450,9 @@ impl ClusterSim<'_> {
         // The prefill instance's part is over: a draining one may go (`fleet_pd.rs`).
         pd.handed_over(id);
         let cfg = &self.cfgs[super::pool_of(Some(&*pd), d)];
-        let finished = self.replicas[d].begin_decode(id, now, &self.stream, &mut self.states, cfg);
+        let finished = self.replicas[d].begin_decode(id, now, &self.stream, cfg);
         if finished {
+            self.take_back(id);
             self.report_completion(now, d, id)?;
             self.start_transfers(now, d);
         }

@@ -109,7 +109,7 @@ impl ClusterSim<'_> {
         }
         pd.orphan[id] = false;
         pd.handed_over(id);
-        let st = &mut self.states[id];
+        let st = self.state_mut(id);
         st.handoff = false;
         st.produced = 0;
     }
@@ -124,7 +124,7 @@ impl ClusterSim<'_> {
     /// The router hears that request `id` will not complete where it was placed (`produced`:
     /// tokens it had streamed).
     pub(super) fn abandon(&mut self, now: SimTime, id: RequestId, index: u32, produced: u32) -> Result<(), RunError> {
-        let st = &self.states[id];
+        let st = self.state(id);
         let q = self.stream.request(id.index());
         let c = Completion {
             request_id: id.raw() as u64,

@@ -96,15 +96,12 @@ fn a_transfer_occupies_decode_memory_from_its_start() {
     let mut s = one_to_one("");
     s.requests = Some(2);
     let stream = generate(&s, None, 1).unwrap();
-    let mut states = vec![RequestState::default(); 2];
-    for st in &mut states {
-        st.phase = Phase::Transfer;
-        st.produced = 1; // the first token, made on the prefill instance
-    }
+    // Handed off: the first token was made on the prefill instance.
+    let handed_off = || RequestState { phase: Phase::Transfer, produced: 1, ..Default::default() };
     // Room for exactly one request: 1000 prompt + 5 output reserved.
     let cfg = config(1005);
     let mut rep = Replica::new(ReplicaId::from_u32(1));
-    assert_eq!(rep.admit_transfer(RequestId::from_u32(0), &stream, &mut states[0], &cfg), Some(0));
+    assert_eq!(rep.admit_transfer(RequestId::from_u32(0), &stream, handed_off, &cfg), Some(0));
     // In use now: the 1000 prompt tokens being written + the first token; committed: the pinned
     // prompt + the whole output (full reservation).
     assert_eq!(rep.kv_used_tokens(), 1001);
@@ -112,11 +109,18 @@ fn a_transfer_occupies_decode_memory_from_its_start() {
     assert_eq!(rep.running().len(), 1);
     // The second does not fit until the first is gone (its 100 shared tokens would be, but its
     // 900 own and its output would not).
-    assert_eq!(rep.admit_transfer(RequestId::from_u32(1), &stream, &mut states[1], &cfg), None);
+    let taken = std::cell::Cell::new(false);
+    let take = || {
+        taken.set(true);
+        handed_off()
+    };
+    assert_eq!(rep.admit_transfer(RequestId::from_u32(1), &stream, take, &cfg), None);
+    assert!(!taken.get(), "a refused transfer leaves its state with the caller");
     // With room, the second finds the system prompt the first brought (once computed).
     let cfg = config(10_000);
-    assert!(!rep.begin_decode(RequestId::from_u32(0), SimTime::ZERO, &stream, &mut states, &cfg));
-    assert_eq!(rep.admit_transfer(RequestId::from_u32(1), &stream, &mut states[1], &cfg), Some(100));
+    assert!(!rep.begin_decode(RequestId::from_u32(0), SimTime::ZERO, &stream, &cfg));
+    assert_eq!(rep.state(RequestId::from_u32(0)).phase, Phase::Decode);
+    assert_eq!(rep.admit_transfer(RequestId::from_u32(1), &stream, handed_off, &cfg), Some(100));
     assert_eq!(rep.kv_used_tokens(), 1001 + 900 + 1);
     assert_eq!(rep.committed_tokens(&cfg), 1900 + 10);
 }

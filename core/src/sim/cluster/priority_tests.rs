@@ -58,48 +58,53 @@ fn pricer() -> crate::step_model::Pricer {
 }
 
 /// Requests 0 and 1 fill the replica (full reservation: 2 × (100 + 50) = 300 tokens); then
-/// request 2 arrives with `priority[2]`. Returns the replica and states after its next step.
-fn third_arrives(priorities: [i32; 3], preemption: Preemption) -> (Replica, Vec<RequestState>) {
+/// request 2 arrives with `priority[2]`. Returns the replica (which holds the requests' states)
+/// after its next step.
+fn third_arrives(priorities: [i32; 3], preemption: Preemption) -> Replica {
     third_arrives_from(0, priorities, preemption)
 }
 
 /// [`third_arrives`] with the requests numbered from `base`, in a stream that holds only those
 /// (a lazy stream's `base`: it dropped the older ones).
-fn third_arrives_from(base: u32, priorities: [i32; 3], preemption: Preemption) -> (Replica, Vec<RequestState>) {
+fn third_arrives_from(base: u32, priorities: [i32; 3], preemption: Preemption) -> Replica {
     let mut stream = stream();
     stream.base = base as usize;
     let cfg = config(300, Reservation::Full, preemption);
     let n = base as usize + 3;
-    let mut states = vec![RequestState::default(); n];
     let mut rep = Replica::new(ReplicaId::from_u32(0));
     let mut all = vec![0; n];
     all[base as usize..].copy_from_slice(&priorities);
     let mut sched = scheduler("priority", &all);
     let mut done = Vec::new();
-    let enqueue = |rep: &mut Replica, states: &mut [RequestState], r: u32| {
+    let enqueue = |rep: &mut Replica, r: u32| {
         let prompt = stream.prompt(r as usize);
-        rep.enqueue(SimTime::ZERO, RequestId::from_u32(r), prompt, 50, &mut states[r as usize], &cfg);
+        rep.enqueue(SimTime::ZERO, RequestId::from_u32(r), prompt, 50, RequestState::default(), &cfg);
     };
     for r in base..base + 2 {
-        enqueue(&mut rep, &mut states, r);
+        enqueue(&mut rep, r);
     }
-    rep.start_step(SimTime::ZERO, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
-    rep.finish_step(SimTime::TICK, &stream, &mut states, &cfg, &mut done);
+    rep.start_step(SimTime::ZERO, &stream, &cfg, &pricer(), &mut sched).unwrap().unwrap();
+    rep.finish_step(SimTime::TICK, &stream, &cfg, &mut done);
     assert_eq!(sorted(rep.running()), [base, base + 1], "both fit: 300 tokens committed of 300");
-    enqueue(&mut rep, &mut states, base + 2);
-    rep.start_step(SimTime::TICK, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap().unwrap();
-    (rep, states)
+    enqueue(&mut rep, base + 2);
+    rep.start_step(SimTime::TICK, &stream, &cfg, &pricer(), &mut sched).unwrap().unwrap();
+    rep
+}
+
+/// The state of request `r`, which `rep` holds.
+fn st(rep: &Replica, r: usize) -> &RequestState {
+    rep.state(RequestId::new(r))
 }
 
 #[test]
 fn a_higher_priority_arrival_preempts_the_latest_lower_one_and_is_admitted() {
-    let (rep, st) = third_arrives([0, 0, 2], Preemption::Priority);
+    let rep = third_arrives([0, 0, 2], Preemption::Priority);
     // Of the two priority-0 requests, the later arrival (1) gives way; 150 tokens free up,
     // exactly what request 2 needs; request 1 waits to recompute its prompt and its one token.
-    assert_eq!(st[1].phase, Phase::Waiting);
-    assert_eq!((st[1].preemptions, st[1].prefill_target), (1, 101));
-    assert_eq!(st[2].phase, Phase::Prefill);
-    assert_eq!(st[0].phase, Phase::Decode);
+    assert_eq!(st(&rep, 1).phase, Phase::Waiting);
+    assert_eq!((st(&rep, 1).preemptions, st(&rep, 1).prefill_target), (1, 101));
+    assert_eq!(st(&rep, 2).phase, Phase::Prefill);
+    assert_eq!(st(&rep, 0).phase, Phase::Decode);
     assert_eq!(rep.waiting().iter().map(|r| r.raw()).collect::<Vec<_>>(), [1]);
     assert_eq!(rep.preemptions(), 1);
     assert_eq!(rep.committed_tokens(&config(300, Reservation::Full, Preemption::Priority)), 300);
@@ -111,27 +116,27 @@ fn a_higher_priority_arrival_preempts_the_latest_lower_one_and_is_admitted() {
 #[test]
 fn priority_preemption_reads_a_stream_that_dropped_its_oldest_requests() {
     const BASE: usize = 5;
-    let (rep, states) = third_arrives_from(BASE as u32, [0, 0, 2], Preemption::Priority);
+    let rep = third_arrives_from(BASE as u32, [0, 0, 2], Preemption::Priority);
     // As with every request held: the later priority-0 request gives way to the priority-2 one.
-    assert_eq!(states[BASE + 1].phase, Phase::Waiting);
-    assert_eq!(states[BASE + 2].phase, Phase::Prefill);
+    assert_eq!(st(&rep, BASE + 1).phase, Phase::Waiting);
+    assert_eq!(st(&rep, BASE + 2).phase, Phase::Prefill);
     assert_eq!(rep.preemptions(), 1);
 }
 
 #[test]
 fn the_lowest_priority_goes_first_whatever_its_arrival() {
-    let (_, st) = third_arrives([-1, 0, 2], Preemption::Priority);
+    let rep = third_arrives([-1, 0, 2], Preemption::Priority);
     // Request 0 is older but sheddable: it is the victim, not the newest.
-    assert_eq!((st[0].phase, st[0].preemptions), (Phase::Waiting, 1));
-    assert_eq!((st[1].phase, st[2].phase), (Phase::Decode, Phase::Prefill));
+    assert_eq!((st(&rep, 0).phase, st(&rep, 0).preemptions), (Phase::Waiting, 1));
+    assert_eq!((st(&rep, 1).phase, st(&rep, 2).phase), (Phase::Decode, Phase::Prefill));
 }
 
 #[test]
 fn equal_priority_or_newest_preemption_never_preempts_for_a_waiting_request() {
     for (priorities, preemption) in [([0, 0, 0], Preemption::Priority), ([0, 0, 2], Preemption::Newest)] {
-        let (rep, st) = third_arrives(priorities, preemption);
+        let rep = third_arrives(priorities, preemption);
         assert_eq!(rep.preemptions(), 0, "{priorities:?} {preemption:?}");
-        assert_eq!(st[2].phase, Phase::Waiting);
+        assert_eq!(st(&rep, 2).phase, Phase::Waiting);
         assert_eq!(sorted(rep.running()), [0, 1]);
     }
 }
@@ -144,7 +149,6 @@ fn out_of_memory_the_victim_is_the_least_important_not_the_newest() {
     for (preemption, victim) in [(Preemption::Newest, 1), (Preemption::Priority, 0)] {
         // Room for both prompts (200) and 2 × 10 headroom; decoding grows past it.
         let cfg = config(220, Reservation::Estimate { output_tokens: 10 }, preemption);
-        let mut states = vec![RequestState::default(); 3];
         let mut rep = Replica::new(ReplicaId::from_u32(0));
         let mut sched = scheduler("fcfs", &[0, 2, 0]);
         let mut done = Vec::new();
@@ -154,19 +158,19 @@ fn out_of_memory_the_victim_is_the_least_important_not_the_newest() {
                 RequestId::from_u32(r),
                 stream.prompt(r as usize),
                 50,
-                &mut states[r as usize],
+                RequestState::default(),
                 &cfg,
             );
         }
         let mut now = SimTime::ZERO;
         while rep.preemptions() == 0 && done.is_empty() {
-            rep.start_step(now, &stream, &mut states, &cfg, &pricer(), &mut sched).unwrap();
+            rep.start_step(now, &stream, &cfg, &pricer(), &mut sched).unwrap();
             now += SimTime::TICK;
-            rep.finish_step(now, &stream, &mut states, &cfg, &mut done);
+            rep.finish_step(now, &stream, &cfg, &mut done);
         }
         assert_eq!(rep.preemptions(), 1, "{preemption:?}");
-        assert_eq!(states[victim].preemptions, 1, "{preemption:?}");
-        assert_eq!(states[1 - victim].preemptions, 0, "{preemption:?}");
+        assert_eq!(st(&rep, victim).preemptions, 1, "{preemption:?}");
+        assert_eq!(st(&rep, 1 - victim).preemptions, 0, "{preemption:?}");
     }
 }
 

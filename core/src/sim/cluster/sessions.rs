@@ -102,7 +102,7 @@ impl ClusterSim<'_> {
     /// A call of an agent session is sent at `now`.
     pub(super) fn on_release(&mut self, now: SimTime, id: RequestId) -> Result<(), RunError> {
         self.held_up_to(id.index() + 1);
-        self.states[id].arrived_at = now;
+        self.state_mut(id).arrived_at = now;
         self.dispatched_at[id] = now;
         self.arrive(now, id)
     }

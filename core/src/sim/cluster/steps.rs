@@ -49,10 +49,11 @@ impl ClusterSim<'_> {
         self.completed.clear();
         let cfg = &self.cfgs[replica_pool(self.pd.as_ref(), &self.gpu_pool, r)];
         self.replicas[r].tier_loads_ended(self.remote_tier.as_mut());
-        self.replicas[r].finish_step(now, &self.stream, &mut self.states, cfg, &mut self.completed);
+        self.replicas[r].finish_step(now, &self.stream, cfg, &mut self.completed);
         for k in 0..self.completed.len() {
             let id = self.completed[k];
-            if self.states[id].phase == Phase::Transfer {
+            self.take_back(id);
+            if self.state(id).phase == Phase::Transfer {
                 self.on_handoff(now, r, id)?;
             } else {
                 self.report_completion(now, r, id)?;
@@ -79,7 +80,8 @@ impl ClusterSim<'_> {
     /// Request `id` finished on replica `r` at `now`: the router hears of it (on a disaggregated
     /// cluster, `replica` indexes the decode candidates).
     pub(super) fn report_completion(&mut self, now: SimTime, r: ReplicaId, id: RequestId) -> Result<(), RunError> {
-        let (q, st) = (self.stream.request(id.index()), &self.states[id]);
+        // Taken back from its replica when it finished.
+        let (q, st) = (self.stream.request(id.index()), super::kept::here(&self.states, id));
         self.done += 1;
         let model = self.model_of_slot(r);
         let n = self.routable.len();
@@ -145,8 +147,7 @@ impl ClusterSim<'_> {
         let rep = &mut self.replicas[r];
         let (cfg, pricer) = (&self.cfgs[pool], &self.pricers[pool]);
         let remote = self.remote_tier.as_mut();
-        let step =
-            rep.start_step_tiered(now, &self.stream, &mut self.states, cfg, pricer, &mut self.schedulers[r], remote)?;
+        let step = rep.start_step_tiered(now, &self.stream, cfg, pricer, &mut self.schedulers[r], remote)?;
         let step = step.map(|d| self.slowed(r, now, d));
         self.queue_evictions(r, now);
         Ok(step)

@@ -12,9 +12,8 @@ use crate::ids::RequestId;
 pub struct Window<T> {
     base: usize,
     items: VecDeque<T>,
-    /// What a retired id reads as. Only stale entries read one: a decoding request's finish
-    /// entry left in its replica's heap by a preemption names the request after it may have
-    /// ended (`Batcher::finish_step` skips it, as for any stale entry).
+    /// What a retired id reads as. Only stale references read one: an event still queued for
+    /// a request that has since ended, which its handler skips.
     retired: T,
 }
 
@@ -49,11 +48,6 @@ impl<T> Window<T> {
         let item = self.items.pop_front()?;
         self.base += 1;
         Some(item)
-    }
-
-    /// The states held, from id `base()` on.
-    pub fn iter(&self) -> impl Iterator<Item = &T> {
-        self.items.iter()
     }
 }
 
@@ -99,7 +93,7 @@ mod tests {
         assert_eq!((w.base(), w.len()), (2, 5));
         assert_eq!((w[id(2)], w[id(4)]), (20, 40));
         w[id(3)] = 31;
-        assert_eq!(w.iter().copied().collect::<Vec<_>>(), [20, 31, 40]);
+        assert_eq!((w[id(2)], w[id(3)], w[id(4)]), (20, 31, 40));
         assert_eq!(w[id(1)], -1, "a retired id reads as the sentinel");
         w.push(50);
         assert_eq!(w[id(5)], 50);

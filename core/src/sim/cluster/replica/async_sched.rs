@@ -22,7 +22,7 @@
 //! a finished request frees are not held back a step (KV never binds in the measured runs).
 //! Off unless the replica's calibration declares `async_scheduling` (`ReplicaConfig`).
 
-use super::{Replica, ReplicaConfig, States};
+use super::{Held, Replica, ReplicaConfig};
 use crate::time::SimTime;
 
 impl Replica {
@@ -36,12 +36,7 @@ impl Replica {
     /// For the step formed at `now`: the latest `queued_at` that may join it, and how many of
     /// its slots requests that finished at `now` still hold. Without async scheduling, every
     /// waiting request may join and no slot is held.
-    pub(super) fn look_ahead(
-        &self,
-        now: SimTime,
-        states: &(impl States + ?Sized),
-        cfg: &ReplicaConfig,
-    ) -> (SimTime, u32) {
+    pub(super) fn look_ahead(&self, now: SimTime, states: &Held, cfg: &ReplicaConfig) -> (SimTime, u32) {
         if !cfg.async_scheduling {
             return (SimTime::MAX, 0);
         }

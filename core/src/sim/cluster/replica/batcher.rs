@@ -13,7 +13,7 @@
 //! A plain decode step — the last one prefilled nothing and finished nobody, nothing waits — is
 //! ended and the next formed in one call (`next_decode_step`): most steps of a long decode.
 
-use super::{Phase, Replica, ReplicaConfig, States, reserve_tokens};
+use super::{Held, Phase, Replica, ReplicaConfig, reserve_tokens};
 use crate::error::RunError;
 use crate::handle::SchedulerHandle;
 use crate::ids::RequestId;
@@ -31,12 +31,11 @@ impl Replica {
         &mut self,
         now: SimTime,
         stream: &RequestStream,
-        states: &mut (impl States + ?Sized),
         cfg: &ReplicaConfig,
         pricer: &Pricer,
         scheduler: &mut SchedulerHandle,
     ) -> Result<Option<f64>, RunError> {
-        let step = self.form_step(now, stream, states, cfg, pricer, scheduler, None)?;
+        let step = self.with_held(|rep, held| rep.form_step(now, stream, held, cfg, pricer, scheduler, None))?;
         self.busy = step.is_some();
         Ok(step)
     }
@@ -50,14 +49,13 @@ impl Replica {
         &mut self,
         now: SimTime,
         stream: &RequestStream,
-        states: &mut (impl States + ?Sized),
         cfg: &ReplicaConfig,
         pricer: &Pricer,
         scheduler: &mut SchedulerHandle,
         remote: Option<&mut KvTier>,
     ) -> Result<Option<f64>, RunError> {
         let step = match self.has_work() {
-            true => self.form_step(now, stream, states, cfg, pricer, scheduler, remote)?,
+            true => self.with_held(|rep, held| rep.form_step(now, stream, held, cfg, pricer, scheduler, remote))?,
             false => None,
         };
         self.busy = step.is_some();
@@ -70,12 +68,14 @@ impl Replica {
         &mut self,
         now: SimTime,
         stream: &RequestStream,
-        states: &mut (impl States + ?Sized),
+        states: &mut Held,
         cfg: &ReplicaConfig,
         pricer: &Pricer,
         scheduler: &mut SchedulerHandle,
         mut remote: Option<&mut KvTier>,
     ) -> Result<Option<f64>, RunError> {
+        // Every finished request's state was given back (`release`): none is left behind.
+        debug_assert_eq!(states.0.len(), self.waiting.len() + self.running.len(), "replica {}: held states", self.id);
         self.chunks.clear();
         // (1) Room for this step's new tokens: one per decoder, one per prefill that may finish.
         // (0) Under priority preemption, room for the most important waiting request first.
@@ -348,7 +348,7 @@ impl Replica {
     /// the shown front (`scheduler_window` requests) can have been admitted, so only it is
     /// scanned: filtering the whole queue every step made an overloaded replica quadratic in
     /// its backlog.
-    fn drop_admitted_from_front(&mut self, states: &(impl States + ?Sized)) {
+    fn drop_admitted_from_front(&mut self, states: &Held) {
         let front = self.shown.len();
         let mut kept = 0;
         for i in 0..front {
@@ -361,12 +361,24 @@ impl Replica {
         self.waiting.drain(kept..front);
     }
 
-    /// Applies the step that ends at `now`; pushes requests that finished onto `completed`.
+    /// Applies the step that ends at `now`; pushes requests that finished (or were handed off)
+    /// onto `completed`, their states held here until [`Replica::release`] takes them.
     pub fn finish_step(
         &mut self,
         now: SimTime,
         stream: &RequestStream,
-        states: &mut (impl States + ?Sized),
+        cfg: &ReplicaConfig,
+        completed: &mut Vec<RequestId>,
+    ) {
+        self.with_held(|rep, held| rep.finish_held(now, stream, held, cfg, completed));
+    }
+
+    /// [`Replica::finish_step`] with the held states lent out.
+    fn finish_held(
+        &mut self,
+        now: SimTime,
+        stream: &RequestStream,
+        states: &mut Held,
         cfg: &ReplicaConfig,
         completed: &mut Vec<RequestId>,
     ) {
@@ -422,9 +434,9 @@ impl Replica {
                 break;
             }
             self.finishing.pop();
-            let st = &states[r];
-            if st.generation != generation || st.phase != Phase::Decode {
-                continue; // preempted since
+            match states.get(r) {
+                Some(st) if st.generation == generation && st.phase == Phase::Decode => {}
+                _ => continue, // preempted since (or lost in a crash)
             }
             self.complete(r, now, stream, states, cfg, true);
             completed.push(r);
@@ -440,7 +452,7 @@ impl Replica {
         r: RequestId,
         now: SimTime,
         stream: &RequestStream,
-        states: &mut (impl States + ?Sized),
+        states: &mut Held,
         cfg: &ReplicaConfig,
         decoding: bool,
     ) {

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 use routelab_policy_api::Segment;
 
-use super::{Replica, TierSpec};
+use super::{Replica, RequestState, TierSpec};
 use crate::ids::{ReplicaId, RequestId};
 use crate::sim::cluster::kv_tier::KvTier;
 use crate::sim::cluster::lora::{Adapters, adapter_of};
@@ -190,8 +190,12 @@ impl Replica {
 
     /// It crashed: it becomes a fresh replica (empty caches and queues, GPU and CPU tiers
     /// emptied; the shared remote tier is not its own), keeping its id, the counters the summary
-    /// reads and whether a step runs (a step in flight still ends, void).
-    pub(in crate::sim::cluster) fn cold_restart(&mut self, tier_spec: Option<&TierSpec>) {
+    /// reads and whether a step runs (a step in flight still ends, void). Gives back the states
+    /// of the requests it held, in no particular order.
+    pub(in crate::sim::cluster) fn cold_restart(
+        &mut self,
+        tier_spec: Option<&TierSpec>,
+    ) -> impl Iterator<Item = (RequestId, RequestState)> + use<> {
         let mut fresh = match (&self.tiers, tier_spec) {
             (Some(_), Some(spec)) => Replica::with_tiers(self.id, ReplicaTiers::new(&spec.0, spec.1, spec.2)),
             _ => Replica::new(self.id),
@@ -201,6 +205,6 @@ impl Replica {
         fresh.dispatched = self.dispatched;
         fresh.preemptions = self.preemptions;
         fresh.busy = self.busy;
-        *self = fresh;
+        std::mem::replace(self, fresh).held.0.into_iter()
     }
 }

@@ -5,6 +5,11 @@
 //! decode instance's side of a KV hand-off. The state is private to this folder: the rest of
 //! the cluster world reads figures and calls named operations (`interface.rs`).
 //!
+//! A replica holds the state of every request it holds (`Held`): a request's state moves in
+//! when it is queued here (`enqueue`, `admit_transfer`) and out when it finishes or is handed
+//! off (`release`), or when the replica crashes (`cold_restart`). Nothing here reads the
+//! cluster's per-request table.
+//!
 //! KV memory (tokens): `cache.total_tokens()` (prompt segments, shared) + `private_tokens`
 //! (each running request's output so far, plus the generated tokens it recomputes after a
 //! preemption). Reservation (`cluster.reservation`):
@@ -57,7 +62,8 @@ pub enum Phase {
     Done,
 }
 
-/// Per-request simulation state, indexed by request id.
+/// Per-request simulation state: held by the replica the request is on (`Held`), by the
+/// cluster otherwise.
 #[derive(Clone, Debug, Default)]
 pub struct RequestState {
     pub phase: Phase,
@@ -101,10 +107,32 @@ impl RequestState {
     }
 }
 
-/// Per-request states by request id: a list, or a run's `Window` (`window.rs`, which holds
-/// only the requests the run still needs).
-pub trait States: std::ops::IndexMut<RequestId, Output = RequestState> {}
-impl<S: std::ops::IndexMut<RequestId, Output = RequestState> + ?Sized> States for S {}
+/// The states of the requests a replica holds, by request id: its waiting and running
+/// requests, and the ones that finished (or were handed off) in the step just ended until the
+/// cluster takes them back (`Replica::release`).
+#[derive(Default)]
+struct Held(crate::seeds::MixMap<RequestId, RequestState>);
+
+impl Held {
+    fn get(&self, id: RequestId) -> Option<&RequestState> {
+        self.0.get(&id)
+    }
+}
+
+impl std::ops::Index<RequestId> for Held {
+    type Output = RequestState;
+    #[inline]
+    fn index(&self, id: RequestId) -> &RequestState {
+        self.0.get(&id).unwrap_or_else(|| panic!("request {id} is not held by this replica"))
+    }
+}
+
+impl std::ops::IndexMut<RequestId> for Held {
+    #[inline]
+    fn index_mut(&mut self, id: RequestId) -> &mut RequestState {
+        self.0.get_mut(&id).unwrap_or_else(|| panic!("request {id} is not held by this replica"))
+    }
+}
 
 /// The KV memory admitting `st` reserves beyond its prompt: its whole output (`full`), or the
 /// headroom plus the generated tokens it recomputes after a preemption (`estimate`).
@@ -149,6 +177,8 @@ pub struct Replica {
     tiers: Option<Box<ReplicaTiers>>,
     /// Its LoRA adapters, if the workload has `lora:` (`lora.rs`).
     lora: Option<Box<super::lora::Adapters>>,
+    /// The states of the requests it holds.
+    held: Held,
     /// Not yet admitted, in arrival order.
     waiting: VecDeque<RequestId>,
     /// Admitted and still prefilling, in admission order.
@@ -203,6 +233,7 @@ impl Replica {
             cache: PrefixCache::new(),
             tiers: None,
             lora: None,
+            held: Held::default(),
             waiting: VecDeque::new(),
             prefilling: VecDeque::new(),
             running: Vec::new(),
@@ -268,21 +299,24 @@ impl Replica {
         !self.running.is_empty() || !self.waiting.is_empty()
     }
 
-    /// A request routed here at `now` joins the waiting queue.
+    /// A request routed here at `now` joins the waiting queue, its state `st` held here from
+    /// now on. A request that had generated tokens elsewhere (`st.produced`: lost in a crash)
+    /// recomputes them with its prompt, as after a preemption.
     pub fn enqueue(
         &mut self,
         now: SimTime,
         id: RequestId,
         prompt: &[Segment],
         output_tokens: u32,
-        st: &mut RequestState,
+        mut st: RequestState,
         cfg: &ReplicaConfig,
     ) {
         st.phase = Phase::Waiting;
         st.replica = self.id;
         st.queued_at = self.pickup_at(now);
         let prompt_tokens: u32 = prompt.iter().map(|s| s.tokens).sum();
-        st.prefill_target = prompt_tokens;
+        st.prefill_target = prompt_tokens + st.produced;
+        self.hold(id, st);
         self.outstanding_work += prompt_tokens as u64 + output_tokens as u64;
         self.waiting.push_back(id);
         self.blocked = false;
@@ -294,6 +328,34 @@ impl Replica {
                 *self.pending.entry(h).or_default() += 1;
             }
         }
+    }
+
+    /// Holds request `id`'s state from now on.
+    fn hold(&mut self, id: RequestId, st: RequestState) {
+        let before = self.held.0.insert(id, st);
+        debug_assert!(before.is_none(), "request {id} held twice by replica {}", self.id);
+    }
+
+    /// Runs `f` with the held states lent out beside the replica: the batcher's functions change
+    /// both (`f` must read states through its argument; `self.held` is empty meanwhile).
+    fn with_held<T>(&mut self, f: impl FnOnce(&mut Self, &mut Held) -> T) -> T {
+        let mut held = std::mem::take(&mut self.held);
+        let out = f(self, &mut held);
+        self.held = held;
+        out
+    }
+
+    /// The state of request `id`, held here.
+    pub fn state(&self, id: RequestId) -> &RequestState {
+        &self.held[id]
+    }
+
+    /// Gives back the state of request `id`, which finished here or was handed off (its phase
+    /// `Done` or `Transfer`): the cluster keeps it from now on.
+    pub fn release(&mut self, id: RequestId) -> RequestState {
+        let st = self.held.0.remove(&id).unwrap_or_else(|| panic!("request {id} is not held by replica {}", self.id));
+        debug_assert!(matches!(st.phase, Phase::Done | Phase::Transfer), "request {id} released while {:?}", st.phase);
+        st
     }
 
     /// The prompt is computed: it no longer counts as pending.
@@ -339,7 +401,7 @@ impl Replica {
         self.running.push(id);
     }
 
-    fn remove_running(&mut self, id: RequestId, states: &mut (impl States + ?Sized)) {
+    fn remove_running(&mut self, id: RequestId, states: &mut Held) {
         let i = states[id].running_index as usize;
         debug_assert_eq!(self.running[i], id);
         self.running.swap_remove(i);
@@ -360,7 +422,7 @@ impl Replica {
     /// The most recently admitted running request, the victim of vLLM's FCFS policy (`None`
     /// when nothing runs). A request whose KV is still arriving is never a victim (its transfer
     /// is in flight).
-    fn newest_running(&self, states: &(impl States + ?Sized)) -> Option<RequestId> {
+    fn newest_running(&self, states: &Held) -> Option<RequestId> {
         self.running
             .iter()
             .filter(|&&r| states[r].phase != Phase::Transfer)
@@ -370,13 +432,7 @@ impl Replica {
 
     /// Preempts running request `victim` (recompute later). Under `full` reservation (only
     /// priority preemption preempts there) its reserved output is released too.
-    fn preempt(
-        &mut self,
-        victim: RequestId,
-        stream: &RequestStream,
-        states: &mut (impl States + ?Sized),
-        cfg: &ReplicaConfig,
-    ) {
+    fn preempt(&mut self, victim: RequestId, stream: &RequestStream, states: &mut Held, cfg: &ReplicaConfig) {
         let produced = self.produced_now(&states[victim]);
         let prompt_tokens = stream.request(victim.index()).prompt_tokens;
         let output_tokens = states[victim].output_here(stream.request(victim.index()).output_tokens);
@@ -427,13 +483,7 @@ impl Replica {
 
     /// The scheduler's view of the first `scheduler_window` waiting requests, up to the first
     /// taken in after `taken_in_by` (`async_sched.rs`).
-    fn fill_views(
-        &mut self,
-        stream: &RequestStream,
-        states: &(impl States + ?Sized),
-        cfg: &ReplicaConfig,
-        taken_in_by: SimTime,
-    ) {
+    fn fill_views(&mut self, stream: &RequestStream, states: &Held, cfg: &ReplicaConfig, taken_in_by: SimTime) {
         self.views.clear();
         self.shown.clear();
         let window = self.waiting.iter().take(cfg.scheduler_window as usize);

@@ -3,7 +3,7 @@
 //! transfer lands; a prefill instance takes in a prefix migrated from another one.
 
 use super::batcher::mark_computed;
-use super::{Phase, Replica, ReplicaConfig, RequestState, States};
+use super::{Phase, Replica, ReplicaConfig, RequestState};
 use crate::ids::RequestId;
 use crate::time::SimTime;
 use crate::workload::cluster::Reservation;
@@ -13,12 +13,13 @@ impl Replica {
     /// A handed-off request's KV is about to arrive: reserves its memory as an admission would
     /// (the prompt's uncached part, pinned, plus the output reservation; the first token, computed
     /// on the prefill side, is private KV from now). Returns the prompt tokens already cached
-    /// here, or `None` when memory or batch slots are short (the caller retries later).
+    /// here, its state (`take`, called only then) held here from now on; or `None` when memory
+    /// or batch slots are short (the caller keeps the state and retries later).
     pub(in crate::sim::cluster) fn admit_transfer(
         &mut self,
         id: RequestId,
         stream: &RequestStream,
-        st: &mut RequestState,
+        take: impl FnOnce() -> RequestState,
         cfg: &ReplicaConfig,
     ) -> Option<u32> {
         let req = stream.request(id.index());
@@ -35,6 +36,7 @@ impl Replica {
         if self.committed_tokens(cfg) + plan.newly_pinned_tokens + plan.new_tokens + reserve > cfg.kv_capacity_tokens {
             return None;
         }
+        let mut st = take();
         let over = (self.kv_used_tokens() + plan.new_tokens + 1).saturating_sub(cfg.kv_capacity_tokens);
         let events = cfg.report_evictions.then_some(&mut self.evictions);
         self.cache.admit(prompt, &mut path, over, events);
@@ -50,7 +52,8 @@ impl Replica {
         self.outstanding_work += (req.output_tokens - st.produced) as u64;
         self.dispatched += 1;
         self.blocked = false;
-        self.add_running(id, st);
+        self.add_running(id, &mut st);
+        self.hold(id, st);
         Some(plan.cached_tokens.min(req.prompt_tokens))
     }
 
@@ -84,7 +87,18 @@ impl Replica {
         id: RequestId,
         now: SimTime,
         stream: &RequestStream,
-        states: &mut (impl States + ?Sized),
+        cfg: &ReplicaConfig,
+    ) -> bool {
+        self.with_held(|rep, held| rep.begin_decode_held(id, now, stream, held, cfg))
+    }
+
+    /// [`Replica::begin_decode`] with the held states lent out.
+    fn begin_decode_held(
+        &mut self,
+        id: RequestId,
+        now: SimTime,
+        stream: &RequestStream,
+        states: &mut super::Held,
         cfg: &ReplicaConfig,
     ) -> bool {
         let req = stream.request(id.index());

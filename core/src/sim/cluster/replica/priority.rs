@@ -33,7 +33,7 @@
 //! allocated (`can_allocate != OK` or the budget is spent), preempt that running request by
 //! recomputation and put it back at the front of the waiting queue.
 
-use super::{Phase, Replica, ReplicaConfig, States, reserve_tokens};
+use super::{Held, Phase, Replica, ReplicaConfig, reserve_tokens};
 use crate::handle::SchedulerHandle;
 use crate::ids::RequestId;
 use crate::workload::cluster::{Preemption, Reservation};
@@ -44,7 +44,7 @@ impl Replica {
     /// the lowest priority, latest arrival (`priority`). `None` when nothing can be preempted.
     pub(super) fn memory_victim(
         &self,
-        states: &(impl States + ?Sized),
+        states: &Held,
         cfg: &ReplicaConfig,
         scheduler: &SchedulerHandle,
     ) -> Option<RequestId> {
@@ -56,12 +56,7 @@ impl Replica {
 
     /// The running request of lowest priority below `below`, latest arrival (= highest id)
     /// first; requests whose KV is in transfer are skipped.
-    fn least_important_running(
-        &self,
-        states: &(impl States + ?Sized),
-        scheduler: &SchedulerHandle,
-        below: i32,
-    ) -> Option<RequestId> {
+    fn least_important_running(&self, states: &Held, scheduler: &SchedulerHandle, below: i32) -> Option<RequestId> {
         self.running
             .iter()
             .copied()
@@ -74,7 +69,7 @@ impl Replica {
     pub(super) fn preempt_for_waiting(
         &mut self,
         stream: &RequestStream,
-        states: &mut (impl States + ?Sized),
+        states: &mut Held,
         cfg: &ReplicaConfig,
         scheduler: &SchedulerHandle,
     ) {
@@ -100,7 +95,7 @@ impl Replica {
     }
 
     /// Whether waiting request `r` passes admission's memory check at the start of a step.
-    fn fits(&self, r: RequestId, stream: &RequestStream, states: &(impl States + ?Sized), cfg: &ReplicaConfig) -> bool {
+    fn fits(&self, r: RequestId, stream: &RequestStream, states: &Held, cfg: &ReplicaConfig) -> bool {
         let plan = self.cache.plan(stream.prompt(r.index()));
         let st = &states[r];
         // The step's own growth (one token per decoder and finishing prefill) comes first under
