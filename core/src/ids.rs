@@ -84,7 +84,7 @@ macro_rules! id_impls {
             }
         }
 
-        /// A plain list indexed by this id (a test's states, the emulator's).
+        /// A plain list indexed by this id: a per-request or per-slot table.
         impl<T> Index<$t> for Vec<T> {
             type Output = T;
             #[inline]
