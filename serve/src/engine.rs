@@ -8,8 +8,10 @@
 //! back. An idle replica starts a step when a request arrives (model time read from the wall
 //! clock). After each step every active request hears how many tokens it has produced so far.
 //!
-//! Requests live for the engine's lifetime in one growing [`RequestStream`] (the replica indexes
-//! requests by id); a few hundred bytes each, fine for tests and benchmarks, not for weeks.
+//! Requests are numbered in one [`RequestStream`]; the replica holds the state of the requests
+//! in flight and gives back each finished one's, and the stream drops the requests below the
+//! oldest in flight (in batches), so memory follows the requests in flight, not how many the
+//! engine has served.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -210,7 +212,7 @@ impl Core {
 
     fn on_arrival(&mut self, prompt: Vec<Segment>, output_tokens: u32, events: mpsc::UnboundedSender<TokenEvent>) {
         let now = self.model_now();
-        let id = RequestId::new(self.stream.requests.len());
+        let id = RequestId::new(self.stream.base + self.stream.requests.len());
         let from = self.stream.segments.len() as u32;
         let prompt_tokens = super::text::tokens_of(&prompt);
         self.stream.segments.extend_from_slice(&prompt);
@@ -248,7 +250,7 @@ impl Core {
         for (&id, a) in self.active.iter_mut() {
             let st = replica.state(id);
             let produced = self.replica.produced_now(st);
-            let done = (st.phase == Phase::Done).then(|| (stream.requests[id].prompt_tokens, st.cached_tokens));
+            let done = (st.phase == Phase::Done).then(|| (stream.request(id.index()).prompt_tokens, st.cached_tokens));
             if produced > a.sent || done.is_some() {
                 let _ = a.events.send(TokenEvent::Step { tokens: produced - a.sent, done });
                 self.snap.generation_tokens += (produced - a.sent) as u64;
@@ -290,11 +292,16 @@ impl Core {
         }
         // `start_step` marked the replica busy or idle; nothing here reads its evictions.
         self.replica.drain_evictions();
+        // Nothing reads the requests below the oldest in flight again: the stream keeps the span
+        // in flight, so the emulator's memory follows the requests in flight, not how many it
+        // has served.
+        let next = self.stream.base + self.stream.requests.len();
+        self.stream.forget_below(self.active.keys().min().map_or(next, |id| id.index()));
         for (&id, a) in self.active.iter_mut().filter(|(_, a)| !a.counted) {
             let st = self.replica.state(id);
             if st.admitted_at.is_some() {
                 a.counted = true;
-                let prompt = self.stream.requests[id].prompt_tokens as u64;
+                let prompt = self.stream.request(id.index()).prompt_tokens as u64;
                 self.snap.prefix_queries_tokens += prompt;
                 self.snap.prefix_hits_tokens += st.cached_tokens as u64;
                 self.snap.prompt_tokens += prompt;
@@ -316,5 +323,90 @@ impl Core {
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     if let Some(d) = deadline {
         tokio::time::sleep_until(d).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use routelab_core::plugin::{Loader, PolicySpec};
+    use routelab_core::step_model::StepModel;
+    use routelab_core::workload::cluster::Reservation;
+    use routelab_policy_api::SchedulerContext;
+
+    use super::*;
+
+    /// The engine's task, without its task: requests submitted and steps ended by hand.
+    fn core() -> Core {
+        let sm = StepModel::from_catalog("a6000", "mistral-7b", 1, 0.9).unwrap();
+        let ctx = SchedulerContext::new(0, 0, sm.kv_capacity_tokens);
+        let scheduler = Loader::new().scheduler(&PolicySpec::parse("fcfs").unwrap(), &ctx).unwrap();
+        let cfg = ReplicaConfig {
+            kv_capacity_tokens: sm.kv_capacity_tokens,
+            step_prefill_budget: 512,
+            budget_counts_decode: false,
+            max_batch_requests: 64,
+            reservation: Reservation::Full,
+            preemption: Default::default(),
+            scheduler_window: 512,
+            track_pending: false,
+            report_evictions: false,
+            async_scheduling: false,
+        };
+        Core {
+            stream: RequestStream::default(),
+            replica: Replica::new(ReplicaId::from_u32(0)),
+            cfg,
+            cost: sm.cost,
+            scheduler: SchedulerHandle::new(scheduler, 0, "fcfs".into()),
+            active: HashMap::new(),
+            completed: Vec::new(),
+            start: Instant::now(),
+            time_scale: 1.0,
+            step_end: None,
+            last_end: SimTime::ZERO,
+            snap: Snapshot::default(),
+            mirror: None,
+        }
+    }
+
+    /// 30,000 requests, eight in flight at a time: every one finishes with its tokens, and the
+    /// engine holds only about the span in flight (its stream drops the requests below the
+    /// oldest one in flight, in batches; its replica gives back finished states), not a record
+    /// of every request it served.
+    #[test]
+    fn memory_follows_the_requests_in_flight_not_the_requests_served() {
+        const N: usize = 30_000;
+        let mut core = core();
+        let mut outputs = Vec::new();
+        let mut most_held = 0;
+        for i in 0..N {
+            let prompt =
+                vec![Segment { id: 1 + i as u64 % 5, tokens: 64 }, Segment { id: 1_000 + i as u64, tokens: 16 }];
+            let (tx, rx) = mpsc::unbounded_channel();
+            core.on_arrival(prompt, 3, tx);
+            outputs.push(rx);
+            while core.active.len() >= 8 {
+                core.on_step_end();
+            }
+            most_held = most_held.max(core.stream.requests.len());
+        }
+        while core.step_end.is_some() {
+            core.on_step_end();
+        }
+        assert!(core.active.is_empty());
+        assert_eq!(core.snap.requests_finished, N as u64);
+        // Each request heard its three tokens and its end.
+        for rx in &mut outputs {
+            let mut tokens = 0;
+            let mut done = false;
+            while let Ok(TokenEvent::Step { tokens: t, done: d }) = rx.try_recv() {
+                tokens += t;
+                done |= d.is_some();
+            }
+            assert_eq!((tokens, done), (3, true));
+        }
+        let bound = 2 * routelab_core::workload::generate::FORGET_BATCH + 8;
+        assert!(most_held <= bound, "held {most_held} requests at once (bound {bound})");
+        assert!(core.stream.base > N - bound, "dropped up to {} of {N}", core.stream.base);
     }
 }

@@ -114,6 +114,28 @@ impl RequestStream {
         self.labels.get(i - self.base).copied().unwrap_or_default()
     }
 
+    /// Drops the held requests below id `id` (and their entries in every per-request list) once
+    /// they are at least [`FORGET_BATCH`] and half of what is held, so that a stream read in
+    /// order keeps its memory to the span still read, at amortised O(1) a request: a
+    /// [`LazyStream`]'s, or the emulator's, which serves requests as they come.
+    pub fn forget_below(&mut self, id: usize) {
+        let k = id.saturating_sub(self.base).min(self.requests.len());
+        if k < FORGET_BATCH || k < self.requests.len() / 2 {
+            return;
+        }
+        self.requests.drain(..k);
+        let shift = self.requests.first().map_or(self.segments.len() as u32, |r| r.segments.start);
+        self.segments.drain(..shift as usize);
+        for r in &mut self.requests {
+            r.segments = r.segments.start - shift..r.segments.end - shift;
+        }
+        self.labels.drain(..k.min(self.labels.len()));
+        self.hints.drain(..k.min(self.hints.len()));
+        self.adapters.drain(..k.min(self.adapters.len()));
+        self.models.drain(..k.min(self.models.len()));
+        self.base += k;
+    }
+
     /// How many requests the whole stream has (held or not).
     pub fn len(&self) -> usize {
         self.extent.map_or(self.requests.len(), |e| e.total)
@@ -152,6 +174,9 @@ pub(crate) fn keyed_draws(stream: &RequestStream, seed: u64) -> impl Iterator<It
         (crate::seeds::mix(seed ^ crate::seeds::mix(key)) >> 11) as f64 / (1u64 << 53) as f64
     })
 }
+
+/// The fewest held requests [`RequestStream::forget_below`] drops at once.
+pub const FORGET_BATCH: usize = 4096;
 
 const SYSTEM_ID: u64 = 1;
 const FIRST_UNIQUE_ID: u64 = 1 << 32;

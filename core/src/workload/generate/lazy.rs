@@ -26,9 +26,6 @@ pub struct Extent {
     pub last_arrival: SimTime,
 }
 
-/// Held requests are dropped in batches of at least this many (amortised O(1) per request).
-const DROP_BATCH: usize = 4096;
-
 pub struct LazyStream<'s> {
     b: Builder,
     source: Source<'s>,
@@ -187,20 +184,9 @@ impl<'s> LazyStream<'s> {
 
     /// The run reads no request below `id` again: they may be dropped.
     pub fn forget_below(&mut self, id: usize) {
-        let s = &mut self.b.stream;
-        let k = id.saturating_sub(s.base).min(s.requests.len());
-        if self.keep || k < DROP_BATCH || k < s.requests.len() / 2 {
-            return;
+        if !self.keep {
+            self.b.stream.forget_below(id);
         }
-        s.requests.drain(..k);
-        let shift = s.requests.first().map_or(s.segments.len() as u32, |r| r.segments.start);
-        s.segments.drain(..shift as usize);
-        for r in &mut s.requests {
-            r.segments = r.segments.start - shift..r.segments.end - shift;
-        }
-        s.labels.drain(..k.min(s.labels.len()));
-        s.hints.drain(..k.min(s.hints.len()));
-        s.base += k;
     }
 
     /// Generates the whole stream and keeps it (a run that reads every request's state).
@@ -271,7 +257,7 @@ mod tests {
             apply_hints(&s, &mut whole, 5);
             let extent = LazyStream::extent(&s, rows, 5, |_, _| Ok::<(), ()>(())).unwrap().unwrap();
             assert_eq!(extent, Extent { total: whole.len(), last_arrival: whole.last_arrival() });
-            assert!(extent.total > 3 * DROP_BATCH, "{extent:?}");
+            assert!(extent.total > 3 * super::super::FORGET_BATCH, "{extent:?}");
             if let Some(rows) = rows {
                 assert!(extent.total < rows.len(), "the trace is cut: {extent:?}");
             }
@@ -293,7 +279,7 @@ mod tests {
                 lazy.forget_below(i + 1);
             }
             assert!(!lazy.reach(whole.len()), "the stream ends where the whole one does");
-            assert!(most_held <= 2 * DROP_BATCH + 3, "held {most_held}");
+            assert!(most_held <= 2 * super::super::FORGET_BATCH + 3, "held {most_held}");
         }
     }
 
