@@ -190,7 +190,7 @@ impl Replica {
                 budget -= n;
                 self.chunks.push((r, n));
                 self.prefilling.push_back(r);
-                self.add_running(r, &mut states[r]);
+                self.add_running(r, st);
                 if let Some(a) = adapter {
                     self.lora.as_mut().expect("tracked").admit(a);
                 }
@@ -457,8 +457,9 @@ impl Replica {
         decoding: bool,
     ) {
         let req = stream.request(r.index());
-        let produced = self.produced_now(&states[r]);
-        let output_here = states[r].output_here(req.output_tokens);
+        let st = &mut states[r];
+        let produced = self.produced_now(st);
+        let output_here = st.output_here(req.output_tokens);
         debug_assert_eq!(produced, output_here);
         if decoding {
             self.decoding -= 1;
@@ -468,7 +469,6 @@ impl Replica {
         if cfg.reservation == Reservation::Full {
             self.reserved_output_tokens -= output_here as u64;
         }
-        let st = &mut states[r];
         if let (Some(seg), Some(&last), false) = (req.output_segment, st.path.last(), st.handoff) {
             self.cache.insert_computed(last, seg);
         }

@@ -486,10 +486,12 @@ impl Replica {
     fn fill_views(&mut self, stream: &RequestStream, states: &Held, cfg: &ReplicaConfig, taken_in_by: SimTime) {
         self.views.clear();
         self.shown.clear();
-        let window = self.waiting.iter().take(cfg.scheduler_window as usize);
-        for &r in window.take_while(|&&r| states[r].queued_at <= taken_in_by) {
-            let req = stream.request(r.index());
+        for &r in self.waiting.iter().take(cfg.scheduler_window as usize) {
             let st = &states[r];
+            if st.queued_at > taken_in_by {
+                break;
+            }
+            let req = stream.request(r.index());
             let cached = self.cache.cached_prefix(stream.prompt(r.index())).min(req.prompt_tokens);
             self.views.push(WaitingRequest {
                 id: r.raw() as u64,
