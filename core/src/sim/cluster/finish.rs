@@ -9,7 +9,7 @@ use crate::ids::RequestId;
 use crate::time::{SimTime, seconds};
 
 impl ClusterSim<'_> {
-    /// Request `i`'s record (its state must still be held).
+    /// Request `i`'s record (not yet retired).
     pub(super) fn record(&self, i: RequestId) -> RequestRecord {
         let pd_rejected = self.pd.as_ref().is_some_and(|pd| pd.rejected[i]);
         let (q, st) = (self.stream.request(i.index()), self.state(i));
@@ -38,7 +38,7 @@ impl ClusterSim<'_> {
         }
     }
 
-    /// Whether request `i` (held) has ended: finished, rejected or shed.
+    /// Whether request `i` (not yet retired) has ended: finished, rejected or shed.
     pub(super) fn ended(&self, i: RequestId) -> bool {
         self.state(i).completed_at.is_some()
             || self.ends[i] != End::Served
