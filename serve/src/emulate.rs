@@ -24,7 +24,6 @@ use routelab_core::plugin::{Loader, PolicySpec};
 use routelab_core::sim::cluster::replica::ReplicaConfig;
 use routelab_core::step_model::StepModel;
 use routelab_core::workload::InputError;
-use routelab_core::workload::cluster::Reservation;
 
 /// The replica's hardware, as in a cluster workload (`gpu`, `model`, `tp`, `memory_fraction`).
 #[derive(clap::Args, Debug, Clone)]
@@ -153,18 +152,8 @@ impl Prepared {
         let ctx = SchedulerContext::new(0, 0, sm.kv_capacity_tokens);
         let scheduler = Loader::new().scheduler(&spec, &ctx)?;
         let scheduler = routelab_core::handle::SchedulerHandle::new(scheduler, 0, spec.label.as_str().into());
-        let cfg = ReplicaConfig {
-            kv_capacity_tokens: sm.kv_capacity_tokens,
-            step_prefill_budget: if args.chunk_tokens == 0 { args.max_step_tokens } else { args.chunk_tokens },
-            budget_counts_decode: false,
-            max_batch_requests: args.max_batch_requests,
-            reservation: Reservation::Full,
-            preemption: Default::default(),
-            scheduler_window: 512,
-            track_pending: false,
-            report_evictions: false,
-            async_scheduling: false,
-        };
+        let budget = if args.chunk_tokens == 0 { args.max_step_tokens } else { args.chunk_tokens };
+        let cfg = ReplicaConfig::plain(sm.kv_capacity_tokens, budget, args.max_batch_requests);
         let model = args.served_model_name.clone().unwrap_or_else(|| sm.model.name.clone());
         let tokenizer = text::Tokenizer::load(args.tokenizer.as_deref(), "--tokenizer")?;
         let kv_events = args.kv_events.as_deref().map(kv_publish::parse).transpose()?;

@@ -330,7 +330,6 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 mod tests {
     use routelab_core::plugin::{Loader, PolicySpec};
     use routelab_core::step_model::StepModel;
-    use routelab_core::workload::cluster::Reservation;
     use routelab_policy_api::SchedulerContext;
 
     use super::*;
@@ -340,18 +339,7 @@ mod tests {
         let sm = StepModel::from_catalog("a6000", "mistral-7b", 1, 0.9).unwrap();
         let ctx = SchedulerContext::new(0, 0, sm.kv_capacity_tokens);
         let scheduler = Loader::new().scheduler(&PolicySpec::parse("fcfs").unwrap(), &ctx).unwrap();
-        let cfg = ReplicaConfig {
-            kv_capacity_tokens: sm.kv_capacity_tokens,
-            step_prefill_budget: 512,
-            budget_counts_decode: false,
-            max_batch_requests: 64,
-            reservation: Reservation::Full,
-            preemption: Default::default(),
-            scheduler_window: 512,
-            track_pending: false,
-            report_evictions: false,
-            async_scheduling: false,
-        };
+        let cfg = ReplicaConfig::plain(sm.kv_capacity_tokens, 512, 64);
         Core {
             stream: RequestStream::default(),
             replica: Replica::new(ReplicaId::from_u32(0)),

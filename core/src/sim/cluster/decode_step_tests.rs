@@ -7,7 +7,7 @@ use super::*;
 use crate::handle::SchedulerHandle;
 use crate::ids::{ReplicaId, RequestId};
 use crate::plugin::{Loader, PolicySpec};
-use crate::workload::cluster::{Preemption, Reservation};
+use crate::workload::cluster::Reservation;
 use crate::workload::generate::{RequestStream, generate};
 
 /// Twelve requests sharing a 64-token system prompt, 20–120 tokens of their own, 5–200 out.
@@ -27,18 +27,7 @@ requests: 12
 }
 
 fn config(capacity: u64, reservation: Reservation, report_evictions: bool) -> ReplicaConfig {
-    ReplicaConfig {
-        kv_capacity_tokens: capacity,
-        step_prefill_budget: 256,
-        budget_counts_decode: false,
-        max_batch_requests: 256,
-        reservation,
-        preemption: Preemption::Newest,
-        scheduler_window: 512,
-        track_pending: false,
-        report_evictions,
-        async_scheduling: false,
-    }
+    ReplicaConfig { reservation, report_evictions, ..ReplicaConfig::plain(capacity, 256, 256) }
 }
 
 fn scheduler() -> SchedulerHandle {

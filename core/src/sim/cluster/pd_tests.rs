@@ -8,7 +8,6 @@ use super::tests::run_named;
 use super::*;
 use crate::ids::{ReplicaId, RequestId, RouterIndex};
 use crate::time::{SimTime, seconds, ticks};
-use crate::workload::cluster::Reservation;
 use crate::workload::generate::generate;
 
 fn spec(yaml: &str) -> ClusterSpec {
@@ -77,18 +76,7 @@ fn full_prompt_transfers_ignore_the_decode_cache_and_missing_ones_use_it() {
 }
 
 fn config(capacity: u64) -> ReplicaConfig {
-    ReplicaConfig {
-        kv_capacity_tokens: capacity,
-        step_prefill_budget: 512,
-        budget_counts_decode: false,
-        max_batch_requests: 256,
-        reservation: Reservation::Full,
-        preemption: Default::default(),
-        scheduler_window: 512,
-        track_pending: false,
-        report_evictions: false,
-        async_scheduling: false,
-    }
+    ReplicaConfig::plain(capacity, 512, 256)
 }
 
 #[test]

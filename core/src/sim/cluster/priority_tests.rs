@@ -23,18 +23,7 @@ requests: 3
 }
 
 fn config(capacity: u64, reservation: Reservation, preemption: Preemption) -> ReplicaConfig {
-    ReplicaConfig {
-        kv_capacity_tokens: capacity,
-        step_prefill_budget: 512,
-        budget_counts_decode: false,
-        max_batch_requests: 256,
-        reservation,
-        preemption,
-        scheduler_window: 512,
-        track_pending: false,
-        report_evictions: false,
-        async_scheduling: false,
-    }
+    ReplicaConfig { reservation, preemption, ..ReplicaConfig::plain(capacity, 512, 256) }
 }
 
 /// A built-in scheduler that knows the requests' priorities, by id.

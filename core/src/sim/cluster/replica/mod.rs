@@ -168,6 +168,28 @@ pub struct ReplicaConfig {
     pub async_scheduling: bool,
 }
 
+impl ReplicaConfig {
+    /// A replica of `kv_capacity_tokens` KV tokens, `step_prefill_budget` prefill tokens a
+    /// step and at most `max_batch_requests` running, the rest at its simplest: full reservation
+    /// (decoding never runs out of memory, so nothing is preempted), decode tokens outside the
+    /// budget, the scheduler shown 512 waiting requests, nothing tracked or reported, synchronous
+    /// scheduling. An emulated engine's replica, and the tests' starting point.
+    pub fn plain(kv_capacity_tokens: u64, step_prefill_budget: u32, max_batch_requests: u32) -> Self {
+        Self {
+            kv_capacity_tokens,
+            step_prefill_budget,
+            budget_counts_decode: false,
+            max_batch_requests,
+            reservation: Reservation::Full,
+            preemption: Preemption::Newest,
+            scheduler_window: 512,
+            track_pending: false,
+            report_evictions: false,
+            async_scheduling: false,
+        }
+    }
+}
+
 /// One replica's state: private to this folder, read and changed from outside only through the
 /// figures and operations of `interface.rs` (and the step, hand-off and queue methods).
 pub struct Replica {
